@@ -1,0 +1,1 @@
+"""primus_ext.launcher"""

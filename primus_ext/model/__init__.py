@@ -1,0 +1,1 @@
+"""Analytic parts: per-rank shapes, layer costs, flops, memory, collectives, pipeline schedules."""

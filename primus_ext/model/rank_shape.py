@@ -1,0 +1,211 @@
+"""Per-rank shapes: what one GPU of the target run computes for one layer and one micro-batch.
+
+Two configurations with the same per-rank shape cost the same compute, whatever their PP, DP or
+node count (DESIGN.md). ``rank_shapes(model, execution)`` collapses a model into the distinct layer
+kinds one rank executes; each is measured (or modelled) once.
+
+Pure and torch-free: this sits on the tuner's hot path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Literal
+
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+LayerKind = Literal["dense", "moe", "embedding", "output"]
+Recompute = Literal["none", "selective", "full"]
+
+DEFAULT_MOE_IMBALANCE = 1.0
+"""Max-over-mean tokens per expert. 1.0 = balanced routing (NVIDIA's published MoE rows use
+force-balanced routing, shared/validation/README); raise it for learned routers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerArch:
+    """Global (unsharded) architecture of one layer kind: enough to build the real module."""
+
+    hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    ffn_hidden_size: int
+    """Dense MLP intermediate size (0 for an MoE layer's MLP, which uses experts instead)."""
+    activation: str = "swiglu"
+    normalization: str = "RMSNorm"
+    add_bias_linear: bool = False
+    add_qkv_bias: bool = False
+    qk_layernorm: bool = False
+    window_size: tuple[int, int] | None = None
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_head_dim: int = 0
+    qk_pos_emb_head_dim: int = 0
+    v_head_dim: int = 0
+    num_experts: int = 0
+    moe_router_topk: int = 0
+    moe_ffn_hidden_size: int = 0
+    moe_shared_expert_intermediate_size: int = 0
+    vocab_size: int = 0
+    """Padded vocabulary (embedding / output kinds only)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankShape:
+    """One layer kind as one rank runs it: global arch + the parallel split + the micro-batch."""
+
+    kind: LayerKind
+    arch: LayerArch
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    micro_batch_size: int = 1
+    seq_length: int = 4096
+    """Global sequence length; each rank holds ``seq_length / cp`` tokens."""
+    precision: str = "bf16"
+    recompute: Recompute = "none"
+    recompute_modules: tuple[str, ...] = ()
+    moe_imbalance: float = DEFAULT_MOE_IMBALANCE
+
+    # --- per-rank views ------------------------------------------------------------------------
+    @property
+    def local_seq(self) -> int:
+        return self.seq_length // self.cp
+
+    @property
+    def tokens(self) -> int:
+        """Tokens one rank processes per micro-batch (before TP's sequence split)."""
+        return self.micro_batch_size * self.local_seq
+
+    @property
+    def local_heads(self) -> int:
+        return self.arch.num_attention_heads // self.tp
+
+    @property
+    def local_query_groups(self) -> int:
+        return max(1, self.arch.num_query_groups // self.tp)
+
+    @property
+    def local_experts(self) -> int:
+        return self.arch.num_experts // self.ep if self.arch.num_experts else 0
+
+    @property
+    def routed_tokens_per_rank(self) -> float:
+        """Token-expert pairs one expert rank computes per micro-batch (each at ffn/ETP width).
+
+        Balanced routing moves as many token slots into a rank as it sends out, whatever EP is:
+        globally MBS*seq*DP*topk slots per micro-batch spread over world/(PP*ETP) expert groups of
+        ETP ranks, i.e. per rank ``MBS*seq/CP*topk*ETP/TP``; times the imbalance factor (max/mean).
+        Per local expert that is this value / ``local_experts``.
+        """
+        if not self.arch.num_experts:
+            return 0.0
+        return self.tokens * self.arch.moe_router_topk * self.etp / self.tp * self.moe_imbalance
+
+    def key(self) -> str:
+        """Stable identifier for caches and the timing store (independent of field order)."""
+        payload = json.dumps(asdict(self), sort_keys=True, default=list)
+        return f"{self.kind}-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def scaled(self, factor: float) -> RankShape:
+        """Shrink hidden/ffn/seq/experts by ``factor`` (<= 1) keeping divisibility by the splits;
+        used to keep CPU measurements in seconds. Heads/groups shrink so kv_channels is kept."""
+        if factor >= 1.0:
+            return self
+
+        def shrink(value: int, multiple: int) -> int:
+            if value <= 0:
+                return value
+            return max(multiple, int(round(value * factor / multiple)) * multiple)
+
+        a = self.arch
+        heads = shrink(a.num_attention_heads, self.tp * max(1, a.num_attention_heads // max(1, a.num_query_groups)))
+        groups = max(self.tp, heads * a.num_query_groups // a.num_attention_heads)
+        experts = shrink(a.num_experts, self.ep) if a.num_experts else 0
+        arch = replace(
+            a,
+            num_attention_heads=heads,
+            num_query_groups=groups,
+            hidden_size=heads * a.kv_channels if not a.multi_latent_attention else shrink(a.hidden_size, 64 * self.tp),
+            ffn_hidden_size=shrink(a.ffn_hidden_size, 64 * self.tp),
+            moe_ffn_hidden_size=shrink(a.moe_ffn_hidden_size, 64 * self.etp),
+            moe_shared_expert_intermediate_size=shrink(a.moe_shared_expert_intermediate_size, 64 * self.tp),
+            num_experts=experts,
+            moe_router_topk=min(a.moe_router_topk, experts) if experts else 0,
+            q_lora_rank=shrink(a.q_lora_rank, 64) if a.q_lora_rank else a.q_lora_rank,
+            kv_lora_rank=shrink(a.kv_lora_rank, 64),
+            vocab_size=shrink(a.vocab_size, 128 * self.tp),
+        )
+        seq = shrink(self.seq_length, 2 * self.cp * 64)
+        return replace(self, arch=arch, seq_length=seq)
+
+
+def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
+    return LayerArch(
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_query_groups,
+        kv_channels=model.kv_channels,
+        ffn_hidden_size=0 if moe else model.ffn_hidden_size,
+        activation=model.activation,
+        normalization=model.normalization,
+        add_bias_linear=model.add_bias_linear,
+        add_qkv_bias=model.add_qkv_bias,
+        qk_layernorm=model.qk_layernorm,
+        window_size=model.window_size,
+        multi_latent_attention=model.multi_latent_attention,
+        q_lora_rank=model.q_lora_rank,
+        kv_lora_rank=model.kv_lora_rank if model.multi_latent_attention else 0,
+        qk_head_dim=model.qk_head_dim if model.multi_latent_attention else 0,
+        qk_pos_emb_head_dim=model.qk_pos_emb_head_dim if model.multi_latent_attention else 0,
+        v_head_dim=model.v_head_dim if model.multi_latent_attention else 0,
+        num_experts=(model.num_experts or 0) if moe else 0,
+        moe_router_topk=model.moe_router_topk if moe else 0,
+        moe_ffn_hidden_size=model.expert_ffn_hidden_size if moe else 0,
+        moe_shared_expert_intermediate_size=(model.moe_shared_expert_intermediate_size or 0) if moe else 0,
+        vocab_size=vocab,
+    )
+
+
+def recompute_of(execution: ExecutionSpec) -> Recompute:
+    return execution.recompute_granularity or "none"
+
+
+def rank_shapes(
+    model: ModelSpec, execution: ExecutionSpec, *, moe_imbalance: float = DEFAULT_MOE_IMBALANCE
+) -> dict[LayerKind, RankShape]:
+    """The distinct layer kinds one rank executes, each at its per-rank shape.
+
+    Recompute is recorded as configured; which layers actually recompute (recompute_num_layers,
+    block vs uniform) is the projection's business, so ``"full"`` here means "this kind's recompute
+    variant" and the projection mixes both variants as needed.
+    """
+    common = dict(
+        tp=execution.tp,
+        cp=execution.cp,
+        ep=execution.ep,
+        etp=execution.etp,
+        sequence_parallel=execution.sequence_parallel,
+        micro_batch_size=execution.micro_batch_size,
+        seq_length=execution.seq_length,
+        precision=execution.precision,
+        recompute=recompute_of(execution),
+        recompute_modules=execution.recompute_modules,
+        moe_imbalance=moe_imbalance,
+    )
+    shapes: dict[LayerKind, RankShape] = {}
+    if model.num_dense_layers:
+        shapes["dense"] = RankShape(kind="dense", arch=_layer_arch(model, moe=False), **common)
+    if model.num_moe_layers:
+        shapes["moe"] = RankShape(kind="moe", arch=_layer_arch(model, moe=True), **common)
+    vocab = model.padded_vocab_size(execution.tp)
+    edge = dict(common, recompute="none", recompute_modules=())
+    shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
+    shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
+    return shapes

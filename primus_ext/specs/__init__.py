@@ -1,0 +1,7 @@
+"""Typed, frozen specs: the three inputs kept apart (model / execution / system)."""
+
+from primus_ext.specs.execution import ExecutionSpec
+from primus_ext.specs.model import ModelSpec
+from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
+
+__all__ = ["ExecutionSpec", "ModelSpec", "Efficiency", "GPUSpec", "SystemSpec"]

@@ -1,0 +1,130 @@
+"""How the model is run: parallelism, batch, recompute, sharding, overlap, precision.
+
+This is the part a tuner changes. Field names follow Megatron's arguments. ``data_parallel_size``
+is derived from the cluster's world size by the recipe resolver (world = TP * PP * CP * DP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+RecomputeGranularity = Literal["full", "selective"]
+RecomputeMethod = Literal["uniform", "block"]
+Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+PipelineSchedule = Literal["1f1b", "interleaved", "zb-h1"]
+Dispatcher = Literal["alltoall", "allgather", "flex"]
+CPCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
+FSDPKind = Literal["none", "torch_fsdp2", "megatron_fsdp"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionSpec:
+    """One parallel / batch / memory-saving configuration of a training step."""
+
+    # --- parallelism ---------------------------------------------------------------------------
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int | None = None
+    """Model chunks per pipeline rank (Megatron's num_virtual_stages_per_pipeline_rank)."""
+    context_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None
+    """``None`` = same as TP (Megatron's default)."""
+    data_parallel_size: int = 1
+    """Derived: world_size / (TP * PP * CP)."""
+    sequence_parallel: bool = False
+    cp_comm_type: CPCommType = "p2p"
+
+    # --- pipeline layout -----------------------------------------------------------------------
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    pipeline_model_parallel_layout: str | None = None
+    """Megatron's layout string, e.g. ``"Et*3|(tt|)*29,m|L"``; kept verbatim."""
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    pipeline_schedule: PipelineSchedule = "1f1b"
+    """Derived: interleaved when VPP > 1, zb-h1 when Primus's zero-bubble patch is on."""
+
+    # --- batch ---------------------------------------------------------------------------------
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    seq_length: int = 4096
+
+    # --- activation recompute ------------------------------------------------------------------
+    recompute_granularity: RecomputeGranularity | None = None
+    recompute_method: RecomputeMethod | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ()
+    """Selective recompute targets (Megatron names: core_attn, mlp, moe, moe_act, layernorm,
+    mla_up_proj, shared_experts). Empty with granularity 'selective' means Megatron's default
+    (``core_attn``)."""
+
+    # --- sharding and optimizer ----------------------------------------------------------------
+    use_distributed_optimizer: bool = False
+    fsdp: FSDPKind = "none"
+    data_parallel_sharding_strategy: Literal[
+        "no_shard", "optim", "optim_grads", "optim_grads_params"
+    ] = "no_shard"
+    """Megatron-FSDP's sharding level (torch FSDP2 always shards params, grads and optimizer)."""
+
+    # --- overlap -------------------------------------------------------------------------------
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    moe_shared_expert_overlap: bool = False
+
+    # --- precision -----------------------------------------------------------------------------
+    precision: Precision = "bf16"
+    """Compute precision of the GEMMs (fp8 = Megatron's ``--fp8 e4m3|hybrid`` with bf16 params)."""
+    grad_reduce_in_bf16: bool = False
+    """Reduce gradients in bf16 instead of fp32 (main grads stay fp32)."""
+
+    # --- MoE execution -------------------------------------------------------------------------
+    moe_token_dispatcher_type: Dispatcher = "alltoall"
+    moe_grouped_gemm: bool = True
+    moe_router_force_load_balancing: bool = False
+    moe_expert_capacity_factor: float | None = None
+
+    # --- derived views -------------------------------------------------------------------------
+    @property
+    def tp(self) -> int:
+        return self.tensor_model_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline_model_parallel_size
+
+    @property
+    def vpp(self) -> int:
+        return self.virtual_pipeline_model_parallel_size or 1
+
+    @property
+    def cp(self) -> int:
+        return self.context_parallel_size
+
+    @property
+    def ep(self) -> int:
+        return self.expert_model_parallel_size
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
+
+    @property
+    def dp(self) -> int:
+        return self.data_parallel_size
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def expert_data_parallel_size(self) -> int:
+        """Expert-DP width under MoE parallel folding: world / (ETP * EP * PP)."""
+        return self.world_size // (self.etp * self.ep * self.pp)
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.dp)

@@ -1,0 +1,95 @@
+"""The model architecture: what is computed, independent of how it is parallelised.
+
+Field names follow Megatron's argument names. ``ModelSpec`` is frozen; build it through the recipe
+loader (``primus_ext.recipe``) which resolves defaults (``num_query_groups``, ``kv_channels``,
+``moe_layer_freq``) and validates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Activation = Literal["swiglu", "gelu", "squared_relu", "geglu"]
+Normalization = Literal["RMSNorm", "LayerNorm"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer (dense or MoE, MHA/GQA or MLA)."""
+
+    name: str = "model"
+    """Free-form label (the model preset's file stem or the recipe's model name)."""
+    num_layers: int
+    """Decoder layers (MTP layers are counted separately in ``mtp_num_layers``)."""
+    hidden_size: int
+    ffn_hidden_size: int
+    """Dense MLP intermediate size (per gate/up projection for gated activations)."""
+    num_attention_heads: int
+    num_query_groups: int
+    """KV heads (== num_attention_heads for MHA). The loader resolves Megatron's ``None``."""
+    kv_channels: int
+    """Per-head dimension (hidden_size / num_attention_heads unless set)."""
+    vocab_size: int
+    """Unpadded vocabulary; padding to ``make_vocab_size_divisible_by * TP`` is done per execution."""
+    make_vocab_size_divisible_by: int = 128
+    max_position_embeddings: int = 4096
+    activation: Activation = "swiglu"
+    normalization: Normalization = "RMSNorm"
+    add_bias_linear: bool = False
+    add_qkv_bias: bool = False
+    qk_layernorm: bool = False
+    untie_embeddings_and_output_weights: bool = True
+    position_embedding_type: Literal["rope", "learned_absolute", "none"] = "rope"
+    window_size: tuple[int, int] | None = None
+    """Sliding-window attention (left, right) for the layers that use it; ``None`` = full."""
+
+    # --- mixture of experts -------------------------------------------------------------------
+    num_experts: int | None = None
+    """Routed experts per MoE layer; ``None`` for a dense model."""
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+    """Intermediate size of one routed expert (defaults to ffn_hidden_size)."""
+    moe_shared_expert_intermediate_size: int | None = None
+    """Total intermediate size of the shared experts (num_shared * moe_ffn_hidden_size)."""
+    moe_layer_pattern: tuple[bool, ...] = ()
+    """Per decoder layer: True where the layer is MoE. Resolved from Megatron's ``moe_layer_freq``
+    (an int N = every N-th layer, or a list / ``"([0]*3+[1]*58)"`` expression). Empty for dense."""
+
+    # --- multi-latent attention (DeepSeek) ----------------------------------------------------
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    """``None`` = no query compression (full q projection)."""
+    kv_lora_rank: int = 512
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+
+    mtp_num_layers: int = 0
+    """Multi-token-prediction depth (DeepSeek-V3 uses 1)."""
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.moe_layer_pattern)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def gated(self) -> bool:
+        """True when the MLP's first projection is doubled (gate + up)."""
+        return self.activation in ("swiglu", "geglu")
+
+    def padded_vocab_size(self, tensor_parallel: int = 1) -> int:
+        """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by * TP``."""
+        multiple = self.make_vocab_size_divisible_by * tensor_parallel
+        return -(-self.vocab_size // multiple) * multiple

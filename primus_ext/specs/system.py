@@ -1,0 +1,89 @@
+"""The machine: one GPU type's datasheet figures, its efficiency parameters, and the cluster shape.
+
+Units are SI in the fields' names (``_tflops``, ``_bytes``, ``_bytes_per_s``). Profiles live as YAML
+data with sources in ``primus_ext/hardware/profiles/``; ``primus_ext.hardware`` loads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class Efficiency:
+    """Named, calibratable efficiency parameters of one GPU type (dimensionless unless noted).
+
+    Defaults are deliberately plain starting points; calibrated values are stored in the profile
+    YAML with how they were fitted. See DESIGN.md "Sources of error to make explicit".
+    """
+
+    gemm_max: float = 0.75
+    """Asymptotic fraction of dense peak reached by large GEMMs."""
+    gemm_half_size_flops: float = 2.0e9
+    """GEMM FLOPs at which efficiency reaches half of ``gemm_max`` (size-dependent roll-off)."""
+    attention: float = 0.55
+    """Fraction of dense peak reached by fused (flash) attention."""
+    hbm: float = 0.80
+    """Fraction of HBM bandwidth reached by memory-bound kernels."""
+    scaleup_link: float = 0.75
+    """Bus-bandwidth fraction reached by collectives inside the scale-up domain."""
+    scaleout_link: float = 0.70
+    """Bus-bandwidth fraction of the NIC reached by collectives across scale-up domains."""
+    overlap: float = 0.90
+    """Fraction of an overlapped collective actually hidden behind compute."""
+    kernel_overhead_s: float = 2.0e-5
+    """Launch / framework overhead per layer per pass, seconds."""
+    collective_latency_s: float = 1.0e-5
+    """Alpha term of a collective step inside the scale-up domain, seconds."""
+    network_latency_s: float = 5.0e-6
+    """Additional alpha per step across scale-up domains, seconds."""
+    calibration: str = "uncalibrated defaults"
+    """How these values were obtained (fit set, date, command)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    """One accelerator type, from its vendor datasheet."""
+
+    name: str
+    bf16_dense_tflops: float
+    fp8_dense_tflops: float
+    hbm_bytes: int
+    hbm_bandwidth_bytes_per_s: float
+    scaleup_bandwidth_bytes_per_s: float
+    """Scale-up (NVLink / Infinity Fabric) bandwidth per GPU per direction."""
+    scaleup_domain: int
+    """GPUs sharing the scale-up fabric: 8 for HGX/MI300X boards, 72 for NVL72."""
+    nic_bandwidth_bytes_per_s: float
+    """Scale-out NIC bandwidth per GPU per direction."""
+    gpus_per_node: int = 8
+    tdp_w: float = 0.0
+    sources: str = ""
+    efficiency: Efficiency = field(default_factory=Efficiency)
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for the GEMM precision (fp8 falls back to bf16 when not supported)."""
+        if precision == "fp8" and self.fp8_dense_tflops > 0:
+            return self.fp8_dense_tflops
+        if precision == "fp32":
+            return self.bf16_dense_tflops / 2
+        return self.bf16_dense_tflops
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemSpec:
+    """A cluster: ``num_nodes`` nodes of ``gpu.gpus_per_node`` GPUs of one type."""
+
+    gpu: GPUSpec
+    num_nodes: int = 1
+    name: str = ""
+    """Profile name the cluster came from (e.g. ``mi300x``)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpu.gpus_per_node
+
+    @property
+    def scaleup_domain(self) -> int:
+        """GPUs reachable over the scale-up fabric ("intra-node" for the models)."""
+        return min(self.gpu.scaleup_domain, self.world_size)
