@@ -1,1 +1,137 @@
-"""primus_ext.hardware"""
+"""GPU and cluster profiles: YAML data with sources -> ``GPUSpec`` / ``SystemSpec``.
+
+    >>> from primus_ext.hardware import load_system
+    >>> load_system("mi300x", num_nodes=4).world_size
+    32
+
+Profiles ship in ``primus_ext/hardware/profiles/<name>.yaml`` (datasheet figures with their
+sources, from shared/validation/hardware_specs.csv). A profile may carry an ``efficiency:`` block
+(calibrated parameters, see ``primus_ext.specs.system.Efficiency``); a user can point
+``PRIMUS_EXT_PROFILES`` (os.pathsep-separated folders) at profiles of their own, which take
+precedence over the shipped ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
+
+PROFILE_DIR = Path(__file__).with_name("profiles")
+
+GB = 1e9  # vendor datasheets use decimal units (GB, TB/s)
+GBIT = 1e9 / 8  # bytes per second in one Gb/s
+
+ALIASES = {
+    "h100_sxm5_80gb": "h100", "h100_dgx_h100": "h100", "h100-sxm": "h100",
+    "h200_sxm_141gb": "h200", "b200_hgx_dgx": "b200", "gb200_nvl72": "gb200",
+    "b300_hgx_dgx": "b300", "gb300_nvl72": "gb300", "local": "cpu",
+}
+"""Names used by shared/validation (``H100_SXM5_80GB``, ``GB200_NVL72``...) -> profile names."""
+
+
+def _profile_dirs() -> list[Path]:
+    extra = os.environ.get("PRIMUS_EXT_PROFILES", "")
+    return [Path(p) for p in extra.split(os.pathsep) if p] + [PROFILE_DIR]
+
+
+def list_profiles() -> list[str]:
+    """Names of every available profile (user folders first, then shipped)."""
+    names = {p.stem for d in _profile_dirs() if d.is_dir() for p in d.glob("*.yaml")}
+    return sorted(names)
+
+
+def canonical_name(name: str) -> str:
+    key = name.strip().lower()
+    return ALIASES.get(key, key)
+
+
+def _find(name: str) -> Path:
+    for directory in _profile_dirs():
+        path = directory / f"{name}.yaml"
+        if path.is_file():
+            return path
+    raise RecipeError(
+        problems=[
+            Problem(
+                path="cluster",
+                value=name,
+                message="unknown GPU / cluster profile",
+                fix=f"use one of {', '.join(list_profiles())} or add a profile YAML to $PRIMUS_EXT_PROFILES",
+            )
+        ]
+    )
+
+
+_REQUIRED = (
+    "bf16_dense_tflops", "fp8_dense_tflops", "hbm_gb", "hbm_tbps",
+    "scaleup_gbps_per_direction", "scaleup_domain", "nic_gbit_per_gpu",
+)
+
+
+def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
+    """Build a ``GPUSpec`` from a profile mapping (datasheet units as in the YAML files)."""
+    problems = [
+        Problem(path=f"{source}:{key}", message="required profile field missing", fix=f"add {key}")
+        for key in _REQUIRED
+        if not isinstance(data.get(key), int | float)
+    ]
+    eff_data = data.get("efficiency") or {}
+    known = {f.name for f in dataclasses.fields(Efficiency)}
+    problems += [
+        Problem(path=f"{source}:efficiency.{key}", message="unknown efficiency parameter",
+                fix=f"use one of {', '.join(sorted(known))}")
+        for key in eff_data
+        if key not in known
+    ]
+    if problems:
+        raise RecipeError(problems=problems, source=source)
+    return GPUSpec(
+        name=str(data.get("name", Path(source).stem)),
+        bf16_dense_tflops=float(data["bf16_dense_tflops"]),
+        fp8_dense_tflops=float(data["fp8_dense_tflops"]),
+        hbm_bytes=int(float(data["hbm_gb"]) * GB),
+        hbm_bandwidth_bytes_per_s=float(data["hbm_tbps"]) * 1e12,
+        scaleup_bandwidth_bytes_per_s=float(data["scaleup_gbps_per_direction"]) * GB,
+        scaleup_domain=int(data["scaleup_domain"]),
+        nic_bandwidth_bytes_per_s=float(data["nic_gbit_per_gpu"]) * GBIT,
+        gpus_per_node=int(data.get("gpus_per_node", 8)),
+        tdp_w=float(data.get("tdp_w", 0.0)),
+        sources=str(data.get("gpu", "")) + " profile " + source,
+        efficiency=Efficiency(**eff_data),
+    )
+
+
+@cache
+def load_gpu(name: str) -> GPUSpec:
+    """The GPU profile ``name`` (case-insensitive; validation-set aliases accepted)."""
+    path = _find(canonical_name(name))
+    with path.open(encoding="utf-8") as fh:
+        try:
+            data = yaml.safe_load(fh)
+        except yaml.YAMLError as err:
+            raise RecipeError(problems=[Problem(path=str(path), message=f"invalid YAML: {err}")]) from None
+    if not isinstance(data, dict):
+        raise RecipeError(problems=[Problem(path=str(path), message="profile must be a mapping")])
+    return gpu_from_mapping(data, source=str(path))
+
+
+def load_system(cluster: str, num_nodes: int = 1) -> SystemSpec:
+    """A cluster: ``num_nodes`` nodes of the profile's GPU."""
+    if not isinstance(num_nodes, int) or num_nodes < 1:
+        raise RecipeError(
+            problems=[Problem(path="nodes", value=num_nodes, message="node count must be a positive integer",
+                              fix="pass --nodes N with N >= 1")]
+        )
+    gpu = load_gpu(cluster)
+    return SystemSpec(gpu=gpu, num_nodes=num_nodes, name=canonical_name(cluster))
+
+
+__all__ = ["canonical_name", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system"]

@@ -122,17 +122,20 @@ class RankShape:
         def shrink(value: int, multiple: int) -> int:
             if value <= 0:
                 return value
-            return max(multiple, int(round(value * factor / multiple)) * multiple)
+            return max(multiple, round(value * factor / multiple) * multiple)
 
         a = self.arch
-        heads = shrink(a.num_attention_heads, self.tp * max(1, a.num_attention_heads // max(1, a.num_query_groups)))
+        gqa_ratio = max(1, a.num_attention_heads // max(1, a.num_query_groups))
+        heads = shrink(a.num_attention_heads, self.tp * gqa_ratio)
         groups = max(self.tp, heads * a.num_query_groups // a.num_attention_heads)
         experts = shrink(a.num_experts, self.ep) if a.num_experts else 0
         arch = replace(
             a,
             num_attention_heads=heads,
             num_query_groups=groups,
-            hidden_size=heads * a.kv_channels if not a.multi_latent_attention else shrink(a.hidden_size, 64 * self.tp),
+            hidden_size=(
+                shrink(a.hidden_size, 64 * self.tp) if a.multi_latent_attention else heads * a.kv_channels
+            ),
             ffn_hidden_size=shrink(a.ffn_hidden_size, 64 * self.tp),
             moe_ffn_hidden_size=shrink(a.moe_ffn_hidden_size, 64 * self.etp),
             moe_shared_expert_intermediate_size=shrink(a.moe_shared_expert_intermediate_size, 64 * self.tp),

@@ -4,4 +4,4 @@ from primus_ext.specs.execution import ExecutionSpec
 from primus_ext.specs.model import ModelSpec
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
 
-__all__ = ["ExecutionSpec", "ModelSpec", "Efficiency", "GPUSpec", "SystemSpec"]
+__all__ = ["Efficiency", "ExecutionSpec", "GPUSpec", "ModelSpec", "SystemSpec"]

@@ -1,0 +1,65 @@
+"""Hardware profiles: every shipped profile loads, and its figures match the validation CSV."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from primus_ext.errors import RecipeError
+from primus_ext.hardware import canonical_name, list_profiles, load_gpu, load_system
+
+SPECS = Path(__file__).resolve().parents[3] / "shared" / "validation" / "hardware_specs.csv"
+
+
+def test_all_profiles_load():
+    names = list_profiles()
+    for expected in ("mi300x", "mi325x", "mi355x", "h100", "h200", "b200", "gb200", "b300", "gb300", "cpu"):
+        assert expected in names
+    for name in names:
+        gpu = load_gpu(name)
+        assert gpu.bf16_dense_tflops > 0 and gpu.hbm_bytes > 0
+
+
+@pytest.mark.skipif(not SPECS.exists(), reason="shared/validation not present")
+def test_profiles_match_datasheet_csv():
+    for row in csv.DictReader(SPECS.open()):
+        if row["gpu"] == "H100_DGX_H100":
+            continue  # same GPU as H100_SXM5_80GB
+        gpu = load_gpu(canonical_name(row["gpu"]))
+        assert gpu.bf16_dense_tflops == pytest.approx(float(row["bf16_dense_tflops"]))
+        assert gpu.fp8_dense_tflops == pytest.approx(float(row["fp8_dense_tflops"]))
+        assert gpu.hbm_bytes == pytest.approx(float(row["hbm_gb"]) * 1e9)
+        assert gpu.scaleup_domain == int(row["scaleup_domain"])
+        # NIC column is in Gb/s (bits): 400 Gb/s = 50 GB/s
+        assert gpu.nic_bandwidth_bytes_per_s == pytest.approx(float(row["nic_gbps_per_gpu"]) * 1e9 / 8)
+
+
+def test_nvl72_domain_spans_nodes():
+    system = load_system("gb200", num_nodes=18)
+    assert system.world_size == 72 and system.scaleup_domain == 72
+    assert load_system("gb200", num_nodes=2).scaleup_domain == 8  # capped by the world
+
+
+def test_unknown_profile_is_a_clean_error():
+    with pytest.raises(RecipeError) as err:
+        load_gpu("tpu-v9")
+    assert "mi300x" in str(err.value)
+    with pytest.raises(RecipeError):
+        load_system("mi300x", num_nodes=0)
+
+
+def test_user_profiles_take_precedence(tmp_path, monkeypatch):
+    (tmp_path / "mybox.yaml").write_text(
+        "bf16_dense_tflops: 100\nfp8_dense_tflops: 200\nhbm_gb: 10\nhbm_tbps: 1\n"
+        "scaleup_gbps_per_direction: 50\nscaleup_domain: 4\nnic_gbit_per_gpu: 100\n"
+        "efficiency: {gemm_max: 0.5}\n"
+    )
+    monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(tmp_path))
+    load_gpu.cache_clear()
+    gpu = load_gpu("mybox")
+    assert gpu.efficiency.gemm_max == 0.5 and gpu.scaleup_domain == 4
+    (tmp_path / "bad.yaml").write_text("bf16_dense_tflops: 1\nefficiency: {gemm_maxx: 1}\n")
+    with pytest.raises(RecipeError) as err:
+        load_gpu("bad")
+    assert "gemm_maxx" in str(err.value) and "hbm_gb" in str(err.value)
+    load_gpu.cache_clear()
