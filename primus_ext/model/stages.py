@@ -1,0 +1,235 @@
+"""Which layers each pipeline rank holds: Megatron's split, uneven first/last stages and layouts.
+
+``pipeline_plan(model, execution)`` returns, for every pipeline rank, its model chunks (one per
+virtual stage) with the decoder layer indices, and whether the chunk holds the embedding, the
+output layer + loss, or MTP layers. It follows megatron-core's rules
+(``transformer_block.get_num_layers_to_build``, ``transformer_layer.get_transformer_layer_offset``,
+``PipelineParallelLayerLayout``): virtual stage ``v`` of rank ``r`` is flat chunk ``v * PP + r`` and
+chunks take consecutive layers in flat order.
+
+``layout_problems(model, execution)`` lists every reason a split is illegal (used by the recipe
+validator and the tuner's legality check). Pure and torch-free.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+_LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkPlan:
+    """One model chunk (virtual stage) of one pipeline rank."""
+
+    rank: int
+    chunk: int
+    layers: tuple[int, ...]
+    """Global decoder-layer indices (0-based) in this chunk."""
+    embedding: bool = False
+    output: bool = False
+    """Output layer + loss."""
+    mtp_layers: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePlan:
+    """Everything one pipeline rank holds: its chunks in virtual-stage order."""
+
+    rank: int
+    chunks: tuple[ChunkPlan, ...]
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return tuple(i for c in self.chunks for i in c.layers)
+
+    @property
+    def embedding(self) -> bool:
+        return any(c.embedding for c in self.chunks)
+
+    @property
+    def output(self) -> bool:
+        return any(c.output for c in self.chunks)
+
+    @property
+    def mtp_layers(self) -> int:
+        return sum(c.mtp_layers for c in self.chunks)
+
+    def moe_layers(self, model: ModelSpec) -> int:
+        pattern = model.moe_layer_pattern
+        return sum(1 for i in self.layers if i < len(pattern) and pattern[i])
+
+    def dense_layers(self, model: ModelSpec) -> int:
+        return len(self.layers) - self.moe_layers(model)
+
+
+def parse_layout(layout: str) -> list[list[str]]:
+    """Megatron's layout string -> flat list of virtual stages, each a list of layer types.
+
+    ``"Et*3|(tt|)*29,m|L"`` -> [[E,t,t,t], [t,t] x 29, [m], [L]]: commas are cosmetic, ``(..)*n``
+    and ``x*n`` repeat. Raises ``ValueError`` on an unknown character.
+    """
+    text = layout.replace(",", "").replace(" ", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    stages = []
+    for part in text.split("|"):
+        bad = sorted({ch for ch in part if ch not in _LAYOUT_CHARS})
+        if bad:
+            raise ValueError(f"unknown layer character(s) {bad}; known: E (embedding), t (decoder), m (mtp), L (loss)")
+        stages.append([_LAYOUT_CHARS[ch] for ch in part])
+    return stages
+
+
+def _layout_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Problem]) -> list[list[str]] | None:
+    path = "pipeline_model_parallel_layout"
+    try:
+        flat = parse_layout(execution.pipeline_model_parallel_layout or "")
+    except ValueError as err:
+        problems.append(Problem(path=path, value=execution.pipeline_model_parallel_layout, message=str(err)))
+        return None
+    pp = execution.pp
+    if len(flat) % pp:
+        problems.append(Problem(path=path, value=execution.pipeline_model_parallel_layout,
+                                message=f"{len(flat)} stages is not a multiple of PP={pp}",
+                                fix="give PP * VPP '|'-separated stages"))
+        return None
+    vpp = len(flat) // pp
+    if execution.virtual_pipeline_model_parallel_size not in (None, vpp) and not (
+        vpp == 1 and execution.virtual_pipeline_model_parallel_size == 1
+    ):
+        problems.append(Problem(path=path, value=execution.pipeline_model_parallel_layout,
+                                message=f"layout has {vpp} virtual stages per rank but "
+                                        f"VPP={execution.virtual_pipeline_model_parallel_size}",
+                                fix="make the layout's stage count PP * VPP or drop the VPP setting"))
+    types = [t for stage in flat for t in stage]
+    if types.count("decoder") != model.num_layers:
+        problems.append(Problem(path=path, value=execution.pipeline_model_parallel_layout,
+                                message=f"layout has {types.count('decoder')} decoder layers ('t') but the "
+                                        f"model has num_layers={model.num_layers}",
+                                fix="make the count of 't' equal num_layers"))
+    if types.count("embedding") != 1 or not flat[0] or flat[0][0] != "embedding":
+        problems.append(Problem(path=path, value=execution.pipeline_model_parallel_layout,
+                                message="the embedding 'E' must appear once, first in the first stage"))
+    if types.count("loss") != 1 or not flat[-1] or flat[-1][-1] != "loss":
+        problems.append(Problem(path=path, value=execution.pipeline_model_parallel_layout,
+                                message="the loss 'L' must appear once, last in the last stage"))
+    if types.count("mtp") != model.mtp_num_layers:
+        problems.append(Problem(path=path, value=execution.pipeline_model_parallel_layout,
+                                message=f"layout has {types.count('mtp')} MTP layers ('m') but "
+                                        f"mtp_num_layers={model.mtp_num_layers}"))
+    return flat
+
+
+def _even_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Problem]) -> list[list[int]]:
+    """Decoder layers per [rank][chunk] without a layout (Megatron's even / uneven split)."""
+    pp, vpp, n = execution.pp, execution.vpp, model.num_layers
+    first, last = execution.decoder_first_pipeline_num_layers, execution.decoder_last_pipeline_num_layers
+    if pp == 1:
+        if vpp > 1 and n % vpp:
+            problems.append(Problem(path="num_layers", value=n, message=f"not divisible by VPP={vpp}"))
+        return [[n // vpp] * vpp]
+    counts: list[list[int]] = []
+    if first is not None or last is not None:
+        if execution.account_for_embedding_in_pipeline_split or execution.account_for_loss_in_pipeline_split:
+            problems.append(Problem(path="decoder_first_pipeline_num_layers",
+                                    message="uneven first/last stages cannot be combined with "
+                                            "account_for_embedding/loss_in_pipeline_split",
+                                    fix="use one mechanism, or a pipeline_model_parallel_layout"))
+        middle_stages = pp - (first is not None) - (last is not None)
+        middle = n - (first or 0) - (last or 0)
+        if middle < 0 or (middle_stages > 0 and middle % middle_stages) or (middle_stages == 0 and middle):
+            problems.append(Problem(path="decoder_first_pipeline_num_layers",
+                                    value=(first, last),
+                                    message=f"{middle} remaining layers cannot be split evenly over "
+                                            f"{middle_stages} middle stage(s) (num_layers={n}, PP={pp})",
+                                    fix="choose first/last stage layer counts leaving a multiple of the "
+                                        "middle stage count"))
+            return []
+        per_middle = middle // middle_stages if middle_stages else 0
+        for rank in range(pp):
+            per_rank = per_middle
+            if rank == 0 and first is not None:
+                per_rank = first
+            if rank == pp - 1 and last is not None:
+                per_rank = last
+            if per_rank % vpp:
+                problems.append(Problem(path="virtual_pipeline_model_parallel_size", value=vpp,
+                                        message=f"pipeline rank {rank} has {per_rank} layers, not divisible "
+                                                f"by VPP={vpp}"))
+                return []
+            counts.append([per_rank // vpp] * vpp)
+        return counts
+    total = n + execution.account_for_embedding_in_pipeline_split + execution.account_for_loss_in_pipeline_split
+    if total % (pp * vpp):
+        problems.append(Problem(path="num_layers", value=n,
+                                message=f"{total} layers (incl. accounted embedding/loss) not divisible by "
+                                        f"PP*VPP={pp}*{vpp}",
+                                fix="change PP/VPP, or set decoder_first/last_pipeline_num_layers or a "
+                                    "pipeline_model_parallel_layout"))
+        return []
+    per_chunk = total // (pp * vpp)
+    counts = [[per_chunk] * vpp for _ in range(pp)]
+    if execution.account_for_embedding_in_pipeline_split:
+        counts[0][0] -= 1
+    if execution.account_for_loss_in_pipeline_split:
+        counts[pp - 1][vpp - 1] -= 1
+    if min(min(c) for c in counts) < 0:
+        problems.append(Problem(path="account_for_embedding_in_pipeline_split",
+                                message="not enough layers for the embedding/loss stage"))
+        return []
+    return counts
+
+
+def _plan(model: ModelSpec, execution: ExecutionSpec) -> tuple[tuple[StagePlan, ...], list[Problem]]:
+    problems: list[Problem] = []
+    pp = execution.pp
+    if execution.pipeline_model_parallel_layout:
+        flat = _layout_counts(model, execution, problems)
+        if flat is None or problems:
+            return (), problems
+        vpp = len(flat) // pp
+        per_chunk = {(i % pp, i // pp): stage for i, stage in enumerate(flat)}
+        decoder = {k: v.count("decoder") for k, v in per_chunk.items()}
+    else:
+        counts = _even_counts(model, execution, problems)
+        if problems:
+            return (), problems
+        vpp = len(counts[0])
+        decoder = {(r, v): counts[r][v] for r in range(pp) for v in range(vpp)}
+        per_chunk = {}
+    chunks: dict[tuple[int, int], ChunkPlan] = {}
+    next_layer = 0
+    for flat_index in range(pp * vpp):
+        rank, chunk = flat_index % pp, flat_index // pp
+        count = decoder[(rank, chunk)]
+        types = per_chunk.get((rank, chunk))
+        first_chunk, last_chunk = flat_index == 0, flat_index == pp * vpp - 1
+        chunks[(rank, chunk)] = ChunkPlan(
+            rank=rank,
+            chunk=chunk,
+            layers=tuple(range(next_layer, next_layer + count)),
+            embedding="embedding" in types if types is not None else first_chunk,
+            output="loss" in types if types is not None else last_chunk,
+            mtp_layers=types.count("mtp") if types is not None else (model.mtp_num_layers if last_chunk else 0),
+        )
+        next_layer += count
+    stages = tuple(StagePlan(rank=r, chunks=tuple(chunks[(r, v)] for v in range(vpp))) for r in range(pp))
+    return stages, problems
+
+
+def layout_problems(model: ModelSpec, execution: ExecutionSpec) -> list[Problem]:
+    """Every reason the model's layers cannot be split over PP x VPP as configured."""
+    return _plan(model, execution)[1]
+
+
+def pipeline_plan(model: ModelSpec, execution: ExecutionSpec) -> tuple[StagePlan, ...]:
+    """Per pipeline rank, its chunks and layers. Raises ``RecipeError`` when the split is illegal."""
+    stages, problems = _plan(model, execution)
+    if problems:
+        raise RecipeError(problems=problems)
+    return stages
