@@ -1,0 +1,145 @@
+"""``model_archs.csv`` rows -> ``ModelSpec`` (or the reason a row cannot be used).
+
+Column layout of ``shared/validation/model_archs.csv``: name, num_layers, hidden, ffn_hidden,
+num_heads, num_kv_heads ("MLA" for DeepSeek-style attention), vocab, num_experts, topk,
+moe_ffn_hidden, shared_experts (``"1 (2048)"`` = count (total size)), first_k_dense, mla(yes/no),
+notes. Details the columns lack (MLA ranks, kv_channels, activation, sliding window) are read from
+the notes text with explicit patterns; anything assumed is listed in ``ArchRow.assumptions``.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.specs import ModelSpec
+
+MEGATRON_GPT_FFN_MULT = 4
+"""Megatron-LM's GPT default ffn_hidden_size = 4 * hidden (megatron/training/arguments.py), used for
+the weak-scaling rows whose table does not state it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchRow:
+    name: str
+    model: ModelSpec | None
+    skipped_reason: str = ""
+    assumptions: tuple[str, ...] = ()
+
+
+def _int(text: str) -> int | None:
+    match = re.match(r"\s*(\d+)", text or "")
+    return int(match.group(1)) if match else None
+
+
+def _note_int(notes: str, key: str) -> int | None:
+    match = re.search(rf"{key}\s*[=:]?\s*(\d+)", notes)
+    return int(match.group(1)) if match else None
+
+
+def _activation(notes: str) -> str:
+    lowered = notes.lower()
+    if "squared-relu" in lowered or "squared relu" in lowered:
+        return "squared_relu"
+    if "gelu" in lowered:
+        return "gelu"
+    return "swiglu"
+
+
+def parse_arch(row: dict[str, str]) -> ArchRow:
+    """One CSV row -> ``ArchRow`` (model or skip reason)."""
+    name = row["name"].strip()
+    notes = row.get("notes", "") or ""
+    layers, hidden, heads = _int(row["num_layers"]), _int(row["hidden"]), _int(row["num_heads"])
+    if not (layers and hidden and heads):
+        return ArchRow(name=name, model=None, skipped_reason=f"architecture of {name} not given in model_archs.csv")
+    if "mamba" in notes.lower() or ("hybrid" in notes.lower() and "Nemotron" in name):
+        return ArchRow(name=name, model=None, skipped_reason=f"{name} is a hybrid Mamba model (not modelled)")
+    assumptions: list[str] = []
+    ffn = _int(row["ffn_hidden"])
+    if ffn is None:
+        ffn = MEGATRON_GPT_FFN_MULT * hidden
+        assumptions.append(f"ffn_hidden_size = {MEGATRON_GPT_FFN_MULT}*hidden (not stated)")
+    mla = row.get("mla(yes/no)", "").strip().lower() == "yes"
+    kv_heads = _int(row["num_kv_heads"])
+    if kv_heads is None:
+        kv_heads = heads
+        if not mla:
+            assumptions.append("MHA assumed (num_kv_heads not stated)")
+    vocab = _int(row["vocab"])
+    if vocab is None:
+        return ArchRow(name=name, model=None, skipped_reason=f"vocabulary of {name} not given")
+    experts = _int(row["num_experts"])
+    first_k = _int(row["first_k_dense"]) or 0
+    shared = 0
+    shared_text = row.get("shared_experts", "") or ""
+    total = re.search(r"\((\d+)", shared_text)
+    if total:
+        shared = int(total.group(1))
+    elif _int(shared_text):
+        shared = (_int(shared_text) or 0) * (_int(row["moe_ffn_hidden"]) or ffn)
+    kv_channels = _note_int(notes, "kv_channels") or (
+        _note_int(notes, "qk_head_dim") or 128 if mla else hidden // heads
+    )
+    activation = _activation(notes)
+    if name.startswith("MegatronLM-GPT"):
+        activation = "gelu"
+        assumptions.append("GeLU MLP, LayerNorm (Megatron-LM GPT defaults)")
+    elif name.startswith("Nemotron") and activation == "swiglu":
+        activation = "squared_relu"
+        assumptions.append("squared-ReLU MLP (NeMo Nemotron configs)")
+    window = (128, 0) if re.search(r"sliding window \(128,\s*0\)", notes) else None
+    model = ModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        ffn_hidden_size=ffn,
+        num_attention_heads=heads,
+        num_query_groups=kv_heads,
+        kv_channels=kv_channels,
+        vocab_size=vocab,
+        activation=activation,  # type: ignore[arg-type]
+        normalization="LayerNorm" if activation == "gelu" else "RMSNorm",
+        qk_layernorm="qk_layernorm" in notes,
+        window_size=window,
+        num_experts=experts,
+        moe_router_topk=_int(row["topk"]) or 2,
+        moe_ffn_hidden_size=_int(row["moe_ffn_hidden"]),
+        moe_shared_expert_intermediate_size=shared or None,
+        moe_layer_pattern=tuple([False] * first_k + [True] * (layers - first_k)) if experts else (),
+        multi_latent_attention=mla,
+        q_lora_rank=_note_int(notes, "q_lora_rank") if mla else None,
+        kv_lora_rank=_note_int(notes, "kv_lora_rank") or 512,
+        qk_head_dim=_note_int(notes, "qk_head_dim") or 128,
+        qk_pos_emb_head_dim=_note_int(notes, "qk_pos_emb_head_dim") or 64,
+        v_head_dim=_note_int(notes, "v_head_dim") or 128,
+    )
+    return ArchRow(name=name, model=model, assumptions=tuple(assumptions))
+
+
+REQUIRED_ARCH_COLUMNS = ("name", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
+                         "num_experts", "topk", "moe_ffn_hidden", "shared_experts", "first_k_dense")
+
+
+def read_archs(path: str | Path) -> dict[str, ArchRow]:
+    """All rows of an archs CSV keyed by model name. Raises ``RecipeError`` on a wrong layout."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_ARCH_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise RecipeError(problems=[Problem(path=str(path), message=f"missing columns {missing}",
+                                                    fix="use the layout of shared/validation/model_archs.csv")])
+            rows = {row["name"].strip(): row for row in reader}
+    except OSError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    for row in rows.values():
+        # "as GPT-OSS-120B otherwise": the notes inherit the named model's notes
+        ref = re.search(r"as ([\w.\-]+) otherwise", row.get("notes", "") or "")
+        if ref and ref.group(1) in rows:
+            row["notes"] = (row["notes"] or "") + "; " + (rows[ref.group(1)].get("notes", "") or "")
+    return {name: parse_arch(row) for name, row in rows.items()}

@@ -1,0 +1,212 @@
+"""``measured_throughput.csv`` rows -> (model, execution, system) to project, or a skip reason.
+
+Column layout of ``shared/validation/measured_throughput.csv``: source, source_date, model, seq_len,
+precision, gpu, num_gpus, tp, pp, vpp, cp, ep, etp, dp, mbs, gbs, extra_flags,
+tokens_per_sec_per_gpu, tflops_per_gpu, mfu, step_time_s, notes.
+
+What a row does not state is filled with the defaults of the framework that produced it, named
+here: NVIDIA's Megatron-Bridge / NeMo performance recipes run with the distributed optimizer, DP
+grad-reduce / param-gather overlap, TP communication overlap and sequence parallelism when TP > 1
+(shared/validation/README: "recipe-wide defaults such as TP comm overlap or the distributed
+optimizer are not listed"); torchtitan rows run FSDP2.
+Rows that cannot be projected are returned with the reason, never dropped or guessed.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.hardware import canonical_name, load_gpu
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+from primus_ext.validate.archs import ArchRow
+
+REQUIRED_RUN_COLUMNS = ("source", "model", "seq_len", "precision", "gpu", "num_gpus", "tp", "pp", "vpp", "cp",
+                        "ep", "etp", "dp", "mbs", "gbs", "extra_flags", "tokens_per_sec_per_gpu", "notes")
+
+FINETUNE_MARKERS = ("lora", "sft", "fine-tun", "finetun", "peft")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRow:
+    """One measured run, ready to project (``model is None`` when skipped)."""
+
+    index: int
+    """0-based data-row index in the CSV."""
+    model_name: str
+    gpu: str
+    num_gpus: int
+    precision_label: str
+    measured_tokens_per_sec_per_gpu: float
+    measured_tflops_per_gpu: float | None = None
+    model: ModelSpec | None = None
+    execution: ExecutionSpec | None = None
+    system: SystemSpec | None = None
+    skipped_reason: str = ""
+    assumptions: tuple[str, ...] = ()
+
+
+def _int(text: str, default: int | None = None) -> int | None:
+    match = re.match(r"\s*(\d+)", text or "")
+    return int(match.group(1)) if match else default
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def precision_of(label: str) -> str | None:
+    """Map a CSV precision label to a GEMM precision; ``None`` when unsupported (NVFP4, blank)."""
+    text = label.upper()
+    if "FP4" in text:
+        return None
+    if "FP8" in text:
+        return "fp8"
+    if "BF16" in text:
+        return "bf16"
+    return None
+
+
+def _flag(flags: str, key: str) -> str | None:
+    match = re.search(rf"{key}\s*=\s*\"?([^;\]\"]*)\"?", flags)
+    return match.group(1).strip() if match else None
+
+
+def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple[ExecutionSpec, list[str]]:
+    """The execution a row describes, with framework defaults for what it leaves out."""
+    flags, notes, source = row["extra_flags"] or "", row["notes"] or "", row["source"] or ""
+    lowered = (flags + " " + notes).lower()
+    tp, pp, cp = _int(row["tp"], 1) or 1, _int(row["pp"], 1) or 1, _int(row["cp"], 1) or 1
+    vpp = _int(row["vpp"])
+    ep = _int(row["ep"], 1) or 1
+    etp = _int(row["etp"])
+    num_gpus = _int(row["num_gpus"], 0) or 0
+    assumptions: list[str] = []
+    torchtitan = "torchtitan" in source.lower()
+    sp = tp > 1
+    sp_flag = _flag(flags, "sequence_parallel")
+    if sp_flag is not None:
+        sp = sp_flag.lower() == "true"
+    if model.is_moe and tp > 1:
+        sp = True  # Megatron requires SP for MoE with TP > 1
+    granularity, modules = None, ()
+    rg = _flag(flags, "recompute_granularity")
+    if rg and rg.lower() not in ("none", ""):
+        granularity = rg.lower()
+    if "full activation checkpointing" in lowered or "full ac" in lowered:
+        granularity = "full"
+    elif "selective" in lowered and ("ac" in lowered or "checkpoint" in lowered):
+        granularity = granularity or "selective"
+    rm = _flag(flags, "recompute_modules")
+    if rm:
+        modules = tuple(m for m in re.split(r"[+,\[\] ]+", rm) if m)
+        granularity = "selective" if modules else granularity
+    method, num_layers = None, None
+    if granularity == "full":
+        method = (_flag(flags, "recompute_method") or "uniform").lower()
+        num_layers = _int(_flag(flags, "recompute_num_layers") or "", 1)
+        if method == "none":
+            method = "uniform"
+    fsdp = "none"
+    if "megatron_fsdp" in lowered or "use_megatron_fsdp" in lowered:
+        fsdp = "megatron_fsdp"
+    elif torchtitan or "fsdp" in lowered:
+        fsdp = "torch_fsdp2"
+    dispatcher = (_flag(flags, "moe_token_dispatcher_type") or "alltoall").lower()
+    if dispatcher not in ("alltoall", "allgather", "flex"):
+        dispatcher = "alltoall"
+    layout = _flag(flags, "pp_layout")
+    dp = max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1
+    execution = ExecutionSpec(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp if vpp and vpp > 1 else None,
+        context_parallel_size=cp,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=etp,
+        data_parallel_size=dp,
+        sequence_parallel=sp,
+        pipeline_model_parallel_layout=layout or None,
+        pipeline_schedule="interleaved" if vpp and vpp > 1 else "1f1b",
+        micro_batch_size=_int(row["mbs"], 1) or 1,
+        global_batch_size=_int(row["gbs"], 1) or 1,
+        seq_length=_int(row["seq_len"], 4096) or 4096,
+        recompute_granularity=granularity,  # type: ignore[arg-type]
+        recompute_method=method,  # type: ignore[arg-type]
+        recompute_num_layers=num_layers,
+        recompute_modules=modules,
+        use_distributed_optimizer=fsdp == "none",
+        fsdp=fsdp,  # type: ignore[arg-type]
+        data_parallel_sharding_strategy="optim_grads_params" if fsdp == "megatron_fsdp" else "no_shard",
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        tp_comm_overlap=tp > 1 and not torchtitan,
+        overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
+        precision=precision,  # type: ignore[arg-type]
+        moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
+        moe_router_force_load_balancing=model.is_moe,
+    )
+    if not torchtitan:
+        assumptions.append("Megatron recipe defaults: distributed optimizer, grad/param overlap, TP comm overlap")
+    return execution, assumptions
+
+
+def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow]) -> RunRow:
+    """One CSV data row -> ``RunRow`` with specs or a skip reason."""
+    name = (row["model"] or "").strip()
+    measured = _float(row["tokens_per_sec_per_gpu"]) or 0.0
+    base = RunRow(index=index, model_name=name, gpu=row["gpu"], num_gpus=_int(row["num_gpus"], 0) or 0,
+                  precision_label=row["precision"], measured_tokens_per_sec_per_gpu=measured,
+                  measured_tflops_per_gpu=_float(row.get("tflops_per_gpu", "")))
+
+    def skip(reason: str) -> RunRow:
+        return replace(base, skipped_reason=reason)
+
+    text = " ".join((row["source"], row["notes"], row["extra_flags"])).lower()
+    if any(marker in text for marker in FINETUNE_MARKERS):
+        return skip("fine-tuning run (pre-training throughput only)")
+    arch = archs.get(name)
+    if arch is None:
+        return skip(f"unknown architecture {name!r} (not in the archs file)")
+    if arch.model is None:
+        return skip(arch.skipped_reason)
+    precision = precision_of(row["precision"])
+    if precision is None:
+        return skip(f"unsupported precision {row['precision']!r}" if row["precision"] else "precision not stated")
+    if measured <= 0:
+        return skip("no measured tokens/s/GPU")
+    if not row["mbs"] or not row["gbs"] or not row["seq_len"]:
+        return skip("incomplete parallel config (mbs / gbs / seq_len not stated)")
+    try:
+        gpu = load_gpu(canonical_name(row["gpu"]))
+    except RecipeError:
+        return skip(f"no hardware profile for GPU {row['gpu']!r}")
+    execution, assumptions = execution_of(row, arch.model, precision)
+    n = base.num_gpus
+    if n % gpu.gpus_per_node:
+        gpu = replace(gpu, gpus_per_node=n)  # a partial node: one node holding all the run's GPUs
+    system = SystemSpec(gpu=gpu, num_nodes=max(1, n // gpu.gpus_per_node), name=canonical_name(row["gpu"]))
+    return replace(base, model=arch.model, execution=execution, system=system,
+                   assumptions=arch.assumptions + tuple(assumptions))
+
+
+def read_runs(path: str | Path, archs: dict[str, ArchRow]) -> list[RunRow]:
+    """Every data row of a measurements CSV, projected-ready or skipped with its reason."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_RUN_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise RecipeError(problems=[Problem(path=str(path), message=f"missing columns {missing}",
+                                                    fix="use the layout of shared/validation/measured_throughput.csv")])
+            rows = list(reader)
+    except OSError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    return [run_of(i, row, archs) for i, row in enumerate(rows)]
