@@ -1,0 +1,154 @@
+"""Parameters one rank holds for one layer kind, in closed form (megatron-core 0.16.1).
+
+Usage::
+
+    from primus_ext.model.params import layer_params
+    from primus_ext.model.rank_shape import rank_shapes
+    shapes = rank_shapes(model, execution)
+    layer_params(shapes["dense"])            # local spec (get_gpt_layer_local_spec), per TP/EP rank
+    layer_params(shapes["moe"], impl="te")   # Transformer-Engine spec
+
+Every count follows the module that megatron-core builds (file:class in the comments):
+
+* norms: ``WrappedTorchNorm`` (RMSNorm: weight) / ``FusedLayerNorm`` (LayerNorm: weight + bias), never
+  split by TP. The local spec keeps ``input_layernorm`` and ``pre_mlp_layernorm`` as separate modules;
+  the TE spec fuses them into the following linear (``TELayerNormColumnParallelLinear``), same count.
+* ``ColumnParallelLinear`` splits the output dim (and its bias) by TP; ``RowParallelLinear`` splits the
+  input dim and keeps the full bias on every rank (tensor_parallel/layers.py).
+* MLA (transformer/multi_latent_attention.py): the local spec builds ``linear_q_down_proj`` and
+  ``linear_kv_down_proj`` as ``ColumnParallelLinear`` (output split by TP, then gathered), the TE spec as
+  ``TELinear(parallel_mode='duplicated')`` (full on every rank) - the only place the two specs' counts
+  differ, hence ``impl``.
+* MoE (transformer/moe): ``TopKRouter.weight`` [experts, hidden] (fp32) + bias with add_bias_linear;
+  ``num_experts / EP`` local experts, each an MLP at ``moe_ffn_hidden_size / ETP``; shared experts
+  (``SharedExpertMLP``, bias not allowed) at ``moe_shared_expert_intermediate_size / TP``.
+* embedding: ``VocabParallelEmbedding`` [padded_vocab / TP, hidden] (+ learned absolute positions, not
+  split: ``position_embedding_params``). output: ``ColumnParallelLinear`` [padded_vocab / TP, hidden], no
+  bias. The final layernorm of the decoder block (``final_norm_params``) and tied-embedding copies are
+  stage-level matters handled by ``primus_ext.model.memory``.
+
+Pure and torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from primus_ext.model.rank_shape import LayerArch, RankShape
+
+Impl = Literal["local", "te"]
+
+ROUTER_PARAM_BYTES = 4
+"""TopKRouter keeps its weight in fp32 whatever params_dtype is (transformer/moe/router.py:53)."""
+
+
+def norm_params(arch: LayerArch, size: int) -> int:
+    """One norm over ``size`` features: RMSNorm has a weight, LayerNorm a weight and a bias."""
+    return size * (2 if arch.normalization == "LayerNorm" else 1)
+
+
+def _mlp_params(arch: LayerArch, ffn: int, split: int, *, bias: bool) -> int:
+    """MLP (fc1 column-parallel, fc2 row-parallel) at intermediate size ``ffn`` split ``split`` ways."""
+    h = arch.hidden_size
+    fc1_out = ffn * (2 if arch.activation in ("swiglu", "geglu") else 1) // split
+    params = h * fc1_out + (ffn // split) * h
+    if bias:
+        params += fc1_out + h  # column bias split, row bias full
+    return params
+
+
+def _gqa_params(arch: LayerArch, tp: int) -> int:
+    h, kv = arch.hidden_size, arch.kv_channels
+    qkv_out = (arch.num_attention_heads + 2 * arch.num_query_groups) * kv // tp
+    params = h * qkv_out
+    if arch.add_bias_linear or arch.add_qkv_bias:
+        params += qkv_out
+    if arch.qk_layernorm:
+        params += 2 * norm_params(arch, kv)  # per-head q_layernorm and k_layernorm
+    params += arch.num_attention_heads * kv // tp * h  # linear_proj
+    if arch.add_bias_linear:
+        params += h
+    return params
+
+
+def _mla_params(arch: LayerArch, tp: int, impl: Impl) -> int:
+    h, heads = arch.hidden_size, arch.num_attention_heads
+    q_head = arch.qk_head_dim + arch.qk_pos_emb_head_dim
+    down_split = tp if impl == "local" else 1
+    if arch.q_lora_rank is None:
+        params = h * heads * q_head // tp  # linear_q_proj
+    else:
+        params = h * arch.q_lora_rank // down_split + arch.q_lora_rank * heads * q_head // tp
+        if arch.qk_layernorm:
+            params += norm_params(arch, arch.q_lora_rank)
+    params += h * (arch.kv_lora_rank + arch.qk_pos_emb_head_dim) // down_split  # linear_kv_down_proj
+    params += arch.kv_lora_rank * heads * (arch.qk_head_dim + arch.v_head_dim) // tp  # linear_kv_up_proj
+    if arch.qk_layernorm:
+        params += norm_params(arch, arch.kv_lora_rank)
+    params += heads * arch.v_head_dim // tp * h  # linear_proj
+    if arch.add_bias_linear:
+        params += h
+    return params
+
+
+def attention_params(shape: RankShape, *, impl: Impl = "local") -> int:
+    """Self-attention (GQA/MHA or MLA) parameters on one TP rank, without the input layernorm."""
+    if shape.arch.multi_latent_attention:
+        return _mla_params(shape.arch, shape.tp, impl)
+    return _gqa_params(shape.arch, shape.tp)
+
+
+def router_params(shape: RankShape) -> int:
+    arch = shape.arch
+    return arch.num_experts * arch.hidden_size + (arch.num_experts if arch.add_bias_linear else 0)
+
+
+def expert_params(shape: RankShape) -> int:
+    """Routed experts held by one expert rank: ``num_experts / EP`` experts at ``ffn / ETP``."""
+    arch = shape.arch
+    per_expert = _mlp_params(arch, arch.moe_ffn_hidden_size, shape.etp, bias=arch.add_bias_linear)
+    return shape.local_experts * per_expert
+
+
+def shared_expert_params(shape: RankShape) -> int:
+    arch = shape.arch
+    if not arch.moe_shared_expert_intermediate_size:
+        return 0
+    return _mlp_params(arch, arch.moe_shared_expert_intermediate_size, shape.tp, bias=False)
+
+
+def mlp_params(shape: RankShape) -> int:
+    """The MLP block (dense MLP, or router + local experts + shared experts), without its norm."""
+    arch = shape.arch
+    if shape.kind == "moe":
+        return router_params(shape) + expert_params(shape) + shared_expert_params(shape)
+    return _mlp_params(arch, arch.ffn_hidden_size, shape.tp, bias=arch.add_bias_linear)
+
+
+def layer_params(shape: RankShape, *, impl: Impl = "local") -> int:
+    """Parameters one rank holds for this layer kind (see the module docstring for the rules).
+
+    ``dense``/``moe``: input_layernorm + attention + pre_mlp_layernorm + MLP block.
+    ``embedding``: word embeddings only (rope / no positions; learned positions are
+    ``position_embedding_params``). ``output``: the output projection only.
+    """
+    arch = shape.arch
+    if shape.kind == "embedding" or shape.kind == "output":
+        return arch.vocab_size // shape.tp * arch.hidden_size
+    norms = 2 * norm_params(arch, arch.hidden_size)
+    return norms + attention_params(shape, impl=impl) + mlp_params(shape)
+
+
+def expert_layer_params(shape: RankShape) -> int:
+    """The part of ``layer_params`` that lives in the expert-parallel groups (sharded over expert-DP)."""
+    return expert_params(shape) if shape.kind == "moe" else 0
+
+
+def final_norm_params(arch: LayerArch) -> int:
+    """The decoder block's final layernorm (on the stage holding the output layer)."""
+    return norm_params(arch, arch.hidden_size)
+
+
+def position_embedding_params(max_position_embeddings: int, hidden_size: int, kind: str) -> int:
+    """Learned absolute position embeddings (not TP-split); 0 for rope / none."""
+    return max_position_embeddings * hidden_size if kind == "learned_absolute" else 0
