@@ -1,0 +1,81 @@
+"""Validation-set readers: archs and measured rows -> specs, with every skip named."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from primus_ext.errors import RecipeError
+from primus_ext.validate.archs import read_archs
+from primus_ext.validate.runs import precision_of, read_runs
+
+VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
+ARCH_HEADER = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
+               "shared_experts,first_k_dense,mla(yes/no),notes\n")
+RUN_HEADER = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
+              "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n")
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_moe_mla_arch_from_columns_and_notes(tmp_path):
+    path = write(tmp_path, "a.csv", ARCH_HEADER + 'DSV3,61,7168,18432,128,MLA,129280,256,8,2048,1 (2048),3,yes,'
+                 '"q_lora_rank 1536, kv_lora_rank 512, qk_head_dim 128, qk_pos_emb_head_dim 64, v_head_dim 128"\n'
+                 'Tiny,2,64,,4,,1000,,,,,,no,no ffn\n')
+    archs = read_archs(path)
+    m = archs["DSV3"].model
+    assert m.multi_latent_attention and m.q_lora_rank == 1536 and m.kv_lora_rank == 512
+    assert m.moe_layer_pattern[:3] == (False, False, False) and m.num_moe_layers == 58
+    assert m.moe_shared_expert_intermediate_size == 2048 and m.num_experts == 256 and m.moe_router_topk == 8
+    tiny = archs["Tiny"]
+    assert tiny.model.ffn_hidden_size == 256 and tiny.model.num_query_groups == 4
+    assert any("4*hidden" in a for a in tiny.assumptions)
+
+
+def test_runs_map_columns_flags_and_skips(tmp_path):
+    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n"))
+    runs = read_runs(write(tmp_path, "r.csv", RUN_HEADER + (
+        'NeMo,2025,M,4096,FP8,H100,64,2,2,2,1,,,16,1,256,"recipe:[recompute_granularity=""full""; '
+        'recompute_num_layers=2]",1000,,,,\n'
+        "NeMo,2025,M,4096,NVFP4,B200,8,1,1,,1,,,8,1,64,,900,,,,\n"
+        "x LoRA,2025,M,4096,BF16,H100,8,1,1,,1,,,8,1,64,,900,,,,\n"
+        "NeMo,2025,Unknown,4096,BF16,H100,8,1,1,,1,,,8,1,64,,900,,,,\n"
+        "NeMo,2025,M,4096,BF16,TPU9,8,1,1,,1,,,8,1,64,,900,,,,\n")), archs)
+    run = runs[0]
+    e = run.execution
+    assert (e.tp, e.pp, e.vpp, e.dp, e.precision) == (2, 2, 2, 16, "fp8")
+    assert e.recompute_granularity == "full" and e.recompute_num_layers == 2 and e.sequence_parallel
+    assert e.pipeline_schedule == "interleaved" and run.system.world_size == 64
+    reasons = [r.skipped_reason for r in runs[1:]]
+    assert "NVFP4" in reasons[0] and "fine-tuning" in reasons[1] and "unknown architecture" in reasons[2]
+    assert "TPU9" in reasons[3]
+
+
+def test_precision_labels():
+    assert precision_of("FP8 rowwise (torchao float8)") == "fp8" and precision_of("MXFP8") == "fp8"
+    assert precision_of("BF16") == "bf16" and precision_of("NVFP4") is None and precision_of("") is None
+
+
+def test_wrong_layout_is_a_clean_error(tmp_path):
+    with pytest.raises(RecipeError) as err:
+        read_archs(write(tmp_path, "bad.csv", "name,hidden\nx,1\n"))
+    assert "missing columns" in str(err.value)
+    with pytest.raises(RecipeError):
+        read_runs(tmp_path / "absent.csv", {})
+
+
+@pytest.mark.skipif(not VALIDATION.exists(), reason="shared/validation not present")
+def test_every_published_row_is_projected_or_named():
+    archs = read_archs(VALIDATION / "model_archs.csv")
+    runs = read_runs(VALIDATION / "measured_throughput.csv", archs)
+    with (VALIDATION / "measured_throughput.csv").open() as fh:
+        assert len(runs) == len(list(csv.DictReader(fh)))
+    for run in runs:
+        assert (run.model is not None) != bool(run.skipped_reason)
+        if run.model is not None:
+            assert run.execution.world_size == run.num_gpus == run.system.world_size
+    assert sum(run.model is not None for run in runs) >= 100
