@@ -1,0 +1,330 @@
+"""Build the real megatron-core module one rank of the target run executes for a layer kind.
+
+Usage (inside ``shims.parallel_context``)::
+
+    built = build_layer(shape, device="cpu")
+    out = built.module(**built.make_inputs())
+
+Kinds: ``dense`` / ``moe`` -> a one-layer ``TransformerBlock`` (no final norm) from the GPT layer
+spec (MHA/GQA or MLA, MoE with shared experts); ``embedding`` -> ``LanguageModelEmbedding``;
+``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
+The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
+local spec (torch modules), with the shims of ``shims.py``.
+
+Per-rank shapes. When the process group has the run's TP/EP sizes (``distributed=True``, ranks
+spawned by ``spawn.py``) the config carries the *global* sizes and megatron divides them. In a
+one-rank world (``distributed=False``) the config is built at *per-rank* sizes so the GEMMs have
+the shapes one rank of the target run computes, without the communication:
+
+- hidden stays (activations are full width between layers); heads/TP and query groups/TP with
+  kv_channels kept, so QKV is ``hidden x (heads+2*groups)/TP*kv`` and the projection ``heads/TP*kv x
+  hidden``; ffn/TP; shared-expert ffn/TP; vocab/TP for embedding and output;
+- MLA: heads/TP; the down-projections stay whole (TE's duplicated layout on the GPU target);
+- MoE: local experts = experts/EP at expert ffn/ETP; the rank's own tokens are routed among them
+  with force-balanced routing, which yields the balanced per-rank token slots
+  ``MBS*seq/CP*topk*ETP/TP`` whenever topk*ETP/TP*imbalance is an integer <= local experts
+  (otherwise the nearest is used and ``notes`` say so);
+- seq/CP tokens with a causal mask over the local chunk (CP's attention to remote chunks and the
+  sequence-parallel split of norms are not represented at world 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from primus_ext.measure.shims import mla_core_attention_class, resolve_device
+from primus_ext.model.rank_shape import RankShape
+
+DROPOUT = 0.0
+"""Hidden/attention dropout of the measured layers: Llama-3 / DeepSeek-V3 / Mixtral pretraining
+recipes in Megatron and Primus set both to 0 (shared/primus_configs)."""
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.bfloat16}
+
+
+class UnsupportedLayer(ValueError):
+    """The shape cannot be built on this device / library (recorded as a per-layer failure)."""
+
+
+@dataclass(kw_only=True)
+class BuiltLayer:
+    """A built module plus what is needed to run it for one micro-batch."""
+
+    shape: RankShape
+    module: torch.nn.Module
+    device: torch.device
+    dtype: torch.dtype
+    config: Any
+    distributed: bool
+    make_inputs: Callable[[], dict[str, torch.Tensor | None]]
+    """Fresh keyword arguments of ``module(...)``; the differentiable input requires grad."""
+    recompute_targets: tuple[torch.nn.Module, ...] = ()
+    """Sub-modules whose forward megatron re-runs in backward under the shape's recompute."""
+    notes: tuple[str, ...] = ()
+    spec_kind: str = "local"
+    """``local`` (torch modules) or ``te`` (transformer-engine)."""
+    param_names: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+
+def te_available(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _activation(name: str) -> tuple[Callable[..., torch.Tensor], bool]:
+    import torch.nn.functional as F
+    from megatron.core.activations import squared_relu
+
+    table = {"swiglu": (F.silu, True), "geglu": (F.gelu, True), "gelu": (F.gelu, False),
+             "squared_relu": (squared_relu, False)}
+    if name not in table:
+        raise UnsupportedLayer(f"activation {name!r} is not one of {sorted(table)}")
+    return table[name]
+
+
+def _div(value: int, by: int, what: str) -> int:
+    if value % by:
+        raise UnsupportedLayer(f"{what}={value} is not divisible by {by}")
+    return value // by
+
+
+def _moe_topk(shape: RankShape, local_experts: int) -> tuple[int, list[str]]:
+    """Router top-k that reproduces the balanced per-rank token slots in a one-rank world."""
+    a = shape.arch
+    target = a.moe_router_topk * shape.etp / shape.tp * shape.moe_imbalance
+    topk = max(1, min(local_experts, round(target)))
+    notes = []
+    if abs(topk - target) > 1e-9:
+        notes.append(f"routed slots per token {topk} vs target {target:g} (topk*ETP/TP*imbalance)")
+    return topk, notes
+
+
+def transformer_config(shape: RankShape, *, distributed: bool, device: torch.device, use_te: bool):
+    """The megatron ``TransformerConfig`` (``MLATransformerConfig`` for MLA) for ``shape``."""
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    a = shape.arch
+    split = 1 if distributed else shape.tp
+    esplit = 1 if distributed else shape.etp
+    act, gated = _activation(a.activation)
+    dtype = _DTYPES[shape.precision]
+    notes: list[str] = []
+    if shape.precision == "fp8" and not use_te:
+        notes.append("fp8 needs transformer-engine: measured in bf16")
+    kw: dict[str, Any] = dict(
+        num_layers=1,
+        hidden_size=a.hidden_size,
+        num_attention_heads=_div(a.num_attention_heads, split, "num_attention_heads"),
+        kv_channels=a.kv_channels,
+        ffn_hidden_size=_div(a.ffn_hidden_size or a.moe_ffn_hidden_size or 4 * a.hidden_size, split, "ffn"),
+        normalization=a.normalization,
+        gated_linear_unit=gated,
+        activation_func=act,
+        add_bias_linear=a.add_bias_linear,
+        add_qkv_bias=a.add_qkv_bias,
+        qk_layernorm=a.qk_layernorm,
+        window_size=a.window_size,
+        hidden_dropout=DROPOUT,
+        attention_dropout=DROPOUT,
+        use_cpu_initialization=device.type == "cpu",
+        params_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        tensor_model_parallel_size=shape.tp if distributed else 1,
+        sequence_parallel=bool(distributed and shape.sequence_parallel and shape.tp > 1),
+        expert_model_parallel_size=shape.ep if distributed else 1,
+        expert_tensor_parallel_size=shape.etp if distributed else 1,
+    )
+    if use_te and shape.precision == "fp8":
+        kw.update(fp8="hybrid", fp8_recipe="tensorwise")
+    if not a.multi_latent_attention:
+        kw["num_query_groups"] = _div(a.num_query_groups, split, "num_query_groups")
+    if shape.kind == "moe":
+        local = a.num_experts if distributed else _div(a.num_experts, shape.ep, "num_experts")
+        topk, more = (a.moe_router_topk, []) if distributed else _moe_topk(shape, local)
+        notes += more
+        kw.update(
+            num_moe_experts=local,
+            moe_router_topk=topk,
+            moe_ffn_hidden_size=_div(a.moe_ffn_hidden_size, esplit, "moe_ffn_hidden_size"),
+            moe_shared_expert_intermediate_size=(
+                _div(a.moe_shared_expert_intermediate_size, split, "shared expert ffn")
+                if a.moe_shared_expert_intermediate_size else None
+            ),
+            moe_token_dispatcher_type="alltoall" if device.type == "cuda" else "allgather",
+            moe_grouped_gemm=use_te,
+            moe_router_force_load_balancing=True,
+            moe_router_pre_softmax=topk == 1,  # megatron requires it for top-1; cost unchanged
+        )
+    if shape.kind in ("dense", "moe"):
+        kw.update(_recompute_kwargs(shape, use_te, notes))
+    if a.multi_latent_attention:
+        kw.update(multi_latent_attention=True, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
+                  qk_head_dim=a.qk_head_dim, qk_pos_emb_head_dim=a.qk_pos_emb_head_dim,
+                  v_head_dim=a.v_head_dim)
+        return MLATransformerConfig(**kw), notes
+    return TransformerConfig(**kw), notes
+
+
+def _recompute_kwargs(shape: RankShape, use_te: bool, notes: list[str]) -> dict[str, Any]:
+    if shape.recompute == "full":
+        return dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    if shape.recompute == "selective":
+        modules = list(shape.recompute_modules) or ["core_attn"]
+        if not use_te and "moe_act" in modules:
+            modules.remove("moe_act")
+            notes.append("moe_act recompute needs grouped GEMM (transformer-engine): measured without it")
+        if not shape.arch.multi_latent_attention and "mla_up_proj" in modules:
+            modules.remove("mla_up_proj")
+        if shape.kind != "moe":
+            modules = [m for m in modules if m not in ("moe", "shared_experts")]
+        return dict(recompute_granularity="selective", recompute_modules=modules)
+    return {}
+
+
+def _layer_spec(shape: RankShape, config, use_te: bool):
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    a = shape.arch
+    experts = config.num_moe_experts if shape.kind == "moe" else None
+    if use_te:
+        return specs.get_gpt_layer_with_transformer_engine_spec(
+            num_experts=experts, moe_grouped_gemm=True, qk_layernorm=a.qk_layernorm,
+            multi_latent_attention=a.multi_latent_attention)
+    spec = specs.get_gpt_layer_local_spec(
+        num_experts=experts, moe_grouped_gemm=False, qk_layernorm=a.qk_layernorm,
+        multi_latent_attention=a.multi_latent_attention, normalization=a.normalization)
+    sub = spec.submodules
+    if a.multi_latent_attention:
+        sub.self_attention.submodules.core_attention = mla_core_attention_class()
+    if config.sequence_parallel:
+        from primus_ext.measure.shims import SPTorchNorm
+
+        sub.input_layernorm = SPTorchNorm
+        sub.pre_mlp_layernorm = SPTorchNorm
+        attn = sub.self_attention.submodules
+        for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):
+            if hasattr(attn, name) and getattr(attn, name) is not None and a.qk_layernorm:
+                setattr(attn, name, SPTorchNorm)
+    return spec
+
+
+def _recompute_targets(layer: torch.nn.Module, config) -> tuple[torch.nn.Module, ...]:
+    """Modules whose forward megatron re-runs in backward (timed by hooks for ``recompute_ms``)."""
+    if config.recompute_granularity == "full":
+        return (layer,)
+    if config.recompute_granularity != "selective":
+        return ()
+    attn = layer.self_attention
+    names = {
+        "core_attn": [attn.core_attention],
+        "layernorm": [layer.input_layernorm, layer.pre_mlp_layernorm],
+        "mlp": [layer.mlp], "moe": [layer.mlp],
+        "shared_experts": [getattr(layer.mlp, "shared_experts", None)],
+        "mla_up_proj": [getattr(attn, "linear_q_up_proj", None), getattr(attn, "linear_kv_up_proj", None)],
+    }
+    found: list[torch.nn.Module] = []
+    for mod_name in config.recompute_modules:
+        found += [m for m in names.get(mod_name, []) if m is not None and m not in found]
+    # drop modules nested inside another target (their time is already inside the parent's)
+    return tuple(m for m in found if not any(m is not p and m in set(p.modules()) for p in found))
+
+
+def _causal_mask(seq: int, device: torch.device) -> torch.Tensor:
+    return torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=device), 1)[None, None]
+
+
+def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
+                distributed: bool = False) -> BuiltLayer:
+    """Build the module for ``shape`` (call inside ``parallel_context``; see module docstring)."""
+    from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.transformer_block import TransformerBlock
+
+    dev = resolve_device(device)
+    use_te = te_available(dev)
+    config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te)
+    dtype = config.params_dtype
+    a = shape.arch
+    tokens_seq = shape.local_seq
+    mbs = shape.micro_batch_size
+    sp_split = shape.tp if config.sequence_parallel else 1
+    vocab = a.vocab_size if distributed else _div(a.vocab_size or 0, shape.tp, "vocab_size")
+    targets: tuple[torch.nn.Module, ...] = ()
+
+    if shape.kind in ("dense", "moe"):
+        module = TransformerBlock(config, _layer_spec(shape, config, use_te), post_layer_norm=False)
+        rope = None
+        if not a.multi_latent_attention:
+            rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(tokens_seq).to(dev)
+        targets = _recompute_targets(module.layers[0], config)
+
+        def make_inputs() -> dict[str, torch.Tensor | None]:
+            x = torch.randn(tokens_seq // sp_split, mbs, a.hidden_size, device=dev, dtype=dtype)
+            return {"hidden_states": x.requires_grad_(True), "attention_mask": _causal_mask(tokens_seq, dev),
+                    "rotary_pos_emb": rope}
+    elif shape.kind == "embedding":
+        module = LanguageModelEmbedding(config, vocab_size=vocab, max_sequence_length=tokens_seq,
+                                        position_embedding_type="rope")
+
+        def make_inputs() -> dict[str, torch.Tensor | None]:
+            ids = torch.randint(0, vocab, (mbs, tokens_seq), device=dev)
+            pos = torch.arange(tokens_seq, device=dev).expand(mbs, tokens_seq)
+            return {"input_ids": ids, "position_ids": pos}
+    elif shape.kind == "output":
+        module = OutputLayerWithLoss(config, vocab, use_te=use_te)
+
+        def make_inputs() -> dict[str, torch.Tensor | None]:
+            x = torch.randn(tokens_seq // sp_split, mbs, a.hidden_size, device=dev, dtype=dtype)
+            labels = torch.randint(0, vocab, (mbs, tokens_seq), device=dev)
+            return {"hidden_states": x.requires_grad_(True), "labels": labels}
+    else:
+        raise UnsupportedLayer(f"unknown layer kind {shape.kind!r}")
+
+    module = module.to(device=dev, dtype=dtype)  # what Float16Module does: params in bf16/fp16
+    return BuiltLayer(shape=shape, module=module, device=dev, dtype=dtype, config=config,
+                      distributed=distributed, make_inputs=make_inputs, recompute_targets=targets,
+                      notes=tuple(notes), spec_kind="te" if use_te else "local",
+                      param_names={n: p.numel() for n, p in module.named_parameters()})
+
+
+class OutputLayerWithLoss(torch.nn.Module):
+    """The last stage's tail as ``GPTModel`` runs it: final norm -> output layer -> CE loss [b, s]."""
+
+    def __init__(self, config, vocab_size: int, *, use_te: bool):
+        super().__init__()
+        from megatron.core import tensor_parallel
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+        from primus_ext.measure.shims import SPTorchNorm
+
+        norm_cls: Any = SPTorchNorm if config.sequence_parallel else WrappedTorchNorm
+        if use_te:
+            from megatron.core.extensions.transformer_engine import TENorm
+
+            norm_cls = TENorm
+        self.final_layernorm = norm_cls(config=config, hidden_size=config.hidden_size,
+                                        eps=config.layernorm_epsilon)
+        self.output_layer = tensor_parallel.ColumnParallelLinear(
+            config.hidden_size, vocab_size, config=config, init_method=config.init_method, bias=False,
+            skip_bias_add=False, gather_output=False)
+        self._cross_entropy = tensor_parallel.vocab_parallel_cross_entropy
+
+    def forward(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits, _ = self.output_layer(self.final_layernorm(hidden_states))
+        loss = self._cross_entropy(logits, labels.transpose(0, 1).contiguous())
+        return loss.transpose(0, 1).contiguous()
+
