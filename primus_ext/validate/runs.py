@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
-from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 
 REQUIRED_RUN_COLUMNS = ("source", "model", "seq_len", "precision", "gpu", "num_gpus", "tp", "pp", "vpp", "cp",
@@ -157,7 +158,8 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     return execution, assumptions
 
 
-def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow]) -> RunRow:
+def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
+           gpus: Mapping[str, GPUSpec] | None = None) -> RunRow:
     """One CSV data row -> ``RunRow`` with specs or a skip reason."""
     name = (row["model"] or "").strip()
     measured = _float(row["tokens_per_sec_per_gpu"]) or 0.0
@@ -183,10 +185,14 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow]) -> RunRow
         return skip("no measured tokens/s/GPU")
     if not row["mbs"] or not row["gbs"] or not row["seq_len"]:
         return skip("incomplete parallel config (mbs / gbs / seq_len not stated)")
-    try:
-        gpu = load_gpu(canonical_name(row["gpu"]))
-    except RecipeError:
-        return skip(f"no hardware profile for GPU {row['gpu']!r}")
+    gpu_name = canonical_name(row["gpu"])
+    if gpus and gpu_name in gpus:
+        gpu = gpus[gpu_name]
+    else:
+        try:
+            gpu = load_gpu(gpu_name)
+        except RecipeError:
+            return skip(f"no hardware profile for GPU {row['gpu']!r}")
     execution, assumptions = execution_of(row, arch.model, precision)
     n = base.num_gpus
     if n % gpu.gpus_per_node:
@@ -196,7 +202,8 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow]) -> RunRow
                    assumptions=arch.assumptions + tuple(assumptions))
 
 
-def read_runs(path: str | Path, archs: dict[str, ArchRow]) -> list[RunRow]:
+def read_runs(path: str | Path, archs: dict[str, ArchRow],
+              gpus: Mapping[str, GPUSpec] | None = None) -> list[RunRow]:
     """Every data row of a measurements CSV, projected-ready or skipped with its reason."""
     path = Path(path)
     try:
@@ -209,4 +216,4 @@ def read_runs(path: str | Path, archs: dict[str, ArchRow]) -> list[RunRow]:
             rows = list(reader)
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
-    return [run_of(i, row, archs) for i, row in enumerate(rows)]
+    return [run_of(i, row, archs, gpus) for i, row in enumerate(rows)]

@@ -79,3 +79,19 @@ def test_every_published_row_is_projected_or_named():
         if run.model is not None:
             assert run.execution.world_size == run.num_gpus == run.system.world_size
     assert sum(run.model is not None for run in runs) >= 100
+
+
+@pytest.mark.skipif(not VALIDATION.exists(), reason="shared/validation not present")
+def test_hardware_csv_overrides_datasheet_keeps_profile_efficiency(tmp_path):
+    from primus_ext.hardware import load_gpu
+    from primus_ext.validate.hardware_csv import read_hardware
+
+    specs = read_hardware(VALIDATION / "hardware_specs.csv")
+    assert specs["h100"].bf16_dense_tflops == 989 and specs["gb200"].scaleup_domain == 72
+    assert specs["mi300x"].efficiency == load_gpu("mi300x").efficiency
+    text = (VALIDATION / "hardware_specs.csv").read_text().replace("H200_SXM_141GB,989,", "H200_SXM_141GB,1234,")
+    custom = tmp_path / "hw.csv"
+    custom.write_text(text)
+    archs = read_archs(VALIDATION / "model_archs.csv")
+    runs = read_runs(VALIDATION / "measured_throughput.csv", archs, read_hardware(custom))
+    assert any(r.system and r.system.gpu.bf16_dense_tflops == 1234 for r in runs)
