@@ -22,6 +22,7 @@ from pathlib import Path
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
+from primus_ext.model.flops import model_flops_per_token
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 
@@ -181,6 +182,14 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
     precision = precision_of(row["precision"])
     if precision is None:
         return skip(f"unsupported precision {row['precision']!r}" if row["precision"] else "precision not stated")
+    derived: tuple[str, ...] = ()
+    if measured <= 0 and base.measured_tflops_per_gpu and _int(row["seq_len"]):
+        # Only model TFLOP/s published: tokens/s = TFLOP/s / (model FLOPs per token), the same
+        # convention the sources use (primus_ext.model.flops); a unit conversion, not a fit.
+        per_token = model_flops_per_token(arch.model, _int(row["seq_len"]) or 0)
+        measured = base.measured_tflops_per_gpu * 1e12 / per_token
+        base = replace(base, measured_tokens_per_sec_per_gpu=measured)
+        derived = ("measured tok/s/GPU derived from the published model TFLOP/s",)
     if measured <= 0:
         return skip("no measured tokens/s/GPU")
     if not row["mbs"] or not row["gbs"] or not row["seq_len"]:
@@ -199,7 +208,7 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
         gpu = replace(gpu, gpus_per_node=n)  # a partial node: one node holding all the run's GPUs
     system = SystemSpec(gpu=gpu, num_nodes=max(1, n // gpu.gpus_per_node), name=canonical_name(row["gpu"]))
     return replace(base, model=arch.model, execution=execution, system=system,
-                   assumptions=arch.assumptions + tuple(assumptions))
+                   assumptions=arch.assumptions + tuple(assumptions) + derived)
 
 
 def read_runs(path: str | Path, archs: dict[str, ArchRow],

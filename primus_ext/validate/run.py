@@ -1,0 +1,151 @@
+"""Project every measured row and compare: the ``ValidationReport`` behind ``primus-ext validate``.
+
+A *projector* maps one ``RunRow`` (model / execution / system specs) to projected tokens/s/GPU. The
+default uses the analytic projection (``primus_ext.projection.evaluate`` over the roofline cost
+provider); tests and calibration pass their own. A projector signals a row it cannot project by
+raising ``PrimusExtError``; the row is then listed as skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from primus_ext.errors import PrimusExtError
+from primus_ext.validate.runs import RunRow
+from primus_ext.validate.stats import kendall_tau_b, percentile, spearman
+
+Projector = Callable[[RunRow], float]
+
+MIN_GROUP_ROWS = 3
+"""Rank correlations are reported for model x GPU x precision groups of at least this many rows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowResult:
+    index: int
+    model: str
+    gpu: str
+    num_gpus: int
+    precision: str
+    measured_tokens_per_sec_per_gpu: float
+    projected_tokens_per_sec_per_gpu: float | None = None
+    error_pct: float | None = None
+    """Signed: (projected - measured) / measured * 100."""
+    skipped_reason: str = ""
+
+    @property
+    def group(self) -> str:
+        return f"{self.model} | {self.gpu} | {self.precision}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    n_projected: int
+    n_skipped: int
+    median_abs_error_pct: float
+    p90_abs_error_pct: float
+    max_abs_error_pct: float
+    spearman_by_group: dict[str, float] = field(default_factory=dict)
+    kendall_by_group: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    rows: tuple[RowResult, ...]
+    summary: Summary
+    label: str = ""
+    """What produced the projections (e.g. "analytic, calibrated profiles", "leave-one-model-out")."""
+
+    def worst(self, n: int = 10) -> list[RowResult]:
+        scored = [r for r in self.rows if r.error_pct is not None]
+        return sorted(scored, key=lambda r: -abs(r.error_pct or 0.0))[:n]
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "rows": [
+                {
+                    "index": r.index,
+                    "model": r.model,
+                    "gpu": r.gpu,
+                    "num_gpus": r.num_gpus,
+                    "precision": r.precision,
+                    "measured_tokens_per_sec_per_gpu": r.measured_tokens_per_sec_per_gpu,
+                    "projected_tokens_per_sec_per_gpu": r.projected_tokens_per_sec_per_gpu,
+                    "error_pct": r.error_pct,
+                    "skipped_reason": r.skipped_reason or None,
+                }
+                for r in self.rows
+            ],
+            "summary": {
+                "n_projected": self.summary.n_projected,
+                "n_skipped": self.summary.n_skipped,
+                "median_abs_error_pct": self.summary.median_abs_error_pct,
+                "p90_abs_error_pct": self.summary.p90_abs_error_pct,
+                "max_abs_error_pct": self.summary.max_abs_error_pct,
+                "spearman_by_group": self.summary.spearman_by_group,
+                "kendall_by_group": self.summary.kendall_by_group,
+            },
+        }
+
+
+def _result(run: RunRow, projected: float | None, reason: str = "") -> RowResult:
+    error = None
+    if projected is not None and run.measured_tokens_per_sec_per_gpu > 0:
+        error = (projected - run.measured_tokens_per_sec_per_gpu) / run.measured_tokens_per_sec_per_gpu * 100.0
+    return RowResult(
+        index=run.index, model=run.model_name, gpu=run.gpu, num_gpus=run.num_gpus,
+        precision=run.execution.precision if run.execution else run.precision_label,
+        measured_tokens_per_sec_per_gpu=run.measured_tokens_per_sec_per_gpu,
+        projected_tokens_per_sec_per_gpu=projected, error_pct=error,
+        skipped_reason=reason or run.skipped_reason,
+    )
+
+
+def project_rows(runs: Iterable[RunRow], projector: Projector) -> list[RowResult]:
+    """Project each usable row; rows the projector refuses are skipped with its reason."""
+    results = []
+    for run in runs:
+        if run.model is None:
+            results.append(_result(run, None))
+            continue
+        try:
+            projected = projector(run)
+        except PrimusExtError as err:
+            results.append(_result(run, None, f"projection refused: {str(err).splitlines()[-1].strip(' -')}"))
+            continue
+        results.append(_result(run, projected))
+    return results
+
+
+def summarize(rows: Sequence[RowResult]) -> Summary:
+    errors = [abs(r.error_pct) for r in rows if r.error_pct is not None]
+    groups: dict[str, list[RowResult]] = defaultdict(list)
+    for r in rows:
+        if r.error_pct is not None:
+            groups[r.group].append(r)
+    rho, tau = {}, {}
+    for name, members in sorted(groups.items()):
+        if len(members) < MIN_GROUP_ROWS:
+            continue
+        measured = [m.measured_tokens_per_sec_per_gpu for m in members]
+        projected = [m.projected_tokens_per_sec_per_gpu or 0.0 for m in members]
+        rho[name] = spearman(measured, projected)
+        tau[name] = kendall_tau_b(measured, projected)
+    return Summary(
+        n_projected=len(errors),
+        n_skipped=sum(1 for r in rows if r.error_pct is None),
+        median_abs_error_pct=percentile(errors, 50),
+        p90_abs_error_pct=percentile(errors, 90),
+        max_abs_error_pct=max(errors) if errors else math.nan,
+        spearman_by_group=rho,
+        kendall_by_group=tau,
+    )
+
+
+def validate_runs(runs: Sequence[RunRow], projector: Projector, *, label: str = "") -> ValidationReport:
+    rows = project_rows(runs, projector)
+    return ValidationReport(rows=tuple(rows), summary=summarize(rows), label=label)
