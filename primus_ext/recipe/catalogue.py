@@ -1,0 +1,45 @@
+"""Known-key catalogue and did-you-mean hints for unknown recipe keys.
+
+Unknown keys are kept and passed through to Megatron, but named in the recipe's warnings::
+
+    >>> did_you_mean("tensor_parallel_sise")
+    'tensor_model_parallel_size'
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+
+from primus_ext.recipe.catalogue_data import PRIMUS_PRESET_KEYS
+from primus_ext.recipe.resolve import READ_KEYS
+
+SIMILARITY_CUTOFF = 0.75
+"""difflib ratio above which a known key is offered as the likely intended one (tuned by hand on
+typos such as ``tensor_parallel_sise`` -> ``tensor_model_parallel_size``)."""
+
+
+@cache
+def known_keys() -> frozenset[str]:
+    """Megatron / Primus arguments: the Primus preset keys plus every key the resolver reads."""
+    return PRIMUS_PRESET_KEYS | READ_KEYS
+
+
+@cache
+def _sorted_keys() -> tuple[str, ...]:
+    return tuple(sorted(known_keys()))
+
+
+def did_you_mean(key: str) -> str | None:
+    """The closest known key, when one is close enough to be a typo of ``key``."""
+    matches = difflib.get_close_matches(key, _sorted_keys(), n=1, cutoff=SIMILARITY_CUTOFF)
+    return matches[0] if matches else None
+
+
+def unknown_key_warning(key: str, where: str) -> str:
+    """``unknown key `x` in <where>; did you mean `y`? (kept, passed through to Megatron)``."""
+    text = f"unknown key `{key}` in {where}"
+    hint = did_you_mean(key)
+    if hint:
+        text += f"; did you mean `{hint}`?"
+    return text + " (kept, passed through to Megatron)"

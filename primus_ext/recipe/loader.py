@@ -1,0 +1,299 @@
+"""Load a recipe: Primus experiment YAML (or flat Megatron YAML) -> validated, frozen specs.
+
+Precedence, lowest first: module preset (``config:``) < model preset (``model:``) <
+``modules.pre_trainer.overrides`` < command-line ``key=value``. A flat Megatron-style YAML (argument
+names at top level, no ``modules``) is the whole argument set; command-line values still win.
+
+The target cluster comes from ``cluster`` / ``nodes`` arguments (``--cluster`` / ``--nodes``), else
+from an optional top-level block that is ours, not Primus's (Primus ignores unknown top-level
+keys)::
+
+    primus_ext:
+      cluster: mi300x   # a profile name, see primus_ext.hardware.list_profiles()
+      nodes: 4
+
+else ``mi300x`` x 1 node. Usage::
+
+    recipe = load_recipe("recipes/llama3.1_8B-pretrain.yaml", ["micro_batch_size=2"], nodes=8)
+    recipe.model.hidden_size, recipe.execution.dp, recipe.warnings
+
+Every failure raises one ``RecipeError`` listing every problem found (path, value, fix).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.recipe.catalogue import known_keys, unknown_key_warning
+from primus_ext.recipe.presets import Layer, display, find_preset, is_file, load_preset
+from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
+from primus_ext.recipe.validate import check
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+DEFAULT_CLUSTER = "mi300x"
+DEFAULT_NODES = 1
+EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "primus_ext"})
+MODULE_KEYS = frozenset({"framework", "config", "model", "overrides"})
+CLUSTER_KEYS = frozenset({"cluster", "nodes"})
+CLI_PREFIX = "cli."
+"""Origin prefix of a command-line ``key=value`` (``cli.micro_batch_size``)."""
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """A loaded recipe: the three specs plus the merged Megatron arguments they came from."""
+
+    model: ModelSpec
+    execution: ExecutionSpec
+    system: SystemSpec
+    megatron_args: Mapping[str, Any]
+    """Merged flat Megatron arguments (presets < overrides < command line), unknown keys included."""
+    unknown_keys: Mapping[str, Any]
+    """Keys outside the Megatron/Primus catalogue (kept in ``megatron_args``, named in warnings)."""
+    warnings: tuple[str, ...]
+    source: str
+    """The recipe file as given."""
+    origins: Mapping[str, str] = field(default_factory=dict)
+    """Megatron key -> where its value was written (``modules.pre_trainer.overrides.x``, ``file:x``)."""
+    problems: tuple[Problem, ...] = ()
+    """Legality problems, when loaded with ``validate=False`` (empty otherwise: they raise)."""
+    exp_name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view: the three specs, the cluster, warnings and unknown keys."""
+        return {
+            "source": self.source,
+            "exp_name": self.exp_name,
+            "model": dataclasses.asdict(self.model),
+            "execution": dataclasses.asdict(self.execution),
+            "system": {**dataclasses.asdict(self.system), "world_size": self.system.world_size},
+            "unknown_keys": dict(self.unknown_keys),
+            "warnings": list(self.warnings),
+            "problems": [dataclasses.asdict(p) for p in self.problems],
+        }
+
+
+def parse_overrides(items: Sequence[str], problems: list[Problem]) -> Layer:
+    """Command-line ``key=value`` items; values read as YAML scalars (``8`` -> int, ``null`` -> None)."""
+    layer = Layer()
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not _KEY.fullmatch(key):
+            problems.append(Problem(path="cli", value=item, message="expected key=value",
+                                    fix="write e.g. tensor_model_parallel_size=2"))
+            continue
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except (yaml.YAMLError, ValueError, RecursionError, OverflowError):
+            value = text
+        layer.values[key] = value
+        layer.origins[key] = f"{CLI_PREFIX}{key}"
+    return layer
+
+
+def _where(origin: str) -> str:
+    """The container an origin lives in, for warnings (``modules.pre_trainer.overrides``)."""
+    if origin.startswith(CLI_PREFIX):
+        return "the command line"
+    if ":" in origin:
+        return origin.rsplit(":", 1)[0]
+    return origin.rsplit(".", 1)[0] if "." in origin else "the recipe"
+
+
+@dataclass
+class _State:
+    path: Path
+    env: Mapping[str, str]
+    roots: tuple[Path, ...]
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def fail_if_problems(self) -> None:
+        if self.problems:
+            raise RecipeError(problems=list(self.problems), source=display(self.path))
+
+
+def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, str]:
+    key = f"modules.{module}.{'model' if kind == 'model' else 'config'}"
+    if not isinstance(name, str) or not name.strip():
+        example = "llama3.1_8B.yaml" if kind == "model" else "pre_trainer.yaml"
+        state.problems.append(Problem(path=key, value=name, message="expected a YAML file name",
+                                      fix=f"write e.g. {example}"))
+        return Layer(), ""
+    found, tried = find_preset(name, kind, state.path.parent, state.roots)  # type: ignore[arg-type]
+    if found is None:
+        state.problems.append(Problem(
+            path=key, value=name, message=f"{kind} preset not found; searched: " + ", ".join(display(p) for p in tried),
+            fix="fix the name, or pass --config-root pointing at a Primus checkout (or a folder with "
+                f"{'models' if kind == 'model' else 'modules'}/)"))
+        return Layer(), ""
+    return load_preset(found, state.env, state.problems, state.warnings), found.stem
+
+
+def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str]:
+    for key in data:
+        if key not in EXPERIMENT_KEYS:
+            state.warnings.append(f"unknown top-level key `{key}` in {display(state.path)} (ignored)")
+    modules = data["modules"]
+    if not isinstance(modules, dict) or not modules:
+        state.problems.append(Problem(path="modules", value=modules, message="expected a mapping of modules",
+                                      fix="write modules: {pre_trainer: {framework: megatron, ...}}"))
+        return Layer(), ""
+    name = "pre_trainer" if "pre_trainer" in modules else next(iter(modules)) if len(modules) == 1 else None
+    if name is None:
+        state.problems.append(Problem(path="modules", value=sorted(map(str, modules)),
+                                      message="no pre_trainer module", fix="name the training module pre_trainer"))
+        return Layer(), ""
+    module = modules[name]
+    if not isinstance(module, dict):
+        state.problems.append(Problem(path=f"modules.{name}", value=module, message="expected a mapping",
+                                      fix="give framework, config, model and overrides"))
+        return Layer(), ""
+    for key in module:
+        if key not in MODULE_KEYS:
+            state.warnings.append(f"unknown key `{key}` in modules.{name} (ignored; expected {sorted(MODULE_KEYS)})")
+    framework = module.get("framework", "megatron")
+    if framework != "megatron":
+        state.problems.append(Problem(path=f"modules.{name}.framework", value=framework,
+                                      message="only the megatron framework is supported", fix="framework: megatron"))
+    args = Layer()
+    if module.get("config") is not None:
+        args.update(_preset(state, name, "module", module["config"])[0])
+    model_name = ""
+    if module.get("model") is not None:
+        model_layer, model_name = _preset(state, name, "model", module["model"])
+        args.update(model_layer)
+    overrides = module.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        state.problems.append(Problem(path=f"modules.{name}.overrides", value=overrides,
+                                      message="expected a mapping of Megatron arguments", fix="write key: value lines"))
+        overrides = {}
+    prefix = f"modules.{name}.overrides."
+    args.update(Layer(values=dict(overrides), origins={k: f"{prefix}{k}" for k in overrides}))
+    return args, model_name
+
+
+def _flat_args(state: _State, layer: Layer) -> Layer:
+    label = display(state.path)
+    origins = {k: (k if v == f"{label}:{k}" else v) for k, v in layer.origins.items()}
+    return Layer(values=dict(layer.values), origins=origins)
+
+
+def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -> SystemSpec | None:
+    from primus_ext.hardware import load_system
+
+    if block is None:
+        block = {}
+    if not isinstance(block, dict):
+        state.problems.append(Problem(path="primus_ext", value=block, message="expected a mapping",
+                                      fix="primus_ext: {cluster: mi300x, nodes: 4}"))
+        block = {}
+    for key in block:
+        if key not in CLUSTER_KEYS:
+            state.warnings.append(unknown_key_warning(str(key), "primus_ext").replace(
+                "passed through to Megatron", "ignored") + f"; known: {sorted(CLUSTER_KEYS)}")
+    name_path = "--cluster" if cluster is not None else "primus_ext.cluster" if "cluster" in block else "cluster"
+    nodes_path = "--nodes" if nodes is not None else "primus_ext.nodes" if "nodes" in block else "nodes"
+    name = cluster if cluster is not None else block.get("cluster", DEFAULT_CLUSTER)
+    count = nodes if nodes is not None else block.get("nodes", DEFAULT_NODES)
+    if not isinstance(name, str):
+        state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
+                                      fix="e.g. cluster: mi300x"))
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        state.problems.append(Problem(path=nodes_path, value=count, message="node count must be a positive integer",
+                                      fix="e.g. nodes: 4"))
+        return None
+    try:
+        return load_system(name, count)
+    except RecipeError as err:
+        paths = {"cluster": name_path, "nodes": nodes_path}
+        state.problems += [dataclasses.replace(p, path=paths.get(p.path, p.path)) for p in err.problems]
+        return None
+
+
+def _repoint(problems: Sequence[Problem], args: Mapping[str, Any], origins: Mapping[str, str]) -> list[Problem]:
+    """Point each problem at where its key was written (override, preset file, command line)."""
+    out = []
+    for problem in problems:
+        key = problem.path
+        where = origins.get(key)
+        if where is None:
+            given = [k for k in SPEC_ALIASES.get(key, ()) if args.get(k) not in (None, False) and k in origins]
+            where = origins[given[0]] if given else key
+        out.append(dataclasses.replace(problem, path=where))
+    return out
+
+
+def load_recipe(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    cluster: str | None = None,
+    nodes: int | None = None,
+    config_roots: Sequence[str | Path] = (),
+    validate: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> Recipe:
+    """Load, resolve and (unless ``validate=False``) legality-check a recipe. Raises ``RecipeError``.
+
+    ``config_roots``: folders searched for ``model:`` / ``config:`` presets (e.g. a Primus checkout).
+    ``env``: the environment for ``${VAR}`` templates (default ``os.environ``).
+    With ``validate=False`` legality problems are returned in ``Recipe.problems`` instead of raised
+    (the tuner loads a recipe that way to search for a legal execution).
+    """
+    state = _State(path=Path(path), env=os.environ if env is None else env,
+                   roots=tuple(Path(r) for r in config_roots))
+    if not is_file(state.path):
+        raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
+                                            fix="check the path")], source=str(path))
+    top = load_preset(state.path, state.env, state.problems, state.warnings)
+    state.fail_if_problems()
+    data = dict(top.values)
+    block = data.pop("primus_ext", None)
+    if "modules" in data:
+        args, model_name = _primus_args(state, data)
+    else:
+        top.values.pop("primus_ext", None)
+        top.origins.pop("primus_ext", None)
+        args, model_name = _flat_args(state, top), state.path.stem
+    args.update(parse_overrides(overrides, state.problems))
+    system = _system(state, block, cluster, nodes)
+    state.fail_if_problems()
+    assert system is not None
+    unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
+    state.warnings += [unknown_key_warning(k, _where(args.origins[k])) for k in unknown]
+    model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name or "model")
+    state.warnings += resolve_warnings
+    state.problems += _repoint(resolve_problems, args.values, args.origins)
+    state.fail_if_problems()
+    legality = _repoint(check(model, execution, system), args.values, args.origins)
+    if validate:
+        state.problems += legality
+        state.fail_if_problems()
+    exp_name = data.get("exp_name")
+    return Recipe(
+        model=model,
+        execution=execution,
+        system=system,
+        megatron_args=MappingProxyType(dict(args.values)),
+        unknown_keys=MappingProxyType(unknown),
+        warnings=tuple(state.warnings),
+        source=str(path),
+        origins=MappingProxyType(dict(args.origins)),
+        problems=() if validate else tuple(legality),
+        exp_name=exp_name if isinstance(exp_name, str) else "",
+    )

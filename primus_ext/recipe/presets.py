@@ -1,0 +1,173 @@
+"""YAML files with Primus's ``extends:`` inheritance, and the preset search path.
+
+``extends:`` is a list of paths relative to the file (a single string is accepted); they are merged
+in order, then the file's own keys win. A missing ``extends`` target is a warning (the Primus
+mirror's ``pre_trainer.yaml`` extends an absent ``../module_base.yaml``); an unreadable or
+malformed file is a ``Problem``. Every key remembers the file that last set it.
+
+Preset lookup (``find_preset``): the name as a path relative to the experiment file, then
+``<experiment dir>/models|modules/``, then for each config root ``R``: ``R/models|modules/``,
+``R/primus/configs/models|modules/megatron/``, ``R/models|modules/megatron/``; finally the shipped
+``recipes/`` folder of this checkout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from primus_ext.errors import Problem
+from primus_ext.recipe.templates import expand_templates
+
+SHIPPED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+"""``recipes/`` next to the package in a source checkout (absent in a wheel install)."""
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+"""Recipes are small; a larger file is refused rather than parsed."""
+
+
+def display(path: Path) -> str:
+    """A path as the user would write it: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class Layer:
+    """Merged key/values of one source, with where each top-level key was written."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def update(self, other: Layer) -> None:
+        for key, value in other.values.items():
+            old = self.values.get(key)
+            self.values[key] = deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+            self.origins[key] = other.origins[key]
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        old = merged.get(key)
+        merged[key] = deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def read_yaml(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    """Safe-load one YAML mapping; any failure becomes a Problem and ``None``."""
+    label = display(path)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            problems.append(Problem(path=label, message=f"file larger than {MAX_FILE_BYTES} bytes"))
+            return None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        problems.append(Problem(path=label, message=f"cannot read: {err}", fix="check the path"))
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        problems.append(Problem(path=label, message=f"invalid YAML: {' '.join(str(err).split())}",
+                                fix="fix the YAML syntax at the marked line"))
+        return None
+    except (ValueError, RecursionError, OverflowError) as err:  # bad timestamps, absurd nesting
+        problems.append(Problem(path=label, message=f"invalid YAML value: {err}"))
+        return None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        problems.append(Problem(path=label, message=f"top level must be a mapping, got {type(data).__name__}",
+                                fix="write `key: value` lines"))
+        return None
+    bad = [key for key in data if not isinstance(key, str)]
+    if bad:
+        problems.append(Problem(path=label, value=bad[0], message="keys must be strings",
+                                fix="quote the key or rename it"))
+        return None
+    return data
+
+
+def load_preset(
+    path: Path,
+    env: Mapping[str, str],
+    problems: list[Problem],
+    warnings: list[str],
+    *,
+    key_prefix: str = "",
+    _stack: tuple[Path, ...] = (),
+) -> Layer:
+    """A file merged over everything it ``extends``; origins are ``<file>:<key>`` (or ``key_prefix``)."""
+    resolved = path.resolve()
+    label = display(path)
+    if resolved in _stack:
+        chain = " -> ".join(display(p) for p in (*_stack, resolved))
+        problems.append(Problem(path=f"{label}:extends", message=f"inheritance cycle {chain}",
+                                fix="remove one of the extends entries"))
+        return Layer()
+    data = read_yaml(path, problems)
+    if data is None:
+        return Layer()
+    data = expand_templates(data, env, problems, path=f"{label}:")
+    layer = Layer()
+    extends = data.pop("extends", None)
+    if isinstance(extends, str):
+        extends = [extends]
+    if extends is not None and not (isinstance(extends, list) and all(isinstance(e, str) for e in extends)):
+        problems.append(Problem(path=f"{label}:extends", value=extends,
+                                message="expected a list of relative file paths", fix="write extends: [base.yaml]"))
+        extends = []
+    for parent in extends or []:
+        target = path.parent / parent
+        if not is_file(target):
+            warnings.append(f"{label}: extends target {parent!r} not found at {display(target)}; skipped")
+            continue
+        layer.update(load_preset(target, env, problems, warnings, _stack=(*_stack, resolved)))
+    own = Layer(values=data, origins={key: f"{key_prefix}{key}" if key_prefix else f"{label}:{key}" for key in data})
+    layer.update(own)
+    return layer
+
+
+Kind = Literal["model", "module"]
+
+
+def is_file(path: Path) -> bool:
+    """``Path.is_file`` that answers False for names the OS refuses (too long, NUL bytes)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def search_dirs(kind: Kind, base_dir: Path, roots: Sequence[Path]) -> list[Path]:
+    """Folders searched for a ``model:`` / ``config:`` name, nearest first."""
+    sub = "models" if kind == "model" else "modules"
+    dirs = [base_dir, base_dir / sub]
+    for root in roots:
+        dirs += [root / sub, root / "primus" / "configs" / sub / "megatron", root / sub / "megatron"]
+    dirs.append(SHIPPED_RECIPES / sub)
+    unique: list[Path] = []
+    for d in dirs:
+        if d not in unique:
+            unique.append(d)
+    return unique
+
+
+def find_preset(name: str, kind: Kind, base_dir: Path, roots: Sequence[Path]) -> tuple[Path | None, list[Path]]:
+    """The first existing ``<dir>/<name>`` over ``search_dirs``; also every path tried."""
+    tried: list[Path] = []
+    candidate = Path(name)
+    if candidate.is_absolute():
+        return (candidate if is_file(candidate) else None), [candidate]
+    for directory in search_dirs(kind, base_dir, roots):
+        path = directory / name
+        tried.append(path)
+        if is_file(path):
+            return path, tried
+    return None, tried

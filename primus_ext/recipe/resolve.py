@@ -1,0 +1,454 @@
+"""Raw Megatron arguments (a merged flat mapping) -> ``ModelSpec`` + ``ExecutionSpec``.
+
+Resolution follows Megatron's own argument handling: defaults, aliases (VPP given three ways,
+``recompute_activations``), derived values (``ffn_hidden_size``, ``kv_channels``, ``num_query_groups``,
+the vocabulary from the tokenizer, DP from the world size) and normalisations (sequence parallel
+and TP comm overlap are switched off at TP=1, VPP=1 means no interleaving). Malformed values become
+``Problem``s (path = the Megatron argument name); nothing is raised.
+
+Usage::
+
+    model, execution, problems = resolve_specs(args, load_system("mi300x", 4), name="llama3.1_8B")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from primus_ext.errors import Problem
+from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
+from primus_ext.recipe.tokenizers import vocab_size_of
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+MEGATRON_DEFAULTS: dict[str, Any] = {
+    # Argparse defaults of Megatron-LM (megatron/training/arguments.py), as mirrored by the Primus
+    # presets language_model.yaml / trainer_base.yaml; used when a flat YAML leaves a key out.
+    "num_query_groups": None,
+    "group_query_attention": False,
+    "kv_channels": None,
+    "ffn_hidden_size": None,
+    "vocab_size": None,
+    "make_vocab_size_divisible_by": 128,
+    "max_position_embeddings": None,
+    "swiglu": False,
+    "squared_relu": False,
+    "quick_geglu": False,
+    "normalization": "LayerNorm",
+    "add_bias_linear": True,
+    "add_qkv_bias": False,
+    "qk_layernorm": False,
+    "untie_embeddings_and_output_weights": False,
+    "position_embedding_type": "learned_absolute",
+    "window_size": None,
+    "num_experts": None,
+    "moe_router_topk": 2,
+    "moe_ffn_hidden_size": None,
+    "moe_shared_expert_intermediate_size": None,
+    "moe_layer_freq": 1,
+    "multi_latent_attention": False,
+    "q_lora_rank": None,
+    "kv_lora_rank": 32,
+    "qk_head_dim": 128,
+    "qk_pos_emb_head_dim": 64,
+    "v_head_dim": 128,
+    "mtp_num_layers": None,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "expert_tensor_parallel_size": None,
+    "sequence_parallel": False,
+    "cp_comm_type": "p2p",
+    "micro_batch_size": None,
+    "global_batch_size": None,
+    "seq_length": None,
+    "bf16": False,
+    "fp16": False,
+    "fp8": None,
+    "fp4": None,
+    "moe_token_dispatcher_type": "allgather",
+    "moe_grouped_gemm": False,
+}
+
+VPP_KEYS = (
+    "virtual_pipeline_model_parallel_size",
+    "num_virtual_stages_per_pipeline_rank",
+    "num_layers_per_virtual_pipeline_stage",
+)
+FSDP_KEYS = ("use_torch_fsdp2", "use_megatron_fsdp", "use_custom_fsdp")
+
+SPEC_ALIASES: dict[str, tuple[str, ...]] = {
+    "virtual_pipeline_model_parallel_size": VPP_KEYS,
+    "activation": ("swiglu", "squared_relu", "quick_geglu"),
+    "moe_layer_pattern": ("moe_layer_freq",),
+    "precision": ("fp8", "fp4", "bf16", "fp16"),
+    "fsdp": FSDP_KEYS,
+    "pipeline_schedule": ("patch_zero_bubble", *VPP_KEYS),
+    "recompute_granularity": ("recompute_granularity", "recompute_activations"),
+}
+"""Spec field -> the Megatron arguments that set it (for pointing a problem at what the user wrote)."""
+
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+"""Megatron's ``--recompute-modules`` choices (megatron-core TransformerConfig.recompute_modules)."""
+
+_OTHER_READ = (
+    "num_layers", "hidden_size", "num_attention_heads", "tokenizer_type", "tokenizer_model",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "pipeline_model_parallel_layout",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "enable_zero_bubble",
+    "recompute_method", "recompute_num_layers", "recompute_modules", "use_distributed_optimizer",
+    "data_parallel_sharding_strategy", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+    "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "grad_reduce_in_bf16",
+    "moe_router_force_load_balancing", "moe_expert_capacity_factor",
+)
+READ_KEYS: frozenset[str] = frozenset(
+    (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
+)
+"""Every argument the resolver reads (part of the known-key catalogue)."""
+
+
+class _Args:
+    """Typed reads from the raw mapping; every malformed value becomes a Problem."""
+
+    def __init__(self, args: Mapping[str, Any], problems: list[Problem]) -> None:
+        self.args = args
+        self.problems = problems
+        self.warnings: list[str] = []
+
+    def raw(self, key: str) -> Any:
+        value = self.args.get(key)
+        return MEGATRON_DEFAULTS.get(key) if value is None else value
+
+    def given(self, key: str) -> bool:
+        return self.args.get(key) is not None
+
+    def bad(self, key: str, message: str, fix: str = "") -> None:
+        self.problems.append(Problem(path=key, message=message, fix=fix, value=self.args.get(key)))
+
+    def int(self, key: str, *, minimum: int = 1, default: int | None = None, required: bool = False) -> int | None:
+        value = self.raw(key)
+        if value is None:
+            if required:
+                self.bad(key, "required argument missing", fix=f"set {key}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.bad(key, "expected an integer", fix=f"write {key} as a whole number")
+            return default
+        if value < minimum:
+            self.bad(key, f"must be >= {minimum}", fix=f"set {key} >= {minimum}")
+            return default
+        return value
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        self.bad(key, "expected true/false (or 1/0)", fix=f"write {key}: true or {key}: false")
+        return default
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or value not in choices:
+            self.bad(key, f"must be one of {', '.join(choices)}", fix=f"set {key} to one of {', '.join(choices)}")
+            return default
+        return value
+
+    def float(self, key: str) -> float | None:
+        value = self.raw(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.bad(key, "expected a number")
+            return None
+        return float(value)
+
+
+def _activation(a: _Args) -> str:
+    chosen = [k for k in ("swiglu", "squared_relu", "quick_geglu") if a.bool(k)]
+    if len(chosen) > 1:
+        a.bad(chosen[1], f"conflicts with {chosen[0]}: choose one activation", fix=f"set {chosen[1]}: false")
+    if not chosen:
+        return "gelu"
+    return {"swiglu": "swiglu", "squared_relu": "squared_relu", "quick_geglu": "geglu"}[chosen[0]]
+
+
+def _window(a: _Args) -> tuple[int, int] | None:
+    value = a.raw("window_size")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = value.strip("()[] ").split(",")
+        try:
+            value = [int(p) for p in parts]
+        except ValueError:
+            value = None
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        return (int(value[0]), int(value[1]))
+    a.bad("window_size", "expected two integers (left, right)", fix="write window_size: [128, 0]")
+    return None
+
+
+def _vocab(a: _Args) -> int:
+    if a.given("vocab_size"):
+        return a.int("vocab_size") or 1
+    tokenizer = a.args.get("tokenizer_model") or a.args.get("tokenizer_type")
+    vocab = vocab_size_of(tokenizer if isinstance(tokenizer, str) else None)
+    if vocab is None:
+        a.problems.append(
+            Problem(
+                path="vocab_size",
+                message=f"vocab_size is not set and tokenizer {tokenizer!r} is not in the known-tokenizer table",
+                fix="set vocab_size (the tokenizer's vocabulary, unpadded)",
+            )
+        )
+        return 1
+    return vocab
+
+
+def resolve_model(a: _Args, *, name: str) -> ModelSpec:
+    num_layers = a.int("num_layers", required=True) or 1
+    hidden = a.int("hidden_size", required=True) or 1
+    heads = a.int("num_attention_heads", required=True) or 1
+    activation = _activation(a)
+    ffn = a.int("ffn_hidden_size")
+    if ffn is None:
+        # Megatron-LM arguments.py: 4h, or int(4h * 2/3 / 64) * 64 for SwiGLU.
+        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if activation == "swiglu" else 4 * hidden
+    mla = a.bool("multi_latent_attention")
+    groups = heads
+    if not mla and (a.bool("group_query_attention") or not a.given("group_query_attention")):
+        groups = a.int("num_query_groups") or heads
+        if groups != heads and not a.given("group_query_attention"):
+            a.warnings.append(
+                f"num_query_groups={groups} taken as grouped-query attention although group_query_attention "
+                "is not set (Megatron itself needs group_query_attention: true to use it)"
+            )
+    elif a.given("num_query_groups") and a.args.get("num_query_groups") != heads and not mla:
+        a.warnings.append(
+            f"num_query_groups={a.args.get('num_query_groups')} is ignored because group_query_attention is "
+            "false (Megatron semantics: MHA)"
+        )
+    kv_channels = a.int("kv_channels")
+    if kv_channels is None:
+        if hidden % heads:
+            a.bad("kv_channels", f"unset and hidden_size {hidden} is not divisible by num_attention_heads {heads}",
+                  fix="set kv_channels (the per-head dimension)")
+        kv_channels = max(1, hidden // heads)
+    position = a.choice("position_embedding_type", ("rope", "mrope", "yarn", "learned_absolute", "none"))
+    experts = a.int("num_experts", minimum=1)
+    pattern: tuple[bool, ...] = ()
+    if experts:
+        try:
+            pattern = moe_pattern(a.raw("moe_layer_freq"), num_layers)
+        except PatternError as err:
+            a.bad("moe_layer_freq", str(err), fix="an int N, a 0/1 list of num_layers entries, or '([0]*k+[1]*m)'")
+    elif a.given("moe_ffn_hidden_size"):
+        a.bad("num_experts", "moe_ffn_hidden_size is set but num_experts is not",
+              fix="set num_experts, or drop the MoE arguments for a dense model")
+    return ModelSpec(
+        name=name,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        ffn_hidden_size=ffn,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=kv_channels,
+        vocab_size=_vocab(a),
+        make_vocab_size_divisible_by=a.int("make_vocab_size_divisible_by") or 128,
+        max_position_embeddings=a.int("max_position_embeddings") or a.int("seq_length") or 4096,
+        activation=activation,  # type: ignore[arg-type]
+        normalization=a.choice("normalization", ("RMSNorm", "LayerNorm"), "LayerNorm"),  # type: ignore[arg-type]
+        add_bias_linear=a.bool("add_bias_linear", True),
+        add_qkv_bias=a.bool("add_qkv_bias"),
+        qk_layernorm=a.bool("qk_layernorm"),
+        untie_embeddings_and_output_weights=a.bool("untie_embeddings_and_output_weights"),
+        position_embedding_type="rope" if position in ("mrope", "yarn") else position,  # type: ignore[arg-type]
+        window_size=_window(a),
+        num_experts=experts,
+        moe_router_topk=a.int("moe_router_topk") or 2,
+        moe_ffn_hidden_size=(a.int("moe_ffn_hidden_size") or ffn) if experts else None,
+        moe_shared_expert_intermediate_size=a.int("moe_shared_expert_intermediate_size") if experts else None,
+        moe_layer_pattern=pattern,
+        multi_latent_attention=mla,
+        q_lora_rank=a.int("q_lora_rank"),
+        kv_lora_rank=a.int("kv_lora_rank") or 32,
+        qk_head_dim=a.int("qk_head_dim") or 128,
+        qk_pos_emb_head_dim=a.int("qk_pos_emb_head_dim", minimum=0, default=64),  # type: ignore[arg-type]
+        v_head_dim=a.int("v_head_dim") or 128,
+        mtp_num_layers=a.int("mtp_num_layers", minimum=0) or 0,
+    )
+
+
+def _vpp(a: _Args, num_layers: int, pp: int) -> int | None:
+    """VPP from whichever of Megatron's three spellings was given; conflicts are problems."""
+    candidates: dict[str, int] = {}
+    for key in VPP_KEYS[:2]:
+        value = a.int(key)
+        if value is not None:
+            candidates[key] = value
+    per_stage = a.int("num_layers_per_virtual_pipeline_stage")
+    if per_stage is not None:
+        layers_per_rank = num_layers // pp
+        if layers_per_rank % per_stage:
+            a.bad("num_layers_per_virtual_pipeline_stage",
+                  f"{layers_per_rank} layers per pipeline rank (num_layers {num_layers} / PP {pp}) are not a "
+                  f"multiple of {per_stage}",
+                  fix="use num_virtual_stages_per_pipeline_rank instead, or a divisor of the layers per rank")
+        else:
+            candidates["num_layers_per_virtual_pipeline_stage"] = max(1, layers_per_rank // per_stage)
+    if len(set(candidates.values())) > 1:
+        first, *others = candidates
+        for key in others:
+            a.bad(key, f"gives VPP={candidates[key]} but {first} gives VPP={candidates[first]}",
+                  fix="give the virtual pipeline size once")
+    vpp = next(iter(candidates.values()), None)
+    return vpp if vpp and vpp > 1 else None
+
+
+def _layout_vpp(layout: str, pp: int) -> int | None:
+    from primus_ext.model.stages import parse_layout
+
+    try:
+        stages = len(parse_layout(layout))
+    except ValueError:
+        return None  # reported by the layout check
+    return stages // pp if stages % pp == 0 and stages // pp > 1 else None
+
+
+def _precision(a: _Args) -> str:
+    fp8 = a.raw("fp8")
+    if fp8 not in (None, False):
+        if fp8 not in ("e4m3", "hybrid", True):
+            a.bad("fp8", "must be e4m3 or hybrid", fix="set fp8: hybrid (or e4m3), or null for no FP8")
+        return "fp8"
+    if a.raw("fp4") not in (None, False):
+        a.bad("fp4", "FP4 training is not modelled", fix="project with fp8 (set fp4: null, fp8: hybrid)")
+    bf16, fp16 = a.bool("bf16"), a.bool("fp16")
+    if bf16 and fp16:
+        a.bad("fp16", "bf16 and fp16 are both set", fix="set one of them to false")
+    return "bf16" if bf16 else "fp16" if fp16 else "fp32"
+
+
+def _fsdp(a: _Args) -> str:
+    on = [k for k in FSDP_KEYS if a.bool(k)]
+    if len(on) > 1 and set(on) != {"use_megatron_fsdp", "use_custom_fsdp"}:
+        a.bad(on[1], f"conflicts with {on[0]}: choose one FSDP implementation", fix=f"set {on[1]}: false")
+    if not on:
+        return "none"
+    return "torch_fsdp2" if on[0] == "use_torch_fsdp2" else "megatron_fsdp"
+
+
+def _recompute_modules(a: _Args) -> tuple[str, ...]:
+    value = a.raw("recompute_modules")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        a.bad("recompute_modules", "expected a list of module names", fix=f"choose from {', '.join(RECOMPUTE_MODULES)}")
+        return ()
+    unknown = [v for v in value if v not in RECOMPUTE_MODULES]
+    if unknown:
+        a.bad("recompute_modules", f"unknown module(s) {unknown}", fix=f"choose from {', '.join(RECOMPUTE_MODULES)}")
+    return tuple(v for v in value if v in RECOMPUTE_MODULES)
+
+
+def resolve_execution(a: _Args, model: ModelSpec, system: SystemSpec) -> ExecutionSpec:
+    tp = a.int("tensor_model_parallel_size") or 1
+    pp = a.int("pipeline_model_parallel_size") or 1
+    cp = a.int("context_parallel_size") or 1
+    layout = a.raw("pipeline_model_parallel_layout")
+    if layout is not None and not isinstance(layout, str):
+        a.bad("pipeline_model_parallel_layout", "expected a layout string", fix='write e.g. "Et*3|(tt|)*29,m|L"')
+        layout = None
+    vpp = _vpp(a, model.num_layers, pp)
+    if vpp is None and layout:
+        vpp = _layout_vpp(layout, pp)  # Megatron derives VPP from the layout's stage count
+    zero_bubble = a.bool("patch_zero_bubble") and a.bool("enable_zero_bubble", True)
+    schedule = "zb-h1" if zero_bubble and pp > 1 else "interleaved" if vpp else "1f1b"
+    granularity = a.choice("recompute_granularity", ("full", "selective"))
+    if granularity is None and a.bool("recompute_activations"):
+        granularity = "selective"  # Megatron-LM arguments.py: --recompute-activations
+    dp = max(1, system.world_size // (tp * pp * cp))
+    mbs = a.int("micro_batch_size") or 1
+    seq = a.int("seq_length", required=True) or 1
+    etp = a.int("expert_tensor_parallel_size")
+    capacity = a.float("moe_expert_capacity_factor")
+    return ExecutionSpec(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp,
+        context_parallel_size=cp,
+        expert_model_parallel_size=a.int("expert_model_parallel_size") or 1,
+        expert_tensor_parallel_size=etp,
+        data_parallel_size=dp,
+        # Megatron-LM arguments.py turns both off when TP == 1 (with a warning).
+        sequence_parallel=a.bool("sequence_parallel") and tp > 1,
+        cp_comm_type=a.choice("cp_comm_type", ("p2p", "a2a", "allgather", "a2a+p2p"), "p2p"),  # type: ignore[arg-type]
+        decoder_first_pipeline_num_layers=a.int("decoder_first_pipeline_num_layers", minimum=0),
+        decoder_last_pipeline_num_layers=a.int("decoder_last_pipeline_num_layers", minimum=0),
+        pipeline_model_parallel_layout=layout,
+        account_for_embedding_in_pipeline_split=a.bool("account_for_embedding_in_pipeline_split"),
+        account_for_loss_in_pipeline_split=a.bool("account_for_loss_in_pipeline_split"),
+        pipeline_schedule=schedule,  # type: ignore[arg-type]
+        micro_batch_size=mbs,
+        global_batch_size=a.int("global_batch_size") or mbs * dp,
+        seq_length=seq,
+        recompute_granularity=granularity,  # type: ignore[arg-type]
+        recompute_method=a.choice("recompute_method", ("uniform", "block")),  # type: ignore[arg-type]
+        recompute_num_layers=a.int("recompute_num_layers", minimum=0),
+        recompute_modules=_recompute_modules(a),
+        use_distributed_optimizer=a.bool("use_distributed_optimizer"),
+        fsdp=_fsdp(a),  # type: ignore[arg-type]
+        data_parallel_sharding_strategy=a.choice(  # type: ignore[arg-type]
+            "data_parallel_sharding_strategy", ("no_shard", "optim", "optim_grads", "optim_grads_params"), "no_shard"
+        ),
+        overlap_grad_reduce=a.bool("overlap_grad_reduce"),
+        overlap_param_gather=a.bool("overlap_param_gather"),
+        tp_comm_overlap=a.bool("tp_comm_overlap") and tp > 1,
+        overlap_moe_expert_parallel_comm=a.bool("overlap_moe_expert_parallel_comm"),
+        moe_shared_expert_overlap=a.bool("moe_shared_expert_overlap"),
+        precision=_precision(a),  # type: ignore[arg-type]
+        grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16"),
+        moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]
+        moe_grouped_gemm=a.bool("moe_grouped_gemm"),
+        moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),
+        moe_expert_capacity_factor=capacity if capacity is not None and capacity >= 0 else None,
+    )
+
+
+def _dispatcher(a: _Args) -> str:
+    value = a.choice("moe_token_dispatcher_type", ("alltoall", "allgather", "flex", "alltoall_seq"), "allgather")
+    return "alltoall" if value == "alltoall_seq" else value or "allgather"
+
+
+def resolve_all(
+    args: Mapping[str, Any], system: SystemSpec, *, name: str = "model"
+) -> tuple[ModelSpec, ExecutionSpec, list[Problem], list[str]]:
+    """``resolve_specs`` plus the warnings (values Megatron would silently ignore or reinterpret)."""
+    problems: list[Problem] = []
+    reader = _Args(args, problems)
+    model = resolve_model(reader, name=name)
+    execution = resolve_execution(reader, model, system)
+    return model, execution, problems, reader.warnings
+
+
+def resolve_specs(
+    args: Mapping[str, Any], system: SystemSpec, *, name: str = "model"
+) -> tuple[ModelSpec, ExecutionSpec, list[Problem]]:
+    """Resolve merged Megatron arguments into specs. Problems name the Megatron argument at fault.
+
+    When problems are returned the specs hold placeholders for the faulty values; do not project them.
+    """
+    model, execution, problems, _ = resolve_all(args, system, name=name)
+    return model, execution, problems

@@ -1,0 +1,82 @@
+"""``${VAR}`` and ``${VAR:default}`` environment templates, as Primus writes them in its YAMLs.
+
+Templates may appear anywhere inside a string value (``model: ${PRIMUS_MODEL:qwen3_30B_A3B}.yaml``).
+A value that is *entirely* one template is re-parsed as a YAML scalar after substitution, so
+``num_layers: ${K3_NUM_LAYERS:93}`` becomes the int ``93`` and ``${DATA:null}`` becomes ``None``.
+An undefined variable without a default is a ``Problem`` (all of them are collected).
+
+Usage::
+
+    problems: list[Problem] = []
+    data = expand_templates(yaml_data, os.environ, problems, path="recipe.yaml")
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from primus_ext.errors import Problem
+
+TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+"""``${NAME}`` or ``${NAME:default}``; the default runs to the first ``}`` and may be empty."""
+
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def _reparse(text: str) -> Any:
+    """A fully templated value read back as YAML would read a literal (``93`` -> int)."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, _SCALARS) else text
+
+
+def expand_string(text: str, env: Mapping[str, str], problems: list[Problem], *, path: str) -> Any:
+    """Substitute every template in ``text``; re-parse when the whole value was one template."""
+    if "${" not in text:
+        return text
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        problems.append(
+            Problem(
+                path=path,
+                message=f"environment variable {name} is not set and the template has no default",
+                fix=f"export {name}=... or write ${{{name}:default}}",
+                value=text,
+            )
+        )
+        return match.group(0)
+
+    result = TEMPLATE.sub(substitute, text)
+    whole = TEMPLATE.fullmatch(text.strip())
+    if whole is not None and result != text:
+        return _reparse(result)
+    return result
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}{key}" if not path or path.endswith(":") else f"{path}.{key}"
+
+
+def expand_templates(data: Any, env: Mapping[str, str], problems: list[Problem], *, path: str) -> Any:
+    """Recursively expand templates in every string of a YAML document (keys are left alone)."""
+    if isinstance(data, str):
+        return expand_string(data, env, problems, path=path)
+    if isinstance(data, dict):
+        return {
+            key: expand_templates(value, env, problems, path=_join(path, key))
+            for key, value in data.items()
+        }
+    if isinstance(data, list):
+        return [expand_templates(item, env, problems, path=f"{path}[{i}]") for i, item in enumerate(data)]
+    return data

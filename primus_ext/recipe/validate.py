@@ -1,0 +1,197 @@
+"""THE legality check: every reason a (model, execution, system) cannot run, all at once.
+
+Pure and fast (no I/O, no torch): the tuner calls it for every proposal, the loader for every
+recipe. Each ``Problem`` names the Megatron argument at fault (the loader re-points it to where the
+user wrote it), the offending value and a fix. Rules follow Megatron-LM / megatron-core's own
+assertions (``arguments.py``, ``transformer_config.py``, ``parallel_state.py``); pipeline splits and
+layouts are checked by ``primus_ext.model.stages.layout_problems``.
+
+Usage::
+
+    problems = check(model, execution, system)
+    if problems:
+        raise InfeasibleConfig(problems=problems)
+"""
+
+from __future__ import annotations
+
+from primus_ext.errors import Problem
+from primus_ext.model.stages import layout_problems
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+
+def _parallel(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> None:
+    tp, pp, cp, world = e.tp, e.pp, e.cp, s.world_size
+    if world % (tp * pp * cp):
+        out.append(Problem(
+            path="tensor_model_parallel_size", value=tp,
+            message=f"world size {world} ({s.num_nodes} node(s) of {s.gpu.gpus_per_node}) is not divisible by "
+                    f"TP*PP*CP = {tp}*{pp}*{cp} = {tp * pp * cp}",
+            fix="choose TP, PP, CP whose product divides the GPU count, or change --nodes"))
+    elif e.world_size != world:
+        out.append(Problem(
+            path="data_parallel_size", value=e.dp,
+            message=f"TP*PP*CP*DP = {e.world_size} but the cluster has {world} GPUs",
+            fix=f"DP must be {world // (tp * pp * cp)}"))
+    if m.num_attention_heads % tp:
+        out.append(Problem(path="num_attention_heads", value=m.num_attention_heads,
+                           message=f"not divisible by TP={tp}", fix="choose TP dividing the head count"))
+    if not m.multi_latent_attention and m.num_query_groups % tp:
+        out.append(Problem(path="num_query_groups", value=m.num_query_groups,
+                           message=f"not divisible by TP={tp}", fix="choose TP dividing the query-group count"))
+    if not m.multi_latent_attention and m.num_attention_heads % m.num_query_groups:
+        out.append(Problem(path="num_query_groups", value=m.num_query_groups,
+                           message=f"does not divide num_attention_heads={m.num_attention_heads}",
+                           fix="use a divisor of the head count"))
+    if m.num_dense_layers and m.ffn_hidden_size % tp:
+        out.append(Problem(path="ffn_hidden_size", value=m.ffn_hidden_size,
+                           message=f"not divisible by TP={tp}", fix="choose TP dividing ffn_hidden_size"))
+    if cp > 1 and e.seq_length % (2 * cp):
+        out.append(Problem(path="seq_length", value=e.seq_length,
+                           message=f"not divisible by 2*CP={2 * cp} (context parallel splits each sequence "
+                                   "into 2*CP chunks for load balance)",
+                           fix=f"use a multiple of {2 * cp}, or another CP"))
+    if e.sequence_parallel and (e.seq_length // cp) % tp:
+        out.append(Problem(path="seq_length", value=e.seq_length,
+                           message=f"seq/CP = {e.seq_length // cp} is not divisible by TP={tp} under "
+                                   "sequence parallelism", fix="use a multiple of TP*CP"))
+    if e.vpp > 1 and pp == 1:
+        out.append(Problem(path="virtual_pipeline_model_parallel_size", value=e.vpp,
+                           message="virtual pipeline stages need pipeline_model_parallel_size > 1",
+                           fix="set PP > 1 or drop the virtual pipeline setting"))
+    if e.tp_comm_overlap and not e.sequence_parallel:
+        out.append(Problem(path="tp_comm_overlap", value=True,
+                           message="TP comm overlap needs sequence_parallel (Megatron-LM arguments.py)",
+                           fix="set sequence_parallel: true or tp_comm_overlap: false"))
+
+
+def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
+    per_step = e.micro_batch_size * e.dp
+    if e.global_batch_size % per_step:
+        out.append(Problem(path="global_batch_size", value=e.global_batch_size,
+                           message=f"not divisible by MBS*DP = {e.micro_batch_size}*{e.dp} = {per_step}",
+                           fix=f"use a multiple of {per_step}, or change micro_batch_size / the parallel sizes"))
+
+
+def _moe(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> None:
+    ep, etp = e.ep, e.etp
+    if not m.is_moe:
+        if ep > 1:
+            out.append(Problem(path="expert_model_parallel_size", value=ep,
+                               message="expert parallelism needs num_experts (dense model)",
+                               fix="set expert_model_parallel_size: 1"))
+        if e.overlap_moe_expert_parallel_comm or e.moe_shared_expert_overlap:
+            key = "moe_shared_expert_overlap"
+            if e.overlap_moe_expert_parallel_comm:
+                key = "overlap_moe_expert_parallel_comm"
+            out.append(Problem(path=key, value=True, message="MoE overlap set on a dense model",
+                               fix=f"set {key}: false"))
+        return
+    experts = m.num_experts or 0
+    if experts % ep:
+        out.append(Problem(path="num_experts", value=experts, message=f"not divisible by EP={ep}",
+                           fix="choose EP dividing the expert count"))
+    if m.moe_router_topk > experts:
+        out.append(Problem(path="moe_router_topk", value=m.moe_router_topk,
+                           message=f"larger than num_experts={experts}", fix="use topk <= num_experts"))
+    world_per_stage = s.world_size // e.pp if s.world_size % e.pp == 0 else None
+    if world_per_stage is not None and world_per_stage % (etp * ep):
+        out.append(Problem(path="expert_model_parallel_size", value=ep,
+                           message=f"MoE parallel folding: world/PP = {world_per_stage} is not divisible by "
+                                   f"ETP*EP = {etp}*{ep} = {etp * ep} (megatron-core parallel_state)",
+                           fix="choose EP*ETP dividing world_size / PP"))
+    if m.expert_ffn_hidden_size % etp:
+        out.append(Problem(path="moe_ffn_hidden_size", value=m.expert_ffn_hidden_size,
+                           message=f"not divisible by ETP={etp}", fix="choose an expert TP dividing it"))
+    shared = m.moe_shared_expert_intermediate_size
+    if shared and shared % e.tp:
+        out.append(Problem(path="moe_shared_expert_intermediate_size", value=shared,
+                           message=f"not divisible by TP={e.tp}", fix="choose TP dividing it"))
+    if e.tp > 1 and not e.sequence_parallel:
+        out.append(Problem(path="sequence_parallel", value=False,
+                           message=f"MoE with TP={e.tp} requires sequence parallelism (Megatron-LM arguments.py)",
+                           fix="set sequence_parallel: true"))
+    if m.add_bias_linear and etp != 1:
+        out.append(Problem(path="expert_tensor_parallel_size", value=etp,
+                           message="MoE with add_bias_linear needs ETP=1 (megatron-core transformer_config.py)",
+                           fix="set expert_tensor_parallel_size: 1"))
+    if e.moe_shared_expert_overlap and e.moe_token_dispatcher_type != "alltoall":
+        out.append(Problem(path="moe_shared_expert_overlap", value=True,
+                           message=f"only works with the alltoall dispatcher, not {e.moe_token_dispatcher_type}",
+                           fix="set moe_token_dispatcher_type: alltoall or moe_shared_expert_overlap: false"))
+    if e.overlap_moe_expert_parallel_comm:
+        _ep_overlap(m, e, out)
+
+
+def _ep_overlap(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
+    """megatron-core transformer_config.py asserts for overlap_moe_expert_parallel_comm."""
+    key = "overlap_moe_expert_parallel_comm"
+    needs = [
+        (e.ep > 1, "needs expert parallelism (EP > 1)"),
+        (e.moe_token_dispatcher_type in ("alltoall", "flex"), "needs the alltoall or flex dispatcher"),
+        (e.recompute_granularity != "full" and e.recompute_method is None, "cannot be combined with full recompute"),
+        (not e.moe_shared_expert_overlap, "cannot be combined with moe_shared_expert_overlap"),
+        (e.pp == 1 or e.vpp > 1, "needs virtual pipeline stages when PP > 1"),
+        (e.precision in ("bf16", "fp16", "fp8"), "needs bf16/fp16 parameters"),
+        (m.mtp_num_layers <= 1, "supports at most one MTP layer"),
+    ]
+    for ok, message in needs:
+        if not ok:
+            out.append(Problem(path=key, value=True, message=message, fix=f"fix it or set {key}: false"))
+
+
+def _recompute(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
+    """megatron-core transformer_config.py recompute rules; block/uniform layer counts per stage."""
+    g, method, n = e.recompute_granularity, e.recompute_method, e.recompute_num_layers
+    if g is None:
+        return  # Megatron ignores recompute_method / num_layers without a granularity
+    if g == "selective":
+        if n is not None:
+            out.append(Problem(path="recompute_num_layers", value=n,
+                               message="must be unset with selective recompute", fix="drop recompute_num_layers"))
+        return
+    if method is None:
+        out.append(Problem(path="recompute_method", message="full recompute needs recompute_method",
+                           fix="set recompute_method: block or uniform"))
+    if n is None:
+        out.append(Problem(path="recompute_num_layers", message="full recompute needs recompute_num_layers",
+                           fix="set recompute_num_layers (layers to recompute per pipeline stage)"))
+        return
+    per_stage = m.num_layers // e.pp
+    if method == "uniform" and n < 1:
+        out.append(Problem(path="recompute_num_layers", value=n,
+                           message="uniform recompute needs at least 1 layer per recompute unit",
+                           fix="set recompute_num_layers >= 1"))
+    if n > per_stage:
+        out.append(Problem(path="recompute_num_layers", value=n,
+                           message=f"more than the {per_stage} layers of a pipeline stage "
+                                   f"(num_layers {m.num_layers} / PP {e.pp})",
+                           fix=f"use at most {per_stage}"))
+
+
+def _sharding(e: ExecutionSpec, out: list[Problem]) -> None:
+    if e.overlap_param_gather and not (e.use_distributed_optimizer or e.fsdp != "none"):
+        out.append(Problem(path="overlap_param_gather", value=True,
+                           message="needs the distributed optimizer (or FSDP) to have parameters to gather",
+                           fix="set use_distributed_optimizer: true or overlap_param_gather: false"))
+    if e.overlap_param_gather and e.fsdp == "none" and not e.overlap_grad_reduce:
+        out.append(Problem(path="overlap_param_gather", value=True,
+                           message="needs overlap_grad_reduce (Megatron-LM arguments.py)",
+                           fix="set overlap_grad_reduce: true"))
+    if e.fsdp == "torch_fsdp2" and e.use_distributed_optimizer:
+        out.append(Problem(path="use_distributed_optimizer", value=True,
+                           message="torch FSDP2 shards the optimizer itself; Megatron's distributed "
+                                   "optimizer cannot be combined with it",
+                           fix="set use_distributed_optimizer: false (or use Megatron-FSDP)"))
+
+
+def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> list[Problem]:
+    """Every legality violation of running ``model`` with ``execution`` on ``system``."""
+    out: list[Problem] = []
+    _parallel(model, execution, system, out)
+    _batch(execution, out)
+    _moe(model, execution, system, out)
+    _recompute(model, execution, out)
+    _sharding(execution, out)
+    out.extend(layout_problems(model, execution))
+    return out
