@@ -1,0 +1,155 @@
+"""Physical calibration: per GPU type, a few efficiency parameters fitted on measured rows.
+
+Only parameters with a physical meaning are fitted (``Efficiency`` fields: GEMM efficiency,
+attention efficiency, link efficiencies), one set per GPU type, never per model or per row. The
+objective is the mean absolute log error of tokens/s/GPU (robust to a few bad rows, symmetric in
+over- and under-prediction). Leave-one-model-out cross-validation refits without the held-out model
+so the reported error reflects models the fit has not seen.
+
+    primus-ext validate MEASURED.csv --archs ARCHS.csv --fit      # fit, report CV, print YAML blocks
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from primus_ext.errors import PrimusExtError
+from primus_ext.specs import Efficiency
+from primus_ext.validate.run import Projector, RowResult, ValidationReport, _result, summarize
+from primus_ext.validate.runs import RunRow
+
+
+@dataclass(frozen=True, kw_only=True)
+class Param:
+    """One fitted efficiency parameter and its physical bounds."""
+
+    name: str
+    low: float
+    high: float
+
+
+DEFAULT_PARAMS = (
+    Param(name="gemm_max", low=0.35, high=0.95),  # large-GEMM fraction of dense peak (bounded by 1)
+    Param(name="attention", low=0.20, high=0.90),  # flash-attention fraction of dense peak
+    Param(name="scaleout_link", low=0.30, high=0.95),  # NIC bus-bandwidth fraction
+)
+MIN_FIT_ROWS = 6
+"""A GPU type with fewer usable rows keeps its profile defaults: three parameters on fewer rows would
+fit noise."""
+GOLDEN = (math.sqrt(5) - 1) / 2
+SEARCH_ROUNDS = 3
+SEARCH_STEPS = 8
+
+
+def with_efficiency(run: RunRow, efficiency: Efficiency) -> RunRow:
+    assert run.system is not None
+    gpu = replace(run.system.gpu, efficiency=efficiency)
+    return replace(run, system=replace(run.system, gpu=gpu))
+
+
+def objective(runs: Sequence[RunRow], projector: Projector, efficiency: Efficiency) -> float:
+    """Mean |log(projected / measured)| over the rows the projector accepts (inf if none)."""
+    total, count = 0.0, 0
+    for run in runs:
+        try:
+            projected = projector(with_efficiency(run, efficiency))
+        except PrimusExtError:
+            continue
+        if projected > 0:
+            total += abs(math.log(projected / run.measured_tokens_per_sec_per_gpu))
+            count += 1
+    return total / count if count else math.inf
+
+
+def fit_efficiency(
+    runs: Sequence[RunRow], projector: Projector, start: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS
+) -> tuple[Efficiency, float]:
+    """Coordinate-wise golden-section search within each parameter's bounds. Returns (fit, loss)."""
+    current = start
+    best = objective(runs, projector, current)
+    for _ in range(SEARCH_ROUNDS):
+        for param in params:
+            lo, hi = param.low, param.high
+            for _ in range(SEARCH_STEPS):
+                a = hi - GOLDEN * (hi - lo)
+                b = lo + GOLDEN * (hi - lo)
+                fa = objective(runs, projector, replace(current, **{param.name: a}))
+                fb = objective(runs, projector, replace(current, **{param.name: b}))
+                if fa <= fb:
+                    hi = b
+                else:
+                    lo = a
+            candidate = replace(current, **{param.name: (lo + hi) / 2})
+            loss = objective(runs, projector, candidate)
+            if loss < best:
+                current, best = candidate, loss
+    return current, best
+
+
+def usable(runs: Sequence[RunRow]) -> list[RunRow]:
+    return [r for r in runs if r.model is not None and r.system is not None]
+
+
+def fit_by_gpu(
+    runs: Sequence[RunRow], projector: Projector, *, label: str = "",
+    params: Sequence[Param] = DEFAULT_PARAMS, progress: Callable[[str], None] | None = None,
+) -> dict[str, tuple[Efficiency, int, float]]:
+    """Per GPU type (profile name): (fitted efficiency, rows used, loss). Types with too few rows are absent."""
+    by_gpu: dict[str, list[RunRow]] = defaultdict(list)
+    for run in usable(runs):
+        by_gpu[run.system.name].append(run)  # type: ignore[union-attr]
+    fits = {}
+    for name, members in sorted(by_gpu.items()):
+        if len(members) < MIN_FIT_ROWS:
+            continue
+        if progress:
+            progress(f"fitting {name} on {len(members)} rows")
+        start = members[0].system.gpu.efficiency  # type: ignore[union-attr]
+        efficiency, loss = fit_efficiency(members, projector, start, params)
+        models = sorted({m.model_name for m in members})
+        efficiency = replace(efficiency, calibration=(
+            f"fitted {', '.join(p.name for p in params)} on {len(members)} rows ({len(models)} models) of "
+            f"{label or 'the validation set'}; mean |log error| {loss:.3f}"))
+        fits[name] = (efficiency, len(members), loss)
+    return fits
+
+
+def apply_fits(runs: Sequence[RunRow], fits: dict[str, tuple[Efficiency, int, float]]) -> list[RunRow]:
+    out = []
+    for run in runs:
+        if run.system is not None and run.system.name in fits:
+            run = with_efficiency(run, fits[run.system.name][0])
+        out.append(run)
+    return out
+
+
+def leave_one_model_out(
+    runs: Sequence[RunRow], projector: Projector, *, params: Sequence[Param] = DEFAULT_PARAMS,
+    progress: Callable[[str], None] | None = None,
+) -> ValidationReport:
+    """Each model's rows projected with efficiencies fitted on the other models' rows only."""
+    rows: list[RowResult] = []
+    models = sorted({r.model_name for r in usable(runs)})
+    for i, model in enumerate(models):
+        if progress:
+            progress(f"[{i + 1}/{len(models)}] leave out {model}")
+        train = [r for r in usable(runs) if r.model_name != model]
+        fits = fit_by_gpu(train, projector, params=params)
+        for run in apply_fits([r for r in usable(runs) if r.model_name == model], fits):
+            try:
+                rows.append(_result(run, projector(run)))
+            except PrimusExtError as err:
+                rows.append(_result(run, None, f"projection refused: {err}"))
+    rows += [_result(r, None) for r in runs if r.model is None]
+    rows.sort(key=lambda r: r.index)
+    return ValidationReport(rows=tuple(rows), summary=summarize(rows), label="leave-one-model-out")
+
+
+def workload_offset(measured_step_s: float, projected_step_s: float) -> float:
+    """The single multiplicative workload offset a user's own measured run implies."""
+    if measured_step_s <= 0 or projected_step_s <= 0:
+        raise ValueError("step times must be positive")
+    return measured_step_s / projected_step_s

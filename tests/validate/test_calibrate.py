@@ -1,0 +1,60 @@
+"""Calibration recovers a known efficiency from synthetic rows; LOMO never sees the held-out model."""
+
+from dataclasses import replace
+
+import pytest
+
+from primus_ext.hardware import load_system
+from primus_ext.specs import Efficiency, ExecutionSpec, ModelSpec
+from primus_ext.validate.calibrate import fit_by_gpu, fit_efficiency, leave_one_model_out, workload_offset
+from primus_ext.validate.runs import RunRow
+
+
+def fake_projector(run):
+    """Throughput proportional to gemm_max and weakly to attention (a stand-in for the projection)."""
+    eff = run.system.gpu.efficiency
+    return 1000.0 * eff.gemm_max * (0.8 + 0.2 * eff.attention) * run.model.num_layers / 10
+
+
+def rows(truth: Efficiency, models=("A", "B", "C"), per_model=3):
+    system = load_system("h100", 2)
+    out = []
+    for m_i, name in enumerate(models):
+        model = ModelSpec(name=name, num_layers=10 + m_i, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
+                          num_query_groups=4, kv_channels=16, vocab_size=100)
+        for k in range(per_model):
+            run = RunRow(index=len(out), model_name=name, gpu="H100", num_gpus=16, precision_label="BF16",
+                         measured_tokens_per_sec_per_gpu=1.0, model=model,
+                         execution=ExecutionSpec(data_parallel_size=16, micro_batch_size=k + 1), system=system)
+            truth_system = replace(system, gpu=replace(system.gpu, efficiency=truth))
+            measured = fake_projector(replace(run, system=truth_system))
+            out.append(replace(run, measured_tokens_per_sec_per_gpu=measured))
+    return out
+
+
+def test_fit_recovers_the_true_gemm_efficiency():
+    truth = Efficiency(gemm_max=0.62, attention=0.55)
+    runs = rows(truth)
+    fitted, loss = fit_efficiency(runs, fake_projector, Efficiency())
+    # gemm_max and attention are not separately identifiable here; the product is.
+    product = fitted.gemm_max * (0.8 + 0.2 * fitted.attention)
+    assert product == pytest.approx(0.62 * (0.8 + 0.2 * 0.55), rel=0.01) and loss < 0.01
+
+
+def test_fit_by_gpu_records_how_it_was_fitted_and_skips_small_sets():
+    fits = fit_by_gpu(rows(Efficiency(gemm_max=0.5)), fake_projector, label="unit rows")
+    efficiency, n, _ = fits["h100"]
+    assert n == 9 and "9 rows (3 models)" in efficiency.calibration and "unit rows" in efficiency.calibration
+    assert fit_by_gpu(rows(Efficiency(), models=("A",), per_model=2), fake_projector) == {}
+
+
+def test_lomo_reports_every_row_once():
+    report = leave_one_model_out(rows(Efficiency(gemm_max=0.5)), fake_projector)
+    assert [r.index for r in report.rows] == list(range(9))
+    assert report.summary.median_abs_error_pct < 2.0
+
+
+def test_workload_offset():
+    assert workload_offset(2.0, 1.6) == pytest.approx(1.25)
+    with pytest.raises(ValueError):
+        workload_offset(0.0, 1.0)
