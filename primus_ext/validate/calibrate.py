@@ -153,3 +153,33 @@ def workload_offset(measured_step_s: float, projected_step_s: float) -> float:
     if measured_step_s <= 0 or projected_step_s <= 0:
         raise ValueError("step times must be positive")
     return measured_step_s / projected_step_s
+
+
+def one_run_offset(report: ValidationReport) -> ValidationReport:
+    """Errors after calibrating from one run of the user's own, estimated on the validation rows.
+
+    For every model x GPU x precision group with at least two projected rows, each row in turn plays
+    the user's one measured run: its measured/projected ratio becomes the workload offset applied to
+    the other rows of the group. A row's error is the mean over the anchors it was not one of. Rows of
+    single-row groups are skipped (nothing to calibrate from)."""
+    groups: dict[str, list[RowResult]] = defaultdict(list)
+    for row in report.rows:
+        if row.error_pct is not None:
+            groups[row.group].append(row)
+    out: list[RowResult] = []
+    for row in report.rows:
+        members = groups.get(row.group, [])
+        anchors = [a for a in members if a.index != row.index]
+        if row.error_pct is None or not anchors:
+            reason = row.skipped_reason or "no other row of its model x GPU x precision to calibrate from"
+            out.append(replace(row, projected_tokens_per_sec_per_gpu=None, error_pct=None, skipped_reason=reason))
+            continue
+        errors = []
+        for anchor in anchors:
+            offset = anchor.measured_tokens_per_sec_per_gpu / (anchor.projected_tokens_per_sec_per_gpu or 1.0)
+            projected = (row.projected_tokens_per_sec_per_gpu or 0.0) * offset
+            errors.append((projected - row.measured_tokens_per_sec_per_gpu) / row.measured_tokens_per_sec_per_gpu)
+        error = 100.0 * sum(errors) / len(errors)
+        projected = row.measured_tokens_per_sec_per_gpu * (1 + error / 100.0)
+        out.append(replace(row, projected_tokens_per_sec_per_gpu=projected, error_pct=error))
+    return ValidationReport(rows=tuple(out), summary=summarize(out), label=f"{report.label} + one-run offset")

@@ -58,3 +58,14 @@ def test_workload_offset():
     assert workload_offset(2.0, 1.6) == pytest.approx(1.25)
     with pytest.raises(ValueError):
         workload_offset(0.0, 1.0)
+
+
+def test_one_run_offset_removes_a_constant_bias():
+    from primus_ext.validate.calibrate import one_run_offset
+    from primus_ext.validate.run import validate_runs
+
+    runs = rows(Efficiency(gemm_max=0.5))
+    biased = validate_runs(runs, lambda run: 1.3 * fake_projector(run) * (1 + 0.01 * run.index))
+    assert biased.summary.median_abs_error_pct > 25
+    calibrated = one_run_offset(biased)
+    assert calibrated.summary.median_abs_error_pct < 3 and calibrated.summary.n_projected == 9
