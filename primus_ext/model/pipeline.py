@@ -1,0 +1,313 @@
+"""Pipeline schedule simulator: 1F1B, interleaved 1F1B (VPP) and zero-bubble ZB-H1.
+
+    >>> from primus_ext.model.pipeline import ChunkTimes, simulate
+    >>> times = ((ChunkTimes(fwd=1.0, bwd=2.0),),) * 4             # [rank][chunk], seconds
+    >>> r = simulate("1f1b", times, num_microbatches=8)
+    >>> r.makespan, r.bubble_fraction                              # 33.0, (4-1)/8
+
+Input: per pipeline rank and model chunk, the time of one micro-batch's forward, backward (input-grad
++ weight-grad) and weight-grad part; the send/recv time between consecutive virtual stages. Each rank
+runs its ops in the schedule's order; an op starts when its rank is free and its input arrived
+(upstream forward + p2p, or downstream backward + p2p). P2P runs on its own stream (Megatron's
+batched isend/irecv), so it delays only the dependent op. Uneven stages are just unequal times.
+
+Orders (megatron-core ``pipeline_parallel/schedules.py``):
+  * ``1f1b``: rank r runs min(PP-r-1, m) warm-up forwards, then one-forward-one-backward, then the
+    remaining backwards.
+  * ``interleaved``: virtual micro-batch k runs (micro-batch, chunk) ``get_schedule_table`` entry k,
+    groups of ``microbatch_group_size_per_vp_stage`` (default PP) micro-batches per chunk; warm-up
+    (PP-r-1)*2 + (VPP-1)*group, then 1F1B over virtual micro-batches; backward k runs the table's
+    entry with the chunk mirrored.
+  * ``zb-h1``: Qi et al. 2023 (arXiv:2401.10241) "ZB-H1": backward split into input-grad B and
+    weight-grad W; B has priority, F keeps 1F1B's budget (at most PP-r micro-batches between F and B
+    on rank r), W fills otherwise idle time. Simulated greedily in time order; on uniform stages it
+    reproduces the paper's bubble (p-1)(F+B-W). The deferred W's hold their inputs longer: that memory
+    is the memory model's business, not the simulator's.
+
+The closed forms (p-1)/m and (p-1)/(v*m) are tests of this simulator (tests/model/test_pipeline.py),
+not its implementation. Pure and torch-free; the fixed orders are memoised per structure.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from functools import lru_cache
+
+FWD, BWD, WGRAD = 0, 1, 2
+KIND_NAMES = ("F", "B", "W")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkTimes:
+    """One micro-batch through one model chunk, seconds."""
+
+    fwd: float
+    bwd: float
+    """Whole backward: input-grad + weight-grad (+ recompute)."""
+    wgrad: float = 0.0
+    """Weight-grad part of ``bwd`` (split off by zero-bubble schedules)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One op on the timeline (for the Gantt chart)."""
+
+    rank: int
+    chunk: int
+    microbatch: int
+    kind: str
+    """``F`` forward, ``B`` backward (input-grad only under zb-h1), ``W`` weight-grad."""
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleResult:
+    """Simulated pipeline: makespan, per-rank busy / finish times and (optionally) the timeline."""
+
+    schedule: str
+    num_microbatches: int
+    makespan: float
+    busy: tuple[float, ...]
+    """Per rank: sum of its op times."""
+    finish: tuple[float, ...]
+    """Per rank: end of its last op."""
+    events: tuple[Event, ...] = ()
+
+    @property
+    def bubble_time(self) -> float:
+        """Idle time of the busiest rank within the makespan."""
+        return self.makespan - max(self.busy)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Bubble over useful work of the busiest rank ((p-1)/m for uniform 1F1B)."""
+        return self.bubble_time / max(self.busy) if max(self.busy) > 0 else 0.0
+
+
+# --------------------------------------------------------------------------- fixed orders
+def schedule_table(num_microbatches: int, num_chunks: int, group: int) -> list[tuple[int, int]]:
+    """megatron-core ``get_schedule_table``: virtual micro-batch k -> (micro-batch, chunk)."""
+    table: list[tuple[int, int]] = []
+    for low in range(0, num_microbatches, group):
+        high = min(low + group, num_microbatches)
+        table.extend((mb, chunk) for chunk in range(num_chunks) for mb in range(low, high))
+    return table
+
+
+def rank_order(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int) -> list[tuple[int, int, int]]:
+    """The (kind, micro-batch, chunk) sequence rank ``rank`` executes."""
+    if schedule == "1f1b" or vpp == 1:
+        warm = min(pp - rank - 1, m)
+        order = [(FWD, i, 0) for i in range(warm)]
+        for k in range(m - warm):
+            order += [(FWD, warm + k, 0), (BWD, k, 0)]
+        order += [(BWD, k, 0) for k in range(m - warm, m)]
+        return order
+    table = schedule_table(m, vpp, group)
+    total = m * vpp
+    warm = min((pp - rank - 1) * 2 + (vpp - 1) * group, total)
+    fwd = [(FWD, mb, c) for mb, c in table]
+    bwd = [(BWD, mb, vpp - 1 - c) for mb, c in table]
+    order = fwd[:warm]
+    for k in range(total - warm):
+        order += [fwd[warm + k], bwd[k]]
+    return order + bwd[total - warm:]
+
+
+@dataclass(frozen=True)
+class _Structure:
+    """Topologically ordered ops with their same-rank predecessor, input dependency and slots."""
+
+    ops: tuple[tuple[int, int, int, int], ...]
+    """(kind, rank, chunk, micro-batch) per op, in a topological order."""
+    prev: tuple[int, ...]
+    dep: tuple[int, ...]
+    dur_slot: tuple[int, ...]
+    comm_slot: tuple[int, ...]
+
+
+@lru_cache(maxsize=256)
+def _structure(schedule: str, pp: int, vpp: int, m: int, group: int) -> _Structure:
+    orders = [rank_order(schedule, r, pp, vpp, m, group) for r in range(pp)]
+    stages = pp * vpp
+    index: dict[tuple[int, int, int], int] = {}  # (kind, virtual stage, mb) -> topological position
+    ops, prev, dep, dur_slot, comm_slot = [], [], [], [], []
+    pointers = [0] * pp
+    last = [-1] * pp
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(pp):
+            while pointers[r] < len(orders[r]):
+                kind, mb, chunk = orders[r][pointers[r]]
+                stage = chunk * pp + r
+                if kind == FWD:
+                    key, cslot = ((FWD, stage - 1, mb), stage - 1) if stage > 0 else (None, -1)
+                elif stage < stages - 1:
+                    key, cslot = (BWD, stage + 1, mb), stage
+                else:
+                    key, cslot = (FWD, stage, mb), -1
+                if key is not None and key not in index:
+                    break
+                index[(kind, stage, mb)] = len(ops)
+                ops.append((kind, r, chunk, mb))
+                prev.append(last[r])
+                dep.append(index[key] if key is not None else -1)
+                dur_slot.append((kind * pp + r) * vpp + chunk)
+                comm_slot.append(cslot)
+                last[r] = len(ops) - 1
+                pointers[r] += 1
+                remaining -= 1
+                progressed = True
+        assert progressed, "pipeline order deadlocks"
+    return _Structure(tuple(ops), tuple(prev), tuple(dep), tuple(dur_slot), tuple(comm_slot))
+
+
+def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
+           group: int, timeline: bool) -> ScheduleResult:
+    pp, vpp = len(times), len(times[0])
+    st = _structure(schedule, pp, vpp, m, group)
+    durs = [c.fwd for row in times for c in row] + [c.bwd for row in times for c in row]
+    comms = (*p2p, 0.0)  # slot -1 -> 0
+    fin = [0.0] * len(st.ops)
+    zero = 0.0
+    for i, (p, d, ds, cs) in enumerate(zip(st.prev, st.dep, st.dur_slot, st.comm_slot, strict=True)):
+        t = fin[p] if p >= 0 else zero
+        if d >= 0:
+            a = fin[d] + comms[cs]
+            if a > t:
+                t = a
+        fin[i] = t + durs[ds]
+    finish = [0.0] * pp
+    for i, op in enumerate(st.ops):
+        finish[op[1]] = max(finish[op[1]], fin[i])
+    busy = tuple(m * sum(c.fwd + c.bwd for c in row) for row in times)
+    events: tuple[Event, ...] = ()
+    if timeline:
+        events = tuple(
+            Event(rank=r, chunk=c, microbatch=mb, kind=KIND_NAMES[k], start=fin[i] - durs[st.dur_slot[i]], end=fin[i])
+            for i, (k, r, c, mb) in enumerate(st.ops)
+        )
+    return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy,
+                          finish=tuple(finish), events=events)
+
+
+# --------------------------------------------------------------------------- zero bubble (greedy)
+def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...], timeline: bool) -> ScheduleResult:
+    pp = len(times)
+    f = [row[0].fwd for row in times]
+    w = [min(row[0].wgrad, row[0].bwd) for row in times]
+    b = [row[0].bwd - w[r] for r, row in enumerate(times)]
+    comm = (*p2p, 0.0)
+    f_end = [[None] * m for _ in range(pp)]
+    b_end = [[None] * m for _ in range(pp)]
+    next_f, next_b, w_done = [0] * pp, [0] * pp, [0] * pp
+    free = [0.0] * pp
+    events: list[Event] = []
+    heap = [(0.0, r) for r in range(pp)]
+    waiting: set[int] = set()
+    done = 0
+    while done < 3 * m * pp:
+        t, r = heapq.heappop(heap)
+        if t != free[r]:
+            continue
+        arrivals = []  # (time, kind)
+        if next_b[r] < m:
+            mb = next_b[r]
+            src = f_end[r][mb] if r == pp - 1 else b_end[r + 1][mb]
+            if src is not None:
+                arrivals.append((src + (comm[r] if r < pp - 1 else 0.0), BWD))
+        if next_f[r] < m and next_f[r] - next_b[r] < pp - r:
+            mb = next_f[r]
+            src = 0.0 if r == 0 else f_end[r - 1][mb]
+            if src is not None:
+                arrivals.append((src + (comm[r - 1] if r > 0 else 0.0), FWD))
+        ready = sorted(k for a, k in arrivals if a <= t)
+        kind = ready[0] if ready else (WGRAD if w_done[r] < next_b[r] else None)
+        if kind is None:
+            future = [a for a, _ in arrivals]
+            if future:
+                free[r] = min(future)
+                heapq.heappush(heap, (free[r], r))
+            waiting.add(r)
+            continue
+        if kind == FWD:
+            mb, dur = next_f[r], f[r]
+            next_f[r] += 1
+            f_end[r][mb] = t + dur
+        elif kind == BWD:
+            mb, dur = next_b[r], b[r]
+            next_b[r] += 1
+            b_end[r][mb] = t + dur
+        else:
+            mb, dur = w_done[r], w[r]
+            w_done[r] += 1
+        if timeline:
+            events.append(Event(rank=r, chunk=0, microbatch=mb, kind=KIND_NAMES[kind], start=t, end=t + dur))
+        free[r] = t + dur
+        heapq.heappush(heap, (free[r], r))
+        done += 1
+        for other in waiting - {r}:
+            free[other] = t  # re-check at the current time: a new input may now be known
+            heapq.heappush(heap, (free[other], other))
+        waiting.clear()
+    busy = tuple(m * (row[0].fwd + row[0].bwd) for row in times)
+    return ScheduleResult(schedule="zb-h1", num_microbatches=m, makespan=max(free), busy=busy,
+                          finish=tuple(free), events=tuple(events))
+
+
+# --------------------------------------------------------------------------- entry point
+@lru_cache(maxsize=8192)
+def _simulate_cached(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
+                     group: int) -> ScheduleResult:
+    if schedule == "zb-h1":
+        return _zb_h1(times, m, p2p, False)
+    return _fixed(schedule, times, m, p2p, group, False)
+
+
+def simulate(
+    schedule: str,
+    times: tuple[tuple[ChunkTimes, ...], ...],
+    num_microbatches: int,
+    p2p: tuple[float, ...] = (),
+    *,
+    microbatch_group_size_per_vp_stage: int | None = None,
+    timeline: bool = False,
+) -> ScheduleResult:
+    """Simulate one step's forward/backward over ``num_microbatches`` micro-batches.
+
+    ``times[rank][chunk]``: per-micro-batch chunk times; ``p2p[s]``: send/recv seconds between virtual
+    stage s and s+1 (virtual stage = chunk * PP + rank), defaults to 0. ``timeline=True`` returns every
+    op as an ``Event`` (not memoised); otherwise the result is memoised on the inputs.
+    """
+    pp = len(times)
+    if pp == 0 or num_microbatches < 1:
+        raise ValueError("need at least one pipeline rank and one micro-batch")
+    vpp = len(times[0])
+    if any(len(row) != vpp for row in times):
+        raise ValueError("every pipeline rank needs the same number of model chunks")
+    if schedule not in ("1f1b", "interleaved", "zb-h1"):
+        raise ValueError(f"unknown pipeline schedule {schedule!r}; known: 1f1b, interleaved, zb-h1")
+    if schedule == "zb-h1" and vpp > 1:
+        raise ValueError("zb-h1 is a one-chunk schedule; use interleaved with VPP > 1")
+    stages = pp * vpp
+    p2p = tuple(p2p) + (0.0,) * (stages - 1 - len(p2p))
+    group = microbatch_group_size_per_vp_stage or pp
+    if vpp == 1 and schedule == "interleaved":
+        schedule = "1f1b"
+    if timeline:
+        if schedule == "zb-h1":
+            return _zb_h1(times, num_microbatches, p2p, True)
+        return _fixed(schedule, times, num_microbatches, p2p, group, True)
+    return _simulate_cached(schedule, times, num_microbatches, p2p, group)
+
+
+def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0) -> tuple[tuple[ChunkTimes, ...], ...]:
+    """Equal chunk times on every rank (tests, quick estimates)."""
+    chunk = ChunkTimes(fwd=fwd, bwd=bwd, wgrad=wgrad)
+    return tuple(tuple(chunk for _ in range(vpp)) for _ in range(pp))
+
+
+__all__ = ["ChunkTimes", "Event", "ScheduleResult", "rank_order", "schedule_table", "simulate", "uniform_times"]
