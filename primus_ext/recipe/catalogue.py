@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from functools import cache
 
-from primus_ext.recipe.catalogue_data import PRIMUS_PRESET_KEYS
+from primus_ext.recipe.catalogue_data import MCORE_CONFIG_KEYS, PRIMUS_PRESET_KEYS
 from primus_ext.recipe.resolve import READ_KEYS
 
 SIMILARITY_CUTOFF = 0.75
@@ -21,8 +21,8 @@ typos such as ``tensor_parallel_sise`` -> ``tensor_model_parallel_size``)."""
 
 @cache
 def known_keys() -> frozenset[str]:
-    """Megatron / Primus arguments: the Primus preset keys plus every key the resolver reads."""
-    return PRIMUS_PRESET_KEYS | READ_KEYS
+    """Megatron / Primus arguments: Primus preset keys, megatron-core config fields, resolver keys."""
+    return PRIMUS_PRESET_KEYS | MCORE_CONFIG_KEYS | READ_KEYS
 
 
 @cache

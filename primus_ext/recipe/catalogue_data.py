@@ -7,6 +7,8 @@ collected at development time with::
     python -c "import yaml,glob; r='primus/configs/'; print(sorted({k for f in glob.glob(r+'models/megatron/*.yaml')
         + glob.glob(r+'modules/megatron/*.yaml') for k in (yaml.safe_load(open(f)) or {})}))"
 
+the field names of megatron-core 0.16.1's ``TransformerConfig``, ``MLATransformerConfig`` and
+``DistributedDataParallelConfig`` (``dataclasses.fields``) not already listed (``MCORE_CONFIG_KEYS``),
 plus every key the resolver reads (``primus_ext.recipe.resolve.READ_KEYS``) — see ``known_keys()``.
 """
 
@@ -179,3 +181,37 @@ zero_bubble_pipeline_timers_start_iter zero_bubble_v_schedule zero_bubble_v_sche
 """
 
 PRIMUS_PRESET_KEYS: frozenset[str] = frozenset(_WORDS.split())
+
+_MCORE_WORDS = """
+_cpu_offloading_context activation_func activation_func_fp8_input_store autocast_dtype
+average_in_collective batch_invariant_mode batch_p2p_comm batch_p2p_sync beta_fast beta_slow
+bias_activation_fusion bucket_size cache_mla_latents check_for_nan_in_grad cpu_offloading
+cpu_offloading_activations cpu_offloading_double_buffering cpu_offloading_num_layers
+cpu_offloading_weights cuda_graph_impl cuda_graph_retain_backward_graph cuda_graph_use_single_mempool
+deallocate_pipeline_outputs disable_bf16_reduced_precision_matmul disable_parameter_transpose_cache
+disable_symmetric_registration dsa_indexer_head_dim dsa_indexer_loss_coeff dsa_indexer_n_heads
+dsa_indexer_topk dsa_indexer_use_sparse_loss embedding_init_method embedding_init_method_std
+enable_autocast ep_overlap_early_attn_memory_release finalize_model_grads_func
+fine_grained_activation_offloading fp4_quantizer_factory fp8_dot_product_attention
+fp8_multi_head_attention fp8_param fp8_quantizer_factory fsdp_double_buffer fsdp_manual_registration
+fused_single_qkv_rope gated_linear_unit glu_linear_offset grad_reduce_in_fp32 grad_scale_func
+grad_sync_func hetereogenous_dist_checkpoint heterogeneous_block_specs hybrid_context_parallel
+inference_fuse_tp_communication inference_sampling_seed init_method keep_fp8_transpose_cache
+kitchen_attention_backend layernorm_zero_centered_gamma log_max_attention_logit
+max_seqlen_per_dp_cp_rank memory_efficient_layer_norm min_offloaded_tensor_size mlp_chunks_for_prefill
+moe_apply_probs_on_input moe_deepep_num_sms moe_enable_routing_replay moe_flex_dispatcher_backend
+moe_hybridep_num_sms moe_latent_size moe_router_fusion moe_router_padding_for_fp8
+moe_router_padding_for_quantization moe_router_topk_limited_devices moe_token_dropping mrope_section
+mtp_standalone nccl_ub no_rope_freq no_sync_func num_layers_in_first_pipeline_stage
+num_layers_in_last_pipeline_stage num_microbatches_with_partial_activation_checkpoints num_moe_experts
+offload_modules outer_dp_sharding_strategy output_layer_init_method overlap_p2p_comm_warmup_flush
+pad_buckets_for_high_nccl_busbw param_sync_func params_dtype persist_layer_norm pipeline_dtype
+preserve_fp32_weights qk_clip qk_clip_alpha qk_clip_threshold quant_recipe recompute_modules
+reduce_scatter_with_fp32_accumulation reuse_grad_buf_for_mxfp8_param_ag softmax_scale softmax_type
+symmetric_ar_type timers tp_comm_atomic_ag tp_comm_atomic_rs tp_comm_overlap_disable_fc1
+tp_comm_overlap_disable_qkv tp_only_amax_red use_fused_weighted_squared_relu
+use_inference_optimized_layers use_kitchen use_kitchen_attention use_mamba_mem_eff_path
+use_te_rng_tracker variable_seq_lengths window_attn_skip_freq window_size
+"""
+
+MCORE_CONFIG_KEYS: frozenset[str] = frozenset(_MCORE_WORDS.split())
