@@ -1,0 +1,269 @@
+"""Analytic roofline costs: the fallback ``CostProvider`` when the timing store has no entry.
+
+    >>> from primus_ext.model.roofline import AnalyticCosts
+    >>> costs = AnalyticCosts(gpu=system.gpu)
+    >>> costs.cost(rank_shapes(model, execution)["dense"])        # LayerCost(source="analytic")
+
+Per layer kind at its per-rank shape (one micro-batch, one rank):
+  * every GEMM (M tokens x N outputs x K inputs, sharded by TP / ETP, experts per local expert) costs
+    ``2*M*N*K`` FLOPs at efficiency ``gemm_max * F / (F + gemm_half_size_flops)`` of the dense peak
+    for the precision (``Efficiency.gemm_max`` / ``gemm_half_size_flops``: small GEMMs run far below
+    peak); backward = data-grad + weight-grad, each the forward GEMM's FLOPs;
+  * core attention: QK^T and AV FLOPs with the causal mask (half the score matrix; sliding windows cut
+    it further) at ``Efficiency.attention`` of peak; backward = 2.5x forward (FlashAttention-2,
+    Dao 2023, sec. 3: five matmuls in backward vs two in forward);
+  * memory-bound ops (norms, residual adds, activation, RoPE, MoE permute/unpermute, cross-entropy)
+    at HBM bandwidth * ``Efficiency.hbm``; backward moves ``MEMBOUND_BWD_FACTOR`` times the bytes;
+  * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead);
+  * recompute: the forward time of what is recomputed (full layer, or the selective modules).
+``layer_params(shape)`` counts this rank's parameters (dense part, expert part) exactly.
+Pure and torch-free; ``AnalyticCosts.cost`` is memoised on (shape, GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from primus_ext.model.costs import LayerCost
+from primus_ext.model.rank_shape import RankShape
+from primus_ext.specs import GPUSpec
+
+ACT_BYTES = 2
+"""Activations are bf16 (fp8 recipes keep bf16 activations between GEMMs)."""
+LOGITS_BYTES = 4
+"""Megatron computes the vocab-parallel cross-entropy in fp32."""
+ATTENTION_BWD_FACTOR = 2.5
+"""FlashAttention-2 backward / forward FLOPs (Dao 2023, sec. 3: 5 vs 2 matmuls)."""
+MEMBOUND_BWD_FACTOR = 2.0
+"""Backward of an elementwise op reads the saved input and the output grad, writes the input grad."""
+NORM_PASSES = 2
+"""A norm reads its input and writes its output (fused kernel)."""
+SOFTMAX_CE_PASSES = 3
+"""Vocab-parallel cross-entropy: max, exp-sum, loss over the fp32 logits (Megatron
+``tensor_parallel/cross_entropy.py``)."""
+
+
+def gemm_efficiency(flops: float, gpu: GPUSpec) -> float:
+    eff = gpu.efficiency
+    return eff.gemm_max * flops / (flops + eff.gemm_half_size_flops)
+
+
+def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: float = 1.0) -> float:
+    """``count`` GEMMs of M x N x K at the size-dependent efficiency."""
+    flops = 2.0 * m * n * k
+    if flops <= 0 or count <= 0:
+        return 0.0
+    return count * flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu))
+
+
+def membound_seconds(nbytes: float, gpu: GPUSpec) -> float:
+    return nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm) if nbytes > 0 else 0.0
+
+
+@dataclass
+class _Parts:
+    """Accumulates per-module forward / data-grad / weight-grad seconds."""
+
+    fwd: dict[str, float]
+    dgrad: dict[str, float]
+    wgrad: dict[str, float]
+
+    def gemm(self, name: str, seconds: float) -> None:
+        self.fwd[name] = self.fwd.get(name, 0.0) + seconds
+        self.dgrad[name] = self.dgrad.get(name, 0.0) + seconds
+        self.wgrad[name] = self.wgrad.get(name, 0.0) + seconds
+
+    def other(self, name: str, fwd: float, bwd: float) -> None:
+        self.fwd[name] = self.fwd.get(name, 0.0) + fwd
+        self.dgrad[name] = self.dgrad.get(name, 0.0) + bwd
+
+
+def causal_keys(shape: RankShape) -> float:
+    """Mean keys one query attends to: s/2 causal, fewer under a sliding window."""
+    s = shape.seq_length
+    window = shape.arch.window_size
+    if window and 0 <= window[0] < s:
+        w = window[0] + 1
+        return w - w * w / (2.0 * s)
+    return s / 2.0
+
+
+def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    a, t, p = shape.arch, shape.tokens, shape.precision
+    tp, heads = shape.tp, shape.local_heads
+    if a.multi_latent_attention:
+        qk = a.qk_head_dim + a.qk_pos_emb_head_dim
+        if a.q_lora_rank:
+            parts.gemm("attn_linear", gemm_seconds(t, a.q_lora_rank, a.hidden_size, gpu, p))
+            parts.gemm("mla_up_proj", gemm_seconds(t, a.num_attention_heads * qk / tp, a.q_lora_rank, gpu, p))
+        else:
+            parts.gemm("attn_linear", gemm_seconds(t, a.num_attention_heads * qk / tp, a.hidden_size, gpu, p))
+        parts.gemm("attn_linear", gemm_seconds(t, a.kv_lora_rank + a.qk_pos_emb_head_dim, a.hidden_size, gpu, p))
+        kv_up = a.num_attention_heads * (a.qk_head_dim + a.v_head_dim) / tp
+        parts.gemm("mla_up_proj", gemm_seconds(t, kv_up, a.kv_lora_rank, gpu, p))
+        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.v_head_dim / tp, gpu, p))
+        width = qk + a.v_head_dim
+    else:
+        qkv = (a.num_attention_heads + 2 * a.num_query_groups) * a.kv_channels / tp
+        parts.gemm("attn_linear", gemm_seconds(t, qkv, a.hidden_size, gpu, p))
+        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp, gpu, p))
+        width = 2 * a.kv_channels
+    core_flops = 2.0 * t * causal_keys(shape) * heads * width
+    core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * gpu.efficiency.attention)
+    parts.other("core_attn", core, ATTENTION_BWD_FACTOR * core)
+    rope = membound_seconds(2 * t * heads * width * ACT_BYTES, gpu)
+    parts.other("rope", rope, MEMBOUND_BWD_FACTOR * rope)
+
+
+def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    a, t, p = shape.arch, shape.tokens, shape.precision
+    gate = 2 if a.activation in ("swiglu", "geglu") else 1
+    if shape.kind == "dense":
+        ffn = a.ffn_hidden_size / shape.tp
+        parts.gemm("mlp", gemm_seconds(t, gate * ffn, a.hidden_size, gpu, p))
+        parts.gemm("mlp", gemm_seconds(t, a.hidden_size, ffn, gpu, p))
+        act = membound_seconds(t * ffn * (gate + 1) * ACT_BYTES, gpu)
+        parts.other("mlp_act", act, MEMBOUND_BWD_FACTOR * act)
+        return
+    local = max(1, shape.local_experts)
+    per_expert = shape.routed_tokens_per_rank / local
+    ffn = a.moe_ffn_hidden_size / shape.etp
+    parts.gemm("router", gemm_seconds(shape.tokens, a.num_experts, a.hidden_size, gpu, "bf16"))
+    parts.gemm("moe", gemm_seconds(per_expert, gate * ffn, a.hidden_size, gpu, p, count=local))
+    parts.gemm("moe", gemm_seconds(per_expert, a.hidden_size, ffn, gpu, p, count=local))
+    act = membound_seconds(shape.routed_tokens_per_rank * ffn * (gate + 1) * ACT_BYTES, gpu)
+    parts.other("moe_act", act, MEMBOUND_BWD_FACTOR * act)
+    # permute + unpermute: read and write every routed token's hidden vector twice
+    perm = membound_seconds(4 * shape.routed_tokens_per_rank * a.hidden_size * ACT_BYTES, gpu)
+    parts.other("moe_permute", perm, perm)
+    if a.moe_shared_expert_intermediate_size:
+        shared = a.moe_shared_expert_intermediate_size / shape.tp
+        parts.gemm("shared_experts", gemm_seconds(t, gate * shared, a.hidden_size, gpu, p))
+        parts.gemm("shared_experts", gemm_seconds(t, a.hidden_size, shared, gpu, p))
+        sact = membound_seconds(t * shared * (gate + 1) * ACT_BYTES, gpu)
+        parts.other("shared_experts", sact, MEMBOUND_BWD_FACTOR * sact)
+
+
+def _norms_and_residuals(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    rows = shape.tokens / shape.tp if shape.sequence_parallel else shape.tokens
+    h = shape.arch.hidden_size
+    norm = membound_seconds(2 * NORM_PASSES * rows * h * ACT_BYTES, gpu)  # pre-attention + pre-MLP norms
+    parts.other("layernorm", norm, MEMBOUND_BWD_FACTOR * norm)
+    residual = membound_seconds(2 * 3 * rows * h * ACT_BYTES, gpu)  # two adds: read 2, write 1
+    parts.other("residual", residual, residual)
+
+
+def _edge(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    a, t = shape.arch, shape.tokens
+    vocab = a.vocab_size / shape.tp
+    if shape.kind == "embedding":
+        lookup = membound_seconds(2 * t * a.hidden_size * ACT_BYTES, gpu)
+        parts.other("embedding", lookup, MEMBOUND_BWD_FACTOR * lookup)
+        return
+    rows = t / shape.tp if shape.sequence_parallel else t
+    norm = membound_seconds(NORM_PASSES * rows * a.hidden_size * ACT_BYTES, gpu)
+    parts.other("layernorm", norm, MEMBOUND_BWD_FACTOR * norm)
+    parts.gemm("logits", gemm_seconds(t, vocab, a.hidden_size, gpu, shape.precision))
+    ce = membound_seconds(SOFTMAX_CE_PASSES * t * vocab * LOGITS_BYTES, gpu)
+    parts.other("cross_entropy", ce, ce)
+
+
+_SELECTIVE = {
+    "core_attn": ("core_attn",),
+    "mlp": ("mlp", "mlp_act"),
+    "moe": ("moe", "moe_act", "moe_permute", "router"),
+    "moe_act": ("moe_act",),
+    "layernorm": ("layernorm",),
+    "mla_up_proj": ("mla_up_proj",),
+    "shared_experts": ("shared_experts",),
+}
+"""Megatron ``--recompute-modules`` names -> the parts they re-run."""
+DEFAULT_SELECTIVE = ("core_attn",)
+
+
+def layer_parts(shape: RankShape, gpu: GPUSpec) -> _Parts:
+    """Per-module forward / data-grad / weight-grad seconds of one layer (no overhead)."""
+    parts = _Parts({}, {}, {})
+    if shape.kind in ("embedding", "output"):
+        _edge(parts, shape, gpu)
+    else:
+        _attention(parts, shape, gpu)
+        _mlp(parts, shape, gpu)
+        _norms_and_residuals(parts, shape, gpu)
+    return parts
+
+
+def layer_params(shape: RankShape) -> tuple[int, int]:
+    """(dense, expert) parameters this rank holds for one layer of the shape's kind."""
+    a, tp = shape.arch, shape.tp
+    h = a.hidden_size
+    if shape.kind in ("embedding", "output"):
+        return a.vocab_size // tp * h + (h if shape.kind == "output" else 0), 0
+    if a.multi_latent_attention:
+        qk = a.qk_head_dim + a.qk_pos_emb_head_dim
+        heads = a.num_attention_heads
+        q = (h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * qk // tp) if a.q_lora_rank else h * heads * qk // tp
+        attn = q + h * (a.kv_lora_rank + a.qk_pos_emb_head_dim) + a.kv_lora_rank
+        attn += a.kv_lora_rank * heads * (a.qk_head_dim + a.v_head_dim) // tp + heads * a.v_head_dim * h // tp
+    else:
+        attn = (a.num_attention_heads + 2 * a.num_query_groups) * a.kv_channels * h // tp
+        attn += a.num_attention_heads * a.kv_channels * h // tp
+        attn += 2 * a.kv_channels if a.qk_layernorm else 0
+    gate = 3 if a.activation in ("swiglu", "geglu") else 2
+    dense = attn + 2 * h  # two norms
+    if shape.kind == "dense":
+        return dense + gate * h * a.ffn_hidden_size // tp, 0
+    dense += a.num_experts * h + gate * h * a.moe_shared_expert_intermediate_size // tp
+    experts = shape.local_experts * gate * h * a.moe_ffn_hidden_size // shape.etp
+    return dense, experts
+
+
+def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of core attention: what a CP ring can hide its KV exchange behind."""
+    parts = _Parts({}, {}, {})
+    if shape.kind in ("dense", "moe"):
+        _attention(parts, shape, gpu)
+    return parts.fwd.get("core_attn", 0.0), parts.dgrad.get("core_attn", 0.0)
+
+
+@lru_cache(maxsize=16384)
+def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
+    """The roofline ``LayerCost`` of one layer kind at one per-rank shape on ``gpu``."""
+    parts = layer_parts(shape, gpu)
+    overhead = gpu.efficiency.kernel_overhead_s
+    fwd = sum(parts.fwd.values()) + overhead
+    wgrad = sum(parts.wgrad.values())
+    bwd = sum(parts.dgrad.values()) + wgrad + overhead
+    if shape.recompute == "full":
+        recompute = fwd
+    elif shape.recompute == "selective":
+        names = {p for m in (shape.recompute_modules or DEFAULT_SELECTIVE) for p in _SELECTIVE.get(m, ())}
+        recompute = sum(parts.fwd.get(n, 0.0) for n in names)
+    else:
+        recompute = 0.0
+    dense, experts = layer_params(shape)
+    return LayerCost(fwd_ms=fwd * 1e3, bwd_ms=bwd * 1e3, wgrad_ms=wgrad * 1e3, recompute_ms=recompute * 1e3,
+                     params=dense + experts, source="analytic")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalyticCosts:
+    """``CostProvider`` over the roofline: never returns ``None``."""
+
+    gpu: GPUSpec
+
+    def cost(self, shape: RankShape) -> LayerCost:
+        return analytic_cost(shape, self.gpu)
+
+
+__all__ = [
+    "AnalyticCosts",
+    "analytic_cost",
+    "attention_seconds",
+    "gemm_efficiency",
+    "gemm_seconds",
+    "layer_params",
+    "layer_parts",
+    "membound_seconds",
+]
