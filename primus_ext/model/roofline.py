@@ -203,7 +203,10 @@ def layer_params(shape: RankShape) -> tuple[int, int]:
     if a.multi_latent_attention:
         qk = a.qk_head_dim + a.qk_pos_emb_head_dim
         heads = a.num_attention_heads
-        q = (h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * qk // tp) if a.q_lora_rank else h * heads * qk // tp
+        if a.q_lora_rank:
+            q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * qk // tp
+        else:
+            q = h * heads * qk // tp
         attn = q + h * (a.kv_lora_rank + a.qk_pos_emb_head_dim) + a.kv_lora_rank
         attn += a.kv_lora_rank * heads * (a.qk_head_dim + a.v_head_dim) // tp + heads * a.v_head_dim * h // tp
     else:
