@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.recipe.catalogue import known_keys, unknown_key_warning
+from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
 from primus_ext.recipe.presets import Layer, display, find_preset, is_file, load_preset
 from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
 from primus_ext.recipe.validate import check
@@ -121,9 +121,12 @@ class _State:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    typos: list[Problem] = field(default_factory=list)
+    """Unknown keys close to a known one: listed with the problems when loading fails anyway."""
+
     def fail_if_problems(self) -> None:
         if self.problems:
-            raise RecipeError(problems=list(self.problems), source=display(self.path))
+            raise RecipeError(problems=[*self.problems, *self.typos], source=display(self.path))
 
 
 def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, str]:
@@ -276,6 +279,12 @@ def load_recipe(
     assert system is not None
     unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
     state.warnings += [unknown_key_warning(k, _where(args.origins[k])) for k in unknown]
+    state.typos += [
+        Problem(path=args.origins[k], value=k, message="unknown key (kept, passed through to Megatron)",
+                fix=f"did you mean {hint}?")
+        for k in unknown
+        if (hint := did_you_mean(k))
+    ]
     model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name or "model")
     state.warnings += resolve_warnings
     state.problems += _repoint(resolve_problems, args.values, args.origins)

@@ -23,8 +23,10 @@ from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 def _parallel(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> None:
     tp, pp, cp, world = e.tp, e.pp, e.cp, s.world_size
     if world % (tp * pp * cp):
+        sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp}
+        key = next((k for k, v in sizes.items() if world % v), "tensor_model_parallel_size")
         out.append(Problem(
-            path="tensor_model_parallel_size", value=tp,
+            path=key, value=sizes[key],
             message=f"world size {world} ({s.num_nodes} node(s) of {s.gpu.gpus_per_node}) is not divisible by "
                     f"TP*PP*CP = {tp}*{pp}*{cp} = {tp * pp * cp}",
             fix="choose TP, PP, CP whose product divides the GPU count, or change --nodes"))
