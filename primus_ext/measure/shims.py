@@ -126,7 +126,7 @@ def mla_core_attention_class() -> type:
     return MLACoreAttention
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -166,7 +166,7 @@ def parallel_context(
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialised in this process")
     os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(master_port or _free_port())
+    os.environ["MASTER_PORT"] = str(master_port or free_port())
     if dev.type == "cuda":
         dev = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(dev)

@@ -1,0 +1,226 @@
+"""The timing store: measured layer costs and fabric sweeps, persisted in SQLite, shareable as JSON lines.
+
+Usage::
+
+    store = TimingStore()                                   # $PRIMUS_EXT_CACHE/timings.sqlite
+    store.record(measurement)                               # from primus_ext.measure.runner
+    store.cost(shape)                                       # CostProvider: LayerCost | None
+    TimingStore(device="NVIDIA H200").cost(shape)           # another machine's entries
+    store.export("h200.jsonl"); TimingStore(other).import_("h200.jsonl")
+
+Key of a layer entry: kind + measured shape key (``RankShape.key()``, which includes precision and
+recompute) + target shape key + dtype + device name + library versions (torch, megatron-core, TE).
+``scale`` < 1 entries are CPU-sized stand-ins for their target: ``cost(target)`` returns them only
+with ``accept_scaled=True``, and their ``source`` always says ``@scale=``. Each entry records how
+and where it was measured (host, date, reps, spread, world, per-rank/distributed, notes); a
+failed layer is stored with its reason (``status='failed'``) and never returned as a cost.
+
+Torch-free: the projection and the tuner read stores without importing torch (give ``device``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from primus_ext.model.costs import LayerCost
+from primus_ext.model.rank_shape import LayerArch, RankShape
+
+CACHE_ENV = "PRIMUS_EXT_CACHE"
+STORE_FILE = "timings.sqlite"
+
+_LAYER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("kind", "TEXT NOT NULL"), ("shape_key", "TEXT NOT NULL"), ("target_key", "TEXT NOT NULL"),
+    ("dtype", "TEXT NOT NULL"), ("device", "TEXT NOT NULL"), ("versions", "TEXT NOT NULL"),
+    ("scale", "REAL NOT NULL"), ("status", "TEXT NOT NULL"), ("reason", "TEXT"),
+    ("fwd_ms", "REAL"), ("bwd_ms", "REAL"), ("wgrad_ms", "REAL"), ("recompute_ms", "REAL"),
+    ("params", "INTEGER"), ("saved_bytes", "INTEGER"), ("peak_bytes", "INTEGER"),
+    ("fwd_spread", "REAL"), ("bwd_spread", "REAL"), ("source", "TEXT"),
+    ("host", "TEXT"), ("date", "TEXT"), ("reps", "INTEGER"), ("warmup", "INTEGER"),
+    ("world", "INTEGER"), ("mode", "TEXT"), ("spec", "TEXT"), ("notes", "TEXT"),
+    ("shape_json", "TEXT"), ("target_json", "TEXT"),
+)
+_LAYER_KEY = ("kind", "shape_key", "target_key", "dtype", "device", "versions")
+_FABRIC_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("device", "TEXT NOT NULL"), ("world", "INTEGER NOT NULL"), ("backend", "TEXT NOT NULL"),
+    ("op", "TEXT NOT NULL"), ("nbytes", "INTEGER NOT NULL"), ("versions", "TEXT NOT NULL"),
+    ("time_ms", "REAL"), ("busbw_gbps", "REAL"), ("spread", "REAL"), ("reps", "INTEGER"),
+    ("host", "TEXT"), ("date", "TEXT"),
+)
+_FABRIC_KEY = ("device", "world", "backend", "op", "nbytes", "versions")
+_TABLES = {"layer_costs": (_LAYER_COLUMNS, _LAYER_KEY), "fabric": (_FABRIC_COLUMNS, _FABRIC_KEY)}
+_COST_FIELDS = ("fwd_ms", "bwd_ms", "wgrad_ms", "recompute_ms", "params", "saved_bytes", "peak_bytes",
+                "fwd_spread", "bwd_spread", "source")
+
+
+def default_store_path() -> Path:
+    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "primus-ext")
+    return Path(root) / STORE_FILE
+
+
+def shape_from_dict(data: dict[str, Any]) -> RankShape:
+    """Inverse of ``dataclasses.asdict(shape)`` (also after a JSON round trip)."""
+    arch = dict(data["arch"])
+    if arch.get("window_size") is not None:
+        arch["window_size"] = tuple(arch["window_size"])
+    fields = {k: v for k, v in data.items() if k != "arch"}
+    fields["recompute_modules"] = tuple(fields.get("recompute_modules", ()))
+    return RankShape(arch=LayerArch(**arch), **fields)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FabricPoint:
+    """One collective at one message size on one device group."""
+
+    device: str
+    world: int
+    backend: str
+    op: str
+    nbytes: int
+    time_ms: float
+    busbw_gbps: float
+    versions: str = ""
+    spread: float = 0.0
+    reps: int = 0
+    host: str = ""
+    date: str = ""
+
+
+class TimingStore:
+    """SQLite-backed store of measured layer costs; implements ``CostProvider``."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, device: str | None = None,
+                 accept_scaled: bool = False, versions: str | None = None):
+        self.path = Path(path) if path is not None else default_store_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._device = device
+        self._versions = versions
+        self.accept_scaled = accept_scaled
+        self._db = sqlite3.connect(self.path)
+        for table, (columns, key) in _TABLES.items():
+            cols = ", ".join(f"{name} {decl}" for name, decl in columns)
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({', '.join(key)}))")
+        self._db.commit()
+
+    # --- identity of this machine (lazy: importing torch only when no device was named) ---------
+    @property
+    def device(self) -> str:
+        if self._device is None:
+            from primus_ext.measure.runner import device_name
+            from primus_ext.measure.shims import resolve_device
+
+            self._device = device_name(resolve_device())
+        return self._device
+
+    @property
+    def versions(self) -> str:
+        if self._versions is None:
+            from primus_ext.measure.runner import library_versions
+
+            self._versions = library_versions()
+        return self._versions
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> TimingStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- writing ----------------------------------------------------------------------------------
+    def _put(self, table: str, row: dict[str, Any]) -> None:
+        columns = [name for name, _ in _TABLES[table][0]]
+        placeholders = ", ".join("?" for _ in columns)
+        self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})",
+                         [row.get(c) for c in columns])
+
+    def record(self, m: Any) -> None:
+        """Store a ``runner.Measurement`` (success or failure), replacing an entry with the same key."""
+        cost = m.cost
+        row: dict[str, Any] = dict(
+            kind=m.target.kind, shape_key=m.shape.key(), target_key=m.target.key(), dtype=m.dtype,
+            device=m.device, versions=m.versions, scale=m.scale, status="ok" if cost else "failed",
+            reason=m.error, host=m.host, date=m.date, reps=m.reps, warmup=m.warmup, world=m.world,
+            mode=m.mode, spec=m.spec, notes=json.dumps(list(m.notes)),
+            shape_json=json.dumps(asdict(m.shape), sort_keys=True),
+            target_json=json.dumps(asdict(m.target), sort_keys=True))
+        if cost is not None:
+            row.update({f: getattr(cost, f) for f in _COST_FIELDS})
+        self._put("layer_costs", row)
+        self._db.commit()
+
+    def record_fabric(self, points: list[FabricPoint]) -> None:
+        for p in points:
+            self._put("fabric", asdict(p))
+        self._db.commit()
+
+    # --- reading ----------------------------------------------------------------------------------
+    def _rows(self, table: str, where: str = "1", args: tuple[Any, ...] = ()) -> Iterator[dict[str, Any]]:
+        cur = self._db.execute(f"SELECT * FROM {table} WHERE {where}", args)
+        names = [d[0] for d in cur.description]
+        for values in cur:
+            yield dict(zip(names, values, strict=True))
+
+    def _best(self, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Prefer this process's library versions, then the largest scale, then the newest."""
+        if not rows:
+            return None
+        return max(rows, key=lambda r: (r["versions"] == self._versions, r["scale"], r["date"] or ""))
+
+    def entry(self, target: RankShape, *, scale: float = 1.0, device: str | None = None,
+              ok_only: bool = True) -> dict[str, Any] | None:
+        """The stored row for ``target`` measured at ``scale`` on ``device`` (default: this store's)."""
+        where = "target_key = ? AND scale = ? AND device = ?" + (" AND status = 'ok'" if ok_only else "")
+        return self._best(list(self._rows("layer_costs", where, (target.key(), scale, device or self.device))))
+
+    def cost(self, shape: RankShape) -> LayerCost | None:
+        """``CostProvider``: the cost of exactly ``shape`` on this store's device (see module doc)."""
+        key = shape.key()
+        rows = list(self._rows("layer_costs", "shape_key = ? AND device = ? AND status = 'ok'",
+                               (key, self.device)))
+        if not rows and self.accept_scaled:
+            rows = list(self._rows("layer_costs", "target_key = ? AND device = ? AND status = 'ok'",
+                                   (key, self.device)))
+        best = self._best(rows)
+        return None if best is None else LayerCost(**{f: best[f] for f in _COST_FIELDS})
+
+    def layer_rows(self) -> list[dict[str, Any]]:
+        return list(self._rows("layer_costs"))
+
+    def failures(self) -> list[dict[str, Any]]:
+        return list(self._rows("layer_costs", "status = 'failed'"))
+
+    def fabric(self, *, device: str | None = None, op: str | None = None) -> list[FabricPoint]:
+        rows = self._rows("fabric", "device = ?" + (" AND op = ?" if op else ""),
+                          (device or self.device, op) if op else (device or self.device,))
+        return sorted((FabricPoint(**r) for r in rows), key=lambda p: (p.op, p.world, p.nbytes))
+
+    # --- moving between machines ------------------------------------------------------------------
+    def export(self, path: str | os.PathLike[str]) -> int:
+        """Write every entry (both tables) as JSON lines; returns the number of lines."""
+        n = 0
+        with open(path, "w", encoding="utf-8") as f:
+            for table in _TABLES:
+                for row in self._rows(table):
+                    f.write(json.dumps({"table": table, **row}, sort_keys=True) + "\n")
+                    n += 1
+        return n
+
+    def import_(self, path: str | os.PathLike[str]) -> int:
+        """Read an ``export`` file, replacing entries with the same keys; returns the count."""
+        n = 0
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    self._put(row.pop("table"), row)
+                    n += 1
+        self._db.commit()
+        return n
