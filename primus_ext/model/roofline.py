@@ -16,7 +16,7 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     at HBM bandwidth * ``Efficiency.hbm``; backward moves ``MEMBOUND_BWD_FACTOR`` times the bytes;
   * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead);
   * recompute: the forward time of what is recomputed (full layer, or the selective modules).
-``layer_params(shape)`` counts this rank's parameters (dense part, expert part) exactly.
+Parameter counts come from ``primus_ext.model.params.layer_params`` (exact megatron-core counts).
 Pure and torch-free; ``AnalyticCosts.cost`` is memoised on (shape, GPU).
 """
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primus_ext.model.costs import LayerCost
+from primus_ext.model.params import layer_params
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.specs import GPUSpec
 
@@ -194,34 +195,6 @@ def layer_parts(shape: RankShape, gpu: GPUSpec) -> _Parts:
     return parts
 
 
-def layer_params(shape: RankShape) -> tuple[int, int]:
-    """(dense, expert) parameters this rank holds for one layer of the shape's kind."""
-    a, tp = shape.arch, shape.tp
-    h = a.hidden_size
-    if shape.kind in ("embedding", "output"):
-        return a.vocab_size // tp * h + (h if shape.kind == "output" else 0), 0
-    if a.multi_latent_attention:
-        qk = a.qk_head_dim + a.qk_pos_emb_head_dim
-        heads = a.num_attention_heads
-        if a.q_lora_rank:
-            q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * qk // tp
-        else:
-            q = h * heads * qk // tp
-        attn = q + h * (a.kv_lora_rank + a.qk_pos_emb_head_dim) + a.kv_lora_rank
-        attn += a.kv_lora_rank * heads * (a.qk_head_dim + a.v_head_dim) // tp + heads * a.v_head_dim * h // tp
-    else:
-        attn = (a.num_attention_heads + 2 * a.num_query_groups) * a.kv_channels * h // tp
-        attn += a.num_attention_heads * a.kv_channels * h // tp
-        attn += 2 * a.kv_channels if a.qk_layernorm else 0
-    gate = 3 if a.activation in ("swiglu", "geglu") else 2
-    dense = attn + 2 * h  # two norms
-    if shape.kind == "dense":
-        return dense + gate * h * a.ffn_hidden_size // tp, 0
-    dense += a.num_experts * h + gate * h * a.moe_shared_expert_intermediate_size // tp
-    experts = shape.local_experts * gate * h * a.moe_ffn_hidden_size // shape.etp
-    return dense, experts
-
-
 def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
     """(forward, backward) seconds of core attention: what a CP ring can hide its KV exchange behind."""
     parts = _Parts({}, {}, {})
@@ -245,9 +218,8 @@ def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
         recompute = sum(parts.fwd.get(n, 0.0) for n in names)
     else:
         recompute = 0.0
-    dense, experts = layer_params(shape)
     return LayerCost(fwd_ms=fwd * 1e3, bwd_ms=bwd * 1e3, wgrad_ms=wgrad * 1e3, recompute_ms=recompute * 1e3,
-                     params=dense + experts, source="analytic")
+                     params=layer_params(shape), source="analytic")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,7 +238,6 @@ __all__ = [
     "attention_seconds",
     "gemm_efficiency",
     "gemm_seconds",
-    "layer_params",
     "layer_parts",
     "membound_seconds",
 ]
