@@ -68,10 +68,13 @@ class BuiltLayer:
     spec_kind: str = "local"
     """``local`` (torch modules) or ``te`` (transformer-engine)."""
     param_names: dict[str, int] = field(default_factory=dict)
+    extra_params: int = 0
+    """Parameters of experts built only to carry the per-rank token slots (not the rank's)."""
 
     @property
     def param_count(self) -> int:
-        return sum(p.numel() for p in self.module.parameters())
+        """Parameters the rank holds for this layer: the module's, less ``extra_params``."""
+        return sum(p.numel() for p in self.module.parameters()) - self.extra_params
 
 
 def te_available(device: torch.device) -> bool:
@@ -101,15 +104,25 @@ def _div(value: int, by: int, what: str) -> int:
     return value // by
 
 
-def _moe_topk(shape: RankShape, local_experts: int) -> tuple[int, list[str]]:
-    """Router top-k that reproduces the balanced per-rank token slots in a one-rank world."""
+def _moe_routing(shape: RankShape, local_experts: int) -> tuple[int, int, list[str]]:
+    """(experts to build, router top-k, notes) reproducing the balanced per-rank token slots.
+
+    One rank computes ``tokens * topk*ETP/TP*imbalance`` token slots over its local experts. In a
+    one-rank world the rank's own tokens are routed with top-k = that factor; when it exceeds the
+    local expert count, extra experts are built so each token can take that many slots (their
+    parameters are not reported, ``BuiltLayer.extra_params``).
+    """
     a = shape.arch
     target = a.moe_router_topk * shape.etp / shape.tp * shape.moe_imbalance
-    topk = max(1, min(local_experts, round(target)))
+    topk = max(1, round(target))
+    built = max(local_experts, topk)
     notes = []
     if abs(topk - target) > 1e-9:
         notes.append(f"routed slots per token {topk} vs target {target:g} (topk*ETP/TP*imbalance)")
-    return topk, notes
+    if built > local_experts:
+        notes.append(f"built {built} experts (local {local_experts}) so tokens take {topk} slots; "
+                     "params reported for the local experts, router over the built ones")
+    return built, topk, notes
 
 
 def transformer_config(shape: RankShape, *, distributed: bool, device: torch.device, use_te: bool):
@@ -154,10 +167,10 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         kw["num_query_groups"] = _div(a.num_query_groups, split, "num_query_groups")
     if shape.kind == "moe":
         local = a.num_experts if distributed else _div(a.num_experts, shape.ep, "num_experts")
-        topk, more = (a.moe_router_topk, []) if distributed else _moe_topk(shape, local)
+        built, topk, more = (local, a.moe_router_topk, []) if distributed else _moe_routing(shape, local)
         notes += more
         kw.update(
-            num_moe_experts=local,
+            num_moe_experts=built,
             moe_router_topk=topk,
             moe_ffn_hidden_size=_div(a.moe_ffn_hidden_size, esplit, "moe_ffn_hidden_size"),
             moe_shared_expert_intermediate_size=(
@@ -243,6 +256,15 @@ def _recompute_targets(layer: torch.nn.Module, config) -> tuple[torch.nn.Module,
     return tuple(m for m in found if not any(m is not p and m in set(p.modules()) for p in found))
 
 
+def _extra_expert_params(layer: torch.nn.Module, shape: RankShape, distributed: bool) -> int:
+    experts = getattr(layer.mlp, "experts", None)
+    if shape.kind != "moe" or distributed or experts is None:
+        return 0
+    built = experts.num_local_experts
+    per_expert = sum(p.numel() for p in experts.parameters()) // built
+    return (built - shape.arch.num_experts // shape.ep) * per_expert
+
+
 def _causal_mask(seq: int, device: torch.device) -> torch.Tensor:
     return torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=device), 1)[None, None]
 
@@ -264,6 +286,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     sp_split = shape.tp if config.sequence_parallel else 1
     vocab = a.vocab_size if distributed else _div(a.vocab_size or 0, shape.tp, "vocab_size")
     targets: tuple[torch.nn.Module, ...] = ()
+    extra = 0
 
     if shape.kind in ("dense", "moe"):
         module = TransformerBlock(config, _layer_spec(shape, config, use_te), post_layer_norm=False)
@@ -271,6 +294,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
         if not a.multi_latent_attention:
             rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(tokens_seq).to(dev)
         targets = _recompute_targets(module.layers[0], config)
+        extra = _extra_expert_params(module.layers[0], shape, distributed)
 
         def make_inputs() -> dict[str, torch.Tensor | None]:
             x = torch.randn(tokens_seq // sp_split, mbs, a.hidden_size, device=dev, dtype=dtype)
@@ -297,7 +321,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     module = module.to(device=dev, dtype=dtype)  # what Float16Module does: params in bf16/fp16
     return BuiltLayer(shape=shape, module=module, device=dev, dtype=dtype, config=config,
                       distributed=distributed, make_inputs=make_inputs, recompute_targets=targets,
-                      notes=tuple(notes), spec_kind="te" if use_te else "local",
+                      notes=tuple(notes), spec_kind="te" if use_te else "local", extra_params=extra,
                       param_names={n: p.numel() for n, p in module.named_parameters()})
 
 

@@ -68,7 +68,7 @@ class Timing:
     wgrad_ms: float | None = None
 
 
-class _Clock:
+class Clock:
     """Marks on a timeline: perf_counter on CPU, CUDA events on GPU (read after ``sync``)."""
 
     def __init__(self, device: torch.device):
@@ -110,7 +110,7 @@ def _clear_grads(module: torch.nn.Module, inputs: dict[str, torch.Tensor | None]
 def time_layer(built: BuiltLayer, *, warmup: int = 2, reps: int = 10, timeout_s: float = 120.0,
                split_wgrad: bool = False) -> Timing:
     """Time ``reps`` forward/backward iterations after ``warmup`` ones (see module docstring)."""
-    clock = _Clock(built.device)
+    clock = Clock(built.device)
     module = built.module
     module.train()
     inputs = built.make_inputs()
@@ -169,7 +169,7 @@ def time_layer(built: BuiltLayer, *, warmup: int = 2, reps: int = 10, timeout_s:
 
 
 def _time_input_grad_only(built: BuiltLayer, inputs: dict[str, torch.Tensor | None], grad: torch.Tensor,
-                          clock: _Clock, *, reps: int) -> float:
+                          clock: Clock, *, reps: int) -> float:
     """Median backward ms with every parameter frozen (only input grads); 0 if no input needs grad."""
     if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs.values()):
         return 0.0
@@ -194,7 +194,7 @@ def _time_input_grad_only(built: BuiltLayer, inputs: dict[str, torch.Tensor | No
 
 def timed(fn: Callable[[], object], device: torch.device) -> float:
     """Milliseconds of one call of ``fn`` on ``device`` (synchronised)."""
-    clock = _Clock(device)
+    clock = Clock(device)
     clock.sync()
     a = clock.mark()
     fn()
