@@ -1,0 +1,250 @@
+"""Per-layer and per-step communication of one rank: volumes, collective times, exposed parts.
+
+    >>> lc = layer_comm(shape, execution, placements, system, fwd_s=..., bwd_s=..., attn=(f, b))
+    >>> lc.fwd["tp"]          # (total_s, exposed_s) for one micro-batch's forward
+
+Volumes (bf16 activations, per micro-batch, T = MBS * seq / CP tokens, h hidden):
+  * TP (Megatron ``tensor_parallel/mappings.py``): without SP two all-reduces of T*h per pass
+    (attention out, MLP out); with SP an all-gather + reduce-scatter pair of T*h in their place. An
+    MoE layer has the attention pair, an ETP pair for the experts when ETP > 1, and a TP pair for the
+    shared experts.
+  * CP p2p (``transformer_engine`` attention with ``cp_comm_type=p2p``): CP-1 ring steps sending this
+    rank's K,V block forward, K,V and dK,dV backward, overlapped with the attention blocks; a2a:
+    four all-to-alls of q,k,v,out per pass; allgather: K,V gathered forward, reduce-scattered back.
+  * EP: dispatch + combine all-to-all of T/TP * topk * h per pass (``alltoall``/``flex``), scaled by
+    the routing imbalance for the busiest receiver; ``allgather`` dispatcher: gather over EP + scatter.
+  * FSDP (torch FSDP2, Megatron-FSDP ``optim_grads_params``): per layer and micro-batch, params
+    all-gathered for forward and backward, grads reduce-scattered in backward, prefetched behind the
+    neighbouring layer's compute.
+Hiding: a collective overlapped with compute ``c`` leaves ``max(0, t - c) + (1 - overlap) * min(t, c)``
+exposed, ``overlap`` = ``Efficiency.overlap`` (the hidden share still slows kernels a bit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primus_ext.model.collectives import collective_time, p2p_time
+from primus_ext.model.placement import GroupPlacement, Placements
+from primus_ext.model.rank_shape import RankShape
+from primus_ext.specs import ExecutionSpec, SystemSpec
+
+ACT_BYTES = 2
+"""bf16 activations and parameters on the wire."""
+FP32_BYTES = 4
+ADAM_BYTES_PER_PARAM = 30
+"""Adam step HBM traffic per parameter: read fp32 param, grad, m, v (16) + write param, m, v (12)
++ write bf16 param copy (2) (Megatron ``optimizer/distrib_optimizer.py`` fp32 main params)."""
+DDP_MIN_BUCKET_PARAMS = 40_000_000
+"""Megatron DDP bucket size: max(40M, 1M * DP) parameters (``distributed_data_parallel.py``)."""
+DDP_BUCKET_PARAMS_PER_DP = 1_000_000
+
+
+def hide(comm: float, compute: float, overlap: float) -> float:
+    """Exposed part of ``comm`` seconds overlapped with ``compute`` seconds."""
+    hidden = min(comm, compute)
+    return comm - hidden + (1.0 - overlap) * hidden
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """One layer, one micro-batch: per comm kind (total_s, exposed_s) for forward and backward."""
+
+    fwd: dict[str, tuple[float, float]]
+    bwd: dict[str, tuple[float, float]]
+
+    def exposed(self) -> tuple[float, float]:
+        return sum(v[1] for v in self.fwd.values()), sum(v[1] for v in self.bwd.values())
+
+
+def _pair(op_sp: bool, nbytes: float, group: GroupPlacement, system: SystemSpec) -> float:
+    """One TP-style exchange: all-reduce, or all-gather + reduce-scatter under SP."""
+    if group.size <= 1:
+        return 0.0
+    if op_sp:
+        return collective_time("all_gather", nbytes, group, system) + collective_time(
+            "reduce_scatter", nbytes, group, system)
+    return collective_time("all_reduce", nbytes, group, system)
+
+
+def _tp(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
+    """TP/ETP seconds of one pass (forward; backward moves the same)."""
+    a = shape.arch
+    act = shape.tokens * a.hidden_size * ACT_BYTES
+    sp = ex.sequence_parallel
+    if shape.kind == "dense":
+        return 2 * _pair(sp, act, pl.tp, system)
+    if shape.kind == "moe":
+        total = _pair(sp, act, pl.tp, system)
+        total += _pair(sp, act, pl.etp, system) if shape.etp > 1 else 0.0
+        if a.moe_shared_expert_intermediate_size and shape.tp > 1:
+            total += _pair(sp, act, pl.tp, system)
+        return total
+    if shape.kind == "embedding":
+        return collective_time("reduce_scatter" if sp else "all_reduce", act, pl.tp, system)
+    return collective_time("all_gather", act, pl.tp, system) if sp else 0.0  # output: gather SP input
+
+
+def _tp_bwd(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
+    if shape.kind == "embedding":
+        return 0.0
+    if shape.kind == "output":
+        act = shape.tokens * shape.arch.hidden_size * ACT_BYTES
+        op = "reduce_scatter" if ex.sequence_parallel else "all_reduce"
+        return collective_time(op, act, pl.tp, system)
+    return _tp(shape, ex, pl, system)
+
+
+def _cp(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> tuple[float, float]:
+    """(forward, backward) CP seconds of one layer."""
+    if shape.cp <= 1 or shape.kind not in ("dense", "moe"):
+        return 0.0, 0.0
+    a = shape.arch
+    if a.multi_latent_attention:
+        kv_width = shape.local_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim + a.v_head_dim)
+        q_width = shape.local_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim)
+    else:
+        kv_width = 2 * shape.local_query_groups * a.kv_channels
+        q_width = shape.local_heads * a.kv_channels
+    kv = shape.tokens * kv_width * ACT_BYTES
+    if ex.cp_comm_type == "p2p":
+        step = p2p_time(kv, pl.cp.crosses, system)
+        return (shape.cp - 1) * step, 2 * (shape.cp - 1) * step
+    if ex.cp_comm_type == "allgather":
+        full = kv * shape.cp
+        gather = collective_time("all_gather", full, pl.cp, system)
+        return gather, collective_time("reduce_scatter", full, pl.cp, system)
+    qkvo = shape.tokens * (2 * q_width + kv_width) * ACT_BYTES  # a2a / a2a+p2p (Ulysses)
+    t = collective_time("all_to_all", qkvo, pl.cp, system)
+    return t, t
+
+
+def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
+    """EP seconds of one pass (dispatch + combine)."""
+    if shape.kind != "moe" or shape.ep <= 1:
+        return 0.0
+    a = shape.arch
+    local_tokens = shape.tokens / shape.tp
+    if ex.moe_token_dispatcher_type == "allgather":
+        full = local_tokens * a.hidden_size * ACT_BYTES * shape.ep
+        return collective_time("all_gather", full, pl.ep, system) + collective_time(
+            "reduce_scatter", full, pl.ep, system)
+    sent = local_tokens * a.moe_router_topk * a.hidden_size * ACT_BYTES * shape.moe_imbalance
+    return 2 * collective_time("all_to_all", sent, pl.ep, system)
+
+
+def fsdp_per_layer(ex: ExecutionSpec) -> bool:
+    """Whether parameters are sharded (gathered per layer per micro-batch)."""
+    return ex.fsdp == "torch_fsdp2" or (ex.fsdp == "megatron_fsdp" and ex.data_parallel_sharding_strategy
+                                        == "optim_grads_params")
+
+
+def grad_bytes_per_param(ex: ExecutionSpec) -> int:
+    return ACT_BYTES if ex.grad_reduce_in_bf16 else FP32_BYTES
+
+
+def _fsdp(dense: int, experts: int, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> tuple[float, float]:
+    gather = (collective_time("all_gather", dense * ACT_BYTES, pl.dp_cp, system)
+              + collective_time("all_gather", experts * ACT_BYTES, pl.edp, system))
+    gb = grad_bytes_per_param(ex)
+    scatter = (collective_time("reduce_scatter", dense * gb, pl.dp_cp, system)
+               + collective_time("reduce_scatter", experts * gb, pl.edp, system))
+    return gather, gather + scatter
+
+
+def layer_comm(
+    shape: RankShape,
+    ex: ExecutionSpec,
+    pl: Placements,
+    system: SystemSpec,
+    *,
+    fwd_s: float,
+    bwd_s: float,
+    attn: tuple[float, float] = (0.0, 0.0),
+    params: tuple[int, int] = (0, 0),
+) -> LayerComm:
+    """Communication of one layer for one micro-batch, with what overlap leaves exposed.
+
+    ``fwd_s``/``bwd_s``: the layer's compute (what TP/EP/FSDP overlap can hide behind); ``attn``: core
+    attention (fwd, bwd) seconds, what the CP ring hides behind; ``params``: (dense, expert) params of
+    the layer for FSDP.
+    """
+    ovl = system.gpu.efficiency.overlap
+    fwd: dict[str, tuple[float, float]] = {}
+    bwd: dict[str, tuple[float, float]] = {}
+    if shape.tp > 1 or shape.etp > 1:
+        tf, tb = _tp(shape, ex, pl, system), _tp_bwd(shape, ex, pl, system)
+        if ex.tp_comm_overlap and ex.sequence_parallel:
+            fwd["tp"], bwd["tp"] = (tf, hide(tf, fwd_s, ovl)), (tb, hide(tb, bwd_s, ovl))
+        else:
+            fwd["tp"], bwd["tp"] = (tf, tf), (tb, tb)
+    if shape.cp > 1:
+        cf, cb = _cp(shape, ex, pl, system)
+        if ex.cp_comm_type == "p2p":
+            fwd["cp"], bwd["cp"] = (cf, hide(cf, attn[0], ovl)), (cb, hide(cb, attn[1], ovl))
+        else:
+            fwd["cp"], bwd["cp"] = (cf, cf), (cb, cb)
+    if shape.kind == "moe" and shape.ep > 1:
+        e = _ep(shape, ex, pl, system)
+        if ex.overlap_moe_expert_parallel_comm:
+            fwd["ep"], bwd["ep"] = (e, hide(e, fwd_s, ovl)), (e, hide(e, bwd_s, ovl))
+        else:
+            fwd["ep"], bwd["ep"] = (e, e), (e, e)
+    if fsdp_per_layer(ex) and (pl.dp_cp.size > 1 or pl.edp.size > 1):
+        gf, gb = _fsdp(params[0], params[1], ex, pl, system)
+        fwd["fsdp"], bwd["fsdp"] = (gf, hide(gf, fwd_s, ovl)), (gb, hide(gb, bwd_s, ovl))
+    return LayerComm(fwd=fwd, bwd=bwd)
+
+
+def pp_bytes(shape: RankShape, ex: ExecutionSpec) -> float:
+    """Activation (and its gradient) sent between pipeline stages per micro-batch."""
+    tokens = shape.tokens / shape.tp if ex.sequence_parallel else shape.tokens
+    return tokens * shape.arch.hidden_size * ACT_BYTES
+
+
+def dp_times(dense: int, experts: int, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> tuple[float, float]:
+    """(gradient reduction, parameter all-gather) seconds of one rank per step (0 under per-layer FSDP)."""
+    if fsdp_per_layer(ex):
+        return 0.0, 0.0
+    gb = grad_bytes_per_param(ex)
+    sharded = ex.use_distributed_optimizer or (ex.fsdp != "none" and ex.data_parallel_sharding_strategy != "no_shard")
+    if sharded:
+        grad = (collective_time("reduce_scatter", dense * gb, pl.dp_cp, system)
+                + collective_time("reduce_scatter", experts * gb, pl.edp, system))
+        param = (collective_time("all_gather", dense * ACT_BYTES, pl.dp_cp, system)
+                 + collective_time("all_gather", experts * ACT_BYTES, pl.edp, system))
+        return grad, param
+    grad = (collective_time("all_reduce", dense * gb, pl.dp_cp, system)
+            + collective_time("all_reduce", experts * gb, pl.edp, system))
+    return grad, 0.0
+
+
+def bucket_fraction(params: int, ex: ExecutionSpec) -> float:
+    """Share of a rank's gradients in one DDP bucket (the last one cannot overlap)."""
+    if params <= 0:
+        return 0.0
+    bucket = max(DDP_MIN_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * ex.dp)
+    return min(1.0, bucket / params)
+
+
+def overlapped_exposed(total: float, window: float, first_or_last: float, overlap: float) -> float:
+    """Exposed seconds of a bucketed collective overlapped with ``window`` seconds of compute; the
+    ``first_or_last`` share (one bucket) runs outside the window."""
+    tail = total * first_or_last
+    return tail + hide(total - tail, window, overlap)
+
+
+def optimizer_seconds(dense: int, experts: int, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
+    """Adam step of this rank's (sharded) parameters, memory-bound on HBM."""
+    sharded = ex.use_distributed_optimizer or ex.fsdp != "none"
+    owned = dense / pl.dp_cp.size + experts / pl.edp.size if sharded else dense + experts
+    gpu = system.gpu
+    return owned * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm)
+
+
+def describe(group: GroupPlacement) -> str:
+    if group.size <= 1:
+        return "-"
+    if group.crosses:
+        return f"{group.size} ranks over {group.domains} domains ({group.per_domain}/domain)"
+    return f"{group.size} ranks, 1 domain"

@@ -1,0 +1,317 @@
+"""Step-time projection: per-rank layer costs re-inflated to the target cluster.
+
+    >>> from primus_ext.projection import evaluate, project
+    >>> p = evaluate(model, execution, system)              # fast path (tuner): no I/O, no timeline
+    >>> p = project(model, execution, system, store)        # CLI: + timeline, memory, uncertainty band
+    >>> p.tokens_per_s_per_gpu, p.breakdown.comm("ep").exposed_s, p.sources
+
+DESIGN.md "Upscale": per layer and micro-batch, compute from the cost chain (the given providers in
+order - the timing store first - then the analytic roofline) + exposed TP / CP / EP / FSDP comm
+(``projection.comm``); per pipeline chunk the sum over its layers (+ embedding on the first chunk,
+output + loss and MTP on the last); the step is the simulated schedule (``model.pipeline``) with
+send/recv between stages, then the step tail: exposed DP gradient reduction (overlapped with the last
+micro-batch's backward when ``overlap_grad_reduce``), the optimizer step and the exposed parameter
+all-gather (overlapped with the next forward when ``overlap_param_gather``).
+
+``evaluate`` is pure arithmetic over memoised lookups: no torch, no I/O, no printing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from primus_ext.errors import InfeasibleConfig, Problem
+from primus_ext.model.collectives import p2p_time
+from primus_ext.model.costs import CostProvider, LayerCost
+from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.params import expert_layer_params, layer_params
+from primus_ext.model.pipeline import ChunkTimes, simulate
+from primus_ext.model.placement import group_placements
+from primus_ext.model.rank_shape import RankShape, rank_shapes
+from primus_ext.model.roofline import analytic_cost, attention_seconds
+from primus_ext.model.stages import StagePlan, pipeline_plan
+from primus_ext.projection.comm import (
+    bucket_fraction,
+    describe,
+    dp_times,
+    layer_comm,
+    optimizer_seconds,
+    overlapped_exposed,
+    pp_bytes,
+)
+from primus_ext.projection.result import Breakdown, CommTime, Projection, StageTime
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+LAYER_COMM_KINDS = ("tp", "cp", "ep", "fsdp")
+
+Costs = CostProvider | Sequence[CostProvider] | None
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One layer of one kind/variant for one micro-batch, seconds."""
+
+    compute_fwd: float
+    compute_bwd: float
+    """Backward incl. recompute."""
+    wgrad: float
+    recompute: float
+    comm_fwd: dict[str, tuple[float, float]]
+    comm_bwd: dict[str, tuple[float, float]]
+    dense_params: int
+    expert_params: int
+    source: str
+    analytic: bool
+
+    @property
+    def fwd(self) -> float:
+        return self.compute_fwd + sum(v[1] for v in self.comm_fwd.values())
+
+    @property
+    def bwd(self) -> float:
+        return self.compute_bwd + sum(v[1] for v in self.comm_bwd.values())
+
+
+_MEMO_LIMIT = 16
+_memos: dict[int, tuple[CostProvider, dict[RankShape, LayerCost | None]]] = {}
+"""Per provider (by identity, kept alive here): shape -> cost. A timing store answers from SQLite;
+the tuner asks for the same few shapes thousands of times."""
+
+
+def clear_cost_cache() -> None:
+    """Forget memoised provider answers (after recording new measurements in a store)."""
+    _memos.clear()
+
+
+def _providers(costs: Costs) -> tuple[CostProvider, ...]:
+    if costs is None:
+        return ()
+    if hasattr(costs, "cost"):
+        return (costs,)  # type: ignore[return-value]
+    return tuple(costs)  # type: ignore[arg-type]
+
+
+def _lookup(shape: RankShape, providers: tuple[CostProvider, ...], system: SystemSpec) -> LayerCost:
+    for provider in providers:
+        entry = _memos.get(id(provider))
+        if entry is None or entry[0] is not provider:
+            if len(_memos) >= _MEMO_LIMIT:
+                _memos.clear()
+            entry = _memos[id(provider)] = (provider, {})
+        table = entry[1]
+        if shape not in table:
+            table[shape] = provider.cost(shape)
+        found = table[shape]
+        if found is not None:
+            return found
+    return analytic_cost(shape, system.gpu)
+
+
+def _layer(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...]) -> _Layer:
+    cost = _lookup(shape, providers, system)
+    fwd, recompute = cost.fwd_ms * 1e-3, cost.recompute_ms * 1e-3
+    bwd = cost.bwd_ms * 1e-3 + recompute
+    wgrad = (cost.wgrad_ms if cost.wgrad_ms is not None else cost.bwd_ms / 2) * 1e-3
+    total = layer_params(shape)
+    experts = expert_layer_params(shape)
+    comm = layer_comm(shape, ex, group_placements(ex, system), system, fwd_s=fwd, bwd_s=bwd,
+                      attn=attention_seconds(shape, system.gpu), params=(total - experts, experts))
+    return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,
+                  comm_bwd=comm.bwd, dense_params=total - experts, expert_params=experts,
+                  source=cost.source, analytic=cost.source == "analytic")
+
+
+@lru_cache(maxsize=1024)
+def _plan(model: ModelSpec, ex: ExecutionSpec) -> tuple[StagePlan, ...]:
+    return pipeline_plan(model, ex)
+
+
+@lru_cache(maxsize=4096)
+def _chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Per rank, per chunk: (dense kept, dense recomputed, moe kept, moe recomputed, mtp, embedding, output)."""
+    pattern = model.moe_layer_pattern
+    granularity = ex.recompute_granularity
+    block = granularity == "full" and ex.recompute_method == "block"
+    out = []
+    for stage in _plan(model, ex):
+        row = []
+        for chunk in stage.chunks:
+            counts = [0, 0, 0, 0]
+            for position, layer in enumerate(chunk.layers):
+                moe = layer < len(pattern) and pattern[layer]
+                if granularity is None:
+                    recomputed = False
+                elif block:
+                    recomputed = position < (ex.recompute_num_layers or len(chunk.layers))
+                else:
+                    recomputed = True
+                counts[2 * moe + recomputed] += 1
+            row.append((*counts, chunk.mtp_layers, chunk.embedding, chunk.output))
+        out.append(tuple(row))
+    return tuple(out)
+
+
+def _add(acc: dict[str, list[float]], comm: dict[str, tuple[float, float]], times: float) -> None:
+    for kind, (total, exposed) in comm.items():
+        slot = acc.setdefault(kind, [0.0, 0.0])
+        slot[0] += times * total
+        slot[1] += times * exposed
+
+
+def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
+              timeline: bool) -> Projection:
+    m = ex.num_microbatches
+    if m < 1 or ex.global_batch_size % (ex.micro_batch_size * ex.dp):
+        raise InfeasibleConfig(problems=[Problem(
+            path="global_batch_size", value=ex.global_batch_size,
+            message=f"not a positive multiple of MBS*DP = {ex.micro_batch_size}*{ex.dp}",
+            fix="choose GBS as a multiple of micro_batch_size * data_parallel_size")])
+    pl = group_placements(ex, system)
+    shapes = rank_shapes(model, ex)
+    layers: dict[tuple[str, bool], _Layer] = {}
+    for kind, shape in shapes.items():
+        plain = replace(shape, recompute="none", recompute_modules=()) if shape.recompute != "none" else shape
+        layers[(kind, False)] = _layer(plain, ex, system, providers)
+        if kind in ("dense", "moe"):
+            layers[(kind, True)] = _layer(shape, ex, system, providers) if plain is not shape else layers[(kind, False)]
+    mtp_kind = "moe" if model.is_moe else "dense"
+    counts = _chunk_counts(model, ex)
+    pp, vpp = ex.pp, ex.vpp
+
+    times, stage_acc = [], []
+    for row in counts:
+        chunk_times, acc = [], {"compute": 0.0, "recompute": 0.0, "fwd1": 0.0, "bwd1": 0.0, "dense": 0, "experts": 0,
+                                "passes": 0, "analytic_passes": 0, "layers": 0}
+        comm_acc: dict[str, list[float]] = {}
+        for n_dk, n_dr, n_mk, n_mr, mtp, emb, out in row:
+            items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
+                     (("moe", True), n_mr, True)]
+            if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
+                items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
+            if emb:
+                items.append((("embedding", False), 1, True))
+            if out:
+                items.append((("output", False), 1, True))
+            fwd = bwd = wgrad = 0.0
+            for key, n, owns_params in items:
+                if not n:
+                    continue
+                layer = layers[key]
+                fwd += n * layer.fwd
+                bwd += n * layer.bwd
+                wgrad += n * layer.wgrad
+                acc["compute"] += n * (layer.compute_fwd + layer.compute_bwd)
+                acc["recompute"] += n * layer.recompute
+                if owns_params:
+                    acc["dense"] += n * layer.dense_params
+                    acc["experts"] += n * layer.expert_params
+                acc["passes"] += 2 * n
+                acc["analytic_passes"] += 2 * n * layer.analytic
+                acc["layers"] += n if key[0] in ("dense", "moe") else 0
+                _add(comm_acc, layer.comm_fwd, n)
+                _add(comm_acc, layer.comm_bwd, n)
+            acc["fwd1"] += fwd
+            acc["bwd1"] += bwd
+            chunk_times.append(ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
+        acc["comm"] = comm_acc  # type: ignore[assignment]
+        times.append(tuple(chunk_times))
+        stage_acc.append(acc)
+    times_t = tuple(times)
+
+    stages_n = pp * vpp
+    p2p: tuple[float, ...] = ()
+    if pp > 1:
+        nbytes = pp_bytes(shapes["embedding"], ex)
+        within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
+        crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
+        p2p = tuple(across if crosses[s % pp] else within for s in range(stages_n - 1))
+    schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" else "1f1b")
+    sim = simulate(schedule, times_t, m, p2p, timeline=timeline)
+    bare = simulate(schedule, times_t, m) if any(p2p) else sim
+
+    ovl = system.gpu.efficiency.overlap
+    tails, opts, params_exp, grads, params = [], [], [], [], []
+    for r, acc in enumerate(stage_acc):
+        dense, experts = int(acc["dense"]), int(acc["experts"])
+        grad_t, param_t = dp_times(dense, experts, ex, pl, system)
+        share = bucket_fraction(dense + experts, ex)
+        grad_exp = overlapped_exposed(grad_t, acc["bwd1"], share, ovl) if ex.overlap_grad_reduce else grad_t
+        param_exp = overlapped_exposed(param_t, acc["fwd1"], share, ovl) if ex.overlap_param_gather else param_t
+        grads.append((grad_t, grad_exp))
+        params.append((param_t, param_exp))
+        tails.append(sim.finish[r] + grad_exp)
+        params_exp.append(param_exp)
+        opts.append(optimizer_seconds(dense, experts, ex, pl, system))
+    tail = max(tails)
+    step = tail + max(opts) + max(params_exp)
+
+    busiest = max(range(pp), key=lambda r: sim.busy[r])
+    acc_b = stage_acc[busiest]
+    comms = [CommTime(kind=k, total_s=m * v[0], exposed_s=m * v[1], group=describe(getattr(pl, k, pl.dp_cp)))
+             for k, v in sorted(acc_b["comm"].items(), key=lambda kv: LAYER_COMM_KINDS.index(kv[0]))]
+    if pp > 1:
+        sends = sum(p2p[c * pp + busiest] for c in range(vpp) if c * pp + busiest < stages_n - 1)
+        comms.append(CommTime(kind="pp", total_s=2 * m * sends, exposed_s=sim.makespan - bare.makespan,
+                              group=describe(pl.pp)))
+    worst_grad = max(range(pp), key=lambda r: grads[r][0])
+    if grads[worst_grad][0] > 0:
+        comms.append(CommTime(kind="dp_grad", total_s=grads[worst_grad][0], exposed_s=tail - sim.makespan,
+                              group=describe(pl.dp_cp)))
+    worst_param = max(range(pp), key=lambda r: params[r][1])
+    if params[worst_param][0] > 0:
+        comms.append(CommTime(kind="dp_param", total_s=params[worst_param][0], exposed_s=params[worst_param][1],
+                              group=describe(pl.dp_cp)))
+    eff = system.gpu.efficiency
+    breakdown = Breakdown(
+        compute_s=m * acc_b["compute"],
+        comms=tuple(comms),
+        bubble_s=max(0.0, bare.makespan - sim.busy[busiest]),
+        optimizer_s=max(opts),
+        overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
+        recompute_s=m * acc_b["recompute"],
+    )
+    plan = _plan(model, ex)
+    stages = tuple(
+        StageTime(rank=r, layers=int(stage_acc[r]["layers"]), fwd_s=tuple(c.fwd for c in times_t[r]),
+                  bwd_s=tuple(c.bwd for c in times_t[r]), busy_s=sim.busy[r], finish_s=sim.finish[r],
+                  embedding=plan[r].embedding, output=plan[r].output, dense_params=int(stage_acc[r]["dense"]),
+                  expert_params=int(stage_acc[r]["experts"]))
+        for r in range(pp)
+    )
+    sources: dict[str, str] = {}
+    for (kind, _), layer in layers.items():
+        known = sources.get(kind)
+        sources[kind] = layer.source if known in (None, layer.source) else f"{known} + {layer.source}"
+    flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size)
+    world = ex.world_size
+    tflops = flops / step / world / 1e12
+    notes = ()
+    if world != system.world_size:
+        notes = (f"execution world size {world} != cluster {system.world_size} GPUs; per-GPU figures use {world}",)
+    return Projection(
+        step_time_s=step,
+        tokens_per_s_per_gpu=ex.global_batch_size * ex.seq_length / (step * world),
+        model_tflops_per_gpu=tflops,
+        mfu=tflops / system.gpu.peak_tflops(ex.precision),
+        breakdown=breakdown,
+        stages=stages,
+        sources=sources,
+        model=model,
+        execution=ex,
+        system=system,
+        num_microbatches=m,
+        model_flops_per_step=flops,
+        timeline=sim.events,
+        notes=notes,
+    )
+
+
+def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None) -> Projection:
+    """The fast path: one configuration's projection, no timeline, no memory, no band.
+
+    ``costs``: a ``CostProvider`` or a sequence tried in order (timing store first); the analytic
+    roofline always closes the chain. Raises ``RecipeError`` / ``InfeasibleConfig`` on an illegal split.
+    """
+    return _evaluate(model, execution, system, _providers(costs), timeline=False)

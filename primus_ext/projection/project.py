@@ -1,0 +1,67 @@
+"""The full projection for the CLI: ``evaluate`` + timeline + memory + uncertainty band.
+
+    >>> from primus_ext.projection import project
+    >>> p = project(model, execution, system, store)
+    >>> p.band, p.memory.fits, len(p.timeline)
+
+The band re-evaluates with every efficiency parameter (GEMM, attention, HBM, links, overlap) moved by
+``EFFICIENCY_RANGE`` down and up, and widens it by the largest measured timing spread; it is a
+sensitivity range, not a confidence interval, until calibration provides fitted ranges.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+
+from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.projection.evaluate import Costs, _evaluate, _lookup, _providers
+from primus_ext.projection.result import Projection
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+EFFICIENCY_RANGE = 0.10
+"""Relative range assumed for each uncalibrated efficiency parameter (DESIGN.md "Sources of error")."""
+_SCALED = ("gemm_max", "attention", "hbm", "scaleup_link", "scaleout_link", "overlap")
+
+
+def _scaled_system(system: SystemSpec, factor: float) -> SystemSpec:
+    eff = system.gpu.efficiency
+    changes = {name: min(1.0, getattr(eff, name) * factor) for name in _SCALED}
+    changes["kernel_overhead_s"] = eff.kernel_overhead_s / factor
+    return replace(system, gpu=replace(system.gpu, efficiency=replace(eff, **changes)))
+
+
+def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, providers: tuple) -> tuple[object, str]:
+    if importlib.util.find_spec("primus_ext.model.memory") is None:
+        return None, "memory model (primus_ext.model.memory) not available in this checkout"
+    from primus_ext.model.memory import estimate_memory
+
+    measured = {}
+    for kind, shape in rank_shapes(model, execution).items():
+        cost = _lookup(shape, providers, system)
+        if cost.source != "analytic" and cost.saved_bytes:
+            measured[kind] = cost.saved_bytes
+    return estimate_memory(model, execution, system, activation_bytes=measured or None), ""
+
+
+def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None, *,
+            memory: bool = True, band: bool = True) -> Projection:
+    """One configuration's projection with its timeline, memory estimate and uncertainty band."""
+    providers = _providers(costs)
+    result = _evaluate(model, execution, system, providers, timeline=True)
+    notes = list(result.notes)
+    mem = None
+    if memory:
+        mem, note = _memory(model, execution, system, providers)
+        if note:
+            notes.append(note)
+    interval = None
+    if band:
+        low = _evaluate(model, execution, _scaled_system(system, 1 - EFFICIENCY_RANGE), providers, False)
+        high = _evaluate(model, execution, _scaled_system(system, 1 + EFFICIENCY_RANGE), providers, False)
+        spread = 0.0
+        for shape in rank_shapes(model, execution).values():
+            cost = _lookup(shape, providers, system)
+            spread = max(spread, cost.fwd_spread, cost.bwd_spread)
+        interval = (low.tokens_per_s_per_gpu * (1 - spread / 2), high.tokens_per_s_per_gpu * (1 + spread / 2))
+    return replace(result, memory=mem, band=interval, notes=tuple(notes))
