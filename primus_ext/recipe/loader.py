@@ -45,6 +45,8 @@ DEFAULT_NODES = 1
 EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "primus_ext"})
 MODULE_KEYS = frozenset({"framework", "config", "model", "overrides"})
 CLUSTER_KEYS = frozenset({"cluster", "nodes"})
+MAX_NODES = 100_000
+"""Largest node count accepted (guards absurd input)."""
 CLI_PREFIX = "cli."
 """Origin prefix of a command-line ``key=value`` (``cli.micro_batch_size``)."""
 
@@ -185,6 +187,11 @@ def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str]:
                                       message="expected a mapping of Megatron arguments", fix="write key: value lines"))
         overrides = {}
     prefix = f"modules.{name}.overrides."
+    bad = [k for k in overrides if not isinstance(k, str)]
+    if bad:
+        state.problems.append(Problem(path=f"{prefix}{bad[0]}", value=bad[0], message="keys must be strings",
+                                      fix="use Megatron argument names"))
+        overrides = {k: v for k, v in overrides.items() if isinstance(k, str)}
     args.update(Layer(values=dict(overrides), origins={k: f"{prefix}{k}" for k in overrides}))
     return args, model_name
 
@@ -216,9 +223,9 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
         state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
                                       fix="e.g. cluster: mi300x"))
         return None
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        state.problems.append(Problem(path=nodes_path, value=count, message="node count must be a positive integer",
-                                      fix="e.g. nodes: 4"))
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES:
+        state.problems.append(Problem(path=nodes_path, value=count,
+                                      message=f"node count must be an integer in 1..{MAX_NODES}", fix="e.g. nodes: 4"))
         return None
     try:
         return load_system(name, count)

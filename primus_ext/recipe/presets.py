@@ -114,7 +114,11 @@ def load_preset(
     data = read_yaml(path, problems)
     if data is None:
         return Layer()
-    data = expand_templates(data, env, problems, path=f"{label}:")
+    try:
+        data = expand_templates(data, env, problems, path=f"{label}:")
+    except RecursionError:
+        problems.append(Problem(path=label, message="YAML nested too deeply", fix="flatten the file"))
+        return Layer()
     layer = Layer()
     extends = data.pop("extends", None)
     if isinstance(extends, str):

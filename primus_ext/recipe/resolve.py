@@ -13,6 +13,7 @@ Usage::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,6 +90,11 @@ SPEC_ALIASES: dict[str, tuple[str, ...]] = {
 }
 """Spec field -> the Megatron arguments that set it (for pointing a problem at what the user wrote)."""
 
+MAX_LAYERS = 100_000
+"""Upper bound on num_layers and on pipeline chunks (guards absurd input; real models have < 1000)."""
+MAX_INT = 2**31 - 1
+"""Upper bound on any integer argument."""
+
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 """Megatron's ``--recompute-modules`` choices (megatron-core TransformerConfig.recompute_modules)."""
 
@@ -125,7 +131,10 @@ class _Args:
     def bad(self, key: str, message: str, fix: str = "") -> None:
         self.problems.append(Problem(path=key, message=message, fix=fix, value=self.args.get(key)))
 
-    def int(self, key: str, *, minimum: int = 1, default: int | None = None, required: bool = False) -> int | None:
+    def int(
+        self, key: str, *, minimum: int = 1, maximum: int = MAX_INT, default: int | None = None,
+        required: bool = False,
+    ) -> int | None:
         value = self.raw(key)
         if value is None:
             if required:
@@ -136,6 +145,9 @@ class _Args:
             return default
         if value < minimum:
             self.bad(key, f"must be >= {minimum}", fix=f"set {key} >= {minimum}")
+            return default
+        if value > maximum:
+            self.bad(key, f"must be <= {maximum}", fix=f"set {key} <= {maximum}")
             return default
         return value
 
@@ -216,7 +228,7 @@ def _vocab(a: _Args) -> int:
 
 
 def resolve_model(a: _Args, *, name: str) -> ModelSpec:
-    num_layers = a.int("num_layers", required=True) or 1
+    num_layers = a.int("num_layers", maximum=MAX_LAYERS, required=True) or 1
     hidden = a.int("hidden_size", required=True) or 1
     heads = a.int("num_attention_heads", required=True) or 1
     activation = _activation(a)
@@ -293,7 +305,7 @@ def _vpp(a: _Args, num_layers: int, pp: int) -> int | None:
     """VPP from whichever of Megatron's three spellings was given; conflicts are problems."""
     candidates: dict[str, int] = {}
     for key in VPP_KEYS[:2]:
-        value = a.int(key)
+        value = a.int(key, maximum=MAX_LAYERS)
         if value is not None:
             candidates[key] = value
     per_stage = a.int("num_layers_per_virtual_pipeline_stage")
@@ -313,6 +325,16 @@ def _vpp(a: _Args, num_layers: int, pp: int) -> int | None:
                   fix="give the virtual pipeline size once")
     vpp = next(iter(candidates.values()), None)
     return vpp if vpp and vpp > 1 else None
+
+
+def _layout_ok(a: _Args, layout: str) -> bool:
+    """Refuse layout strings whose repeats would expand beyond any real model (``(t|)*10**9``)."""
+    counts = [int(n) for n in re.findall(r"\*(\d{1,12})", layout)]
+    if len(layout) > 10_000 or any(n > MAX_LAYERS for n in counts) or re.search(r"\*\d{13}", layout):
+        a.bad("pipeline_model_parallel_layout", f"layout longer than {MAX_LAYERS} entries",
+              fix='write e.g. "Et*3|(tt|)*29,m|L"')
+        return False
+    return True
 
 
 def _layout_vpp(layout: str, pp: int) -> int | None:
@@ -370,6 +392,8 @@ def resolve_execution(a: _Args, model: ModelSpec, system: SystemSpec) -> Executi
     layout = a.raw("pipeline_model_parallel_layout")
     if layout is not None and not isinstance(layout, str):
         a.bad("pipeline_model_parallel_layout", "expected a layout string", fix='write e.g. "Et*3|(tt|)*29,m|L"')
+        layout = None
+    if layout and not _layout_ok(a, layout):
         layout = None
     vpp = _vpp(a, model.num_layers, pp)
     if vpp is None and layout:

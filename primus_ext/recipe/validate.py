@@ -38,9 +38,12 @@ def _parallel(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem])
     if m.num_attention_heads % tp:
         out.append(Problem(path="num_attention_heads", value=m.num_attention_heads,
                            message=f"not divisible by TP={tp}", fix="choose TP dividing the head count"))
-    if not m.multi_latent_attention and m.num_query_groups % tp:
-        out.append(Problem(path="num_query_groups", value=m.num_query_groups,
-                           message=f"not divisible by TP={tp}", fix="choose TP dividing the query-group count"))
+    groups = m.num_query_groups
+    if not m.multi_latent_attention and groups % tp and tp % groups:
+        # megatron-core transformer_config.py: KV heads are split over TP, or replicated when fewer
+        out.append(Problem(path="num_query_groups", value=groups,
+                           message=f"neither a multiple nor a divisor of TP={tp}",
+                           fix="choose TP dividing the query-group count (or a multiple of it)"))
     if not m.multi_latent_attention and m.num_attention_heads % m.num_query_groups:
         out.append(Problem(path="num_query_groups", value=m.num_query_groups,
                            message=f"does not divide num_attention_heads={m.num_attention_heads}",
@@ -195,5 +198,11 @@ def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> lis
     _moe(model, execution, system, out)
     _recompute(model, execution, out)
     _sharding(execution, out)
-    out.extend(layout_problems(model, execution))
+    chunks = execution.pp * execution.vpp
+    if chunks > model.num_layers + model.mtp_num_layers + 2:
+        out.append(Problem(path="virtual_pipeline_model_parallel_size", value=execution.vpp,
+                           message=f"PP*VPP = {chunks} pipeline chunks for {model.num_layers} layers",
+                           fix="use fewer pipeline stages / virtual stages than layers"))
+    elif system.world_size % (execution.tp * execution.pp * execution.cp) == 0:
+        out.extend(layout_problems(model, execution))
     return out

@@ -1,0 +1,133 @@
+"""Resolution of raw Megatron arguments: defaults, aliases, derived values, normalisations."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import BASE, MOE
+
+from primus_ext.hardware import load_system
+from primus_ext.recipe import resolve_specs
+from primus_ext.recipe.moe_pattern import PatternError, moe_pattern, parse_pattern_expression
+from primus_ext.recipe.resolve import resolve_all
+
+NODE = load_system("mi300x", 1)
+
+
+def resolve(args, system=NODE):
+    model, execution, problems = resolve_specs(args, system, name="t")
+    return model, execution, problems
+
+
+def test_base_resolves_cleanly_and_dp_comes_from_the_world():
+    model, execution, problems = resolve({**BASE, "tensor_model_parallel_size": 2})
+    assert not problems
+    assert execution.dp == 8 // 2 and execution.world_size == 8
+    assert (model.num_query_groups, model.kv_channels) == (4, 1024 // 16)
+
+
+def test_ffn_default_follows_megatron_formula():
+    # Megatron-LM arguments.py: 4h, or int(4h*2/3 / 64) * 64 with SwiGLU; by hand for h = 4096:
+    args = {k: v for k, v in BASE.items() if k != "ffn_hidden_size"} | {"hidden_size": 4096, "num_attention_heads": 32}
+    assert resolve(args)[0].ffn_hidden_size == 10880  # 4*4096*2/3 = 10922.7 -> 170 * 64
+    assert resolve({**args, "swiglu": False})[0].ffn_hidden_size == 16384
+
+
+def test_query_groups_semantics():
+    mha = {**BASE, "group_query_attention": False, "num_query_groups": None}
+    assert resolve(mha)[0].num_query_groups == 16
+    ignored = {**BASE, "group_query_attention": False, "num_query_groups": 4}
+    model, _, _, warnings = resolve_all(ignored, NODE)
+    assert model.num_query_groups == 16 and any("ignored" in w for w in warnings)
+    implicit = {k: v for k, v in BASE.items() if k != "group_query_attention"}
+    model, _, _, warnings = resolve_all(implicit, NODE)
+    assert model.num_query_groups == 4 and any("group_query_attention is not set" in w for w in warnings)
+
+
+def test_vocab_from_tokenizer_table_or_problem():
+    args = {k: v for k, v in BASE.items() if k != "vocab_size"}
+    assert resolve({**args, "tokenizer_model": "meta-llama/Llama-3.1-8B"})[0].vocab_size == 128256
+    assert resolve({**args, "tokenizer_model": "deepseek-ai/DeepSeek-V3"})[0].vocab_size == 129280
+    assert resolve({**args, "tokenizer_model": "Qwen/Qwen3-30B-A3B"})[0].vocab_size == 151936
+    assert resolve({**args, "tokenizer_model": "mistralai/Mixtral-8x7B-v0.1"})[0].vocab_size == 32000
+    problems = resolve({**args, "tokenizer_model": "acme/secret"})[2]
+    assert [p.path for p in problems] == ["vocab_size"]
+
+
+@pytest.mark.parametrize(("args", "vpp"), [
+    ({"num_virtual_stages_per_pipeline_rank": 2}, 2),
+    ({"virtual_pipeline_model_parallel_size": 2}, 2),
+    ({"num_layers_per_virtual_pipeline_stage": 2}, 2),  # 8 layers / PP 2 = 4 per rank / 2 = 2 chunks
+    ({"num_virtual_stages_per_pipeline_rank": 1}, None),
+])
+def test_vpp_aliases(args, vpp):
+    _, execution, problems = resolve({**BASE, "pipeline_model_parallel_size": 2, **args})
+    assert not problems
+    assert execution.virtual_pipeline_model_parallel_size == vpp
+    assert execution.pipeline_schedule == ("interleaved" if vpp else "1f1b")
+
+
+def test_vpp_alias_conflict_is_a_problem():
+    problems = resolve({**BASE, "pipeline_model_parallel_size": 2, "num_virtual_stages_per_pipeline_rank": 2,
+                        "virtual_pipeline_model_parallel_size": 4})[2]
+    assert [p.path for p in problems] == ["num_virtual_stages_per_pipeline_rank"]
+
+
+def test_vpp_derived_from_layout():
+    layout = {"pipeline_model_parallel_size": 2, "pipeline_model_parallel_layout": "Et|tt|ttt|ttL"}
+    _, execution, _ = resolve({**BASE, **layout})
+    assert execution.vpp == 2 and execution.pipeline_schedule == "interleaved"
+
+
+def test_zero_bubble_and_precision_and_fsdp():
+    zero_bubble = {"pipeline_model_parallel_size": 2, "patch_zero_bubble": True, "enable_zero_bubble": True}
+    _, e, _ = resolve({**BASE, **zero_bubble})
+    assert e.pipeline_schedule == "zb-h1"
+    assert resolve({**BASE, "fp8": "hybrid"})[1].precision == "fp8"
+    assert resolve({**BASE, "fp8": "e4m3"})[1].precision == "fp8"
+    assert resolve({**BASE, "bf16": False, "fp16": True})[1].precision == "fp16"
+    assert resolve({**BASE, "bf16": False})[1].precision == "fp32"
+    assert resolve({**BASE, "use_torch_fsdp2": True})[1].fsdp == "torch_fsdp2"
+    assert resolve({**BASE, "use_custom_fsdp": True})[1].fsdp == "megatron_fsdp"
+    assert resolve({**BASE, "use_megatron_fsdp": 1})[1].fsdp == "megatron_fsdp"
+
+
+def test_sequence_parallel_as_int_and_dropped_at_tp1():
+    assert resolve({**BASE, "sequence_parallel": 1, "tensor_model_parallel_size": 2})[1].sequence_parallel is True
+    assert resolve({**BASE, "sequence_parallel": 1})[1].sequence_parallel is False  # Megatron: off at TP=1
+    assert resolve({**BASE, "tp_comm_overlap": True})[1].tp_comm_overlap is False
+
+
+def test_recompute_activations_alias_and_moe_layout():
+    _, e, _ = resolve({**BASE, "recompute_activations": True})
+    assert e.recompute_granularity == "selective"
+    model, _, _ = resolve({**MOE, "moe_layer_freq": "([0]*2+[1]*6)", "moe_shared_expert_intermediate_size": 1024})
+    assert model.moe_layer_pattern == (False, False) + (True,) * 6
+    assert (model.num_moe_layers, model.num_dense_layers, model.moe_shared_expert_intermediate_size) == (6, 2, 1024)
+    assert resolve(BASE)[0].moe_layer_pattern == ()
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("tensor_model_parallel_size", "two"), ("sequence_parallel", "yes"), ("recompute_granularity", "partial"),
+    ("num_layers", 0), ("moe_layer_freq", "__import__('os')"), ("fp8", "e5m2"), ("normalization", "BatchNorm"),
+    ("recompute_modules", ["core_attn", "everything"]), ("window_size", "wide"), ("num_layers", 10**9),
+])
+def test_malformed_values_name_their_key(key, value):
+    args = {**MOE, key: value}
+    problems = resolve(args)[2]
+    assert key in [p.path for p in problems], problems
+
+
+def test_missing_required_keys_all_reported():
+    problems = resolve({"vocab_size": 10})[2]
+    assert {"num_layers", "hidden_size", "num_attention_heads", "seq_length"} <= {p.path for p in problems}
+
+
+def test_moe_pattern_matches_python_and_megatron_int_rule():
+    for text in ("([0]*3+[1]*58)", "[1,0,1,0]", "([1]*3+[0])*22+[1]*3+[0]*2", "[0]+[1]*60"):
+        assert list(parse_pattern_expression(text)) == eval(text)  # trusted literals in a test only
+    # megatron-core gpt_layer_specs: an int N marks layers with i % N == 0
+    assert moe_pattern(2, 5) == (True, False, True, False, True)
+    assert moe_pattern("1", 3) == (True, True, True)
+    for bad in ("[0]*10**9", "[0]*99999999", "[2]*4", "[0]*3", "open('x')", "", "[]"):
+        with pytest.raises(PatternError):
+            moe_pattern(bad, 4)
