@@ -149,3 +149,11 @@ def summarize(rows: Sequence[RowResult]) -> Summary:
 def validate_runs(runs: Sequence[RunRow], projector: Projector, *, label: str = "") -> ValidationReport:
     rows = project_rows(runs, projector)
     return ValidationReport(rows=tuple(rows), summary=summarize(rows), label=label)
+
+
+def analytic_projector(run: RunRow) -> float:
+    """Projected tokens/s/GPU of a row from the analytic projection (roofline costs)."""
+    from primus_ext.projection import evaluate
+
+    assert run.model is not None and run.execution is not None and run.system is not None
+    return evaluate(run.model, run.execution, run.system).tokens_per_s_per_gpu

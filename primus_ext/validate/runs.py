@@ -23,6 +23,7 @@ from pathlib import Path
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
 from primus_ext.model.flops import model_flops_per_token
+from primus_ext.model.stages import layout_problems
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 
@@ -156,7 +157,35 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     )
     if not torchtitan:
         assumptions.append("Megatron recipe defaults: distributed optimizer, grad/param overlap, TP comm overlap")
+    if layout_problems(model, execution):
+        execution, note = _legal_split(model, execution)
+        assumptions.append(note)
     return execution, assumptions
+
+
+def balanced_layout(num_layers: int, stages: int, mtp_layers: int = 0) -> str:
+    """A Megatron layout string spreading ``num_layers`` over ``stages`` virtual stages as evenly as
+    possible, the remainder on the middle stages (the embedding and loss stages carry extra work)."""
+    base, extra = divmod(num_layers, stages)
+    counts = [base] * stages
+    middle = list(range(1, stages - 1)) or list(range(stages))
+    for i in range(extra):
+        counts[middle[i % len(middle)]] += 1
+    parts = ["t" * c for c in counts]
+    parts[0] = "E" + parts[0]
+    parts[-1] = parts[-1] + "m" * mtp_layers + "L"
+    return "|".join(parts)
+
+
+def _legal_split(model: ModelSpec, execution: ExecutionSpec) -> tuple[ExecutionSpec, str]:
+    """The source did not state how an indivisible layer count was split: use what Megatron-Bridge
+    recipes do (embedding and loss counted as pipeline layers), else a balanced layout."""
+    accounted = replace(execution, account_for_embedding_in_pipeline_split=True,
+                        account_for_loss_in_pipeline_split=True)
+    if not layout_problems(model, accounted):
+        return accounted, "pipeline split: embedding and loss accounted as layers (not stated by the source)"
+    layout = balanced_layout(model.num_layers, execution.pp * execution.vpp, model.mtp_num_layers)
+    return replace(execution, pipeline_model_parallel_layout=layout), f"pipeline split assumed: layout {layout}"
 
 
 def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
@@ -225,4 +254,29 @@ def read_runs(path: str | Path, archs: dict[str, ArchRow],
             rows = list(reader)
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
-    return [run_of(i, row, archs, gpus) for i, row in enumerate(rows)]
+    runs = [run_of(i, row, archs, gpus) for i, row in enumerate(rows)]
+    return _keep_final_optimization_steps(runs, rows)
+
+
+_STEP = re.compile(r"\bstep(\d+):")
+
+
+def _keep_final_optimization_steps(runs: list[RunRow], rows: list[dict[str, str]]) -> list[RunRow]:
+    """An optimization-history table lists one configuration under successive software changes
+    (kernel fusions, CUDA graphs...) that no configuration-level projection can tell apart. Keep the
+    final step of each table as the measurement of that configuration; name the others as skipped."""
+    tables: dict[tuple[str, str, str, str], list[tuple[int, int]]] = {}
+    for i, row in enumerate(rows):
+        step = _STEP.search(row["extra_flags"] or "")
+        if step and "optimization-history" in (row["notes"] or ""):
+            key = (row["source"], row["model"], row["gpu"], row["num_gpus"])
+            tables.setdefault(key, []).append((int(step.group(1)), i))
+    out = list(runs)
+    for steps in tables.values():
+        final_step, _ = max(steps)
+        for step, i in steps:
+            if step != final_step and out[i].model is not None:
+                out[i] = replace(out[i], model=None, execution=None, system=None, skipped_reason=(
+                    f"intermediate software-optimization step {step} of an optimization-history table "
+                    f"(its final step {final_step} is kept)"))
+    return out

@@ -95,3 +95,20 @@ def test_hardware_csv_overrides_datasheet_keeps_profile_efficiency(tmp_path):
     archs = read_archs(VALIDATION / "model_archs.csv")
     runs = read_runs(VALIDATION / "measured_throughput.csv", archs, read_hardware(custom))
     assert any(r.system and r.system.gpu.bf16_dense_tflops == 1234 for r in runs)
+
+
+def test_indivisible_layers_get_the_recipe_split_and_history_steps_keep_the_final(tmp_path):
+    from primus_ext.validate.runs import balanced_layout
+
+    # 61 = 16 * 3 + 13: the 13 extra layers go to middle stages 1..13; embedding/loss stages keep 3
+    assert balanced_layout(61, 16) == "Ettt|" + "tttt|" * 13 + "ttt|tttL"
+    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,126,1024,4096,16,4,32000,,,,,,no,\n"
+                             "N,61,1024,4096,16,4,32000,,,,,,no,\n"))
+    runs = read_runs(write(tmp_path, "r.csv", RUN_HEADER + (
+        "S,2025,M,4096,BF16,H100,128,1,16,,1,,,8,1,64,,900,,,,\n"
+        "S,2025,N,4096,BF16,H100,16,1,16,,1,,,1,1,64,,900,,,,\n"
+        'T,2025,N,4096,BF16,H100,16,1,16,,1,,,1,1,64,"step2: fuse",900,,,,optimization-history table\n'
+        'T,2025,N,4096,BF16,H100,16,1,16,,1,,,1,1,64,"step5: graphs",950,,,,optimization-history table\n')), archs)
+    assert runs[0].execution.account_for_embedding_in_pipeline_split  # 126 + 2 = 128 = 16 * 8
+    assert runs[1].execution.pipeline_model_parallel_layout.count("t") == 61
+    assert "intermediate" in runs[2].skipped_reason and runs[3].model is not None
