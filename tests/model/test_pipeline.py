@@ -1,0 +1,76 @@
+"""Pipeline simulator vs the closed-form bubbles, megatron-core's schedule table, and ZB-H1's paper bubble."""
+
+import pytest
+
+from primus_ext.model.pipeline import ChunkTimes, rank_order, schedule_table, simulate, uniform_times
+
+
+@pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 16), (8, 32)])
+def test_1f1b_bubble_is_p_minus_1_over_m(pp, m):
+    r = simulate("1f1b", uniform_times(pp, 1, 1.0, 2.0), m)
+    assert r.bubble_fraction == pytest.approx((pp - 1) / m)
+    assert r.makespan == pytest.approx((m + pp - 1) * 3.0)
+
+
+@pytest.mark.parametrize("pp,v,m", [(2, 2, 4), (4, 2, 8), (4, 4, 16), (8, 2, 16)])
+def test_interleaved_bubble_is_p_minus_1_over_vm(pp, v, m):
+    r = simulate("interleaved", uniform_times(pp, v, 1.0 / v, 2.0 / v), m)
+    assert r.bubble_fraction == pytest.approx((pp - 1) / (v * m))
+
+
+def test_schedule_table_matches_megatron_core():
+    from megatron.core.pipeline_parallel.schedules import get_schedule_table
+
+    for m, chunks, group in [(8, 2, 4), (5, 2, 2), (12, 3, 4), (6, 4, 8)]:
+        assert schedule_table(m, chunks, group) == list(get_schedule_table(m, chunks, group))
+
+
+def test_every_rank_runs_every_op_once():
+    for schedule, v in (("1f1b", 1), ("interleaved", 3)):
+        for rank in range(4):
+            order = rank_order(schedule, rank, 4, v, 8, 4)
+            assert len(order) == len(set(order)) == 2 * 8 * v
+
+
+def test_zero_bubble_h1_beats_1f1b_with_the_papers_bubble():
+    pp, m = 4, 12
+    one = simulate("1f1b", uniform_times(pp, 1, 1.0, 2.0, 1.0), m)
+    zb = simulate("zb-h1", uniform_times(pp, 1, 1.0, 2.0, 1.0), m)
+    assert zb.makespan < one.makespan
+    # Qi et al. 2023, table 1: 1F1B bubble (p-1)(F+B+W), ZB-H1 (p-1)(F+B-W); here F=B=W=1
+    assert one.bubble_time == pytest.approx((pp - 1) * 3.0)
+    assert zb.bubble_time == pytest.approx((pp - 1) * 1.0)
+    timeline = simulate("zb-h1", uniform_times(pp, 1, 1.0, 2.0, 1.0), m, timeline=True)
+    assert len(timeline.events) == 3 * pp * m
+
+
+def test_uneven_stages_and_p2p_slow_the_pipeline():
+    even = simulate("1f1b", uniform_times(4, 1, 1.0, 2.0), 16)
+    heavy = list(uniform_times(4, 1, 1.0, 2.0))
+    heavy[3] = (ChunkTimes(fwd=1.5, bwd=3.0),)
+    uneven = simulate("1f1b", tuple(heavy), 16)
+    assert uneven.makespan > even.makespan
+    assert uneven.busy[3] == max(uneven.busy)
+    # the slowest stage sets the steady state: makespan >= m * its per-micro-batch time
+    assert uneven.makespan >= 16 * 4.5
+    with_p2p = simulate("1f1b", uniform_times(4, 1, 1.0, 2.0), 16, (0.1, 0.1, 0.1))
+    # at least the fill (3 forward links) and drain (3 backward links) see every send/recv
+    assert with_p2p.makespan >= even.makespan + 2 * 3 * 0.1 - 1e-9
+    slower = simulate("1f1b", uniform_times(4, 1, 1.0, 2.0), 16, (0.2, 0.2, 0.2))
+    assert slower.makespan > with_p2p.makespan
+
+
+def test_timeline_events_are_consistent():
+    r = simulate("interleaved", uniform_times(2, 2, 0.5, 1.0), 4, timeline=True)
+    assert len(r.events) == 2 * 2 * 2 * 4
+    for rank in range(2):
+        ev = sorted((e for e in r.events if e.rank == rank), key=lambda e: e.start)
+        assert all(a.end <= b.start + 1e-12 for a, b in zip(ev, ev[1:], strict=False))
+    assert max(e.end for e in r.events) == pytest.approx(r.makespan)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError):
+        simulate("gpipe", uniform_times(2, 1, 1, 1), 4)
+    with pytest.raises(ValueError):
+        simulate("zb-h1", uniform_times(2, 2, 1, 1), 4)
