@@ -1,0 +1,99 @@
+"""``primus-ext validate``: projected vs measured tokens/s/GPU over published runs.
+
+    primus-ext validate ../shared/validation/measured_throughput.csv \
+        --archs ../shared/validation/model_archs.csv [--hardware ../shared/validation/hardware_specs.csv] \
+        [--json OUT] [--cv] [--fit] [--calibrate-from MY_RUN.json]
+
+``--cv`` adds leave-one-model-out cross-validation of the per-GPU calibration (refits per held-out
+model, about a minute); ``--fit`` fits the per-GPU efficiency parameters on all rows and prints the
+``efficiency:`` blocks to paste into the hardware profiles; ``--calibrate-from`` applies the workload
+offset of one measured run of your own and reports the error it leaves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="projected vs measured throughput on published runs",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("measurements", help="CSV in the layout of shared/validation/measured_throughput.csv")
+    p.add_argument("--archs", required=True, help="CSV in the layout of shared/validation/model_archs.csv")
+    p.add_argument("--hardware", help="CSV in the layout of shared/validation/hardware_specs.csv")
+    p.add_argument("--json", dest="json_out", help="write rows and summary as JSON to this file")
+    p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration")
+    p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")
+    p.add_argument("--calibrate-from", help="one measured run of your own (CSV/JSON) -> workload offset")
+    p.add_argument("--worst", type=int, default=10, help="how many worst rows to print (default 10)")
+    p.set_defaults(func=run)
+
+
+def _summary_lines(report) -> list[str]:
+    s = report.summary
+    lines = [f"{report.label or 'projection'}: {s.n_projected} rows projected, {s.n_skipped} skipped",
+             f"  |error| median {s.median_abs_error_pct:.1f} %   p90 {s.p90_abs_error_pct:.1f} %   "
+             f"max {s.max_abs_error_pct:.1f} %"]
+    for group, rho in s.spearman_by_group.items():
+        lines.append(f"  rank  {group:<42} spearman {rho:+.2f}  kendall {s.kendall_by_group[group]:+.2f}")
+    return lines
+
+
+def _progress(message: str) -> None:
+    print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_ext.validate.archs import read_archs
+    from primus_ext.validate.calibrate import fit_by_gpu, leave_one_model_out, one_run_offset
+    from primus_ext.validate.hardware_csv import read_hardware
+    from primus_ext.validate.run import analytic_projector, validate_runs
+    from primus_ext.validate.runs import read_runs
+
+    archs = read_archs(args.archs)
+    gpus = read_hardware(args.hardware) if args.hardware else None
+    runs = read_runs(args.measurements, archs, gpus)
+    report = validate_runs(runs, analytic_projector, label="analytic projection, profile efficiencies")
+    print("\n".join(_summary_lines(report)))
+    print(f"\nworst {args.worst} rows (signed error = projected vs measured):")
+    for r in report.worst(args.worst):
+        print(f"  #{r.index:<4} {r.model:<20} {r.gpu:<7} {r.num_gpus:>5} GPUs {r.precision:<5} "
+              f"measured {r.measured_tokens_per_sec_per_gpu:>9.0f}  projected "
+              f"{r.projected_tokens_per_sec_per_gpu:>9.0f}  {r.error_pct:+6.1f} %")
+    skipped: dict[str, int] = {}
+    for r in report.rows:
+        if r.error_pct is None:
+            skipped[r.skipped_reason] = skipped.get(r.skipped_reason, 0) + 1
+    print("\nskipped rows:")
+    for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]):
+        print(f"  {count:>3} x {reason}")
+    out = report.to_dict()
+    offset = one_run_offset(report)
+    print("\n" + "\n".join(_summary_lines(offset)[:2]))
+    out["one_run_offset_summary"] = offset.to_dict()["summary"]
+    if args.calibrate_from:
+        from primus_ext.validate.user_run import apply_user_offsets, read_user_runs
+
+        user = apply_user_offsets(report, read_user_runs(args.calibrate_from, archs), analytic_projector)
+        print("\n" + "\n".join(_summary_lines(user)[:2]))
+        out["calibrated_from_user_run"] = user.to_dict()
+    if args.fit:
+        fits = fit_by_gpu(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
+        print("\nfitted efficiency blocks (paste into primus_ext/hardware/profiles/<gpu>.yaml):")
+        for name, (eff, n, loss) in fits.items():
+            print(f"# {name}: {n} rows, mean |log error| {loss:.3f}")
+            print(f"efficiency: {{gemm_max: {eff.gemm_max:.3f}, attention: {eff.attention:.3f}, "
+                  f"scaleout_link: {eff.scaleout_link:.3f}, calibration: {eff.calibration!r}}}")
+        out["fits"] = {name: {"gemm_max": e.gemm_max, "attention": e.attention, "scaleout_link": e.scaleout_link,
+                              "rows": n, "loss": loss} for name, (e, n, loss) in fits.items()}
+    if args.cv:
+        cv = leave_one_model_out(runs, analytic_projector, progress=_progress)
+        print("\n" + "\n".join(_summary_lines(cv)))
+        out["cross_validation"] = cv.to_dict()
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(out, indent=2, default=float))
+        print(f"\nwrote {args.json_out}")
+    return 0

@@ -1,0 +1,62 @@
+"""``primus-ext validate`` end to end on a small CSV pair (and on the shipped set when present)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from primus_ext.cli import main
+
+VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
+ARCH = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
+        "shared_experts,first_k_dense,mla(yes/no),notes\nM,8,1024,4096,16,4,32000,,,,,,no,\n")
+RUNS = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
+        "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n"
+        "S,2025,M,4096,BF16,H100,16,1,1,,1,,,16,1,64,,20000,,,,\n"
+        "S,2025,M,4096,BF16,H100,16,2,1,,1,,,8,1,64,,18000,,,,\n"
+        "S,2025,M,4096,BF16,H100,16,2,2,,1,,,4,1,64,,15000,,,,\n"
+        "S,2025,M,4096,NVFP4,H100,16,1,1,,1,,,16,1,64,,30000,,,,\n")
+
+
+def test_validate_json_layout(tmp_path, capsys):
+    (tmp_path / "a.csv").write_text(ARCH)
+    (tmp_path / "r.csv").write_text(RUNS)
+    (tmp_path / "mine.json").write_text(json.dumps({
+        "source": "me", "model": "M", "seq_len": 4096, "precision": "BF16", "gpu": "H100", "num_gpus": 16,
+        "tp": 1, "pp": 1, "cp": 1, "mbs": 1, "gbs": 64, "step_time_s": 0.8}))
+    out = tmp_path / "v.json"
+    code = main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--json", str(out),
+                 "--calibrate-from", str(tmp_path / "mine.json")])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert [r["index"] for r in data["rows"]] == [0, 1, 2, 3]
+    first = data["rows"][0]
+    assert set(first) >= {"index", "model", "gpu", "num_gpus", "measured_tokens_per_sec_per_gpu",
+                          "projected_tokens_per_sec_per_gpu", "error_pct", "skipped_reason"}
+    assert first["error_pct"] == pytest.approx(
+        (first["projected_tokens_per_sec_per_gpu"] - 20000) / 20000 * 100)
+    assert "NVFP4" in data["rows"][3]["skipped_reason"]
+    summary = data["summary"]
+    assert summary["n_projected"] == 3 and summary["n_skipped"] == 1
+    assert set(summary) >= {"median_abs_error_pct", "p90_abs_error_pct", "max_abs_error_pct",
+                            "spearman_by_group", "kendall_by_group"}
+    assert "M | H100 | bf16" in summary["spearman_by_group"]
+    # the user's run: 64 * 4096 / (0.8 s * 16) = 20480 tok/s/GPU anchors the group
+    assert data["calibrated_from_user_run"]["summary"]["n_projected"] == 3
+    assert "worst" in capsys.readouterr().out
+
+
+def test_validate_bad_file_exits_2(tmp_path, capsys):
+    (tmp_path / "a.csv").write_text("name\nx\n")
+    assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv")]) == 2
+    assert "missing columns" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not VALIDATION.exists(), reason="shared/validation not present")
+def test_validate_published_set_runs(tmp_path):
+    out = tmp_path / "v.json"
+    assert main(["validate", str(VALIDATION / "measured_throughput.csv"), "--archs",
+                 str(VALIDATION / "model_archs.csv"), "--hardware", str(VALIDATION / "hardware_specs.csv"),
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert len(data["rows"]) == 184 and data["summary"]["n_projected"] >= 100
