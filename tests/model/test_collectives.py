@@ -11,7 +11,8 @@ S = 1e9
 
 
 def system(domain=8, nodes=16, alpha=0.0, net_alpha=0.0, up_eff=1.0, nic_eff=1.0):
-    eff = Efficiency(scaleup_link=up_eff, scaleout_link=nic_eff, collective_latency_s=alpha, network_latency_s=net_alpha)
+    eff = Efficiency(scaleup_link=up_eff, scaleout_link=nic_eff, collective_latency_s=alpha,
+                     network_latency_s=net_alpha)
     gpu = GPUSpec(name="toy", bf16_dense_tflops=1000, fp8_dense_tflops=2000, hbm_bytes=80e9,
                   hbm_bandwidth_bytes_per_s=3e12, scaleup_bandwidth_bytes_per_s=UP, scaleup_domain=domain,
                   nic_bandwidth_bytes_per_s=NIC, gpus_per_node=min(domain, 8), efficiency=eff)

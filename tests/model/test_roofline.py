@@ -1,0 +1,70 @@
+"""Analytic roofline: GEMM FLOPs agree with the model-FLOPs formula; efficiency, TP split and recompute behave."""
+
+from dataclasses import replace
+
+import pytest
+
+from primus_ext.hardware import load_gpu
+from primus_ext.model.flops import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs
+from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.roofline import AnalyticCosts, analytic_cost, gemm_efficiency, layer_parts
+from primus_ext.specs import Efficiency, ExecutionSpec, ModelSpec
+
+MODEL = ModelSpec(num_layers=4, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16, num_query_groups=4,
+                  kv_channels=64, vocab_size=32000)
+
+
+def flat_gpu():
+    """Constant GEMM efficiency so that seconds convert back to FLOPs exactly."""
+    gpu = load_gpu("h100")
+    return replace(gpu, efficiency=Efficiency(gemm_max=0.5, gemm_half_size_flops=0.0, attention=0.5))
+
+
+def test_gemm_efficiency_half_point():
+    gpu = load_gpu("h100")
+    eff = gpu.efficiency
+    assert gemm_efficiency(eff.gemm_half_size_flops, gpu) == pytest.approx(eff.gemm_max / 2)
+    assert gemm_efficiency(1e15, gpu) == pytest.approx(eff.gemm_max, rel=1e-4)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_gemm_flops_equal_model_formula(tp):
+    gpu = flat_gpu()
+    ex = ExecutionSpec(tensor_model_parallel_size=tp, seq_length=2048, micro_batch_size=2)
+    shapes = rank_shapes(MODEL, ex)
+    rate = gpu.peak_tflops("bf16") * 1e12 * 0.5
+    parts = layer_parts(shapes["dense"], gpu)
+    tokens = 2 * 2048
+    linear = sum(v for k, v in parts.fwd.items() if k in ("attn_linear", "mlp")) * rate
+    assert linear == pytest.approx(2 * tokens * (attention_linear_macs(MODEL) + dense_mlp_macs(MODEL)) / tp)
+    core = parts.fwd["core_attn"] * rate
+    assert core == pytest.approx(2 * tokens * attention_core_macs(MODEL, 2048) / tp)
+    logits = layer_parts(shapes["output"], gpu).fwd["logits"] * rate
+    assert logits == pytest.approx(2 * tokens * logits_macs(MODEL) / tp, rel=0.01)  # padded to 128*TP
+    # backward GEMMs: data-grad + weight-grad, each the forward's FLOPs
+    assert parts.wgrad["mlp"] == pytest.approx(parts.fwd["mlp"])
+    assert parts.dgrad["core_attn"] == pytest.approx(2.5 * parts.fwd["core_attn"])
+
+
+def test_costs_shrink_with_tp_and_recompute_adds_forward():
+    gpu = load_gpu("h100")
+    one = analytic_cost(rank_shapes(MODEL, ExecutionSpec(seq_length=4096))["dense"], gpu)
+    two = analytic_cost(rank_shapes(MODEL, ExecutionSpec(seq_length=4096, tensor_model_parallel_size=2))["dense"], gpu)
+    assert two.fwd_ms < one.fwd_ms and two.params < one.params
+    assert one.source == "analytic" and one.wgrad_ms < one.bwd_ms
+    full = analytic_cost(rank_shapes(MODEL, ExecutionSpec(seq_length=4096, recompute_granularity="full"))["dense"], gpu)
+    assert full.recompute_ms == pytest.approx(full.fwd_ms)
+    sel = analytic_cost(rank_shapes(MODEL, ExecutionSpec(seq_length=4096, recompute_granularity="selective"))["dense"],
+                        gpu)
+    assert 0 < sel.recompute_ms < full.recompute_ms
+    assert AnalyticCosts(gpu=gpu).cost(rank_shapes(MODEL, ExecutionSpec())["embedding"]).fwd_ms > 0
+
+
+def test_moe_routing_imbalance_slows_experts():
+    moe = ModelSpec(**{**MODEL.__dict__, "num_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 1024,
+                       "moe_layer_pattern": (True,) * 4})
+    gpu = load_gpu("h100")
+    shape = rank_shapes(moe, ExecutionSpec(expert_model_parallel_size=4, seq_length=4096))["moe"]
+    balanced = analytic_cost(shape, gpu)
+    skewed = analytic_cost(replace(shape, moe_imbalance=1.5), gpu)
+    assert skewed.fwd_ms > balanced.fwd_ms
