@@ -1,0 +1,151 @@
+"""Projection sanity: scale invariance, overlap, exposed <= total, breakdown sums, sources, store costs."""
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from primus_ext.hardware import load_system
+from primus_ext.model.costs import LayerCost
+from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.projection import evaluate, project
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+LLAMA = ModelSpec(name="llama-ish", num_layers=16, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                  num_query_groups=8, kv_channels=128, vocab_size=128256)
+MOE = ModelSpec(name="moe-ish", num_layers=8, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
+                num_query_groups=4, kv_channels=128, vocab_size=32000, num_experts=64, moe_router_topk=4,
+                moe_ffn_hidden_size=1024, moe_shared_expert_intermediate_size=1024,
+                moe_layer_pattern=(False,) + (True,) * 7)
+
+
+def run(tp=1, pp=1, dp=8, gbs=64, **kw):
+    return ExecutionSpec(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, data_parallel_size=dp,
+                         global_batch_size=gbs, seq_length=4096, micro_batch_size=1, **kw)
+
+
+def test_same_per_gpu_work_gives_similar_throughput():
+    small = evaluate(LLAMA, run(tp=2, pp=2, dp=2, gbs=32), load_system("h100", 1))
+    large = evaluate(LLAMA, run(tp=2, pp=2, dp=32, gbs=512), load_system("h100", 16))
+    assert large.tokens_per_s_per_gpu == pytest.approx(small.tokens_per_s_per_gpu, rel=0.05)
+    assert large.tokens_per_s_per_gpu <= small.tokens_per_s_per_gpu * 1.0001  # DP across nodes never helps
+
+
+def test_breakdown_adds_up_and_exposed_within_total():
+    ex = run(tp=4, pp=4, dp=4, gbs=128, sequence_parallel=True, use_distributed_optimizer=True,
+             virtual_pipeline_model_parallel_size=2)
+    p = evaluate(LLAMA, ex, load_system("h100", 8))
+    assert p.breakdown.total_s == pytest.approx(p.step_time_s, rel=1e-9)
+    assert {c.kind for c in p.breakdown.comms} >= {"tp", "pp", "dp_grad", "dp_param"}
+    for comm in p.breakdown.comms:
+        assert 0.0 <= comm.exposed_s <= comm.total_s + 1e-12, comm
+    assert p.tokens_per_s_per_gpu == pytest.approx(128 * 4096 / (p.step_time_s * 64))
+    flops = model_flops_per_step(LLAMA, 4096, 128)
+    assert p.model_tflops_per_gpu == pytest.approx(flops / p.step_time_s / 64 / 1e12)
+    assert 0 < p.mfu < 1
+
+
+def test_overlap_flags_reduce_exposed_time():
+    system = load_system("h100", 4)
+    base = run(tp=2, dp=16, gbs=64, sequence_parallel=True, use_distributed_optimizer=True)
+    plain = evaluate(LLAMA, base, system)
+    overlapped = evaluate(LLAMA, replace(base, overlap_grad_reduce=True, overlap_param_gather=True,
+                                         tp_comm_overlap=True), system)
+    for kind in ("dp_grad", "dp_param", "tp"):
+        assert overlapped.breakdown.comm(kind).exposed_s < plain.breakdown.comm(kind).exposed_s
+        assert plain.breakdown.comm(kind).exposed_fraction == pytest.approx(1.0)
+        assert overlapped.breakdown.comm(kind).total_s == pytest.approx(plain.breakdown.comm(kind).total_s)
+    assert overlapped.step_time_s < plain.step_time_s
+
+
+def test_dp_exposure_grows_when_backward_cannot_hide_it():
+    """Overlapped DP comm leaves only its last bucket (+ the unhidden share) when backward is long enough,
+    and grows once the gradient volume outlasts one micro-batch's backward."""
+    system = load_system("h100", 8)
+    long_bwd = evaluate(LLAMA, run(dp=64, gbs=64, use_distributed_optimizer=True, overlap_grad_reduce=True), system)
+    short = replace(run(dp=64, gbs=64, use_distributed_optimizer=True, overlap_grad_reduce=True), seq_length=512)
+    short_bwd = evaluate(LLAMA, short, system)
+    lg, sg = long_bwd.breakdown.comm("dp_grad"), short_bwd.breakdown.comm("dp_grad")
+    assert lg.total_s == pytest.approx(sg.total_s)  # same gradients
+    assert sg.exposed_s > lg.exposed_s
+    assert lg.exposed_fraction < 0.5
+
+
+def test_moe_expert_parallel_comm_and_its_overlap():
+    ex = run(dp=16, gbs=64, expert_model_parallel_size=16, sequence_parallel=False)
+    hgx = evaluate(MOE, ex, load_system("h100", 2))
+    nvl = evaluate(MOE, ex, load_system("gb200", 4))
+    ep_hgx = hgx.breakdown.comm("ep")
+    assert ep_hgx.total_s > 0 and "domains" in ep_hgx.group
+    assert "1 domain" in nvl.breakdown.comm("ep").group
+    hidden = evaluate(MOE, replace(ex, overlap_moe_expert_parallel_comm=True), load_system("h100", 2))
+    assert hidden.breakdown.comm("ep").exposed_s < ep_hgx.exposed_s
+
+
+class FakeStore:
+    """A CostProvider that knows only the dense layer, labelled as measured."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+    def cost(self, shape):
+        if shape == self.shape:
+            return LayerCost(fwd_ms=10.0, bwd_ms=20.0, wgrad_ms=8.0, source="measured:fake")
+        return None
+
+
+def test_measured_costs_are_used_and_labelled():
+    ex = run(dp=1, gbs=4)
+    system = load_system("h100", 1)
+    system = replace(system, num_nodes=1)
+    ex = replace(ex, data_parallel_size=1)
+    store = FakeStore(rank_shapes(LLAMA, ex)["dense"])
+    p = evaluate(LLAMA, ex, system, store)
+    assert p.sources["dense"] == "measured:fake" and p.sources["output"] == "analytic"
+    analytic = evaluate(LLAMA, ex, system)
+    assert analytic.sources["dense"] == "analytic"
+    edges = analytic.breakdown.compute_s - 4 * 16 * sum(
+        (c.fwd_ms + c.bwd_ms) * 1e-3 for c in [_analytic_dense(ex, system)])
+    assert p.breakdown.compute_s == pytest.approx(4 * 16 * 0.030 + edges)
+
+
+def _analytic_dense(ex, system):
+    from primus_ext.model.roofline import analytic_cost
+
+    return analytic_cost(rank_shapes(LLAMA, ex)["dense"], system.gpu)
+
+
+def test_projection_reads_measured_costs_from_the_timing_store(tmp_path):
+    from primus_ext.measure.store import TimingStore
+
+    ex = run(dp=1, gbs=2)
+    system = load_system("cpu", 1)
+    shape = rank_shapes(LLAMA, ex)["dense"]
+    cost = LayerCost(fwd_ms=123.0, bwd_ms=246.0, wgrad_ms=100.0, source="measured:cpu-test")
+    m = SimpleNamespace(cost=cost, target=shape, shape=shape, dtype="bf16", device="cpu-test", versions="v",
+                        scale=1.0, error=None, host="h", date="2026-01-01", reps=3, warmup=1, world=1,
+                        mode="per-rank", spec="local", notes=())
+    with TimingStore(tmp_path / "t.sqlite", device="cpu-test", versions="v") as store:
+        store.record(m)
+        p = evaluate(LLAMA, ex, system, store)
+    assert p.sources["dense"] == "measured:cpu-test"
+    assert p.stages[0].fwd_s[0] >= 16 * 0.123
+
+
+def test_project_adds_timeline_band_and_schedules():
+    ex = run(pp=4, dp=2, gbs=16)
+    p = project(LLAMA, ex, load_system("h100", 1))
+    assert len(p.timeline) == 2 * 4 * 8
+    low, high = p.band
+    assert low < p.tokens_per_s_per_gpu < high
+    zb = evaluate(LLAMA, replace(ex, pipeline_schedule="zb-h1"), load_system("h100", 1))
+    assert zb.breakdown.bubble_s < p.breakdown.bubble_s
+    assert len(p.stages) == 4 and p.stages[0].embedding and p.stages[-1].output
+
+
+def test_bad_batch_is_a_domain_error():
+    from primus_ext.errors import InfeasibleConfig
+
+    with pytest.raises(InfeasibleConfig):
+        evaluate(LLAMA, run(dp=8, gbs=12), load_system("h100", 1))
