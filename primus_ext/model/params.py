@@ -5,8 +5,8 @@ Usage::
     from primus_ext.model.params import layer_params
     from primus_ext.model.rank_shape import rank_shapes
     shapes = rank_shapes(model, execution)
-    layer_params(shapes["dense"])            # local spec (get_gpt_layer_local_spec), per TP/EP rank
-    layer_params(shapes["moe"], impl="te")   # Transformer-Engine spec
+    layer_params(shapes["dense"])               # per TP/EP rank (TE spec layout, the default)
+    layer_params(shapes["dense"], impl="local")  # local spec in a real TP group
 
 Every count follows the module that megatron-core builds (file:class in the comments):
 
@@ -24,8 +24,8 @@ Every count follows the module that megatron-core builds (file:class in the comm
   (``SharedExpertMLP``, bias not allowed) at ``moe_shared_expert_intermediate_size / TP``.
 * embedding: ``VocabParallelEmbedding`` [padded_vocab / TP, hidden] (+ learned absolute positions, not
   split: ``position_embedding_params``). output: ``ColumnParallelLinear`` [padded_vocab / TP, hidden], no
-  bias. The final layernorm of the decoder block (``final_norm_params``) and tied-embedding copies are
-  stage-level matters handled by ``primus_ext.model.memory``.
+  bias; the ``output`` kind also holds the decoder block's final layernorm. Tied-embedding copies are
+  a stage-level matter handled by ``primus_ext.model.memory``.
 
 Pure and torch-free.
 """
@@ -37,6 +37,9 @@ from typing import Literal
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
 Impl = Literal["local", "te"]
+"""``te`` (default): the Transformer-Engine spec production runs use, which is also what
+``primus_ext.measure.build`` builds at per-rank sizes in a one-rank world (MLA down-projections whole).
+``local``: the local spec in a real TP group (MLA down-projections column-split)."""
 
 ROUTER_PARAM_BYTES = 4
 """TopKRouter keeps its weight in fp32 whatever params_dtype is (transformer/moe/router.py:53)."""
@@ -91,7 +94,7 @@ def _mla_params(arch: LayerArch, tp: int, impl: Impl) -> int:
     return params
 
 
-def attention_params(shape: RankShape, *, impl: Impl = "local") -> int:
+def attention_params(shape: RankShape, *, impl: Impl = "te") -> int:
     """Self-attention (GQA/MHA or MLA) parameters on one TP rank, without the input layernorm."""
     if shape.arch.multi_latent_attention:
         return _mla_params(shape.arch, shape.tp, impl)
@@ -125,16 +128,19 @@ def mlp_params(shape: RankShape) -> int:
     return _mlp_params(arch, arch.ffn_hidden_size, shape.tp, bias=arch.add_bias_linear)
 
 
-def layer_params(shape: RankShape, *, impl: Impl = "local") -> int:
+def layer_params(shape: RankShape, *, impl: Impl = "te") -> int:
     """Parameters one rank holds for this layer kind (see the module docstring for the rules).
 
     ``dense``/``moe``: input_layernorm + attention + pre_mlp_layernorm + MLP block.
     ``embedding``: word embeddings only (rope / no positions; learned positions are
-    ``position_embedding_params``). ``output``: the output projection only.
+    ``position_embedding_params``). ``output``: final layernorm + output projection (what
+    ``primus_ext.measure.build`` builds for the kind; a tied single-stage model drops the projection).
     """
     arch = shape.arch
-    if shape.kind == "embedding" or shape.kind == "output":
+    if shape.kind == "embedding":
         return arch.vocab_size // shape.tp * arch.hidden_size
+    if shape.kind == "output":
+        return arch.vocab_size // shape.tp * arch.hidden_size + final_norm_params(arch)
     norms = 2 * norm_params(arch, arch.hidden_size)
     return norms + attention_params(shape, impl=impl) + mlp_params(shape)
 

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.model.params import (
-    final_norm_params,
     layer_params,
     position_embedding_params,
 )
@@ -23,12 +22,12 @@ DSV3_MLA = dict(multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512,
 
 
 def _total(arch: LayerArch, layers: int, vocab: int, *, moe_arch: LayerArch | None = None, moe_layers: int = 0,
-           impl: str = "local") -> int:
+           impl: str = "te") -> int:
     dense = layer_params(RankShape(kind="dense", arch=arch), impl=impl) * layers
     moe = layer_params(RankShape(kind="moe", arch=moe_arch), impl=impl) * moe_layers if moe_arch else 0
     edge = replace(arch, vocab_size=vocab)
     emb = layer_params(RankShape(kind="embedding", arch=edge)) + layer_params(RankShape(kind="output", arch=edge))
-    return dense + moe + emb + final_norm_params(arch)
+    return dense + moe + emb  # the output kind holds the final norm
 
 
 def test_llama3_8b_matches_published_count():
@@ -65,7 +64,7 @@ def test_deepseek_v3_total_is_671b():
                       ffn_hidden_size=18432, **DSV3_MLA)
     moe = replace(dense, ffn_hidden_size=0, num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
                   moe_shared_expert_intermediate_size=2048)
-    total = _total(dense, 3, 129280, moe_arch=moe, moe_layers=58, impl="te") + 58 * 256
+    total = _total(dense, 3, 129280, moe_arch=moe, moe_layers=58) + 58 * 256
     assert total == pytest.approx(671.0e9, rel=1.5e-3)
     assert total == 671_026_419_200  # HF safetensors index of deepseek-ai/DeepSeek-V3 minus MTP layer
 
@@ -88,8 +87,8 @@ def test_moe_split_over_ep_etp_tp():
 def test_mla_local_splits_down_projections_te_does_not():
     arch = LayerArch(hidden_size=1024, num_attention_heads=16, num_query_groups=16, kv_channels=64,
                      ffn_hidden_size=2048, **dict(DSV3_MLA, q_lora_rank=256, kv_lora_rank=128))
-    local = layer_params(RankShape(kind="dense", arch=arch, tp=2))
-    te = layer_params(RankShape(kind="dense", arch=arch, tp=2), impl="te")
+    local = layer_params(RankShape(kind="dense", arch=arch, tp=2), impl="local")
+    te = layer_params(RankShape(kind="dense", arch=arch, tp=2))
     assert te - local == 1024 * (256 + 128 + 64) // 2
     no_q_lora = replace(arch, q_lora_rank=None)
     q_lora_part = 1024 * 256 + 256 * 16 * 192 + 256  # down + up + q_layernorm
