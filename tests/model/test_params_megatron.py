@@ -90,7 +90,7 @@ _DISTRIBUTED = {
 }
 
 
-@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_layer_params_equal_megatron_tp2_ep2_gloo():
     """Megatron splits the global sizes itself over a real 2-rank group (router kept whole)."""
     ctx = mp.get_context("spawn")
