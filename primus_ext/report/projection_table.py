@@ -1,0 +1,150 @@
+"""A ``Projection`` as terminal text or a JSON-ready dict (the CLI's printing lives here, not in the model).
+
+    from primus_ext.report.projection_table import format_projection, projection_to_dict
+    print(format_projection(projection))
+    json.dumps(projection_to_dict(projection))
+
+JSON keys: ``tokens_per_sec_per_gpu``, ``step_time_ms``, ``tflops_per_gpu``, ``mfu``, ``breakdown``
+(seconds per step, each comm kind with total / exposed / exposed_fraction / group), ``stages``,
+``memory`` (``per_stage``, ``peak_gib``, ``capacity_gib``, ``fits``), ``sources``, ``band``, ``inputs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from primus_ext.projection.result import Projection
+
+GIB = 1024**3
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True)))
+    out = [line, "-" * len(line)]
+    for row in rows:
+        out.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    return out
+
+
+def _memory_stages(memory: Any) -> list[tuple[int, float]]:
+    """(pipeline rank, peak GiB) per stage of a ``Memory`` result."""
+    stages = getattr(memory, "stages", ()) or ()
+    out = []
+    for index, stage in enumerate(stages):
+        peak = getattr(stage, "peak_bytes", None)
+        if peak is None:
+            peak = getattr(stage, "total_bytes", 0)
+        out.append((int(getattr(stage, "rank", index)), float(peak) / GIB))
+    return out
+
+
+def memory_summary(memory: Any) -> dict[str, Any] | None:
+    """The JSON ``memory`` block: per-stage peak, overall peak, capacity, fits."""
+    if memory is None:
+        return None
+    capacity = getattr(memory, "capacity_bytes", None)
+    return {
+        "per_stage": [{"rank": rank, "peak_gib": round(gib, 3)} for rank, gib in _memory_stages(memory)],
+        "peak_gib": round(float(memory.peak_bytes) / GIB, 3),
+        "capacity_gib": round(float(capacity) / GIB, 3) if capacity is not None else None,
+        "fits": bool(memory.fits),
+    }
+
+
+def format_projection(p: Projection) -> str:
+    """Summary, step breakdown, per-stage times (and memory), cost sources, notes."""
+    ex, system = p.execution, p.system
+    layout = (f"TP{ex.tp} PP{ex.pp}" + (f" VPP{ex.vpp}" if ex.vpp > 1 else "") + f" CP{ex.cp} EP{ex.ep} DP{ex.dp}"
+              f" MBS{ex.micro_batch_size} GBS{ex.global_batch_size} seq{ex.seq_length} {ex.precision}")
+    lines = [
+        f"Projection: {p.model.name} on {ex.world_size} x {system.gpu.name} ({system.num_nodes} nodes)",
+        f"  {layout}, {p.num_microbatches} micro-batches, schedule {_schedule(p)}",
+        "",
+        f"  tokens/s/GPU     {p.tokens_per_s_per_gpu:,.0f}"
+        + (f"   (range {p.band[0]:,.0f} .. {p.band[1]:,.0f})" if p.band else ""),
+        f"  step time        {p.step_time_ms:,.1f} ms",
+        f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   (MFU {p.mfu:.1%})",
+    ]
+    if p.memory is not None:
+        mem = memory_summary(p.memory) or {}
+        cap = mem.get("capacity_gib")
+        lines.append(f"  memory peak      {mem['peak_gib']:.1f} GiB" + (f" of {cap:.1f} GiB" if cap else "")
+                     + ("   fits" if mem["fits"] else "   DOES NOT FIT"))
+    b = p.breakdown
+    step = p.step_time_s or 1.0
+    rows = [["compute", _ms(b.compute_s), f"{b.compute_s / step:.1%}", "", "", ""]]
+    if b.recompute_s:
+        rows.append(["  of which recompute", _ms(b.recompute_s), f"{b.recompute_s / step:.1%}", "", "", ""])
+    for c in b.comms:
+        rows.append([f"{c.kind} comm", _ms(c.exposed_s), f"{c.exposed_s / step:.1%}", _ms(c.total_s),
+                     f"{c.exposed_fraction:.0%}", c.group])
+    rows.append(["pipeline bubble", _ms(b.bubble_s), f"{b.bubble_s / step:.1%}", "", "", ""])
+    rows.append(["optimizer step", _ms(b.optimizer_s), f"{b.optimizer_s / step:.1%}", "", "", ""])
+    lines += ["", "Step breakdown (busiest pipeline rank; ms per step)"]
+    lines += _table(["part", "exposed", "share", "total", "exposed%", "group"], rows)
+    mem_by_rank = dict(_memory_stages(p.memory)) if p.memory is not None else {}
+    stage_rows = []
+    for s in p.stages:
+        flags = "".join(("E" if s.embedding else "", "L" if s.output else ""))
+        stage_rows.append([
+            str(s.rank), str(s.layers) + (f" {flags}" if flags else ""),
+            " ".join(_ms(t) for t in s.fwd_s), " ".join(_ms(t) for t in s.bwd_s),
+            _ms(s.busy_s), _ms(s.finish_s),
+            f"{(s.dense_params + s.expert_params) / 1e6:,.0f}M",
+            f"{mem_by_rank[s.rank]:.1f}" if s.rank in mem_by_rank else "-",
+        ])
+    lines += ["", "Pipeline stages (fwd / bwd per micro-batch and chunk, ms)"]
+    lines += _table(["rank", "layers", "fwd", "bwd", "busy", "finish", "params", "mem GiB"], stage_rows)
+    lines += ["", "Cost sources"]
+    lines += [f"  {kind:<10} {source}" for kind, source in p.sources.items()]
+    if p.notes:
+        lines += ["", "Notes"] + [f"  - {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def _schedule(p: Projection) -> str:
+    ex = p.execution
+    return "interleaved 1F1B" if ex.vpp > 1 else ("ZB-H1" if ex.pipeline_schedule == "zb-h1" else "1F1B")
+
+
+def projection_to_dict(p: Projection, *, timeline: bool = False) -> dict[str, Any]:
+    """JSON-ready document (see the module docstring); ``timeline=True`` adds every pipeline op."""
+    b = p.breakdown
+    doc: dict[str, Any] = {
+        "model": p.model.name,
+        "tokens_per_sec_per_gpu": p.tokens_per_s_per_gpu,
+        "step_time_ms": p.step_time_ms,
+        "tflops_per_gpu": p.model_tflops_per_gpu,
+        "mfu": p.mfu,
+        "band_tokens_per_sec_per_gpu": list(p.band) if p.band else None,
+        "num_microbatches": p.num_microbatches,
+        "breakdown": {
+            "compute_s": b.compute_s,
+            "recompute_s": b.recompute_s,
+            "overhead_s": b.overhead_s,
+            "bubble_s": b.bubble_s,
+            "optimizer_s": b.optimizer_s,
+            "comm": {c.kind: {"total_s": c.total_s, "exposed_s": c.exposed_s,
+                              "exposed_fraction": c.exposed_fraction, "group": c.group} for c in b.comms},
+        },
+        "stages": [dataclasses.asdict(s) for s in p.stages],
+        "memory": memory_summary(p.memory),
+        "sources": dict(p.sources),
+        "notes": list(p.notes),
+        "inputs": {
+            "model": dataclasses.asdict(p.model),
+            "execution": dataclasses.asdict(p.execution),
+            "system": {"name": p.system.name, "gpu": p.system.gpu.name, "num_nodes": p.system.num_nodes,
+                       "world_size": p.system.world_size,
+                       "efficiency": dataclasses.asdict(p.system.gpu.efficiency)},
+        },
+    }
+    if timeline:
+        doc["timeline"] = [dataclasses.asdict(e) for e in p.timeline]
+    return doc

@@ -1,0 +1,35 @@
+"""``primus-ext project``: text report, JSON document, domain errors exit 2."""
+
+import json
+
+from primus_ext.cli import main
+
+RECIPE = "recipes/llama3.1_8B-pretrain.yaml"
+
+
+def test_text_report(capsys):
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("tokens/s/GPU", "Step breakdown", "pipeline bubble", "Pipeline stages", "Cost sources",
+                   "dense      analytic", "16 x h100"):
+        assert needle in out, needle
+
+
+def test_json_document(capsys, tmp_path):
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("tokens_per_sec_per_gpu", "step_time_ms", "tflops_per_gpu", "mfu", "breakdown", "memory", "sources"):
+        assert key in doc
+    assert doc["sources"]["dense"] == "analytic"
+    tokens = doc["inputs"]["execution"]["global_batch_size"] * doc["inputs"]["execution"]["seq_length"]
+    assert doc["tokens_per_sec_per_gpu"] * doc["step_time_ms"] / 1e3 * 16 == tokens
+    out = tmp_path / "p.json"
+    assert main(["project", RECIPE, "tensor_model_parallel_size=2", "--analytic", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["inputs"]["execution"]["tensor_model_parallel_size"] == 2
+
+
+def test_bad_recipe_exits_2(capsys, tmp_path):
+    assert main(["project", str(tmp_path / "missing.yaml")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["project", RECIPE, "tensor_model_parallel_size=3", "--analytic"]) == 2
+    assert "error:" in capsys.readouterr().err
