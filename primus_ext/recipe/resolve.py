@@ -105,7 +105,7 @@ _OTHER_READ = (
     "recompute_method", "recompute_num_layers", "recompute_modules", "use_distributed_optimizer",
     "data_parallel_sharding_strategy", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "grad_reduce_in_bf16",
-    "moe_router_force_load_balancing", "moe_expert_capacity_factor",
+    "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -264,6 +264,10 @@ def resolve_model(a: _Args, *, name: str) -> ModelSpec:
             pattern = moe_pattern(a.raw("moe_layer_freq"), num_layers)
         except PatternError as err:
             a.bad("moe_layer_freq", str(err), fix="an int N, a 0/1 list of num_layers entries, or '([0]*k+[1]*m)'")
+        first_dense = a.int("first_k_dense_replace", minimum=0, maximum=MAX_LAYERS)
+        if first_dense:
+            # Hugging Face DeepSeek configs: layer i is MoE iff i >= first_k_dense_replace (and freq matches)
+            pattern = tuple(moe and i >= first_dense for i, moe in enumerate(pattern))
     elif a.given("moe_ffn_hidden_size"):
         a.bad("num_experts", "moe_ffn_hidden_size is set but num_experts is not",
               fix="set num_experts, or drop the MoE arguments for a dense model")

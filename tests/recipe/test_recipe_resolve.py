@@ -104,6 +104,9 @@ def test_recompute_activations_alias_and_moe_layout():
     assert model.moe_layer_pattern == (False, False) + (True,) * 6
     assert (model.num_moe_layers, model.num_dense_layers, model.moe_shared_expert_intermediate_size) == (6, 2, 1024)
     assert resolve(BASE)[0].moe_layer_pattern == ()
+    # first-k-dense (Hugging Face DeepSeek name) on top of an every-layer frequency
+    first3 = resolve({**MOE, "moe_layer_freq": 1, "first_k_dense_replace": 3})[0]
+    assert first3.moe_layer_pattern == (False,) * 3 + (True,) * 5
 
 
 @pytest.mark.parametrize(("key", "value"), [
