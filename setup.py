@@ -26,7 +26,7 @@ setup(
     extras_require={
         "gpu": ["transformer-engine[pytorch]>=2.0"],
         "agent": ["litellm==1.110.2", "optuna>=4.0"],
-        "dev": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6"],
+        "dev": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "xmlschema>=3.0"],
     },
     entry_points={"console_scripts": ["primus-ext=primus_ext.cli:main"]},
 )

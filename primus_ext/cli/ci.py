@@ -1,0 +1,73 @@
+"""``primus-ext ci``: performance CI over a suite of recipes x clusters, against a baseline.
+
+    primus-ext ci ci/suite.yaml --baseline ci/baseline.json --junit perf.xml --markdown perf.md
+    primus-ext ci ci/suite.yaml --baseline ci/baseline.json --update-baseline   # after a reviewed change
+
+Exit codes: 0 all within tolerance (improvements reported), 1 a regression or projection drift,
+2 a malformed suite, a missing/invalid baseline or an entry that cannot be projected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ci", help="performance CI: projected throughput/memory vs a baseline",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("suite", help="suite YAML (recipes x clusters x nodes with tolerances)")
+    p.add_argument("--baseline", help="baseline JSON (default: baseline.json beside the suite)")
+    p.add_argument("--update-baseline", action="store_true", help="write the current projections as baseline")
+    p.add_argument("--junit", help="write JUnit XML here")
+    p.add_argument("--markdown", help="write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--json", dest="json_out", help="write results as JSON here")
+    p.set_defaults(func=run)
+
+
+def _load_baseline(path: Path):
+    from primus_ext.errors import Problem, RecipeError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecipeError(problems=[Problem(path=str(path), message="baseline file not found",
+                                            fix="create it with --update-baseline")]) from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"unreadable baseline: {err}")]) from None
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+        raise RecipeError(problems=[Problem(path=f"{path}:entries", message="expected a mapping name -> numbers",
+                                            fix="regenerate it with --update-baseline")])
+    return entries
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_ext.perfci import load_suite, run_suite
+    from primus_ext.perfci.outputs import atomic_write, baseline_dict, junit_xml, markdown, to_json, write_json
+
+    suite = load_suite(args.suite)
+    baseline_path = Path(args.baseline) if args.baseline else suite.path.parent / "baseline.json"
+    baseline = None if args.update_baseline else _load_baseline(baseline_path)
+    result = run_suite(suite, baseline, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    text = markdown(result)
+    print(text)
+    if args.junit:
+        atomic_write(args.junit, junit_xml(result))
+    if args.markdown:
+        atomic_write(args.markdown, text)
+    if args.json_out:
+        write_json(args.json_out, to_json(result))
+    if args.update_baseline:
+        if result.count("error"):
+            print("not writing the baseline: some entries could not be projected", file=sys.stderr)
+            return 2
+        write_json(baseline_path, baseline_dict(result))
+        print(f"baseline written: {baseline_path}", file=sys.stderr)
+        return 0
+    for e in result.entries:
+        if e.status in ("regression", "drift", "error"):
+            print(f"{e.status.upper()}: {e.name}: {e.message}", file=sys.stderr)
+    return result.exit_code

@@ -1,0 +1,153 @@
+"""Run a suite: project every entry, compare with the baseline, classify.
+
+Status of an entry: ``pass`` (within tolerance), ``improved`` (better beyond tolerance; passes and is
+reported), ``regression`` (throughput drop or memory growth beyond tolerance; fails), ``drift``
+(projection off its measured anchor beyond tolerance; fails), ``error`` (the entry cannot be
+projected or has no baseline; exit 2).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from primus_ext.errors import PrimusExtError
+from primus_ext.perfci.suite import Entry, Suite
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryResult:
+    name: str
+    status: str
+    """pass | improved | regression | drift | error"""
+    message: str = ""
+    tokens_per_s_per_gpu: float | None = None
+    peak_memory_gib: float | None = None
+    step_time_s: float | None = None
+    fits: bool | None = None
+    cost_source: str = ""
+    baseline: Mapping[str, Any] | None = None
+    throughput_delta_pct: float | None = None
+    memory_delta_gib: float | None = None
+    measured_error_pct: float | None = None
+    seconds: float = 0.0
+
+    def to_baseline(self) -> dict[str, Any]:
+        return {"tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "peak_memory_gib": self.peak_memory_gib,
+                "step_time_s": self.step_time_s, "cost_source": self.cost_source}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteResult:
+    suite: str
+    entries: tuple[EntryResult, ...]
+    baseline_path: str = ""
+    errors: tuple[str, ...] = field(default_factory=tuple)
+
+    def count(self, status: str) -> int:
+        return sum(1 for e in self.entries if e.status == status)
+
+    @property
+    def exit_code(self) -> int:
+        if self.count("error"):
+            return 2
+        if self.count("regression") or self.count("drift"):
+            return 1
+        return 0
+
+
+def _costs(suite: Suite):
+    """The suite's committed timing store (imported into a scratch SQLite file), or None (analytic)."""
+    if suite.store is None:
+        return None
+    from primus_ext.measure.store import TimingStore
+
+    scratch = Path(tempfile.mkdtemp(prefix="primus-ext-ci-")) / "store.sqlite"
+    store = TimingStore(scratch, device=None, versions="any")
+    store.import_(suite.store)
+    rows = store.layer_rows()
+    devices = sorted({r["device"] for r in rows})
+    if len(devices) == 1:
+        store = TimingStore(scratch, device=devices[0], versions="any")
+    return store
+
+
+def _project(entry: Entry, costs: Any) -> EntryResult:
+    from primus_ext.projection import project
+    from primus_ext.recipe import load_recipe
+
+    recipe = load_recipe(entry.recipe, entry.overrides, cluster=entry.cluster, nodes=entry.nodes,
+                         config_roots=entry.config_roots)
+    result = project(recipe.model, recipe.execution, recipe.system, costs, band=False)
+    sources = sorted(set(result.sources.values()))
+    memory = result.memory
+    return EntryResult(
+        name=entry.name, status="pass",
+        tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu, 3),
+        peak_memory_gib=round(memory.peak_bytes / GIB, 3) if memory is not None else None,
+        step_time_s=round(result.step_time_s, 6),
+        fits=memory.fits if memory is not None else None,
+        cost_source="+".join(sources) if sources else "analytic",
+    )
+
+
+def classify(entry: Entry, current: EntryResult, baseline: Mapping[str, Any] | None) -> EntryResult:
+    """Compare one projected entry with its baseline and measured anchor."""
+    if baseline is None:
+        return replace(current, status="error", message="no baseline entry (run with --update-baseline)")
+    messages, status = [], "pass"
+    tp_delta = mem_delta = None
+    old_tp = baseline.get("tokens_per_s_per_gpu")
+    if old_tp and current.tokens_per_s_per_gpu is not None:
+        tp_delta = (current.tokens_per_s_per_gpu - old_tp) / old_tp * 100.0
+        if tp_delta < -entry.tolerance.throughput_pct:
+            status = "regression"
+            messages.append(f"throughput {tp_delta:+.2f} % (tolerance -{entry.tolerance.throughput_pct} %)")
+        elif tp_delta > entry.tolerance.throughput_pct:
+            status = "improved"
+            messages.append(f"throughput {tp_delta:+.2f} %")
+    old_mem = baseline.get("peak_memory_gib")
+    if old_mem is not None and current.peak_memory_gib is not None:
+        mem_delta = current.peak_memory_gib - old_mem
+        if mem_delta > entry.tolerance.memory_gib:
+            status = "regression"
+            messages.append(f"peak memory {mem_delta:+.2f} GiB (tolerance +{entry.tolerance.memory_gib} GiB)")
+        elif mem_delta < -entry.tolerance.memory_gib:
+            status = "improved" if status == "pass" else status
+            messages.append(f"peak memory {mem_delta:+.2f} GiB")
+    measured_error = None
+    if entry.measured is not None and current.tokens_per_s_per_gpu is not None:
+        m = entry.measured
+        measured_error = (current.tokens_per_s_per_gpu - m.tokens_per_s_per_gpu) / m.tokens_per_s_per_gpu * 100
+        if abs(measured_error) > m.tolerance_pct:
+            status = "drift" if status != "regression" else status
+            messages.append(f"projection {measured_error:+.1f} % off measured {m.tokens_per_s_per_gpu:g} tok/s/GPU "
+                            f"{('(' + m.source + ')') if m.source else ''} (tolerance {m.tolerance_pct} %)")
+    return replace(current, status=status, message="; ".join(messages) or "within tolerance", baseline=baseline,
+                   throughput_delta_pct=tp_delta, memory_delta_gib=mem_delta, measured_error_pct=measured_error)
+
+
+def run_suite(suite: Suite, baseline: Mapping[str, Mapping[str, Any]] | None, *,
+              progress: Callable[[str], None] | None = None) -> SuiteResult:
+    """Project and classify every entry. ``baseline`` None = record mode (every entry passes)."""
+    costs = _costs(suite)
+    results = []
+    for i, entry in enumerate(suite.entries):
+        if progress:
+            progress(f"[{i + 1}/{len(suite.entries)}] {entry.name}")
+        start = time.perf_counter()
+        try:
+            current = _project(entry, costs)
+        except PrimusExtError as err:
+            results.append(EntryResult(name=entry.name, status="error", message=str(err).replace("\n", " "),
+                                       seconds=time.perf_counter() - start))
+            continue
+        result = current if baseline is None else classify(entry, current, baseline.get(entry.name))
+        results.append(replace(result, seconds=time.perf_counter() - start))
+    return SuiteResult(suite=suite.name, entries=tuple(results))
