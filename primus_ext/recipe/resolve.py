@@ -18,59 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.errors import Problem
+from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.tokenizers import vocab_size_of
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
-
-MEGATRON_DEFAULTS: dict[str, Any] = {
-    # Argparse defaults of Megatron-LM (megatron/training/arguments.py), as mirrored by the Primus
-    # presets language_model.yaml / trainer_base.yaml; used when a flat YAML leaves a key out.
-    "num_query_groups": None,
-    "group_query_attention": False,
-    "kv_channels": None,
-    "ffn_hidden_size": None,
-    "vocab_size": None,
-    "make_vocab_size_divisible_by": 128,
-    "max_position_embeddings": None,
-    "swiglu": False,
-    "squared_relu": False,
-    "quick_geglu": False,
-    "normalization": "LayerNorm",
-    "add_bias_linear": True,
-    "add_qkv_bias": False,
-    "qk_layernorm": False,
-    "untie_embeddings_and_output_weights": False,
-    "position_embedding_type": "learned_absolute",
-    "window_size": None,
-    "num_experts": None,
-    "moe_router_topk": 2,
-    "moe_ffn_hidden_size": None,
-    "moe_shared_expert_intermediate_size": None,
-    "moe_layer_freq": 1,
-    "multi_latent_attention": False,
-    "q_lora_rank": None,
-    "kv_lora_rank": 32,
-    "qk_head_dim": 128,
-    "qk_pos_emb_head_dim": 64,
-    "v_head_dim": 128,
-    "mtp_num_layers": None,
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "expert_model_parallel_size": 1,
-    "expert_tensor_parallel_size": None,
-    "sequence_parallel": False,
-    "cp_comm_type": "p2p",
-    "micro_batch_size": None,
-    "global_batch_size": None,
-    "seq_length": None,
-    "bf16": False,
-    "fp16": False,
-    "fp8": None,
-    "fp4": None,
-    "moe_token_dispatcher_type": "allgather",
-    "moe_grouped_gemm": False,
-}
 
 VPP_KEYS = (
     "virtual_pipeline_model_parallel_size",
@@ -90,11 +41,6 @@ SPEC_ALIASES: dict[str, tuple[str, ...]] = {
 }
 """Spec field -> the Megatron arguments that set it (for pointing a problem at what the user wrote)."""
 
-MAX_LAYERS = 100_000
-"""Upper bound on num_layers and on pipeline chunks (guards absurd input; real models have < 1000)."""
-MAX_INT = 2**31 - 1
-"""Upper bound on any integer argument."""
-
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 """Megatron's ``--recompute-modules`` choices (megatron-core TransformerConfig.recompute_modules)."""
 
@@ -113,75 +59,7 @@ READ_KEYS: frozenset[str] = frozenset(
 """Every argument the resolver reads (part of the known-key catalogue)."""
 
 
-class _Args:
-    """Typed reads from the raw mapping; every malformed value becomes a Problem."""
-
-    def __init__(self, args: Mapping[str, Any], problems: list[Problem]) -> None:
-        self.args = args
-        self.problems = problems
-        self.warnings: list[str] = []
-
-    def raw(self, key: str) -> Any:
-        value = self.args.get(key)
-        return MEGATRON_DEFAULTS.get(key) if value is None else value
-
-    def given(self, key: str) -> bool:
-        return self.args.get(key) is not None
-
-    def bad(self, key: str, message: str, fix: str = "") -> None:
-        self.problems.append(Problem(path=key, message=message, fix=fix, value=self.args.get(key)))
-
-    def int(
-        self, key: str, *, minimum: int = 1, maximum: int = MAX_INT, default: int | None = None,
-        required: bool = False,
-    ) -> int | None:
-        value = self.raw(key)
-        if value is None:
-            if required:
-                self.bad(key, "required argument missing", fix=f"set {key}")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.bad(key, "expected an integer", fix=f"write {key} as a whole number")
-            return default
-        if value < minimum:
-            self.bad(key, f"must be >= {minimum}", fix=f"set {key} >= {minimum}")
-            return default
-        if value > maximum:
-            self.bad(key, f"must be <= {maximum}", fix=f"set {key} <= {maximum}")
-            return default
-        return value
-
-    def bool(self, key: str, default: bool = False) -> bool:
-        value = self.raw(key)
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        self.bad(key, "expected true/false (or 1/0)", fix=f"write {key}: true or {key}: false")
-        return default
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
-        value = self.raw(key)
-        if value is None:
-            return default
-        if not isinstance(value, str) or value not in choices:
-            self.bad(key, f"must be one of {', '.join(choices)}", fix=f"set {key} to one of {', '.join(choices)}")
-            return default
-        return value
-
-    def float(self, key: str) -> float | None:
-        value = self.raw(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.bad(key, "expected a number")
-            return None
-        return float(value)
-
-
-def _activation(a: _Args) -> str:
+def _activation(a: ArgReader) -> str:
     chosen = [k for k in ("swiglu", "squared_relu", "quick_geglu") if a.bool(k)]
     if len(chosen) > 1:
         a.bad(chosen[1], f"conflicts with {chosen[0]}: choose one activation", fix=f"set {chosen[1]}: false")
@@ -190,7 +68,7 @@ def _activation(a: _Args) -> str:
     return {"swiglu": "swiglu", "squared_relu": "squared_relu", "quick_geglu": "geglu"}[chosen[0]]
 
 
-def _window(a: _Args) -> tuple[int, int] | None:
+def _window(a: ArgReader) -> tuple[int, int] | None:
     value = a.raw("window_size")
     if value is None:
         return None
@@ -210,7 +88,7 @@ def _window(a: _Args) -> tuple[int, int] | None:
     return None
 
 
-def _vocab(a: _Args) -> int:
+def _vocab(a: ArgReader) -> int:
     if a.given("vocab_size"):
         return a.int("vocab_size") or 1
     tokenizer = a.args.get("tokenizer_model") or a.args.get("tokenizer_type")
@@ -227,7 +105,7 @@ def _vocab(a: _Args) -> int:
     return vocab
 
 
-def resolve_model(a: _Args, *, name: str) -> ModelSpec:
+def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
     num_layers = a.int("num_layers", maximum=MAX_LAYERS, required=True) or 1
     hidden = a.int("hidden_size", required=True) or 1
     heads = a.int("num_attention_heads", required=True) or 1
@@ -305,7 +183,7 @@ def resolve_model(a: _Args, *, name: str) -> ModelSpec:
     )
 
 
-def _vpp(a: _Args, num_layers: int, pp: int) -> int | None:
+def _vpp(a: ArgReader, num_layers: int, pp: int) -> int | None:
     """VPP from whichever of Megatron's three spellings was given; conflicts are problems."""
     candidates: dict[str, int] = {}
     for key in VPP_KEYS[:2]:
@@ -331,7 +209,7 @@ def _vpp(a: _Args, num_layers: int, pp: int) -> int | None:
     return vpp if vpp and vpp > 1 else None
 
 
-def _layout_ok(a: _Args, layout: str) -> bool:
+def _layout_ok(a: ArgReader, layout: str) -> bool:
     """Refuse layout strings whose repeats would expand beyond any real model (``(t|)*10**9``)."""
     counts = [int(n) for n in re.findall(r"\*(\d{1,12})", layout)]
     if len(layout) > 10_000 or any(n > MAX_LAYERS for n in counts) or re.search(r"\*\d{13}", layout):
@@ -351,7 +229,7 @@ def _layout_vpp(layout: str, pp: int) -> int | None:
     return stages // pp if stages % pp == 0 and stages // pp > 1 else None
 
 
-def _precision(a: _Args) -> str:
+def _precision(a: ArgReader) -> str:
     fp8 = a.raw("fp8")
     if fp8 not in (None, False):
         if fp8 not in ("e4m3", "hybrid", True):
@@ -365,7 +243,7 @@ def _precision(a: _Args) -> str:
     return "bf16" if bf16 else "fp16" if fp16 else "fp32"
 
 
-def _fsdp(a: _Args) -> str:
+def _fsdp(a: ArgReader) -> str:
     on = [k for k in FSDP_KEYS if a.bool(k)]
     if len(on) > 1 and set(on) != {"use_megatron_fsdp", "use_custom_fsdp"}:
         a.bad(on[1], f"conflicts with {on[0]}: choose one FSDP implementation", fix=f"set {on[1]}: false")
@@ -374,7 +252,7 @@ def _fsdp(a: _Args) -> str:
     return "torch_fsdp2" if on[0] == "use_torch_fsdp2" else "megatron_fsdp"
 
 
-def _recompute_modules(a: _Args) -> tuple[str, ...]:
+def _recompute_modules(a: ArgReader) -> tuple[str, ...]:
     value = a.raw("recompute_modules")
     if value is None:
         return ()
@@ -389,7 +267,7 @@ def _recompute_modules(a: _Args) -> tuple[str, ...]:
     return tuple(v for v in value if v in RECOMPUTE_MODULES)
 
 
-def resolve_execution(a: _Args, model: ModelSpec, system: SystemSpec) -> ExecutionSpec:
+def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> ExecutionSpec:
     tp = a.int("tensor_model_parallel_size") or 1
     pp = a.int("pipeline_model_parallel_size") or 1
     cp = a.int("context_parallel_size") or 1
@@ -455,7 +333,7 @@ def resolve_execution(a: _Args, model: ModelSpec, system: SystemSpec) -> Executi
     )
 
 
-def _dispatcher(a: _Args) -> str:
+def _dispatcher(a: ArgReader) -> str:
     value = a.choice("moe_token_dispatcher_type", ("alltoall", "allgather", "flex", "alltoall_seq"), "allgather")
     return "alltoall" if value == "alltoall_seq" else value or "allgather"
 
@@ -465,7 +343,7 @@ def resolve_all(
 ) -> tuple[ModelSpec, ExecutionSpec, list[Problem], list[str]]:
     """``resolve_specs`` plus the warnings (values Megatron would silently ignore or reinterpret)."""
     problems: list[Problem] = []
-    reader = _Args(args, problems)
+    reader = ArgReader(args, problems)
     model = resolve_model(reader, name=name)
     execution = resolve_execution(reader, model, system)
     return model, execution, problems, reader.warnings
