@@ -36,7 +36,7 @@ SPEC_ALIASES: dict[str, tuple[str, ...]] = {
     "moe_layer_pattern": ("moe_layer_freq",),
     "precision": ("fp8", "fp4", "bf16", "fp16"),
     "fsdp": FSDP_KEYS,
-    "pipeline_schedule": ("patch_zero_bubble", *VPP_KEYS),
+    "pipeline_schedule": ("patch_zero_bubble", "patch_primus_pipeline", *VPP_KEYS),
     "recompute_granularity": ("recompute_granularity", "recompute_activations"),
 }
 """Spec field -> the Megatron arguments that set it (for pointing a problem at what the user wrote)."""
@@ -52,6 +52,7 @@ _OTHER_READ = (
     "data_parallel_sharding_strategy", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "grad_reduce_in_bf16",
     "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
+    "zero_bubble_v_schedule", "pp_algorithm",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -229,6 +230,27 @@ def _layout_vpp(layout: str, pp: int) -> int | None:
     return stages // pp if stages % pp == 0 and stages // pp > 1 else None
 
 
+PRIMUS_ZB_ALGORITHMS = ("zero-bubble", "zero-bubble-heuristic", "zbv-formatted", "v-half", "v-min")
+"""Primus-pipeline ``pp_algorithm`` values that run a zero-bubble schedule (modules/megatron/primus_pipeline.yaml)."""
+
+
+def _schedule(a: ArgReader, pp: int, vpp: int | None) -> str:
+    """1F1B, interleaved (VPP > 1), or zero bubble (Primus's patch_zero_bubble / Primus-pipeline)."""
+    zero_bubble = a.bool("patch_zero_bubble") and a.bool("enable_zero_bubble", True)
+    v_shape = zero_bubble and a.bool("zero_bubble_v_schedule")
+    if a.bool("patch_primus_pipeline"):
+        algorithm = a.raw("pp_algorithm")
+        zero_bubble = zero_bubble or algorithm in PRIMUS_ZB_ALGORITHMS
+        v_shape = v_shape or algorithm in PRIMUS_ZB_ALGORITHMS[2:]
+    if pp == 1:
+        return "1f1b"
+    if v_shape:
+        a.warnings.append("V-shaped zero-bubble schedule is projected as ZB-H1 (same bubble, one chunk per rank)")
+    if zero_bubble:
+        return "zb-h1"
+    return "interleaved" if vpp else "1f1b"
+
+
 def _precision(a: ArgReader) -> str:
     fp8 = a.raw("fp8")
     if fp8 not in (None, False):
@@ -280,8 +302,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
     vpp = _vpp(a, model.num_layers, pp)
     if vpp is None and layout:
         vpp = _layout_vpp(layout, pp)  # Megatron derives VPP from the layout's stage count
-    zero_bubble = a.bool("patch_zero_bubble") and a.bool("enable_zero_bubble", True)
-    schedule = "zb-h1" if zero_bubble and pp > 1 else "interleaved" if vpp else "1f1b"
+    schedule = _schedule(a, pp, vpp)
     granularity = a.choice("recompute_granularity", ("full", "selective"))
     if granularity is None and a.bool("recompute_activations"):
         granularity = "selective"  # Megatron-LM arguments.py: --recompute-activations

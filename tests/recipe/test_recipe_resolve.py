@@ -82,6 +82,11 @@ def test_zero_bubble_and_precision_and_fsdp():
     zero_bubble = {"pipeline_model_parallel_size": 2, "patch_zero_bubble": True, "enable_zero_bubble": True}
     _, e, _ = resolve({**BASE, **zero_bubble})
     assert e.pipeline_schedule == "zb-h1"
+    primus_pipeline = {"pipeline_model_parallel_size": 2, "patch_primus_pipeline": True}
+    assert resolve({**BASE, **primus_pipeline, "pp_algorithm": "zero-bubble"})[1].pipeline_schedule == "zb-h1"
+    assert resolve({**BASE, **primus_pipeline, "pp_algorithm": "1f1b"})[1].pipeline_schedule == "1f1b"
+    _, _, _, warnings = resolve_all({**BASE, **primus_pipeline, "pp_algorithm": "v-half"}, NODE)
+    assert any("V-shaped" in w for w in warnings)
     assert resolve({**BASE, "fp8": "hybrid"})[1].precision == "fp8"
     assert resolve({**BASE, "fp8": "e4m3"})[1].precision == "fp8"
     assert resolve({**BASE, "bf16": False, "fp16": True})[1].precision == "fp16"
