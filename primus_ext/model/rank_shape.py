@@ -115,7 +115,13 @@ class RankShape:
 
     def scaled(self, factor: float) -> RankShape:
         """Shrink hidden/ffn/seq/experts by ``factor`` (<= 1) keeping divisibility by the splits;
-        used to keep CPU measurements in seconds. Heads/groups shrink so kv_channels is kept."""
+        used to keep CPU measurements in seconds.
+
+        Heads shrink in multiples of TP x the GQA ratio (so query groups stay divisible by TP and
+        the ratio is kept) with kv_channels kept; hidden keeps its ratio to heads x kv_channels
+        (MLA: shrinks on its own). Experts shrink in multiples of EP but never below
+        ``EP x min(local experts, top-k)``, so a rank still has as many local experts as one
+        token's slots need (the per-rank routing of ``measure.build`` stays exact)."""
         if factor >= 1.0:
             return self
 
@@ -128,14 +134,22 @@ class RankShape:
         gqa_ratio = max(1, a.num_attention_heads // max(1, a.num_query_groups))
         heads = shrink(a.num_attention_heads, self.tp * gqa_ratio)
         groups = max(self.tp, heads * a.num_query_groups // a.num_attention_heads)
-        experts = shrink(a.num_experts, self.ep) if a.num_experts else 0
+        experts = 0
+        if a.num_experts:
+            floor = self.ep * min(a.num_experts // self.ep, a.moe_router_topk)
+            experts = max(shrink(a.num_experts, self.ep), floor)
+        attn_width = a.num_attention_heads * a.kv_channels
+        if a.multi_latent_attention:
+            hidden = shrink(a.hidden_size, 64 * self.tp)
+        elif a.hidden_size == attn_width:
+            hidden = heads * a.kv_channels
+        else:  # keep hidden / (heads x kv_channels), e.g. Qwen3's 2048 vs 32 x 128
+            hidden = max(64, round(a.hidden_size * heads * a.kv_channels / attn_width / 64) * 64)
         arch = replace(
             a,
             num_attention_heads=heads,
             num_query_groups=groups,
-            hidden_size=(
-                shrink(a.hidden_size, 64 * self.tp) if a.multi_latent_attention else heads * a.kv_channels
-            ),
+            hidden_size=hidden,
             ffn_hidden_size=shrink(a.ffn_hidden_size, 64 * self.tp),
             moe_ffn_hidden_size=shrink(a.moe_ffn_hidden_size, 64 * self.etp),
             moe_shared_expert_intermediate_size=shrink(a.moe_shared_expert_intermediate_size, 64 * self.tp),

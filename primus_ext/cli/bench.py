@@ -1,0 +1,147 @@
+"""``primus-ext bench``: measure a recipe's per-rank layer kinds into the timing store.
+
+    primus-ext bench recipes/llama3.1_8B-pretrain.yaml                       # CPU: auto scale
+    primus-ext bench recipes/mixtral_8x7B-pretrain.yaml --scale 0.0625 --reps 5 --json
+    primus-ext bench RECIPE tensor_model_parallel_size=2 --out store.sqlite --export h200.jsonl
+    primus-ext bench RECIPE --import h200.jsonl          # merge another machine's store first
+    primus-ext bench RECIPE --fabric                     # also sweep in-node collectives
+
+Only what the store lacks for this device, library versions and scale is measured (``--force``
+re-measures). Failed layers are recorded with their reason and reported; the others still run;
+the exit code is 1 when any layer failed. Sources say where a number comes from, e.g.
+``measured:cpu@scale=0.125``: a CPU timing is never presented as a GPU one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="measure real megatron-core layers of a recipe into the timing store")
+    p.add_argument("recipe", help="experiment YAML (Primus format) or flat Megatron-argument YAML")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
+    p.add_argument("--cluster", help="hardware profile of the target run; default from the recipe")
+    p.add_argument("--nodes", type=int, help="node count of the target run")
+    p.add_argument("--scale", type=float, help="shrink hidden/seq/experts by this factor (default: 1 on GPU, "
+                   "on CPU the largest power of 1/2 that keeps the recipe in seconds)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present")
+    p.add_argument("--reps", type=int, default=10, help="timed repetitions per layer (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per layer before giving up (default 120)")
+    p.add_argument("--out", metavar="FILE", help="SQLite store (default $PRIMUS_EXT_CACHE/timings.sqlite)")
+    p.add_argument("--import", dest="import_path", metavar="FILE", help="merge a JSON-lines export first")
+    p.add_argument("--export", metavar="FILE", help="write the whole store as JSON lines afterwards")
+    p.add_argument("--force", action="store_true", help="re-measure entries already in the store")
+    p.add_argument("--no-spawn", action="store_true", help="never start extra ranks (per-rank sizes, no comm)")
+    p.add_argument("--fabric", action="store_true", help="also sweep in-node collectives into the store")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+class _Bar:
+    """A plain text progress bar on stderr (no dependency)."""
+
+    WIDTH = 24
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, done: int, total: int, shape: Any) -> None:
+        if not self.enabled or total == 0:
+            return
+        filled = self.WIDTH * done // total
+        label = f"measuring {shape.kind}" if done < total else "done"
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} {label:<20}{end}")
+        sys.stderr.flush()
+
+
+_KNOWN_NOISE = ("Transformer Engine and Apex are not installed", "Apex is not installed",
+                "full scope is deprecated")
+"""megatron-core's import-time UserWarnings without TE/Apex: the table's notes say what matters."""
+
+
+def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    for text in _KNOWN_NOISE:
+        warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
+    from primus_ext.measure.runner import MeasureOptions, measure_many
+    from primus_ext.measure.scale import default_scale
+    from primus_ext.measure.shims import resolve_device
+    from primus_ext.measure.store import TimingStore
+    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes)
+    shapes = rank_shapes(recipe.model, recipe.execution)
+    device = resolve_device(args.device)
+    scale = args.scale if args.scale is not None else default_scale(shapes.values(), device.type)
+    if not 0 < scale <= 1:
+        from primus_ext.errors import Problem, RecipeError
+
+        raise RecipeError(problems=[Problem(path="--scale", message="scale must be in (0, 1]", value=scale,
+                                            fix="e.g. --scale 0.125")])
+    with TimingStore(args.out) as store:
+        if args.import_path:
+            print(f"imported {store.import_(args.import_path)} entries from {args.import_path}", file=sys.stderr)
+        missing = [s for s in shapes.values() if args.force or store.entry(s, scale=scale) is None]
+        opts = MeasureOptions(warmup=args.warmup, reps=args.reps, timeout_s=args.timeout, spawn=not args.no_spawn)
+        for m in measure_many(missing, scale=scale, device=device, opts=opts,
+                              progress=_Bar(enabled=not args.json)):
+            store.record(m)
+        fabric_failures: list[str] = []
+        if args.fabric:
+            from primus_ext.measure.fabric import fabric_sweep
+
+            points, fabric_failures = fabric_sweep(device=device)
+            store.record_fabric(points)
+        rows = [(kind, store.entry(s, scale=scale, ok_only=False)) for kind, s in shapes.items()]
+        if args.export:
+            print(f"exported {store.export(args.export)} entries to {args.export}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"recipe": args.recipe, "scale": scale, "layers": [_jsonable(k, r) for k, r in rows],
+                          "fabric_failures": fabric_failures}, indent=2))
+    else:
+        print(format_table(rows, scale, store.path))
+        for failure in fabric_failures:
+            print(f"fabric: {failure}")
+    return 0 if all(r is not None and r["status"] == "ok" for _, r in rows) else 1
+
+
+_COLUMNS = ("kind", "fwd ms", "bwd ms", "recomp ms", "spread", "params", "saved MiB", "source")
+
+
+def _cells(kind: str, r: dict[str, Any] | None) -> list[str]:
+    if r is None:
+        return [kind, "-", "-", "-", "-", "-", "-", "not measured"]
+    if r["status"] != "ok":
+        return [kind, "-", "-", "-", "-", "-", "-", f"FAILED: {r['reason']}"]
+    spread = max(r["fwd_spread"], r["bwd_spread"])
+    return [kind, f"{r['fwd_ms']:.2f}", f"{r['bwd_ms']:.2f}", f"{r['recompute_ms']:.2f}", f"{spread:.0%}",
+            f"{r['params']:,}", f"{r['saved_bytes'] / 2**20:.1f}", r["source"]]
+
+
+def format_table(rows: list[tuple[str, dict[str, Any] | None]], scale: float, path: Any) -> str:
+    """The bench table: one line per layer kind, then the notes of the entries."""
+    cells = [list(_COLUMNS)] + [_cells(k, r) for k, r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(c[i].ljust(widths[i]) if i in (0, 7) else c[i].rjust(widths[i])
+                       for i in range(len(_COLUMNS))) for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = sorted({n for _, r in rows if r for n in json.loads(r["notes"] or "[]")})
+    lines += [f"scale {scale:g}; per micro-batch, one rank; store {path}"] + [f"note: {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def _jsonable(kind: str, r: dict[str, Any] | None) -> dict[str, Any]:
+    if r is None:
+        return {"kind": kind, "status": "missing"}
+    out = {k: v for k, v in r.items() if k not in ("shape_json", "target_json", "notes")}
+    out["notes"] = json.loads(r["notes"] or "[]")
+    out["shape"] = json.loads(r["shape_json"])
+    return {**out, "kind": kind}
