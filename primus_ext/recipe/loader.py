@@ -23,6 +23,7 @@ Every failure raises one ``RecipeError`` listing every problem found (path, valu
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -122,7 +123,6 @@ class _State:
     roots: tuple[Path, ...]
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
     typos: list[Problem] = field(default_factory=list)
     """Unknown keys close to a known one: listed with the problems when loading fails anyway."""
 
@@ -213,8 +213,9 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
         block = {}
     for key in block:
         if key not in CLUSTER_KEYS:
-            state.warnings.append(unknown_key_warning(str(key), "primus_ext").replace(
-                "passed through to Megatron", "ignored") + f"; known: {sorted(CLUSTER_KEYS)}")
+            hint = difflib.get_close_matches(str(key), sorted(CLUSTER_KEYS), n=1)
+            state.warnings.append(f"unknown key `{key}` in primus_ext (ignored; known: {sorted(CLUSTER_KEYS)})"
+                                  + (f"; did you mean `{hint[0]}`?" if hint else ""))
     name_path = "--cluster" if cluster is not None else "primus_ext.cluster" if "cluster" in block else "cluster"
     nodes_path = "--nodes" if nodes is not None else "primus_ext.nodes" if "nodes" in block else "nodes"
     name = cluster if cluster is not None else block.get("cluster", DEFAULT_CLUSTER)
@@ -271,7 +272,8 @@ def load_recipe(
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path))
     top = load_preset(state.path, state.env, state.problems, state.warnings)
-    state.fail_if_problems()
+    if not top.values:
+        state.fail_if_problems()  # unreadable file: nothing to resolve
     data = dict(top.values)
     block = data.pop("primus_ext", None)
     if "modules" in data:

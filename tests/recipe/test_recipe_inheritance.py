@@ -77,3 +77,13 @@ def test_config_root_finds_primus_layout(write, tmp_path):
     recipe = load_recipe(path, config_roots=[root])
     assert recipe.execution.micro_batch_size == 2
     assert any("module_base.yaml" in w for w in recipe.warnings)
+
+
+def test_structure_problems_are_listed_together(write):
+    path = write("exp.yaml", {"exp_name": "${UNSET_VAR}", "primus_ext": {"cluster": "nope"},
+                              "modules": {"pre_trainer": {"framework": "torchtitan", "model": "missing.yaml"}}})
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path, env={})
+    paths = [p.path for p in err.value.problems]
+    assert paths[0].endswith("exp.yaml:exp_name")
+    assert {"modules.pre_trainer.framework", "modules.pre_trainer.model", "primus_ext.cluster"} <= set(paths)
