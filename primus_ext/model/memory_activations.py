@@ -1,0 +1,272 @@
+"""Bytes one layer saves for backward, per micro-batch, on one rank (closed form).
+
+Usage::
+
+    from primus_ext.model.memory_activations import activation_bytes_per_layer, activation_parts
+    activation_bytes_per_layer(shape)                  # Transformer-Engine spec (production GPU runs)
+    activation_parts(shape, impl=LOCAL)                # named parts, megatron-core local spec on CPU
+
+Every part is a tensor megatron-core 0.16.1 keeps alive between a layer's forward and its backward
+(autograd ``save_for_backward`` / checkpoint inputs), counted once per storage. Symbols: ``T`` tokens
+per rank (MBS * seq / CP), ``Ts = T / TP`` under sequence parallelism (else ``T``), ``e`` bytes per
+activation element, heads/groups/ffn are per TP rank, experts' ffn per ETP rank, ``R`` routed
+token slots per rank (``RankShape.routed_tokens_per_rank``).
+
+Two implementations differ in what they save, so each is a named :class:`ActivationImpl`:
+
+* ``TE`` - the Transformer-Engine spec: flash attention (saves q, k, v, the output and the fp32
+  softmax statistics; no s x s scores), norms fused into the next linear (``LayerNormLinear``
+  saves its input, the normalised output and rstd), fused SwiGLU (saves its input only), fused RoPE,
+  fp8 GEMM inputs saved quantised (1 byte) when the recipe trains in fp8.
+* ``LOCAL`` - the local spec as ``primus_ext.measure.build`` builds it on CPU: unfused attention
+  (expanded k/v, fp32 softmax output and bf16 probabilities: Korthikanti et al.'s ``5as/h`` term),
+  torch ``rms_norm`` (saves an fp32 copy of its input and the fp32 normalised value), unfused SwiGLU,
+  cached RoPE cos/sin. Checked against the real module's saved tensors in
+  ``tests/model/test_memory_vs_megatron.py`` (exact for dense / MLA / output, MoE within the
+  routing noise of the balanced router).
+
+Recompute (Megatron's ``recompute_granularity``): ``full`` keeps only the checkpointed layer input;
+``selective`` with ``recompute_modules`` (core_attn, layernorm, mlp, moe, moe_act, shared_experts,
+mla_up_proj) replaces the named parts by what the checkpoint keeps. Pure and torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from primus_ext.model.rank_shape import RankShape
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationImpl:
+    """What one implementation of the layer saves (see the module docstring)."""
+
+    name: str
+    flash_attention: bool
+    """True: flash/fused attention (q, k, v, out, fp32 LSE). False: scores materialised."""
+    torch_rms_norm_fp32: bool
+    """True: torch's CPU ``rms_norm`` keeps fp32 copies of input and normalised value (8 B/elem)."""
+    fused_swiglu: bool
+    """True: ``bias_swiglu_impl`` saves only its input; False: chunk/silu/mul save 2x that."""
+    fused_input_norm: bool
+    """TE spec: input_layernorm fused into linear_qkv (GQA) and pre_mlp_layernorm into fc1 (dense)."""
+    rope_cache: bool
+    """Local RoPE keeps its cos/sin per layer (8 bytes x seq x rotary dim)."""
+    router_scores: bool
+    """The learned router keeps its fp32 scores (T x experts); the force-balanced one does not."""
+    fp8_linear_inputs: bool
+    """fp8 recipes save GEMM inputs quantised (1 byte) - TE only."""
+
+
+TE = ActivationImpl(name="te", flash_attention=True, torch_rms_norm_fp32=False, fused_swiglu=True,
+                    fused_input_norm=True, rope_cache=False, router_scores=True, fp8_linear_inputs=True)
+LOCAL = ActivationImpl(name="local", flash_attention=False, torch_rms_norm_fp32=True, fused_swiglu=False,
+                       fused_input_norm=False, rope_cache=True, router_scores=False, fp8_linear_inputs=False)
+
+RMS_STAT_BYTES = 4
+"""rstd per token, fp32 (torch and TE RMSNorm)."""
+LAYERNORM_STAT_BYTES = 8
+"""mean + rstd per token, fp32 (LayerNorm)."""
+INDEX_BYTES = 8
+"""int64 indices (top-k expert ids, permutation / sort indices, cross-entropy targets)."""
+FP32_BYTES = 4
+ROPE_CACHE_BYTES = 8
+"""Local RoPE's cached cos/sin per position and rotary channel (measured: 8 B, bf16 x 2 x 2)."""
+_VALID_MODULES = frozenset({"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj"})
+
+
+def element_bytes(precision: str) -> int:
+    """Bytes of an activation element: fp32 training keeps fp32, everything else bf16/fp16
+    (fp8 recipes keep bf16 activations apart from the quantised GEMM inputs)."""
+    return 4 if precision == "fp32" else 2
+
+
+def _norm(impl: ActivationImpl, layernorm: bool, e: int, tokens: float, width: int) -> float:
+    stats = LAYERNORM_STAT_BYTES if layernorm else RMS_STAT_BYTES
+    if impl.torch_rms_norm_fp32 and not layernorm:
+        return 2 * FP32_BYTES * tokens * width + stats * tokens
+    return e * tokens * width + stats * tokens
+
+
+def _act_bytes(impl: ActivationImpl, gated: bool, e: int, tokens: float, ffn: float) -> float:
+    """What the activation function saves for ``tokens`` rows of width ``ffn`` (per split)."""
+    if not gated:
+        return e * tokens * ffn
+    return (2 if impl.fused_swiglu else 4) * e * tokens * ffn
+
+
+def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: float) -> dict[str, float]:
+    a = shape.arch
+    t, b, s = shape.tokens, shape.micro_batch_size, shape.local_seq
+    heads = shape.local_heads
+    parts: dict[str, float] = {}
+    if a.multi_latent_attention:
+        qh, vh = a.qk_head_dim + a.qk_pos_emb_head_dim, a.v_head_dim
+        rot = a.qk_pos_emb_head_dim
+        layernorm = a.normalization == "LayerNorm"
+        stats = LAYERNORM_STAT_BYTES if layernorm else RMS_STAT_BYTES
+        ql, kl = a.q_lora_rank or 0, a.kv_lora_rank
+        if impl.torch_rms_norm_fp32:
+            # local: q_layernorm / kv_layernorm keep fp32 copies; the up-projections keep the norm output
+            if ql:
+                parts["mla_q_compressed"] = e * ts * ql + (_norm(impl, layernorm, e, ts, ql) if a.qk_layernorm else 0)
+            parts["mla_kv_compressed"] = (
+                e * ts * kl + _norm(impl, layernorm, e, ts, kl) if a.qk_layernorm else e * ts * (kl + rot))
+        else:
+            # TE: LayerNormColumnParallelLinear keeps its input (q_compressed; kv_compressed is a view of
+            # the kv down-projection's output, kept whole), rstd and the normalised output.
+            if ql:
+                parts["mla_q_compressed"] = e * ts * ql + ((stats + lin_e * ql) * ts if a.qk_layernorm else 0)
+            parts["mla_kv_compressed"] = e * ts * (kl + rot) + ((stats + lin_e * kl) * ts if a.qk_layernorm else 0)
+        # inputs of core attention: q and k new after RoPE/concat, v made contiguous (measured).
+        qkv_inputs = e * t * heads * (qh + qh + vh)
+    else:
+        d = a.kv_channels
+        qh = vh = d
+        rot = d
+        groups = shape.local_query_groups
+        # q and k are new tensors after RoPE; v is a view of the fused qkv output, keeping it whole.
+        qkv_inputs = e * t * (heads * d + groups * d + (heads + 2 * groups) * d)
+    if impl.rope_cache:
+        parts["rope_cache"] = ROPE_CACHE_BYTES * s * rot
+    if impl.flash_attention:
+        parts["attn_qkv"] = qkv_inputs
+        parts["attn_softmax_stats"] = FP32_BYTES * b * heads * s
+    else:
+        if a.multi_latent_attention or shape.local_query_groups != heads:
+            parts["attn_qkv"] = e * t * heads * (2 * qh + vh)  # q, k, v expanded to every head
+        else:  # MHA: no expansion, the bmm keeps views of the roped q, k and of the qkv output (v)
+            parts["attn_qkv"] = qkv_inputs
+        probs = 0 if e == FP32_BYTES else e  # fp32 softmax output; bf16 probabilities for the bmm
+        parts["attn_scores"] = (FP32_BYTES + probs) * b * heads * s * s
+    parts["attn_out"] = e * t * heads * vh + (t * heads * vh if lin_e == 1 else 0)
+    return parts
+
+
+def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: float) -> dict[str, float]:
+    a = shape.arch
+    k, experts = a.moe_router_topk, a.num_experts
+    gated = a.activation in ("swiglu", "geglu")
+    parts: dict[str, float] = {}
+    # top-k ids (int64) + probs (fp32); permutation indices (int64); routing map (bool) + probs map.
+    router = (INDEX_BYTES + FP32_BYTES + INDEX_BYTES) * ts * k + (1 + e) * ts * experts
+    if impl.router_scores:
+        router += FP32_BYTES * ts * experts
+    parts["router"] = router
+    slots = shape.routed_tokens_per_rank
+    ffn = a.moe_ffn_hidden_size / shape.etp
+    if impl.fused_swiglu:  # TE: fused activation-with-probs keeps its input + fp32 probs
+        per_slot = lin_e * a.hidden_size + _act_bytes(impl, gated, e, 1, ffn) + FP32_BYTES
+    else:  # local: activation, then act*probs keeps both (+ probs column)
+        per_slot = e * a.hidden_size + _act_bytes(impl, gated, e, 1, ffn) + e * ffn + e
+    parts["experts"] = slots * per_slot
+    parts["experts_fc2_in"] = slots * lin_e * ffn
+    if a.moe_shared_expert_intermediate_size:
+        shared = a.moe_shared_expert_intermediate_size / shape.tp
+        parts["shared_experts"] = _act_bytes(impl, gated, e, shape.tokens, shared) + lin_e * shape.tokens * shared
+    return parts
+
+
+@lru_cache(maxsize=4096)
+def _parts_none(shape: RankShape, impl: ActivationImpl) -> tuple[tuple[str, float], ...]:
+    a = shape.arch
+    e = element_bytes(shape.precision)
+    lin_e = 1 if (impl.fp8_linear_inputs and shape.precision == "fp8") else e
+    sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
+    ts = shape.tokens / sp
+    layernorm = a.normalization == "LayerNorm"
+    parts: dict[str, float] = {}
+    if shape.kind == "embedding":
+        return ()
+    if shape.kind == "output":
+        vocab = a.vocab_size / shape.tp
+        parts["final_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)
+        parts["output_in"] = lin_e * ts * a.hidden_size
+        parts["logits_fp32"] = FP32_BYTES * shape.tokens * vocab  # the loss's exp(logits) in fp32
+        parts["loss_targets"] = (1 + INDEX_BYTES) * shape.tokens
+        return tuple(parts.items())
+    parts["input_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)
+    parts["input_norm_out"] = lin_e * ts * a.hidden_size
+    parts.update(_attention(shape, impl, e, lin_e, ts))
+    parts["pre_mlp_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)
+    parts["pre_mlp_norm_out"] = (e if shape.kind == "moe" else lin_e) * ts * a.hidden_size
+    if shape.kind == "moe":
+        parts.update(_moe(shape, impl, e, lin_e, ts))
+    else:
+        ffn = a.ffn_hidden_size / shape.tp
+        gated = a.activation in ("swiglu", "geglu")
+        parts["mlp_act"] = _act_bytes(impl, gated, e, shape.tokens, ffn)
+        parts["mlp_fc2_in"] = lin_e * shape.tokens * ffn
+    return tuple(parts.items())
+
+
+def _selective(shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) -> dict[str, float]:
+    a = shape.arch
+    e = element_bytes(shape.precision)
+    sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
+    residual = e * shape.tokens / sp * a.hidden_size  # a checkpoint's input (the residual stream)
+    modules = set(shape.recompute_modules or ("core_attn",)) & _VALID_MODULES
+    if "core_attn" in modules and "attn_scores" in parts:
+        del parts["attn_scores"]
+        if a.multi_latent_attention:
+            qh = a.qk_head_dim + a.qk_pos_emb_head_dim
+            parts["attn_qkv"] = e * shape.tokens * shape.local_heads * (2 * qh + a.v_head_dim)
+        else:
+            heads, groups, d = shape.local_heads, shape.local_query_groups, a.kv_channels
+            parts["attn_qkv"] = e * shape.tokens * d * (heads + groups + heads + 2 * groups)
+    elif "core_attn" in modules:
+        parts.pop("attn_softmax_stats", None)  # flash: q, k, v stay saved as the checkpoint's inputs
+    if "mla_up_proj" in modules and a.multi_latent_attention and "attn_scores" not in parts:
+        parts.pop("attn_qkv", None)
+    input_norm_separate = not impl.fused_input_norm or a.multi_latent_attention
+    mlp_norm_separate = not impl.fused_input_norm or shape.kind == "moe"
+    if "layernorm" in modules:
+        if input_norm_separate:
+            parts["input_norm"], parts["input_norm_out"] = residual, 0.0
+        if mlp_norm_separate:
+            parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = residual, 0.0
+    if "mlp" in modules and shape.kind == "dense":
+        parts["mlp_act"] = parts["mlp_fc2_in"] = 0.0
+        if not mlp_norm_separate:  # TE: the checkpoint starts at the fused norm's input
+            parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = residual, 0.0
+    if shape.kind == "moe":
+        if "moe" in modules:
+            for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
+                parts[name] = 0.0
+        if "moe_act" in modules:
+            parts["experts_fc2_in"] = 0.0
+        if "shared_experts" in modules:
+            parts["shared_experts"] = 0.0
+    return parts
+
+
+def activation_parts(shape: RankShape, *, impl: ActivationImpl = TE, recompute: str | None = None) -> dict[str, float]:
+    """Named bytes one layer of ``shape.kind`` saves for one micro-batch on one rank.
+
+    ``recompute`` overrides ``shape.recompute`` (the memory model mixes recomputed and plain layers
+    under ``recompute_num_layers``).
+    """
+    mode = recompute or shape.recompute
+    if mode == "full" and shape.kind in ("dense", "moe"):
+        sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
+        e = element_bytes(shape.precision)
+        return {"checkpoint_input": e * shape.tokens / sp * shape.arch.hidden_size}
+    parts = dict(_parts_none(shape, impl))
+    if mode == "selective" and shape.kind in ("dense", "moe"):
+        parts = _selective(shape, impl, parts)
+    return parts
+
+
+def activation_bytes_per_layer(shape: RankShape, *, impl: ActivationImpl = TE, recompute: str | None = None) -> int:
+    """Bytes saved for backward by one layer, one micro-batch, honouring SP/CP/TP/ETP and recompute."""
+    return round(sum(activation_parts(shape, impl=impl, recompute=recompute).values()))
+
+
+def linear_input_fraction(shape: RankShape, *, impl: ActivationImpl = TE) -> float:
+    """Share of a layer's saved bytes that weight-gradient GEMMs need (kept until a deferred W pass)."""
+    parts = activation_parts(shape, impl=impl, recompute="none")
+    total = sum(parts.values())
+    names = ("input_norm_out", "pre_mlp_norm_out", "attn_out", "mlp_fc2_in", "experts", "experts_fc2_in",
+             "output_in", "mla_q_compressed", "mla_kv_compressed")
+    return sum(parts.get(n, 0.0) for n in names) / total if total else 0.0
