@@ -1,0 +1,254 @@
+"""The search loop: legality -> memory pre-filter -> oracle, with a trial cache and a JSON-lines log.
+
+Every strategy talks to a ``SearchContext``: ``ctx.try_config(config, origin=...)`` returns a
+``Trial`` (illegal with every reason, rejected by the pre-filter with the memory verdict, or projected
+with the oracle's score). The same configuration is never projected twice (cache by
+``space.config_key``); ``budget`` counts projections by the strategy. ``tune`` runs a strategy and
+assembles the ``TuneResult`` (``primus_ext.tune.results``).
+
+    ctx = SearchContext(space, oracle, prefilter, budget=100, log=TrialLog("trials.jsonl"))
+    result = tune(ctx, "tpe", baseline=recipe.execution)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.recipe.validate import check
+from primus_ext.specs import ExecutionSpec
+from primus_ext.tune.legality import problems_of
+from primus_ext.tune.oracle import Oracle, Score
+from primus_ext.tune.prefilter import MemoryFilter, MemoryVerdict
+from primus_ext.tune.space import Config, Space, config_key
+
+Status = Literal["projected", "oom", "illegal"]
+ATTEMPTS_PER_PROJECTION = 50
+"""Proposals allowed per unit of budget (illegal, rejected and cached ones included) before a
+strategy is stopped: bounds every loop whatever the proposer does."""
+LOG_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trial:
+    """One configuration tried: its verdict and, when projected, its score."""
+
+    config: Config
+    status: Status
+    origin: str
+    """Who proposed it: a strategy name, ``recipe``, ``sensitivity`` or ``resume``."""
+    score: Score | None = None
+    memory: MemoryVerdict | None = None
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return config_key(self.config)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.score.tokens_per_s_per_gpu if self.score else 0.0
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        if self.score is not None and self.score.headroom_bytes is not None:
+            return self.score.headroom_bytes
+        return self.memory.headroom_bytes if self.memory else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config, "status": self.status, "origin": self.origin,
+            "score": self.score.to_dict() if self.score else None,
+            "memory": None if self.memory is None else {
+                "fits": self.memory.fits, "peak_bytes": self.memory.peak_bytes,
+                "capacity_bytes": self.memory.capacity_bytes, "worst_stage": self.memory.worst_stage},
+            "problems": [{"path": p.path, "message": p.message, "fix": p.fix,
+                          "value": p.value if isinstance(p.value, int | float | str | bool) else None}
+                         for p in self.problems],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        memory = data.get("memory")
+        return cls(
+            config=dict(data["config"]), status=data["status"], origin=str(data.get("origin", "resume")),
+            score=Score.from_dict(data["score"]) if data.get("score") else None,
+            memory=MemoryVerdict(**memory) if memory else None,
+            problems=tuple(Problem(**p) for p in data.get("problems") or ()),
+        )
+
+
+@dataclass
+class SearchStats:
+    """Counters of one search (what the benchmark and the report print)."""
+
+    proposals: int = 0
+    cache_hits: int = 0
+    illegal: int = 0
+    rejected_by_prefilter: int = 0
+    projected: int = 0
+    pruned_illegal: int = 0
+    """Candidates skipped by the exhaustive search's structural legality pruning (never proposed)."""
+    pruned_by_prefilter: int = 0
+    """Candidates skipped because a memory-minimal completion of their prefix does not fit."""
+    wall_s: float = 0.0
+
+
+class TrialLog:
+    """Append-only JSON-lines log: a header, then one line per new trial (``--resume`` reads it)."""
+
+    def __init__(self, path: str | Path, header: Mapping[str, Any] | None = None) -> None:
+        self.path = Path(path)
+        self.header = dict(header or {})
+        self._fh: Any = None
+
+    def write(self, trial: Trial) -> None:
+        if self._fh is None:
+            fresh = not self.path.exists() or self.path.stat().st_size == 0
+            self._fh = self.path.open("a", encoding="utf-8")
+            if fresh:
+                self._fh.write(json.dumps({"header": self.header, "version": LOG_VERSION}) + "\n")
+        self._fh.write(json.dumps({"trial": trial.to_dict()}) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> list[Trial]:
+    """Trials of a log. ``expect``: header fields that must match (same recipe, cluster, space)."""
+    trials: list[Trial] = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                if "header" in item:
+                    mismatch = {k: (item["header"].get(k), v) for k, v in (expect or {}).items()
+                                if item["header"].get(k) != v}
+                    if mismatch:
+                        raise RecipeError(problems=[Problem(
+                            path=f"{path}:{number}", value=str(mismatch),
+                            message="the log was written for another recipe, cluster or space (logged, now)",
+                            fix="resume with the same recipe, --cluster, --nodes, --margin and --pin")])
+                    continue
+                trials.append(Trial.from_dict(item["trial"]))
+            except (KeyError, TypeError, ValueError) as err:
+                if isinstance(err, json.JSONDecodeError) and number > 1 and not line.endswith("\n"):
+                    break  # a write interrupted mid-line: keep what came before
+                raise RecipeError(problems=[Problem(path=f"{path}:{number}", message=f"unreadable trial line: {err}",
+                                                    fix="remove the line or start a fresh log")]) from None
+    return trials
+
+
+class BudgetExhausted(Exception):
+    """Raised inside a strategy when its projection budget or attempt cap is spent."""
+
+
+@dataclass
+class SearchContext:
+    """What a strategy sees: the space, the cached evaluation, the budget and the counters."""
+
+    space: Space
+    oracle: Oracle
+    prefilter: MemoryFilter
+    budget: int = 100
+    log: TrialLog | None = None
+    detail: bool = True
+    """Compute the memory verdict (peak, headroom) of rejected configurations (the LLM needs it; the
+    exhaustive search switches it off for speed)."""
+    trials: dict[str, Trial] = field(default_factory=dict)
+    stats: SearchStats = field(default_factory=SearchStats)
+    spent: int = 0
+    """Projections counted against the budget."""
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.budget - self.spent)
+
+    def seed(self, trials: Iterable[Trial]) -> None:
+        """Trials from a log (``--resume``): cached, and their projections count against the budget."""
+        for trial in trials:
+            if trial.key not in self.trials:
+                self.trials[trial.key] = trial
+                self.spent += trial.status == "projected"
+
+    def try_config(self, config: Config, *, origin: str, counted: bool = True, trusted: bool = False,
+                   keep_rejected: bool = True) -> Trial:
+        """Legality, pre-filter, oracle (each once per configuration). Raises ``BudgetExhausted``.
+
+        ``counted``: the proposal counts against the attempt cap and its projection against the budget.
+        ``trusted``: the configuration was generated from the space (skip the membership check).
+        ``keep_rejected``: cache and log illegal / rejected trials too (the exhaustive search only counts them).
+        """
+        if counted and (self.remaining == 0 or self.stats.proposals >= ATTEMPTS_PER_PROJECTION * self.budget):
+            raise BudgetExhausted
+        self.stats.proposals += counted
+        key = config_key(config)
+        cached = self.trials.get(key)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return cached
+        if trusted:
+            execution = self.space.to_execution(config)
+            problems = check(self.space.model, execution, self.space.system)
+        else:
+            problems = problems_of(self.space, config)
+            execution = None if problems else self.space.to_execution(config)
+        if problems or execution is None:
+            self.stats.illegal += 1
+            trial = Trial(config=dict(config), status="illegal", origin=origin, problems=tuple(problems))
+            return self._keep(key, trial, keep_rejected)
+        if not self.prefilter.fits(execution):
+            self.stats.rejected_by_prefilter += 1
+            verdict = self.prefilter.verdict(execution) if self.detail else None
+            trial = Trial(config=dict(config), status="oom", origin=origin, memory=verdict)
+            return self._keep(key, trial, keep_rejected)
+        score = self.oracle(execution)
+        self.stats.projected += 1
+        self.spent += counted
+        return self._keep(key, Trial(config=dict(config), status="projected", origin=origin, score=score), True)
+
+    def _keep(self, key: str, trial: Trial, record: bool) -> Trial:
+        if record:
+            self.trials[key] = trial
+            if self.log is not None:
+                self.log.write(trial)
+        return trial
+
+    def projected(self) -> list[Trial]:
+        """Projected trials, best first."""
+        done = [t for t in self.trials.values() if t.status == "projected"]
+        return sorted(done, key=lambda t: -t.tokens_per_s_per_gpu)
+
+    def best(self) -> Trial | None:
+        done = self.projected()
+        return done[0] if done else None
+
+
+def evaluate_execution(ctx: SearchContext, execution: ExecutionSpec, *, origin: str) -> Trial:
+    """A trial for an execution that may lie outside the space (the recipe's own configuration)."""
+    config = ctx.space.config_of(execution)
+    if ctx.space.to_execution(config) == execution and not ctx.space.membership(config):
+        return ctx.try_config(config, origin=origin, counted=False)
+    problems = check(ctx.space.model, execution, ctx.space.system)
+    if problems:
+        return Trial(config=config, status="illegal", origin=origin, problems=tuple(problems))
+    verdict = ctx.prefilter.verdict(execution)
+    score = ctx.oracle(execution)
+    status: Status = "projected" if verdict.fits else "oom"
+    return Trial(config=config, status=status, origin=origin, score=score, memory=verdict)
+
+
+def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start

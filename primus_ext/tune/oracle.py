@@ -1,0 +1,90 @@
+"""The oracle: an execution -> a ``Score`` (tok/s/GPU, step time, MFU, breakdown, memory).
+
+The tuner reads fields, never text. ``projection_oracle`` wraps the projection
+(``primus_ext.projection.evaluate``, fast and pure) over a cost provider (the analytic roofline or the
+timing store); tests pass any ``Callable[[ExecutionSpec], Score]`` instead.
+
+    oracle = projection_oracle(model, system, costs)
+    score = oracle(execution)
+    score.tokens_per_s_per_gpu, score.breakdown["bubble_s"], score.exposed()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+Oracle = Callable[[ExecutionSpec], "Score"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Score:
+    """What the search ranks on, and what it explains to the LLM."""
+
+    tokens_per_s_per_gpu: float
+    step_time_s: float
+    mfu: float = 0.0
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+    """Seconds per step: ``compute_s``, ``bubble_s``, ``optimizer_s``, ``recompute_s`` and
+    ``exposed_<kind>_s`` for each communication kind (tp, cp, ep, fsdp, pp, dp_grad, dp_param)."""
+    peak_bytes: int | None = None
+    capacity_bytes: int | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        if self.peak_bytes is None or self.capacity_bytes is None:
+            return None
+        return self.capacity_bytes - self.peak_bytes
+
+    def exposed(self) -> dict[str, float]:
+        """Exposed communication per kind (seconds per step), largest first, zeros dropped."""
+        items = {k[8:-2]: v for k, v in self.breakdown.items() if k.startswith("exposed_") and v > 0}
+        return dict(sorted(items.items(), key=lambda kv: -kv[1]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "step_time_s": self.step_time_s, "mfu": self.mfu,
+            "breakdown": dict(self.breakdown), "peak_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes,
+            "sources": dict(self.sources),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Score:
+        return cls(
+            tokens_per_s_per_gpu=float(data["tokens_per_s_per_gpu"]), step_time_s=float(data["step_time_s"]),
+            mfu=float(data.get("mfu", 0.0)), breakdown=dict(data.get("breakdown") or {}),
+            peak_bytes=data.get("peak_bytes"), capacity_bytes=data.get("capacity_bytes"),
+            sources=dict(data.get("sources") or {}),
+        )
+
+
+def score_of(projection: Any) -> Score:
+    """A ``primus_ext.projection.Projection`` -> ``Score``."""
+    b = projection.breakdown
+    breakdown = {"compute_s": b.compute_s, "bubble_s": b.bubble_s, "optimizer_s": b.optimizer_s,
+                 "recompute_s": b.recompute_s}
+    for comm in b.comms:
+        breakdown[f"exposed_{comm.kind}_s"] = comm.exposed_s
+        breakdown[f"total_{comm.kind}_s"] = comm.total_s
+    memory = projection.memory
+    return Score(
+        tokens_per_s_per_gpu=projection.tokens_per_s_per_gpu, step_time_s=projection.step_time_s,
+        mfu=projection.mfu, breakdown=breakdown,
+        peak_bytes=int(memory.peak_bytes) if memory is not None else None,
+        capacity_bytes=int(memory.capacity_bytes) if memory is not None else None,
+        sources=dict(projection.sources),
+    )
+
+
+def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Any) -> Oracle:
+    """The projection as the oracle (``costs``: a ``CostProvider``)."""
+    from primus_ext.projection import evaluate
+
+    def oracle(execution: ExecutionSpec) -> Score:
+        return score_of(evaluate(model, execution, system, costs))
+
+    return oracle

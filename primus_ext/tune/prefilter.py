@@ -1,0 +1,68 @@
+"""Memory pre-filter: reject configurations the memory model says do not fit, before the oracle.
+
+``margin`` is the user's safety margin (a fraction of HBM kept free, ``--margin 0.05``), passed to
+``primus_ext.model.memory.fits``. The functions are injectable so tests can substitute a fake memory
+model; by default they are the real ones, imported on first use.
+
+    prefilter = MemoryFilter(model, system, margin=0.05)
+    prefilter.fits(execution)           # fast bool (the exhaustive search calls this per config)
+    prefilter.verdict(execution)        # peak / capacity / headroom, for reports and the LLM
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+FitsFn = Callable[..., bool]
+EstimateFn = Callable[..., Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryVerdict:
+    """The memory model's answer for one configuration."""
+
+    fits: bool
+    peak_bytes: int
+    capacity_bytes: int
+    worst_stage: int | None = None
+    """Pipeline rank with the peak (when the memory model reports stages)."""
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+
+def verdict_of(memory: Any, *, fits: bool | None = None) -> MemoryVerdict:
+    """A ``Memory`` result (``.fits``, ``.peak_bytes``, ``.capacity_bytes``, ``.stages``) -> verdict."""
+    stages = getattr(memory, "stages", None) or ()
+    worst = None
+    if stages:
+        peaks = [getattr(s, "peak_bytes", 0) for s in stages]
+        worst = max(range(len(peaks)), key=peaks.__getitem__)
+    return MemoryVerdict(fits=bool(memory.fits if fits is None else fits), peak_bytes=int(memory.peak_bytes),
+                         capacity_bytes=int(memory.capacity_bytes), worst_stage=worst)
+
+
+class MemoryFilter:
+    """Fits / verdict for one model on one system with a safety margin."""
+
+    def __init__(self, model: ModelSpec, system: SystemSpec, *, margin: float = 0.0,
+                 fits_fn: FitsFn | None = None, estimate_fn: EstimateFn | None = None) -> None:
+        if fits_fn is None or estimate_fn is None:
+            from primus_ext.model import memory
+
+            fits_fn = fits_fn or memory.fits
+            estimate_fn = estimate_fn or memory.estimate_memory
+        self.model, self.system, self.margin = model, system, margin
+        self._fits, self._estimate = fits_fn, estimate_fn
+
+    def fits(self, execution: ExecutionSpec) -> bool:
+        return bool(self._fits(self.model, execution, self.system, margin=self.margin))
+
+    def verdict(self, execution: ExecutionSpec) -> MemoryVerdict:
+        memory = self._estimate(self.model, execution, self.system)
+        return verdict_of(memory, fits=self.fits(execution))

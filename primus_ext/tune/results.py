@@ -1,0 +1,168 @@
+"""Run a search and assemble what it found: ranking, best, gain, regret, Pareto front, sensitivity.
+
+    result = tune(ctx, "tpe", baseline=recipe.execution, options=StrategyOptions(seed=0))
+    result.best.config, result.gain, result.regret, result.pareto, result.sensitivity
+    result.to_dict()                    # what ``primus-ext tune --json`` writes
+
+Regret is measured against the exhaustive optimum when the space is enumerable (``ENUMERABLE_MAX``
+candidates): the exhaustive search then runs on the same oracle and cache, so its projections are
+free for configurations the strategy already tried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from primus_ext.specs import ExecutionSpec
+from primus_ext.tune.agent import BudgetExhausted, SearchContext, SearchStats, Trial, evaluate_execution
+from primus_ext.tune.strategies import StrategyOptions, get_strategy
+
+ENUMERABLE_MAX = 3_000_000
+"""Candidate count up to which the exhaustive optimum is computed for the regret (the pruned
+exhaustive search of DeepSeek-V3 on 1 024 GPUs takes seconds, see benchmarks/tune_search.py)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sensitivity:
+    """One one-axis change of the winner and what it does."""
+
+    axis: str
+    value: Any
+    status: str
+    """``projected``, ``oom`` or ``illegal``."""
+    change: float | None
+    """Relative tok/s/GPU change vs the winner (-0.12 = 12 % slower); None unless projected."""
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneResult:
+    """Everything a search found, in objects (the CLI prints it, ``to_dict`` serialises it)."""
+
+    strategy: str
+    ranked: tuple[Trial, ...]
+    """Projected trials, best first."""
+    best: Trial | None
+    baseline: Trial | None
+    """The recipe's own configuration, as written."""
+    gain: float | None
+    """best / baseline - 1 (None when the baseline does not run)."""
+    optimum: Trial | None
+    """The exhaustive optimum (None when the space is not enumerable or not asked)."""
+    regret: float | None
+    """1 - best / optimum."""
+    pareto: tuple[Trial, ...]
+    """Not dominated in (tok/s/GPU, memory headroom), fastest first."""
+    sensitivity: tuple[Sensitivity, ...]
+    stats: SearchStats
+    exhaustive_stats: SearchStats | None
+    candidates: int | None
+    """Size of the candidate space (before legality and memory), when counted."""
+    notes: tuple[str, ...]
+    trials: tuple[Trial, ...] = ()
+    """Every trial kept (projected, illegal, rejected) in the order tried."""
+    best_execution: ExecutionSpec | None = None
+
+    def to_dict(self, *, top: int = 50) -> dict[str, Any]:
+        def trial(t: Trial | None) -> dict[str, Any] | None:
+            return None if t is None else t.to_dict()
+
+        return {
+            "strategy": self.strategy,
+            "best": trial(self.best),
+            "baseline": trial(self.baseline),
+            "gain": self.gain,
+            "optimum": trial(self.optimum),
+            "regret": self.regret,
+            "ranked": [trial(t) for t in self.ranked[:top]],
+            "pareto": [trial(t) for t in self.pareto],
+            "sensitivity": [dataclasses.asdict(s) for s in self.sensitivity],
+            "stats": dataclasses.asdict(self.stats),
+            "exhaustive_stats": None if self.exhaustive_stats is None else dataclasses.asdict(self.exhaustive_stats),
+            "candidates": self.candidates,
+            "notes": list(self.notes),
+            "best_execution": None if self.best_execution is None else dataclasses.asdict(self.best_execution),
+        }
+
+
+def pareto_front(trials: list[Trial]) -> tuple[Trial, ...]:
+    """Trials not dominated in (tok/s/GPU up, headroom up), fastest first."""
+    ranked = sorted((t for t in trials if t.headroom_bytes is not None),
+                    key=lambda t: (-t.tokens_per_s_per_gpu, -(t.headroom_bytes or 0)))
+    front: list[Trial] = []
+    for t in ranked:
+        if not front or (t.headroom_bytes or 0) > (front[-1].headroom_bytes or 0):
+            if front and t.tokens_per_s_per_gpu == front[-1].tokens_per_s_per_gpu:
+                front[-1] = t
+            else:
+                front.append(t)
+    return tuple(front)
+
+
+def sensitivity(ctx: SearchContext, best: Trial) -> tuple[Sensitivity, ...]:
+    """Every one-axis change of ``best`` (projected outside the budget, through the cache)."""
+    out = []
+    for axis, value, config in ctx.space.neighbours(best.config):
+        trial = ctx.try_config(config, origin="sensitivity", counted=False)
+        change = trial.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1 if trial.status == "projected" else None
+        reason = "; ".join(str(p) for p in trial.problems[:2]) if trial.status == "illegal" else (
+            "does not fit in memory" if trial.status == "oom" else "")
+        out.append(Sensitivity(axis=axis, value=value, status=trial.status, change=change, reason=reason))
+    return tuple(out)
+
+
+def tune(
+    ctx: SearchContext,
+    strategy: str,
+    *,
+    baseline: ExecutionSpec | None = None,
+    options: StrategyOptions | None = None,
+    regret: bool = True,
+    candidates: int | None = None,
+) -> TuneResult:
+    """Run ``strategy`` on ``ctx``; then the baseline, the regret reference, Pareto and sensitivity."""
+    options = options or StrategyOptions()
+    start = time.perf_counter()
+    base_trial = evaluate_execution(ctx, baseline, origin="recipe") if baseline is not None else None
+    if options.start is None and base_trial is not None and not ctx.space.membership(base_trial.config):
+        options = dataclasses.replace(options, start=base_trial.config)
+    notes: list[str] = []
+    with contextlib.suppress(BudgetExhausted):
+        notes += get_strategy(strategy)(ctx, options)
+    ctx.stats.wall_s = time.perf_counter() - start
+    best = ctx.best()
+    optimum, ex_stats = None, None
+    if strategy == "exhaustive":
+        optimum = best
+    elif regret and candidates is not None and candidates <= ENUMERABLE_MAX:
+        reference = SearchContext(space=ctx.space, oracle=ctx.oracle, prefilter=ctx.prefilter,
+                                  budget=ctx.budget, detail=False,
+                                  trials={k: t for k, t in ctx.trials.items() if t.status == "projected"})
+        t0 = time.perf_counter()
+        get_strategy("exhaustive")(reference, options)
+        reference.stats.wall_s = time.perf_counter() - t0
+        optimum, ex_stats = reference.best(), reference.stats
+    elif regret:
+        notes.append(f"regret not computed: {candidates or 'uncounted'} candidates (> {ENUMERABLE_MAX})")
+    sens = sensitivity(ctx, best) if best is not None else ()
+    gain = None
+    if best is not None and base_trial is not None and base_trial.status == "projected":
+        gain = best.tokens_per_s_per_gpu / base_trial.tokens_per_s_per_gpu - 1
+    elif base_trial is not None:
+        notes.append(f"the recipe's configuration is {base_trial.status} on this cluster: "
+                     + ("; ".join(str(p) for p in base_trial.problems[:3]) or "it does not fit in memory"))
+    regret_value = None
+    if best is not None and optimum is not None and optimum.tokens_per_s_per_gpu > 0:
+        regret_value = max(0.0, 1 - best.tokens_per_s_per_gpu / optimum.tokens_per_s_per_gpu)
+    ranked = ctx.projected()
+    return TuneResult(
+        strategy=strategy, ranked=tuple(ranked), best=best, baseline=base_trial, gain=gain, optimum=optimum,
+        regret=regret_value, pareto=pareto_front(ranked), sensitivity=sens, stats=ctx.stats,
+        exhaustive_stats=ex_stats, candidates=candidates, notes=tuple(notes),
+        trials=tuple(t for t in ctx.trials.values() if t.origin != "sensitivity"),
+        best_execution=ctx.space.to_execution(best.config) if best is not None else None,
+    )
