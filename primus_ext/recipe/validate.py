@@ -76,6 +76,13 @@ def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
         out.append(Problem(path="global_batch_size", value=e.global_batch_size,
                            message=f"not divisible by MBS*DP = {e.micro_batch_size}*{e.dp} = {per_step}",
                            fix=f"use a multiple of {per_step}, or change micro_batch_size / the parallel sizes"))
+    elif e.vpp > 1 and e.pp > 1 and e.num_microbatches % e.pp:
+        # megatron-core schedules.py (interleaved): micro-batches run in groups of PP per model chunk
+        # (microbatch_group_size_per_vp_stage defaults to PP); a partial last group raises.
+        out.append(Problem(path="global_batch_size", value=e.global_batch_size,
+                           message=f"interleaved schedule: {e.num_microbatches} micro-batches per step is not a "
+                                   f"multiple of PP={e.pp}",
+                           fix=f"use a global batch of a multiple of MBS*DP*PP = {per_step * e.pp}"))
 
 
 def _moe(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> None:

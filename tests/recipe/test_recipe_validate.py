@@ -27,6 +27,8 @@ RULES = [
     ("tp_overlap_sp", BASE, {"tensor_model_parallel_size": 2, "sequence_parallel": False, "tp_comm_overlap": True},
      "tp_comm_overlap", "sequence_parallel"),
     ("gbs", BASE, {"global_batch_size": 60}, "global_batch_size", "MBS*DP"),
+    ("interleaved_m", BASE, {"global_batch_size": 12, "pipeline_model_parallel_size": 2,
+                             "num_virtual_stages_per_pipeline_rank": 2}, "global_batch_size", "interleaved"),
     ("ep_dense", BASE, {"expert_model_parallel_size": 2}, "expert_model_parallel_size", "num_experts"),
     ("experts_ep", MOE, {"num_experts": 6, "expert_model_parallel_size": 4}, "num_experts", "EP=4"),
     ("topk", MOE, {"moe_router_topk": 10}, "moe_router_topk", "num_experts"),
