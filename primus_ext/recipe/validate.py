@@ -207,7 +207,8 @@ def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> lis
     _sharding(execution, out)
     chunks = execution.pp * execution.vpp
     if chunks > model.num_layers + model.mtp_num_layers + 2:
-        out.append(Problem(path="virtual_pipeline_model_parallel_size", value=execution.vpp,
+        key = "virtual_pipeline_model_parallel_size" if execution.vpp > 1 else "pipeline_model_parallel_size"
+        out.append(Problem(path=key, value=execution.vpp if execution.vpp > 1 else execution.pp,
                            message=f"PP*VPP = {chunks} pipeline chunks for {model.num_layers} layers",
                            fix="use fewer pipeline stages / virtual stages than layers"))
     elif system.world_size % (execution.tp * execution.pp * execution.cp) == 0:

@@ -70,6 +70,8 @@ RULES = [
      "pipeline_model_parallel_layout", "decoder layers"),
     ("chunks", BASE, {"pipeline_model_parallel_size": 8, "num_virtual_stages_per_pipeline_rank": 4},
      "num_virtual_stages_per_pipeline_rank", "chunks"),
+    ("chunks_pp", BASE, {"pipeline_model_parallel_size": 16, "global_batch_size": 64}, "pipeline_model_parallel_size",
+     "chunks"),
 ]
 
 

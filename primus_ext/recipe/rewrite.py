@@ -1,0 +1,246 @@
+"""Write a tuned execution back into the recipe: a minimal, comment-keeping, atomic YAML edit.
+
+``execution_changes(recipe, tuned)`` turns the difference between the recipe's execution and the
+tuned one into Megatron arguments (only what differs; aliases the recipe already uses are kept, e.g.
+``num_layers_per_virtual_pipeline_stage``). ``rewrite(path, changes, out=None)`` applies them:
+
+* Primus experiment: keys go to ``modules.pre_trainer.overrides`` (they win over the presets);
+  flat Megatron YAML: top level;
+* ruamel.yaml round trip: comments, key order, quoting and untouched ``${VAR:default}`` templates
+  stay; a changed key written as a whole template keeps its variable and gets the new default;
+* only keys whose value differs are written, so applying twice changes nothing;
+* the target is backed up (``<file>.bak``) and replaced atomically (temp file in the same folder,
+  fsync, rename): an interrupted write leaves the original intact.
+
+    changes = execution_changes(recipe, tuned_execution)
+    result = rewrite("recipes/mixtral_8x22B-pretrain.yaml", changes)          # in place
+    print(result.diff)
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml as pyyaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.recipe.resolve import VPP_KEYS
+from primus_ext.recipe.templates import TEMPLATE
+from primus_ext.specs import ExecutionSpec
+
+BACKUP_SUFFIX = ".bak"
+FSDP_FLAGS = {"torch_fsdp2": "use_torch_fsdp2", "megatron_fsdp": "use_megatron_fsdp"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewriteResult:
+    """What a rewrite did."""
+
+    path: str
+    """The file written (or that would be written)."""
+    changed: dict[str, Any]
+    """Megatron key -> new value, for the keys whose text actually changed."""
+    diff: str
+    """Unified diff of the file (empty when nothing changed)."""
+    backup: str | None = None
+
+
+def _given(args: Mapping[str, Any], key: str) -> bool:
+    return args.get(key) not in (None, False)
+
+
+def megatron_args(e: ExecutionSpec, args: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """The Megatron arguments that express ``e``'s tunable part, spelled as the recipe spells them."""
+    out: dict[str, Any] = {
+        "tensor_model_parallel_size": e.tp,
+        "pipeline_model_parallel_size": e.pp,
+        "context_parallel_size": e.cp,
+        "expert_model_parallel_size": e.ep,
+        "expert_tensor_parallel_size": e.expert_tensor_parallel_size,
+        "sequence_parallel": e.sequence_parallel,
+        "micro_batch_size": e.micro_batch_size,
+        "pipeline_model_parallel_layout": e.pipeline_model_parallel_layout,
+        "decoder_first_pipeline_num_layers": e.decoder_first_pipeline_num_layers,
+        "decoder_last_pipeline_num_layers": e.decoder_last_pipeline_num_layers,
+        "account_for_embedding_in_pipeline_split": e.account_for_embedding_in_pipeline_split,
+        "account_for_loss_in_pipeline_split": e.account_for_loss_in_pipeline_split,
+        "recompute_granularity": e.recompute_granularity,
+        "recompute_method": e.recompute_method,
+        "recompute_num_layers": e.recompute_num_layers,
+        "recompute_modules": list(e.recompute_modules) if e.recompute_modules else None,
+        "use_distributed_optimizer": e.use_distributed_optimizer,
+        "data_parallel_sharding_strategy": e.data_parallel_sharding_strategy,
+        "overlap_grad_reduce": e.overlap_grad_reduce,
+        "overlap_param_gather": e.overlap_param_gather,
+        "tp_comm_overlap": e.tp_comm_overlap,
+        "overlap_moe_expert_parallel_comm": e.overlap_moe_expert_parallel_comm,
+        "moe_shared_expert_overlap": e.moe_shared_expert_overlap,
+    }
+    # virtual pipeline: the spelling the recipe uses; per-stage layer counts only for even splits
+    vpp = e.vpp if e.vpp > 1 else None
+    used = [k for k in VPP_KEYS if _given(args, k)]
+    key = used[0] if used else "num_virtual_stages_per_pipeline_rank"
+    if key == "num_layers_per_virtual_pipeline_stage" and (e.pipeline_model_parallel_layout or not vpp
+                                                           or (num_layers // e.pp) % vpp):
+        key = "num_virtual_stages_per_pipeline_rank"
+    for other in VPP_KEYS:
+        out[other] = None
+    out[key] = (num_layers // e.pp // vpp) if key == "num_layers_per_virtual_pipeline_stage" and vpp else vpp
+    # Megatron: --recompute-activations means selective recompute
+    if _given(args, "recompute_activations"):
+        out["recompute_activations"] = e.recompute_granularity == "selective"
+    for kind, flag in FSDP_FLAGS.items():
+        out[flag] = e.fsdp == kind
+    if _given(args, "use_custom_fsdp"):
+        out["use_custom_fsdp"] = e.fsdp == "megatron_fsdp"
+    fp8 = args.get("fp8") if args.get("fp8") not in (None, False, True) else "hybrid"
+    out["fp8"] = fp8 if e.precision == "fp8" else None
+    return out
+
+
+def execution_changes(recipe: Any, tuned: ExecutionSpec) -> dict[str, Any]:
+    """Megatron key -> value for every argument whose value differs between the recipe and ``tuned``."""
+    args = recipe.megatron_args
+    layers = recipe.model.num_layers
+    before = megatron_args(recipe.execution, args, layers)
+    after = megatron_args(tuned, args, layers)
+    return {key: value for key, value in after.items() if value != before[key]}
+
+
+def _yaml() -> YAML:
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return yaml
+
+
+def _target(data: Any, path: str) -> CommentedMap:
+    """The mapping the keys go to: ``modules.pre_trainer.overrides`` or the top level."""
+    if not isinstance(data, CommentedMap):
+        raise RecipeError(problems=[Problem(path=path, message="the recipe is not a YAML mapping")])
+    modules = data.get("modules")
+    if modules is None:
+        return data
+    name = "pre_trainer" if "pre_trainer" in modules else next(iter(modules))
+    module = modules[name]
+    if module.get("overrides") is None:
+        module["overrides"] = CommentedMap()
+    return module["overrides"]
+
+
+def _same(text_value: Any, new: Any) -> bool:
+    if isinstance(new, list) or isinstance(text_value, list):
+        return list(text_value or []) == list(new or [])
+    return text_value == new and type(text_value) is type(new)
+
+
+def _default_value(text: str) -> Any:
+    """A template default as the loader reads it (a YAML scalar)."""
+    try:
+        return pyyaml.safe_load(text)
+    except pyyaml.YAMLError:
+        return text
+
+
+def _render(value: Any) -> str:
+    """A value as the default of a ``${VAR:default}`` template (read back by YAML)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _set(target: CommentedMap, key: str, value: Any, changed: dict[str, Any], label: str) -> None:
+    if key in target:
+        old = target[key]
+        template = TEMPLATE.fullmatch(old.strip()) if isinstance(old, str) else None
+        if template is not None:
+            default = template.group(2)
+            if default is not None and _same(_default_value(default), value):
+                return
+            target[key] = f"${{{template.group(1)}:{_render(value)}}}"
+        elif _same(old, value):
+            return
+        else:
+            target[key] = value
+    elif value is None or value is False:
+        return  # absent already means unset / false for every key we write
+    else:
+        target[key] = value
+    changed[label] = value
+
+
+def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe",
+                  cluster: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """``text`` (a recipe) with ``changes`` applied; returns (new text, keys actually changed).
+
+    ``cluster`` (``{"cluster": "mi355x", "nodes": 4}``) updates the recipe's own ``primus_ext:`` block
+    when it has one, so the tuned file loads for the cluster it was tuned for."""
+    yaml = _yaml()
+    data = yaml.load(text)
+    target = _target(data, path)
+    changed: dict[str, Any] = {}
+    block = data.get("primus_ext")
+    if cluster and isinstance(block, CommentedMap):
+        for key, value in cluster.items():
+            _set(block, key, value, changed, f"primus_ext.{key}")
+    for key, value in changes.items():
+        _set(target, key, value, changed, key)
+    if not changed:
+        return text, {}
+    buffer = io.StringIO()
+    yaml.dump(data, buffer)
+    return buffer.getvalue(), changed
+
+
+def atomic_write(path: Path, text: str, *, backup: bool = True) -> str | None:
+    """Replace ``path`` with ``text`` atomically, after copying the old file to ``path.bak``."""
+    saved = None
+    if backup and path.exists():
+        saved = str(path) + BACKUP_SUFFIX
+        shutil.copy2(path, saved)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.exists():
+            shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return saved
+
+
+def rewrite(path: str | Path, changes: Mapping[str, Any], *, out: str | Path | None = None,
+            cluster: Mapping[str, Any] | None = None, dry_run: bool = False) -> RewriteResult:
+    """Apply ``changes`` to the recipe at ``path``, writing ``out`` (a tuned copy) or ``path`` itself.
+    The diff is against the recipe at ``path``."""
+    source = Path(path)
+    target = Path(out) if out is not None else source
+    original = source.read_text(encoding="utf-8")
+    text, changed = apply_changes(original, changes, path=str(source), cluster=cluster)
+    before = target.read_text(encoding="utf-8") if target.exists() else None
+    diff = "".join(difflib.unified_diff(original.splitlines(keepends=True), text.splitlines(keepends=True),
+                                        fromfile=str(source), tofile=str(target)))
+    backup = None
+    if not dry_run and text != before:
+        backup = atomic_write(target, text)
+    return RewriteResult(path=str(target), changed=changed, diff=diff, backup=backup)
