@@ -1,0 +1,123 @@
+"""What one built-in training run does: the layout, the batch, and the checks before spawning.
+
+``plan_run(model, execution, world_size=2, iters=5)`` derives DP from the world size (world =
+TP * PP * CP * DP, Megatron's order) and the micro-batches per step (GBS / (MBS * DP)), and reports
+everything the built-in trainer cannot run as ``Problem``s (a ``RecipeError``, exit code 2).
+
+Torch-free: the CLI plans (and refuses) before importing megatron.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from primus_ext.errors import Problem, RecipeError
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+Backend = str
+"""``gloo`` (CPU) or ``nccl`` (CUDA; RCCL on ROCm)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainPlan:
+    """A fully resolved built-in training run (picklable: it is sent to every spawned rank)."""
+
+    model: ModelSpec
+    execution: ExecutionSpec
+    """With ``data_parallel_size`` set from the world size."""
+    world_size: int
+    iters: int
+    warmup: int
+    device: str
+    """``cpu`` or ``cuda``."""
+    seed: int = 1234
+    lr: float = 1.0e-4
+    threads_per_rank: int = 1
+    """CPU threads per rank (``cores // world`` keeps gloo ranks from oversubscribing)."""
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.execution.num_microbatches
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.execution.global_batch_size * self.execution.seq_length
+
+
+def tiny_model(**overrides: object) -> ModelSpec:
+    """A small Llama-shaped GPT for CPU runs (2 layers, hidden 128, GQA 4/2, SwiGLU, RMSNorm, RoPE)."""
+    fields: dict[str, object] = dict(
+        name="tiny-gpt", num_layers=2, hidden_size=128, ffn_hidden_size=256, num_attention_heads=4,
+        num_query_groups=2, kv_channels=32, vocab_size=512, max_position_embeddings=256,
+    )
+    fields.update(overrides)
+    return ModelSpec(**fields)  # type: ignore[arg-type]
+
+
+def _problems(model: ModelSpec, e: ExecutionSpec, world_size: int, iters: int, warmup: int) -> list[Problem]:
+    out: list[Problem] = []
+    mp = e.tp * e.pp * e.cp
+    if world_size < 1 or world_size % mp:
+        out.append(Problem(path="world_size", value=world_size,
+                           message=f"must be a multiple of TP*PP*CP = {mp}", fix=f"use a multiple of {mp}"))
+        return out
+    dp = world_size // mp
+    if e.cp > 1:
+        out.append(Problem(path="context_parallel_size", value=e.cp,
+                           message="the built-in trainer does not run context parallelism",
+                           fix="set context_parallel_size=1 (or launch through Primus / Megatron-LM)"))
+    if e.ep > 1 and (world_size // (e.etp * e.pp)) % e.ep:
+        out.append(Problem(path="expert_model_parallel_size", value=e.ep,
+                           message=f"does not divide world/(ETP*PP) = {world_size // (e.etp * e.pp)}"))
+    if model.multi_latent_attention:
+        out.append(Problem(path="multi_latent_attention", value=True,
+                           message="the built-in trainer builds MHA/GQA models only",
+                           fix="train MLA models through Primus / Megatron-LM"))
+    if e.global_batch_size % (e.micro_batch_size * dp):
+        out.append(Problem(path="global_batch_size", value=e.global_batch_size,
+                           message=f"not a multiple of micro_batch_size * DP = {e.micro_batch_size * dp}",
+                           fix=f"use a multiple of {e.micro_batch_size * dp}"))
+    elif e.vpp > 1 and (e.global_batch_size // (e.micro_batch_size * dp)) % e.pp:
+        out.append(Problem(path="global_batch_size", value=e.global_batch_size,
+                           message="interleaved 1F1B needs micro-batches per step divisible by PP",
+                           fix=f"use a multiple of {e.micro_batch_size * dp * e.pp}"))
+    if e.seq_length > model.max_position_embeddings and model.position_embedding_type == "learned_absolute":
+        out.append(Problem(path="seq_length", value=e.seq_length,
+                           message=f"exceeds max_position_embeddings={model.max_position_embeddings}"))
+    for key, value in (("num_attention_heads", model.num_attention_heads),
+                       ("num_query_groups", model.num_query_groups)):
+        if value % e.tp:
+            out.append(Problem(path=key, value=value, message=f"not divisible by TP={e.tp}",
+                               fix="choose a TP that divides it"))
+    if model.num_layers % (e.pp * e.vpp):
+        out.append(Problem(path="num_layers", value=model.num_layers,
+                           message=f"not divisible by PP*VPP = {e.pp * e.vpp}",
+                           fix="the built-in trainer splits layers evenly"))
+    if iters < 1 or warmup < 0 or warmup >= iters:
+        out.append(Problem(path="train_iters", value=iters,
+                           message=f"need iters >= 1 and 0 <= warmup ({warmup}) < iters"))
+    return out
+
+
+def plan_run(
+    model: ModelSpec,
+    execution: ExecutionSpec,
+    *,
+    world_size: int,
+    iters: int,
+    device: str = "cpu",
+    warmup: int = 1,
+    cores: int | None = None,
+    seed: int = 1234,
+) -> TrainPlan:
+    """Check and resolve a run; raises ``RecipeError`` listing every problem."""
+    import os
+
+    problems = _problems(model, execution, world_size, iters, warmup)
+    if problems:
+        raise RecipeError(problems=problems, source="built-in trainer")
+    dp = world_size // (execution.tp * execution.pp * execution.cp)
+    execution = replace(execution, data_parallel_size=dp)
+    cores = cores or os.cpu_count() or 1
+    return TrainPlan(model=model, execution=execution, world_size=world_size, iters=iters, warmup=warmup,
+                     device=device, seed=seed, threads_per_rank=max(1, cores // world_size))
