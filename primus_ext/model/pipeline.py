@@ -20,9 +20,9 @@ Orders (megatron-core ``pipeline_parallel/schedules.py``):
     entry with the chunk mirrored.
   * ``zb-h1``: Qi et al. 2023 (arXiv:2401.10241) "ZB-H1": backward split into input-grad B and
     weight-grad W; B has priority, F keeps 1F1B's budget (at most PP-r micro-batches between F and B
-    on rank r), W fills otherwise idle time. Simulated greedily in time order; on uniform stages it
-    reproduces the paper's bubble (p-1)(F+B-W). The deferred W's hold their inputs longer: that memory
-    is the memory model's business, not the simulator's.
+    on rank r), W fills otherwise idle time but rank r defers at most r of them (the paper's memory
+    bound, also what ``model.memory`` assumes). Simulated greedily in time order; on uniform stages
+    it reproduces the paper's bubble (p-1)(F+B-W) and its figure's op order.
 
 The closed forms (p-1)/m and (p-1)/(v*m) are tests of this simulator (tests/model/test_pipeline.py),
 not its implementation. Pure and torch-free; the fixed orders are memoised per structure.
@@ -74,6 +74,9 @@ class ScheduleResult:
     finish: tuple[float, ...]
     """Per rank: end of its last op."""
     events: tuple[Event, ...] = ()
+    critical_p2p: float | None = None
+    """Send/recv seconds on the critical path (what p2p adds to the makespan); ``None`` when the schedule
+    (zb-h1) does not trace it."""
 
     @property
     def bubble_time(self) -> float:
@@ -118,51 +121,72 @@ def rank_order(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int) 
 
 @dataclass(frozen=True)
 class _Structure:
-    """Topologically ordered ops with their same-rank predecessor, input dependency and slots."""
+    """Topologically ordered ops; positions are 1-based so that 0 is a zero-time sentinel."""
 
     ops: tuple[tuple[int, int, int, int], ...]
     """(kind, rank, chunk, micro-batch) per op, in a topological order."""
-    prev: tuple[int, ...]
-    dep: tuple[int, ...]
-    dur_slot: tuple[int, ...]
-    comm_slot: tuple[int, ...]
+    steps: tuple[tuple[int, int, int, int], ...]
+    """Per op: (same-rank predecessor, input dependency, duration slot, p2p slot); 0 / -1 = none."""
+    last: tuple[int, ...]
+    """Per rank: position of its last op."""
 
 
 @lru_cache(maxsize=256)
 def _structure(schedule: str, pp: int, vpp: int, m: int, group: int) -> _Structure:
     orders = [rank_order(schedule, r, pp, vpp, m, group) for r in range(pp)]
     stages = pp * vpp
-    index: dict[tuple[int, int, int], int] = {}  # (kind, virtual stage, mb) -> topological position
-    ops, prev, dep, dur_slot, comm_slot = [], [], [], [], []
+    # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
+    placed = [0] * (2 * stages * m)
+    ops: list[tuple[int, int, int, int]] = []
+    steps: list[tuple[int, int, int, int]] = []
     pointers = [0] * pp
-    last = [-1] * pp
-    remaining = sum(len(o) for o in orders)
+    last = [0] * pp
+    lengths = [len(o) for o in orders]
+    remaining = sum(lengths)
     while remaining:
         progressed = False
         for r in range(pp):
-            while pointers[r] < len(orders[r]):
-                kind, mb, chunk = orders[r][pointers[r]]
+            order, ptr, prev = orders[r], pointers[r], last[r]
+            while ptr < lengths[r]:
+                kind, mb, chunk = order[ptr]
                 stage = chunk * pp + r
                 if kind == FWD:
-                    key, cslot = ((FWD, stage - 1, mb), stage - 1) if stage > 0 else (None, -1)
+                    dep_stage, cslot = stage - 1, stage - 1
+                    dep = placed[dep_stage * m + mb] if stage > 0 else -1
                 elif stage < stages - 1:
-                    key, cslot = (BWD, stage + 1, mb), stage
+                    dep_stage, cslot = stage + 1, stage
+                    dep = placed[(stages + dep_stage) * m + mb]
                 else:
-                    key, cslot = (FWD, stage, mb), -1
-                if key is not None and key not in index:
+                    cslot = -1
+                    dep = placed[stage * m + mb]
+                if dep == 0:
                     break
-                index[(kind, stage, mb)] = len(ops)
                 ops.append((kind, r, chunk, mb))
-                prev.append(last[r])
-                dep.append(index[key] if key is not None else -1)
-                dur_slot.append((kind * pp + r) * vpp + chunk)
-                comm_slot.append(cslot)
-                last[r] = len(ops) - 1
-                pointers[r] += 1
-                remaining -= 1
-                progressed = True
+                position = len(ops)
+                placed[(kind * stages + stage) * m + mb] = position
+                steps.append((prev, max(dep, 0), (kind * pp + r) * vpp + chunk, cslot))
+                prev = position
+                ptr += 1
+            remaining -= ptr - pointers[r]
+            progressed = progressed or ptr != pointers[r]
+            pointers[r], last[r] = ptr, prev
         assert progressed, "pipeline order deadlocks"
-    return _Structure(tuple(ops), tuple(prev), tuple(dep), tuple(dur_slot), tuple(comm_slot))
+    return _Structure(tuple(ops), tuple(steps), tuple(last))
+
+
+def _critical_p2p(st: _Structure, fin: list[float], durs: list[float], comms: tuple[float, ...]) -> float:
+    """Send/recv time on the critical path (walk back from the last op along binding inputs)."""
+    i = max(st.last, key=lambda pos: fin[pos])
+    total = 0.0
+    while i > 0:
+        p, d, ds, cs = st.steps[i - 1]
+        start = fin[i] - durs[ds]
+        if d > 0 and abs(fin[d] + comms[cs] - start) <= 1e-12 * max(1.0, start) and fin[d] + comms[cs] > fin[p]:
+            total += comms[cs]
+            i = d
+        else:
+            i = p
+    return total
 
 
 def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
@@ -171,27 +195,23 @@ def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p
     st = _structure(schedule, pp, vpp, m, group)
     durs = [c.fwd for row in times for c in row] + [c.bwd for row in times for c in row]
     comms = (*p2p, 0.0)  # slot -1 -> 0
-    fin = [0.0] * len(st.ops)
-    zero = 0.0
-    for i, (p, d, ds, cs) in enumerate(zip(st.prev, st.dep, st.dur_slot, st.comm_slot, strict=True)):
-        t = fin[p] if p >= 0 else zero
-        if d >= 0:
-            a = fin[d] + comms[cs]
-            if a > t:
-                t = a
-        fin[i] = t + durs[ds]
-    finish = [0.0] * pp
-    for i, op in enumerate(st.ops):
-        finish[op[1]] = max(finish[op[1]], fin[i])
+    fin = [0.0]
+    append = fin.append
+    for p, d, ds, cs in st.steps:  # the hot loop: finish = max(rank free, input arrived) + duration
+        t = fin[p]
+        a = fin[d] + comms[cs]
+        append((a if a > t else t) + durs[ds])
+    finish = tuple(fin[pos] for pos in st.last)
     busy = tuple(m * sum(c.fwd + c.bwd for c in row) for row in times)
     events: tuple[Event, ...] = ()
     if timeline:
         events = tuple(
-            Event(rank=r, chunk=c, microbatch=mb, kind=KIND_NAMES[k], start=fin[i] - durs[st.dur_slot[i]], end=fin[i])
+            Event(rank=r, chunk=c, microbatch=mb, kind=KIND_NAMES[k], start=fin[i + 1] - durs[st.steps[i][2]],
+                  end=fin[i + 1])
             for i, (k, r, c, mb) in enumerate(st.ops)
         )
-    return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy,
-                          finish=tuple(finish), events=events)
+    return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy, finish=finish,
+                          events=events, critical_p2p=_critical_p2p(st, fin, durs, comms) if any(p2p) else 0.0)
 
 
 # --------------------------------------------------------------------------- zero bubble (greedy)
@@ -225,7 +245,9 @@ def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, 
             if src is not None:
                 arrivals.append((src + (comm[r - 1] if r > 0 else 0.0), FWD))
         ready = sorted(k for a, k in arrivals if a <= t)
-        kind = ready[0] if ready else (WGRAD if w_done[r] < next_b[r] else None)
+        pending_w = next_b[r] - w_done[r]
+        # at most r deferred W on rank r (ZB-H1's memory bound: PP micro-batches held)
+        kind = ready[0] if ready and pending_w <= r else (WGRAD if pending_w else None)
         if kind is None:
             future = [a for a, _ in arrivals]
             if future:
@@ -297,11 +319,28 @@ def simulate(
     group = microbatch_group_size_per_vp_stage or pp
     if vpp == 1 and schedule == "interleaved":
         schedule = "1f1b"
+    if schedule == "interleaved":
+        problem = interleaving_problem(pp, num_microbatches, group)
+        if problem:
+            raise ValueError(problem)
     if timeline:
         if schedule == "zb-h1":
             return _zb_h1(times, num_microbatches, p2p, True)
         return _fixed(schedule, times, num_microbatches, p2p, group, True)
     return _simulate_cached(schedule, times, num_microbatches, p2p, group)
+
+
+def interleaving_problem(pp: int, num_microbatches: int, group: int | None = None) -> str:
+    """Why megatron-core refuses this interleaved schedule ("" when it runs): the micro-batch group must
+    lie in [PP, M] and the last group must not be shorter than PP (``schedules.py``)."""
+    group = group or pp
+    if not pp <= group <= num_microbatches:
+        return (f"interleaved schedule needs PP <= microbatch_group_size_per_vp_stage <= micro-batches; got PP={pp}, "
+                f"group={group}, micro-batches={num_microbatches}")
+    if 0 < num_microbatches % group < pp:
+        return (f"{num_microbatches} micro-batches leave a last group of {num_microbatches % group} < PP={pp} "
+                f"(group size {group}); make the micro-batch count a multiple of {group}")
+    return ""
 
 
 def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0) -> tuple[tuple[ChunkTimes, ...], ...]:
@@ -310,4 +349,7 @@ def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0)
     return tuple(tuple(chunk for _ in range(vpp)) for _ in range(pp))
 
 
-__all__ = ["ChunkTimes", "Event", "ScheduleResult", "rank_order", "schedule_table", "simulate", "uniform_times"]
+__all__ = [
+    "ChunkTimes", "Event", "ScheduleResult", "interleaving_problem", "rank_order", "schedule_table", "simulate",
+    "uniform_times",
+]

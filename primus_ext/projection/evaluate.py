@@ -27,7 +27,7 @@ from primus_ext.model.collectives import p2p_time
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.params import expert_layer_params, layer_params
-from primus_ext.model.pipeline import ChunkTimes, simulate
+from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds
@@ -64,14 +64,10 @@ class _Layer:
     expert_params: int
     source: str
     analytic: bool
-
-    @property
-    def fwd(self) -> float:
-        return self.compute_fwd + sum(v[1] for v in self.comm_fwd.values())
-
-    @property
-    def bwd(self) -> float:
-        return self.compute_bwd + sum(v[1] for v in self.comm_bwd.values())
+    fwd: float = 0.0
+    """Forward incl. exposed comm."""
+    bwd: float = 0.0
+    """Backward incl. recompute and exposed comm."""
 
 
 _MEMO_LIMIT = 16
@@ -81,8 +77,9 @@ the tuner asks for the same few shapes thousands of times."""
 
 
 def clear_cost_cache() -> None:
-    """Forget memoised provider answers (after recording new measurements in a store)."""
+    """Forget memoised provider answers and projections (after recording new measurements in a store)."""
     _memos.clear()
+    _evaluate_memo.cache_clear()
 
 
 def _providers(costs: Costs) -> tuple[CostProvider, ...]:
@@ -110,7 +107,11 @@ def _lookup(shape: RankShape, providers: tuple[CostProvider, ...], system: Syste
 
 
 def _layer(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...]) -> _Layer:
-    cost = _lookup(shape, providers, system)
+    return _layer_from_cost(shape, ex, system, _lookup(shape, providers, system))
+
+
+@lru_cache(maxsize=16384)
+def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, cost: LayerCost) -> _Layer:
     fwd, recompute = cost.fwd_ms * 1e-3, cost.recompute_ms * 1e-3
     bwd = cost.bwd_ms * 1e-3 + recompute
     wgrad = (cost.wgrad_ms if cost.wgrad_ms is not None else cost.bwd_ms / 2) * 1e-3
@@ -120,7 +121,8 @@ def _layer(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, providers: t
                       attn=attention_seconds(shape, system.gpu), params=(total - experts, experts))
     return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,
                   comm_bwd=comm.bwd, dense_params=total - experts, expert_params=experts,
-                  source=cost.source, analytic=cost.source == "analytic")
+                  source=cost.source, analytic=cost.source == "analytic",
+                  fwd=fwd + sum(v[1] for v in comm.fwd.values()), bwd=bwd + sum(v[1] for v in comm.bwd.values()))
 
 
 @lru_cache(maxsize=1024)
@@ -160,6 +162,45 @@ def _add(acc: dict[str, list[float]], comm: dict[str, tuple[float, float]], time
         slot[1] += times * exposed
 
 
+def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) -> tuple[tuple[ChunkTimes, ...], dict]:
+    """One pipeline rank's chunk times and its per-micro-batch aggregates (compute, comm, params)."""
+    chunk_times = []
+    acc: dict = {"compute": 0.0, "recompute": 0.0, "fwd1": 0.0, "bwd1": 0.0, "dense": 0, "experts": 0,
+                 "analytic_passes": 0, "layers": 0}
+    comm_acc: dict[str, list[float]] = {}
+    for n_dk, n_dr, n_mk, n_mr, mtp, emb, out in row:
+        items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
+                 (("moe", True), n_mr, True)]
+        if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
+            items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
+        if emb:
+            items.append((("embedding", False), 1, True))
+        if out:
+            items.append((("output", False), 1, True))
+        fwd = bwd = wgrad = 0.0
+        for key, n, owns_params in items:
+            if not n:
+                continue
+            layer = layers[key]
+            fwd += n * layer.fwd
+            bwd += n * layer.bwd
+            wgrad += n * layer.wgrad
+            acc["compute"] += n * (layer.compute_fwd + layer.compute_bwd)
+            acc["recompute"] += n * layer.recompute
+            if owns_params:
+                acc["dense"] += n * layer.dense_params
+                acc["experts"] += n * layer.expert_params
+            acc["analytic_passes"] += 2 * n * layer.analytic
+            acc["layers"] += n if key[0] in ("dense", "moe") else 0
+            _add(comm_acc, layer.comm_fwd, n)
+            _add(comm_acc, layer.comm_bwd, n)
+        acc["fwd1"] += fwd
+        acc["bwd1"] += bwd
+        chunk_times.append(ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
+    acc["comm"] = comm_acc
+    return tuple(chunk_times), acc
+
+
 def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
               timeline: bool) -> Projection:
     m = ex.num_microbatches
@@ -181,42 +222,12 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     pp, vpp = ex.pp, ex.vpp
 
     times, stage_acc = [], []
+    seen: dict[tuple, tuple[tuple[ChunkTimes, ...], dict]] = {}
     for row in counts:
-        chunk_times, acc = [], {"compute": 0.0, "recompute": 0.0, "fwd1": 0.0, "bwd1": 0.0, "dense": 0, "experts": 0,
-                                "passes": 0, "analytic_passes": 0, "layers": 0}
-        comm_acc: dict[str, list[float]] = {}
-        for n_dk, n_dr, n_mk, n_mr, mtp, emb, out in row:
-            items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
-                     (("moe", True), n_mr, True)]
-            if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
-                items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
-            if emb:
-                items.append((("embedding", False), 1, True))
-            if out:
-                items.append((("output", False), 1, True))
-            fwd = bwd = wgrad = 0.0
-            for key, n, owns_params in items:
-                if not n:
-                    continue
-                layer = layers[key]
-                fwd += n * layer.fwd
-                bwd += n * layer.bwd
-                wgrad += n * layer.wgrad
-                acc["compute"] += n * (layer.compute_fwd + layer.compute_bwd)
-                acc["recompute"] += n * layer.recompute
-                if owns_params:
-                    acc["dense"] += n * layer.dense_params
-                    acc["experts"] += n * layer.expert_params
-                acc["passes"] += 2 * n
-                acc["analytic_passes"] += 2 * n * layer.analytic
-                acc["layers"] += n if key[0] in ("dense", "moe") else 0
-                _add(comm_acc, layer.comm_fwd, n)
-                _add(comm_acc, layer.comm_bwd, n)
-            acc["fwd1"] += fwd
-            acc["bwd1"] += bwd
-            chunk_times.append(ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
-        acc["comm"] = comm_acc  # type: ignore[assignment]
-        times.append(tuple(chunk_times))
+        if row not in seen:
+            seen[row] = _stage(row, layers, mtp_kind)
+        chunk_times, acc = seen[row]
+        times.append(chunk_times)
         stage_acc.append(acc)
     times_t = tuple(times)
 
@@ -228,22 +239,33 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
         p2p = tuple(across if crosses[s % pp] else within for s in range(stages_n - 1))
     schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" else "1f1b")
+    if schedule == "interleaved" and interleaving_problem(pp, m):
+        raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
+                                                 message=interleaving_problem(pp, m),
+                                                 fix=f"use a global batch giving a multiple of PP={pp} micro-batches")])
     sim = simulate(schedule, times_t, m, p2p, timeline=timeline)
-    bare = simulate(schedule, times_t, m) if any(p2p) else sim
+    if sim.critical_p2p is not None:
+        pp_exposed = min(sim.critical_p2p, max(0.0, sim.makespan - max(sim.busy)))
+    else:
+        pp_exposed = sim.makespan - simulate(schedule, times_t, m).makespan if any(p2p) else 0.0
 
     ovl = system.gpu.efficiency.overlap
     tails, opts, params_exp, grads, params = [], [], [], [], []
+    tail_of: dict[int, tuple[float, float, float, float, float]] = {}
     for r, acc in enumerate(stage_acc):
-        dense, experts = int(acc["dense"]), int(acc["experts"])
-        grad_t, param_t = dp_times(dense, experts, ex, pl, system)
-        share = bucket_fraction(dense + experts, ex)
-        grad_exp = overlapped_exposed(grad_t, acc["bwd1"], share, ovl) if ex.overlap_grad_reduce else grad_t
-        param_exp = overlapped_exposed(param_t, acc["fwd1"], share, ovl) if ex.overlap_param_gather else param_t
+        if id(acc) not in tail_of:  # ranks with identical layers share one computation
+            dense, experts = int(acc["dense"]), int(acc["experts"])
+            grad_t, param_t = dp_times(dense, experts, ex, pl, system)
+            share = bucket_fraction(dense + experts, ex)
+            grad_exp = overlapped_exposed(grad_t, acc["bwd1"], share, ovl) if ex.overlap_grad_reduce else grad_t
+            param_exp = overlapped_exposed(param_t, acc["fwd1"], share, ovl) if ex.overlap_param_gather else param_t
+            tail_of[id(acc)] = (grad_t, grad_exp, param_t, param_exp, optimizer_seconds(dense, experts, ex, pl, system))
+        grad_t, grad_exp, param_t, param_exp, opt = tail_of[id(acc)]
         grads.append((grad_t, grad_exp))
         params.append((param_t, param_exp))
         tails.append(sim.finish[r] + grad_exp)
         params_exp.append(param_exp)
-        opts.append(optimizer_seconds(dense, experts, ex, pl, system))
+        opts.append(opt)
     tail = max(tails)
     step = tail + max(opts) + max(params_exp)
 
@@ -253,7 +275,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
              for k, v in sorted(acc_b["comm"].items(), key=lambda kv: LAYER_COMM_KINDS.index(kv[0]))]
     if pp > 1:
         sends = sum(p2p[c * pp + busiest] for c in range(vpp) if c * pp + busiest < stages_n - 1)
-        comms.append(CommTime(kind="pp", total_s=2 * m * sends, exposed_s=sim.makespan - bare.makespan,
+        comms.append(CommTime(kind="pp", total_s=2 * m * sends, exposed_s=pp_exposed,
                               group=describe(pl.pp)))
     worst_grad = max(range(pp), key=lambda r: grads[r][0])
     if grads[worst_grad][0] > 0:
@@ -267,7 +289,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     breakdown = Breakdown(
         compute_s=m * acc_b["compute"],
         comms=tuple(comms),
-        bubble_s=max(0.0, bare.makespan - sim.busy[busiest]),
+        bubble_s=max(0.0, sim.makespan - pp_exposed - sim.busy[busiest]),
         optimizer_s=max(opts),
         overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
         recompute_s=m * acc_b["recompute"],
@@ -314,4 +336,11 @@ def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cos
     ``costs``: a ``CostProvider`` or a sequence tried in order (timing store first); the analytic
     roofline always closes the chain. Raises ``RecipeError`` / ``InfeasibleConfig`` on an illegal split.
     """
-    return _evaluate(model, execution, system, _providers(costs), timeline=False)
+    return _evaluate_memo(model, execution, system, _providers(costs))
+
+
+@lru_cache(maxsize=4096)
+def _evaluate_memo(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
+                   providers: tuple[CostProvider, ...]) -> Projection:
+    """Revisited configurations (same specs, same provider objects) cost one dict lookup."""
+    return _evaluate(model, ex, system, providers, timeline=False)

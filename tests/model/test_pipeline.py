@@ -76,3 +76,25 @@ def test_bad_inputs():
         simulate("gpipe", uniform_times(2, 1, 1, 1), 4)
     with pytest.raises(ValueError):
         simulate("zb-h1", uniform_times(2, 2, 1, 1), 4)
+
+
+def test_interleaving_needs_whole_groups_like_megatron():
+    from primus_ext.model.pipeline import interleaving_problem
+
+    assert interleaving_problem(4, 8) == ""
+    assert interleaving_problem(4, 10)  # last group of 2 < PP
+    assert interleaving_problem(4, 2)  # fewer micro-batches than PP
+    assert interleaving_problem(4, 9, 5) == "" and simulate("interleaved", uniform_times(4, 2, 1, 2), 9,
+                                                            microbatch_group_size_per_vp_stage=5).makespan > 0
+    with pytest.raises(ValueError, match="last group"):
+        simulate("interleaved", uniform_times(4, 2, 1, 2), 10)
+
+
+def test_zero_bubble_defers_at_most_rank_w_passes():
+    r = simulate("zb-h1", uniform_times(4, 1, 1.0, 2.0, 1.0), 8, timeline=True)
+    for rank in range(4):
+        pending = worst = 0
+        for e in sorted((e for e in r.events if e.rank == rank), key=lambda e: e.start):
+            pending += {"B": 1, "W": -1}.get(e.kind, 0)
+            worst = max(worst, pending)
+        assert worst <= rank + 1  # the B just run + at most `rank` deferred

@@ -1,0 +1,114 @@
+"""Projection speed (the tuner's fast path) and the projection of every shipped recipe.
+
+    python benchmarks/projection_speed.py            # speed for 1024-GPU configs + every recipe
+    python benchmarks/projection_speed.py --speed    # speed only
+
+Speed: ``evaluate()`` per call for a DeepSeek-V3-like (TP2 PP8 VPP4 EP64, 128 micro-batches) and a
+Llama-3.1-405B-like (TP8 PP8 VPP8, 128 micro-batches) run on 1024 H100s, analytic costs (see the
+printed legend for the three cases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from primus_ext.hardware import load_system
+from primus_ext.projection import evaluate
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3-like", num_layers=61, hidden_size=7168, ffn_hidden_size=18432, num_attention_heads=128,
+    num_query_groups=128, kv_channels=128, vocab_size=129280, num_experts=256, moe_router_topk=8,
+    moe_ffn_hidden_size=2048, moe_shared_expert_intermediate_size=2048, moe_layer_pattern=(False,) * 3 + (True,) * 58,
+    multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
+    v_head_dim=128, mtp_num_layers=1)
+DSV3_RUN = ExecutionSpec(
+    tensor_model_parallel_size=2, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=4,
+    expert_model_parallel_size=64, expert_tensor_parallel_size=1, data_parallel_size=64, sequence_parallel=True,
+    pipeline_model_parallel_layout="Et|(tt|)*30mL", seq_length=4096, micro_batch_size=1, global_batch_size=8192,
+    use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True,
+    recompute_granularity="selective", recompute_modules=("mla_up_proj", "moe_act"), precision="fp8")
+LLAMA_405B = ModelSpec(name="llama-405b-like", num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
+                       num_attention_heads=128, num_query_groups=8, kv_channels=128, vocab_size=128256)
+LLAMA_RUN = ExecutionSpec(
+    tensor_model_parallel_size=8, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=8,
+    data_parallel_size=16, sequence_parallel=True, seq_length=8192, micro_batch_size=1, global_batch_size=2048,
+    account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True,
+    use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=True,
+    precision="fp8")
+
+
+def _time(calls: list) -> list[float]:
+    out = []
+    for call in calls:
+        start = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def speed() -> None:
+    system = load_system("h100", 128)
+    print("evaluate() on 1024 H100s, analytic costs, ms per call (median / p90 over 40 configurations)")
+    print("  new times : every call new layer costs (a perturbed GEMM efficiency), same micro-batch count")
+    print("  new m     : every call a new micro-batch count (pipeline order rebuilt, then memoised)")
+    print("  warm      : a configuration seen before (memoised costs and schedule)")
+    print(f"  {'config':<18} {'m':>4} {'new times':>16} {'new m':>16} {'warm':>7} {'warm/s':>7}")
+    for model, run in ((DEEPSEEK_V3, DSV3_RUN), (LLAMA_405B, LLAMA_RUN)):
+        evaluate(model, run, system)  # build the shared pipeline order once
+        eff = system.gpu.efficiency
+        systems = [replace(system, gpu=replace(system.gpu, efficiency=replace(eff, gemm_max=eff.gemm_max - k * 1e-4)))
+                   for k in range(1, 41)]
+        fresh = _time([lambda s=s, model=model, run=run: evaluate(model, run, s) for s in systems])
+        step = run.micro_batch_size * run.dp * run.pp  # keep whole interleaving groups
+        batches = [run.global_batch_size + k * step for k in range(1, 41)]
+        new_m = _time([lambda g=g, model=model, run=run: evaluate(model, replace(run, global_batch_size=g), system)
+                       for g in batches])
+        warm = _time([lambda model=model, run=run: evaluate(model, run, system)] * 200)
+
+        def stat(values: list[float]) -> str:
+            return f"{statistics.median(values) * 1e3:7.2f} /{sorted(values)[int(0.9 * len(values))] * 1e3:7.2f}"
+
+        print(f"  {model.name:<18} {run.num_microbatches:>4} {stat(fresh):>16} {stat(new_m):>16}"
+              f" {statistics.median(warm) * 1e3:>7.3f} {1 / statistics.median(warm):>7.0f}")
+
+
+def recipes() -> None:
+    from primus_ext.errors import PrimusExtError
+    from primus_ext.recipe import load_recipe
+
+    print("\nShipped recipes (analytic costs, recipe's own cluster)")
+    print(f"  {'recipe':<34} {'GPUs':>5} {'tok/s/GPU':>10} {'step ms':>10} {'MFU':>6}  largest exposed parts")
+    for path in sorted((ROOT / "recipes").glob("*.yaml")):
+        try:
+            recipe = load_recipe(str(path), [])
+            p = evaluate(recipe.model, recipe.execution, recipe.system)
+        except PrimusExtError as err:
+            print(f"  {path.name:<34} refused: {str(err).splitlines()[0]}")
+            continue
+        b = p.breakdown
+        parts = {"bubble": b.bubble_s, **{c.kind: c.exposed_s for c in b.comms}}
+        top = ", ".join(f"{k} {v / p.step_time_s:.0%}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:3])
+        print(f"  {path.name:<34} {recipe.execution.world_size:>5} {p.tokens_per_s_per_gpu:>10,.0f}"
+              f" {p.step_time_ms:>10,.0f} {p.mfu:>6.1%}  {top}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--speed", action="store_true", help="speed only")
+    args = parser.parse_args(argv)
+    speed()
+    if not args.speed:
+        recipes()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
