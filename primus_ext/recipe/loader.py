@@ -266,6 +266,8 @@ def load_recipe(
     With ``validate=False`` legality problems are returned in ``Recipe.problems`` instead of raised
     (the tuner loads a recipe that way to search for a legal execution).
     """
+    if isinstance(overrides, str):
+        overrides = [overrides]
     state = _State(path=Path(path), env=os.environ if env is None else env,
                    roots=tuple(Path(r) for r in config_roots))
     if not is_file(state.path):

@@ -367,7 +367,8 @@ def resolve_all(
     reader = ArgReader(args, problems)
     model = resolve_model(reader, name=name)
     execution = resolve_execution(reader, model, system)
-    return model, execution, problems, reader.warnings
+    unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
+    return model, execution, unique, reader.warnings
 
 
 def resolve_specs(

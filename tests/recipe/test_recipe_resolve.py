@@ -125,6 +125,11 @@ def test_malformed_values_name_their_key(key, value):
     assert key in [p.path for p in problems], problems
 
 
+def test_a_key_read_twice_is_reported_once():
+    problems = resolve({**BASE, "seq_length": "long"})[2]
+    assert [p.path for p in problems] == ["seq_length"]
+
+
 def test_missing_required_keys_all_reported():
     problems = resolve({"vocab_size": 10})[2]
     assert {"num_layers", "hidden_size", "num_attention_heads", "seq_length"} <= {p.path for p in problems}
