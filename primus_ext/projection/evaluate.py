@@ -274,8 +274,9 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     comms = [CommTime(kind=k, total_s=m * v[0], exposed_s=m * v[1], group=describe(getattr(pl, k, pl.dp_cp)))
              for k, v in sorted(acc_b["comm"].items(), key=lambda kv: LAYER_COMM_KINDS.index(kv[0]))]
     if pp > 1:
-        sends = sum(p2p[c * pp + busiest] for c in range(vpp) if c * pp + busiest < stages_n - 1)
-        comms.append(CommTime(kind="pp", total_s=2 * m * sends, exposed_s=pp_exposed,
+        # total: every stage boundary's activation + gradient transfer over the step (the critical
+        # path crosses each boundary at most once per direction and micro-batch, so exposed <= total)
+        comms.append(CommTime(kind="pp", total_s=2 * m * sum(p2p), exposed_s=pp_exposed,
                               group=describe(pl.pp)))
     worst_grad = max(range(pp), key=lambda r: grads[r][0])
     if grads[worst_grad][0] > 0:

@@ -149,3 +149,41 @@ def test_bad_batch_is_a_domain_error():
 
     with pytest.raises(InfeasibleConfig):
         evaluate(LLAMA, run(dp=8, gbs=12), load_system("h100", 1))
+
+
+@pytest.mark.parametrize("changes", [
+    {"context_parallel_size": 2, "cp_comm_type": "p2p"},
+    {"context_parallel_size": 2, "cp_comm_type": "a2a"},
+    {"context_parallel_size": 2, "cp_comm_type": "allgather"},
+    {"fsdp": "torch_fsdp2"},
+    {"fsdp": "megatron_fsdp", "data_parallel_sharding_strategy": "optim_grads_params"},
+    {"fsdp": "megatron_fsdp", "data_parallel_sharding_strategy": "optim_grads"},
+    {"moe_token_dispatcher_type": "allgather"},
+    {"pipeline_schedule": "zb-h1", "pipeline_model_parallel_size": 2},
+    {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1},
+    {"grad_reduce_in_bf16": True, "use_distributed_optimizer": True},
+])
+def test_every_comm_path_keeps_the_breakdown_consistent(changes):
+    ex = replace(run(tp=2, dp=4, gbs=32, expert_model_parallel_size=4, sequence_parallel=True), **changes)
+    ex = replace(ex, data_parallel_size=16 // (ex.tp * ex.pp * ex.cp))
+    p = evaluate(MOE, ex, load_system("h100", 2))
+    assert p.breakdown.total_s == pytest.approx(p.step_time_s, rel=1e-9)
+    for comm in p.breakdown.comms:
+        assert 0.0 <= comm.exposed_s <= comm.total_s + 1e-12, comm
+    kinds = {c.kind for c in p.breakdown.comms}
+    if ex.cp > 1:
+        assert "cp" in kinds
+    if ex.fsdp == "torch_fsdp2" or ex.data_parallel_sharding_strategy == "optim_grads_params":
+        assert "fsdp" in kinds and "dp_grad" not in kinds
+
+
+def test_fsdp_and_recompute_cost_time():
+    base = run(dp=8, gbs=32)
+    system = load_system("h100", 1)
+    plain = evaluate(LLAMA, base, system)
+    full = evaluate(LLAMA, replace(base, recompute_granularity="full", recompute_method="uniform",
+                                   recompute_num_layers=1), system)
+    assert full.breakdown.recompute_s > 0 and full.step_time_s > plain.step_time_s
+    block = evaluate(LLAMA, replace(base, recompute_granularity="full", recompute_method="block",
+                                    recompute_num_layers=4), system)
+    assert plain.step_time_s < block.step_time_s < full.step_time_s
