@@ -121,7 +121,9 @@ def _moe_routing(shape: RankShape, local_experts: int) -> tuple[int, int, list[s
         notes.append(f"routed slots per token {topk} vs target {target:g} (topk*ETP/TP*imbalance)")
     if built > local_experts:
         notes.append(f"built {built} experts (local {local_experts}) so tokens take {topk} slots; "
-                     "params reported for the local experts, router over the built ones")
+                     "params reported for the local experts")
+    if built < a.num_experts:
+        notes.append(f"router scores {built} built experts, not all {a.num_experts} (one-rank world)")
     return built, topk, notes
 
 

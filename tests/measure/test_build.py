@@ -1,0 +1,67 @@
+"""Real megatron-core modules at per-rank shapes: parameter counts against the closed form."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import GQA, MLA, MOE
+
+from primus_ext.measure.build import build_layer
+from primus_ext.model.params import layer_params
+from primus_ext.model.rank_shape import RankShape
+
+CASES = {
+    "dense": RankShape(kind="dense", arch=GQA, seq_length=64),
+    "moe-shared": RankShape(kind="moe", arch=MOE, seq_length=64),
+    "mla": RankShape(kind="dense", arch=MLA, seq_length=64),
+    "embedding": RankShape(kind="embedding", arch=GQA, seq_length=64),
+    "output": RankShape(kind="output", arch=GQA, seq_length=64),
+    # one-rank world at per-rank sizes of a TP=2 / EP=2 run (TE layout: MLA down-projections whole)
+    "dense-tp2": RankShape(kind="dense", arch=GQA, tp=2, seq_length=64),
+    "moe-tp2-ep2": RankShape(kind="moe", arch=MOE, tp=2, ep=2, etp=2, seq_length=64),
+    "mla-tp2": RankShape(kind="dense", arch=MLA, tp=2, seq_length=64),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_param_count_is_module_sum_and_closed_form(world1, name):
+    shape = CASES[name]
+    built = build_layer(shape, device=world1)
+    module_sum = sum(p.numel() for p in built.module.parameters())
+    assert built.param_count == module_sum - built.extra_params
+    # a one-rank world routes over the experts it built; megatron's router scores all of them
+    router_gap = (shape.arch.num_experts - (built.config.num_moe_experts or 0)) * shape.arch.hidden_size
+    assert built.param_count == layer_params(shape, impl="te") - router_gap
+    if shape.tp == 1:
+        assert built.param_count == layer_params(shape, impl="local")
+
+
+def test_moe_has_shared_expert_and_local_experts(world1):
+    built = build_layer(RankShape(kind="moe", arch=MOE, ep=2, seq_length=64), device=world1)
+    mlp = built.module.layers[0].mlp
+    assert mlp.shared_experts is not None
+    assert len(mlp.experts.local_experts) == MOE.num_experts // 2
+
+
+def test_topk_above_local_experts_builds_carriers_not_counted(world1):
+    """EP=4 leaves 1 local expert; top-2 routing needs 2 slots per token: 1 carrier expert, not counted."""
+    shape = RankShape(kind="moe", arch=MOE, ep=4, seq_length=64)
+    built = build_layer(shape, device=world1)
+    assert built.config.num_moe_experts == 2 and built.config.moe_router_topk == 2
+    assert built.extra_params > 0
+    assert built.param_count == sum(p.numel() for p in built.module.parameters()) - built.extra_params
+    assert any("built 2 experts" in n for n in built.notes)
+
+
+def test_recompute_targets_follow_megatron_modules(world1):
+    full = build_layer(RankShape(kind="dense", arch=GQA, seq_length=64, recompute="full"), device=world1)
+    assert full.config.recompute_granularity == "full" and full.config.recompute_num_layers == 1
+    assert full.recompute_targets == (full.module.layers[0],)
+    sel = build_layer(RankShape(kind="dense", arch=GQA, seq_length=64, recompute="selective"), device=world1)
+    assert sel.recompute_targets == (sel.module.layers[0].self_attention.core_attention,)
+
+
+def test_inputs_are_per_rank_sized(world1):
+    shape = RankShape(kind="dense", arch=GQA, seq_length=128, cp=2, micro_batch_size=3)
+    inputs = build_layer(shape, device=world1).make_inputs()
+    assert tuple(inputs["hidden_states"].shape) == (64, 3, GQA.hidden_size)
+    assert inputs["attention_mask"].dtype.is_floating_point is False
