@@ -18,7 +18,7 @@ all-gather (overlapped with the next forward when ``overlap_param_gather``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -337,7 +337,10 @@ def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cos
     ``costs``: a ``CostProvider`` or a sequence tried in order (timing store first); the analytic
     roofline always closes the chain. Raises ``RecipeError`` / ``InfeasibleConfig`` on an illegal split.
     """
-    return _evaluate_memo(model, execution, system, _providers(costs))
+    providers = _providers(costs)
+    if all(isinstance(p, Hashable) for p in providers):
+        return _evaluate_memo(model, execution, system, providers)
+    return _evaluate(model, execution, system, providers, timeline=False)
 
 
 @lru_cache(maxsize=4096)

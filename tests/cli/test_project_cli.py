@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from primus_ext.cli import main
 
 RECIPE = "recipes/llama3.1_8B-pretrain.yaml"
@@ -33,3 +35,14 @@ def test_bad_recipe_exits_2(capsys, tmp_path):
     assert "not found" in capsys.readouterr().err
     assert main(["project", RECIPE, "tensor_model_parallel_size=3", "--analytic"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_memory_block_and_memory_only(capsys):
+    pytest.importorskip("primus_ext.model.memory")
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    assert isinstance(memory["fits"], bool) and memory["peak_gib"] > 0 and memory["capacity_gib"] > 70
+    assert len(memory["per_stage"]) == 1
+    pytest.importorskip("primus_ext.report.memory_table")
+    assert main(["project", RECIPE, "--memory-only", "--cluster", "h100"]) == 0
+    assert capsys.readouterr().out.strip()

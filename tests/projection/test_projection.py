@@ -187,3 +187,21 @@ def test_fsdp_and_recompute_cost_time():
     block = evaluate(LLAMA, replace(base, recompute_granularity="full", recompute_method="block",
                                     recompute_num_layers=4), system)
     assert plain.step_time_s < block.step_time_s < full.step_time_s
+
+
+def test_unhashable_provider_and_memo():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Mutable:  # eq=True -> unhashable
+        calls: int = 0
+
+        def cost(self, shape):
+            self.calls += 1
+            return None
+
+    ex, system = run(dp=8, gbs=32), load_system("h100", 1)
+    provider = Mutable()
+    assert evaluate(LLAMA, ex, system, provider).sources["dense"] == "analytic"
+    assert provider.calls > 0
+    assert evaluate(LLAMA, ex, system) is evaluate(LLAMA, ex, system)  # revisits are memoised
