@@ -11,6 +11,7 @@ printed legend for the three cases).
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -59,8 +60,11 @@ def speed() -> None:
     print("evaluate() on 1024 H100s, analytic costs, ms per call (median / p90 over 40 configurations)")
     print("  new times : every call new layer costs (a perturbed GEMM efficiency), same micro-batch count")
     print("  new m     : every call a new micro-batch count (pipeline order rebuilt, then memoised)")
-    print("  warm      : a configuration seen before (memoised costs and schedule)")
-    print(f"  {'config':<18} {'m':>4} {'new times':>16} {'new m':>16} {'warm':>7} {'warm/s':>7}")
+    print("  same shapes: new DP width / distributed optimizer / overlap flags, same per-rank shapes (the")
+    print("               tuner's grouped case: layer costs and the schedule come from the memo)")
+    print("  warm      : a configuration seen before (memoised projection)")
+    print(f"  {'config':<18} {'m':>4} {'new times':>16} {'new m':>16} {'same shapes':>16} {'warm':>7}"
+          f" {'shape/s':>7} {'warm/s':>8}")
     for model, run in ((DEEPSEEK_V3, DSV3_RUN), (LLAMA_405B, LLAMA_RUN)):
         evaluate(model, run, system)  # build the shared pipeline order once
         eff = system.gpu.efficiency
@@ -71,13 +75,22 @@ def speed() -> None:
         batches = [run.global_batch_size + k * step for k in range(1, 41)]
         new_m = _time([lambda g=g, model=model, run=run: evaluate(model, replace(run, global_batch_size=g), system)
                        for g in batches])
+        shared = []  # same per-rank shapes and stage times, new DP width / sharding / overlap: costs and
+        for dp in (run.dp // 2, run.dp * 2, run.dp * 4):  # schedule come from the memo, the tail is new
+            for flags in itertools.product((False, True), repeat=3):
+                ex = replace(run, data_parallel_size=dp, global_batch_size=run.global_batch_size * dp // run.dp,
+                             use_distributed_optimizer=flags[0], overlap_grad_reduce=flags[1],
+                             overlap_param_gather=flags[0] and flags[2])
+                shared.append((ex, load_system("h100", ex.world_size // 8)))
+        same = _time([lambda ex=ex, s=s, model=model: evaluate(model, ex, s) for ex, s in shared])
         warm = _time([lambda model=model, run=run: evaluate(model, run, system)] * 200)
 
         def stat(values: list[float]) -> str:
             return f"{statistics.median(values) * 1e3:7.2f} /{sorted(values)[int(0.9 * len(values))] * 1e3:7.2f}"
 
-        print(f"  {model.name:<18} {run.num_microbatches:>4} {stat(fresh):>16} {stat(new_m):>16}"
-              f" {statistics.median(warm) * 1e3:>7.3f} {1 / statistics.median(warm):>7.0f}")
+        print(f"  {model.name:<18} {run.num_microbatches:>4} {stat(fresh):>16} {stat(new_m):>16} {stat(same):>16}"
+              f" {statistics.median(warm) * 1e3:>7.3f} {1 / statistics.median(same):>7.0f}"
+              f" {1 / statistics.median(warm):>8.0f}")
 
 
 def recipes() -> None:
