@@ -16,8 +16,8 @@ Orders (megatron-core ``pipeline_parallel/schedules.py``):
     remaining backwards.
   * ``interleaved``: virtual micro-batch k runs (micro-batch, chunk) ``get_schedule_table`` entry k,
     groups of ``microbatch_group_size_per_vp_stage`` (default PP) micro-batches per chunk; warm-up
-    (PP-r-1)*2 + (VPP-1)*group, then 1F1B over virtual micro-batches; backward k runs the table's
-    entry with the chunk mirrored.
+    (PP-r-1)*2 + (VPP-1)*group (+1 with ``overlap_moe_expert_parallel_comm``), then 1F1B over
+    virtual micro-batches; backward k runs the table's entry with the chunk mirrored.
   * ``zb-h1``: Qi et al. 2023 (arXiv:2401.10241) "ZB-H1": backward split into input-grad B and
     weight-grad W; B has priority, F keeps 1F1B's budget (at most PP-r micro-batches between F and B
     on rank r), W fills otherwise idle time but rank r defers at most r of them (the paper's memory
@@ -99,7 +99,8 @@ def schedule_table(num_microbatches: int, num_chunks: int, group: int) -> list[t
     return table
 
 
-def rank_order(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int) -> list[tuple[int, int, int]]:
+def rank_order(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int,
+               extra_warmup: int = 0) -> list[tuple[int, int, int]]:
     """The (kind, micro-batch, chunk) sequence rank ``rank`` executes."""
     if schedule == "1f1b" or vpp == 1:
         warm = min(pp - rank - 1, m)
@@ -110,7 +111,7 @@ def rank_order(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int) 
         return order
     table = schedule_table(m, vpp, group)
     total = m * vpp
-    warm = min((pp - rank - 1) * 2 + (vpp - 1) * group, total)
+    warm = min((pp - rank - 1) * 2 + (vpp - 1) * group + extra_warmup, total)
     fwd = [(FWD, mb, c) for mb, c in table]
     bwd = [(BWD, mb, vpp - 1 - c) for mb, c in table]
     order = fwd[:warm]
@@ -132,8 +133,8 @@ class _Structure:
 
 
 @lru_cache(maxsize=256)
-def _structure(schedule: str, pp: int, vpp: int, m: int, group: int) -> _Structure:
-    orders = [rank_order(schedule, r, pp, vpp, m, group) for r in range(pp)]
+def _structure(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int = 0) -> _Structure:
+    orders = [rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
     stages = pp * vpp
     # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
     placed = [0] * (2 * stages * m)
@@ -190,9 +191,9 @@ def _critical_p2p(st: _Structure, fin: list[float], durs: list[float], comms: tu
 
 
 def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
-           group: int, timeline: bool) -> ScheduleResult:
+           group: int, timeline: bool, extra: int = 0) -> ScheduleResult:
     pp, vpp = len(times), len(times[0])
-    st = _structure(schedule, pp, vpp, m, group)
+    st = _structure(schedule, pp, vpp, m, group, extra)
     durs = [c.fwd for row in times for c in row] + [c.bwd for row in times for c in row]
     comms = (*p2p, 0.0)  # slot -1 -> 0
     fin = [0.0]
@@ -283,10 +284,10 @@ def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, 
 # --------------------------------------------------------------------------- entry point
 @lru_cache(maxsize=8192)
 def _simulate_cached(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
-                     group: int) -> ScheduleResult:
+                     group: int, extra: int) -> ScheduleResult:
     if schedule == "zb-h1":
         return _zb_h1(times, m, p2p, False)
-    return _fixed(schedule, times, m, p2p, group, False)
+    return _fixed(schedule, times, m, p2p, group, False, extra)
 
 
 def simulate(
@@ -296,6 +297,7 @@ def simulate(
     p2p: tuple[float, ...] = (),
     *,
     microbatch_group_size_per_vp_stage: int | None = None,
+    moe_a2a_overlap_warmup: bool = False,
     timeline: bool = False,
 ) -> ScheduleResult:
     """Simulate one step's forward/backward over ``num_microbatches`` micro-batches.
@@ -303,6 +305,8 @@ def simulate(
     ``times[rank][chunk]``: per-micro-batch chunk times; ``p2p[s]``: send/recv seconds between virtual
     stage s and s+1 (virtual stage = chunk * PP + rank), defaults to 0. ``timeline=True`` returns every
     op as an ``Event`` (not memoised); otherwise the result is memoised on the inputs.
+    ``moe_a2a_overlap_warmup``: Megatron's extra interleaved warm-up forward under
+    ``overlap_moe_expert_parallel_comm``.
     """
     pp = len(times)
     if pp == 0 or num_microbatches < 1:
@@ -317,6 +321,7 @@ def simulate(
     stages = pp * vpp
     p2p = tuple(p2p) + (0.0,) * (stages - 1 - len(p2p))
     group = microbatch_group_size_per_vp_stage or pp
+    extra = 1 if moe_a2a_overlap_warmup and schedule == "interleaved" and vpp > 1 else 0
     if vpp == 1 and schedule == "interleaved":
         schedule = "1f1b"
     if schedule == "interleaved":
@@ -326,8 +331,8 @@ def simulate(
     if timeline:
         if schedule == "zb-h1":
             return _zb_h1(times, num_microbatches, p2p, True)
-        return _fixed(schedule, times, num_microbatches, p2p, group, True)
-    return _simulate_cached(schedule, times, num_microbatches, p2p, group)
+        return _fixed(schedule, times, num_microbatches, p2p, group, True, extra)
+    return _simulate_cached(schedule, times, num_microbatches, p2p, group, extra)
 
 
 def interleaving_problem(pp: int, num_microbatches: int, group: int | None = None) -> str:

@@ -243,11 +243,12 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
                                                  message=interleaving_problem(pp, m),
                                                  fix=f"use a global batch giving a multiple of PP={pp} micro-batches")])
-    sim = simulate(schedule, times_t, m, p2p, timeline=timeline)
+    sim = simulate(schedule, times_t, m, p2p, timeline=timeline,
+                   moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm)
     if sim.critical_p2p is not None:
         pp_exposed = min(sim.critical_p2p, max(0.0, sim.makespan - max(sim.busy)))
     else:
-        pp_exposed = sim.makespan - simulate(schedule, times_t, m).makespan if any(p2p) else 0.0
+        pp_exposed = sim.makespan - simulate(schedule, times_t, m).makespan if any(p2p) else 0.0  # zb-h1
 
     ovl = system.gpu.efficiency.overlap
     tails, opts, params_exp, grads, params = [], [], [], [], []

@@ -98,3 +98,12 @@ def test_zero_bubble_defers_at_most_rank_w_passes():
             pending += {"B": 1, "W": -1}.get(e.kind, 0)
             worst = max(worst, pending)
         assert worst <= rank + 1  # the B just run + at most `rank` deferred
+
+
+def test_moe_overlap_adds_one_interleaved_warmup_forward():
+    plain = rank_order("interleaved", 0, 4, 2, 8, 4)
+    extra = rank_order("interleaved", 0, 4, 2, 8, 4, extra_warmup=1)
+    first_b = [o[0] for o in plain].index(1)
+    assert [o[0] for o in extra].index(1) == first_b + 1
+    r = simulate("interleaved", uniform_times(4, 2, 0.5, 1.0), 8, moe_a2a_overlap_warmup=True)
+    assert r.makespan >= simulate("interleaved", uniform_times(4, 2, 0.5, 1.0), 8).makespan - 1e-9
