@@ -12,6 +12,7 @@ assembles the ``TuneResult`` (``primus_ext.tune.results``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -96,6 +97,8 @@ class SearchStats:
     """Candidates skipped by the exhaustive search's structural legality pruning (never proposed)."""
     pruned_by_prefilter: int = 0
     """Candidates skipped because a memory-minimal completion of their prefix does not fit."""
+    sensitivity_projected: int = 0
+    """Projections spent on the winner's one-axis changes (after the search, outside the budget)."""
     wall_s: float = 0.0
 
 
@@ -207,12 +210,20 @@ class SearchContext:
             self.stats.illegal += 1
             trial = Trial(config=dict(config), status="illegal", origin=origin, problems=tuple(problems))
             return self._keep(key, trial, keep_rejected)
-        if not self.prefilter.fits(execution):
-            self.stats.rejected_by_prefilter += 1
-            verdict = self.prefilter.verdict(execution) if self.detail else None
-            trial = Trial(config=dict(config), status="oom", origin=origin, memory=verdict)
+        try:
+            if not self.prefilter.fits(execution):
+                self.stats.rejected_by_prefilter += 1
+                verdict = self.prefilter.verdict(execution) if self.detail else None
+                trial = Trial(config=dict(config), status="oom", origin=origin, memory=verdict)
+                return self._keep(key, trial, keep_rejected)
+            score = self.oracle(execution)
+        except RecipeError as err:  # the memory model or the projection found it infeasible
+            self.stats.illegal += 1
+            trial = Trial(config=dict(config), status="illegal", origin=origin, problems=tuple(err.problems))
             return self._keep(key, trial, keep_rejected)
-        score = self.oracle(execution)
+        if score.peak_bytes is None:
+            score = dataclasses.replace(score, peak_bytes=self.prefilter.peak(execution),
+                                        capacity_bytes=self.prefilter.capacity_bytes)
         self.stats.projected += 1
         self.spent += counted
         return self._keep(key, Trial(config=dict(config), status="projected", origin=origin, score=score), True)
@@ -244,6 +255,8 @@ def evaluate_execution(ctx: SearchContext, execution: ExecutionSpec, *, origin: 
         return Trial(config=config, status="illegal", origin=origin, problems=tuple(problems))
     verdict = ctx.prefilter.verdict(execution)
     score = ctx.oracle(execution)
+    if score.peak_bytes is None:
+        score = dataclasses.replace(score, peak_bytes=verdict.peak_bytes, capacity_bytes=verdict.capacity_bytes)
     status: Status = "projected" if verdict.fits else "oom"
     return Trial(config=config, status=status, origin=origin, score=score, memory=verdict)
 

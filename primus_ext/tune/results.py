@@ -148,7 +148,15 @@ def tune(
         optimum, ex_stats = reference.best(), reference.stats
     elif regret:
         notes.append(f"regret not computed: {candidates or 'uncounted'} candidates (> {ENUMERABLE_MAX})")
+    before = ctx.stats.projected
     sens = sensitivity(ctx, best) if best is not None else ()
+    ctx.stats.sensitivity_projected = ctx.stats.projected - before
+    ctx.stats.projected = before
+    better = [s for s in sens if s.change is not None and s.change > 0]
+    if better:
+        top = max(better, key=lambda s: s.change or 0.0)
+        notes.append(f"a one-axis change of the best ({top.axis}={top.value}) projects {top.change * 100:+.2f} %: "
+                     "the budget ended before the local search converged (raise --budget)")
     gain = None
     if best is not None and base_trial is not None and base_trial.status == "projected":
         gain = best.tokens_per_s_per_gpu / base_trial.tokens_per_s_per_gpu - 1
@@ -158,7 +166,7 @@ def tune(
     regret_value = None
     if best is not None and optimum is not None and optimum.tokens_per_s_per_gpu > 0:
         regret_value = max(0.0, 1 - best.tokens_per_s_per_gpu / optimum.tokens_per_s_per_gpu)
-    ranked = ctx.projected()
+    ranked = [t for t in ctx.projected() if t.origin != "sensitivity"]
     return TuneResult(
         strategy=strategy, ranked=tuple(ranked), best=best, baseline=base_trial, gain=gain, optimum=optimum,
         regret=regret_value, pareto=pareto_front(ranked), sensitivity=sens, stats=ctx.stats,

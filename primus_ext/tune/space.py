@@ -30,8 +30,9 @@ from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 Config = dict[str, Any]
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-MBS_CANDIDATES = (1, 2, 4, 8)
-"""Micro-batch sizes explored (Megatron recipes use 1-8; larger ones rarely fit at 4k+ tokens)."""
+MBS_CANDIDATES = (1, 2, 4)
+"""Micro-batch sizes explored by default, plus the recipe's (``MBS_EXTENDED`` with ``--pin mbs=...``)."""
+MBS_EXTENDED = (1, 2, 4, 8, 16)
 VPP_CANDIDATES = (1, 2, 4, 8)
 """Virtual stages per pipeline rank explored, plus any count that divides the layers evenly (<= 8)."""
 MAX_VPP = 8
@@ -43,9 +44,14 @@ override."""
 RECOMPUTE_CHOICES = ("none", "selective", "block25", "block50", "block75", "full")
 """``blockNN``: full recompute of NN % of each model chunk's layers (method block); ``full``: every
 layer (method uniform, 1 layer per unit)."""
+RECOMPUTE_DEFAULT = ("none", "selective", "block50", "full")
+"""Explored by default, plus the recipe's; ``--pin recompute=...`` opens the others."""
 SHARDING_CHOICES = ("ddp", "distopt", "fsdp")
 """Plain data parallel, Megatron's distributed optimizer, or FSDP (the recipe's FSDP kind, else
 Megatron-FSDP sharding optimizer state, grads and parameters)."""
+SHARDING_DEFAULT = ("distopt", "fsdp")
+"""Explored by default, plus the recipe's: plain DDP moves the same bytes as the distributed
+optimizer (all-reduce = reduce-scatter + all-gather) with more memory; ``--pin sharding=ddp,...``."""
 
 DP_OVERLAP_CHOICES = {"ddp": ("none", "grad"), "distopt": ("none", "grad+param"), "fsdp": ("none", "grad+param")}
 """Data-parallel overlap explored per sharding: off, or every overlap the sharding allows (Megatron's
@@ -133,8 +139,9 @@ class Space:
     system: SystemSpec
     pins: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     """User limits: axis -> allowed values."""
-    _splits: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
-    """Memo of ``pipeline_split`` (layout generation is the slow part of building an execution)."""
+    _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Memo of ``pipeline_split`` (layout generation is the slow part of building an execution) and of
+    the recipe's own configuration."""
 
     # --- candidates -----------------------------------------------------------------------------
     @property
@@ -148,6 +155,19 @@ class Space:
             if v not in out and (allowed is None or v in allowed):
                 out.append(v)
         return tuple(out)
+
+    def _choices(self, name: str, default: Sequence[Any], extended: Sequence[Any]) -> tuple[Any, ...]:
+        """Pinned values (from ``extended``), else ``default`` plus the recipe's own value."""
+        if name in self.pins:
+            return tuple(v for v in extended if v in self.pins[name])
+        own = self._recipe_config.get(name)
+        return tuple(v for v in extended if v in default or v == own)
+
+    @property
+    def _recipe_config(self) -> Config:
+        if "recipe" not in self._memo:
+            self._memo["recipe"] = self.config_of(self.base)
+        return self._memo["recipe"]
 
     def domain(self, name: str, partial: Mapping[str, Any]) -> tuple[Any, ...]:
         """Candidate values of axis ``name`` given the values of the axes before it."""
@@ -184,14 +204,14 @@ class Space:
             return self._pinned(name, (False, True) if g("ep") > 1 else (False,))
         if name == "mbs":
             dp = world // (g("tp") * g("pp") * g("cp"))
-            cands = sorted({*MBS_CANDIDATES, b.micro_batch_size})
-            return self._pinned(name, tuple(x for x in cands if x * dp <= b.global_batch_size))
+            cands = self._choices(name, MBS_CANDIDATES, sorted({*MBS_EXTENDED, b.micro_batch_size}))
+            return tuple(x for x in cands if x * dp <= b.global_batch_size)
         if name == "recompute":
             chunk = max(1, m.num_layers // (g("pp") * g("vpp")))
-            keep = [c for c in RECOMPUTE_CHOICES if not c.startswith("block") or _recompute_layers(c, chunk)]
-            return self._pinned(name, keep)
+            cands = self._choices(name, RECOMPUTE_DEFAULT, RECOMPUTE_CHOICES)
+            return tuple(c for c in cands if not c.startswith("block") or _recompute_layers(c, chunk))
         if name == "sharding":
-            return self._pinned(name, SHARDING_CHOICES)
+            return self._choices(name, SHARDING_DEFAULT, SHARDING_CHOICES)
         if name == "dp_overlap":
             options = DP_OVERLAP_CHOICES[g("sharding")]
             return self._pinned(name, options)
@@ -291,9 +311,9 @@ class Space:
     def pipeline_split(self, pp: int, vpp: int) -> dict[str, Any]:
         """Layout fields for (PP, VPP): the recipe's own when unchanged, else even or generated."""
         key = (pp, vpp)
-        if key not in self._splits:
-            self._splits[key] = self._pipeline_split(pp, vpp)
-        return self._splits[key]
+        if key not in self._memo:
+            self._memo[key] = self._pipeline_split(pp, vpp)
+        return self._memo[key]
 
     def _pipeline_split(self, pp: int, vpp: int) -> dict[str, Any]:
         b, m = self.base, self.model

@@ -10,6 +10,7 @@ configuration so far (``Space.neighbours``), which removes TPE's last-mile regre
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
@@ -63,8 +64,10 @@ def run(ctx: Any, options: Any) -> list[str]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space: Space = ctx.space
     universes = {axis.name: axis.universe for axis in space.axes()}
-    sampler = optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True,
-                                         n_startup_trials=STARTUP_TRIALS)
+    with warnings.catch_warnings():  # multivariate / group are marked experimental by optuna
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True,
+                                             n_startup_trials=STARTUP_TRIALS)
     study = optuna.create_study(direction="maximize", sampler=sampler)
 
     def tell_known(config: Config, value: float) -> None:

@@ -1,0 +1,140 @@
+"""``primus-ext tune``: search a faster legal configuration with the projection as the oracle.
+
+    primus-ext tune recipes/mixtral_8x22B-pretrain.yaml --cluster mi355x --nodes 4
+    primus-ext tune recipes/deepseek_v3-pretrain.yaml --cluster h100 --nodes 128 --strategy exhaustive
+    primus-ext tune RECIPE --strategy llm --llm openai/gpt-4o --budget 40 --log trials.jsonl
+    primus-ext tune RECIPE --resume trials.jsonl --budget 80          # continue a logged search
+    primus-ext tune RECIPE --pin tp=1,2 --pin recompute=none,block25,block50 --margin 0.05 --apply
+
+The search goes legality -> memory pre-filter (``--margin``: fraction of HBM kept free) -> projection
+(analytic roofline, or the timing store with ``--store``). ``--out FILE`` writes a tuned copy of the
+recipe, ``--apply`` rewrites it in place (backup ``RECIPE.bak``); both print the diff and reload the
+result to check it resolves to the tuned configuration. ``--json OUT`` writes everything (ranking,
+best, gain, regret, Pareto front, sensitivity, notes). LLM keys come from the environment only
+(e.g. ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); they are never printed or logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("tune", help="search a faster legal configuration (projection as the oracle)")
+    p.add_argument("recipe", help="experiment YAML (Primus format) or flat Megatron-argument YAML")
+    p.add_argument("--cluster", help="hardware profile (e.g. mi355x, h100); default from the recipe")
+    p.add_argument("--nodes", type=int, help="node count; default from the recipe")
+    p.add_argument("--config-root", action="append", default=[], metavar="DIR",
+                   help="folder searched for model/module presets (repeatable)")
+    p.add_argument("--strategy", choices=("exhaustive", "tpe", "llm"), default="tpe")
+    p.add_argument("--budget", type=int, default=100, help="projections the strategy may spend (default 100)")
+    p.add_argument("--llm", metavar="MODEL", help="litellm model string for --strategy llm (e.g. openai/gpt-4o)")
+    p.add_argument("--llm-api-base", metavar="URL", help="OpenAI-compatible endpoint (e.g. a local server)")
+    p.add_argument("--llm-timeout", type=float, default=60.0, metavar="S", help="seconds per LLM call")
+    p.add_argument("--margin", type=float, default=0.0, metavar="F",
+                   help="fraction of GPU memory kept free by the pre-filter (e.g. 0.05)")
+    p.add_argument("--pin", action="append", default=[], metavar="AXIS=V[,V...]",
+                   help="limit an axis to these values (repeatable); axes: tp etp pp vpp cp ep mbs recompute "
+                        "sharding precision tp_comm_overlap ep_overlap dp_overlap")
+    p.add_argument("--seed", type=int, default=0)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--out", metavar="FILE", help="write a tuned copy of the recipe")
+    out.add_argument("--apply", action="store_true", help="rewrite the recipe in place (after a .bak backup)")
+    p.add_argument("--json", metavar="OUT", help="write the full result as JSON ('-' for stdout)")
+    p.add_argument("--log", metavar="FILE", help="append every trial to this JSON-lines log")
+    p.add_argument("--resume", metavar="LOG", help="continue the search logged in LOG (and keep logging to it)")
+    p.add_argument("--no-regret", action="store_true", help="skip the exhaustive reference for the regret")
+    p.add_argument("--top", type=int, default=10, help="rows of the ranking to print")
+    p.add_argument("--store", metavar="FILE", help="timing store (SQLite) with measured layer costs")
+    p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
+    p.set_defaults(func=run)
+
+
+def _costs(args: argparse.Namespace) -> Any:
+    if args.analytic:
+        return None
+    from primus_ext.measure.store import TimingStore, default_store_path
+
+    path = args.store or (default_store_path() if default_store_path().exists() else None)
+    return None if path is None else TimingStore(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.recipe import load_recipe
+    from primus_ext.report.tune_table import format_tune
+    from primus_ext.tune.agent import SearchContext, TrialLog, read_log
+    from primus_ext.tune.oracle import projection_oracle
+    from primus_ext.tune.prefilter import MemoryFilter
+    from primus_ext.tune.results import ENUMERABLE_MAX, tune
+    from primus_ext.tune.space import build_space, parse_pins
+    from primus_ext.tune.strategies import StrategyOptions
+
+    if args.budget < 1 or not 0.0 <= args.margin < 1.0:
+        raise RecipeError(problems=[Problem(path="--budget/--margin", value=(args.budget, args.margin),
+                                            message="budget must be >= 1 and margin in [0, 1)")])
+    recipe = load_recipe(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
+                         validate=False)
+    space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin))
+    header = {"recipe": str(args.recipe), "cluster": recipe.system.name, "nodes": recipe.system.num_nodes,
+              "margin": args.margin, "pins": {k: list(v) for k, v in space.pins.items()}}
+    log_path = args.resume or args.log
+    previous = read_log(args.resume, expect=header) if args.resume else []
+    ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, _costs(args)),
+                        prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin),
+                        budget=args.budget, log=TrialLog(log_path, header) if log_path else None)
+    ctx.seed(previous)
+    candidates = None if args.no_regret else space.size()
+    options = StrategyOptions(seed=args.seed, llm_model=args.llm, llm_api_base=args.llm_api_base,
+                              llm_timeout_s=args.llm_timeout)
+    try:
+        result = tune(ctx, args.strategy, baseline=recipe.execution, options=options,
+                      regret=not args.no_regret and (candidates or 0) <= ENUMERABLE_MAX, candidates=candidates)
+    finally:
+        if ctx.log is not None:
+            ctx.log.close()
+    print(format_tune(result, top=args.top))
+    if args.json:
+        text = json.dumps(result.to_dict(), indent=2, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+    if (args.out or args.apply) and result.best_execution is not None:
+        _write(args, recipe, result.best_execution)
+    return 0
+
+
+def _write(args: argparse.Namespace, recipe: Any, tuned: Any) -> None:
+    """Rewrite, then reload the written file to check it resolves to the tuned execution."""
+    from pathlib import Path
+
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.recipe import load_recipe
+    from primus_ext.recipe.rewrite import execution_changes, rewrite
+
+    changes = execution_changes(recipe, tuned)
+    cluster = {"cluster": recipe.system.name, "nodes": recipe.system.num_nodes}
+    target = args.recipe if args.apply else args.out
+    preview = rewrite(args.recipe, changes, out=target, cluster=cluster, dry_run=True)
+    if not preview.changed:
+        print(f"{target}: already the tuned configuration, nothing to write")
+        return
+    probe = Path(args.recipe).with_name(f".{Path(target).name}.check.yaml")  # presets resolve from here
+    try:
+        rewrite(args.recipe, changes, out=probe, cluster=cluster)
+        reloaded = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root)
+    finally:
+        for leftover in (probe, Path(str(probe) + ".bak")):
+            leftover.unlink(missing_ok=True)
+    if reloaded.execution != tuned:
+        raise RecipeError(problems=[Problem(path=str(target), message="the rewritten recipe does not resolve to the "
+                                            "tuned configuration; nothing was written",
+                                            fix="report this; write the keys of the diff by hand", value=None)])
+    result = rewrite(args.recipe, changes, out=target, cluster=cluster)
+    sys.stdout.write(result.diff)
+    print(f"wrote {result.path}" + (f" (backup {result.backup})" if result.backup else ""))
