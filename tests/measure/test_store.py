@@ -1,0 +1,80 @@
+"""Timing store: record, CostProvider lookup by device, failures kept, export/import round trip."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from conftest import GQA, MOE
+
+from primus_ext.measure.runner import Measurement
+from primus_ext.measure.store import FabricPoint, TimingStore, shape_from_dict
+from primus_ext.model.costs import LayerCost
+from primus_ext.model.rank_shape import RankShape
+
+H200 = "NVIDIA H200"
+VERSIONS = "torch=2.9.0;megatron-core=0.16.1;te=2.8.0"
+TARGET = RankShape(kind="dense", arch=GQA, seq_length=4096, micro_batch_size=2, recompute_modules=("core_attn",))
+MOE_TARGET = RankShape(kind="moe", arch=MOE, seq_length=4096, ep=2)
+
+
+def _measurement(target: RankShape, *, scale: float = 1.0, device: str = H200, cost: LayerCost | None = None,
+                 error: str | None = None) -> Measurement:
+    return Measurement(target=target, shape=target.scaled(scale), scale=scale, device=device, dtype="bfloat16",
+                       versions=VERSIONS, host="node-1", date="2026-12-02T12:00:00+00:00", cost=cost,
+                       error=error, reps=10, warmup=2, notes=("a note",))
+
+
+COST = LayerCost(fwd_ms=1.234567890123, bwd_ms=2.5, wgrad_ms=None, recompute_ms=0.25, params=123456,
+                 saved_bytes=7 * 2**20, peak_bytes=None, fwd_spread=0.031, bwd_spread=0.0625,
+                 source=f"measured:{H200}")
+
+
+def _fill(store: TimingStore) -> None:
+    store.record(_measurement(TARGET, cost=COST))
+    cpu_cost = replace(COST, source="measured:cpu@scale=0.125")
+    store.record(_measurement(TARGET, scale=0.125, device="cpu:test", cost=cpu_cost))
+    store.record(_measurement(MOE_TARGET, error="OutOfMemoryError: CUDA out of memory"))
+    store.record_fabric([FabricPoint(device=H200, world=8, backend="nccl", op="all_reduce", nbytes=2**20,
+                                     time_ms=0.05, busbw_gbps=36.7, versions=VERSIONS, reps=10)])
+
+
+def test_cost_provider_by_device_and_scale(tmp_path):
+    with TimingStore(tmp_path / "a.sqlite", device=H200, versions=VERSIONS) as store:
+        _fill(store)
+        assert store.cost(TARGET) == COST
+        assert store.cost(MOE_TARGET) is None  # failed: recorded, never a cost
+        assert [r["reason"] for r in store.failures()] == ["OutOfMemoryError: CUDA out of memory"]
+    with TimingStore(tmp_path / "a.sqlite", device="cpu:test") as cpu:
+        assert cpu.cost(TARGET) is None  # a scaled CPU stand-in is not the target's cost...
+        assert cpu.cost(TARGET.scaled(0.125)).source == "measured:cpu@scale=0.125"  # ...but its own shape's
+    with TimingStore(tmp_path / "a.sqlite", device="cpu:test", accept_scaled=True) as cpu:
+        assert cpu.cost(TARGET).source.endswith("@scale=0.125")
+
+
+def test_export_import_round_trip_on_a_clean_cache(tmp_path, monkeypatch):
+    with TimingStore(tmp_path / "src.sqlite", device=H200, versions=VERSIONS) as src:
+        _fill(src)
+        n = src.export(tmp_path / "h200.jsonl")
+        rows, fabric = src.layer_rows(), src.fabric()
+    assert n == 4
+    monkeypatch.setenv("PRIMUS_EXT_CACHE", str(tmp_path / "clean"))
+    with TimingStore(device=H200) as dst:
+        assert dst.path == tmp_path / "clean" / "timings.sqlite" and not dst.layer_rows()
+        assert dst.import_(tmp_path / "h200.jsonl") == 4
+        key = lambda r: (r["kind"], r["shape_key"], r["device"])  # noqa: E731
+        assert sorted(dst.layer_rows(), key=key) == sorted(rows, key=key)
+        assert dst.fabric() == fabric
+        assert dst.cost(TARGET) == COST
+        dst.export(tmp_path / "again.jsonl")
+    lines = lambda name: sorted((tmp_path / name).read_text().splitlines())  # noqa: E731
+    assert lines("again.jsonl") == lines("h200.jsonl")
+
+
+def test_shape_json_rebuilds_the_shape(tmp_path):
+    with TimingStore(tmp_path / "a.sqlite", device=H200, versions=VERSIONS) as store:
+        store.record(_measurement(MOE_TARGET, scale=0.5, cost=COST))
+        (row,) = store.layer_rows()
+    assert shape_from_dict(json.loads(row["target_json"])) == MOE_TARGET
+    assert shape_from_dict(json.loads(row["shape_json"])) == MOE_TARGET.scaled(0.5)
+    assert row["target_key"] == MOE_TARGET.key() and row["shape_key"] == MOE_TARGET.scaled(0.5).key()
