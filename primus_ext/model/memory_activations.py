@@ -126,8 +126,13 @@ def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: f
         qh = vh = d
         rot = d
         groups = shape.local_query_groups
-        # q and k are new tensors after RoPE; v is a view of the fused qkv output, keeping it whole.
-        qkv_inputs = e * t * (heads * d + groups * d + (heads + 2 * groups) * d)
+        if impl.flash_attention:
+            # q and k are new after RoPE; TE's attention takes v (a strided view of the fused qkv
+            # output under GQA) as a contiguous copy, so the fused output is not kept.
+            qkv_inputs = e * t * (heads + 2 * groups) * d
+        else:
+            # local: v stays a view of the fused qkv output and keeps it whole (measured)
+            qkv_inputs = e * t * (heads * d + groups * d + (heads + 2 * groups) * d)
     if impl.rope_cache:
         parts["rope_cache"] = ROPE_CACHE_BYTES * s * rot
     if impl.flash_attention:

@@ -1,0 +1,326 @@
+"""The arithmetic behind ``primus_ext.model.memory``: per-rank terms, memoised, and one stage's bytes.
+
+Usage (through ``memory.estimate_memory`` / ``memory.fits``)::
+
+    ctx = stage_context(model, execution, None)
+    parts, (params, grads, optimizer, activations, other), in_flight = stage_memory(ctx, 0, detail=True)
+
+Pure and torch-free. Memoisation is keyed on the fields that change each term, so the tuner's many
+configurations sharing a model and per-rank shapes reuse them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from primus_ext.model.memory_activations import (
+    TE,
+    activation_bytes_per_layer,
+    element_bytes,
+    linear_input_fraction,
+)
+from primus_ext.model.params import (
+    ROUTER_PARAM_BYTES,
+    expert_layer_params,
+    layer_params,
+    norm_params,
+    position_embedding_params,
+    router_params,
+)
+from primus_ext.model.rank_shape import RankShape, rank_shapes
+from primus_ext.model.stages import StagePlan, pipeline_plan
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+# --- "other" memory: named constants -----------------------------------------------------------
+CUDA_CONTEXT_BYTES = 0.6e9
+"""CUDA/HIP context + kernel images of a torch process: ~500-600 MiB on H100 with CUDA 12 (nvidia-smi
+of an idle torch 2.x process; same order under ROCm 6)."""
+NCCL_BUFFER_BYTES = 0.5e9
+"""NCCL/RCCL channel buffers: NCCL_BUFFSIZE = 4 MiB per channel per peer (NCCL docs), for the TP, DP,
+PP and EP communicators a training rank keeps (estimate, order of magnitude)."""
+GEMM_WORKSPACE_BYTES = 0.1e9
+"""cuBLAS (32 MiB per handle on Hopper, torch's default CUBLAS_WORKSPACE_CONFIG) + TE cuBLASLt
+workspaces on the compute and communication streams."""
+FRAGMENTATION_FRACTION = 0.05
+"""Caching-allocator overhead (reserved - allocated) as a fraction of the activations and transient
+buffers; PyTorch reports 3-10 % for transformer training with varying shapes (estimate)."""
+BACKWARD_WORKSPACE_LAYER_FRACTION = 0.5
+"""Gradients of a layer's intermediates alive during its backward, as a fraction of that layer's
+un-recomputed saved bytes (the fc1-output gradient dominates; estimate)."""
+MOE_A2A_BUFFER_COPIES = 2
+"""All-to-all send/receive buffers of the routed tokens (dispatch and combine) alive at once."""
+FSDP_GATHERED_LAYERS = 2
+"""FSDP keeps the current layer's gathered parameters plus one prefetched layer (torch FSDP2 and
+Megatron-FSDP default prefetch of one)."""
+FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 0
+"""Extra weight bytes under fp8 beyond the 2 of a bf16 weight. Megatron-Bridge / Primus fp8 recipes keep
+fp8 parameters (fp8_param_gather): a 1-byte weight + TE's 1-byte transposed copy = 2 bytes, so 0 extra.
+With bf16 parameters TE's cached fp8 workspaces would add up to 2 B/param (the ExecutionSpec has no
+fp8_param_gather flag yet; the published fp8 rows fit only with 0 here)."""
+ADAM_BYTES_PER_PARAM = 12
+"""fp32 master weights + Adam m + v (Megatron with bf16 params); 8 when training in fp32."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindTerms:
+    """Per-layer numbers of one layer kind at one per-rank shape."""
+
+    params: int
+    expert_params: int
+    router_params: int
+    act_none: float
+    act_selected: float
+    """Saved bytes under the configured granularity (selective or none)."""
+    act_full: float
+    """Saved bytes when the layer is fully recomputed (its checkpointed input)."""
+    wgrad_fraction: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkComposition:
+    dense: int
+    moe: int
+    embedding: bool
+    output: bool
+    mtp: int
+    block_dense: int = 0
+    """Of the first ``recompute_num_layers`` layers (block method): how many are dense."""
+    block_moe: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageContext:
+    model: ModelSpec
+    execution: ExecutionSpec
+    plan: tuple[StagePlan, ...]
+    compositions: tuple[tuple[ChunkComposition, ...], ...]
+    terms: Mapping[str, KindTerms]
+    embedding_params: int
+    output_params: int
+    """Final norm + output weight (0 weight when tied and on the embedding's stage)."""
+    mtp_extra_params: int
+    """Per MTP layer beyond its decoder layer: eh_proj + enorm + hnorm + final norm."""
+    source: str
+
+
+@lru_cache(maxsize=1024)
+def _plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: int | None,
+          last: int | None, acc_e: bool, acc_l: bool, recompute_layers: int) -> tuple[tuple[StagePlan, ...], tuple]:
+    execution = ExecutionSpec(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+                              pipeline_model_parallel_layout=layout, decoder_first_pipeline_num_layers=first,
+                              decoder_last_pipeline_num_layers=last, account_for_embedding_in_pipeline_split=acc_e,
+                              account_for_loss_in_pipeline_split=acc_l)
+    plan = pipeline_plan(model, execution)
+    pattern = model.moe_layer_pattern
+    comps = []
+    for stage in plan:
+        row = []
+        for chunk in stage.chunks:
+            moe = [i < len(pattern) and pattern[i] for i in chunk.layers]
+            head = moe[:recompute_layers]
+            row.append(ChunkComposition(dense=len(moe) - sum(moe), moe=sum(moe), embedding=chunk.embedding,
+                                        output=chunk.output, mtp=chunk.mtp_layers,
+                                        block_dense=len(head) - sum(head), block_moe=sum(head)))
+        comps.append(tuple(row))
+    return plan, tuple(comps)
+
+
+@lru_cache(maxsize=8192)
+def _kind_terms(shape: RankShape, scale: float) -> KindTerms:
+    act_none = activation_bytes_per_layer(shape, impl=TE, recompute="none") * scale
+    if shape.recompute == "selective":
+        act_sel = activation_bytes_per_layer(shape, impl=TE, recompute="selective") * scale
+    else:
+        act_sel = act_none
+    act_full = activation_bytes_per_layer(shape, impl=TE, recompute="full") if shape.kind in ("dense", "moe") else 0
+    return KindTerms(params=layer_params(shape), expert_params=expert_layer_params(shape),
+                     router_params=router_params(shape) if shape.kind == "moe" else 0,
+                     act_none=act_none, act_selected=act_sel, act_full=act_full,
+                     wgrad_fraction=linear_input_fraction(shape))
+
+
+def _scale(shape: RankShape, measured: Mapping[str, int] | None) -> float:
+    if not measured or shape.kind not in measured:
+        return 1.0
+    formula = activation_bytes_per_layer(shape, impl=TE)
+    return measured[shape.kind] / formula if formula else 1.0
+
+
+def stage_context(model: ModelSpec, execution: ExecutionSpec, measured: Mapping[str, int] | None) -> StageContext:
+    e = execution
+    recompute_layers = (e.recompute_num_layers or 1) if e.recompute_method == "block" else 0
+    plan, comps = _plan(model, e.pp, e.virtual_pipeline_model_parallel_size, e.pipeline_model_parallel_layout,
+                        e.decoder_first_pipeline_num_layers, e.decoder_last_pipeline_num_layers,
+                        e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split,
+                        recompute_layers)
+    shapes = rank_shapes(model, e)
+    terms = {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
+    emb = terms["embedding"].params + position_embedding_params(
+        model.max_position_embeddings, model.hidden_size, model.position_embedding_type)
+    out_shape = shapes["output"]
+    out = terms["output"].params
+    if not model.untie_embeddings_and_output_weights and e.pp * e.vpp == 1:
+        out -= out_shape.arch.vocab_size // e.tp * model.hidden_size  # shares the embedding's weight
+    arch = out_shape.arch
+    mtp_extra = 2 * model.hidden_size * model.hidden_size // e.tp + 3 * norm_params(arch, model.hidden_size)
+    source = "measured saved-bytes" if measured and any(k in measured for k in shapes) else "analytic"
+    return StageContext(model=model, execution=e, plan=plan, compositions=comps, terms=terms,
+                        embedding_params=emb, output_params=out, mtp_extra_params=mtp_extra, source=source)
+
+
+def chunk_in_flight(execution: ExecutionSpec, rank: int) -> tuple[float, ...]:
+    """Micro-batches whose activations each model chunk of ``rank`` holds at the peak."""
+    pp, vpp = execution.pp, execution.vpp
+    m = max(1, execution.num_microbatches)
+    if vpp == 1:
+        return (float(min(pp - rank, m)),)
+    # Megatron's interleaved schedule: warm-up chunk-micro-batches + the one in the steady state,
+    # issued in groups of PP per chunk, cycling over the chunks.
+    in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+    cycles, rem = divmod(in_flight, pp * vpp)
+    return tuple(float(cycles * pp + min(max(rem - c * pp, 0), pp)) for c in range(vpp))
+
+
+def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float, float]:
+    """(saved bytes of one micro-batch through this chunk, recompute working set)."""
+    e = ctx.execution
+    dense, moe = ctx.terms.get("dense"), ctx.terms.get("moe")
+    layers = [(comp.dense, dense), (comp.moe, moe)]
+    mtp_kind = moe if ctx.model.is_moe and moe else dense
+    total, working = 0.0, 0.0
+    if e.recompute_granularity == "full" and e.recompute_method == "block":
+        for count, head, t in ((comp.dense, comp.block_dense, dense), (comp.moe, comp.block_moe, moe)):
+            if count and t:
+                total += head * t.act_full + (count - head) * t.act_none
+                working = max(working, t.act_none) if head else working
+    elif e.recompute_granularity == "full":
+        group = e.recompute_num_layers or 1
+        n = comp.dense + comp.moe
+        if n:
+            total += math.ceil(n / group) * max(t.act_full for c, t in layers if c and t)
+            working = group * max(t.act_none for c, t in layers if c and t)
+    else:
+        for count, t in layers:
+            if count and t:
+                total += count * t.act_selected
+                working = max(working, t.act_none - t.act_selected)
+    if comp.output:
+        total += ctx.terms["output"].act_none
+    if comp.mtp and mtp_kind:
+        # each MTP depth: a decoder layer, its eh_proj input (2h) and another loss over the vocab
+        sp = e.tp if e.sequence_parallel and e.tp > 1 else 1
+        eh_in = element_bytes(e.precision) * 2 * ctx.model.hidden_size * e.micro_batch_size * e.seq_length / e.cp / sp
+        total += comp.mtp * (mtp_kind.act_none + eh_in + ctx.terms["output"].act_none)
+    return total, working
+
+
+def _sharding(e: ExecutionSpec) -> tuple[float, float, float, float, float]:
+    """(param, grad, optimizer) bytes per param, and the dense / expert shard widths."""
+    fp32 = e.precision == "fp32"
+    param_b = 4.0 if fp32 else 2.0
+    grad_b = 2.0 if (e.grad_reduce_in_bf16 and not fp32) else 4.0
+    opt_b = 8.0 if fp32 else float(ADAM_BYTES_PER_PARAM)
+    return param_b, grad_b, opt_b, float(e.dp * e.cp), float(max(1, e.expert_data_parallel_size))
+
+
+def stage_memory(ctx: StageContext, rank: int, *, detail: bool) -> tuple[dict[str, float], tuple[float, ...], float]:
+    """Bytes of pipeline rank ``rank``: named parts (when ``detail``), the five totals, in-flight."""
+    e, model = ctx.execution, ctx.model
+    comps = ctx.compositions[rank]
+    dense, moe = ctx.terms.get("dense"), ctx.terms.get("moe")
+    mtp_kind = moe if model.is_moe and moe else dense
+    n_dense = sum(c.dense for c in comps)
+    n_moe = sum(c.moe for c in comps) + (sum(c.mtp for c in comps) if mtp_kind is moe else 0)
+    n_mtp = sum(c.mtp for c in comps)
+    n_dense_all = n_dense + (n_mtp if mtp_kind is dense else 0)
+    # --- parameters ----------------------------------------------------------------------------
+    total_params = n_dense_all * (dense.params if dense else 0) + n_moe * (moe.params if moe else 0)
+    expert = n_moe * (moe.expert_params if moe else 0)
+    router = n_moe * (moe.router_params if moe else 0)
+    embedding = any(c.embedding for c in comps)
+    output = any(c.output for c in comps)
+    edge = ctx.embedding_params if embedding else 0
+    edge += ctx.output_params if output else 0
+    if n_mtp:
+        edge += n_mtp * ctx.mtp_extra_params + (0 if embedding else ctx.terms["embedding"].params)
+    total_params += edge
+    dense_params = total_params - expert
+    param_b, grad_b, opt_b, dp_dense, dp_expert = _sharding(e)
+    params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
+    if e.precision == "fp8":
+        params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+    grads = total_params * grad_b
+    shard_opt = e.use_distributed_optimizer or e.fsdp != "none"
+    opt_per = dense_params / (dp_dense if shard_opt else 1) + expert / (dp_expert if shard_opt else 1)
+    optimizer = opt_per * opt_b
+    fsdp_gather = 0.0
+    strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
+    if e.fsdp != "none" and strategy in ("optim_grads", "optim_grads_params"):
+        grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
+    if e.fsdp != "none" and strategy == "optim_grads_params":
+        params = (dense_params / dp_dense + expert / dp_expert) * param_b
+        biggest = max((t.params for t in (dense, moe) if t), default=0)
+        fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
+    # --- activations ---------------------------------------------------------------------------
+    flights = chunk_in_flight(e, rank)
+    activations, working, per_mb = 0.0, 0.0, 0.0
+    for comp, n in zip(comps, flights, strict=True):
+        saved, work = _chunk_activations(ctx, comp)
+        activations += n * saved
+        per_mb += saved
+        working = max(working, work)
+    zb_hold = 0.0
+    if e.pipeline_schedule == "zb-h1" and rank:
+        frac = max((t.wgrad_fraction for t in (dense, moe) if t), default=0.0)
+        zb_hold = min(rank, max(1, e.num_microbatches)) * per_mb * frac
+        activations += zb_hold
+    in_flight = activations / per_mb if per_mb else float(flights[0])
+    # --- other ---------------------------------------------------------------------------------
+    biggest_layer = max((t.act_none for c, t in ((n_dense, dense), (n_moe, moe)) if c and t), default=0.0)
+    backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * biggest_layer
+    logits = 0.0
+    if output or n_mtp:
+        out_shape_vocab = ctx.terms["output"].params  # vocab/TP*h + h; logits are tokens*vocab/TP
+        vocab_local = (out_shape_vocab - norm_params_for(model)) / model.hidden_size
+        logits = element_bytes(e.precision) * e.micro_batch_size * e.seq_length / e.cp * vocab_local
+    a2a = 0.0
+    if n_moe and moe:
+        tokens = e.micro_batch_size * e.seq_length / e.cp
+        slots = tokens * model.moe_router_topk * e.etp / e.tp
+        a2a = MOE_A2A_BUFFER_COPIES * slots * model.hidden_size * element_bytes(e.precision)
+    transient = working + backward_ws + logits + a2a + fsdp_gather
+    fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
+    fixed = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
+    other = transient + fragmentation + fixed
+    totals = (params, grads, optimizer, activations, other)
+    parts: dict[str, float] = {}
+    if detail:
+        parts = {
+            "params.decoder_layers": (total_params - edge) * param_b, "params.embedding_output_mtp": edge * param_b,
+            "params.router_fp32_extra": router * (ROUTER_PARAM_BYTES - param_b),
+            "params.fp8_weight_cache": total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM if e.precision == "fp8" else 0.0,
+            "params.count": float(total_params), "params.expert_count": float(expert),
+            "optimizer.dense_shard": dense_params / (dp_dense if shard_opt else 1) * opt_b,
+            "optimizer.expert_shard": expert / (dp_expert if shard_opt else 1) * opt_b,
+            "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,
+            "other.recompute_working_set": working, "other.backward_workspace": backward_ws,
+            "other.loss_logits": logits, "other.moe_a2a_buffers": a2a, "other.fsdp_gathered": fsdp_gather,
+            "other.fragmentation": fragmentation, "other.cuda_context": CUDA_CONTEXT_BYTES,
+            "other.nccl_buffers": NCCL_BUFFER_BYTES, "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
+        }
+    return parts, totals, in_flight
+
+
+def norm_params_for(model: ModelSpec) -> int:
+    return model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
+
+
+def peak_representatives(ctx: StageContext) -> tuple[int, ...]:
+    """One rank per distinct chunk composition: the lowest rank holds the most micro-batches."""
+    seen: dict[tuple[ChunkComposition, ...], int] = {}
+    for rank, comp in enumerate(ctx.compositions):
+        seen.setdefault(comp, rank)
+    return tuple(seen.values())
