@@ -1,0 +1,176 @@
+"""The projection as ONE self-contained HTML file (inline SVG + JS, no network, no CDN).
+
+    from primus_ext.report.html import render_html
+    Path("projection.html").write_text(render_html(projection, inputs=ReportInputs(recipe="r.yaml")))
+
+Sections: headline figures; the Gantt chart of one step per pipeline stage (forward, backward,
+weight-grad, exposed communication, bubble, optimizer: ``report.timeline``); per-stage memory bars
+(params, grads, optimizer state, activations, other) against the HBM capacity; the step-time
+breakdown; the inputs (recipe, overrides, cluster, execution, cost sources, notes); and, after a
+short real run (``--verify``), measured vs projected.
+
+The charts are drawn by the inlined script from a JSON document embedded in the page, so the file
+works offline and in any browser; ``tests/report/test_html.py`` renders it in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from primus_ext.report.html_assets import CSS, JS
+from primus_ext.report.timeline import COLORS, KINDS, step_segments
+
+GIB = 1024**3
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
+MEMORY_COLORS = {"params": "#4e79a7", "grads": "#76b7b2", "optimizer": "#59a14f", "activations": "#f28e2b",
+                 "other": "#bab0ac"}
+_COMM_COLOR = {"tp": "#e15759", "cp": "#ff9da7", "ep": "#b07aa1", "fsdp": "#9c755f", "pp": "#d37295",
+               "dp_grad": "#8cd17d", "dp_param": "#86bcb6"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportInputs:
+    """What the projection was made from, shown verbatim in the report."""
+
+    recipe: str = ""
+    overrides: tuple[str, ...] = ()
+    cluster: str = ""
+    warnings: tuple[str, ...] = ()
+    extra: Mapping[str, str] = field(default_factory=dict)
+    """Anything else worth showing (store path, scale, command line)."""
+
+
+def _timeline_doc(projection: Any) -> dict[str, Any]:
+    segments = step_segments(projection)
+    kind_index = {k: i for i, k in enumerate(KINDS)}
+    ranks = sorted({s.rank for s in segments}) or [0]
+    total = max((s.end_s for s in segments), default=0.0)
+    return {
+        "kinds": list(KINDS), "colors": COLORS, "ranks": ranks, "total_ms": total * 1e3,
+        "segments": [[s.rank, kind_index[s.kind], round(s.start_s * 1e3, 4), round(s.end_s * 1e3, 4), s.label]
+                     for s in segments],
+    }
+
+
+def _memory_doc(memory: Any) -> dict[str, Any] | None:
+    if memory is None:
+        return None
+    stages = []
+    for index, stage in enumerate(memory.stages):
+        parts = {p: float(getattr(stage, f"{p}_bytes", 0.0) or 0.0) / GIB for p in MEMORY_PARTS}
+        total = float(getattr(stage, "total_bytes", sum(parts.values()) * GIB)) / GIB
+        stages.append({"rank": int(getattr(stage, "rank", index)), "parts": parts, "total_gib": total})
+    capacity = getattr(memory, "capacity_bytes", None)
+    return {"stages": stages, "parts": list(MEMORY_PARTS), "colors": MEMORY_COLORS,
+            "capacity_gib": float(capacity) / GIB if capacity else None, "fits": bool(memory.fits),
+            "peak_gib": float(memory.peak_bytes) / GIB}
+
+
+def breakdown_parts(breakdown: Any) -> list[dict[str, Any]]:
+    """Named parts of the step (ms) in drawing order; they add up to the breakdown's total."""
+    parts = [{"name": "compute", "ms": (breakdown.compute_s - breakdown.recompute_s) * 1e3, "color": COLORS["forward"]}]
+    if breakdown.recompute_s:
+        parts.append({"name": "recompute", "ms": breakdown.recompute_s * 1e3, "color": "#a0cbe8"})
+    parts += [{"name": f"{c.kind} comm (exposed)", "ms": c.exposed_s * 1e3, "color": _COMM_COLOR.get(c.kind, "#e15759")}
+              for c in breakdown.comms]
+    parts.append({"name": "pipeline bubble", "ms": breakdown.bubble_s * 1e3, "color": COLORS["bubble"]})
+    parts.append({"name": "optimizer step", "ms": breakdown.optimizer_s * 1e3, "color": COLORS["optimizer"]})
+    return parts
+
+
+def report_data(projection: Any, *, verify: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document the page's script draws from."""
+    return {"timeline": _timeline_doc(projection), "memory": _memory_doc(projection.memory),
+            "breakdown": breakdown_parts(projection.breakdown), "verify": dict(verify) if verify else None}
+
+
+def _rows(pairs: Sequence[tuple[str, Any]]) -> str:
+    return "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in pairs)
+
+
+def _layout(ex: Any) -> str:
+    return (f"TP{ex.tp} PP{ex.pp}" + (f" VPP{ex.vpp}" if ex.vpp > 1 else "")
+            + f" CP{ex.cp} EP{ex.ep} DP{ex.dp}, MBS {ex.micro_batch_size}, GBS {ex.global_batch_size}, "
+            f"seq {ex.seq_length}, {ex.precision}")
+
+
+def _inputs_html(p: Any, inputs: ReportInputs) -> str:
+    m, ex, sy = p.model, p.execution, p.system
+    recipe = [("recipe", inputs.recipe or "-"), ("overrides", " ".join(inputs.overrides) or "-")]
+    recipe += list(inputs.extra.items())
+    cluster = [("cluster", inputs.cluster or sy.name or sy.gpu.name), ("GPU", sy.gpu.name),
+               ("nodes x GPUs/node", f"{sy.num_nodes} x {sy.gpu.gpus_per_node} = {sy.world_size}"),
+               ("HBM per GPU", f"{sy.gpu.hbm_bytes / GIB:.0f} GiB"),
+               ("efficiency calibration", sy.gpu.efficiency.calibration)]
+    model = [("model", m.name), ("layers", m.num_layers), ("hidden / ffn", f"{m.hidden_size} / {m.ffn_hidden_size}"),
+             ("heads / query groups", f"{m.num_attention_heads} / {m.num_query_groups}"),
+             ("vocabulary", m.vocab_size)]
+    if m.is_moe:
+        model.append(("experts / top-k", f"{m.num_experts} / {m.moe_router_topk} ({m.num_moe_layers} MoE layers)"))
+    execution = [("layout", _layout(ex)), ("micro-batches per step", p.num_microbatches),
+                 ("schedule", ex.pipeline_schedule), ("recompute", ex.recompute_granularity or "none"),
+                 ("distributed optimizer", ex.use_distributed_optimizer), ("FSDP", ex.fsdp)]
+    sources = [(kind, src) for kind, src in p.sources.items()]
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in (*p.notes, *inputs.warnings))
+    return (f"<h3>Recipe</h3><table>{_rows(recipe)}</table><h3>Cluster</h3><table>{_rows(cluster)}</table>"
+            f"<h3>Model</h3><table>{_rows(model)}</table><h3>Execution</h3><table>{_rows(execution)}</table>"
+            f"<h3>Cost sources</h3><table>{_rows(sources)}</table>"
+            + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""))
+
+
+def _verify_html(verify: Mapping[str, Any] | None) -> str:
+    if not verify:
+        return ""
+    rows = _rows([(k, f"{v:.4g}" if isinstance(v, float) else v) for k, v in verify.items()])
+    return f"<h2>Measured vs projected (short real run)</h2><table>{rows}</table>"
+
+
+def _kpis(p: Any) -> str:
+    mem = p.memory
+    fits = ""
+    if mem is not None:
+        cls, word = ("ok", "fits") if mem.fits else ("bad", "DOES NOT FIT")
+        fits = (f'<div class="kpi">memory peak<b>{mem.peak_bytes / GIB:.1f} GiB</b>'
+                f'<span class="{cls}">{word}</span> of {mem.capacity_bytes / GIB:.0f} GiB</div>')
+    band = f" ({p.band[0]:,.0f} .. {p.band[1]:,.0f})" if p.band else ""
+    return (f'<div class="kpi">tokens/s/GPU<b>{p.tokens_per_s_per_gpu:,.0f}</b>{band}</div>'
+            f'<div class="kpi">step time<b>{p.step_time_s * 1e3:,.1f} ms</b></div>'
+            f'<div class="kpi">model TFLOP/s/GPU<b>{p.model_tflops_per_gpu:,.1f}</b>MFU {p.mfu:.1%}</div>' + fits)
+
+
+def render_html(projection: Any, *, inputs: ReportInputs | None = None,
+                verify: Mapping[str, Any] | None = None) -> str:
+    """The whole page as one string (write it with ``Path.write_text``)."""
+    p, inputs = projection, inputs or ReportInputs()
+    title = f"primus-ext projection: {p.model.name} on {p.system.world_size} x {p.system.gpu.name}"
+    data = json.dumps(report_data(p, verify=verify), separators=(",", ":")).replace("</", "<\\/")
+    table = "".join(f'<tr><td>{html.escape(x["name"])}</td><td class="n">{x["ms"]:,.2f}</td>'
+                    f'<td class="n">{x["ms"] / (p.step_time_s * 1e3 or 1):.1%}</td></tr>'
+                    for x in breakdown_parts(p.breakdown))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{CSS}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p class="sub">{html.escape(_layout(p.execution))}</p>
+<section id="kpis">{_kpis(p)}</section>
+<h2>One step, per pipeline stage</h2>
+<div class="legend" id="timeline-legend"></div>
+<div id="timeline"></div>
+<h2>Memory per pipeline stage vs HBM capacity</h2>
+<div class="legend" id="memory-legend"></div>
+<div id="memory"></div>
+<h2>Step-time breakdown (busiest pipeline rank)</h2>
+<div id="breakdown"></div>
+<table><tr><th>part</th><th>ms per step</th><th>share</th></tr>{table}</table>
+{_verify_html(verify)}
+<h2>Inputs</h2>
+{_inputs_html(p, inputs)}
+<script id="report-data" type="application/json">{data}</script>
+<script>{JS}</script>
+</body></html>
+"""
