@@ -64,7 +64,7 @@ def rasterise(segments: list[Segment], *, width: int = WIDTH_PX) -> bytes:
     row_of = {r: i for i, r in enumerate(ranks)}
     for s in segments:
         y = top + row_of[s.rank] * ROW_PX
-        _fill(rows, MARGIN_PX + int(s.start_s * scale), MARGIN_PX + int(round(s.end_s * scale)), y + 2,
+        _fill(rows, MARGIN_PX + int(s.start_s * scale), MARGIN_PX + round(s.end_s * scale), y + 2,
               y + ROW_PX - 2, _rgb(COLORS[s.kind]))
     axis = top + len(ranks) * ROW_PX + 2
     _fill(rows, MARGIN_PX, width - MARGIN_PX, axis, axis + 1, (120, 120, 120))
