@@ -52,22 +52,26 @@ class MemoryFilter:
 
     def __init__(self, model: ModelSpec, system: SystemSpec, *, margin: float = 0.0,
                  fits_fn: FitsFn | None = None, estimate_fn: EstimateFn | None = None,
-                 peak_fn: Callable[..., float] | None = None) -> None:
+                 peak_fn: Callable[..., float] | None = None,
+                 capacity_fn: Callable[[SystemSpec], float] | None = None) -> None:
         if fits_fn is None or estimate_fn is None:
             from primus_ext.model import memory
 
             fits_fn = fits_fn or memory.fits
             estimate_fn = estimate_fn or memory.estimate_memory
             peak_fn = peak_fn or memory.peak_bytes
+            capacity_fn = capacity_fn or memory.capacity_bytes
         self.model, self.system, self.margin = model, system, margin
         self._fits, self._estimate, self._peak = fits_fn, estimate_fn, peak_fn
+        self._capacity = capacity_fn
 
     def fits(self, execution: ExecutionSpec) -> bool:
         return bool(self._fits(self.model, execution, self.system, margin=self.margin))
 
     @property
     def capacity_bytes(self) -> int:
-        return int(self.system.gpu.hbm_bytes)
+        """Allocatable bytes per GPU, as the memory model counts them (before the margin)."""
+        return int(self._capacity(self.system) if self._capacity is not None else self.system.gpu.hbm_bytes)
 
     def peak(self, execution: ExecutionSpec) -> int:
         """Peak per-GPU bytes (the fast path when the memory model has one)."""

@@ -375,7 +375,9 @@ class Space:
             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
             context_parallel_size=cp,
             expert_model_parallel_size=config["ep"],
-            expert_tensor_parallel_size=config["etp"] if self.model.is_moe else b.expert_tensor_parallel_size,
+            expert_tensor_parallel_size=(
+                None if not self.model.is_moe or (b.expert_tensor_parallel_size is None and config["etp"] == tp)
+                else config["etp"]),
             data_parallel_size=max(1, self.world // (tp * pp * cp)),
             sequence_parallel=tp > 1,
             tp_comm_overlap=config["tp_comm_overlap"],

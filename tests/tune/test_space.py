@@ -1,0 +1,86 @@
+"""The search space: candidates, pins, configuration <-> execution, generated pipeline layouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from primus_ext.errors import RecipeError
+from primus_ext.model.stages import layout_problems, parse_layout, pipeline_plan
+from primus_ext.recipe.validate import check
+from primus_ext.tune.space import AXIS_ORDER, balanced_layout, build_space, config_key, parse_pins
+
+
+def test_recipe_execution_is_a_point_of_its_space(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    config = space.config_of(mixtral.execution)
+    assert space.membership(config) == []
+    assert space.to_execution(config) == mixtral.execution
+
+
+def test_to_execution_derives_dp_sp_schedule(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    config = {**space.config_of(mixtral.execution), "tp": 2, "etp": 1, "pp": 2, "vpp": 1}
+    e = space.to_execution(config)
+    assert e.data_parallel_size == 32 // (2 * 2 * 1)          # world 4 nodes x 8
+    assert e.sequence_parallel and e.pipeline_schedule == "1f1b"
+    assert e.virtual_pipeline_model_parallel_size is None and e.pipeline_model_parallel_layout is None
+    assert e.global_batch_size == mixtral.execution.global_batch_size  # fixed
+    assert space.config_of(e) == config                      # round trip
+
+
+def test_every_candidate_value_respects_world_divisibility(tiny):
+    model, execution, system = tiny
+    space = build_space(model, execution, system)
+    configs = list(space.iter_configs())
+    assert len(configs) == space.size() > 50
+    assert len({config_key(c) for c in configs}) == len(configs)
+    for c in configs:
+        assert system.world_size % (c["tp"] * c["pp"] * c["cp"]) == 0
+        assert list(c) == list(AXIS_ORDER)
+
+
+def test_pins_limit_axes_and_reject_empty_spaces(tiny):
+    model, execution, system = tiny
+    space = build_space(model, execution, system, parse_pins(["tp=1,2", "recompute=none,block25,full"]))
+    values = {(c["tp"], c["recompute"]) for c in space.iter_configs()}
+    assert {t for t, _ in values} == {1, 2}
+    assert {r for _, r in values} <= {"none", "block25", "full"} and "block25" in {r for _, r in values}
+    assert space.membership({**next(space.iter_configs()), "tp": 4})[0].path == "tp"
+    with pytest.raises(RecipeError):
+        build_space(model, execution, system, {"tp": (3,)})
+    with pytest.raises(RecipeError):
+        parse_pins(["tensor_parallel=2"])
+
+
+@pytest.mark.parametrize(("pp", "vpp"), [(8, 4), (16, 1), (4, 3), (2, 8)])
+def test_balanced_layout_is_legal_for_deepseek(deepseek, pp, vpp):
+    model = deepseek.model
+    layout = balanced_layout(model, pp, vpp)
+    stages = parse_layout(layout)
+    assert len(stages) == pp * vpp
+    sizes = [s.count("decoder") + (s.count("loss") + 2 * s.count("mtp")) for s in stages]
+    assert max(sizes) - min(sizes) <= 1                       # balanced in layer-equivalents
+    space = build_space(model, deepseek.execution, deepseek.system)
+    e = space.to_execution({**space.config_of(deepseek.execution), "pp": pp, "vpp": vpp})
+    assert layout_problems(model, e) == []
+    assert sum(len(s.layers) for s in pipeline_plan(model, e)) == model.num_layers
+
+
+def test_neighbours_change_one_axis_and_stay_in_space(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    base = space.config_of(mixtral.execution)
+    seen = set()
+    for axis, value, config in space.neighbours(base):
+        assert config[axis] == value and space.membership(config) == []
+        later = AXIS_ORDER[AXIS_ORDER.index(axis) + 1:]
+        assert all(config[k] == base[k] for k in AXIS_ORDER if k != axis and k not in later)
+        seen.add(axis)
+    assert {"tp", "pp", "ep", "mbs", "recompute", "sharding"} <= seen
+
+
+def test_illegal_candidates_are_left_to_check(tiny):
+    """The space proposes TP=8 although 12 heads forbid it: legality is check()'s job."""
+    model, execution, system = tiny
+    space = build_space(model, execution, system)
+    config = next(c for c in space.iter_configs() if c["tp"] == 8)
+    assert any(p.path == "num_attention_heads" for p in check(model, space.to_execution(config), system))
