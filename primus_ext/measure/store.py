@@ -174,11 +174,12 @@ class TimingStore:
             return None
         return max(rows, key=lambda r: (r["versions"] == self._versions, r["scale"], r["date"] or ""))
 
-    def entry(self, target: RankShape, *, scale: float = 1.0, device: str | None = None,
-              ok_only: bool = True) -> dict[str, Any] | None:
-        """The stored row for ``target`` measured at ``scale`` on ``device`` (default: this store's)."""
-        where = "target_key = ? AND scale = ? AND device = ?" + (" AND status = 'ok'" if ok_only else "")
-        return self._best(list(self._rows("layer_costs", where, (target.key(), scale, device or self.device))))
+    def entry(self, target: RankShape, *, scale: float = 1.0, ok_only: bool = True) -> dict[str, Any] | None:
+        """This machine's row (device and library versions) for ``target`` measured at ``scale``."""
+        where = "target_key = ? AND scale = ? AND device = ? AND versions = ?"
+        where += " AND status = 'ok'" if ok_only else ""
+        rows = list(self._rows("layer_costs", where, (target.key(), scale, self.device, self.versions)))
+        return max(rows, key=lambda r: r["date"] or "") if rows else None
 
     def cost(self, shape: RankShape) -> LayerCost | None:
         """``CostProvider``: the cost of exactly ``shape`` on this store's device (see module doc)."""
@@ -220,7 +221,10 @@ class TimingStore:
             for line in f:
                 if line.strip():
                     row = json.loads(line)
-                    self._put(row.pop("table"), row)
+                    table = row.pop("table", None)
+                    if table not in _TABLES:
+                        raise ValueError(f"{path}: line {n + 1}: unknown table {table!r}")
+                    self._put(table, row)
                     n += 1
         self._db.commit()
         return n

@@ -149,7 +149,7 @@ def time_layer(built: BuiltLayer, *, warmup: int = 2, reps: int = 10, timeout_s:
             del out
             _clear_grads(module, inputs)
             if i >= warmup:
-                recompute = sum(clock.ms(a, b) for a, b in spans)
+                recompute = float(sum(clock.ms(a, b) for a, b in spans))
                 fwd.append(clock.ms(t0, t1))
                 bwd.append(clock.ms(t1, t2) - recompute)
                 rec.append(recompute)
