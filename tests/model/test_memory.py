@@ -1,0 +1,214 @@
+"""The memory model: hand-derived stage totals, published formulas, schedules, monotonicity, pre-filter.
+
+Independent references: hand sums of the parameter/optimizer bytes Megatron documents (bf16 weight 2 B,
+fp32 main grad 4 B, Adam + master 12 B, sharded by the distributed optimizer), Korthikanti et al. 2022
+(activations ``sbh(34 + 5as/h)`` per layer; with flash attention / selective recompute and no dropout
+``32 sbh``; full recompute ``2 sbh``), Megatron's interleaved-schedule warm-up rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from primus_ext.hardware import load_system
+from primus_ext.model.memory import estimate_memory, fits, peak_bytes
+from primus_ext.model.memory_activations import TE, activation_bytes_per_layer, activation_parts
+from primus_ext.model.memory_stage import chunk_in_flight
+from primus_ext.model.params import layer_params
+from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+TINY = ModelSpec(name="tiny", num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,
+                 num_query_groups=16, kv_channels=64, vocab_size=32000, activation="gelu")
+GQA = replace(TINY, name="gqa", num_query_groups=4, activation="swiglu", ffn_hidden_size=2816)
+MOE = replace(GQA, name="moe", num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=1024,
+              moe_shared_expert_intermediate_size=1024, moe_layer_pattern=(False,) + (True,) * 7)
+H100 = load_system("h100", 4)
+
+
+def _exe(**kw) -> ExecutionSpec:
+    base = dict(data_parallel_size=1, micro_batch_size=1, global_batch_size=8, seq_length=2048)
+    base.update(kw)
+    return ExecutionSpec(**base)
+
+
+# --- parameters, gradients, optimizer: hand sums ----------------------------------------------
+def test_stage_static_bytes_hand_sum_pp2_untied():
+    exe = _exe(pipeline_model_parallel_size=2, data_parallel_size=4, use_distributed_optimizer=True,
+               global_batch_size=32)
+    mem = estimate_memory(TINY, exe, H100)
+    shapes = rank_shapes(TINY, exe)
+    layer = layer_params(shapes["dense"])
+    vocab = 32000  # already a multiple of 128
+    first = 4 * layer + vocab * 1024
+    last = 4 * layer + vocab * 1024 + 1024  # + final norm
+    for stage, count in zip(mem.stages, (first, last), strict=True):
+        assert stage.params_bytes == 2 * count
+        assert stage.grads_bytes == 4 * count
+        assert stage.optimizer_bytes == pytest.approx(12 * count / 4)
+
+
+def test_tied_embeddings_single_stage_shares_weight_but_pp2_keeps_a_copy():
+    tied = replace(TINY, untie_embeddings_and_output_weights=False)
+    one = estimate_memory(tied, _exe(), H100).stages[0]
+    untied = estimate_memory(TINY, _exe(), H100).stages[0]
+    assert untied.params_bytes - one.params_bytes == 2 * 32000 * 1024
+    two = estimate_memory(tied, _exe(pipeline_model_parallel_size=2), H100)
+    two_untied = estimate_memory(TINY, _exe(pipeline_model_parallel_size=2), H100)
+    assert two.stages[1].params_bytes == two_untied.stages[1].params_bytes  # Megatron's copy on the last stage
+
+
+def test_expert_optimizer_sharded_over_expert_data_parallel():
+    exe = _exe(data_parallel_size=8, expert_model_parallel_size=4, use_distributed_optimizer=True,
+               global_batch_size=64)
+    stage = estimate_memory(MOE, exe, H100).stages[0]
+    expert, total = stage.detail["params.expert_count"], stage.detail["params.count"]
+    assert exe.expert_data_parallel_size == 2
+    assert stage.optimizer_bytes == pytest.approx(12 * ((total - expert) / 8 + expert / 2))
+
+
+def test_fsdp_shards_params_grads_and_optimizer():
+    exe = _exe(data_parallel_size=8, global_batch_size=64)
+    ddp = estimate_memory(TINY, exe, H100).stages[0]
+    fsdp = estimate_memory(TINY, replace(exe, fsdp="torch_fsdp2"), H100).stages[0]
+    assert fsdp.params_bytes == pytest.approx(ddp.params_bytes / 8)
+    assert fsdp.grads_bytes == pytest.approx(ddp.grads_bytes / 8)
+    assert fsdp.optimizer_bytes == pytest.approx(ddp.optimizer_bytes / 8)
+    optim_only = estimate_memory(TINY, replace(exe, fsdp="megatron_fsdp", data_parallel_sharding_strategy="optim"),
+                                 H100).stages[0]
+    assert optim_only.params_bytes == ddp.params_bytes and optim_only.grads_bytes == ddp.grads_bytes
+
+
+# --- activations: Korthikanti et al. ------------------------------------------------------------
+@pytest.mark.parametrize("tp,sp", [(1, False), (4, True)])
+def test_dense_layer_matches_korthikanti_without_dropout(tp, sp):
+    """GPT-style layer (MHA, GELU, ffn 4h): sbh * 34 / t with selective recompute / flash attention,
+    minus the two 1-byte hidden-dropout masks (dropout 0) = 32 sbh / t."""
+    exe = _exe(tensor_model_parallel_size=tp, sequence_parallel=sp, micro_batch_size=2)
+    shape = rank_shapes(TINY, exe)["dense"]
+    s, b, h = 2048, 2, 1024
+    got = activation_bytes_per_layer(shape, impl=TE)
+    assert got == pytest.approx(32 * s * b * h / tp, rel=0.01)
+    full = activation_bytes_per_layer(replace(shape, recompute="full"), impl=TE)
+    assert full == 2 * s * b * h / tp  # the checkpointed layer input
+
+
+def test_swiglu_saves_three_ffn_wide_tensors():
+    """SwiGLU keeps fc1's 2*ffn output and the ffn-wide product: 16 + 6 ffn/h (sbh units) with flash,
+    not Korthikanti's GELU 16 + 4 ffn/h."""
+    shape = replace(rank_shapes(GQA, _exe())["dense"], arch=replace(rank_shapes(GQA, _exe())["dense"].arch,
+                                                                     num_query_groups=16))
+    s, b, h, f = 2048, 1, 1024, 2816
+    assert activation_bytes_per_layer(shape) == pytest.approx(s * b * h * (16 + 6 * f / h), rel=0.01)
+
+
+def test_recompute_orders_activations():
+    exe = _exe(tensor_model_parallel_size=2, sequence_parallel=True, micro_batch_size=2)
+    for model in (GQA, MOE, replace(GQA, multi_latent_attention=True, q_lora_rank=512, kv_lora_rank=256,
+                                    qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64, qk_layernorm=True)):
+        for kind, shape in rank_shapes(model, exe).items():
+            if kind not in ("dense", "moe"):
+                continue
+            none = activation_bytes_per_layer(shape, recompute="none")
+            sel = activation_bytes_per_layer(replace(shape, recompute="selective",
+                                                     recompute_modules=("core_attn", "mlp", "moe", "layernorm")))
+            full = activation_bytes_per_layer(shape, recompute="full")
+            assert full < sel < none, (model.name, kind)
+
+
+def test_fp8_saves_quantised_gemm_inputs():
+    shape = rank_shapes(GQA, _exe())["dense"]
+    bf16 = activation_parts(shape)
+    fp8 = activation_parts(replace(shape, precision="fp8"))
+    assert fp8["mlp_fc2_in"] == bf16["mlp_fc2_in"] / 2
+    assert sum(fp8.values()) < sum(bf16.values())
+
+
+# --- schedules --------------------------------------------------------------------------------
+def test_in_flight_1f1b_and_interleaved_rules():
+    exe = _exe(pipeline_model_parallel_size=4, global_batch_size=16)
+    assert [chunk_in_flight(exe, r) for r in range(4)] == [(4.0,), (3.0,), (2.0,), (1.0,)]
+    few = replace(exe, global_batch_size=2)
+    assert chunk_in_flight(few, 0) == (2.0,)
+    inter = replace(exe, virtual_pipeline_model_parallel_size=2, pipeline_schedule="interleaved",
+                    global_batch_size=64)
+    # Megatron: warm-up (PP-1-r)*2 + (VPP-1)*PP, +1 steady: rank 0 -> 11 chunk-micro-batches = PP + (PP-1)/VPP,
+    # issued PP at a time per chunk: chunk 0 gets forwards 0-3 and 8-10, chunk 1 forwards 4-7
+    assert sum(chunk_in_flight(inter, 0)) == 11 and chunk_in_flight(inter, 0) == (7.0, 4.0)
+    assert sum(chunk_in_flight(inter, 3)) == 5
+
+
+def test_zero_bubble_keeps_rank0_peak_and_adds_deferred_wgrad_elsewhere():
+    exe = _exe(pipeline_model_parallel_size=4, global_batch_size=16)
+    base = estimate_memory(GQA, exe, H100)
+    zb = estimate_memory(GQA, replace(exe, pipeline_schedule="zb-h1"), H100)
+    assert zb.stages[0].activations_bytes == base.stages[0].activations_bytes
+    assert zb.stages[2].activations_bytes > base.stages[2].activations_bytes
+    assert zb.stages[2].microbatches_in_flight <= 4  # Qi et al.: peak stays within PP micro-batches
+
+
+def test_block_recompute_between_uniform_full_and_none():
+    exe = _exe(pipeline_model_parallel_size=2, global_batch_size=16)
+    act = {}
+    for name, kw in {"none": {}, "block2": dict(recompute_granularity="full", recompute_method="block",
+                                                recompute_num_layers=2),
+                     "uniform1": dict(recompute_granularity="full", recompute_method="uniform",
+                                      recompute_num_layers=1)}.items():
+        act[name] = estimate_memory(GQA, replace(exe, **kw), H100).stages[0].activations_bytes
+    assert act["uniform1"] < act["block2"] < act["none"]
+
+
+# --- monotonicity and the pre-filter --------------------------------------------------------
+def test_more_parallelism_less_memory_per_gpu():
+    exe = _exe(data_parallel_size=8, global_batch_size=64, use_distributed_optimizer=True)
+    peaks = [estimate_memory(GQA, replace(exe, tensor_model_parallel_size=t, sequence_parallel=t > 1), H100).peak_bytes
+             for t in (1, 2, 4)]
+    assert peaks[0] > peaks[1] > peaks[2]
+    no_sp = estimate_memory(GQA, replace(exe, tensor_model_parallel_size=4), H100).peak_bytes
+    assert no_sp > peaks[2]
+    plain = estimate_memory(GQA, replace(exe, use_distributed_optimizer=False), H100).peak_bytes
+    assert plain > peaks[0]
+
+
+LLAMA8B = replace(GQA, name="llama8b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
+                  num_attention_heads=32, num_query_groups=8, kv_channels=128, vocab_size=128256)
+MIXTRAL = replace(LLAMA8B, name="mixtral", num_experts=8, moe_ffn_hidden_size=14336,
+                  moe_shared_expert_intermediate_size=None, moe_layer_pattern=(True,) * 32)
+
+
+def _configs():
+    for model, tp, pp, vpp, mbs, rc, dopt in itertools.product(
+            (LLAMA8B, MIXTRAL), (1, 2), (1, 2, 4), (None, 2), (1, 4), (None, "selective", "full"), (False, True)):
+        if vpp and pp == 1:
+            continue
+        yield model, _exe(tensor_model_parallel_size=tp, sequence_parallel=tp > 1, pipeline_model_parallel_size=pp,
+                          virtual_pipeline_model_parallel_size=vpp, micro_batch_size=mbs, data_parallel_size=2,
+                          global_batch_size=64, recompute_granularity=rc, use_distributed_optimizer=dopt,
+                          expert_model_parallel_size=2 if model.is_moe else 1, seq_length=8192,
+                          recompute_method="uniform" if rc == "full" else None,
+                          pipeline_schedule="interleaved" if vpp else "1f1b")
+
+
+def test_prefilter_agrees_with_estimate_memory():
+    small = load_system("h100", 1)
+    checked = {True: 0, False: 0}
+    for model, exe in _configs():
+        mem = estimate_memory(model, exe, small)
+        assert peak_bytes(model, exe) == pytest.approx(mem.peak_bytes)
+        for margin in (0.0, 0.1):
+            assert fits(model, exe, small, margin=margin) == estimate_memory(model, exe, small, margin=margin).fits
+        checked[mem.fits] += 1
+    assert checked[True] and checked[False]  # the grid straddles the capacity
+
+
+def test_measured_saved_bytes_override_the_formula():
+    exe = _exe()
+    analytic = estimate_memory(GQA, exe, H100)
+    formula = activation_bytes_per_layer(rank_shapes(GQA, exe)["dense"])
+    measured = estimate_memory(GQA, exe, H100, activation_bytes={"dense": 2 * formula})
+    assert measured.source == "measured saved-bytes" and analytic.source == "analytic"
+    grown = measured.stages[0].activations_bytes - analytic.stages[0].activations_bytes
+    assert grown == pytest.approx(GQA.num_layers * formula)
