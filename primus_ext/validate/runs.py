@@ -117,9 +117,11 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         if method == "none":
             method = "uniform"
     fsdp = "none"
-    if "megatron_fsdp" in lowered or "use_megatron_fsdp" in lowered:
+    raw_fsdp = re.search(r"\bFSDP=(\d+)", notes)
+    flag_text = flags.lower()
+    if "use_megatron_fsdp=true" in flag_text or "megatron_fsdp(" in flag_text or (raw_fsdp and int(raw_fsdp.group(1))):
         fsdp = "megatron_fsdp"
-    elif torchtitan or "fsdp" in lowered:
+    elif torchtitan or "fsdp" in flag_text:
         fsdp = "torch_fsdp2"
     dispatcher = (_flag(flags, "moe_token_dispatcher_type") or "alltoall").lower()
     if dispatcher not in ("alltoall", "allgather", "flex"):
