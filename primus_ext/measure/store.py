@@ -92,7 +92,12 @@ class FabricPoint:
 
 
 class TimingStore:
-    """SQLite-backed store of measured layer costs; implements ``CostProvider``."""
+    """SQLite-backed store of measured layer costs; implements ``CostProvider``.
+
+    ``device``: whose entries ``cost`` returns (default: this machine's). ``versions``: the library
+    versions preferred among several entries (default: this process's; ``"any"``: no preference,
+    and no torch import). ``cost`` answers are memoised until the next write.
+    """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, device: str | None = None,
                  accept_scaled: bool = False, versions: str | None = None):
@@ -101,6 +106,7 @@ class TimingStore:
         self._device = device
         self._versions = versions
         self.accept_scaled = accept_scaled
+        self._memo: dict[str, LayerCost | None] = {}
         self._db = sqlite3.connect(self.path)
         for table, (columns, key) in _TABLES.items():
             cols = ", ".join(f"{name} {decl}" for name, decl in columns)
@@ -155,6 +161,7 @@ class TimingStore:
             row.update({f: getattr(cost, f) for f in _COST_FIELDS})
         self._put("layer_costs", row)
         self._db.commit()
+        self._memo.clear()
 
     def record_fabric(self, points: list[FabricPoint]) -> None:
         for p in points:
@@ -176,21 +183,25 @@ class TimingStore:
 
     def entry(self, target: RankShape, *, scale: float = 1.0, ok_only: bool = True) -> dict[str, Any] | None:
         """This machine's row (device and library versions) for ``target`` measured at ``scale``."""
-        where = "target_key = ? AND scale = ? AND device = ? AND versions = ?"
-        where += " AND status = 'ok'" if ok_only else ""
-        rows = list(self._rows("layer_costs", where, (target.key(), scale, self.device, self.versions)))
+        where = "target_key = ? AND scale = ? AND device = ?" + (" AND status = 'ok'" if ok_only else "")
+        args: tuple[Any, ...] = (target.key(), scale, self.device)
+        if self._versions != "any":
+            where, args = where + " AND versions = ?", (*args, self.versions)
+        rows = list(self._rows("layer_costs", where, args))
         return max(rows, key=lambda r: r["date"] or "") if rows else None
 
     def cost(self, shape: RankShape) -> LayerCost | None:
         """``CostProvider``: the cost of exactly ``shape`` on this store's device (see module doc)."""
         key = shape.key()
-        rows = list(self._rows("layer_costs", "shape_key = ? AND device = ? AND status = 'ok'",
-                               (key, self.device)))
-        if not rows and self.accept_scaled:
-            rows = list(self._rows("layer_costs", "target_key = ? AND device = ? AND status = 'ok'",
+        if key not in self._memo:
+            rows = list(self._rows("layer_costs", "shape_key = ? AND device = ? AND status = 'ok'",
                                    (key, self.device)))
-        best = self._best(rows)
-        return None if best is None else LayerCost(**{f: best[f] for f in _COST_FIELDS})
+            if not rows and self.accept_scaled:
+                rows = list(self._rows("layer_costs", "target_key = ? AND device = ? AND status = 'ok'",
+                                       (key, self.device)))
+            best = self._best(rows)
+            self._memo[key] = None if best is None else LayerCost(**{f: best[f] for f in _COST_FIELDS})
+        return self._memo[key]
 
     def layer_rows(self) -> list[dict[str, Any]]:
         return list(self._rows("layer_costs"))
@@ -227,4 +238,5 @@ class TimingStore:
                     self._put(table, row)
                     n += 1
         self._db.commit()
+        self._memo.clear()
         return n
