@@ -36,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--import", dest="import_path", metavar="FILE", help="merge a JSON-lines export first")
     p.add_argument("--export", metavar="FILE", help="write the whole store as JSON lines afterwards")
     p.add_argument("--force", action="store_true", help="re-measure entries already in the store")
+    p.add_argument("--wgrad", action="store_true",
+                   help="also time an input-grad-only backward to split off the weight-grad part")
     p.add_argument("--no-spawn", action="store_true", help="never start extra ranks (per-rank sizes, no comm)")
     p.add_argument("--fabric", action="store_true", help="also sweep in-node collectives into the store")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         if args.import_path:
             print(f"imported {store.import_(args.import_path)} entries from {args.import_path}", file=sys.stderr)
         missing = [s for s in shapes.values() if args.force or store.entry(s, scale=scale) is None]
-        opts = MeasureOptions(warmup=args.warmup, reps=args.reps, timeout_s=args.timeout, spawn=not args.no_spawn)
+        opts = MeasureOptions(warmup=args.warmup, reps=args.reps, timeout_s=args.timeout,
+                              spawn=not args.no_spawn, split_wgrad=args.wgrad)
         for m in measure_many(missing, scale=scale, device=device, opts=opts,
                               progress=_Bar(enabled=not args.json)):
             store.record(m)
@@ -113,16 +116,17 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r is not None and r["status"] == "ok" for _, r in rows) else 1
 
 
-_COLUMNS = ("kind", "fwd ms", "bwd ms", "recomp ms", "spread", "params", "saved MiB", "source")
+_COLUMNS = ("kind", "fwd ms", "bwd ms", "wgrad ms", "recomp ms", "spread", "params", "saved MiB", "source")
 
 
 def _cells(kind: str, r: dict[str, Any] | None) -> list[str]:
     if r is None:
-        return [kind, "-", "-", "-", "-", "-", "-", "not measured"]
+        return [kind, "-", "-", "-", "-", "-", "-", "-", "not measured"]
     if r["status"] != "ok":
-        return [kind, "-", "-", "-", "-", "-", "-", f"FAILED: {r['reason']}"]
+        return [kind, "-", "-", "-", "-", "-", "-", "-", f"FAILED: {r['reason']}"]
     spread = max(r["fwd_spread"], r["bwd_spread"])
-    return [kind, f"{r['fwd_ms']:.2f}", f"{r['bwd_ms']:.2f}", f"{r['recompute_ms']:.2f}", f"{spread:.0%}",
+    wgrad = "-" if r["wgrad_ms"] is None else f"{r['wgrad_ms']:.2f}"
+    return [kind, f"{r['fwd_ms']:.2f}", f"{r['bwd_ms']:.2f}", wgrad, f"{r['recompute_ms']:.2f}", f"{spread:.0%}",
             f"{r['params']:,}", f"{r['saved_bytes'] / 2**20:.1f}", r["source"]]
 
 
@@ -130,7 +134,8 @@ def format_table(rows: list[tuple[str, dict[str, Any] | None]], scale: float, pa
     """The bench table: one line per layer kind, then the notes of the entries."""
     cells = [list(_COLUMNS)] + [_cells(k, r) for k, r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(c[i].ljust(widths[i]) if i in (0, 7) else c[i].rjust(widths[i])
+    last = len(_COLUMNS) - 1
+    lines = ["  ".join(c[i].ljust(widths[i]) if i in (0, last) else c[i].rjust(widths[i])
                        for i in range(len(_COLUMNS))) for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     notes = sorted({n for _, r in rows if r for n in json.loads(r["notes"] or "[]")})
