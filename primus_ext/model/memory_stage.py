@@ -26,7 +26,6 @@ from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
     expert_layer_params,
     layer_params,
-    norm_params,
     position_embedding_params,
     router_params,
 )
@@ -104,6 +103,30 @@ class StageContext:
     mtp_extra_params: int
     """Per MTP layer beyond its decoder layer: eh_proj + enorm + hnorm + final norm."""
     source: str
+    representatives: tuple[int, ...] = ()
+    """One rank per distinct chunk composition (see ``peak_representatives``)."""
+    profile_key: tuple | None = None
+    """Memo key of the per-rank profiles (``None`` with measured activations: not memoised)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankProfile:
+    """What one pipeline rank holds, independent of sharding and schedule."""
+
+    total_params: float
+    expert_params: float
+    router_params: float
+    edge_params: float
+    """Embedding / output / MTP extras among ``total_params``."""
+    chunk_saved: tuple[float, ...]
+    """Saved bytes of one micro-batch through each chunk."""
+    working: float
+    """Recompute working set (bytes re-materialised at once in backward)."""
+    biggest_layer: float
+    wgrad_fraction: float
+    loss_side: bool
+    """Holds the output layer or MTP layers (the logits transient)."""
+    moe_layers: int
 
 
 @lru_cache(maxsize=1024)
@@ -149,26 +172,61 @@ def _scale(shape: RankShape, measured: Mapping[str, int] | None) -> float:
     return measured[shape.kind] / formula if formula else 1.0
 
 
+_BY_MODEL: dict[tuple, tuple[ModelSpec, object]] = {}
+"""Memo keyed on ``id(model)`` + the fields a term depends on; the entry keeps the model alive and is
+used only when it is the same object (hashing a whole ModelSpec per call would dominate ``fits``)."""
+_MEMO_LIMIT = 65536
+
+
+def _memo(key: tuple, model: ModelSpec, compute):
+    entry = _BY_MODEL.get(key)
+    if entry is not None and entry[0] is model:
+        return entry[1]
+    if len(_BY_MODEL) >= _MEMO_LIMIT:
+        _BY_MODEL.clear()
+    value = compute()
+    _BY_MODEL[key] = (model, value)
+    return value
+
+
+def _terms(model: ModelSpec, e: ExecutionSpec, measured: Mapping[str, int] | None) -> dict[str, KindTerms]:
+    shapes = rank_shapes(model, e)
+    return {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
+
+
 def stage_context(model: ModelSpec, execution: ExecutionSpec, measured: Mapping[str, int] | None) -> StageContext:
     e = execution
     recompute_layers = (e.recompute_num_layers or 1) if e.recompute_method == "block" else 0
-    plan, comps = _plan(model, e.pp, e.virtual_pipeline_model_parallel_size, e.pipeline_model_parallel_layout,
-                        e.decoder_first_pipeline_num_layers, e.decoder_last_pipeline_num_layers,
-                        e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split,
-                        recompute_layers)
-    shapes = rank_shapes(model, e)
-    terms = {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
+    plan_key = ("plan", id(model), e.pp, e.virtual_pipeline_model_parallel_size, e.pipeline_model_parallel_layout,
+                e.decoder_first_pipeline_num_layers, e.decoder_last_pipeline_num_layers,
+                e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers)
+    plan, comps, reps = _memo(plan_key, model, lambda: _plan_with_reps(model, plan_key[2:]))
+    if measured:
+        terms = _terms(model, e, measured)
+    else:
+        terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
+                     e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules)
+        terms = _memo(terms_key, model, lambda: _terms(model, e, None))
     emb = terms["embedding"].params + position_embedding_params(
         model.max_position_embeddings, model.hidden_size, model.position_embedding_type)
-    out_shape = shapes["output"]
     out = terms["output"].params
     if not model.untie_embeddings_and_output_weights and e.pp * e.vpp == 1:
-        out -= out_shape.arch.vocab_size // e.tp * model.hidden_size  # shares the embedding's weight
-    arch = out_shape.arch
-    mtp_extra = 2 * model.hidden_size * model.hidden_size // e.tp + 3 * norm_params(arch, model.hidden_size)
-    source = "measured saved-bytes" if measured and any(k in measured for k in shapes) else "analytic"
+        out -= terms["embedding"].params  # the output layer shares the embedding's weight
+    mtp_extra = 2 * model.hidden_size * model.hidden_size // e.tp + 3 * norm_params_for(model)
+    source = "measured saved-bytes" if measured and any(k in measured for k in terms) else "analytic"
+    profile_key = None if measured else ("profile", *terms_key[1:], *plan_key[2:], e.recompute_method,
+                                         e.recompute_num_layers)
     return StageContext(model=model, execution=e, plan=plan, compositions=comps, terms=terms,
-                        embedding_params=emb, output_params=out, mtp_extra_params=mtp_extra, source=source)
+                        embedding_params=emb, output_params=out, mtp_extra_params=mtp_extra, source=source,
+                        representatives=reps, profile_key=profile_key)
+
+
+def _plan_with_reps(model: ModelSpec, key: tuple) -> tuple:
+    plan, comps = _plan(model, *key)
+    seen: dict[tuple[ChunkComposition, ...], int] = {}
+    for rank, comp in enumerate(comps):
+        seen.setdefault(comp, rank)  # the lowest rank of a composition holds the most micro-batches
+    return plan, comps, tuple(seen.values())
 
 
 def chunk_in_flight(execution: ExecutionSpec, rank: int) -> tuple[float, ...]:
@@ -226,91 +284,98 @@ def _sharding(e: ExecutionSpec) -> tuple[float, float, float, float, float]:
     return param_b, grad_b, opt_b, float(e.dp * e.cp), float(max(1, e.expert_data_parallel_size))
 
 
-def stage_memory(ctx: StageContext, rank: int, *, detail: bool) -> tuple[dict[str, float], tuple[float, ...], float]:
-    """Bytes of pipeline rank ``rank``: named parts (when ``detail``), the five totals, in-flight."""
-    e, model = ctx.execution, ctx.model
+def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
+    model = ctx.model
     comps = ctx.compositions[rank]
     dense, moe = ctx.terms.get("dense"), ctx.terms.get("moe")
     mtp_kind = moe if model.is_moe and moe else dense
-    n_dense = sum(c.dense for c in comps)
-    n_moe = sum(c.moe for c in comps) + (sum(c.mtp for c in comps) if mtp_kind is moe else 0)
     n_mtp = sum(c.mtp for c in comps)
-    n_dense_all = n_dense + (n_mtp if mtp_kind is dense else 0)
-    # --- parameters ----------------------------------------------------------------------------
-    total_params = n_dense_all * (dense.params if dense else 0) + n_moe * (moe.params if moe else 0)
-    expert = n_moe * (moe.expert_params if moe else 0)
-    router = n_moe * (moe.router_params if moe else 0)
+    n_dense = sum(c.dense for c in comps) + (n_mtp if mtp_kind is dense else 0)
+    n_moe = sum(c.moe for c in comps) + (n_mtp if mtp_kind is moe else 0)
+    total = n_dense * (dense.params if dense else 0) + n_moe * (moe.params if moe else 0)
     embedding = any(c.embedding for c in comps)
     output = any(c.output for c in comps)
-    edge = ctx.embedding_params if embedding else 0
-    edge += ctx.output_params if output else 0
-    if n_mtp:
+    edge = (ctx.embedding_params if embedding else 0) + (ctx.output_params if output else 0)
+    if n_mtp:  # MTP layers' extras, and the embedding Megatron builds on their stage
         edge += n_mtp * ctx.mtp_extra_params + (0 if embedding else ctx.terms["embedding"].params)
-    total_params += edge
+    chunks = [_chunk_activations(ctx, comp) for comp in comps]
+    present = [t for c, t in ((n_dense, dense), (n_moe, moe)) if c and t]
+    return RankProfile(
+        total_params=float(total + edge), expert_params=float(n_moe * (moe.expert_params if moe else 0)),
+        router_params=float(n_moe * (moe.router_params if moe else 0)), edge_params=float(edge),
+        chunk_saved=tuple(saved for saved, _ in chunks), working=max(work for _, work in chunks),
+        biggest_layer=max((t.act_none for t in present), default=0.0),
+        wgrad_fraction=max((t.wgrad_fraction for t in present), default=0.0),
+        loss_side=output or n_mtp > 0, moe_layers=n_moe)
+
+
+def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
+    """The rank's profile, memoised across configurations sharing shapes, split and recompute."""
+    if ctx.profile_key is None:
+        return _rank_profile(ctx, rank)
+    return _memo((*ctx.profile_key, rank), ctx.model, lambda: _rank_profile(ctx, rank))
+
+
+def stage_memory(ctx: StageContext, rank: int, *, detail: bool) -> tuple[dict[str, float], tuple[float, ...], float]:
+    """Bytes of pipeline rank ``rank``: named parts (when ``detail``), the five totals, in-flight."""
+    e, model = ctx.execution, ctx.model
+    prof = rank_profile(ctx, rank)
+    total_params, expert, router = prof.total_params, prof.expert_params, prof.router_params
     dense_params = total_params - expert
+    # --- parameters, gradients, optimizer ------------------------------------------------------
     param_b, grad_b, opt_b, dp_dense, dp_expert = _sharding(e)
     params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
     if e.precision == "fp8":
         params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
     grads = total_params * grad_b
     shard_opt = e.use_distributed_optimizer or e.fsdp != "none"
-    opt_per = dense_params / (dp_dense if shard_opt else 1) + expert / (dp_expert if shard_opt else 1)
-    optimizer = opt_per * opt_b
+    opt_dense = dense_params / (dp_dense if shard_opt else 1) * opt_b
+    opt_expert = expert / (dp_expert if shard_opt else 1) * opt_b
     fsdp_gather = 0.0
     strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
     if e.fsdp != "none" and strategy in ("optim_grads", "optim_grads_params"):
         grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
     if e.fsdp != "none" and strategy == "optim_grads_params":
         params = (dense_params / dp_dense + expert / dp_expert) * param_b
-        biggest = max((t.params for t in (dense, moe) if t), default=0)
+        biggest = max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
         fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
     # --- activations ---------------------------------------------------------------------------
     flights = chunk_in_flight(e, rank)
-    activations, working, per_mb = 0.0, 0.0, 0.0
-    for comp, n in zip(comps, flights, strict=True):
-        saved, work = _chunk_activations(ctx, comp)
-        activations += n * saved
-        per_mb += saved
-        working = max(working, work)
+    activations = sum(n * saved for n, saved in zip(flights, prof.chunk_saved, strict=True))
+    per_mb = sum(prof.chunk_saved)
     zb_hold = 0.0
     if e.pipeline_schedule == "zb-h1" and rank:
-        frac = max((t.wgrad_fraction for t in (dense, moe) if t), default=0.0)
-        zb_hold = min(rank, max(1, e.num_microbatches)) * per_mb * frac
+        zb_hold = min(rank, max(1, e.num_microbatches)) * per_mb * prof.wgrad_fraction
         activations += zb_hold
-    in_flight = activations / per_mb if per_mb else float(flights[0])
+    in_flight = activations / per_mb if per_mb else flights[0]
     # --- other ---------------------------------------------------------------------------------
-    biggest_layer = max((t.act_none for c, t in ((n_dense, dense), (n_moe, moe)) if c and t), default=0.0)
-    backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * biggest_layer
-    logits = 0.0
-    if output or n_mtp:
-        out_shape_vocab = ctx.terms["output"].params  # vocab/TP*h + h; logits are tokens*vocab/TP
-        vocab_local = (out_shape_vocab - norm_params_for(model)) / model.hidden_size
-        logits = element_bytes(e.precision) * e.micro_batch_size * e.seq_length / e.cp * vocab_local
+    backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * prof.biggest_layer
+    tokens = e.micro_batch_size * e.seq_length / e.cp
+    elem = element_bytes(e.precision)
+    logits = elem * tokens * model.padded_vocab_size(e.tp) / e.tp if prof.loss_side else 0.0
     a2a = 0.0
-    if n_moe and moe:
-        tokens = e.micro_batch_size * e.seq_length / e.cp
+    if prof.moe_layers:
         slots = tokens * model.moe_router_topk * e.etp / e.tp
-        a2a = MOE_A2A_BUFFER_COPIES * slots * model.hidden_size * element_bytes(e.precision)
-    transient = working + backward_ws + logits + a2a + fsdp_gather
+        a2a = MOE_A2A_BUFFER_COPIES * slots * model.hidden_size * elem
+    transient = prof.working + backward_ws + logits + a2a + fsdp_gather
     fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
-    fixed = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
-    other = transient + fragmentation + fixed
-    totals = (params, grads, optimizer, activations, other)
-    parts: dict[str, float] = {}
-    if detail:
-        parts = {
-            "params.decoder_layers": (total_params - edge) * param_b, "params.embedding_output_mtp": edge * param_b,
-            "params.router_fp32_extra": router * (ROUTER_PARAM_BYTES - param_b),
-            "params.fp8_weight_cache": total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM if e.precision == "fp8" else 0.0,
-            "params.count": float(total_params), "params.expert_count": float(expert),
-            "optimizer.dense_shard": dense_params / (dp_dense if shard_opt else 1) * opt_b,
-            "optimizer.expert_shard": expert / (dp_expert if shard_opt else 1) * opt_b,
-            "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,
-            "other.recompute_working_set": working, "other.backward_workspace": backward_ws,
-            "other.loss_logits": logits, "other.moe_a2a_buffers": a2a, "other.fsdp_gathered": fsdp_gather,
-            "other.fragmentation": fragmentation, "other.cuda_context": CUDA_CONTEXT_BYTES,
-            "other.nccl_buffers": NCCL_BUFFER_BYTES, "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
-        }
+    other = transient + fragmentation + CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
+    totals = (params, grads, opt_dense + opt_expert, activations, other)
+    if not detail:
+        return {}, totals, in_flight
+    parts = {
+        "params.decoder_layers": (total_params - prof.edge_params) * param_b,
+        "params.embedding_output_mtp": prof.edge_params * param_b,
+        "params.router_fp32_extra": router * (ROUTER_PARAM_BYTES - param_b),
+        "params.fp8_weight_cache": total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM if e.precision == "fp8" else 0.0,
+        "params.count": total_params, "params.expert_count": expert,
+        "optimizer.dense_shard": opt_dense, "optimizer.expert_shard": opt_expert,
+        "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,
+        "other.recompute_working_set": prof.working, "other.backward_workspace": backward_ws,
+        "other.loss_logits": logits, "other.moe_a2a_buffers": a2a, "other.fsdp_gathered": fsdp_gather,
+        "other.fragmentation": fragmentation, "other.cuda_context": CUDA_CONTEXT_BYTES,
+        "other.nccl_buffers": NCCL_BUFFER_BYTES, "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
+    }
     return parts, totals, in_flight
 
 
@@ -320,7 +385,4 @@ def norm_params_for(model: ModelSpec) -> int:
 
 def peak_representatives(ctx: StageContext) -> tuple[int, ...]:
     """One rank per distinct chunk composition: the lowest rank holds the most micro-batches."""
-    seen: dict[tuple[ChunkComposition, ...], int] = {}
-    for rank, comp in enumerate(ctx.compositions):
-        seen.setdefault(comp, rank)
-    return tuple(seen.values())
+    return ctx.representatives
