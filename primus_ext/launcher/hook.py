@@ -1,0 +1,193 @@
+"""``--projection-only`` for upstream launchers: Megatron-LM's ``pretrain`` and Primus's ``train``.
+
+Megatron-LM (``pretrain_gpt.py``; see ``patches/``)::
+
+    from primus_ext.launcher.hook import extra_args_provider
+    pretrain(train_valid_test_datasets_provider, model_provider, ModelType.encoder_or_decoder,
+             forward_step, extra_args_provider=extra_args_provider(), args_defaults={...})
+
+``extra_args_provider(inner=None)`` returns the function Megatron calls with its argparse parser: it
+chains ``inner`` (a launcher's own provider), adds the ``--projection-*`` arguments and wraps the
+parser's ``parse_known_args`` (``parse_args`` goes through it). Right after Megatron parses its
+arguments - before ``torch.distributed`` or any GPU is touched - a run with ``--projection-only``
+projects the parsed configuration (``short_circuit``), prints the report, writes projection.json /
+.html / _timeline.png, and exits: 0 when it fits, 2 when the configuration is illegal (with every
+reason), 3 when it is projected to run out of memory. Without the flag nothing changes.
+
+Primus (``primus-cli train pretrain --config EXP.yaml --projection-only``; see ``patches/``)::
+
+    from primus_ext.launcher.hook import project_experiment
+    sys.exit(project_experiment(args.config, overrides))
+
+Under torchrun every rank parses the arguments: only global rank 0 prints, measures and writes; the
+others compute the same exit code from the analytic / stored costs and exit quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from primus_ext.errors import PrimusExtError
+from primus_ext.launcher.projection_only import EXIT_ILLEGAL, CostPlan, experiment_dir, projection_only
+
+CLUSTER_ENV = "PRIMUS_EXT_CLUSTER"
+"""Hardware profile used when ``--projection-cluster`` is not given (e.g. ``mi300x``)."""
+DEFAULT_CLUSTER = "h100"
+"""Last resort when neither the flag nor the environment names the cluster (said in the report)."""
+
+ArgsProvider = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+
+
+def add_projection_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``--projection-*`` arguments (names cannot clash with Megatron-LM's or Primus's)."""
+    group = parser.add_argument_group("primus-ext projection")
+    group.add_argument("--projection-only", action="store_true",
+                       help="project step time and memory of this configuration, write the reports, exit "
+                            "(0 fits, 2 illegal, 3 out of memory) without training")
+    group.add_argument("--projection-cluster", default=None,
+                       help=f"hardware profile of the run (default ${CLUSTER_ENV}, else {DEFAULT_CLUSTER})")
+    group.add_argument("--projection-nodes", type=int, default=None,
+                       help="nodes of the run (default: $WORLD_SIZE / GPUs per node, else 1)")
+    group.add_argument("--projection-out", default=None,
+                       help="folder for projection.json/.html (default: --save, else ./output/projection)")
+    group.add_argument("--projection-costs", choices=["analytic", "store", "measured"], default="store",
+                       help="layer costs: roofline, timing store (+roofline), or measure what is missing")
+    group.add_argument("--projection-store", default=None, help="timing store file (SQLite)")
+    group.add_argument("--projection-scale", type=float, default=1.0,
+                       help="measure at this scale (< 1 on CPU) with --projection-costs measured")
+    return parser
+
+
+def extra_args_provider(inner: ArgsProvider | None = None, *, stream: TextIO | None = None,
+                        exit_fn: Callable[[int], Any] = sys.exit) -> ArgsProvider:
+    """The function to pass as Megatron's ``pretrain(..., extra_args_provider=...)``."""
+
+    def provider(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        if inner is not None:
+            parser = inner(parser)
+        add_projection_args(parser)
+        original = parser.parse_known_args
+
+        def parse_known_args(args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+            parsed, rest = original(args, namespace)
+            if getattr(parsed, "projection_only", False):
+                exit_fn(short_circuit(parsed, stream=stream))
+            return parsed, rest
+
+        parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+        return parser
+
+    return provider
+
+
+def _global_rank(env: Mapping[str, str]) -> int:
+    return int(env.get("RANK", env.get("SLURM_PROCID", "0")) or 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArgsRecipe:
+    """A recipe built from an already-parsed Megatron namespace (what ``projection_only`` reads)."""
+
+    model: Any
+    execution: Any
+    system: Any
+    source: str = "megatron arguments"
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str] | None = None) -> ArgsRecipe:
+    """Specs of a parsed Megatron namespace on the ``--projection-cluster``; raises ``RecipeError``."""
+    from primus_ext.errors import RecipeError
+    from primus_ext.hardware import load_gpu, load_system
+    from primus_ext.recipe import check
+    from primus_ext.recipe.resolve import resolve_all
+
+    env = os.environ if env is None else env
+    notes = []
+    cluster = args.projection_cluster or env.get(CLUSTER_ENV)
+    if not cluster:
+        cluster = DEFAULT_CLUSTER
+        notes.append(f"no --projection-cluster or ${CLUSTER_ENV}: projected on {DEFAULT_CLUSTER}")
+    nodes = args.projection_nodes
+    if nodes is None:
+        world = int(env.get("WORLD_SIZE", "0") or 0)
+        nodes = max(1, math.ceil(world / load_gpu(cluster).gpus_per_node)) if world else 1
+    system = load_system(cluster, nodes)
+    mapping = {k: v for k, v in vars(args).items() if not k.startswith("projection_")}
+    name = Path(str(mapping.get("load") or mapping.get("save") or "megatron")).name
+    model, execution, problems, warnings = resolve_all(mapping, system, name=name)
+    problems += [] if problems else check(model, execution, system)
+    if problems:
+        raise RecipeError(problems=list(problems), source="megatron arguments")
+    return ArgsRecipe(model=model, execution=execution, system=system, warnings=(*notes, *warnings))
+
+
+def short_circuit(args: argparse.Namespace, *, stream: TextIO | None = None,
+                  env: Mapping[str, str] | None = None) -> int:
+    """Project the parsed configuration, report, and return the exit code (0 / 2 / 3)."""
+    env = os.environ if env is None else env
+    out = stream or sys.stdout
+    rank0 = _global_rank(env) == 0
+    try:
+        recipe = recipe_from_megatron_args(args, env=env)
+    except PrimusExtError as err:
+        if rank0:
+            print(f"error: {err}", file=out)
+        return err.exit_code
+    plan = CostPlan(mode=args.projection_costs, store=args.projection_store, scale=args.projection_scale)
+    if not rank0 and plan.mode == "measured":
+        plan = replace(plan, mode="store")
+    folder = Path(args.projection_out or getattr(args, "save", None) or "output/projection")
+    return _report(recipe, plan, folder if rank0 else None, out, quiet=not rank0)
+
+
+def _report(recipe: Any, plan: CostPlan, folder: Path | None, out: TextIO, *, quiet: bool,
+            overrides: Sequence[str] = ()) -> int:
+    from primus_ext.report.projection_table import format_projection
+
+    try:
+        outcome = projection_only(recipe, out_dir=folder, costs=plan, overrides=overrides)
+    except PrimusExtError as err:
+        if not quiet:
+            print(f"error: {err}", file=out)
+        return err.exit_code
+    if not quiet:
+        print(format_projection(outcome.projection), file=out)
+        for warning in getattr(recipe, "warnings", ()):
+            print(f"warning: {warning}", file=out)
+        for reason in outcome.reasons:
+            print(f"out of memory: {reason}", file=out)
+        for kind, path in outcome.files.items():
+            print(f"wrote {kind}: {path}", file=out)
+    return outcome.exit_code
+
+
+def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, cluster: str | None = None,
+                       nodes: int | None = None, costs: CostPlan | None = None,
+                       stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Primus's side: project an experiment YAML (+ ``key=value`` overrides); returns 0 / 2 / 3.
+
+    The reports go to the experiment's directory (``experiment_dir``); ``cluster``/``nodes`` default
+    to the recipe's ``primus_ext:`` block, then to ``$PRIMUS_EXT_CLUSTER`` and ``$NNODES``."""
+    from primus_ext.recipe import load_recipe
+
+    env = os.environ if env is None else env
+    out = stream or sys.stdout
+    rank0 = _global_rank(env) == 0
+    nodes = nodes if nodes is not None else (int(env["NNODES"]) if env.get("NNODES") else None)
+    try:
+        recipe = load_recipe(config, list(overrides), cluster=cluster or env.get(CLUSTER_ENV) or None, nodes=nodes)
+    except PrimusExtError as err:
+        if rank0:
+            print(f"error: {err}", file=out)
+        return EXIT_ILLEGAL if err.exit_code == EXIT_ILLEGAL else err.exit_code
+    plan = costs or CostPlan()
+    folder = experiment_dir(config, env=env) if rank0 else None
+    return _report(recipe, plan, folder, out, quiet=not rank0, overrides=overrides)

@@ -1,0 +1,177 @@
+"""``--projection-only``: measure what the store lacks, project, write the reports, decide the exit code.
+
+    from primus_ext.launcher.projection_only import CostPlan, projection_only
+    outcome = projection_only(recipe, out_dir=Path("output/amd/root/exp"), costs=CostPlan(mode="analytic"))
+    outcome.exit_code        # 0 fits, 3 projected out of memory (illegal recipes raise RecipeError: 2)
+
+Shared by ``primus-ext train --projection-only`` and the upstream-launcher hook (``hook.py``).
+Where the files go: the experiment's directory as Primus composes it,
+``{workspace}/{work_group}/{user_name}/{exp_name}`` (``experiment_dir``); a flat Megatron YAML
+without ``workspace`` writes to ``./output/<file stem>``.
+
+Cost modes: ``analytic`` (roofline only), ``store`` (timing-store entries at full scale, roofline
+for the rest), ``measured`` (first measure on this device, at ``scale``, what the store lacks; a
+scale < 1 projects with the scaled entries standing in for their targets, and the sources say so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+EXIT_OK = 0
+EXIT_ILLEGAL = 2
+"""Same code as every ``PrimusExtError`` (the CLI's domain errors)."""
+EXIT_OOM = 3
+"""Projected peak memory above the GPU's HBM on some pipeline stage."""
+
+CostMode = Literal["analytic", "store", "measured"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostPlan:
+    """Where layer costs come from (see the module docstring)."""
+
+    mode: CostMode = "store"
+    store: str | None = None
+    """SQLite timing store; ``None`` = the default store ($PRIMUS_EXT_CACHE/timings.sqlite)."""
+    scale: float = 1.0
+    device: str | None = None
+    """Device to measure on (``None`` = cuda when present)."""
+    store_device: str | None = None
+    """Whose store entries to read in ``store`` mode (the store's device name; ``None`` = this machine)."""
+    reps: int = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectionOutcome:
+    projection: Any
+    """``primus_ext.projection.Projection``."""
+    exit_code: int
+    reasons: tuple[str, ...] = ()
+    """Why the exit code is not 0 (the OOM stages with their peaks)."""
+    files: Mapping[str, Path] = field(default_factory=dict)
+    """``json`` / ``html`` / ``png`` -> path written."""
+    measured: tuple[str, ...] = ()
+    """Layer kinds measured during this call (``kind: ok`` or ``kind: FAILED reason``)."""
+
+
+def experiment_dir(recipe_path: str | Path, *, env: Mapping[str, str] | None = None) -> Path:
+    """Primus's experiment directory of a recipe: ``workspace/work_group/user_name/exp_name``.
+
+    Templates (``${PRIMUS_WORKSPACE:./output}``) are expanded as Primus does. Relative workspaces
+    are relative to the current directory (where the launcher runs)."""
+    from primus_ext.recipe.presets import load_preset
+
+    path = Path(recipe_path)
+    problems: list[Any] = []
+    warnings: list[str] = []
+    values = dict(load_preset(path, os.environ if env is None else env, problems, warnings).values)
+    workspace = values.get("workspace")
+    if not isinstance(workspace, str) or not workspace:
+        return Path("output") / path.stem
+    parts = [str(values[k]) for k in ("work_group", "user_name") if isinstance(values.get(k), str | int)]
+    exp = values.get("exp_name")
+    return Path(workspace, *parts, str(exp) if exp else path.stem)
+
+
+def _missing_shapes(recipe: Any, store: Any, scale: float) -> list[Any]:
+    from primus_ext.model.rank_shape import rank_shapes
+
+    return [s for s in rank_shapes(recipe.model, recipe.execution).values() if store.entry(s, scale=scale) is None]
+
+
+def measure_missing(recipe: Any, plan: CostPlan, *,
+                    progress: Callable[[int, int, Any], None] | None = None) -> tuple[str, ...]:
+    """Measure the recipe's per-rank layer kinds the store lacks at ``plan.scale`` (``bench``'s loop)."""
+    from primus_ext.measure.runner import MeasureOptions, measure_many
+    from primus_ext.measure.shims import resolve_device
+    from primus_ext.measure.store import TimingStore
+
+    device = resolve_device(plan.device)
+    with TimingStore(plan.store) as store:
+        missing = _missing_shapes(recipe, store, plan.scale)
+        results = measure_many(missing, scale=plan.scale, device=device, opts=MeasureOptions(reps=plan.reps),
+                               progress=progress)
+        for m in results:
+            store.record(m)
+    return tuple(f"{m.target.kind}: ok" if m.ok else f"{m.target.kind}: FAILED {m.error}" for m in results)
+
+
+def _costs(plan: CostPlan) -> Any:
+    if plan.mode == "analytic":
+        return None
+    from primus_ext.measure.store import TimingStore, default_store_path
+
+    path = plan.store or default_store_path()
+    if plan.mode == "store" and not Path(path).exists():
+        return None
+    device = plan.store_device if plan.mode == "store" else None  # measured: this machine's entries
+    return TimingStore(path, device=device, accept_scaled=plan.scale < 1)
+
+
+def oom_reasons(projection: Any) -> tuple[str, ...]:
+    """One line per pipeline stage whose projected peak exceeds the capacity (empty when it fits)."""
+    memory = projection.memory
+    if memory is None or memory.fits:
+        return ()
+    gib = 1024**3
+    cap = memory.capacity_bytes / gib
+    over = [s for s in memory.stages if s.total_bytes > memory.capacity_bytes] or [memory.peak_stage]
+    return tuple(f"pipeline stage {s.rank}: projected peak {s.total_bytes / gib:.1f} GiB > {cap:.1f} GiB HBM "
+                 f"(params {s.params_bytes / gib:.1f}, grads {s.grads_bytes / gib:.1f}, optimizer "
+                 f"{s.optimizer_bytes / gib:.1f}, activations {s.activations_bytes / gib:.1f} GiB)" for s in over)
+
+
+def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrides: Sequence[str] = (),
+                  html_path: Path | None = None, extra: Mapping[str, str] | None = None,
+                  verify: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """projection.json, projection.html and projection_timeline.png into ``out_dir``."""
+    from primus_ext.report.html import ReportInputs, render_html
+    from primus_ext.report.projection_table import projection_to_dict
+    from primus_ext.report.timeline_png import timeline_png
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = projection_to_dict(projection)
+    doc["recipe"] = getattr(recipe, "source", None)
+    doc["overrides"] = list(overrides)
+    doc["fits"] = projection.memory.fits if projection.memory is not None else None
+    if verify:
+        doc["verify"] = dict(verify)
+    files = {"json": out_dir / "projection.json", "html": html_path or out_dir / "projection.html",
+             "png": out_dir / "projection_timeline.png"}
+    files["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    inputs = ReportInputs(recipe=str(doc["recipe"] or ""), overrides=tuple(overrides),
+                          cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()),
+                          extra=dict(extra or {}))
+    files["html"].parent.mkdir(parents=True, exist_ok=True)
+    files["html"].write_text(render_html(projection, inputs=inputs, verify=verify), encoding="utf-8")
+    files["png"].write_bytes(timeline_png(projection))
+    return files
+
+
+def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None = None,
+                    overrides: Sequence[str] = (), html_path: Path | None = None,
+                    progress: Callable[[int, int, Any], None] | None = None) -> ProjectionOutcome:
+    """Project a loaded (hence legal) recipe and write its reports; exit code 0 or 3 (see module)."""
+    from primus_ext.projection import project
+
+    plan = costs or CostPlan()
+    measured: tuple[str, ...] = ()
+    if plan.mode == "measured":
+        measured = measure_missing(recipe, plan, progress=progress)
+    projection = project(recipe.model, recipe.execution, recipe.system, _costs(plan))
+    reasons = oom_reasons(projection)
+    files: dict[str, Path] = {}
+    if out_dir is not None:
+        extra = {"costs": plan.mode + (f" (scale {plan.scale:g})" if plan.scale < 1 else "")}
+        if plan.mode != "analytic":
+            extra["store"] = str(plan.store or "default store")
+        files = write_reports(projection, out_dir, recipe=recipe, overrides=overrides, html_path=html_path,
+                              extra=extra)
+    return ProjectionOutcome(projection=projection, exit_code=EXIT_OOM if reasons else EXIT_OK, reasons=reasons,
+                             files=files, measured=measured)

@@ -1,0 +1,160 @@
+"""The upstream-launcher hook with a stand-in Megatron ``pretrain`` (same calling convention).
+
+Independent checks: the parsed Megatron arguments reach the projection unchanged (hidden size,
+world size, TP); the parameters of the OOM case are hand-counted; exit codes 0/2/3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import standin_megatron as megatron  # tests/launcher/standin_megatron.py (pytest puts this folder on sys.path)
+
+from primus_ext.launcher import hook
+from primus_ext.launcher.projection_only import EXIT_ILLEGAL, EXIT_OK, EXIT_OOM
+
+SMALL = ["--num-layers", "4", "--hidden-size", "1024", "--ffn-hidden-size", "2816", "--num-attention-heads", "16",
+         "--group-query-attention", "--num-query-groups", "4", "--seq-length", "2048", "--max-position-embeddings",
+         "2048", "--micro-batch-size", "1", "--global-batch-size", "16", "--vocab-size", "32000", "--bf16",
+         "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear", "--position-embedding-type", "rope",
+         "--untie-embeddings-and-output-weights", "--tensor-model-parallel-size", "2"]
+
+
+def _noop(*_args):
+    return None
+
+
+def _launch(argv: list[str], tmp_path: Path, **kw) -> tuple[int | None, str]:
+    """Run the stand-in pretrain with the hook; returns (exit code or None when it trained, output)."""
+    megatron.EVENTS.clear()
+    out = io.StringIO()
+    provider = hook.extra_args_provider(stream=out, **kw)
+    try:
+        megatron.pretrain(_noop, _noop, "encoder_or_decoder", _noop, extra_args_provider=provider,
+                          args_defaults={"tokenizer_type": "GPT2BPETokenizer"},
+                          argv=[*argv, "--projection-out", str(tmp_path)])
+    except SystemExit as stop:
+        return int(stop.code), out.getvalue()
+    return None, out.getvalue()
+
+
+def test_without_the_flag_training_proceeds(tmp_path: Path):
+    code, out = _launch(SMALL, tmp_path)
+    assert code is None and megatron.EVENTS == ["initialize_distributed", "train"]
+    assert not (tmp_path / "projection.json").exists() and out == ""
+
+
+def test_projection_only_short_circuits_before_distributed_init(tmp_path: Path):
+    code, out = _launch([*SMALL, "--projection-only", "--projection-cluster", "h100", "--projection-costs",
+                         "analytic"], tmp_path)
+    assert code == EXIT_OK
+    assert megatron.EVENTS == []  # neither torch.distributed nor training was touched
+    doc = json.loads((tmp_path / "projection.json").read_text())
+    assert doc["inputs"]["model"]["hidden_size"] == 1024 and doc["inputs"]["model"]["num_query_groups"] == 4
+    assert doc["inputs"]["execution"]["tensor_model_parallel_size"] == 2
+    assert doc["inputs"]["system"]["world_size"] == 8 and doc["inputs"]["execution"]["data_parallel_size"] == 4
+    assert doc["step_time_ms"] > 0 and doc["fits"] is True
+    assert (tmp_path / "projection.html").stat().st_size > 1000
+    assert (tmp_path / "projection_timeline.png").read_bytes().startswith(b"\x89PNG")
+    assert "tokens/s/GPU" in out
+
+
+def test_world_size_from_torchrun_sets_the_nodes(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    code, _ = _launch([*SMALL, "--projection-only", "--projection-cluster", "mi300x",
+                       "--projection-costs", "analytic"], tmp_path)
+    doc = json.loads((tmp_path / "projection.json").read_text())
+    assert code == EXIT_OK and doc["inputs"]["system"]["num_nodes"] == 2
+
+
+def test_illegal_configuration_exits_2_with_the_reason(tmp_path: Path):
+    argv = [a if a != "2" else "3" for a in SMALL]  # TP=3 does not divide 16 heads / 4 groups
+    code, out = _launch([*argv, "--projection-only", "--projection-cluster", "h100"], tmp_path)
+    assert code == EXIT_ILLEGAL
+    assert "tensor_model_parallel_size" in out or "num_query_groups" in out
+    assert not (tmp_path / "projection.json").exists()
+
+
+def test_projected_oom_exits_3(tmp_path: Path):
+    # Llama-2-70B-like on one 8 x H100 node without any sharding: 80 x (4 x 8192^2 x 1.25 [GQA] + 3 x 8192 x
+    # 28672) ~ 69e9 params on each GPU -> 138 GB of bf16 weights alone > 80 GB
+    big = ["--num-layers", "80", "--hidden-size", "8192", "--ffn-hidden-size", "28672", "--num-attention-heads",
+           "64", "--group-query-attention", "--num-query-groups", "8", "--seq-length", "4096",
+           "--max-position-embeddings", "4096", "--micro-batch-size", "1", "--global-batch-size", "8",
+           "--vocab-size", "32000", "--bf16", "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
+           "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights"]
+    code, out = _launch([*big, "--projection-only", "--projection-cluster", "h100", "--projection-costs",
+                         "analytic"], tmp_path)
+    assert code == EXIT_OOM
+    assert "out of memory: pipeline stage 0" in out
+    doc = json.loads((tmp_path / "projection.json").read_text())
+    assert doc["fits"] is False and doc["memory"]["peak_gib"] > 138e9 / 2**30
+
+
+def test_inner_provider_is_chained(tmp_path: Path):
+    def inner(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument("--my-launcher-flag", type=int, default=7)
+        return parser
+
+    megatron.EVENTS.clear()
+    args = megatron.pretrain(_noop, _noop, "encoder_or_decoder", _noop,
+                             extra_args_provider=hook.extra_args_provider(inner),
+                             argv=[*SMALL, "--my-launcher-flag", "9"])
+    assert args.my_launcher_flag == 9 and args.projection_only is False
+
+
+def test_other_ranks_exit_with_the_same_code_quietly(tmp_path: Path):
+    parser = hook.add_projection_args(megatron._megatron_parser())
+    args = parser.parse_args([*SMALL, "--projection-only", "--projection-cluster", "h100",
+                              "--projection-costs", "analytic", "--projection-out", str(tmp_path)])
+    out = io.StringIO()
+    assert hook.short_circuit(args, stream=out, env={"RANK": "3", "WORLD_SIZE": "8"}) == EXIT_OK
+    assert out.getvalue() == "" and not (tmp_path / "projection.json").exists()
+
+
+EXPERIMENT = """
+work_group: team
+user_name: ${PRIMUS_USER:alice}
+exp_name: tiny-exp
+workspace: {workspace}
+primus_ext:
+  cluster: h100
+  nodes: 1
+modules:
+  pre_trainer:
+    framework: megatron
+    overrides:
+      num_layers: 4
+      hidden_size: 1024
+      ffn_hidden_size: 2816
+      num_attention_heads: 16
+      group_query_attention: true
+      num_query_groups: 4
+      seq_length: 2048
+      max_position_embeddings: 2048
+      micro_batch_size: 1
+      global_batch_size: 16
+      vocab_size: 32000
+      bf16: true
+      swiglu: true
+      normalization: RMSNorm
+      add_bias_linear: false
+      position_embedding_type: rope
+      untie_embeddings_and_output_weights: true
+      tensor_model_parallel_size: 2
+"""
+
+
+def test_primus_side_writes_into_the_experiment_directory(tmp_path: Path):
+    config = tmp_path / "exp.yaml"
+    config.write_text(EXPERIMENT.replace("{workspace}", str(tmp_path / "ws")))
+    out = io.StringIO()
+    code = hook.project_experiment(config, ["global_batch_size=32"], costs=hook.CostPlan(mode="analytic"),
+                                   stream=out, env={})
+    folder = tmp_path / "ws" / "team" / "alice" / "tiny-exp"
+    assert code == EXIT_OK, out.getvalue()
+    doc = json.loads((folder / "projection.json").read_text())
+    assert doc["inputs"]["execution"]["global_batch_size"] == 32 and doc["overrides"] == ["global_batch_size=32"]
