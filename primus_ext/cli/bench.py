@@ -101,8 +101,11 @@ def run(args: argparse.Namespace) -> int:
         if args.fabric:
             from primus_ext.measure.fabric import fabric_sweep
 
-            points, fabric_failures = fabric_sweep(device=device)
-            store.record_fabric(points)
+            try:
+                points, fabric_failures = fabric_sweep(device=device)
+                store.record_fabric(points)
+            except ValueError as err:  # e.g. a one-GPU machine: no in-node link to sweep
+                fabric_failures = [str(err)]
         rows = [(kind, store.entry(s, scale=scale, ok_only=False)) for kind, s in shapes.items()]
         if args.export:
             print(f"exported {store.export(args.export)} entries to {args.export}", file=sys.stderr)

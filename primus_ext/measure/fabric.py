@@ -117,6 +117,8 @@ def fabric_sweep(*, world: int | None = None, ops: Sequence[str] = OPS, sizes: S
     dev = resolve_device(device)
     if world is None:
         world = torch.cuda.device_count() if dev.type == "cuda" else 2
+    if world < 2:
+        raise ValueError(f"a collective sweep needs at least 2 ranks (got world={world})")
     unknown = set(ops) - set(OPS)
     if unknown:
         raise ValueError(f"unknown collectives {sorted(unknown)}; known: {OPS}")
