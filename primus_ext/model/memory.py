@@ -115,7 +115,7 @@ def estimate_memory(
     ctx = stage_context(model, execution, activation_bytes)
     stages = []
     for rank in range(execution.pp):
-        parts, totals, in_flight = stage_memory(ctx, rank, detail=True)
+        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True)
         stages.append(StageMemory(rank=rank, params_bytes=totals[0], grads_bytes=totals[1],
                                   optimizer_bytes=totals[2], activations_bytes=totals[3],
                                   other_bytes=totals[4], total_bytes=sum(totals),
@@ -123,10 +123,22 @@ def estimate_memory(
     return _result(ctx, stages, system, margin)
 
 
+_PEAKS: dict[tuple[int, ExecutionSpec], tuple[ModelSpec, float]] = {}
+_PEAK_MEMO_LIMIT = 200_000
+
+
 def peak_bytes(model: ModelSpec, execution: ExecutionSpec) -> float:
     """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity)."""
+    key = (id(model), execution)
+    entry = _PEAKS.get(key)
+    if entry is not None and entry[0] is model:
+        return entry[1]
     ctx = stage_context(model, execution, None)
-    return max(sum(stage_memory(ctx, rank, detail=False)[1]) for rank in peak_representatives(ctx))
+    peak = max(sum(stage_memory(ctx, execution, rank, detail=False)[1]) for rank in peak_representatives(ctx))
+    if len(_PEAKS) >= _PEAK_MEMO_LIMIT:
+        _PEAKS.clear()
+    _PEAKS[key] = (model, peak)
+    return peak
 
 
 def fits(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, *, margin: float = 0.0) -> bool:

@@ -3,7 +3,7 @@
 Usage (through ``memory.estimate_memory`` / ``memory.fits``)::
 
     ctx = stage_context(model, execution, None)
-    parts, (params, grads, optimizer, activations, other), in_flight = stage_memory(ctx, 0, detail=True)
+    parts, (params, grads, optimizer, activations, other), in_flight = stage_memory(ctx, execution, 0, detail=True)
 
 Pure and torch-free. Memoisation is keyed on the fields that change each term, so the tuner's many
 configurations sharing a model and per-rank shapes reuse them.
@@ -92,8 +92,12 @@ class ChunkComposition:
 
 @dataclass(frozen=True, kw_only=True)
 class StageContext:
+    """What every rank of one (model, per-rank shapes, split, recompute) shares; memoised, so it is
+    reused across configurations differing only in DP, sharding, batch count or schedule."""
+
     model: ModelSpec
     execution: ExecutionSpec
+    """The configuration it was first built for: read only for fields in ``profile_key``."""
     plan: tuple[StagePlan, ...]
     compositions: tuple[tuple[ChunkComposition, ...], ...]
     terms: Mapping[str, KindTerms]
@@ -194,19 +198,29 @@ def _terms(model: ModelSpec, e: ExecutionSpec, measured: Mapping[str, int] | Non
     return {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
 
 
-def stage_context(model: ModelSpec, execution: ExecutionSpec, measured: Mapping[str, int] | None) -> StageContext:
-    e = execution
+def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
     recompute_layers = (e.recompute_num_layers or 1) if e.recompute_method == "block" else 0
     plan_key = ("plan", id(model), e.pp, e.virtual_pipeline_model_parallel_size, e.pipeline_model_parallel_layout,
                 e.decoder_first_pipeline_num_layers, e.decoder_last_pipeline_num_layers,
                 e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers)
-    plan, comps, reps = _memo(plan_key, model, lambda: _plan_with_reps(model, plan_key[2:]))
+    terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
+                 e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules)
+    return plan_key, terms_key
+
+
+def stage_context(model: ModelSpec, execution: ExecutionSpec, measured: Mapping[str, int] | None) -> StageContext:
+    """The shared part of a configuration's memory (memoised unless activations are measured)."""
     if measured:
-        terms = _terms(model, e, measured)
-    else:
-        terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
-                     e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules)
-        terms = _memo(terms_key, model, lambda: _terms(model, e, None))
+        return _build_context(model, execution, measured)
+    plan_key, terms_key = _keys(model, execution)
+    key = ("context", *terms_key[1:], *plan_key[2:], execution.recompute_method, execution.recompute_num_layers)
+    return _memo(key, model, lambda: _build_context(model, execution, None))
+
+
+def _build_context(model: ModelSpec, e: ExecutionSpec, measured: Mapping[str, int] | None) -> StageContext:
+    plan_key, terms_key = _keys(model, e)
+    plan, comps, reps = _memo(plan_key, model, lambda: _plan_with_reps(model, plan_key[2:]))
+    terms = _terms(model, e, measured) if measured else _memo(terms_key, model, lambda: _terms(model, e, None))
     emb = terms["embedding"].params + position_embedding_params(
         model.max_position_embeddings, model.hidden_size, model.position_embedding_type)
     out = terms["output"].params
@@ -316,9 +330,11 @@ def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
     return _memo((*ctx.profile_key, rank), ctx.model, lambda: _rank_profile(ctx, rank))
 
 
-def stage_memory(ctx: StageContext, rank: int, *, detail: bool) -> tuple[dict[str, float], tuple[float, ...], float]:
-    """Bytes of pipeline rank ``rank``: named parts (when ``detail``), the five totals, in-flight."""
-    e, model = ctx.execution, ctx.model
+def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
+                 detail: bool) -> tuple[dict[str, float], tuple[float, ...], float]:
+    """Bytes of pipeline rank ``rank`` under ``execution`` (the configuration ``ctx`` was looked up for):
+    named parts (when ``detail``), the five totals, micro-batches in flight."""
+    e, model = execution, ctx.model
     prof = rank_profile(ctx, rank)
     total_params, expert, router = prof.total_params, prof.expert_params, prof.router_params
     dense_params = total_params - expert
