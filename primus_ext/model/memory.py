@@ -69,6 +69,11 @@ class StageMemory:
     detail: Mapping[str, float]
     """Named parts (bytes) behind the five totals."""
 
+    @property
+    def peak_bytes(self) -> float:
+        """Alias of ``total_bytes`` (the stage's peak), for readers of per-stage peaks."""
+        return self.total_bytes
+
 
 @dataclass(frozen=True, kw_only=True)
 class Memory:
@@ -123,13 +128,30 @@ def estimate_memory(
     return _result(ctx, stages, system, margin)
 
 
-_PEAKS: dict[tuple[int, ExecutionSpec], tuple[ModelSpec, float]] = {}
+class _PeakKey:
+    """(model identity, execution) with the execution's hash computed once per call."""
+
+    __slots__ = ("execution", "hash", "model_id")
+
+    def __init__(self, model: ModelSpec, execution: ExecutionSpec) -> None:
+        self.model_id, self.execution = id(model), execution
+        self.hash = hash((self.model_id, execution))
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _PeakKey) and self.model_id == other.model_id
+                and self.execution == other.execution)
+
+
+_PEAKS: dict[_PeakKey, tuple[ModelSpec, float]] = {}
 _PEAK_MEMO_LIMIT = 200_000
 
 
 def peak_bytes(model: ModelSpec, execution: ExecutionSpec) -> float:
-    """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity)."""
-    key = (id(model), execution)
+    """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity), memoised."""
+    key = _PeakKey(model, execution)
     entry = _PEAKS.get(key)
     if entry is not None and entry[0] is model:
         return entry[1]

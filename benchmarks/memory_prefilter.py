@@ -1,0 +1,156 @@
+"""Memory model figures: shipped recipes, the published runs, headline runs, and the pre-filter's speed.
+
+Run from the repository root::
+
+    python benchmarks/memory_prefilter.py                 # everything
+    python benchmarks/memory_prefilter.py --skip-recipes  # only the dev set and the speed
+
+Prints (1) the per-stage breakdown of every ``recipes/*.yaml`` on its own cluster, (2) over every
+runnable row of ``shared/validation/measured_throughput.csv`` (each of those runs did run) how many
+the model projects to fit, with the rows it does not and the flags that hint why, (3) the per-stage
+peaks of the headline runs (Llama-3.1-405B, DeepSeek-V3, Qwen3-235B-A22B), (4) ``fits()`` calls per
+second on one core: repeated configuration, distinct configurations sharing warm per-rank terms, and
+cold (all memos cleared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VALIDATION = REPO.parent / "shared" / "validation"
+HEADLINES = ("Llama3.1-405B", "DeepSeek-V3", "Qwen3-235B-A22B")
+HINTS = ("cpu_offloading", "AutoModel", "torchtitan", "FSDP2", "recompute", "(", "fp8-param", "precision-aware")
+GIB = 1024**3
+
+
+def recipes() -> None:
+    from primus_ext.errors import RecipeError
+    from primus_ext.model.memory import estimate_memory
+    from primus_ext.recipe import load_recipe
+    from primus_ext.report.memory_table import format_memory_table
+
+    for path in sorted((REPO / "recipes").glob("*.yaml")):
+        try:
+            recipe = load_recipe(path)
+        except RecipeError as err:
+            print(f"== {path.name}: not loadable: {err}")
+            continue
+        e = recipe.execution
+        print(f"== {path.name}  {recipe.system.gpu.name} x {recipe.system.num_nodes} nodes  TP{e.tp} PP{e.pp} "
+              f"VPP{e.vpp} CP{e.cp} EP{e.ep} DP{e.dp} MBS{e.micro_batch_size} seq{e.seq_length} "
+              f"recompute={e.recompute_granularity}")
+        print(format_memory_table(estimate_memory(recipe.model, e, recipe.system)))
+        print()
+
+
+def dev_set() -> None:
+    import csv
+
+    from primus_ext.model.memory import estimate_memory
+    from primus_ext.validate.archs import read_archs
+    from primus_ext.validate.runs import read_runs
+
+    rows = list(csv.DictReader((VALIDATION / "measured_throughput.csv").open(encoding="utf-8")))
+    runs = read_runs(VALIDATION / "measured_throughput.csv", read_archs(VALIDATION / "model_archs.csv"))
+    runnable = [r for r in runs if r.model is not None]
+    fit, misses, headline = 0, [], {name: [] for name in HEADLINES}
+    for run in runnable:
+        mem = estimate_memory(run.model, run.execution, run.system)
+        fit += mem.fits
+        if not mem.fits:
+            misses.append((run, mem))
+        if run.model_name in headline:
+            headline[run.model_name].append((run, mem))
+    print(f"== dev set: {fit} of {len(runnable)} runnable published runs projected to fit "
+          f"({fit / len(runnable):.1%}); {len(runs) - len(runnable)} rows skipped by the reader")
+    for run, mem in misses:
+        e, s = run.execution, mem.peak_stage
+        flags = rows[run.index]["extra_flags"] + " " + rows[run.index]["notes"]
+        hints = sorted({h.strip("(") or "parenthesised alternatives" for h in HINTS if h in flags})
+        print(f"  row {run.index:3d} {run.model_name} {run.gpu}x{run.num_gpus} {run.precision_label}: "
+              f"TP{e.tp} PP{e.pp} VPP{e.vpp} CP{e.cp} EP{e.ep} MBS{e.micro_batch_size} seq{e.seq_length} "
+              f"rc={e.recompute_granularity} fsdp={e.fsdp}: peak {mem.peak_bytes / GIB:.0f} of "
+              f"{mem.capacity_bytes / GIB:.0f} GiB (stage {s.rank}: P {s.params_bytes / GIB:.0f} "
+              f"G {s.grads_bytes / GIB:.0f} O {s.optimizer_bytes / GIB:.0f} A {s.activations_bytes / GIB:.0f} "
+              f"X {s.other_bytes / GIB:.0f}); row mentions: {', '.join(hints) or '-'}")
+    print("\n== headline runs: per-stage peak GiB (stage 0 .. PP-1)")
+    for name, items in headline.items():
+        for run, mem in items:
+            e = run.execution
+            peaks = " ".join(f"{s.total_bytes / GIB:.0f}" for s in mem.stages)
+            print(f"  {name} {run.gpu}x{run.num_gpus} {run.precision_label} TP{e.tp} PP{e.pp} VPP{e.vpp} "
+                  f"EP{e.ep} CP{e.cp}: [{peaks}] peak {mem.peak_bytes / GIB:.1f} / {mem.capacity_bytes / GIB:.0f} "
+                  f"{'fits' if mem.fits else 'DOES NOT FIT'}")
+
+
+def _grid(model, base):
+    out = []
+    for tp, pp, vpp, mbs, rc, dopt, ep in itertools.product(
+            (1, 2, 4, 8), (1, 2, 4, 8, 16), (None, 2, 4), (1, 2, 4), (None, "selective", "full"), (False, True),
+            (1, 8, 32) if model.is_moe else (1,)):
+        if (vpp and pp == 1) or model.num_layers % (pp * (vpp or 1)) or 1024 % (tp * pp):
+            continue
+        out.append(replace(base, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                           virtual_pipeline_model_parallel_size=vpp, pipeline_model_parallel_layout=None,
+                           decoder_first_pipeline_num_layers=None, decoder_last_pipeline_num_layers=None,
+                           account_for_embedding_in_pipeline_split=False, account_for_loss_in_pipeline_split=False,
+                           micro_batch_size=mbs, sequence_parallel=tp > 1, recompute_granularity=rc,
+                           recompute_method="uniform" if rc == "full" else None, recompute_num_layers=None,
+                           use_distributed_optimizer=dopt, expert_model_parallel_size=ep,
+                           expert_tensor_parallel_size=None, data_parallel_size=1024 // (tp * pp),
+                           global_batch_size=2048, pipeline_schedule="interleaved" if vpp else "1f1b"))
+    return out
+
+
+def speed() -> None:
+    from primus_ext.model import memory, memory_stage
+    from primus_ext.recipe import load_recipe
+
+    print("\n== fits() speed (one core)")
+    for name in ("llama3.1_405B-pretrain.yaml", "deepseek_v3-pretrain.yaml"):
+        recipe = load_recipe(REPO / "recipes" / name)
+        model, system = recipe.model, recipe.system
+        configs = _grid(model, recipe.execution)
+        memory.fits(model, recipe.execution, system)
+        start = time.perf_counter()
+        for _ in range(100_000):
+            memory.fits(model, recipe.execution, system)
+        repeated = 100_000 / (time.perf_counter() - start)
+        for config in configs:  # warm the per-rank terms
+            memory.fits(model, config, system)
+        memory._PEAKS.clear()
+        start = time.perf_counter()
+        verdicts = [memory.fits(model, c, system) for c in configs]
+        warm = len(configs) / (time.perf_counter() - start)
+        memory._PEAKS.clear()
+        memory_stage._BY_MODEL.clear()
+        start = time.perf_counter()
+        for c in configs:
+            memory.fits(model, c, system)
+        cold = len(configs) / (time.perf_counter() - start)
+        print(f"  {name}: {len(configs)} configurations ({sum(verdicts)} fit): repeated {repeated:,.0f}/s, "
+              f"distinct with warm per-rank terms {warm:,.0f}/s, cold {cold:,.0f}/s")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--skip-recipes", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.skip_recipes:
+        recipes()
+    if VALIDATION.is_dir():
+        dev_set()
+    else:
+        print(f"(no {VALIDATION}: dev-set figures skipped)")
+    speed()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
