@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.recipe import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes)
-    shapes = rank_shapes(recipe.model, recipe.execution)
+    shapes = bench_shapes(rank_shapes(recipe.model, recipe.execution))
     device = resolve_device(args.device)
     scale = args.scale if args.scale is not None else default_scale(shapes.values(), device.type)
     if not 0 < scale <= 1:
@@ -117,6 +117,22 @@ def run(args: argparse.Namespace) -> int:
         for failure in fabric_failures:
             print(f"fabric: {failure}")
     return 0 if all(r is not None and r["status"] == "ok" for _, r in rows) else 1
+
+
+def bench_shapes(shapes: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's layer kinds, plus the plain variant of a recomputed dense/MoE layer: the
+    projection mixes both when only some layers recompute (``recompute_num_layers``)."""
+    from dataclasses import replace
+
+    out: dict[str, Any] = {}
+    for kind, shape in shapes.items():
+        if kind in ("dense", "moe") and shape.recompute != "none":
+            out[kind] = replace(shape, recompute="none", recompute_modules=())
+            mods = f" {'+'.join(shape.recompute_modules)}" if shape.recompute_modules else ""
+            out[f"{kind} (recompute {shape.recompute}{mods})"] = shape
+        else:
+            out[kind] = shape
+    return out
 
 
 _COLUMNS = ("kind", "fwd ms", "bwd ms", "wgrad ms", "recomp ms", "spread", "params", "saved MiB", "source")

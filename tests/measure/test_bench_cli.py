@@ -73,3 +73,15 @@ def test_bad_scale_is_a_user_error(recipe, tmp_path, capsys):
     assert main(["bench", str(recipe), "--cluster", "mi300x", "--scale", "2", "--out",
                  str(tmp_path / "s.sqlite")]) == 2
     assert "scale must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_recomputed_kinds_are_benched_with_their_plain_variant():
+    from conftest import GQA
+
+    from primus_ext.cli.bench import bench_shapes
+    from primus_ext.model.rank_shape import RankShape
+
+    full = RankShape(kind="dense", arch=GQA, recompute="full")
+    emb = RankShape(kind="embedding", arch=GQA)
+    out = bench_shapes({"dense": full, "embedding": emb})
+    assert out == {"dense": RankShape(kind="dense", arch=GQA), "dense (recompute full)": full, "embedding": emb}
