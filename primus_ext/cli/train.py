@@ -1,0 +1,202 @@
+"""``primus-ext train``: the training command, with a projection gate, pre-launch tuning and short runs.
+
+    primus-ext train --config recipes/llama3.1_8B-pretrain.yaml --projection-only             # project, exit
+    primus-ext train --config RECIPE tensor_model_parallel_size=2 --projection-only --scale 0.0625  # measured
+    primus-ext train --config RECIPE --auto-tune --out tuned.yaml --projection-only         # tune, project
+    primus-ext train --config RECIPE --auto-tune --apply                                      # tune, launch
+    primus-ext train --config RECIPE                            # launch via Primus / Megatron-LM if found
+    primus-ext train --config RECIPE --train-iters 6 --scale 0.03 --nproc 2 --verify   # built-in short run
+
+Same experiment YAML and ``key=value`` overrides as Primus's ``train pretrain``.
+
+``--projection-only`` measures what the timing store lacks (with ``--scale`` on CPU; on a GPU at full
+size), projects, prints the report and writes projection.json / .html / _timeline.png into the
+experiment's directory (``{workspace}/{work_group}/{user_name}/{exp_name}``; ``--workspace`` overrides
+it, ``--html`` the page's path). Exit codes: 0 projected to fit, 2 illegal configuration (every
+reason printed), 3 projected out of memory. Without ``--scale`` on CPU it uses stored full-size costs
+where present and the analytic roofline elsewhere (``--analytic``: roofline only).
+
+Launching: ``--launcher auto`` delegates to Primus (``primus-cli``) or Megatron-LM (``pretrain_gpt.py``)
+when found and says which; ``--train-iters N`` (or ``--launcher builtin``) runs the built-in megatron-core
+trainer on ``--nproc`` local ranks with the model shrunk by ``--scale``; ``--verify`` also projects that
+same run and writes measured vs projected (verify.json and the HTML report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("train", help="train a recipe (or --projection-only: project it and exit 0/2/3)")
+    p.add_argument("--config", required=True, metavar="RECIPE", help="experiment YAML (Primus) or flat Megatron YAML")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
+    p.add_argument("--cluster", help="hardware profile of the run; default from the recipe")
+    p.add_argument("--nodes", type=int, help="node count of the run; default from the recipe")
+    p.add_argument("--config-root", action="append", default=[], metavar="DIR", help="preset folder (repeatable)")
+    p.add_argument("--projection-only", action="store_true", help="project, write the reports, exit 0/2/3")
+    costs = p.add_mutually_exclusive_group()
+    costs.add_argument("--analytic", action="store_true", help="analytic roofline costs only")
+    costs.add_argument("--scale", type=float, help="measure missing layers at this scale (e.g. 0.0625 on CPU); "
+                       "with --train-iters: shrink the trained model by it")
+    p.add_argument("--store", metavar="FILE", help="timing store (SQLite; default $PRIMUS_EXT_CACHE/timings.sqlite)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="device to measure / train on (default: cuda if present)")
+    p.add_argument("--workspace", metavar="DIR", help="folder for the reports (default: the experiment's directory)")
+    p.add_argument("--html", metavar="FILE", help="path of the HTML report (default: <workspace>/projection.html)")
+    tune = p.add_argument_group("pre-launch tuning")
+    tune.add_argument("--auto-tune", action="store_true", help="run the tuner first and use its best configuration")
+    where = tune.add_mutually_exclusive_group()
+    where.add_argument("--apply", action="store_true", help="rewrite the recipe in place (backup .bak)")
+    where.add_argument("--out", metavar="FILE", help="write the tuned copy here (default <recipe>.tuned.yaml)")
+    tune.add_argument("--strategy", choices=("exhaustive", "tpe", "llm"), default="tpe")
+    tune.add_argument("--budget", type=int, default=100, help="projections the tuner may spend")
+    run = p.add_argument_group("launching")
+    run.add_argument("--launcher", choices=("auto", "primus", "megatron", "builtin"), default="auto")
+    run.add_argument("--nproc", type=int, help="local ranks (default: GPUs present, else 2)")
+    run.add_argument("--train-iters", type=int, help="short run of N iterations with the built-in trainer")
+    run.add_argument("--verify", action="store_true", help="project the short run too; write measured vs projected")
+    p.set_defaults(func=run_command)
+
+
+def _progress(enabled: bool):
+    width = 24
+
+    def bar(done: int, total: int, shape: Any) -> None:
+        if not enabled or total == 0:
+            return
+        label = f"measuring {shape.kind}" if done < total else "done"
+        sys.stderr.write(f"\r[{'#' * (width * done // total):.<{width}}] {done}/{total} {label:<20}"
+                         + ("\n" if done == total else ""))
+        sys.stderr.flush()
+
+    return bar
+
+
+def _auto_tune(args: argparse.Namespace) -> tuple[int, str]:
+    """Run ``primus-ext tune`` in-process; returns (exit code, recipe path to use afterwards)."""
+    from primus_ext.cli import tune as tune_cli
+
+    target = args.config if args.apply else (args.out or str(Path(args.config).with_suffix("")) + ".tuned.yaml")
+    parser = argparse.ArgumentParser(prog="primus-ext")
+    tune_cli.register(parser.add_subparsers())
+    argv = ["tune", args.config, "--strategy", args.strategy, "--budget", str(args.budget)]
+    argv += ["--apply"] if args.apply else ["--out", target]
+    for flag, value in (("--cluster", args.cluster), ("--nodes", args.nodes), ("--store", args.store)):
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["--analytic"] if args.analytic else []
+    argv += [x for root in args.config_root for x in ("--config-root", root)]
+    code = tune_cli.run(parser.parse_args(argv))
+    return code, target if Path(target).exists() else args.config
+
+
+def _device(args: argparse.Namespace) -> str:
+    if args.device:
+        return args.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _workspace(args: argparse.Namespace, config: str) -> Path:
+    from primus_ext.launcher.projection_only import experiment_dir
+
+    return Path(args.workspace) if args.workspace else experiment_dir(config)
+
+
+def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
+    from primus_ext.launcher.projection_only import CostPlan, projection_only
+    from primus_ext.report.projection_table import format_projection
+
+    if args.analytic:
+        plan = CostPlan(mode="analytic")
+    elif args.scale is not None or (args.device or "") == "cuda":
+        plan = CostPlan(mode="measured", store=args.store, scale=args.scale or 1.0, device=args.device)
+    else:
+        plan = CostPlan(mode="store", store=args.store)
+    outcome = projection_only(recipe, out_dir=_workspace(args, config), costs=plan, overrides=args.overrides,
+                              html_path=Path(args.html) if args.html else None, progress=_progress(True))
+    print(format_projection(outcome.projection))
+    for line in outcome.measured:
+        print(f"measured {line}", file=sys.stderr)
+    for warning in recipe.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for reason in outcome.reasons:
+        print(f"out of memory: {reason}", file=sys.stderr)
+    for kind, path in outcome.files.items():
+        print(f"wrote {kind}: {path}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
+    from primus_ext.launcher.short_run import local_target, verify_short_run
+    from primus_ext.launcher.trainer import run_training
+
+    device = _device(args)
+    nproc = args.nproc or (_gpu_count() if device == "cuda" else 2)
+    target = local_target(recipe, scale=args.scale or 1.0, nproc=nproc, device=device)
+    iters = args.train_iters or int(recipe.megatron_args.get("train_iters") or 10)
+    print(f"built-in trainer: {target.model.name}, {nproc} x {device} ranks, {iters} iterations", file=sys.stderr)
+    if not args.verify:
+        result = run_training(target.model, target.execution, world_size=nproc, iters=iters, device=device)
+        print(json.dumps(result.as_dict(), indent=2))
+        return 0
+    from primus_ext.launcher.projection_only import write_reports
+
+    verify = verify_short_run(target, iters=iters, store=args.store, progress=_progress(True))
+    doc = verify.as_dict()
+    folder = _workspace(args, config)
+    files = write_reports(verify.projection, folder, recipe=recipe, overrides=args.overrides,
+                          html_path=Path(args.html) if args.html else None, verify=doc,
+                          extra={"costs": "measured here (short-run verification)"})
+    (folder / "verify.json").write_text(json.dumps({**doc, "training": verify.training.as_dict()}, indent=2) + "\n")
+    print(f"measured  {doc['measured_step_s'] * 1e3:9.2f} ms/step (spread {doc['measured_spread']:.0%}, "
+          f"{doc['measured_steps']} steps)\nprojected {doc['projected_step_s'] * 1e3:9.2f} ms/step  "
+          f"error {doc['error_pct']:+.1f}%")
+    print(f"wrote {folder / 'verify.json'}, {files['html']}", file=sys.stderr)
+    return 0
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
+def run_command(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from primus_ext.recipe import load_recipe
+
+    config = args.config
+    if args.auto_tune:
+        code, config = _auto_tune(args)
+        if code:
+            return code
+        print(f"auto-tune: continuing with {config}", file=sys.stderr)
+    recipe = load_recipe(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                         config_roots=args.config_root)
+    if args.projection_only:
+        return _projection_only(args, recipe, config)
+    if args.train_iters or args.verify or args.launcher == "builtin":
+        return _builtin(args, recipe, config)
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.launcher.delegate import find_launcher, launch_command
+
+    found = find_launcher({"auto": "auto", "primus": "primus", "megatron": "megatron"}[args.launcher])
+    if found is None:
+        raise RecipeError(problems=[Problem(
+            path="--launcher", value=args.launcher,
+            message="neither Primus (primus-cli / the primus package) nor Megatron-LM (pretrain_gpt.py via "
+                    "$MEGATRON_LM_PATH, PATH or megatron.training) was found",
+            fix="install one of them, or run the built-in trainer: --train-iters N [--scale F --nproc 2]")])
+    command = launch_command(found, recipe, args.overrides, nproc=args.nproc or _gpu_count(),
+                             nnodes=recipe.system.num_nodes)
+    print(f"launching with {found.kind} ({found.how}):\n  {command.shell()}", file=sys.stderr)
+    import os
+
+    return subprocess.run(command.argv, env={**os.environ, **command.env}, check=False).returncode

@@ -1,0 +1,124 @@
+"""Short real runs that verify a projection: scale the recipe down, project it, train it, compare.
+
+    from primus_ext.launcher.short_run import local_target, verify_short_run
+    target = local_target(recipe, scale=0.0625, nproc=2, device="cpu")   # what this machine can run
+    result = verify_short_run(target, iters=6)                            # measured vs projected
+
+``local_target`` keeps the recipe's TP/PP/VPP/MBS/GBS and precision and shrinks the model by
+``scale`` (heads in multiples of TP x the GQA ratio with ``kv_channels`` kept, hidden with its ratio
+to heads x kv_channels, FFN, experts in multiples of EP, sequence) so it trains in seconds; DP comes
+from ``nproc`` local ranks. The projection is of *that* configuration on *this* machine: layer costs
+measured here at full (= the scaled model's) size, collectives on the local profile (``cpu`` on a CPU,
+the recipe's GPU type otherwise, with ``nproc`` GPUs in one node). So measured vs projected compares
+like with like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+SEQ_MULTIPLE = 64
+"""Scaled sequence lengths are multiples of this (and at least this)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalTarget:
+    model: ModelSpec
+    execution: ExecutionSpec
+    system: SystemSpec
+    nproc: int
+    device: str
+    scale: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyResult:
+    projection: Any
+    training: Any
+    """``primus_ext.launcher.trainer.TrainResult``."""
+    measured: tuple[str, ...]
+    """Layer kinds measured for the projection (``kind: ok`` / ``kind: FAILED ...``)."""
+
+    @property
+    def error_pct(self) -> float:
+        """(projected - measured) / measured step time, in percent."""
+        measured = self.training.median_step_time_s
+        return 100.0 * (self.projection.step_time_s - measured) / measured
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.training
+        return {"measured_step_s": t.median_step_time_s, "measured_spread": t.spread,
+                "measured_steps": len(t.measured_s), "projected_step_s": self.projection.step_time_s,
+                "error_pct": self.error_pct, "measured_tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
+                "projected_tokens_per_s_per_gpu": self.projection.tokens_per_s_per_gpu,
+                "world_size": t.world_size,
+                "layout": f"TP{t.tp} PP{t.pp} DP{t.dp}" + (f" VPP{t.vpp}" if t.vpp > 1 else ""),
+                "schedule": t.schedule, "device": t.device}
+
+
+def _shrink(value: int, factor: float, multiple: int) -> int:
+    return max(multiple, round(value * factor / multiple) * multiple)
+
+
+def scale_model(model: ModelSpec, execution: ExecutionSpec, factor: float) -> ModelSpec:
+    """``model`` shrunk by ``factor`` <= 1 (see the module docstring); layers and vocabulary kept."""
+    if factor >= 1.0:
+        return model
+    tp, ratio = execution.tp, max(1, model.num_attention_heads // max(1, model.num_query_groups))
+    heads = _shrink(model.num_attention_heads, factor, tp * ratio)
+    width = model.num_attention_heads * model.kv_channels
+    hidden = heads * model.kv_channels if model.hidden_size == width else \
+        max(64, round(model.hidden_size * heads * model.kv_channels / width / 64) * 64)
+    changes: dict[str, Any] = dict(name=f"{model.name}@{factor:g}", hidden_size=hidden, num_attention_heads=heads,
+                                   num_query_groups=heads // ratio,
+                                   ffn_hidden_size=_shrink(model.ffn_hidden_size, factor, 64 * tp))
+    if model.is_moe:
+        ep = execution.ep
+        floor = ep * min(model.num_experts // ep, model.moe_router_topk)
+        changes["num_experts"] = max(_shrink(model.num_experts, factor, ep), floor)
+        if model.moe_ffn_hidden_size:
+            changes["moe_ffn_hidden_size"] = _shrink(model.moe_ffn_hidden_size, factor, 64 * execution.etp)
+        if model.moe_shared_expert_intermediate_size:
+            changes["moe_shared_expert_intermediate_size"] = _shrink(model.moe_shared_expert_intermediate_size,
+                                                                     factor, 64 * tp)
+    return replace(model, **changes)
+
+
+def local_target(recipe: Any, *, scale: float, nproc: int, device: str) -> LocalTarget:
+    """The scaled recipe on ``nproc`` local ranks of this machine (see the module docstring)."""
+    from primus_ext.hardware import load_system
+
+    e = recipe.execution
+    seq = _shrink(e.seq_length, scale, SEQ_MULTIPLE) if scale < 1 else e.seq_length
+    mp = e.tp * e.pp * e.cp
+    dp = max(1, nproc // mp)
+    execution = replace(e, seq_length=seq, data_parallel_size=dp)
+    model = scale_model(recipe.model, e, scale)
+    model = replace(model, max_position_embeddings=max(model.max_position_embeddings, seq))
+    base = load_system("cpu", 1) if device == "cpu" else recipe.system
+    system = replace(base, num_nodes=1, gpu=replace(base.gpu, gpus_per_node=nproc,
+                                                    scaleup_domain=max(nproc, base.gpu.scaleup_domain)))
+    return LocalTarget(model=model, execution=execution, system=system, nproc=nproc, device=device, scale=scale)
+
+
+def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store: str | None = None,
+                     progress: Any = None) -> VerifyResult:
+    """Measure the target's layers here, project, run the built-in trainer, return both."""
+    from types import SimpleNamespace
+
+    from primus_ext.launcher.projection_only import CostPlan, _costs, measure_missing
+    from primus_ext.launcher.trainer import plan_run, run_plan
+    from primus_ext.projection import project
+
+    # refuse before spending minutes on measurements
+    train_plan = plan_run(target.model, target.execution, world_size=target.nproc, iters=iters,
+                          device=target.device, warmup=warmup)
+    costs = CostPlan(mode="measured", store=store, scale=1.0, device=target.device)
+    as_recipe = SimpleNamespace(model=target.model, execution=target.execution, system=target.system)
+    measured = measure_missing(as_recipe, costs, progress=progress)
+    projection = project(target.model, target.execution, target.system, _costs(costs))
+    training = run_plan(train_plan)
+    return VerifyResult(projection=projection, training=training, measured=measured)
