@@ -163,6 +163,8 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         expert_model_parallel_size=shape.ep if distributed else 1,
         expert_tensor_parallel_size=shape.etp if distributed else 1,
     )
+    if not distributed:
+        notes += _world1_notes(shape)
     if use_te and shape.precision == "fp8":
         kw.update(fp8="hybrid", fp8_recipe="tensorwise")
     if not a.multi_latent_attention:
@@ -192,6 +194,21 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
                   v_head_dim=a.v_head_dim)
         return MLATransformerConfig(**kw), notes
     return TransformerConfig(**kw), notes
+
+
+def _world1_notes(shape: RankShape) -> list[str]:
+    """What a one-rank world leaves out of a per-rank measurement (the projection adds it back)."""
+    notes = []
+    groups = [f"{n}={v}" for n, v in (("TP", shape.tp), ("EP", shape.ep if shape.kind == "moe" else 1))
+              if v > 1]
+    if groups:
+        notes.append(f"{', '.join(groups)} emulated at per-rank sizes in one rank: no communication timed")
+    if shape.sequence_parallel and shape.tp > 1 and shape.kind != "embedding":
+        notes.append("sequence parallel: norms and residuals ran on the whole local sequence, not seq/TP")
+    if shape.cp > 1 and shape.kind in ("dense", "moe"):
+        notes.append(f"CP={shape.cp}: attention over the local seq/CP chunk only; the remote-KV part of "
+                     "core attention is not measured")
+    return notes
 
 
 def _recompute_kwargs(shape: RankShape, use_te: bool, notes: list[str]) -> dict[str, Any]:
