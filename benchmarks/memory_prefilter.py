@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import sys
 import time
 from dataclasses import replace
@@ -25,7 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 VALIDATION = REPO.parent / "shared" / "validation"
 HEADLINES = ("Llama3.1-405B", "DeepSeek-V3", "Qwen3-235B-A22B")
-HINTS = ("cpu_offloading", "AutoModel", "torchtitan", "FSDP2", "recompute", "(", "fp8-param", "precision-aware")
+HINTS = {"cpu_offloading": r"cpu_offloading", "NeMo AutoModel": r"AutoModel", "torchtitan": r"torchtitan|Grand Teton",
+         "96 GB H100": r"96GB", "recompute": r"recompute", "parenthesised alternatives": r"=\s*\d+\s*\(\d+\)",
+         "fp8 params": r"fp8-param|fp8_param", "precision-aware optimizer": r"precision-aware"}
 GIB = 1024**3
 
 
@@ -72,7 +75,7 @@ def dev_set() -> None:
     for run, mem in misses:
         e, s = run.execution, mem.peak_stage
         flags = rows[run.index]["extra_flags"] + " " + rows[run.index]["notes"]
-        hints = sorted({h.strip("(") or "parenthesised alternatives" for h in HINTS if h in flags})
+        hints = sorted(name for name, pattern in HINTS.items() if re.search(pattern, flags))
         print(f"  row {run.index:3d} {run.model_name} {run.gpu}x{run.num_gpus} {run.precision_label}: "
               f"TP{e.tp} PP{e.pp} VPP{e.vpp} CP{e.cp} EP{e.ep} MBS{e.micro_batch_size} seq{e.seq_length} "
               f"rc={e.recompute_granularity} fsdp={e.fsdp}: peak {mem.peak_bytes / GIB:.0f} of "
