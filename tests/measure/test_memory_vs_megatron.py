@@ -89,6 +89,7 @@ SEQUENCE_PARALLEL = {
     "dense-tp2-sp-full": _shape("dense", GQA, tp=2, sequence_parallel=True, recompute="full"),
     "dense-tp2-no-sp": _shape("dense", GQA, tp=2),
     "mla-tp2-sp": _shape("dense", MLA, tp=2, sequence_parallel=True),
+    "moe-tp2-sp-etp1": _shape("moe", MOE, tp=2, etp=1, sequence_parallel=True),
     "output-tp2-sp": _shape("output", replace(GQA, vocab_size=1024), tp=2, sequence_parallel=True),
 }
 
