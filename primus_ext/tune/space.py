@@ -53,9 +53,11 @@ SHARDING_DEFAULT = ("distopt", "fsdp")
 """Explored by default, plus the recipe's: plain DDP moves the same bytes as the distributed
 optimizer (all-reduce = reduce-scatter + all-gather) with more memory; ``--pin sharding=ddp,...``."""
 
-DP_OVERLAP_CHOICES = {"ddp": ("none", "grad"), "distopt": ("none", "grad+param"), "fsdp": ("none", "grad+param")}
-"""Data-parallel overlap explored per sharding: off, or every overlap the sharding allows (Megatron's
-recommended setting; distopt with only the gradient overlap is left out as it is never faster)."""
+DP_OVERLAP_CHOICES = {"ddp": ("none", "grad"), "distopt": ("none", "grad", "grad+param"),
+                      "fsdp": ("none", "grad+param")}
+"""Data-parallel overlap settings per sharding. Explored by default: the last (every overlap the sharding
+allows, Megatron's recommended setting: an overlapped collective is never more exposed than a blocking
+one) plus the recipe's own; ``--pin dp_overlap=none,grad,...`` explores the others."""
 
 AXIS_DOCS: dict[str, str] = {
     "tp": "tensor_model_parallel_size (sequence_parallel is on whenever tp > 1)",
@@ -214,6 +216,10 @@ class Space:
             return self._choices(name, SHARDING_DEFAULT, SHARDING_CHOICES)
         if name == "dp_overlap":
             options = DP_OVERLAP_CHOICES[g("sharding")]
+            if name not in self.pins:
+                strongest = options[-1]
+                own = self._recipe_config.get(name)
+                return tuple(o for o in options if o == strongest or (o == own and own in options))
             return self._pinned(name, options)
         if name == "precision":
             cands = [b.precision] + (["bf16", "fp8"] if "precision" in self.pins else [])
