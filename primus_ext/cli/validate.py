@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", dest="json_out", help="write rows and summary as JSON to this file")
     p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration")
     p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")
+    p.add_argument("--write-profiles", metavar="DIR",
+                   help="with --fit: write the profiles with their fitted efficiency block into DIR "
+                        "(use it as $PRIMUS_EXT_PROFILES, or primus_ext/hardware/profiles to ship them)")
     p.add_argument("--calibrate-from", help="one measured run of your own (CSV/JSON) -> workload offset")
     p.add_argument("--worst", type=int, default=10, help="how many worst rows to print (default 10)")
     p.set_defaults(func=run)
@@ -48,7 +51,7 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from primus_ext.validate.archs import read_archs
-    from primus_ext.validate.calibrate import fit_by_gpu, leave_one_model_out, one_run_offset
+    from primus_ext.validate.calibrate import DEFAULT_PARAMS, fit_by_gpu, leave_one_model_out, one_run_offset
     from primus_ext.validate.hardware_csv import read_hardware
     from primus_ext.validate.run import analytic_projector, validate_runs
     from primus_ext.validate.runs import read_runs
@@ -84,11 +87,19 @@ def run(args: argparse.Namespace) -> int:
         fits = fit_by_gpu(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
         print("\nfitted efficiency blocks (paste into primus_ext/hardware/profiles/<gpu>.yaml):")
         for name, (eff, n, loss) in fits.items():
+            values = {p.name: getattr(eff, p.name) for p in DEFAULT_PARAMS}
             print(f"# {name}: {n} rows, mean |log error| {loss:.3f}")
-            print(f"efficiency: {{gemm_max: {eff.gemm_max:.3f}, attention: {eff.attention:.3f}, "
-                  f"scaleout_link: {eff.scaleout_link:.3f}, calibration: {eff.calibration!r}}}")
-        out["fits"] = {name: {"gemm_max": e.gemm_max, "attention": e.attention, "scaleout_link": e.scaleout_link,
-                              "rows": n, "loss": loss} for name, (e, n, loss) in fits.items()}
+            print("efficiency:")
+            for key, value in values.items():
+                print(f"  {key}: {value:.4g}")
+            print(f"  calibration: {eff.calibration!r}")
+            out.setdefault("fits", {})[name] = {**values, "rows": n, "loss": loss}
+        if args.write_profiles:
+            from primus_ext.hardware import write_efficiency
+
+            for name, (eff, _, _) in fits.items():
+                path = write_efficiency(name, eff, [p.name for p in DEFAULT_PARAMS], Path(args.write_profiles))
+                print(f"wrote {path}")
     if args.cv:
         cv = leave_one_model_out(runs, analytic_projector, progress=_progress)
         print("\n" + "\n".join(_summary_lines(cv)))

@@ -14,6 +14,7 @@ precedence over the shipped ones.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from functools import cache
 from pathlib import Path
@@ -134,4 +135,24 @@ def load_system(cluster: str, num_nodes: int = 1) -> SystemSpec:
     return SystemSpec(gpu=gpu, num_nodes=num_nodes, name=canonical_name(cluster))
 
 
-__all__ = ["canonical_name", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system"]
+EFFICIENCY_HEADER = "# --- calibrated efficiency (written by `primus-ext validate --fit --write-profiles`) ---"
+
+
+def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folder: Path) -> Path:
+    """Copy profile ``name`` into ``folder`` with ``fields`` of ``efficiency`` as its efficiency block
+    (replacing an earlier calibrated block; the datasheet part and its comments are kept verbatim)."""
+    text = _find(canonical_name(name)).read_text(encoding="utf-8")
+    text = text.split(EFFICIENCY_HEADER)[0].rstrip() + "\n"
+    lines = [EFFICIENCY_HEADER, "efficiency:"]
+    lines += [f"  {key}: {getattr(efficiency, key):.4g}" for key in fields]
+    lines.append(f"  calibration: {json.dumps(efficiency.calibration)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{canonical_name(name)}.yaml"
+    tmp = target.with_suffix(".yaml.tmp")
+    tmp.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(target)
+    load_gpu.cache_clear()
+    return target
+
+
+__all__ = ["canonical_name", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system", "write_efficiency"]

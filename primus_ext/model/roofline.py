@@ -14,7 +14,9 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     Dao 2023, sec. 3: five matmuls in backward vs two in forward);
   * memory-bound ops (norms, residual adds, activation, RoPE, MoE permute/unpermute, cross-entropy)
     at HBM bandwidth * ``Efficiency.hbm``; backward moves ``MEMBOUND_BWD_FACTOR`` times the bytes;
-  * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead);
+  * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead), plus
+    ``Efficiency.moe_layer_overhead_s`` for an MoE layer (router, dispatcher sync, permutation);
+  * FP8 GEMMs reach ``Efficiency.fp8_gemm_max`` of the FP8 peak instead of ``gemm_max``;
   * recompute: the forward time of what is recomputed (full layer, or the selective modules).
 Parameter counts come from ``primus_ext.model.params.layer_params`` (exact megatron-core counts).
 Pure and torch-free; ``AnalyticCosts.cost`` is memoised on (shape, GPU).
@@ -45,9 +47,10 @@ SOFTMAX_CE_PASSES = 3
 ``tensor_parallel/cross_entropy.py``)."""
 
 
-def gemm_efficiency(flops: float, gpu: GPUSpec) -> float:
+def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16") -> float:
     eff = gpu.efficiency
-    return eff.gemm_max * flops / (flops + eff.gemm_half_size_flops)
+    top = eff.fp8_gemm_max if precision == "fp8" and gpu.fp8_dense_tflops > 0 else eff.gemm_max
+    return top * flops / (flops + eff.gemm_half_size_flops)
 
 
 def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: float = 1.0) -> float:
@@ -55,7 +58,7 @@ def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, cou
     flops = 2.0 * m * n * k
     if flops <= 0 or count <= 0:
         return 0.0
-    return count * flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu))
+    return count * flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu, precision))
 
 
 def membound_seconds(nbytes: float, gpu: GPUSpec) -> float:
@@ -208,6 +211,8 @@ def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
     """The roofline ``LayerCost`` of one layer kind at one per-rank shape on ``gpu``."""
     parts = layer_parts(shape, gpu)
     overhead = gpu.efficiency.kernel_overhead_s
+    if shape.kind == "moe":
+        overhead += gpu.efficiency.moe_layer_overhead_s
     fwd = sum(parts.fwd.values()) + overhead
     wgrad = sum(parts.wgrad.values())
     bwd = sum(parts.dgrad.values()) + wgrad + overhead

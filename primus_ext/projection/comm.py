@@ -12,7 +12,9 @@ Volumes (bf16 activations, per micro-batch, T = MBS * seq / CP tokens, h hidden)
     rank's K,V block forward, K,V and dK,dV backward, overlapped with the attention blocks; a2a:
     four all-to-alls of q,k,v,out per pass; allgather: K,V gathered forward, reduce-scattered back.
   * EP: dispatch + combine all-to-all of T/TP * topk * h per pass (``alltoall``/``flex``), scaled by
-    the routing imbalance for the busiest receiver; ``allgather`` dispatcher: gather over EP + scatter.
+    the routing imbalance for the busiest receiver; ``flex`` (DeepEP / HybridEP) sends a token once per
+    destination domain when the group spans domains (``flex_dedup``); ``allgather`` dispatcher:
+    gather over EP + scatter.
   * FSDP (torch FSDP2, Megatron-FSDP ``optim_grads_params``): per layer and micro-batch, params
     all-gathered for forward and backward, grads reduce-scattered in backward, prefetched behind the
     neighbouring layer's compute.
@@ -130,7 +132,22 @@ def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec)
         return collective_time("all_gather", full, pl.ep, system) + collective_time(
             "reduce_scatter", full, pl.ep, system)
     sent = local_tokens * a.moe_router_topk * a.hidden_size * ACT_BYTES * shape.moe_imbalance
+    if ex.moe_token_dispatcher_type == "flex" and pl.ep.crosses:
+        sent *= flex_dedup(a.moe_router_topk, pl.ep.domains)
     return 2 * collective_time("all_to_all", sent, pl.ep, system)
+
+
+def flex_dedup(topk: int, domains: int) -> float:
+    """Share of a token's top-k copies the flex dispatcher (DeepEP / HybridEP) sends across domains.
+
+    DeepEP forwards a token once per destination scale-up domain and fans it out over NVLink there
+    (DeepSeek-AI, DeepEP README: "NVLink-RDMA forwarding"); with experts spread uniformly over ``D``
+    domains a token reaches ``D * (1 - (1 - 1/D)^topk)`` distinct domains on average instead of
+    ``topk`` destinations."""
+    if domains <= 1 or topk <= 1:
+        return 1.0
+    distinct = domains * (1.0 - (1.0 - 1.0 / domains) ** topk)
+    return min(1.0, distinct / topk)
 
 
 def fsdp_per_layer(ex: ExecutionSpec) -> bool:

@@ -24,24 +24,28 @@ from primus_ext.validate.runs import RunRow
 
 @dataclass(frozen=True, kw_only=True)
 class Param:
-    """One fitted efficiency parameter and its physical bounds."""
+    """One fitted efficiency parameter and its physical bounds (searched in log space if ``log``)."""
 
     name: str
     low: float
     high: float
+    log: bool = False
 
 
 DEFAULT_PARAMS = (
-    Param(name="gemm_max", low=0.35, high=0.95),  # large-GEMM fraction of dense peak (bounded by 1)
-    Param(name="attention", low=0.20, high=0.90),  # flash-attention fraction of dense peak
+    Param(name="gemm_max", low=0.30, high=0.95),  # large BF16 GEMM fraction of dense peak (< 1)
+    Param(name="fp8_gemm_max", low=0.20, high=0.95),  # large FP8 GEMM fraction of the FP8 peak
+    Param(name="attention", low=0.15, high=0.90),  # flash-attention fraction of dense peak
+    Param(name="gemm_half_size_flops", low=1e8, high=5e10, log=True),  # GEMM size at half efficiency
+    Param(name="moe_layer_overhead_s", low=1e-5, high=5e-3, log=True),  # fixed s per MoE layer per pass
     Param(name="scaleout_link", low=0.30, high=0.95),  # NIC bus-bandwidth fraction
 )
 MIN_FIT_ROWS = 6
 """A GPU type with fewer usable rows keeps its profile defaults: three parameters on fewer rows would
 fit noise."""
 GOLDEN = (math.sqrt(5) - 1) / 2
-SEARCH_ROUNDS = 3
-SEARCH_STEPS = 8
+SEARCH_ROUNDS = 2
+SEARCH_STEPS = 7
 
 
 def with_efficiency(run: RunRow, efficiency: Efficiency) -> RunRow:
@@ -67,22 +71,28 @@ def objective(runs: Sequence[RunRow], projector: Projector, efficiency: Efficien
 def fit_efficiency(
     runs: Sequence[RunRow], projector: Projector, start: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS
 ) -> tuple[Efficiency, float]:
-    """Coordinate-wise golden-section search within each parameter's bounds. Returns (fit, loss)."""
+    """Coordinate-wise golden-section search within each parameter's bounds. Returns (fit, loss).
+
+    A parameter the rows do not constrain (the loss does not move across its range, e.g. the FP8
+    efficiency on a GPU with BF16 rows only) keeps its starting value."""
     current = start
     best = objective(runs, projector, current)
     for _ in range(SEARCH_ROUNDS):
         for param in params:
-            lo, hi = param.low, param.high
+            def at(x: float, param: Param = param, base: Efficiency = current) -> Efficiency:
+                return replace(base, **{param.name: math.exp(x) if param.log else x})
+
+            lo, hi = (math.log(param.low), math.log(param.high)) if param.log else (param.low, param.high)
+            if abs(objective(runs, projector, at(lo)) - objective(runs, projector, at(hi))) < 1e-9:
+                continue
             for _ in range(SEARCH_STEPS):
                 a = hi - GOLDEN * (hi - lo)
                 b = lo + GOLDEN * (hi - lo)
-                fa = objective(runs, projector, replace(current, **{param.name: a}))
-                fb = objective(runs, projector, replace(current, **{param.name: b}))
-                if fa <= fb:
+                if objective(runs, projector, at(a)) <= objective(runs, projector, at(b)):
                     hi = b
                 else:
                     lo = a
-            candidate = replace(current, **{param.name: (lo + hi) / 2})
+            candidate = at((lo + hi) / 2)
             loss = objective(runs, projector, candidate)
             if loss < best:
                 current, best = candidate, loss

@@ -124,8 +124,13 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     elif torchtitan or "fsdp" in flag_text:
         fsdp = "torch_fsdp2"
     dispatcher = (_flag(flags, "moe_token_dispatcher_type") or "alltoall").lower()
+    if "moe_flex_dispatcher_backend" in flags or re.search(r"dispatcher\s*=\s*(deepep|hybridep)", lowered):
+        dispatcher = "flex"  # DeepEP / HybridEP run through Megatron's flex dispatcher
     if dispatcher not in ("alltoall", "allgather", "flex"):
         dispatcher = "alltoall"
+    if model.is_moe and etp is None:
+        etp = 1
+        assumptions.append("expert_tensor_parallel_size=1 (Megatron-Bridge MoE recipes; not stated)")
     layout = _flag(flags, "pp_layout")
     dp = max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1
     execution = ExecutionSpec(
