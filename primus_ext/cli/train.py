@@ -169,7 +169,12 @@ def _gpu_count() -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     import subprocess
+    import warnings
 
+    from primus_ext.launcher.trainer.plan import QUIET_WARNINGS
+
+    for text in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
     from primus_ext.recipe import load_recipe
 
     config = args.config

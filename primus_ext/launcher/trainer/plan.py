@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
-Backend = str
-"""``gloo`` (CPU) or ``nccl`` (CUDA; RCCL on ROCm)."""
+QUIET_WARNINGS = ("Transformer Engine and Apex are not installed", "Apex is not installed",
+                  "full scope is deprecated")
+"""megatron-core's import-time UserWarnings without TE/Apex (every rank would repeat them)."""
 
 
 @dataclass(frozen=True, kw_only=True)

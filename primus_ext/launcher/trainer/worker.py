@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
-from primus_ext.launcher.trainer.plan import TrainPlan
+from primus_ext.launcher.trainer.plan import QUIET_WARNINGS, TrainPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +98,8 @@ def train_rank(rank: int, plan: TrainPlan, port: int) -> RankResult:
     from primus_ext.launcher.trainer.build import build_model_chunks, transformer_config, wrap_and_optimizer
     from primus_ext.measure.shims import apply_cpu_shims, te_importable
 
+    for text in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
     e = plan.execution
     cpu = apply_cpu_shims(plan.device)
     if cpu:
