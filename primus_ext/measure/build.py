@@ -164,7 +164,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         expert_tensor_parallel_size=shape.etp if distributed else 1,
     )
     if not distributed:
-        notes += _world1_notes(shape)
+        notes += _world1_notes(shape, use_te)
     if use_te and shape.precision == "fp8":
         kw.update(fp8="hybrid", fp8_recipe="tensorwise")
     if not a.multi_latent_attention:
@@ -196,7 +196,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     return TransformerConfig(**kw), notes
 
 
-def _world1_notes(shape: RankShape) -> list[str]:
+def _world1_notes(shape: RankShape, use_te: bool) -> list[str]:
     """What a one-rank world leaves out of a per-rank measurement (the projection adds it back)."""
     notes = []
     groups = [f"{n}={v}" for n, v in (("TP", shape.tp), ("EP", shape.ep if shape.kind == "moe" else 1))
@@ -205,9 +205,11 @@ def _world1_notes(shape: RankShape) -> list[str]:
         notes.append(f"{', '.join(groups)} emulated at per-rank sizes in one rank: no communication timed")
     if shape.sequence_parallel and shape.tp > 1 and shape.kind != "embedding":
         notes.append("sequence parallel: norms and residuals ran on the whole local sequence, not seq/TP")
-    if shape.cp > 1 and shape.kind in ("dense", "moe"):
-        notes.append(f"CP={shape.cp}: attention over the local seq/CP chunk only; the remote-KV part of "
-                     "core attention is not measured")
+    if shape.cp > 1 and shape.kind in ("dense", "moe") and use_te:
+        notes.append(f"CP={shape.cp}: attention over the local seq/CP chunk only (TE spec in one rank)")
+    elif shape.cp > 1 and shape.kind in ("dense", "moe"):
+        notes.append(f"CP={shape.cp}: local queries attend to the whole sequence (KV repeated, "
+                     "load-balanced causal mask); the KV exchange is not timed")
     return notes
 
 
@@ -240,18 +242,48 @@ def _layer_spec(shape: RankShape, config, use_te: bool):
         num_experts=experts, moe_grouped_gemm=False, qk_layernorm=a.qk_layernorm,
         multi_latent_attention=a.multi_latent_attention, normalization=a.normalization)
     sub = spec.submodules
+    attn_sub = sub.self_attention.submodules
     if a.multi_latent_attention:
-        sub.self_attention.submodules.core_attention = mla_core_attention_class()
+        attn_sub.core_attention = mla_core_attention_class()
+    if shape.cp > 1 and config.context_parallel_size == 1:
+        attn_sub.core_attention = cp_core_attention_class(attn_sub.core_attention, shape.cp)
     if config.sequence_parallel:
         from primus_ext.measure.shims import SPTorchNorm
 
         sub.input_layernorm = SPTorchNorm
         sub.pre_mlp_layernorm = SPTorchNorm
-        attn = sub.self_attention.submodules
         for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):
-            if hasattr(attn, name) and getattr(attn, name) is not None and a.qk_layernorm:
-                setattr(attn, name, SPTorchNorm)
+            if hasattr(attn_sub, name) and getattr(attn_sub, name) is not None and a.qk_layernorm:
+                setattr(attn_sub, name, SPTorchNorm)
     return spec
+
+
+def cp_core_attention_class(base: type, cp: int) -> type:
+    """Core attention of one context-parallel rank in a one-rank world.
+
+    The rank's ``seq/CP`` queries attend to the whole sequence: keys and values are repeated CP
+    times (standing in for the chunks the ring exchange would bring) under the causal mask of
+    megatron's load-balanced split (rank 0 holds chunks 0 and 2*CP-1 of 2*CP). Same convention as
+    the unfused local attention at CP=1: the full score rectangle is computed, then masked.
+    """
+
+    class CPRankCoreAttention(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_buffer("cp_mask", None, persistent=False)  # model state, not an activation
+
+        def forward(self, query, key, value, attention_mask, *args, **kwargs):
+            sq = query.size(0)
+            keys = key.repeat(cp, *([1] * (key.dim() - 1)))
+            values = value.repeat(cp, *([1] * (value.dim() - 1)))
+            if self.cp_mask is None or tuple(self.cp_mask.shape[-2:]) != (sq, keys.size(0)):
+                chunk = sq // 2
+                q_pos = torch.cat([torch.arange(chunk), torch.arange((2 * cp - 1) * chunk, 2 * cp * chunk)])
+                self.cp_mask = (torch.arange(keys.size(0))[None, :] > q_pos[:, None])[None, None].to(query.device)
+            return super().forward(query, keys, values, self.cp_mask, *args, **kwargs)
+
+    CPRankCoreAttention.__name__ = f"CP{cp}{base.__name__}"
+    return CPRankCoreAttention
 
 
 def _recompute_targets(layer: torch.nn.Module, config) -> tuple[torch.nn.Module, ...]:

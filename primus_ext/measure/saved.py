@@ -10,8 +10,9 @@ once with the storage's ``nbytes`` read *after* the forward (a view keeps its wh
 megatron's ``CheckpointWithoutOutput`` shrinks recomputed outputs to 0 bytes after packing, which
 reading late accounts for). Excluded: parameters (they are weights, not activations) and the
 non-differentiable inputs (causal mask, rotary table, token ids, labels), which a model holds once
-per micro-batch, not per layer. The layer's differentiable input (the previous layer's output)
-counts: the layer keeps it, no other layer does.
+per micro-batch, not per layer, and module buffers (model state, e.g. the CP emulation's mask).
+The layer's differentiable input (the previous layer's output) counts: the layer keeps it, no
+other layer does.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def saved_bytes(built: BuiltLayer) -> int:
     """Unique-storage bytes saved for backward by one forward of ``built`` (rules above)."""
     module = built.module
     inputs = built.make_inputs()
-    excluded = {_storage_key(p) for p in module.parameters()}
+    excluded = {_storage_key(t) for t in (*module.parameters(), *module.buffers())}
     excluded |= {_storage_key(t) for t in inputs.values()
                  if isinstance(t, torch.Tensor) and not t.requires_grad}
     seen: dict[int, torch.Tensor] = {}

@@ -47,3 +47,16 @@ def test_full_recompute_keeps_only_the_layer_input(world1):
     shape = RankShape(kind="dense", arch=GQA, seq_length=128, micro_batch_size=2, recompute="full")
     input_bytes = 128 * 2 * GQA.hidden_size * 2  # [s, b, h] bf16
     assert saved_bytes(build_layer(shape, device="cpu")) == input_bytes
+
+
+def test_context_parallel_rank_attends_to_the_whole_sequence(world1):
+    """CP=2 at seq 2s vs CP=1 at seq s: same s local queries, twice the keys. The extra storage is
+    exactly the wider score rectangle plus the wider (GQA-expanded) K and V."""
+    s, heads, kv = 256, GQA.num_attention_heads, GQA.kv_channels
+    cp2 = build_layer(RankShape(kind="dense", arch=GQA, seq_length=2 * s, cp=2), device="cpu")
+    one = _saved("dense", GQA, s, 1)
+    scores = heads * s * (2 * s - s) * SOFTMAX_BYTES_PER_SCORE
+    keys_values = 2 * (2 * s - s) * heads * kv * 2  # [sk, b, heads, kv] bf16, K and V
+    assert saved_bytes(cp2) - one == scores + keys_values
+    assert cp2.param_count == build_layer(RankShape(kind="dense", arch=GQA, seq_length=s), device="cpu").param_count
+    assert any(n.startswith("CP=2: local queries attend to the whole sequence") for n in cp2.notes)
