@@ -51,3 +51,28 @@ def test_apply_is_idempotent_and_bad_pins_exit_2(recipe, capsys):
     assert recipe.read_text() == first and "nothing to write" in capsys.readouterr().out
     assert main(["tune", str(recipe), "--pin", "tensor_parallel=2"]) == 2
     assert "--pin" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic notes inside litellm
+def test_llm_strategy_key_never_reaches_output_log_or_json(recipe, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("litellm")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tune"))
+    from tune_llm_server import FakeLLM, reply, status
+
+    secret = "sk-cli-test-9f8e7d6c5b4a"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    good = {"rationale": f"cut the bubble; my key is {secret}",
+            "configs": [{"tp": 1, "etp": 1, "pp": 2, "vpp": 1, "cp": 1, "ep": 8, "mbs": 1, "recompute": "full",
+                         "sharding": "distopt", "tp_comm_overlap": False, "ep_overlap": False,
+                         "dp_overlap": "grad+param"}]}
+    doc, log = tmp_path / "llm.json", tmp_path / "llm.jsonl"
+    with FakeLLM([reply(json.dumps(good)), status(401, f"Incorrect API key provided: {secret}")]) as server:
+        code = main(["tune", str(recipe), "--cluster", "mi355x", "--nodes", "8", "--strategy", "llm",
+                     "--llm", "openai/fake", "--llm-api-base", server.api_base, "--llm-timeout", "2",
+                     "--budget", "6", *PINS, "--json", str(doc), "--log", str(log), "--no-regret", "--analytic"])
+    assert code == 0
+    captured = capsys.readouterr()
+    everything = captured.out + captured.err + doc.read_text() + log.read_text()
+    assert secret not in everything
+    assert "[redacted]" in everything and "fell back to tpe" in everything
+    assert any(json.loads(line).get("trial", {}).get("origin") == "llm" for line in log.read_text().splitlines())
