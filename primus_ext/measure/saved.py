@@ -31,7 +31,7 @@ def saved_bytes(built: BuiltLayer) -> int:
     """Unique-storage bytes saved for backward by one forward of ``built`` (rules above)."""
     module = built.module
     inputs = built.make_inputs()
-    excluded = {_storage_key(t) for t in (*module.parameters(), *module.buffers())}
+    excluded = {_storage_key(p) for p in module.parameters()}
     excluded |= {_storage_key(t) for t in inputs.values()
                  if isinstance(t, torch.Tensor) and not t.requires_grad}
     seen: dict[int, torch.Tensor] = {}
@@ -45,7 +45,8 @@ def saved_bytes(built: BuiltLayer) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = module(**inputs)
     out = out[0] if isinstance(out, tuple) else out
-    total = sum(t.untyped_storage().nbytes() for t in seen.values())
+    buffers = {_storage_key(b) for b in module.buffers()}  # after the forward: some are built lazily
+    total = sum(t.untyped_storage().nbytes() for key, t in seen.items() if key not in buffers)
     seen.clear()
     run_backward(out, torch.ones_like(out))
     for p in module.parameters():
