@@ -139,12 +139,16 @@ def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: f
         parts["attn_qkv"] = qkv_inputs
         parts["attn_softmax_stats"] = FP32_BYTES * b * heads * s
     else:
-        if a.multi_latent_attention or shape.local_query_groups != heads:
-            parts["attn_qkv"] = e * t * heads * (2 * qh + vh)  # q, k, v expanded to every head
+        # Under CP the local queries attend to the whole sequence: keys and values of every CP chunk
+        # (build.py's one-rank stand-in for ring attention); CP's per-layer bool mask (s/CP x s, a
+        # module buffer, 1 byte per score) is not per micro-batch and not counted (< 0.5 % at CP 2).
+        cp = shape.cp
+        if a.multi_latent_attention or shape.local_query_groups != heads or cp > 1:
+            parts["attn_qkv"] = e * t * heads * (qh + cp * (qh + vh))  # q, k, v expanded to every head
         else:  # MHA: no expansion, the bmm keeps views of the roped q, k and of the qkv output (v)
             parts["attn_qkv"] = qkv_inputs
         probs = 0 if e == FP32_BYTES else e  # fp32 softmax output; bf16 probabilities for the bmm
-        parts["attn_scores"] = (FP32_BYTES + probs) * b * heads * s * s
+        parts["attn_scores"] = (FP32_BYTES + probs) * b * heads * s * s * cp
     parts["attn_out"] = e * t * heads * vh + (t * heads * vh if lin_e == 1 else 0)
     return parts
 
