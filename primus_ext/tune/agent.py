@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,22 +245,24 @@ class SearchContext:
 
 
 def evaluate_execution(ctx: SearchContext, execution: ExecutionSpec, *, origin: str) -> Trial:
-    """A trial for an execution that may lie outside the space (the recipe's own configuration)."""
+    """A trial for an execution that may lie outside the space (the recipe's own configuration).
+
+    Unlike a proposal it is projected even when the memory model says it does not fit (status
+    ``oom`` with a score), so that the gain over it can still be stated."""
     config = ctx.space.config_of(execution)
     if ctx.space.to_execution(config) == execution and not ctx.space.membership(config):
-        return ctx.try_config(config, origin=origin, counted=False)
+        trial = ctx.try_config(config, origin=origin, counted=False)
+        if trial.status != "oom":
+            return trial
     problems = check(ctx.space.model, execution, ctx.space.system)
     if problems:
         return Trial(config=config, status="illegal", origin=origin, problems=tuple(problems))
     verdict = ctx.prefilter.verdict(execution)
-    score = ctx.oracle(execution)
+    try:
+        score = ctx.oracle(execution)
+    except RecipeError as err:
+        return Trial(config=config, status="illegal", origin=origin, problems=tuple(err.problems))
     if score.peak_bytes is None:
         score = dataclasses.replace(score, peak_bytes=verdict.peak_bytes, capacity_bytes=verdict.capacity_bytes)
-    status: Status = "projected" if verdict.fits else "oom"
-    return Trial(config=config, status=status, origin=origin, score=score, memory=verdict)
-
-
-def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
+    return Trial(config=config, status="projected" if verdict.fits else "oom", origin=origin, score=score,
+                 memory=verdict)

@@ -158,11 +158,16 @@ def tune(
         notes.append(f"a one-axis change of the best ({top.axis}={top.value}) projects {top.change * 100:+.2f} %: "
                      "the budget ended before the local search converged (raise --budget)")
     gain = None
-    if best is not None and base_trial is not None and base_trial.status == "projected":
+    if best is not None and base_trial is not None and base_trial.score is not None:
         gain = best.tokens_per_s_per_gpu / base_trial.tokens_per_s_per_gpu - 1
-    elif base_trial is not None:
-        notes.append(f"the recipe's configuration is {base_trial.status} on this cluster: "
-                     + ("; ".join(str(p) for p in base_trial.problems[:3]) or "it does not fit in memory"))
+    if base_trial is not None and base_trial.status == "oom" and base_trial.memory is not None:
+        m = base_trial.memory
+        notes.append(f"the recipe's configuration does not fit per the memory model (peak {m.peak_bytes / 2**30:.1f} "
+                     f"GiB > {m.capacity_bytes * (1 - ctx.prefilter.margin) / 2**30:.1f} GiB usable); the gain is "
+                     "against its projected throughput")
+    elif base_trial is not None and base_trial.status == "illegal":
+        notes.append("the recipe's configuration is illegal on this cluster: "
+                     + "; ".join(str(p) for p in base_trial.problems[:3]))
     regret_value = None
     if best is not None and optimum is not None and optimum.tokens_per_s_per_gpu > 0:
         regret_value = max(0.0, 1 - best.tokens_per_s_per_gpu / optimum.tokens_per_s_per_gpu)
