@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     previous = read_log(args.resume, expect=header) if args.resume else []
     ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, _costs(args)),
                         prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin),
-                        budget=args.budget, log=TrialLog(log_path, header) if log_path else None)
+                        budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
+                        detail=args.strategy != "exhaustive")
     ctx.seed(previous)
     candidates = None if args.no_regret else space.size()
     options = StrategyOptions(seed=args.seed, llm_model=args.llm, llm_api_base=args.llm_api_base,
