@@ -22,6 +22,7 @@ def recipe(tmp_path):
 
 
 def test_tune_writes_json_log_and_a_tuned_copy(recipe, tmp_path, capsys):
+    pytest.importorskip("optuna")
     out, doc, log = tmp_path / "recipes" / "tuned.yaml", tmp_path / "result.json", tmp_path / "trials.jsonl"
     argv = ["tune", str(recipe), "--cluster", "mi355x", "--nodes", "8", "--strategy", "tpe", "--budget", "15",
             *PINS, "--out", str(out), "--json", str(doc), "--log", str(log), "--analytic"]

@@ -62,6 +62,7 @@ def test_exhaustive_finds_the_brute_force_optimum(small):
 
 
 def test_tpe_reaches_zero_regret_within_budget_without_reprojecting(small):
+    pytest.importorskip("optuna")
     ctx = _ctx(small, budget=60)
     result = tune(ctx, "tpe", baseline=small[1], options=StrategyOptions(seed=3), candidates=small[3].size())
     assert ctx.spent <= 60 and result.stats.projected <= 60
@@ -72,6 +73,7 @@ def test_tpe_reaches_zero_regret_within_budget_without_reprojecting(small):
 
 
 def test_pareto_front_and_sensitivity(small):
+    pytest.importorskip("optuna")
     ctx = _ctx(small, budget=30)
     result = tune(ctx, "tpe", baseline=small[1], regret=False)
     ranked = list(result.ranked)
@@ -95,6 +97,7 @@ def test_pareto_front_and_sensitivity(small):
 
 
 def test_log_and_resume_continue_without_reprojecting(small, tmp_path):
+    pytest.importorskip("optuna")
     path = tmp_path / "trials.jsonl"
     header = {"recipe": "tiny", "nodes": 1}
     first = _ctx(small, budget=15, log=TrialLog(path, header))
@@ -118,6 +121,7 @@ def test_log_and_resume_continue_without_reprojecting(small, tmp_path):
 
 
 def test_budget_bounds_any_proposer(small):
+    pytest.importorskip("optuna")
     ctx = _ctx(small, budget=5)
     result = tune(ctx, "tpe", regret=False)
     assert ctx.spent == 5 and result.stats.projected == 5

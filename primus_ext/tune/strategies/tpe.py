@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from primus_ext.errors import Problem, RecipeError
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
 
 TPE_SHARE = 0.6
@@ -56,8 +57,13 @@ def local_search(ctx: Any, origin: str) -> None:
 
 
 def run(ctx: Any, options: Any) -> list[str]:
-    import optuna
-    from optuna.distributions import CategoricalDistribution
+    try:
+        import optuna
+        from optuna.distributions import CategoricalDistribution
+    except ImportError:
+        missing = Problem(path="--strategy", value="tpe", message="optuna is not installed",
+                          fix="pip install 'primus-ext[agent]' (or use --strategy exhaustive)")
+        raise RecipeError(problems=[missing]) from None
 
     from primus_ext.tune.agent import BudgetExhausted
 
