@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from primus_ext.model.memory_stage import (
+    Measured,
     StageContext,
     peak_representatives,
     stage_context,
@@ -108,16 +109,23 @@ def estimate_memory(
     system: SystemSpec,
     *,
     activation_bytes: Mapping[str, int] | None = None,
+    measured_impl: str = "te",
+    measured_scale: float = 1.0,
     margin: float = 0.0,
 ) -> Memory:
     """Per-stage peak memory of one GPU for ``model`` run as ``execution`` on ``system``.
 
     ``activation_bytes``: measured bytes saved for backward per layer kind (``dense``, ``moe``,
-    ``output``) for one micro-batch at the configured recompute; they rescale the formula's value
-    for that kind. ``margin``: fraction of HBM kept free (fits only when peak <= capacity*(1-margin)).
+    ``output``) for one micro-batch at the configured recompute, taken by ``measured_impl`` (``te`` on a
+    GPU, ``local`` = megatron-core's local spec on CPU) on the shape ``RankShape.scaled(measured_scale)``.
+    Each kind's measured / formula ratio at that shape and implementation rescales the TE formula at the
+    target shape. ``margin``: fraction of HBM kept free (fits only when peak <= capacity*(1-margin)).
     Raises ``RecipeError`` when the layer split is illegal.
     """
-    ctx = stage_context(model, execution, activation_bytes)
+    measured = None
+    if activation_bytes:
+        measured = Measured(saved_bytes=dict(activation_bytes), impl=measured_impl, scale=measured_scale)
+    ctx = stage_context(model, execution, measured)
     stages = []
     for rank in range(execution.pp):
         parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primus_ext.model.memory_activations import (
+    LOCAL,
     TE,
     activation_bytes_per_layer,
     element_bytes,
@@ -169,11 +170,25 @@ def _kind_terms(shape: RankShape, scale: float) -> KindTerms:
                      wgrad_fraction=linear_input_fraction(shape))
 
 
-def _scale(shape: RankShape, measured: Mapping[str, int] | None) -> float:
-    if not measured or shape.kind not in measured:
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """Saved bytes measured per layer kind, and how: the implementation and the ``RankShape.scaled``
+    factor of the measured module (a CPU measurement runs the local spec at a reduced scale)."""
+
+    saved_bytes: Mapping[str, int]
+    impl: str = "te"
+    """``te`` (Transformer-Engine spec, GPU) or ``local`` (megatron-core local spec, CPU)."""
+    scale: float = 1.0
+
+
+def _scale(shape: RankShape, measured: Measured | None) -> float:
+    """Measured / formula at the measured shape and implementation: the correction carried over to the
+    TE formula at the target shape (so a CPU local-spec measurement does not import the s x s scores)."""
+    if measured is None or shape.kind not in measured.saved_bytes:
         return 1.0
-    formula = activation_bytes_per_layer(shape, impl=TE)
-    return measured[shape.kind] / formula if formula else 1.0
+    impl = LOCAL if measured.impl == "local" else TE
+    formula = activation_bytes_per_layer(shape.scaled(measured.scale), impl=impl)
+    return measured.saved_bytes[shape.kind] / formula if formula else 1.0
 
 
 _BY_MODEL: dict[tuple, tuple[ModelSpec, object]] = {}
@@ -193,7 +208,7 @@ def _memo(key: tuple, model: ModelSpec, compute):
     return value
 
 
-def _terms(model: ModelSpec, e: ExecutionSpec, measured: Mapping[str, int] | None) -> dict[str, KindTerms]:
+def _terms(model: ModelSpec, e: ExecutionSpec, measured: Measured | None) -> dict[str, KindTerms]:
     shapes = rank_shapes(model, e)
     return {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
 
@@ -208,7 +223,7 @@ def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
     return plan_key, terms_key
 
 
-def stage_context(model: ModelSpec, execution: ExecutionSpec, measured: Mapping[str, int] | None) -> StageContext:
+def stage_context(model: ModelSpec, execution: ExecutionSpec, measured: Measured | None) -> StageContext:
     """The shared part of a configuration's memory (memoised unless activations are measured)."""
     if measured:
         return _build_context(model, execution, measured)
@@ -217,7 +232,7 @@ def stage_context(model: ModelSpec, execution: ExecutionSpec, measured: Mapping[
     return _memo(key, model, lambda: _build_context(model, execution, None))
 
 
-def _build_context(model: ModelSpec, e: ExecutionSpec, measured: Mapping[str, int] | None) -> StageContext:
+def _build_context(model: ModelSpec, e: ExecutionSpec, measured: Measured | None) -> StageContext:
     plan_key, terms_key = _keys(model, e)
     plan, comps, reps = _memo(plan_key, model, lambda: _plan_with_reps(model, plan_key[2:]))
     terms = _terms(model, e, measured) if measured else _memo(terms_key, model, lambda: _terms(model, e, None))
@@ -227,7 +242,7 @@ def _build_context(model: ModelSpec, e: ExecutionSpec, measured: Mapping[str, in
     if not model.untie_embeddings_and_output_weights and e.pp * e.vpp == 1:
         out -= terms["embedding"].params  # the output layer shares the embedding's weight
     mtp_extra = 2 * model.hidden_size * model.hidden_size // e.tp + 3 * norm_params_for(model)
-    source = "measured saved-bytes" if measured and any(k in measured for k in terms) else "analytic"
+    source = "measured saved-bytes" if measured and any(k in measured.saved_bytes for k in terms) else "analytic"
     profile_key = None if measured else ("profile", *terms_key[1:], *plan_key[2:], e.recompute_method,
                                          e.recompute_num_layers)
     return StageContext(model=model, execution=e, plan=plan, compositions=comps, terms=terms,

@@ -212,3 +212,21 @@ def test_measured_saved_bytes_override_the_formula():
     assert measured.source == "measured saved-bytes" and analytic.source == "analytic"
     grown = measured.stages[0].activations_bytes - analytic.stages[0].activations_bytes
     assert grown == pytest.approx(GQA.num_layers * formula)
+
+
+def test_cpu_local_measurement_at_reduced_scale_carries_only_its_ratio():
+    """A local-spec (unfused attention) measurement at 1/4 scale that equals its own formula leaves the
+    TE estimate at the target shape unchanged; 10 % more than its formula raises it by 10 %."""
+    from primus_ext.model.memory_activations import LOCAL
+
+    exe = _exe()
+    shape = rank_shapes(GQA, exe)["dense"]
+    local = activation_bytes_per_layer(shape.scaled(0.25), impl=LOCAL)
+    analytic = estimate_memory(GQA, exe, H100).stages[0].detail["activations.per_microbatch"]
+    same = estimate_memory(GQA, exe, H100, activation_bytes={"dense": local}, measured_impl="local",
+                           measured_scale=0.25).stages[0].detail["activations.per_microbatch"]
+    assert same == pytest.approx(analytic)
+    more = estimate_memory(GQA, exe, H100, activation_bytes={"dense": round(1.1 * local)}, measured_impl="local",
+                           measured_scale=0.25).stages[0].detail["activations.per_microbatch"]
+    dense_part = GQA.num_layers * activation_bytes_per_layer(shape)
+    assert more - analytic == pytest.approx(0.1 * dense_part, rel=1e-3)
