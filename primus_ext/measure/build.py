@@ -127,7 +127,8 @@ def _moe_routing(shape: RankShape, local_experts: int) -> tuple[int, int, list[s
     return built, topk, notes
 
 
-def transformer_config(shape: RankShape, *, distributed: bool, device: torch.device, use_te: bool):
+def transformer_config(shape: RankShape, *, distributed: bool, device: torch.device, use_te: bool,
+                       dtype: torch.dtype | None = None):
     """The megatron ``TransformerConfig`` (``MLATransformerConfig`` for MLA) for ``shape``."""
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
@@ -135,7 +136,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     split = 1 if distributed else shape.tp
     esplit = 1 if distributed else shape.etp
     act, gated = _activation(a.activation)
-    dtype = _DTYPES[shape.precision]
+    dtype = dtype or _DTYPES[shape.precision]
     notes: list[str] = []
     if shape.precision == "fp8" and not use_te:
         notes.append("fp8 needs transformer-engine: measured in bf16")
@@ -321,15 +322,18 @@ def _causal_mask(seq: int, device: torch.device) -> torch.Tensor:
 
 
 def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
-                distributed: bool = False) -> BuiltLayer:
-    """Build the module for ``shape`` (call inside ``parallel_context``; see module docstring)."""
+                dtype: torch.dtype | None = None, distributed: bool = False) -> BuiltLayer:
+    """Build the module for ``shape`` (call inside ``parallel_context``; see module docstring).
+
+    ``dtype`` overrides the precision's parameter/activation dtype (bf16 for bf16/fp8, fp16, fp32).
+    """
     from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.transformer.transformer_block import TransformerBlock
 
     dev = resolve_device(device)
     use_te = te_available(dev)
-    config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te)
+    config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te, dtype=dtype)
     dtype = config.params_dtype
     a = shape.arch
     tokens_seq = shape.local_seq
