@@ -169,6 +169,28 @@ def _report(recipe: Any, plan: CostPlan, folder: Path | None, out: TextIO, *, qu
     return outcome.exit_code
 
 
+def overrides_from_argv(argv: Sequence[str]) -> list[str]:
+    """Primus's command-line overrides (``--key value``, ``--key=value``, bare ``--flag``) as ``key=value``."""
+    out: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if not item.startswith("--"):
+            i += 1
+            continue
+        key = item[2:]
+        if "=" in key:
+            out.append(key)
+        elif i + 1 < len(items) and not items[i + 1].startswith("--"):
+            out.append(f"{key}={items[i + 1]}")
+            i += 1
+        else:
+            out.append(f"{key}=true")
+        i += 1
+    return out
+
+
 def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, cluster: str | None = None,
                        nodes: int | None = None, costs: CostPlan | None = None,
                        stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:

@@ -158,3 +158,9 @@ def test_primus_side_writes_into_the_experiment_directory(tmp_path: Path):
     assert code == EXIT_OK, out.getvalue()
     doc = json.loads((folder / "projection.json").read_text())
     assert doc["inputs"]["execution"]["global_batch_size"] == 32 and doc["overrides"] == ["global_batch_size=32"]
+
+
+def test_primus_overrides_become_key_value():
+    argv = ["--train_iters", "10", "--bf16", "--seq_length=4096", "--tensor_model_parallel_size", "2"]
+    assert hook.overrides_from_argv(argv) == ["train_iters=10", "bf16=true", "seq_length=4096",
+                                              "tensor_model_parallel_size=2"]
