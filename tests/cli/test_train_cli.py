@@ -156,3 +156,18 @@ def test_builtin_short_run_on_two_cpu_ranks(tmp_path: Path, capsys):
     assert result["tp"] == 2 and result["dp"] == 1 and result["world_size"] == 2
     assert len(result["step_times_s"]) == 2 and all(t > 0 for t in result["step_times_s"])
     assert os.path.basename(result["schedule"]) == "forward_backward_no_pipelining"
+
+
+def test_auto_tune_writes_a_tuned_copy_and_projects_it(tmp_path: Path, capsys):
+    recipe = _recipe(tmp_path, TINY)
+    assert _project(tmp_path, recipe) == 0
+    baseline = json.loads((tmp_path / "ws" / "projection.json").read_text())
+    code = main(["train", "--config", str(recipe), "--cluster", "h100", "--nodes", "1", "--auto-tune",
+                 "--strategy", "exhaustive", "--budget", "30", "--analytic", "--projection-only",
+                 "--workspace", str(tmp_path / "tuned")])
+    assert code == 0
+    tuned_file = tmp_path / "tiny.tuned.yaml"
+    assert tuned_file.exists() and recipe.read_text() == TINY  # the original is untouched without --apply
+    tuned = json.loads((tmp_path / "tuned" / "projection.json").read_text())
+    assert tuned["recipe"] == str(tuned_file)
+    assert tuned["tokens_per_sec_per_gpu"] >= baseline["tokens_per_sec_per_gpu"]
