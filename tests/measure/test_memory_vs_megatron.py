@@ -42,6 +42,8 @@ ONE_RANK = {
     "dense-seq256-mbs1": _shape("dense", GQA, seq_length=256, micro_batch_size=1),
     "dense-tp2-slice": _shape("dense", GQA, tp=2),
     "dense-cp2-chunk": _shape("dense", GQA, seq_length=256, cp=2),
+    "dense-qk-layernorm": _shape("dense", replace(GQA, qk_layernorm=True)),
+    "dense-layernorm-bias": _shape("dense", replace(GQA, normalization="LayerNorm", add_bias_linear=True)),
     "dense-mha-gelu": _shape("dense", replace(GQA, num_query_groups=8, activation="gelu"), micro_batch_size=4,
                              seq_length=64),
     "moe-none": _shape("moe", MOE),
