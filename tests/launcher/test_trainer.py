@@ -83,6 +83,10 @@ def test_plan_refuses_what_the_trainer_cannot_run():
                  world_size=4, iters=2)
     paths = {p.path for p in err.value.problems}
     assert {"num_query_groups", "global_batch_size"} <= paths
+    with pytest.raises(RecipeError) as err:  # megatron-core 0.16 syncs tied PP embeddings with .cuda()
+        plan_run(tiny_model(untie_embeddings_and_output_weights=False), _exe(pipeline_model_parallel_size=2),
+                 world_size=2, iters=2, device="cpu")
+    assert [p.path for p in err.value.problems] == ["untie_embeddings_and_output_weights"]
 
 
 def test_plan_derives_dp_and_microbatches():

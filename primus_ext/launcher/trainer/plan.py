@@ -55,7 +55,8 @@ def tiny_model(**overrides: object) -> ModelSpec:
     return ModelSpec(**fields)  # type: ignore[arg-type]
 
 
-def _problems(model: ModelSpec, e: ExecutionSpec, world_size: int, iters: int, warmup: int) -> list[Problem]:
+def _problems(model: ModelSpec, e: ExecutionSpec, world_size: int, iters: int, warmup: int,
+              device: str) -> list[Problem]:
     out: list[Problem] = []
     mp = e.tp * e.pp * e.cp
     if world_size < 1 or world_size % mp:
@@ -70,6 +71,11 @@ def _problems(model: ModelSpec, e: ExecutionSpec, world_size: int, iters: int, w
     if e.ep > 1 and (world_size // (e.etp * e.pp)) % e.ep:
         out.append(Problem(path="expert_model_parallel_size", value=e.ep,
                            message=f"does not divide world/(ETP*PP) = {world_size // (e.etp * e.pp)}"))
+    if device == "cpu" and e.pp > 1 and not model.untie_embeddings_and_output_weights:
+        out.append(Problem(path="untie_embeddings_and_output_weights", value=False,
+                           message="tied embeddings under PP>1 need CUDA in megatron-core 0.16 (the first/last "
+                                   "stage weight sync calls weight.data.cuda())",
+                           fix="set untie_embeddings_and_output_weights=true for CPU runs, or use PP=1"))
     if model.multi_latent_attention:
         out.append(Problem(path="multi_latent_attention", value=True,
                            message="the built-in trainer builds MHA/GQA models only",
@@ -114,7 +120,7 @@ def plan_run(
     """Check and resolve a run; raises ``RecipeError`` listing every problem."""
     import os
 
-    problems = _problems(model, execution, world_size, iters, warmup)
+    problems = _problems(model, execution, world_size, iters, warmup, device)
     if problems:
         raise RecipeError(problems=problems, source="built-in trainer")
     dp = world_size // (execution.tp * execution.pp * execution.cp)
