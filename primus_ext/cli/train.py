@@ -192,7 +192,7 @@ def run_command(args: argparse.Namespace) -> int:
     from primus_ext.errors import Problem, RecipeError
     from primus_ext.launcher.delegate import find_launcher, launch_command
 
-    found = find_launcher({"auto": "auto", "primus": "primus", "megatron": "megatron"}[args.launcher])
+    found = find_launcher(args.launcher)
     if found is None:
         raise RecipeError(problems=[Problem(
             path="--launcher", value=args.launcher,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from primus_ext.errors import PrimusExtError
-from primus_ext.launcher.projection_only import EXIT_ILLEGAL, CostPlan, experiment_dir, projection_only
+from primus_ext.launcher.projection_only import CostPlan, experiment_dir, projection_only
 
 CLUSTER_ENV = "PRIMUS_EXT_CLUSTER"
 """Hardware profile used when ``--projection-cluster`` is not given (e.g. ``mi300x``)."""
@@ -209,7 +209,7 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
     except PrimusExtError as err:
         if rank0:
             print(f"error: {err}", file=out)
-        return EXIT_ILLEGAL if err.exit_code == EXIT_ILLEGAL else err.exit_code
+        return err.exit_code
     plan = costs or CostPlan()
     folder = experiment_dir(config, env=env) if rank0 else None
     return _report(recipe, plan, folder, out, quiet=not rank0, overrides=overrides)

@@ -102,7 +102,8 @@ def measure_missing(recipe: Any, plan: CostPlan, *,
     return tuple(f"{m.target.kind}: ok" if m.ok else f"{m.target.kind}: FAILED {m.error}" for m in results)
 
 
-def _costs(plan: CostPlan) -> Any:
+def cost_provider(plan: CostPlan) -> Any:
+    """The projection's ``costs`` argument for a plan (``None`` = analytic roofline only)."""
     if plan.mode == "analytic":
         return None
     from primus_ext.measure.store import TimingStore, default_store_path
@@ -164,7 +165,7 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
     measured: tuple[str, ...] = ()
     if plan.mode == "measured":
         measured = measure_missing(recipe, plan, progress=progress)
-    projection = project(recipe.model, recipe.execution, recipe.system, _costs(plan))
+    projection = project(recipe.model, recipe.execution, recipe.system, cost_provider(plan))
     reasons = oom_reasons(projection)
     files: dict[str, Path] = {}
     if out_dir is not None:

@@ -109,7 +109,7 @@ def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store:
     """Measure the target's layers here, project, run the built-in trainer, return both."""
     from types import SimpleNamespace
 
-    from primus_ext.launcher.projection_only import CostPlan, _costs, measure_missing
+    from primus_ext.launcher.projection_only import CostPlan, cost_provider, measure_missing
     from primus_ext.launcher.trainer import plan_run, run_plan
     from primus_ext.projection import project
 
@@ -119,6 +119,6 @@ def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store:
     costs = CostPlan(mode="measured", store=store, scale=1.0, device=target.device)
     as_recipe = SimpleNamespace(model=target.model, execution=target.execution, system=target.system)
     measured = measure_missing(as_recipe, costs, progress=progress)
-    projection = project(target.model, target.execution, target.system, _costs(costs))
+    projection = project(target.model, target.execution, target.system, cost_provider(costs))
     training = run_plan(train_plan)
     return VerifyResult(projection=projection, training=training, measured=measured)
