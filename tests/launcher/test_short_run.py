@@ -1,0 +1,49 @@
+"""Scaling a recipe down for a short local run (pure parts of ``launcher.short_run``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from primus_ext.hardware import load_system
+from primus_ext.launcher.short_run import VerifyResult, local_target, scale_model
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+LLAMA_8B = ModelSpec(name="llama3.1_8B", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
+                     num_attention_heads=32, num_query_groups=8, kv_channels=128, vocab_size=128256,
+                     max_position_embeddings=8192)
+
+
+def test_scale_model_keeps_gqa_ratio_and_tp_divisibility():
+    small = scale_model(LLAMA_8B, ExecutionSpec(tensor_model_parallel_size=2), 1 / 16)
+    # heads in multiples of TP x (32/8) = 8: round(32/16 / 8) -> at least 8; hidden = heads x 128
+    assert (small.num_attention_heads, small.num_query_groups, small.hidden_size) == (8, 2, 1024)
+    assert small.ffn_hidden_size == 896 and small.ffn_hidden_size % (64 * 2) == 0
+    assert small.num_layers == 32 and small.vocab_size == 128256
+    assert scale_model(LLAMA_8B, ExecutionSpec(), 1.0) is LLAMA_8B
+
+
+def test_scale_model_moe_keeps_enough_local_experts():
+    moe = ModelSpec(name="m", num_layers=2, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                    num_query_groups=8, kv_channels=128, vocab_size=32000, num_experts=8, moe_router_topk=2,
+                    moe_ffn_hidden_size=14336, moe_layer_pattern=(True, True))
+    small = scale_model(moe, ExecutionSpec(expert_model_parallel_size=2), 1 / 16)
+    assert small.num_experts == 4  # EP x min(8/2, top-k 2)
+    assert small.moe_ffn_hidden_size == 896
+
+
+def test_local_target_runs_on_nproc_ranks():
+    recipe = SimpleNamespace(model=LLAMA_8B, system=load_system("h100", 8),
+                             execution=ExecutionSpec(tensor_model_parallel_size=2, seq_length=8192,
+                                                     global_batch_size=8, data_parallel_size=32))
+    target = local_target(recipe, scale=1 / 16, nproc=2, device="cpu")
+    assert target.system.world_size == 2 and target.system.gpu.name == load_system("cpu", 1).gpu.name
+    assert target.execution.dp == 1 and target.execution.seq_length == 512
+    assert target.model.max_position_embeddings >= 512
+
+
+def test_verify_error_sign():
+    result = VerifyResult(projection=SimpleNamespace(step_time_s=0.9, tokens_per_s_per_gpu=1.0),
+                          training=SimpleNamespace(median_step_time_s=1.0), measured=())
+    assert result.error_pct == pytest.approx(-10.0)
