@@ -66,6 +66,8 @@ def test_page_is_self_contained(projection):
     assert len(data["timeline"]["segments"]) == len(step_segments(projection))
     assert len(data["memory"]["stages"]) == 4
     assert "tiny.yaml" in page and "a=1" in page
+    verified = render_html(projection, verify={"measured_step_s": 0.125, "projected_step_s": 0.1, "error_pct": -20.0})
+    assert "Measured vs projected" in verified and "0.125" in verified and "-20" in verified
 
 
 def _paeth(a: int, b: int, c: int) -> int:
