@@ -114,7 +114,7 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
 
     if args.analytic:
         plan = CostPlan(mode="analytic")
-    elif args.scale is not None or (args.device or "") == "cuda":
+    elif args.scale is not None or _device(args) == "cuda":  # on a GPU: measure what is missing at full size
         plan = CostPlan(mode="measured", store=args.store, scale=args.scale or 1.0, device=args.device)
     else:
         plan = CostPlan(mode="store", store=args.store)
