@@ -7,10 +7,10 @@
 ``local_target`` keeps the recipe's TP/PP/VPP/MBS/GBS and precision and shrinks the model by
 ``scale`` (heads in multiples of TP x the GQA ratio with ``kv_channels`` kept, hidden with its ratio
 to heads x kv_channels, FFN, experts in multiples of EP, sequence) so it trains in seconds; DP comes
-from ``nproc`` local ranks. The projection is of *that* configuration on *this* machine: layer costs
-measured here at full (= the scaled model's) size, collectives on the local profile (``cpu`` on a CPU,
-the recipe's GPU type otherwise, with ``nproc`` GPUs in one node). So measured vs projected compares
-like with like.
+from ``nproc`` local ranks. On CPU fp8 becomes bf16 (no transformer-engine). The projection is of
+*that* configuration on *this* machine: layer costs measured here at full (= the scaled model's)
+size, collectives on the local profile (``cpu`` on a CPU, the recipe's GPU type otherwise, with
+``nproc`` GPUs in one node). So measured vs projected compares like with like.
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ def local_target(recipe: Any, *, scale: float, nproc: int, device: str) -> Local
     seq = _shrink(e.seq_length, scale, SEQ_MULTIPLE) if scale < 1 else e.seq_length
     mp = e.tp * e.pp * e.cp
     dp = max(1, nproc // mp)
-    execution = replace(e, seq_length=seq, data_parallel_size=dp)
+    # fp8 needs transformer-engine on a GPU: the CPU trainer and measurements run it in bf16, so project bf16
+    precision = "bf16" if device == "cpu" and e.precision == "fp8" else e.precision
+    execution = replace(e, seq_length=seq, data_parallel_size=dp, precision=precision)
     model = scale_model(recipe.model, e, scale)
     model = replace(model, max_position_embeddings=max(model.max_position_embeddings, seq))
     base = load_system("cpu", 1) if device == "cpu" else recipe.system

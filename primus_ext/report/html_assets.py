@@ -8,6 +8,7 @@ draws three SVG charts into ``#timeline``, ``#memory`` and ``#breakdown``; each 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; margin-bottom: 4px; } h2 { font-size: 16px; margin-top: 28px; }
+h3 { font-size: 13px; margin: 14px 0 4px; color: #444; }
 .sub { color: #555; margin-top: 0; }
 table { border-collapse: collapse; font-size: 13px; }
 td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left; }
