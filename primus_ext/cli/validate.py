@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         out["calibrated_from_user_run"] = user.to_dict()
     if args.fit:
         fits = fit_by_gpu(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
-        print("\nfitted efficiency blocks (paste into primus_ext/hardware/profiles/<gpu>.yaml):")
+        print("\nfitted efficiency blocks per GPU family (profiles of a family share them):")
         for name, (eff, n, loss) in fits.items():
             values = {p.name: getattr(eff, p.name) for p in DEFAULT_PARAMS}
             print(f"# {name}: {n} rows, mean |log error| {loss:.3f}")
@@ -95,11 +95,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"  calibration: {eff.calibration!r}")
             out.setdefault("fits", {})[name] = {**values, "rows": n, "loss": loss}
         if args.write_profiles:
-            from primus_ext.hardware import write_efficiency
+            from primus_ext.hardware import list_profiles, load_gpu, write_efficiency
 
-            for name, (eff, _, _) in fits.items():
-                path = write_efficiency(name, eff, [p.name for p in DEFAULT_PARAMS], Path(args.write_profiles))
-                print(f"wrote {path}")
+            for profile in list_profiles():
+                family = load_gpu(profile).family or profile
+                if family in fits:
+                    path = write_efficiency(profile, fits[family][0], [p.name for p in DEFAULT_PARAMS],
+                                            Path(args.write_profiles))
+                    print(f"wrote {path}")
     if args.cv:
         cv = leave_one_model_out(runs, analytic_projector, progress=_progress)
         print("\n" + "\n".join(_summary_lines(cv)))

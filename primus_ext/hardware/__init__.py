@@ -104,6 +104,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         scaleup_domain=int(data["scaleup_domain"]),
         nic_bandwidth_bytes_per_s=float(data["nic_gbit_per_gpu"]) * GBIT,
         gpus_per_node=int(data.get("gpus_per_node", 8)),
+        family=str(data.get("family", "")),
         tdp_w=float(data.get("tdp_w", 0.0)),
         sources=str(data.get("gpu", "")) + " profile " + source,
         efficiency=Efficiency(**eff_data),

@@ -40,6 +40,8 @@ class LayerArch:
     add_qkv_bias: bool = False
     qk_layernorm: bool = False
     window_size: tuple[int, int] | None = None
+    window_attn_skip_freq: int = 0
+    """Every N-th layer attends fully (0: all use the window); costs average over the pattern."""
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None
     kv_lora_rank: int = 0
@@ -176,6 +178,7 @@ def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
         add_qkv_bias=model.add_qkv_bias,
         qk_layernorm=model.qk_layernorm,
         window_size=model.window_size,
+        window_attn_skip_freq=model.window_attn_skip_freq if model.window_size else 0,
         multi_latent_attention=model.multi_latent_attention,
         q_lora_rank=model.q_lora_rank,
         kv_lora_rank=model.kv_lora_rank if model.multi_latent_attention else 0,

@@ -89,7 +89,11 @@ def causal_keys(shape: RankShape) -> float:
     window = shape.arch.window_size
     if window and 0 <= window[0] < s:
         w = window[0] + 1
-        return w - w * w / (2.0 * s)
+        windowed = w - w * w / (2.0 * s)
+        freq = shape.arch.window_attn_skip_freq
+        if freq > 0:  # every freq-th layer attends fully: the average over the pattern
+            return (s / 2.0 + (freq - 1) * windowed) / freq
+        return windowed
     return s / 2.0
 
 

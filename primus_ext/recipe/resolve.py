@@ -169,6 +169,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         untie_embeddings_and_output_weights=a.bool("untie_embeddings_and_output_weights"),
         position_embedding_type="rope" if position in ("mrope", "yarn") else position,  # type: ignore[arg-type]
         window_size=_window(a),
+        window_attn_skip_freq=a.int("window_attn_skip_freq") or 0,
         num_experts=experts,
         moe_router_topk=a.int("moe_router_topk") or 2,
         moe_ffn_hidden_size=(a.int("moe_ffn_hidden_size") or ffn) if experts else None,

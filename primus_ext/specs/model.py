@@ -43,6 +43,9 @@ class ModelSpec:
     position_embedding_type: Literal["rope", "learned_absolute", "none"] = "rope"
     window_size: tuple[int, int] | None = None
     """Sliding-window attention (left, right) for the layers that use it; ``None`` = full."""
+    window_attn_skip_freq: int = 0
+    """Megatron's ``window_attn_skip_freq``: every N-th layer uses full attention, the others the
+    sliding window (GPT-OSS: 2, alternating). 0 = every layer uses ``window_size``."""
 
     # --- mixture of experts -------------------------------------------------------------------
     num_experts: int | None = None

@@ -64,6 +64,9 @@ class GPUSpec:
     nic_bandwidth_bytes_per_s: float
     """Scale-out NIC bandwidth per GPU per direction."""
     gpus_per_node: int = 8
+    family: str = ""
+    """Tensor/matrix-core generation (hopper, blackwell, cdna3, cdna4): GPUs of one family share
+    calibrated efficiency fractions (same silicon architecture, different clocks / memory)."""
     tdp_w: float = 0.0
     sources: str = ""
     efficiency: Efficiency = field(default_factory=Efficiency)

@@ -91,7 +91,8 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
     elif name.startswith("Nemotron") and activation == "swiglu":
         activation = "squared_relu"
         assumptions.append("squared-ReLU MLP (NeMo Nemotron configs)")
-    window = (128, 0) if re.search(r"sliding window \(128,\s*0\)", notes) else None
+    window_match = re.search(r"sliding window \((\d+),\s*(\d+)\)", notes)
+    window = (int(window_match.group(1)), int(window_match.group(2))) if window_match else None
     model = ModelSpec(
         name=name,
         num_layers=layers,
@@ -105,6 +106,7 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
         normalization="LayerNorm" if activation == "gelu" else "RMSNorm",
         qk_layernorm="qk_layernorm" in notes,
         window_size=window,
+        window_attn_skip_freq=_note_int(notes, "window_attn_skip_freq") or 0,
         num_experts=experts,
         moe_router_topk=_int(row["topk"]) or 2,
         moe_ffn_hidden_size=_int(row["moe_ffn_hidden"]),

@@ -103,14 +103,21 @@ def usable(runs: Sequence[RunRow]) -> list[RunRow]:
     return [r for r in runs if r.model is not None and r.system is not None]
 
 
+def family_of(run: RunRow) -> str:
+    """The calibration group of a row: its GPU's family (same tensor-core generation), else the GPU."""
+    assert run.system is not None
+    return run.system.gpu.family or run.system.name
+
+
 def fit_by_gpu(
     runs: Sequence[RunRow], projector: Projector, *, label: str = "",
     params: Sequence[Param] = DEFAULT_PARAMS, progress: Callable[[str], None] | None = None,
 ) -> dict[str, tuple[Efficiency, int, float]]:
-    """Per GPU type (profile name): (fitted efficiency, rows used, loss). Types with too few rows are absent."""
+    """Per GPU family (hopper, blackwell, ...; the profile name when a profile has none): (fitted
+    efficiency, rows used, loss). Families with too few rows are absent and keep their defaults."""
     by_gpu: dict[str, list[RunRow]] = defaultdict(list)
     for run in usable(runs):
-        by_gpu[run.system.name].append(run)  # type: ignore[union-attr]
+        by_gpu[family_of(run)].append(run)
     fits = {}
     for name, members in sorted(by_gpu.items()):
         if len(members) < MIN_FIT_ROWS:
@@ -120,9 +127,10 @@ def fit_by_gpu(
         start = members[0].system.gpu.efficiency  # type: ignore[union-attr]
         efficiency, loss = fit_efficiency(members, projector, start, params)
         models = sorted({m.model_name for m in members})
+        gpus = sorted({m.gpu for m in members})
         efficiency = replace(efficiency, calibration=(
-            f"fitted {', '.join(p.name for p in params)} on {len(members)} rows ({len(models)} models) of "
-            f"{label or 'the validation set'}; mean |log error| {loss:.3f}"))
+            f"fitted {', '.join(p.name for p in params)} on {len(members)} {'/'.join(gpus)} rows "
+            f"({len(models)} models) of {label or 'the validation set'}; mean |log error| {loss:.3f}"))
         fits[name] = (efficiency, len(members), loss)
     return fits
 
@@ -130,8 +138,8 @@ def fit_by_gpu(
 def apply_fits(runs: Sequence[RunRow], fits: dict[str, tuple[Efficiency, int, float]]) -> list[RunRow]:
     out = []
     for run in runs:
-        if run.system is not None and run.system.name in fits:
-            run = with_efficiency(run, fits[run.system.name][0])
+        if run.system is not None and family_of(run) in fits:
+            run = with_efficiency(run, fits[family_of(run)][0])
         out.append(run)
     return out
 

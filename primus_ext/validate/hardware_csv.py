@@ -45,6 +45,7 @@ def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
         data["nic_gbit_per_gpu"] = data.pop("nic_gbps_per_gpu")
         data["name"] = name
         data["gpus_per_node"] = base.gpus_per_node if base else (4 if int(data["scaleup_domain"]) == 72 else 8)
+        data["family"] = base.family if base else ""
         data["tdp_w"] = float(row.get("tdp_w") or 0.0)
         spec = gpu_from_mapping(data, source=f"{path}:{row['gpu']}")
         if base is not None:

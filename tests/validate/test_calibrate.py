@@ -43,8 +43,8 @@ def test_fit_recovers_the_true_gemm_efficiency():
 
 def test_fit_by_gpu_records_how_it_was_fitted_and_skips_small_sets():
     fits = fit_by_gpu(rows(Efficiency(gemm_max=0.5)), fake_projector, label="unit rows")
-    efficiency, n, _ = fits["h100"]
-    assert n == 9 and "9 rows (3 models)" in efficiency.calibration and "unit rows" in efficiency.calibration
+    efficiency, n, _ = fits["hopper"]  # H100 rows calibrate the Hopper family
+    assert n == 9 and "9 H100 rows (3 models)" in efficiency.calibration and "unit rows" in efficiency.calibration
     assert fit_by_gpu(rows(Efficiency(), models=("A",), per_model=2), fake_projector) == {}
 
 
