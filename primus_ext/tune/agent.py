@@ -96,6 +96,10 @@ class SearchStats:
     """Candidates skipped by the exhaustive search's structural legality pruning (never proposed)."""
     pruned_by_prefilter: int = 0
     """Candidates skipped because a memory-minimal completion of their prefix does not fit."""
+    pruned_by_bound: int = 0
+    """Candidates skipped by the exhaustive search's branch and bound (cannot beat the best found)."""
+    bound_projections: int = 0
+    """Projections spent on the bounds (one per structural + micro-batch prefix)."""
     sensitivity_projected: int = 0
     """Projections spent on the winner's one-axis changes (after the search, outside the budget)."""
     wall_s: float = 0.0
@@ -171,6 +175,7 @@ class SearchContext:
     stats: SearchStats = field(default_factory=SearchStats)
     spent: int = 0
     """Projections counted against the budget."""
+    _best: Trial | None = field(default=None, repr=False)
 
     @property
     def remaining(self) -> int:
@@ -228,6 +233,9 @@ class SearchContext:
         return self._keep(key, Trial(config=dict(config), status="projected", origin=origin, score=score), True)
 
     def _keep(self, key: str, trial: Trial, record: bool) -> Trial:
+        if trial.status == "projected" and (self._best is None or
+                                            trial.tokens_per_s_per_gpu > self._best.tokens_per_s_per_gpu):
+            self._best = trial
         if record:
             self.trials[key] = trial
             if self.log is not None:
@@ -240,8 +248,11 @@ class SearchContext:
         return sorted(done, key=lambda t: -t.tokens_per_s_per_gpu)
 
     def best(self) -> Trial | None:
-        done = self.projected()
-        return done[0] if done else None
+        """The fastest projected trial (kept up to date as trials come in)."""
+        if self._best is None or self.trials.get(self._best.key) is not self._best:
+            done = self.projected()
+            self._best = done[0] if done else None
+        return self._best
 
 
 def evaluate_execution(ctx: SearchContext, execution: ExecutionSpec, *, origin: str) -> Trial:

@@ -31,6 +31,8 @@ class StrategyOptions:
     """Knobs of the strategies (each reads its own)."""
 
     seed: int = 0
+    bound: bool = True
+    """Exhaustive search: branch and bound on the compute lower bound of the step (exact; off = plain)."""
     start: Config | None = None
     """A configuration to try first (the recipe's own, when it is a point of the space)."""
     llm_model: str | None = None

@@ -6,6 +6,11 @@ Walks the axes in order (structural first, then the memory-relevant ones, then t
   * after each memory-relevant axis, the prefix's memory-minimal completion (smallest micro-batch,
     full recompute, the most sharding, no overlap buffers) is pre-filtered; if even that does not fit,
     no completion fits.
+  * branch and bound (``options.bound``, on by default): every (structural, micro-batch) prefix gets
+    an upper bound on tok/s/GPU from one projection (``_upper_bound``); prefixes are searched best
+    bound first, and those whose bound cannot beat the best configuration found are skipped. The bound
+    is exact, not a heuristic: ``tests/tune/test_exhaustive.py`` checks its premises on the real
+    projection and that the optimum equals the plain search's.
 Pruned candidates are counted (``stats.pruned_*``), never projected. Every remaining candidate goes
 through ``ctx.try_config`` like any other proposal. The budget does not apply (it is exhaustive).
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_ext.errors import RecipeError
 from primus_ext.recipe.validate import check
 from primus_ext.tune.legality import is_structural
 from primus_ext.tune.space import AXIS_ORDER, STRUCTURAL_AXES, Config, Space
@@ -30,6 +36,10 @@ MEMORY_MIN: dict[str, tuple[Any, ...]] = {
 Precision is not ordered (FP8 keeps extra weight copies but may save activations): every value is
 tried."""
 PRUNE_AFTER = ("ep", "mbs", "recompute", "sharding", "precision")
+BOUND_AFTER = "mbs"
+"""Branch and bound works on prefixes up to this axis (see ``_upper_bound``)."""
+LEAST_COMPUTE = ("none", "selective", "block25", "block50", "block75", "full")
+"""Recompute choices from the least to the most recomputed work."""
 DEPENDS = {"mbs": ("tp", "pp", "cp"), "recompute": ("pp", "vpp"), "tp_comm_overlap": ("tp",),
            "ep_overlap": ("ep",), "dp_overlap": ("sharding",)}
 """Axes a candidate list reads (see ``Space.domain``): what the subtree counts are memoised on."""
@@ -91,16 +101,59 @@ def run(ctx: Any, options: Any) -> list[str]:
             ctx.stats.pruned_by_prefilter += count(partial, i)
         return not fits
 
-    def walk(i: int, partial: Config) -> None:
-        if i == len(names):
-            ctx.try_config(partial, origin="exhaustive", counted=False, trusted=True, keep_rejected=False)
+    def walk(i: int, partial: Config, stop: int = len(names), out: list[Config] | None = None,
+             checked: int = -1) -> None:
+        if i in prune_at and i != checked and pruned(partial, i):
             return
-        if i in prune_at and pruned(partial, i):
+        if i == stop:
+            if out is not None:
+                out.append(dict(partial))
+            else:
+                ctx.try_config(partial, origin="exhaustive", counted=False, trusted=True, keep_rejected=False)
             return
         for value in space.domain(names[i], partial):
             partial[names[i]] = value
-            walk(i + 1, partial)
+            walk(i + 1, partial, stop, out)
         del partial[names[i]]
 
-    walk(0, {})
+    if not getattr(options, "bound", True):
+        walk(0, {})
+        return []
+    # branch and bound over (structural axes, micro-batch) prefixes, most promising first
+    depth = names.index(BOUND_AFTER) + 1
+    prefixes: list[Config] = []
+    walk(0, {}, depth, prefixes)
+    bounds = [(_upper_bound(ctx, space, p, depth), n, p) for n, p in enumerate(prefixes)]
+    for bound, _, prefix in sorted(bounds, key=lambda b: (-b[0], b[1])):
+        best = ctx.best()
+        if best is not None and bound <= best.tokens_per_s_per_gpu:
+            ctx.stats.pruned_by_bound += count(prefix, depth)
+            continue
+        walk(depth, dict(prefix), checked=depth)
     return []
+
+
+def _upper_bound(ctx: Any, space: Space, prefix: Config, depth: int) -> float:
+    """tok/s/GPU no completion of ``prefix`` can beat: the step of any completion is at least the
+    busiest rank's compute (``Breakdown.compute_s``), which sharding and the overlap flags do not change
+    and recompute only raises; so the representative with the least recompute bounds them all.
+    ``inf`` when the representative cannot be projected (the prefix is then searched in full)."""
+    config = dict(prefix)
+    for name in AXIS_ORDER[depth:]:
+        allowed = space.domain(name, config)
+        config[name] = min(allowed, key=lambda v: LEAST_COMPUTE.index(v)) if name == "recompute" else allowed[0]
+    trial = ctx.try_config(config, origin="exhaustive", counted=False, trusted=True, keep_rejected=False)
+    if trial.status == "projected":  # a candidate like any other: cached, never projected again
+        score = trial.score
+    elif trial.status == "oom":  # never projected as a trial: project it for the bound only
+        try:
+            score = ctx.oracle(space.to_execution(config))
+        except RecipeError:
+            return float("inf")
+        ctx.stats.bound_projections += 1
+    else:
+        return float("inf")
+    compute = score.breakdown.get("compute_s", 0.0)
+    if compute <= 0:
+        return float("inf")
+    return score.tokens_per_s_per_gpu * score.step_time_s / compute

@@ -1,0 +1,60 @@
+"""Exhaustive search's branch and bound against the real projection: premises and exactness."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from primus_ext.projection import evaluate
+from primus_ext.recipe.validate import check
+from primus_ext.tune.agent import SearchContext
+from primus_ext.tune.oracle import projection_oracle
+from primus_ext.tune.prefilter import MemoryFilter
+from primus_ext.tune.results import tune
+from primus_ext.tune.space import AXIS_ORDER, build_space
+from primus_ext.tune.strategies import StrategyOptions
+from primus_ext.tune.strategies.exhaustive import BOUND_AFTER, LEAST_COMPUTE
+
+PINS = {"tp": (1, 2), "pp": (2, 4), "cp": (1,), "ep": (4, 8), "mbs": (1, 2)}
+
+
+def test_bound_premises_hold_on_the_projection(mixtral):
+    """No completion of a prefix steps faster than the compute of its least-recompute representative
+    (the chain: step >= every rank's busy time >= its compute >= the representative's, per rank)."""
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    depth = AXIS_ORDER.index(BOUND_AFTER) + 1
+    rng = random.Random(7)
+    checked = 0
+    while checked < 150:
+        config = {}
+        for name in AXIS_ORDER:
+            config[name] = rng.choice(space.domain(name, config))
+        e = space.to_execution(config)
+        if check(space.model, e, space.system):
+            continue
+        rep = {k: config[k] for k in AXIS_ORDER[:depth]}
+        for name in AXIS_ORDER[depth:]:
+            allowed = space.domain(name, rep)
+            rep[name] = min(allowed, key=LEAST_COMPUTE.index) if name == "recompute" else allowed[0]
+        r = space.to_execution(rep)
+        if check(space.model, r, space.system):
+            continue
+        leaf, low = evaluate(space.model, e, space.system), evaluate(space.model, r, space.system)
+        assert leaf.step_time_s >= leaf.breakdown.compute_s
+        assert leaf.step_time_s >= low.breakdown.compute_s * (1 - 1e-9), (config, rep)
+        checked += 1
+
+
+def test_branch_and_bound_finds_the_plain_optimum(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, PINS)
+    oracle = projection_oracle(space.model, space.system, None)
+    results = {}
+    for bound in (False, True):
+        ctx = SearchContext(space=space, oracle=oracle, prefilter=MemoryFilter(space.model, space.system),
+                            budget=1, detail=False)
+        results[bound] = tune(ctx, "exhaustive", options=StrategyOptions(bound=bound))
+    plain, bnb = results[False], results[True]
+    assert bnb.best.tokens_per_s_per_gpu == pytest.approx(plain.best.tokens_per_s_per_gpu, rel=1e-12)
+    assert bnb.stats.projected + bnb.stats.bound_projections < plain.stats.projected
+    assert bnb.stats.pruned_by_bound > 0
