@@ -230,6 +230,11 @@ class Space:
 
     def axes(self) -> tuple[Axis, ...]:
         """The axes with the union of their candidate values (for prompts and reports)."""
+        if "axes" not in self._memo:
+            self._memo["axes"] = self._axes()
+        return self._memo["axes"]
+
+    def _axes(self) -> tuple[Axis, ...]:
         seen: dict[str, dict[Any, None]] = {name: {} for name in AXIS_ORDER}
         for structural in self.iter_configs(structural_only=True):
             partial = dict(structural)
