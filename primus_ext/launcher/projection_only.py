@@ -155,6 +155,18 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
     return files
 
 
+def _full_scale_memory(projection: Any) -> Any:
+    """Activation bytes measured on a down-scaled model are not the target's: gate on the analytic
+    memory model at full size instead (the projection's own memory would use the scaled saved-bytes)."""
+    from dataclasses import replace
+
+    from primus_ext.model.memory import estimate_memory
+
+    memory = estimate_memory(projection.model, projection.execution, projection.system)
+    note = "memory: analytic at full size (measured saved-bytes are of the down-scaled layers)"
+    return replace(projection, memory=memory, notes=(*projection.notes, note))
+
+
 def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None = None,
                     overrides: Sequence[str] = (), html_path: Path | None = None,
                     progress: Callable[[int, int, Any], None] | None = None) -> ProjectionOutcome:
@@ -166,6 +178,8 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
     if plan.mode == "measured":
         measured = measure_missing(recipe, plan, progress=progress)
     projection = project(recipe.model, recipe.execution, recipe.system, cost_provider(plan))
+    if plan.mode == "measured" and plan.scale < 1:
+        projection = _full_scale_memory(projection)
     reasons = oom_reasons(projection)
     files: dict[str, Path] = {}
     if out_dir is not None:
