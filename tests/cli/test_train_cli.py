@@ -149,7 +149,7 @@ def test_builtin_short_run_on_two_cpu_ranks(tmp_path: Path, capsys):
     small = TINY.replace("global_batch_size: 16", "global_batch_size: 2")
     code = main(["train", "--config", str(_recipe(tmp_path, small)), "--cluster", "cpu", "--nodes", "1",
                  "--device", "cpu", "--train-iters", "2", "--scale", "0.125", "--nproc", "2",
-                 "seq_length=512"])
+                 "seq_length=512", "num_layers=2", "vocab_size=4096"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     # scale 1/8: 16 heads -> 2 (multiple of TP x GQA ratio = 8 -> 8), seq 512 -> 64; TP2 x DP1 on 2 ranks
