@@ -36,8 +36,9 @@ def dp2():
 
 @pytest.fixture(scope="module")
 def tp2():
-    return run_training(tiny_model(), _exe(tensor_model_parallel_size=2), world_size=2, iters=3, device="cpu",
-                        timeout_s=120)
+    # with sequence parallelism: the final norm and layer norms run on sequence shards (CPU shim 4)
+    return run_training(tiny_model(), _exe(tensor_model_parallel_size=2, sequence_parallel=True), world_size=2,
+                        iters=3, device="cpu", timeout_s=120)
 
 
 @pytest.mark.slow
@@ -55,7 +56,7 @@ def test_dp2_runs_and_counts_params(dp2):
 def test_tp2_halves_split_weights_and_matches_dp2_losses(dp2, tp2):
     assert tp2.tp == 2 and tp2.dp == 1 and tp2.num_microbatches == 2
     assert tp2.params_per_rank == (_params(2), _params(2))
-    # same initial weights, same global batch: megatron's TP and DP are exact re-partitionings
+    # same initial weights, same global batch: megatron's TP(+SP) and DP are exact re-partitionings
     for a, b in zip(dp2.losses, tp2.losses, strict=True):
         assert a == pytest.approx(b, rel=1e-5)
 

@@ -102,6 +102,16 @@ def layer_spec(plan: TrainPlan, config, *, use_te: bool):
     return spec
 
 
+def _sp_block_spec(spec, config, vp_stage: int | None):
+    """The block spec with the final norm made SP-capable (CPU shim 4; megatron would use WrappedTorchNorm)."""
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    from primus_ext.measure.shims import SPTorchNorm
+
+    layers = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[spec] * layers, layer_norm=SPTorchNorm)
+
+
 def build_model_chunks(plan: TrainPlan, config, *, use_te: bool, device: torch.device) -> list[torch.nn.Module]:
     """The GPT model chunks this rank holds (one per virtual stage), moved to ``device``."""
     from megatron.core import parallel_state as ps
@@ -112,12 +122,14 @@ def build_model_chunks(plan: TrainPlan, config, *, use_te: bool, device: torch.d
     vocab = m.padded_vocab_size(e.tp)
     chunks = []
     for vp in range(e.vpp):
+        block_spec = _sp_block_spec(spec, config, vp if e.vpp > 1 else None) if config.sequence_parallel \
+            and not use_te else spec
         pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp) if e.vpp > 1 else \
             ps.is_pipeline_first_stage()
         post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp) if e.vpp > 1 else \
             ps.is_pipeline_last_stage()
         model = GPTModel(
-            config=config, transformer_layer_spec=spec, vocab_size=vocab,
+            config=config, transformer_layer_spec=block_spec, vocab_size=vocab,
             max_sequence_length=max(m.max_position_embeddings, e.seq_length),
             pre_process=pre, post_process=post,
             share_embeddings_and_output_weights=not m.untie_embeddings_and_output_weights,
