@@ -171,3 +171,15 @@ def test_auto_tune_writes_a_tuned_copy_and_projects_it(tmp_path: Path, capsys):
     tuned = json.loads((tmp_path / "tuned" / "projection.json").read_text())
     assert tuned["recipe"] == str(tuned_file)
     assert tuned["tokens_per_sec_per_gpu"] >= baseline["tokens_per_sec_per_gpu"]
+
+
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
+def test_every_shipped_recipe_projects(recipe: Path, tmp_path: Path, capsys):
+    code = main(["train", "--config", str(recipe), "--projection-only", "--analytic", "--workspace", str(tmp_path)])
+    doc = json.loads((tmp_path / "projection.json").read_text())
+    assert code == (0 if doc["fits"] else 3)  # 3 exactly when the memory model says it does not fit
+    assert doc["tokens_per_sec_per_gpu"] > 0 and doc["recipe"] == str(recipe)
+    assert "tokens/s/GPU" in capsys.readouterr().out
