@@ -133,12 +133,13 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
 
 
 def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
-    from primus_ext.launcher.short_run import local_target, verify_short_run
+    from primus_ext.launcher.short_run import check_fits, local_target, verify_short_run
     from primus_ext.launcher.trainer import run_training
 
     device = _device(args)
     nproc = args.nproc or (_gpu_count() if device == "cuda" else 2)
     target = local_target(recipe, scale=args.scale or 1.0, nproc=nproc, device=device)
+    check_fits(target)
     iters = args.train_iters or int(recipe.megatron_args.get("train_iters") or 10)
     print(f"built-in trainer: {target.model.name}, {nproc} x {device} ranks, {iters} iterations", file=sys.stderr)
     if not args.verify:

@@ -106,6 +106,22 @@ def local_target(recipe: Any, *, scale: float, nproc: int, device: str) -> Local
     return LocalTarget(model=model, execution=execution, system=system, nproc=nproc, device=device, scale=scale)
 
 
+def check_fits(target: LocalTarget) -> None:
+    """Refuse (``InfeasibleConfig``, exit 2) a local run the memory model says this machine cannot hold."""
+    from primus_ext.errors import InfeasibleConfig, Problem
+    from primus_ext.model.memory import estimate_memory
+
+    memory = estimate_memory(target.model, target.execution, target.system)
+    if not memory.fits:
+        gib = 1024**3
+        raise InfeasibleConfig(problems=[Problem(
+            path="--scale", value=target.scale,
+            message=f"{target.model.name} needs ~{memory.peak_bytes / gib:.1f} GiB per rank, this machine's profile "
+                    f"({target.system.gpu.name}) has {memory.capacity_bytes / gib:.1f} GiB",
+            fix="shrink the model with --scale (e.g. 0.0625) or override num_layers / seq_length")],
+            source="built-in trainer")
+
+
 def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store: str | None = None,
                      progress: Any = None) -> VerifyResult:
     """Measure the target's layers here, project, run the built-in trainer, return both."""

@@ -183,3 +183,10 @@ def test_every_shipped_recipe_projects(recipe: Path, tmp_path: Path, capsys):
     assert code == (0 if doc["fits"] else 3)  # 3 exactly when the memory model says it does not fit
     assert doc["tokens_per_sec_per_gpu"] > 0 and doc["recipe"] == str(recipe)
     assert "tokens/s/GPU" in capsys.readouterr().out
+
+
+def test_builtin_refuses_a_model_this_machine_cannot_hold(tmp_path: Path, capsys):
+    # HUGE: ~69e9 params on each of 2 CPU ranks x 18 B >> the cpu profile's RAM
+    code = main(["train", "--config", str(_recipe(tmp_path, HUGE)), "global_batch_size=2", "--cluster", "cpu",
+                 "--nodes", "1", "--device", "cpu", "--train-iters", "2", "--nproc", "2"])
+    assert code == 2 and "--scale" in capsys.readouterr().err
