@@ -123,7 +123,8 @@ def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str
     mapping = {k: v for k, v in vars(args).items() if not k.startswith("projection_")}
     name = Path(str(mapping.get("load") or mapping.get("save") or "megatron")).name
     model, execution, problems, warnings = resolve_all(mapping, system, name=name)
-    problems += [] if problems else check(model, execution, system)
+    if not problems:  # legality only makes sense on well-formed specs
+        problems = check(model, execution, system)
     if problems:
         raise RecipeError(problems=list(problems), source="megatron arguments")
     return ArgsRecipe(model=model, execution=execution, system=system, warnings=(*notes, *warnings))
