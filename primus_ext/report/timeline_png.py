@@ -82,7 +82,7 @@ def _matplotlib_png(segments: list[Segment], title: str) -> bytes:
     from matplotlib.patches import Patch
 
     ranks = sorted({s.rank for s in segments}) or [0]
-    fig, ax = plt.subplots(figsize=(12, 0.45 * len(ranks) + 1.6), dpi=100)
+    fig, ax = plt.subplots(figsize=(12, 0.45 * len(ranks) + 2.2), dpi=100)
     for kind in KINDS:
         for rank in ranks:
             bars = [(s.start_s * 1e3, s.duration_s * 1e3) for s in segments if s.kind == kind and s.rank == rank]
@@ -92,9 +92,9 @@ def _matplotlib_png(segments: list[Segment], title: str) -> bytes:
     ax.invert_yaxis()
     ax.set_xlabel("ms")
     ax.set_title(title)
-    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in KINDS], ncol=len(KINDS), loc="upper center",
-              bbox_to_anchor=(0.5, -0.25), frameon=False)
-    fig.tight_layout()
+    fig.legend(handles=[Patch(color=COLORS[k], label=k) for k in KINDS], ncol=len(KINDS), loc="lower center",
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.55 / fig.get_figheight(), 1, 1))  # ~0.55 inch at the bottom for the legend
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)

@@ -110,6 +110,15 @@ def test_png_rasteriser_draws_every_stage(projection):
     assert painted > 0.5 * 4 * 18 * (400 - 24)  # most of the 4 rows' bar area is coloured
 
 
+def test_matplotlib_png_when_installed(projection):
+    pytest.importorskip("matplotlib")
+    from primus_ext.report.timeline_png import timeline_png
+
+    png = timeline_png(projection, use_matplotlib=True)
+    _, _, backward = _nonwhite(png, bytes.fromhex(COLORS["backward"][1:]))
+    assert png.startswith(b"\x89PNG") and backward > 100
+
+
 def test_encode_png_roundtrip():
     rows = [bytearray(b"\xff\xff\xff\x00\x00\x00"), bytearray(b"\x00\x00\x00\xff\xff\xff")]
     assert _nonwhite(encode_png(2, 2, rows)) == (2, 2, 2)
