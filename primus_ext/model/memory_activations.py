@@ -127,14 +127,10 @@ def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: f
         rot = d
         groups = shape.local_query_groups
         if a.qk_layernorm:
-            # per-head q_layernorm / k_layernorm over (heads + groups) rows of width kv_channels; their
-            # inputs are views of the fused qkv output, which TE's norms keep whole
+            # per-head q_layernorm / k_layernorm over (heads + groups) rows of width kv_channels (TE's
+            # norm takes its strided q / k view as a contiguous copy and keeps it with rstd)
             rows = t * (heads + groups)
-            if impl.torch_rms_norm_fp32:
-                parts["qk_layernorm"] = _norm(impl, a.normalization == "LayerNorm", e, rows, d)
-            else:
-                stats = LAYERNORM_STAT_BYTES if a.normalization == "LayerNorm" else RMS_STAT_BYTES
-                parts["qk_layernorm"] = e * t * (heads + 2 * groups) * d + stats * rows
+            parts["qk_layernorm"] = _norm(impl, a.normalization == "LayerNorm", e, rows, d)
         if impl.flash_attention:
             # q and k are new after RoPE; TE's attention takes v (a strided view of the fused qkv
             # output under GQA) as a contiguous copy, so the fused output is not kept.

@@ -44,9 +44,11 @@ PP and EP communicators a training rank keeps (estimate, order of magnitude)."""
 GEMM_WORKSPACE_BYTES = 0.1e9
 """cuBLAS (32 MiB per handle on Hopper, torch's default CUBLAS_WORKSPACE_CONFIG) + TE cuBLASLt
 workspaces on the compute and communication streams."""
-FRAGMENTATION_FRACTION = 0.05
+FRAGMENTATION_FRACTION = 0.03
 """Caching-allocator overhead (reserved - allocated) as a fraction of the activations and transient
-buffers; PyTorch reports 3-10 % for transformer training with varying shapes (estimate)."""
+buffers. 3-10 % with the default allocator; training launchers set
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, which keeps it near the low end (estimate, not
+measured here: no GPU in this project's CI)."""
 BACKWARD_WORKSPACE_LAYER_FRACTION = 0.5
 """Gradients of a layer's intermediates alive during its backward, as a fraction of that layer's
 un-recomputed saved bytes (the fc1-output gradient dominates; estimate)."""
