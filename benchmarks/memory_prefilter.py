@@ -84,12 +84,17 @@ def dev_set() -> None:
               f"X {s.other_bytes / GIB:.0f}); row mentions: {', '.join(hints) or '-'}")
     print("\n== headline runs: per-stage peak GiB (stage 0 .. PP-1)")
     for name, items in headline.items():
+        shown = set()
         for run, mem in items:
             e = run.execution
+            config = (run.gpu, run.num_gpus, run.precision_label, e.tp, e.pp, e.vpp, e.ep, e.cp, e.micro_batch_size)
+            if config in shown:
+                continue
+            shown.add(config)
             peaks = " ".join(f"{s.total_bytes / GIB:.0f}" for s in mem.stages)
             print(f"  {name} {run.gpu}x{run.num_gpus} {run.precision_label} TP{e.tp} PP{e.pp} VPP{e.vpp} "
-                  f"EP{e.ep} CP{e.cp}: [{peaks}] peak {mem.peak_bytes / GIB:.1f} / {mem.capacity_bytes / GIB:.0f} "
-                  f"{'fits' if mem.fits else 'DOES NOT FIT'}")
+                  f"EP{e.ep} CP{e.cp} MBS{e.micro_batch_size}: [{peaks}] peak {mem.peak_bytes / GIB:.1f} / "
+                  f"{mem.capacity_bytes / GIB:.0f} {'fits' if mem.fits else 'DOES NOT FIT'}")
 
 
 def _grid(model, base):
