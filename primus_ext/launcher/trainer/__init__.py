@@ -8,7 +8,7 @@ what the end-to-end CPU check uses::
     result.median_step_time_s, result.spread, result.losses
 
 What runs on CPU (gloo, megatron-core 0.16.1, seen working): DP (megatron DDP), TP with and without
-sequence parallelism, EP (allgather dispatcher), full/selective recompute, and PP through megatron's
+sequence parallelism, EP (allgather dispatcher), full recompute, and PP through megatron's
 own schedules - ``forward_backward_pipelining_without_interleaving`` (1F1B) and, with VPP, the
 interleaved schedule. Two training-only workarounds make PP run on gloo: ``batch_p2p_comm=False``
 (the batched isend/irecv path calls ``torch.cuda.synchronize()``) and ``cpu_schedules.py`` (the
