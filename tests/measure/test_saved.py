@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import GQA, MLA, MOE
+from measure_archs import GQA, MLA, MOE
 
 from primus_ext.measure.build import build_layer
 from primus_ext.measure.saved import saved_bytes

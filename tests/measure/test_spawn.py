@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 import torch.multiprocessing as mp
-from conftest import GQA
+from measure_archs import GQA
 
 from primus_ext.measure.build import build_layer
 from primus_ext.measure.runner import MeasureOptions, measure_many

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import BASE
+from recipe_data import BASE
 
 from primus_ext.recipe import load_recipe
 from primus_ext.recipe.catalogue import did_you_mean, known_keys

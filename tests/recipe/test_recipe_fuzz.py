@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from conftest import BASE, MOE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from recipe_data import BASE, MOE
 
 from primus_ext.errors import RecipeError
 from primus_ext.recipe import load_recipe

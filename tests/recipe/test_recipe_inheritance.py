@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import BASE
+from recipe_data import BASE
 
 from primus_ext.errors import RecipeError
 from primus_ext.recipe import load_recipe

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from conftest import BASE, MOE
+from recipe_data import BASE, MOE
 
 from primus_ext.hardware import load_system
 from primus_ext.recipe import check, resolve_specs

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import primus_root
+from recipe_data import primus_root
 
 from primus_ext.recipe import load_recipe
 

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from recipe_data import REPO
 
 from primus_ext.recipe import check, load_recipe
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import BASE, MOE
+from recipe_data import BASE, MOE
 
 from primus_ext.errors import RecipeError
 from primus_ext.recipe import check, load_recipe
