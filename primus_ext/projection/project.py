@@ -12,6 +12,7 @@ sensitivity range, not a confidence interval, until calibration provides fitted 
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import replace
 
 from primus_ext.model.rank_shape import rank_shapes
@@ -31,17 +32,29 @@ def _scaled_system(system: SystemSpec, factor: float) -> SystemSpec:
     return replace(system, gpu=replace(system.gpu, efficiency=replace(eff, **changes)))
 
 
+_SCALE = re.compile(r"@scale=([0-9.eE+-]+)")
+
+
 def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, providers: tuple) -> tuple[object, str]:
     if importlib.util.find_spec("primus_ext.model.memory") is None:
         return None, "memory model (primus_ext.model.memory) not available in this checkout"
     from primus_ext.model.memory import estimate_memory
 
-    measured = {}
+    # Measured saved bytes rescale the formula by their measured/formula ratio at the shape and the
+    # implementation they were taken on: CPU runs use megatron-core's local spec, GPU runs the TE spec;
+    # a reduced-scale entry says so in its source ("...@scale=0.0625").
+    by_scale: dict[tuple[str, float], dict[str, int]] = {}
     for kind, shape in rank_shapes(model, execution).items():
         cost = _lookup(shape, providers, system)
         if cost.source != "analytic" and cost.saved_bytes:
-            measured[kind] = cost.saved_bytes
-    return estimate_memory(model, execution, system, activation_bytes=measured or None), ""
+            scale = _SCALE.search(cost.source)
+            impl = "local" if "cpu" in cost.source.lower() else "te"
+            by_scale.setdefault((impl, float(scale.group(1)) if scale else 1.0), {})[kind] = cost.saved_bytes
+    if not by_scale:
+        return estimate_memory(model, execution, system), ""
+    (impl, scale), measured = max(by_scale.items(), key=lambda item: len(item[1]))
+    return estimate_memory(model, execution, system, activation_bytes=measured, measured_impl=impl,
+                           measured_scale=scale), ""
 
 
 def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None, *,
