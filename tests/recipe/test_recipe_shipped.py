@@ -41,6 +41,10 @@ def test_every_model_of_the_issue_is_shipped():
     assert (REPO / "recipes" / "llama3.1_8B-pretrain.yaml").is_file()  # the README's default
 
 
+RECIPE_MBS = {"mixtral_8x22B": 1}
+"""Recipes that deliberately differ from their row's MBS (explained in the recipe's header)."""
+
+
 @pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
 def test_recipe_loads_legal_without_warnings(path: Path):
     recipe = load_recipe(path, env={})
@@ -73,7 +77,7 @@ def test_recipe_matches_architecture_and_measured_run(path: Path):
         assert not m.is_moe
     assert recipe.system.gpu.name.lower().startswith(gpu.lower()) or recipe.system.name == gpu.lower()
     assert (recipe.system.world_size, e.tp, e.pp, e.vpp, e.cp, e.ep, e.micro_batch_size) == (
-        gpus, tp, pp, vpp, cp, ep, mbs)
+        gpus, tp, pp, vpp, cp, ep, RECIPE_MBS.get(recipe.model.name, mbs))
     assert e.dp == gpus // (tp * pp * cp)
     if gbs is not None:
         assert e.global_batch_size == gbs

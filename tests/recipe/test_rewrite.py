@@ -30,13 +30,13 @@ def _changed_lines(diff: str) -> list[str]:
 def test_comments_order_and_untouched_keys_are_kept(recipes):
     path = recipes / "mixtral_8x22B-pretrain.yaml"
     original = path.read_text()
-    result = rewrite(path, {"micro_batch_size": 1, "tensor_model_parallel_size": 2, "sequence_parallel": True})
+    result = rewrite(path, {"micro_batch_size": 2, "tensor_model_parallel_size": 2, "sequence_parallel": True})
     text = path.read_text()
     assert [ln for ln in original.splitlines() if ln.lstrip().startswith("#")] == \
         [ln for ln in text.splitlines() if ln.lstrip().startswith("#")]
     assert "work_group: ${PRIMUS_TEAM:amd}" in text
     changed = _changed_lines(result.diff)
-    assert sorted(changed) == sorted(["-      micro_batch_size: 2", "+      micro_batch_size: 1",
+    assert sorted(changed) == sorted(["-      micro_batch_size: 1", "+      micro_batch_size: 2",
                                       "-      tensor_model_parallel_size: 1", "+      tensor_model_parallel_size: 2",
                                       "+      sequence_parallel: true"])
     assert Path(result.backup).read_text() == original
@@ -77,7 +77,7 @@ def test_interrupted_write_leaves_the_original_intact(recipes, monkeypatch):
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
-        rewrite(path, {"micro_batch_size": 1})
+        rewrite(path, {"micro_batch_size": 2})
     assert path.read_bytes() == original
     assert sorted(p.name for p in recipes.iterdir() if p.name.startswith(".")) == []  # temp file removed
     monkeypatch.undo()
