@@ -83,7 +83,7 @@ def test_interrupted_write_leaves_the_original_intact(recipes, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(os, "fsync", crash)  # ... or during the write itself
     with pytest.raises(KeyboardInterrupt):
-        rewrite(path, {"micro_batch_size": 1}, out=path)
+        rewrite(path, {"micro_batch_size": 2}, out=path)
     assert path.read_bytes() == original
 
 
