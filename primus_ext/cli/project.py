@@ -6,9 +6,12 @@
     primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json out.json      # JSON document to a file
     primus-ext project recipes/qwen3_30B_A3B-pretrain.yaml --memory-only
 
-Layer costs come from the timing store (``--store FILE``, or the default store when it exists) and
-fall back to the analytic roofline per layer kind; ``--analytic`` uses the roofline only. The report
-says which source each layer kind used. Invalid recipes exit with code 2.
+Layer costs (``--compute``): ``store`` (default) reads the timing store (``--store FILE``, or the default
+store when it exists); ``measured`` first measures what the store lacks on this device (reduced scale
+on CPU, ``--scale``; a CPU-sized entry stands in for its full-size shape only with ``--accept-scaled``,
+and is labelled ``measured:cpu@scale=...``); ``analytic`` uses the roofline only. Layer kinds the store
+lacks fall back to the roofline. The report says which source each layer kind used. Invalid recipes
+exit with code 2.
 """
 
 from __future__ import annotations
@@ -31,7 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", help="whose measurements to read from the store (default: this machine)")
     parser.add_argument("--accept-scaled", action="store_true",
                         help="also use down-scaled (CPU-sized) store entries for their target shapes")
-    parser.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
+    parser.add_argument("--compute", choices=("measured", "store", "analytic"), default="store",
+                        help="layer costs: measure what the store lacks on this device first (measured), "
+                             "read the store with roofline fallback (store, default), or roofline only")
+    parser.add_argument("--scale", type=float, default=None,
+                        help="with --compute measured: measure at this reduced scale (default: 1 on GPU, "
+                             "a CPU-sized scale on CPU)")
+    parser.add_argument("--analytic", action="store_true", help="same as --compute analytic")
     parser.add_argument("--memory-only", action="store_true", help="print the memory estimate only")
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
     parser.add_argument("--json", nargs="?", const="-", metavar="OUT",
@@ -39,9 +48,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _costs(args: argparse.Namespace) -> Any:
-    if args.analytic:
+def _costs(args: argparse.Namespace, recipe: Any) -> Any:
+    if args.analytic or args.compute == "analytic":
         return None
+    if args.compute == "measured":
+        from primus_ext.launcher.projection_only import CostPlan, cost_provider, measure_missing
+        from primus_ext.measure.scale import default_scale
+        from primus_ext.measure.shims import resolve_device
+        from primus_ext.model.rank_shape import rank_shapes
+
+        device = resolve_device(None)
+        scale = args.scale
+        if scale is None:
+            scale = default_scale(rank_shapes(recipe.model, recipe.execution).values(), device.type)
+        plan = CostPlan(mode="measured", store=args.store, scale=scale)
+
+        def progress(done: int, total: int, _shape: Any) -> None:
+            print(f"\rmeasuring missing layers [{done}/{total}]", end="" if done < total else "\n",
+                  file=sys.stderr, flush=True)
+
+        for line in measure_missing(recipe, plan, progress=progress):
+            print(f"  {line}", file=sys.stderr)
+        return cost_provider(plan)
     from primus_ext.measure.store import TimingStore, default_store_path
 
     path = args.store
@@ -81,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.projection import project
     from primus_ext.report.projection_table import format_projection, projection_to_dict
 
-    costs = _costs(args)
+    costs = _costs(args, recipe)
     projection = project(model, execution, system, costs)
     if args.json:
         doc = projection_to_dict(projection, timeline=args.timeline)
