@@ -9,13 +9,12 @@ the notes text with explicit patterns; anything assumed is listed in ``ArchRow.a
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus_ext.errors import Problem, RecipeError
 from primus_ext.specs import ModelSpec
+from primus_ext.validate.csvio import read_rows
 
 MEGATRON_GPT_FFN_MULT = 4
 """Megatron-LM's GPT default ffn_hidden_size = 4 * hidden (megatron/training/arguments.py), used for
@@ -128,17 +127,7 @@ REQUIRED_ARCH_COLUMNS = ("name", "num_layers", "hidden", "ffn_hidden", "num_head
 
 def read_archs(path: str | Path) -> dict[str, ArchRow]:
     """All rows of an archs CSV keyed by model name. Raises ``RecipeError`` on a wrong layout."""
-    path = Path(path)
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_ARCH_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise RecipeError(problems=[Problem(path=str(path), message=f"missing columns {missing}",
-                                                    fix="use the layout of shared/validation/model_archs.csv")])
-            rows = {row["name"].strip(): row for row in reader}
-    except OSError as err:
-        raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    rows = {row["name"].strip(): row for row in read_rows(path, REQUIRED_ARCH_COLUMNS, "model_archs.csv")}
     for row in rows.values():
         # "as GPT-OSS-120B otherwise": the notes inherit the named model's notes
         ref = re.search(r"as ([\w.\-]+) otherwise", row.get("notes", "") or "")

@@ -6,13 +6,13 @@ of the same name when there is one, so a user's own CSV with new figures keeps t
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 from pathlib import Path
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.hardware import canonical_name, gpu_from_mapping, list_profiles, load_gpu
 from primus_ext.specs import GPUSpec
+from primus_ext.validate.csvio import read_rows
 
 COLUMNS = ("gpu", "bf16_dense_tflops", "fp8_dense_tflops", "hbm_gb", "hbm_tbps", "scaleup_gbps_per_direction",
            "scaleup_domain", "nic_gbps_per_gpu")
@@ -20,17 +20,7 @@ COLUMNS = ("gpu", "bf16_dense_tflops", "fp8_dense_tflops", "hbm_gb", "hbm_tbps",
 
 def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
     """GPU specs keyed by canonical profile name (``H100_SXM5_80GB`` -> ``h100``)."""
-    path = Path(path)
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise RecipeError(problems=[Problem(path=str(path), message=f"missing columns {missing}",
-                                                    fix="use the layout of shared/validation/hardware_specs.csv")])
-            rows = list(reader)
-    except OSError as err:
-        raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    rows = read_rows(path, COLUMNS, "hardware_specs.csv")
     known = set(list_profiles())
     specs: dict[str, GPUSpec] = {}
     problems: list[Problem] = []

@@ -14,18 +14,18 @@ Rows that cannot be projected are returned with the reason, never dropped or gue
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from primus_ext.errors import Problem, RecipeError
+from primus_ext.errors import RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
 from primus_ext.model.flops import model_flops_per_token
 from primus_ext.model.stages import layout_problems
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
+from primus_ext.validate.csvio import read_rows
 
 REQUIRED_RUN_COLUMNS = ("source", "model", "seq_len", "precision", "gpu", "num_gpus", "tp", "pp", "vpp", "cp",
                         "ep", "etp", "dp", "mbs", "gbs", "extra_flags", "tokens_per_sec_per_gpu", "notes")
@@ -250,17 +250,7 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
 def read_runs(path: str | Path, archs: dict[str, ArchRow],
               gpus: Mapping[str, GPUSpec] | None = None) -> list[RunRow]:
     """Every data row of a measurements CSV, projected-ready or skipped with its reason."""
-    path = Path(path)
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_RUN_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise RecipeError(problems=[Problem(path=str(path), message=f"missing columns {missing}",
-                                                    fix="use the layout of shared/validation/measured_throughput.csv")])
-            rows = list(reader)
-    except OSError as err:
-        raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    rows = read_rows(path, REQUIRED_RUN_COLUMNS, "measured_throughput.csv")
     runs = [run_of(i, row, archs, gpus) for i, row in enumerate(rows)]
     return _keep_final_optimization_steps(runs, rows)
 
