@@ -107,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         cv = leave_one_model_out(runs, analytic_projector, progress=_progress)
         print("\n" + "\n".join(_summary_lines(cv)))
         out["cross_validation"] = cv.to_dict()
+        cv_offset = one_run_offset(cv)
+        print("\n" + "\n".join(_summary_lines(cv_offset)[:2]))
+        out["cross_validation_one_run_offset_summary"] = cv_offset.to_dict()["summary"]
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(out, indent=2, default=float))
         print(f"\nwrote {args.json_out}")
