@@ -28,7 +28,7 @@ from primus_ext.tune.prefilter import MemoryFilter, MemoryVerdict
 from primus_ext.tune.space import Config, Space, config_key
 
 Status = Literal["projected", "oom", "illegal"]
-ATTEMPTS_PER_PROJECTION = 50
+ATTEMPTS_PER_PROJECTION = 20
 """Proposals allowed per unit of budget (illegal, rejected and cached ones included) before a
 strategy is stopped: bounds every loop whatever the proposer does."""
 LOG_VERSION = 1

@@ -128,7 +128,9 @@ def tune(
     """Run ``strategy`` on ``ctx``; then the baseline, the regret reference, Pareto and sensitivity."""
     options = options or StrategyOptions()
     start = time.perf_counter()
+    before = ctx.stats.projected
     base_trial = evaluate_execution(ctx, baseline, origin="recipe") if baseline is not None else None
+    ctx.stats.projected = before  # the recipe's own projection is not a search trial
     if options.start is None and base_trial is not None and not ctx.space.membership(base_trial.config):
         options = dataclasses.replace(options, start=base_trial.config)
     notes: list[str] = []
