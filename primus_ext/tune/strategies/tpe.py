@@ -22,14 +22,14 @@ from primus_ext.tune.legality import problems_of
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
 from primus_ext.tune.strategies.exhaustive import LEAST_COMPUTE
 
-TPE_SHARE = 0.6
+TPE_SHARE = 0.4
 """Fraction of the budget spent on TPE sampling before the local search starts."""
 STARTUP_TRIALS = 10
 """Random trials before TPE models the objective (optuna's default)."""
 SAMPLES_PER_PROJECTION = 10
 """A TPE phase ends after this many samples per projection it was given (TPE re-proposes tried and
 rejected configurations once it concentrates; every optuna sample costs O(trials))."""
-CLIMB_STARTS = 1
+CLIMB_STARTS = 3
 """Local searches start from the best trial not yet climbed from among this many best ones."""
 RESTART_PARTS = 3
 """After a local search converges, TPE samples 1/RESTART_PARTS of the remaining budget before the next one."""
