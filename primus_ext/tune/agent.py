@@ -176,6 +176,8 @@ class SearchContext:
     spent: int = 0
     """Projections counted against the budget."""
     _best: Trial | None = field(default=None, repr=False)
+    _stale: bool = field(default=True, repr=False)
+    """The incumbent must be recomputed from ``trials`` (set at creation and by ``seed``)."""
 
     @property
     def remaining(self) -> int:
@@ -183,6 +185,7 @@ class SearchContext:
 
     def seed(self, trials: Iterable[Trial]) -> None:
         """Trials from a log (``--resume``): cached, and their projections count against the budget."""
+        self._stale = True
         for trial in trials:
             if trial.key not in self.trials:
                 self.trials[trial.key] = trial
@@ -233,9 +236,10 @@ class SearchContext:
         return self._keep(key, Trial(config=dict(config), status="projected", origin=origin, score=score), True)
 
     def _keep(self, key: str, trial: Trial, record: bool) -> Trial:
-        if trial.status == "projected" and (self._best is None or
-                                            trial.tokens_per_s_per_gpu > self._best.tokens_per_s_per_gpu):
-            self._best = trial
+        if trial.status == "projected":
+            incumbent = self.best()  # from the trials already there (seeded ones included)
+            if incumbent is None or trial.tokens_per_s_per_gpu > incumbent.tokens_per_s_per_gpu:
+                self._best = trial
         if record:
             self.trials[key] = trial
             if self.log is not None:
@@ -249,7 +253,8 @@ class SearchContext:
 
     def best(self) -> Trial | None:
         """The fastest projected trial (kept up to date as trials come in)."""
-        if self._best is None or self.trials.get(self._best.key) is not self._best:
+        if self._best is None or self.trials.get(self._best.key) is not self._best or self._stale:
+            self._stale = False
             done = self.projected()
             self._best = done[0] if done else None
         return self._best

@@ -129,3 +129,17 @@ def test_budget_bounds_any_proposer(small):
     ctx = _ctx(small, budget=5)
     result = tune(ctx, "tpe", regret=False)
     assert ctx.spent == 5 and result.stats.projected == 5
+
+
+def test_incumbent_includes_seeded_trials(small):
+    """A context created with trials (the regret reference, --resume) ranks new ones against them."""
+    first = _ctx(small, budget=20)
+    tune(first, "tpe", regret=False)
+    best = first.best()
+    model, _, system, space = small
+    second = SearchContext(space=space, oracle=fake_oracle(model, system), prefilter=fake_filter(model, system),
+                           budget=5, trials={k: t for k, t in first.trials.items() if t.status == "projected"})
+    worse = min(first.projected(), key=lambda t: t.tokens_per_s_per_gpu)
+    second.trials.pop(worse.key)
+    second.try_config(worse.config, origin="test")
+    assert second.best().tokens_per_s_per_gpu == best.tokens_per_s_per_gpu
