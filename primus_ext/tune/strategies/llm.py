@@ -65,11 +65,12 @@ RULES = (
 
 
 def redact(text: str) -> str:
-    """``text`` with the value of every secret-looking environment variable replaced."""
+    """``text`` with the value of every secret-looking environment variable replaced, and without
+    control characters (model text reaches the terminal: no escape sequences)."""
     for name, value in os.environ.items():
         if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_CHARS and value in text:
             text = text.replace(value, "[redacted]")
-    return text
+    return "".join(ch if ch.isprintable() else " " for ch in text)
 
 
 class LLMUnavailable(Exception):
@@ -212,7 +213,7 @@ def run(ctx: Any, options: Any) -> list[str]:
         feedback = [str(p) for p in problems]
         if not configs:
             failures += 1
-            notes.append(f"LLM round {round_no}: reply rejected ({'; '.join(feedback[:2])[:200]})")
+            notes.append(f"LLM round {round_no}: reply rejected ({redact('; '.join(feedback[:2]))[:200]})")
             if failures > options.llm_retries:
                 notes.append(f"LLM replies unusable {failures} times in a row; fell back to tpe")
                 return notes + tpe.run(ctx, options)
