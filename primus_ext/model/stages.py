@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -222,14 +223,34 @@ def _plan(model: ModelSpec, execution: ExecutionSpec) -> tuple[tuple[StagePlan, 
     return stages, problems
 
 
+@lru_cache(maxsize=4096)
+def _plan_memo(model: ModelSpec, split: ExecutionSpec) -> tuple[tuple[StagePlan, ...], tuple[Problem, ...]]:
+    stages, problems = _plan(model, split)
+    return stages, tuple(problems)
+
+
+def _split_only(execution: ExecutionSpec) -> ExecutionSpec:
+    """The execution reduced to the fields the layer split depends on (the memo key): the tuner asks
+    for the same split under thousands of batch / overlap / sharding variants."""
+    return ExecutionSpec(
+        pipeline_model_parallel_size=execution.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=execution.virtual_pipeline_model_parallel_size,
+        pipeline_model_parallel_layout=execution.pipeline_model_parallel_layout,
+        decoder_first_pipeline_num_layers=execution.decoder_first_pipeline_num_layers,
+        decoder_last_pipeline_num_layers=execution.decoder_last_pipeline_num_layers,
+        account_for_embedding_in_pipeline_split=execution.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=execution.account_for_loss_in_pipeline_split,
+    )
+
+
 def layout_problems(model: ModelSpec, execution: ExecutionSpec) -> list[Problem]:
     """Every reason the model's layers cannot be split over PP x VPP as configured."""
-    return _plan(model, execution)[1]
+    return list(_plan_memo(model, _split_only(execution))[1])
 
 
 def pipeline_plan(model: ModelSpec, execution: ExecutionSpec) -> tuple[StagePlan, ...]:
     """Per pipeline rank, its chunks and layers. Raises ``RecipeError`` when the split is illegal."""
-    stages, problems = _plan(model, execution)
+    stages, problems = _plan_memo(model, _split_only(execution))
     if problems:
-        raise RecipeError(problems=problems)
+        raise RecipeError(problems=list(problems))
     return stages
