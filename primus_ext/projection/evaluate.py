@@ -106,8 +106,29 @@ def _lookup(shape: RankShape, providers: tuple[CostProvider, ...], system: Syste
     return analytic_cost(shape, system.gpu)
 
 
+def _comm_fields(ex: ExecutionSpec) -> ExecutionSpec:
+    """``ex`` reduced to what per-layer communication reads (``comm.layer_comm`` and the group
+    placement): the memo key of a layer, so that batch / DP-overlap / optimizer variants share it."""
+    return ExecutionSpec(
+        tensor_model_parallel_size=ex.tensor_model_parallel_size,
+        pipeline_model_parallel_size=ex.pipeline_model_parallel_size,
+        context_parallel_size=ex.context_parallel_size,
+        expert_model_parallel_size=ex.expert_model_parallel_size,
+        expert_tensor_parallel_size=ex.expert_tensor_parallel_size,
+        data_parallel_size=ex.data_parallel_size,
+        sequence_parallel=ex.sequence_parallel,
+        cp_comm_type=ex.cp_comm_type,
+        tp_comm_overlap=ex.tp_comm_overlap,
+        overlap_moe_expert_parallel_comm=ex.overlap_moe_expert_parallel_comm,
+        moe_token_dispatcher_type=ex.moe_token_dispatcher_type,
+        fsdp=ex.fsdp,
+        data_parallel_sharding_strategy=ex.data_parallel_sharding_strategy,
+        grad_reduce_in_bf16=ex.grad_reduce_in_bf16,
+    )
+
+
 def _layer(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...]) -> _Layer:
-    return _layer_from_cost(shape, ex, system, _lookup(shape, providers, system))
+    return _layer_from_cost(shape, _comm_fields(ex), system, _lookup(shape, providers, system))
 
 
 @lru_cache(maxsize=16384)
@@ -130,8 +151,24 @@ def _plan(model: ModelSpec, ex: ExecutionSpec) -> tuple[StagePlan, ...]:
     return pipeline_plan(model, ex)
 
 
-@lru_cache(maxsize=4096)
 def _chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Memoised on the split and recompute fields only (see ``_chunk_counts_memo``)."""
+    return _chunk_counts_memo(model, ExecutionSpec(
+        pipeline_model_parallel_size=ex.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=ex.virtual_pipeline_model_parallel_size,
+        pipeline_model_parallel_layout=ex.pipeline_model_parallel_layout,
+        decoder_first_pipeline_num_layers=ex.decoder_first_pipeline_num_layers,
+        decoder_last_pipeline_num_layers=ex.decoder_last_pipeline_num_layers,
+        account_for_embedding_in_pipeline_split=ex.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=ex.account_for_loss_in_pipeline_split,
+        recompute_granularity=ex.recompute_granularity,
+        recompute_method=ex.recompute_method,
+        recompute_num_layers=ex.recompute_num_layers,
+    ))
+
+
+@lru_cache(maxsize=4096)
+def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Per rank, per chunk: (dense kept, dense recomputed, moe kept, moe recomputed, mtp, embedding, output)."""
     pattern = model.moe_layer_pattern
     granularity = ex.recompute_granularity
