@@ -15,7 +15,7 @@ Figures on the 2-core CI machine (analytic costs, 2026-12-02, other jobs sharing
 | case                         | candidates | legal  | rejected (mem) | exhaustive  | optimum tok/s/GPU | gain    |
 |------------------------------|-----------:|-------:|---------------:|------------:|------------------:|--------:|
 | Mixtral-8x22B, 4 x MI355X    | 41 730     | 31 842 | 5 954          | 11.0 s      | 6 253.5           | +9.6 %  |
-| DeepSeek-V3, 128 x H100      | 62 384     | 43 252 | 26 113         | 15.4 s      | 1 455.9           | +28.0 % |
+| DeepSeek-V3, 128 x H100      | 62 384     | 43 252 | 26 113         | 12.1 s      | 1 455.9           | +28.0 % |
 
 TPE, 100 projections, seeds 0-5: regret 0 / 0.11 / 0 / 1.24 / 0 / 0 % (Mixtral, 0.8-2.8 s) and
 0 / 0 / 0 / 4.46 / 4.46 / 0 % (DeepSeek-V3, 1.7-4.1 s). The DeepSeek-V3 optimum (TP2 PP8 VPP4 EP64,
