@@ -62,9 +62,10 @@ def speed() -> None:
     print("  new m     : every call a new micro-batch count (pipeline order rebuilt, then memoised)")
     print("  same shapes: new DP width / distributed optimizer / overlap flags, same per-rank shapes (the")
     print("               tuner's grouped case: layer costs and the schedule come from the memo)")
+    print("  flags     : same DP width and micro-batch count, new optimizer / DP-overlap flags (schedule reused)")
     print("  warm      : a configuration seen before (memoised projection)")
-    print(f"  {'config':<18} {'m':>4} {'new times':>16} {'new m':>16} {'same shapes':>16} {'warm':>7}"
-          f" {'shape/s':>7} {'warm/s':>8}")
+    print(f"  {'config':<18} {'m':>4} {'new times':>16} {'new m':>16} {'same shapes':>16} {'flags':>16} {'warm':>7}"
+          f" {'shape/s':>7} {'flags/s':>7} {'warm/s':>8}")
     for model, run in ((DEEPSEEK_V3, DSV3_RUN), (LLAMA_405B, LLAMA_RUN)):
         evaluate(model, run, system)  # build the shared pipeline order once
         eff = system.gpu.efficiency
@@ -83,14 +84,17 @@ def speed() -> None:
                              overlap_param_gather=flags[0] and flags[2])
                 shared.append((ex, load_system("h100", ex.world_size // 8)))
         same = _time([lambda ex=ex, s=s, model=model: evaluate(model, ex, s) for ex, s in shared])
+        variants = [replace(run, use_distributed_optimizer=a, overlap_grad_reduce=b, overlap_param_gather=a and c,
+                            grad_reduce_in_bf16=d) for a, b, c, d in itertools.product((False, True), repeat=4)]
+        flags = _time([lambda ex=ex, model=model: evaluate(model, ex, system) for ex in variants])
         warm = _time([lambda model=model, run=run: evaluate(model, run, system)] * 200)
 
         def stat(values: list[float]) -> str:
             return f"{statistics.median(values) * 1e3:7.2f} /{sorted(values)[int(0.9 * len(values))] * 1e3:7.2f}"
 
         print(f"  {model.name:<18} {run.num_microbatches:>4} {stat(fresh):>16} {stat(new_m):>16} {stat(same):>16}"
-              f" {statistics.median(warm) * 1e3:>7.3f} {1 / statistics.median(same):>7.0f}"
-              f" {1 / statistics.median(warm):>8.0f}")
+              f" {stat(flags):>16} {statistics.median(warm) * 1e3:>7.3f} {1 / statistics.median(same):>7.0f}"
+              f" {1 / statistics.median(flags):>7.0f} {1 / statistics.median(warm):>8.0f}")
 
 
 def recipes() -> None:
