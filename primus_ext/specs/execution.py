@@ -79,7 +79,7 @@ class ExecutionSpec:
     precision: Precision = "bf16"
     """Compute precision of the GEMMs (fp8 = Megatron's ``--fp8 e4m3|hybrid`` with bf16 params)."""
     grad_reduce_in_bf16: bool = False
-    """Reduce gradients in bf16 instead of fp32 (main grads stay fp32)."""
+    """Keep the DDP gradient buffer (main grads) in bf16 and reduce in bf16 instead of fp32."""
 
     # --- MoE execution -------------------------------------------------------------------------
     moe_token_dispatcher_type: Dispatcher = "alltoall"
