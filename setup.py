@@ -4,13 +4,15 @@ torch is pinned to the CPU-installable 2.13.0 in CI (.ci/run); the requirement h
 releases for GPU machines.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="primus-ext",
     version="0.1.0",
     description="Hybrid projection and auto-tuning for Megatron-core / Primus LLM training",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["primus_ext", "primus_ext.*"]),
