@@ -41,6 +41,7 @@ MEASURE_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,              # megatron config validation
     AssertionError,          # megatron asserts unsupported combinations at build time
     TypeError,               # spec/module signature mismatch in this megatron-core version
+    NameError,               # a TE-only code path without TE (e.g. layernorm recompute: FP8GlobalStateManager)
     MeasureTimeout,
 )
 """What a single layer's measurement may raise and still let the run continue."""
