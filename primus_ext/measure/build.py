@@ -161,8 +161,9 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         fp16=dtype == torch.float16,
         tensor_model_parallel_size=shape.tp if distributed else 1,
         sequence_parallel=bool(distributed and shape.sequence_parallel and shape.tp > 1),
-        expert_model_parallel_size=shape.ep if distributed else 1,
-        expert_tensor_parallel_size=shape.etp if distributed else 1,
+        # expert groups exist only for an MoE layer (megatron rejects EP > 1 without experts)
+        expert_model_parallel_size=shape.ep if distributed and shape.kind == "moe" else 1,
+        expert_tensor_parallel_size=(shape.etp if shape.kind == "moe" else shape.tp) if distributed else 1,
     )
     if not distributed:
         notes += _world1_notes(shape, use_te)
