@@ -70,14 +70,14 @@ def _costs(args: argparse.Namespace, recipe: Any) -> Any:
         for line in measure_missing(recipe, plan, progress=progress):
             print(f"  {line}", file=sys.stderr)
         return cost_provider(plan)
-    from primus_ext.measure.store import TimingStore, default_store_path
+    from primus_ext.measure.store import default_store_path, store_for_target
 
     path = args.store
     if path is None:
         if not default_store_path().exists():
             return None
         path = default_store_path()
-    return TimingStore(path, device=args.device, accept_scaled=args.accept_scaled)
+    return store_for_target(path, recipe.system.gpu.name, device=args.device, accept_scaled=args.accept_scaled)
 
 
 def _emit(text: str, out: str | None) -> None:

@@ -53,13 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _costs(args: argparse.Namespace) -> Any:
+def _costs(args: argparse.Namespace, gpu_name: str) -> Any:
     if args.analytic:
         return None
-    from primus_ext.measure.store import TimingStore, default_store_path
+    from primus_ext.measure.store import default_store_path, store_for_target
 
     path = args.store or (default_store_path() if default_store_path().exists() else None)
-    return None if path is None else TimingStore(path)
+    return None if path is None else store_for_target(path, gpu_name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
               "margin": args.margin, "pins": {k: list(v) for k, v in space.pins.items()}}
     log_path = args.resume or args.log
     previous = read_log(args.resume, expect=header) if args.resume else []
-    ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, _costs(args)),
+    costs = _costs(args, recipe.system.gpu.name)
+    ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, costs),
                         prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin),
                         budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
                         detail=args.strategy != "exhaustive")

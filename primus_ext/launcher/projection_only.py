@@ -102,15 +102,20 @@ def measure_missing(recipe: Any, plan: CostPlan, *,
     return tuple(f"{m.target.kind}: ok" if m.ok else f"{m.target.kind}: FAILED {m.error}" for m in results)
 
 
-def cost_provider(plan: CostPlan) -> Any:
-    """The projection's ``costs`` argument for a plan (``None`` = analytic roofline only)."""
+def cost_provider(plan: CostPlan, gpu_name: str | None = None) -> Any:
+    """The projection's ``costs`` argument for a plan (``None`` = analytic roofline only).
+
+    ``store`` mode reads the entries measured on the target GPU (``gpu_name``, the profile name) unless
+    ``plan.store_device`` names a device; ``measured`` mode reads this machine's fresh measurements."""
     if plan.mode == "analytic":
         return None
-    from primus_ext.measure.store import TimingStore, default_store_path
+    from primus_ext.measure.store import TimingStore, default_store_path, store_for_target
 
     path = plan.store or default_store_path()
     if plan.mode == "store" and not Path(path).exists():
         return None
+    if plan.mode == "store" and plan.store_device is None and gpu_name:
+        return store_for_target(path, gpu_name, accept_scaled=plan.scale < 1)
     device = plan.store_device if plan.mode == "store" else None  # measured: this machine's entries
     return TimingStore(path, device=device, accept_scaled=plan.scale < 1)
 
@@ -177,7 +182,7 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
     measured: tuple[str, ...] = ()
     if plan.mode == "measured":
         measured = measure_missing(recipe, plan, progress=progress)
-    projection = project(recipe.model, recipe.execution, recipe.system, cost_provider(plan))
+    projection = project(recipe.model, recipe.execution, recipe.system, cost_provider(plan, recipe.system.gpu.name))
     if plan.mode == "measured" and plan.scale < 1:
         projection = _full_scale_memory(projection)
     reasons = oom_reasons(projection)

@@ -240,3 +240,34 @@ class TimingStore:
         self._db.commit()
         self._memo.clear()
         return n
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def device_for(store: TimingStore, gpu_name: str) -> str | None:
+    """The store device whose entries describe the target GPU profile ``gpu_name`` (``h200`` matches
+    ``NVIDIA H200``; ``cpu`` matches ``cpu:<model>``), or ``None``: a projection for an H200 must not
+    read a CPU's (or another GPU's) timings just because this machine measured them."""
+    target = _squash(gpu_name)
+    devices = sorted({row["device"] for row in store.layer_rows()})
+    for device in devices:
+        squashed = _squash(device)
+        if (target == "cpu" and squashed.startswith("cpu")) or (target != "cpu" and target in squashed):
+            return device
+    return None
+
+
+def store_for_target(path: str | os.PathLike[str], gpu_name: str, *, device: str | None = None,
+                     accept_scaled: bool = False) -> TimingStore | None:
+    """A ``CostProvider`` over ``path`` restricted to the target GPU's entries (``device`` given
+    explicitly wins); ``None`` when the store holds nothing measured on that GPU."""
+    if device is None:
+        probe = TimingStore(path, device="?", versions="any")
+        device = device_for(probe, gpu_name)
+        probe.close()
+        if device is None:
+            return None
+    return TimingStore(path, device=device, accept_scaled=accept_scaled)
+

@@ -78,3 +78,16 @@ def test_shape_json_rebuilds_the_shape(tmp_path):
     assert shape_from_dict(json.loads(row["target_json"])) == MOE_TARGET
     assert shape_from_dict(json.loads(row["shape_json"])) == MOE_TARGET.scaled(0.5)
     assert row["target_key"] == MOE_TARGET.key() and row["shape_key"] == MOE_TARGET.scaled(0.5).key()
+
+
+def test_projection_reads_only_the_target_gpus_entries(tmp_path):
+    from primus_ext.measure.store import device_for, store_for_target
+
+    path = tmp_path / "t.sqlite"
+    with TimingStore(path, device=H200, versions=VERSIONS) as store:
+        _fill(store)
+        assert device_for(store, "h200") == H200 and device_for(store, "cpu") == "cpu:test"
+        assert device_for(store, "h100") is None and device_for(store, "mi300x") is None
+    assert store_for_target(path, "h100") is None  # nothing measured on an H100: the roofline decides
+    assert store_for_target(path, "h200").cost(TARGET) == COST
+    assert store_for_target(path, "h100", device=H200).cost(TARGET) == COST  # an explicit device wins
