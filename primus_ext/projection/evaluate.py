@@ -31,7 +31,7 @@ from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds
-from primus_ext.model.stages import StagePlan, pipeline_plan
+from primus_ext.model.stages import pipeline_plan
 from primus_ext.projection.comm import (
     bucket_fraction,
     describe,
@@ -146,11 +146,6 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
                   fwd=fwd + sum(v[1] for v in comm.fwd.values()), bwd=bwd + sum(v[1] for v in comm.bwd.values()))
 
 
-@lru_cache(maxsize=1024)
-def _plan(model: ModelSpec, ex: ExecutionSpec) -> tuple[StagePlan, ...]:
-    return pipeline_plan(model, ex)
-
-
 def _chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Memoised on the split and recompute fields only (see ``_chunk_counts_memo``)."""
     return _chunk_counts_memo(model, ExecutionSpec(
@@ -174,7 +169,7 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
     granularity = ex.recompute_granularity
     block = granularity == "full" and ex.recompute_method == "block"
     out = []
-    for stage in _plan(model, ex):
+    for stage in pipeline_plan(model, ex):
         row = []
         for chunk in stage.chunks:
             counts = [0, 0, 0, 0]
@@ -333,7 +328,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
         recompute_s=m * acc_b["recompute"],
     )
-    plan = _plan(model, ex)
+    plan = pipeline_plan(model, ex)  # memoised on the split fields in model.stages
     stages = tuple(
         StageTime(rank=r, layers=int(stage_acc[r]["layers"]), fwd_s=tuple(c.fwd for c in times_t[r]),
                   bwd_s=tuple(c.bwd for c in times_t[r]), busy_s=sim.busy[r], finish_s=sim.finish[r],

@@ -8,7 +8,6 @@ EP=2 split done by megatron itself (local spec: MLA down-projections column-spli
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 from dataclasses import replace
 
 import pytest
@@ -61,12 +60,6 @@ def test_layer_params_equal_megatron_per_rank(name, one_rank_world):
     assert layer_params(shape) == build_layer(shape, device="cpu").param_count
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _rank_counts(rank: int, port: int, queue) -> None:
     torch.set_num_threads(1)
     from primus_ext.measure.build import build_layer
@@ -95,7 +88,9 @@ def test_layer_params_equal_megatron_tp2_ep2_gloo():
     """Megatron splits the global sizes itself over a real 2-rank group (router kept whole)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    from primus_ext.measure.shims import free_port
+
+    port = free_port()
     procs = [ctx.Process(target=_rank_counts, args=(r, port, queue)) for r in range(2)]
     for p in procs:
         p.start()
