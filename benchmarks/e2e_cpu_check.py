@@ -61,11 +61,27 @@ def cpu_system(points) -> SystemSpec:
     return SystemSpec(gpu=gpu, num_nodes=1, name="cpu")
 
 
+def one_rank_diagnostic(iters: int) -> int:
+    """The DP=2 run's per-rank work (GBS / 2) trained by one rank: separates the trainer's own per-step
+    cost from what two ranks sharing the machine add."""
+    from primus_ext.launcher.trainer.run import run_training
+
+    execution = replace(executions()["DP=2"], data_parallel_size=1, global_batch_size=GBS // 2)
+    result = run_training(MODEL, execution, world_size=1, iters=iters, warmup=2, device="cpu")
+    steps = ", ".join(f"{t * 1e3:.0f}" for t in result.measured_s)
+    print(f"one rank, DP=2's per-rank work: median step {result.median_step_time_s * 1e3:.0f} ms ({steps})")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3, help="real 2-rank runs per configuration")
     parser.add_argument("--iters", type=int, default=6, help="training iterations per run (2 are warm-up)")
+    parser.add_argument("--one-rank-diagnostic", action="store_true",
+                        help="only train the DP=2 run's per-rank work on ONE rank and print its step time")
     args = parser.parse_args()
+    if args.one_rank_diagnostic:
+        return one_rank_diagnostic(args.iters)
 
     import torch
 
