@@ -91,6 +91,10 @@ class ChunkComposition:
     block_dense: int = 0
     """Of the first ``recompute_num_layers`` layers (block method): how many are dense."""
     block_moe: int = 0
+    offload_dense: int = 0
+    """Of the first ``cpu_offloading_num_layers`` layers of the model (activation CPU offloading): how
+    many this chunk holds, dense and MoE."""
+    offload_moe: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +142,8 @@ class RankProfile:
 
 @lru_cache(maxsize=1024)
 def _plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: int | None,
-          last: int | None, acc_e: bool, acc_l: bool, recompute_layers: int) -> tuple[tuple[StagePlan, ...], tuple]:
+          last: int | None, acc_e: bool, acc_l: bool, recompute_layers: int,
+          offload_layers: int = 0) -> tuple[tuple[StagePlan, ...], tuple]:
     execution = ExecutionSpec(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
                               pipeline_model_parallel_layout=layout, decoder_first_pipeline_num_layers=first,
                               decoder_last_pipeline_num_layers=last, account_for_embedding_in_pipeline_split=acc_e,
@@ -151,9 +156,11 @@ def _plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first:
         for chunk in stage.chunks:
             moe = [i < len(pattern) and pattern[i] for i in chunk.layers]
             head = moe[:recompute_layers]
+            offloaded = [m for i, m in zip(chunk.layers, moe, strict=True) if i < offload_layers]
             row.append(ChunkComposition(dense=len(moe) - sum(moe), moe=sum(moe), embedding=chunk.embedding,
                                         output=chunk.output, mtp=chunk.mtp_layers,
-                                        block_dense=len(head) - sum(head), block_moe=sum(head)))
+                                        block_dense=len(head) - sum(head), block_moe=sum(head),
+                                        offload_dense=len(offloaded) - sum(offloaded), offload_moe=sum(offloaded)))
         comps.append(tuple(row))
     return plan, tuple(comps)
 
@@ -219,7 +226,8 @@ def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
     recompute_layers = (e.recompute_num_layers or 1) if e.recompute_method == "block" else 0
     plan_key = ("plan", id(model), e.pp, e.virtual_pipeline_model_parallel_size, e.pipeline_model_parallel_layout,
                 e.decoder_first_pipeline_num_layers, e.decoder_last_pipeline_num_layers,
-                e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers)
+                e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers,
+                offloaded_layers(e))
     terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
                  e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules)
     return plan_key, terms_key
@@ -296,6 +304,16 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
             if count and t:
                 total += count * t.act_selected
                 working = max(working, t.act_none - t.act_selected)
+        offloaded = [(c, t) for c, t in ((comp.offload_dense, dense), (comp.offload_moe, moe)) if c and t]
+        if offloaded:
+            # Transformer Engine's cpu_offload (AsyncDoubleBufferGroupOffloadHandler, used by megatron-core
+            # TransformerBlock): the first N layers' saved tensors (TE linear inputs / norm outputs,
+            # attention q/k/v/out, the SwiGLU input: megatron-core mlp.py passes cpu_offloading to
+            # bias_swiglu_impl) go to host memory, each layer's copy synchronised within a window of
+            # L/N layers and reloaded one window ahead in backward. At the peak (end of forward / start
+            # of backward) the GPU keeps the L - N other layers plus one offloaded layer in transit.
+            total -= sum(c * t.act_selected for c, t in offloaded)
+            total += max(t.act_selected for _, t in offloaded)
     if comp.output:
         total += ctx.terms["output"].act_none
     if comp.mtp and mtp_kind:
@@ -304,6 +322,11 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
         eh_in = element_bytes(e.precision) * 2 * ctx.model.hidden_size * e.micro_batch_size * e.seq_length / e.cp / sp
         total += comp.mtp * (mtp_kind.act_none + eh_in + ctx.terms["output"].act_none)
     return total, working
+
+
+def offloaded_layers(e: ExecutionSpec) -> int:
+    """Transformer layers whose saved activations are offloaded to the host (0 when off)."""
+    return e.cpu_offloading_num_layers if e.cpu_offloading and e.cpu_offloading_activations else 0
 
 
 def _sharding(e: ExecutionSpec) -> tuple[float, float, float, float, float]:

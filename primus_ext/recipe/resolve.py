@@ -52,7 +52,8 @@ _OTHER_READ = (
     "data_parallel_sharding_strategy", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm", "moe_shared_expert_overlap", "grad_reduce_in_bf16",
     "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
-    "zero_bubble_v_schedule", "pp_algorithm",
+    "zero_bubble_v_schedule", "pp_algorithm", "cpu_offloading", "cpu_offloading_num_layers",
+    "cpu_offloading_activations", "cpu_offloading_weights",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -336,6 +337,11 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         recompute_method=a.choice("recompute_method", ("uniform", "block")),  # type: ignore[arg-type]
         recompute_num_layers=a.int("recompute_num_layers", minimum=0),
         recompute_modules=_recompute_modules(a),
+        # megatron-core ModelParallelConfig: cpu_offloading_activations defaults to True, weights False
+        cpu_offloading=a.bool("cpu_offloading"),
+        cpu_offloading_num_layers=a.int("cpu_offloading_num_layers", minimum=0) or 0,
+        cpu_offloading_activations=a.bool("cpu_offloading_activations", True),
+        cpu_offloading_weights=a.bool("cpu_offloading_weights"),
         use_distributed_optimizer=a.bool("use_distributed_optimizer"),
         fsdp=_fsdp(a),  # type: ignore[arg-type]
         data_parallel_sharding_strategy=a.choice(  # type: ignore[arg-type]

@@ -60,6 +60,15 @@ class ExecutionSpec:
     mla_up_proj, shared_experts). Empty with granularity 'selective' means Megatron's default
     (``core_attn``)."""
 
+    # --- CPU offloading (megatron-core ModelParallelConfig; Transformer Engine's cpu_offload) ------
+    cpu_offloading: bool = False
+    """Offload the saved activations (and/or weights) of the first ``cpu_offloading_num_layers``
+    transformer layers to host memory. Megatron forbids it with PP > 1 and with recompute."""
+    cpu_offloading_num_layers: int = 0
+    """Transformer layers whose saved tensors are offloaded (megatron-core: < num_layers)."""
+    cpu_offloading_activations: bool = True
+    cpu_offloading_weights: bool = False
+
     # --- sharding and optimizer ----------------------------------------------------------------
     use_distributed_optimizer: bool = False
     fsdp: FSDPKind = "none"

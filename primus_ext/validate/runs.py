@@ -131,6 +131,13 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     if model.is_moe and etp is None:
         etp = 1
         assumptions.append("expert_tensor_parallel_size=1 (Megatron-Bridge MoE recipes; not stated)")
+    offload_layers = _int(_flag(flags, "cpu_offloading_num_layers") or "", 0) or 0
+    offload_flag = _flag(flags, "cpu_offloading")
+    # NeMo / Megatron-Bridge performance scripts turn ``cpu_offloading`` on (activations only, weights
+    # off) when they set ``cpu_offloading_num_layers`` > 0; the rows list only the layer count.
+    offloading = offload_layers > 0 if offload_flag is None else offload_flag.lower() == "true"
+    offload_activations = (_flag(flags, "cpu_offloading_activations") or "true").lower() == "true"
+    offload_weights = (_flag(flags, "cpu_offloading_weights") or "false").lower() == "true"
     layout = _flag(flags, "pp_layout")
     dp = max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1
     execution = ExecutionSpec(
@@ -151,6 +158,10 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         recompute_method=method,  # type: ignore[arg-type]
         recompute_num_layers=num_layers,
         recompute_modules=modules,
+        cpu_offloading=offloading,
+        cpu_offloading_num_layers=offload_layers,
+        cpu_offloading_activations=offload_activations,
+        cpu_offloading_weights=offload_weights,
         use_distributed_optimizer=fsdp == "none",
         fsdp=fsdp,  # type: ignore[arg-type]
         data_parallel_sharding_strategy="optim_grads_params" if fsdp == "megatron_fsdp" else "no_shard",

@@ -1,0 +1,27 @@
+"""The reader turns a row's activation CPU offloading into the ExecutionSpec fields megatron-core uses."""
+
+from primus_ext.validate.archs import read_archs
+from primus_ext.validate.runs import read_runs
+
+ARCH_HEADER = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
+               "shared_experts,first_k_dense,mla(yes/no),notes\n")
+RUN_HEADER = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
+              "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n")
+
+
+def test_cpu_offloading_flags(tmp_path):
+    archs_path = tmp_path / "a.csv"
+    archs_path.write_text(ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n")
+    runs_path = tmp_path / "r.csv"
+    runs_path.write_text(RUN_HEADER + (
+        'NeMo,2025,M,8192,FP8,GB200,64,1,1,,1,,,64,2,256,"megatron_fsdp(FSDP col=64); recipe:[use_megatron_fsdp=True; '
+        'cpu_offloading_num_layers=6]",1000,,,,\n'
+        'NeMo,2025,M,8192,BF16,GB200,64,1,1,,1,,,64,2,256,"recipe:[cpu_offloading=True; cpu_offloading_num_layers=3; '
+        'cpu_offloading_weights=True; cpu_offloading_activations=False]",1000,,,,\n'
+        "NeMo,2025,M,8192,BF16,GB200,64,1,1,,1,,,64,2,256,,1000,,,,\n"))
+    first, second, plain = (r.execution for r in read_runs(runs_path, read_archs(archs_path)))
+    assert first.cpu_offloading and first.cpu_offloading_num_layers == 6
+    assert first.cpu_offloading_activations and not first.cpu_offloading_weights
+    assert second.cpu_offloading and second.cpu_offloading_num_layers == 3
+    assert second.cpu_offloading_weights and not second.cpu_offloading_activations
+    assert not plain.cpu_offloading and plain.cpu_offloading_num_layers == 0
