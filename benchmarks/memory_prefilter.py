@@ -9,18 +9,17 @@ Prints (1) the per-stage breakdown of every ``recipes/*.yaml`` on its own cluste
 runnable row of ``shared/validation/measured_throughput.csv`` (each of those runs did run) how many
 the model projects to fit, with the rows it does not and the flags that hint why, (3) the per-stage
 peaks of the headline runs (Llama-3.1-405B, DeepSeek-V3, Qwen3-235B-A22B), (4) ``fits()`` calls per
-second on one core: repeated configuration, distinct configurations sharing warm per-rank terms, and
-cold (all memos cleared).
+second on one core over every configuration of three real tuner spaces (``tune.space.build_space``):
+distinct configurations with the per-rank terms warm (the tuner's case), the first pass with every memo
+cold, and one configuration repeated; best and median of several runs (the machine is shared).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import re
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,53 +96,52 @@ def dev_set() -> None:
                   f"{mem.capacity_bytes / GIB:.0f} {'fits' if mem.fits else 'DOES NOT FIT'}")
 
 
-def _grid(model, base):
-    out = []
-    for tp, pp, vpp, mbs, rc, dopt, ep in itertools.product(
-            (1, 2, 4, 8), (1, 2, 4, 8, 16), (None, 2, 4), (1, 2, 4), (None, "selective", "full"), (False, True),
-            (1, 8, 32) if model.is_moe else (1,)):
-        if (vpp and pp == 1) or model.num_layers % (pp * (vpp or 1)) or 1024 % (tp * pp):
-            continue
-        out.append(replace(base, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                           virtual_pipeline_model_parallel_size=vpp, pipeline_model_parallel_layout=None,
-                           decoder_first_pipeline_num_layers=None, decoder_last_pipeline_num_layers=None,
-                           account_for_embedding_in_pipeline_split=False, account_for_loss_in_pipeline_split=False,
-                           micro_batch_size=mbs, sequence_parallel=tp > 1, recompute_granularity=rc,
-                           recompute_method="uniform" if rc == "full" else None, recompute_num_layers=None,
-                           use_distributed_optimizer=dopt, expert_model_parallel_size=ep,
-                           expert_tensor_parallel_size=None, data_parallel_size=1024 // (tp * pp),
-                           global_batch_size=2048, pipeline_schedule="interleaved" if vpp else "1f1b"))
-    return out
+SPEED_SPACES = (("deepseek_v3-pretrain.yaml", "h100", 128), ("mixtral_8x22B-pretrain.yaml", "mi355x", 4),
+                ("llama3.1_405B-pretrain.yaml", "h100", 128))
+SPEED_RUNS = 5
+
+
+def _rate(calls, fn) -> float:
+    start = time.perf_counter()
+    for args in calls:
+        fn(*args)
+    return len(calls) / (time.perf_counter() - start)
 
 
 def speed() -> None:
+    """``fits()`` per second on one core over every configuration of real tuner spaces (``build_space``
+    around the shipped recipe), the tuner's case: distinct configurations sharing per-rank shapes."""
+    import statistics
+
     from primus_ext.model import memory, memory_stage
     from primus_ext.recipe import load_recipe
+    from primus_ext.tune.space import build_space
 
-    print("\n== fits() speed (one core)")
-    for name in ("llama3.1_405B-pretrain.yaml", "deepseek_v3-pretrain.yaml"):
-        recipe = load_recipe(REPO / "recipes" / name)
+    print(f"\n== fits() speed, one core (configurations per second; best / median of {SPEED_RUNS} runs)")
+    for name, cluster, nodes in SPEED_SPACES:
+        recipe = load_recipe(REPO / "recipes" / name, cluster=cluster, nodes=nodes, validate=False)
         model, system = recipe.model, recipe.system
-        configs = _grid(model, recipe.execution)
-        memory.fits(model, recipe.execution, system)
-        start = time.perf_counter()
-        for _ in range(100_000):
-            memory.fits(model, recipe.execution, system)
-        repeated = 100_000 / (time.perf_counter() - start)
-        for config in configs:  # warm the per-rank terms
-            memory.fits(model, config, system)
-        memory._PEAKS.clear()
-        start = time.perf_counter()
-        verdicts = [memory.fits(model, c, system) for c in configs]
-        warm = len(configs) / (time.perf_counter() - start)
-        memory._PEAKS.clear()
-        memory_stage._BY_MODEL.clear()
-        start = time.perf_counter()
-        for c in configs:
-            memory.fits(model, c, system)
-        cold = len(configs) / (time.perf_counter() - start)
-        print(f"  {name}: {len(configs)} configurations ({sum(verdicts)} fit): repeated {repeated:,.0f}/s, "
-              f"distinct with warm per-rank terms {warm:,.0f}/s, cold {cold:,.0f}/s")
+        space = build_space(model, recipe.execution, system)
+        calls = [(model, space.to_execution(c), system) for c in space.iter_configs()]
+        cold, warm = [], []
+        for _ in range(SPEED_RUNS):
+            memory._COMPILED.clear()
+            memory_stage._BY_MODEL.clear()
+            cold.append(_rate(calls, memory.fits))
+            for entry in memory._COMPILED.values():
+                entry[-1].clear()  # per-configuration peaks: every configuration is evaluated again
+            warm.append(_rate(calls, memory.fits))
+        shapes = len(memory._COMPILED)
+        verdicts = [memory.fits(*c) for c in calls]
+        repeated = _rate([calls[0]] * 100_000, memory.fits)
+
+        def fmt(rates: list[float]) -> str:
+            return f"{max(rates):,.0f} / {statistics.median(rates):,.0f}"
+
+        print(f"  {name} on {cluster} x {nodes} nodes: {len(calls)} distinct configurations "
+              f"({sum(verdicts)} fit, {shapes} distinct per-rank shapes)\n"
+              f"    distinct, per-rank terms warm: {fmt(warm)}/s   first pass, all memos cold: {fmt(cold)}/s   "
+              f"one configuration repeated: {repeated:,.0f}/s")
 
 
 def main(argv: list[str]) -> int:

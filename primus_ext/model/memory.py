@@ -35,12 +35,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from primus_ext.model.memory_stage import (
+    CUDA_CONTEXT_BYTES,
+    FP8_WEIGHT_CACHE_BYTES_PER_PARAM,
+    FRAGMENTATION_FRACTION,
+    FSDP_GATHERED_LAYERS,
+    GEMM_WORKSPACE_BYTES,
+    NCCL_BUFFER_BYTES,
     Measured,
     StageContext,
     peak_representatives,
+    rank_profile,
+    sharding_bytes,
     stage_context,
     stage_memory,
+    transient_terms,
 )
+from primus_ext.model.params import ROUTER_PARAM_BYTES
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -136,44 +146,118 @@ def estimate_memory(
     return _result(ctx, stages, system, margin)
 
 
-class _PeakKey:
-    """(model identity, execution) with the execution's hash computed once per call."""
-
-    __slots__ = ("execution", "hash", "model_id")
-
-    def __init__(self, model: ModelSpec, execution: ExecutionSpec) -> None:
-        self.model_id, self.execution = id(model), execution
-        self.hash = hash((self.model_id, execution))
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, _PeakKey) and self.model_id == other.model_id
-                and self.execution == other.execution)
+_COMPILED: dict[tuple, tuple] = {}
+"""The pre-filter's per-(model, per-rank shapes, split, recompute, offload) constants: for each distinct
+stage composition, the parameter counts, saved bytes per chunk and the shape-only transients. Keyed on
+``id(model)`` + exactly the ExecutionSpec fields they depend on; an entry is used only for the same model
+object (it keeps the model alive)."""
+_COMPILED_LIMIT = 65536
 
 
-_PEAKS: dict[_PeakKey, tuple[ModelSpec, float]] = {}
-_PEAK_MEMO_LIMIT = 200_000
+def _shape_key(model: ModelSpec, e: ExecutionSpec) -> tuple:
+    """Every field the per-rank constants depend on (the others: DP, sharding, batch count, schedule and
+    grad precision are applied per configuration by ``_peak``)."""
+    return (id(model), e.tensor_model_parallel_size, e.context_parallel_size, e.expert_model_parallel_size,
+            e.expert_tensor_parallel_size, e.sequence_parallel, e.micro_batch_size, e.seq_length, e.precision,
+            e.recompute_granularity, e.recompute_modules, e.recompute_method, e.recompute_num_layers,
+            e.pipeline_model_parallel_size, e.virtual_pipeline_model_parallel_size,
+            e.pipeline_model_parallel_layout, e.decoder_first_pipeline_num_layers,
+            e.decoder_last_pipeline_num_layers, e.account_for_embedding_in_pipeline_split,
+            e.account_for_loss_in_pipeline_split, e.cpu_offloading, e.cpu_offloading_num_layers,
+            e.cpu_offloading_activations)
+
+
+def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
+    ctx = stage_context(model, e, None)
+    param_b, _, opt_b, _, _ = sharding_bytes(e)
+    reps = []
+    for rank in peak_representatives(ctx):
+        prof = rank_profile(ctx, rank)
+        backward_ws, logits, a2a = transient_terms(model, e, prof)
+        static = prof.working + backward_ws + logits + a2a
+        reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.chunk_saved,
+                     sum(prof.chunk_saved), prof.wgrad_fraction, static))
+    biggest = max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
+    return (model, tuple(reps), param_b, opt_b, biggest, e.precision, {})
+
+
+def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
+    """The peak over the pipeline ranks: the arithmetic of ``memory_stage.stage_memory`` (checked equal on
+    whole tuner spaces by tests/model/test_memory_prefilter_fast.py) on memoised per-rank constants, then
+    memoised on the remaining fields the peak depends on (configurations differing only in overlap flags,
+    dispatcher, ... share it)."""
+    key = _shape_key(model, e)
+    entry = _COMPILED.get(key)
+    if entry is None or entry[0] is not model:
+        if len(_COMPILED) >= _COMPILED_LIMIT:
+            _COMPILED.clear()
+        entry = _COMPILED[key] = _compile(model, e)
+    _, reps, param_b, opt_b, biggest, precision, peaks = entry
+    dp, fsdp = e.data_parallel_size, e.fsdp
+    sub = (dp, e.use_distributed_optimizer, fsdp, e.data_parallel_sharding_strategy, e.grad_reduce_in_bf16,
+           e.global_batch_size, e.pipeline_schedule)
+    peak = peaks.get(sub)
+    if peak is not None:
+        return peak
+    grad_b = 2.0 if (e.grad_reduce_in_bf16 and precision != "fp32") else 4.0
+    tp, pp, cp = e.tensor_model_parallel_size, e.pipeline_model_parallel_size, e.context_parallel_size
+    dp_dense = float(dp * cp)
+    dp_expert = float(max(1, (tp * pp * cp * dp) // ((e.expert_tensor_parallel_size or tp)
+                                                     * e.expert_model_parallel_size * pp)))
+    shard = e.use_distributed_optimizer or fsdp != "none"
+    opt_dense_div = dp_dense if shard else 1
+    opt_expert_div = dp_expert if shard else 1
+    strategy = "optim_grads_params" if fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
+    fsdp_grads = fsdp != "none" and strategy in ("optim_grads", "optim_grads_params")
+    fsdp_params = fsdp != "none" and strategy == "optim_grads_params"
+    fp8 = precision == "fp8"
+    m = max(1, e.global_batch_size // (e.micro_batch_size * dp))
+    vpp = e.virtual_pipeline_model_parallel_size or 1
+    zb = e.pipeline_schedule == "zb-h1"
+    peak = 0.0
+    for rank, total_params, expert, router, saved, per_mb, wgrad, static in reps:
+        dense_params = total_params - expert
+        params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
+        if fp8:
+            params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+        grads = total_params * grad_b
+        opt = dense_params / opt_dense_div * opt_b + expert / opt_expert_div * opt_b
+        fsdp_gather = 0.0
+        if fsdp_grads:
+            grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
+        if fsdp_params:
+            params = (dense_params / dp_dense + expert / dp_expert) * param_b
+            fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
+        if vpp == 1:
+            activations = 0 + float(min(pp - rank, m)) * saved[0]
+        else:  # memory_stage.chunk_in_flight, inlined
+            in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+            cycles, rem = divmod(in_flight, pp * vpp)
+            activations, offset = 0, 0
+            for chunk in saved:
+                activations += float(cycles * pp + min(max(rem - offset, 0), pp)) * chunk
+                offset += pp
+        if zb and rank:
+            activations += min(rank, m) * per_mb * wgrad
+        transient = static + fsdp_gather
+        other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES
+                 + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES)
+        total = params + grads + opt + activations + other
+        if total > peak:
+            peak = total
+    peaks[sub] = peak
+    return peak
 
 
 def peak_bytes(model: ModelSpec, execution: ExecutionSpec) -> float:
-    """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity), memoised."""
-    key = _PeakKey(model, execution)
-    entry = _PEAKS.get(key)
-    if entry is not None and entry[0] is model:
-        return entry[1]
-    ctx = stage_context(model, execution, None)
-    peak = max(sum(stage_memory(ctx, execution, rank, detail=False)[1]) for rank in peak_representatives(ctx))
-    if len(_PEAKS) >= _PEAK_MEMO_LIMIT:
-        _PEAKS.clear()
-    _PEAKS[key] = (model, peak)
-    return peak
+    """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity), torch-free."""
+    return _peak(model, execution)
 
 
 def fits(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, *, margin: float = 0.0) -> bool:
     """The tuner's fast pre-filter: True when the analytic peak fits ``capacity * (1 - margin)``."""
-    return peak_bytes(model, execution) <= capacity_bytes(system) * (1.0 - margin)
+    usable = system.gpu.hbm_bytes * HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE * (1.0 - margin)
+    return _peak(model, execution) <= usable
 
 
 def with_capacity(memory: Memory, capacity_bytes: float) -> Memory:

@@ -329,7 +329,7 @@ def offloaded_layers(e: ExecutionSpec) -> int:
     return e.cpu_offloading_num_layers if e.cpu_offloading and e.cpu_offloading_activations else 0
 
 
-def _sharding(e: ExecutionSpec) -> tuple[float, float, float, float, float]:
+def sharding_bytes(e: ExecutionSpec) -> tuple[float, float, float, float, float]:
     """(param, grad, optimizer) bytes per param, and the dense / expert shard widths."""
     fp32 = e.precision == "fp32"
     param_b = 4.0 if fp32 else 2.0
@@ -379,7 +379,7 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
     total_params, expert, router = prof.total_params, prof.expert_params, prof.router_params
     dense_params = total_params - expert
     # --- parameters, gradients, optimizer ------------------------------------------------------
-    param_b, grad_b, opt_b, dp_dense, dp_expert = _sharding(e)
+    param_b, grad_b, opt_b, dp_dense, dp_expert = sharding_bytes(e)
     params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
     if e.precision == "fp8":
         params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
@@ -405,14 +405,7 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
         activations += zb_hold
     in_flight = activations / per_mb if per_mb else flights[0]
     # --- other ---------------------------------------------------------------------------------
-    backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * prof.biggest_layer
-    tokens = e.micro_batch_size * e.seq_length / e.cp
-    elem = element_bytes(e.precision)
-    logits = elem * tokens * model.padded_vocab_size(e.tp) / e.tp if prof.loss_side else 0.0
-    a2a = 0.0
-    if prof.moe_layers:
-        slots = tokens * model.moe_router_topk * e.etp / e.tp
-        a2a = MOE_A2A_BUFFER_COPIES * slots * model.hidden_size * elem
+    backward_ws, logits, a2a = transient_terms(model, e, prof)
     transient = prof.working + backward_ws + logits + a2a + fsdp_gather
     fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
     other = transient + fragmentation + CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
@@ -433,6 +426,20 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
         "other.nccl_buffers": NCCL_BUFFER_BYTES, "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
     }
     return parts, totals, in_flight
+
+
+def transient_terms(model: ModelSpec, e: ExecutionSpec, prof: RankProfile) -> tuple[float, float, float]:
+    """(backward workspace, bf16 logits of the loss, MoE all-to-all buffers) of one rank: they depend only
+    on the per-rank shapes (TP, CP, ETP, MBS, seq, precision) and the rank's profile."""
+    backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * prof.biggest_layer
+    tokens = e.micro_batch_size * e.seq_length / e.cp
+    elem = element_bytes(e.precision)
+    logits = elem * tokens * model.padded_vocab_size(e.tp) / e.tp if prof.loss_side else 0.0
+    a2a = 0.0
+    if prof.moe_layers:
+        slots = tokens * model.moe_router_topk * e.etp / e.tp
+        a2a = MOE_A2A_BUFFER_COPIES * slots * model.hidden_size * elem
+    return backward_ws, logits, a2a
 
 
 def norm_params_for(model: ModelSpec) -> int:

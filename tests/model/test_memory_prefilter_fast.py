@@ -1,0 +1,54 @@
+"""The pre-filter's fast path (``memory.fits`` / ``memory.peak_bytes``) equals the full ``estimate_memory``
+on every configuration of real tuner spaces, and stays torch-free.
+
+Independent reference: ``estimate_memory`` evaluates every pipeline rank through
+``memory_stage.stage_memory`` (named parts, no per-configuration memo); the fast path evaluates only one
+rank per distinct stage composition from memoised per-rank constants and memoises the peak on the fields
+it depends on. Both must give the same bytes (same arithmetic order, so equal to the last bit) and the
+same verdict at any margin.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from primus_ext.model import memory, memory_stage
+from primus_ext.model.memory import estimate_memory, fits, peak_bytes
+from primus_ext.recipe import load_recipe
+from primus_ext.tune.space import build_space
+
+SPACES = [("recipes/deepseek_v3-pretrain.yaml", "h100", 128), ("recipes/mixtral_8x22B-pretrain.yaml", "mi355x", 4)]
+
+
+@pytest.mark.parametrize(("path", "cluster", "nodes"), SPACES)
+def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path, cluster, nodes):
+    recipe = load_recipe(path, cluster=cluster, nodes=nodes, validate=False)
+    model, system = recipe.model, recipe.system
+    space = build_space(model, recipe.execution, system)
+    memory._COMPILED.clear()
+    memory_stage._BY_MODEL.clear()
+    verdicts = {True: 0, False: 0}
+    capacity = memory.capacity_bytes(system)
+    count = 0
+    for config in space.iter_configs():
+        e = space.to_execution(config)
+        full = estimate_memory(model, e, system)
+        fast = peak_bytes(model, e)
+        assert fast == full.peak_bytes, (config, fast, full.peak_bytes)
+        assert fits(model, e, system) == full.fits
+        assert fits(model, e, system, margin=0.05) == (full.peak_bytes <= capacity * 0.95)
+        verdicts[full.fits] += 1
+        count += 1
+    assert count == space.size() and verdicts[True] and verdicts[False]  # the space straddles the capacity
+
+
+def test_fast_path_imports_no_torch():
+    code = ("import sys\nfrom primus_ext.model.memory import fits\nfrom primus_ext.hardware import load_system\n"
+            "from primus_ext.specs import ExecutionSpec, ModelSpec\n"
+            "m = ModelSpec(name='t', num_layers=4, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4,"
+            " num_query_groups=4, kv_channels=64, vocab_size=1000)\n"
+            "fits(m, ExecutionSpec(), load_system('h100', 1))\nassert 'torch' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
