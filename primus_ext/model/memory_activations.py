@@ -82,6 +82,19 @@ def element_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
+def loss_saved_bytes(shape: RankShape, fusion_impl: str = "native") -> float:
+    """Bytes the cross-entropy loss keeps for backward, one micro-batch on one rank (vocab split by TP).
+
+    ``native`` (megatron-core 0.16.1 fusions/fused_cross_entropy.py and tensor_parallel/cross_entropy.py):
+    ``save_for_backward(exp_logits, ...)`` with the logits cast to fp32, 4 bytes per logit.
+    ``te`` (Transformer Engine ``parallel_cross_entropy``, megatron-core ``cross_entropy_fusion_impl='te'``):
+    the Triton kernel writes d(loss)/d(logits) into the logits tensor during forward and saves it, so the
+    bf16 logits themselves (2 bytes per logit) are what is kept, and backward only rescales them in place.
+    """
+    per_logit = FP32_BYTES if fusion_impl == "native" else element_bytes(shape.precision)
+    return per_logit * shape.tokens * shape.arch.vocab_size / shape.tp
+
+
 def _norm(impl: ActivationImpl, layernorm: bool, e: int, tokens: float, width: int) -> float:
     stats = LAYERNORM_STAT_BYTES if layernorm else RMS_STAT_BYTES
     if impl.torch_rms_norm_fp32 and not layernorm:
@@ -194,10 +207,9 @@ def _parts_none(shape: RankShape, impl: ActivationImpl) -> tuple[tuple[str, floa
     if shape.kind == "embedding":
         return ()
     if shape.kind == "output":
-        vocab = a.vocab_size / shape.tp
         parts["final_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)
         parts["output_in"] = lin_e * ts * a.hidden_size
-        parts["logits_fp32"] = FP32_BYTES * shape.tokens * vocab  # the loss's exp(logits) in fp32
+        parts["logits_fp32"] = loss_saved_bytes(shape, "native")  # the loss's exp(logits) in fp32
         parts["loss_targets"] = (1 + INDEX_BYTES) * shape.tokens
         return tuple(parts.items())
     parts["input_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)

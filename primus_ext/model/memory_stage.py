@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.model.memory_activations import (
@@ -22,6 +22,7 @@ from primus_ext.model.memory_activations import (
     activation_bytes_per_layer,
     element_bytes,
     linear_input_fraction,
+    loss_saved_bytes,
 )
 from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
@@ -219,7 +220,13 @@ def _memo(key: tuple, model: ModelSpec, compute):
 
 def _terms(model: ModelSpec, e: ExecutionSpec, measured: Measured | None) -> dict[str, KindTerms]:
     shapes = rank_shapes(model, e)
-    return {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
+    terms = {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
+    if e.cross_entropy_fusion_impl == "te" and "output" in terms:
+        # TE's cross entropy keeps the bf16 logits (holding the gradient) instead of fp32 exp(logits)
+        delta = loss_saved_bytes(shapes["output"], "te") - loss_saved_bytes(shapes["output"], "native")
+        out = terms["output"]
+        terms["output"] = replace(out, act_none=out.act_none + delta, act_selected=out.act_selected + delta)
+    return terms
 
 
 def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
@@ -229,7 +236,7 @@ def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
                 e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers,
                 offloaded_layers(e))
     terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
-                 e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules)
+                 e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules, e.cross_entropy_fusion_impl)
     return plan_key, terms_key
 
 
@@ -434,7 +441,10 @@ def transient_terms(model: ModelSpec, e: ExecutionSpec, prof: RankProfile) -> tu
     backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * prof.biggest_layer
     tokens = e.micro_batch_size * e.seq_length / e.cp
     elem = element_bytes(e.precision)
-    logits = elem * tokens * model.padded_vocab_size(e.tp) / e.tp if prof.loss_side else 0.0
+    # the bf16 gradient of the logits in backward (native loss); TE's loss computes it in place in the
+    # logits it saved (counted with the activations)
+    native = e.cross_entropy_fusion_impl != "te"
+    logits = elem * tokens * model.padded_vocab_size(e.tp) / e.tp if prof.loss_side and native else 0.0
     a2a = 0.0
     if prof.moe_layers:
         slots = tokens * model.moe_router_topk * e.etp / e.tp

@@ -90,6 +90,12 @@ class ExecutionSpec:
     grad_reduce_in_bf16: bool = False
     """Keep the DDP gradient buffer (main grads) in bf16 and reduce in bf16 instead of fp32."""
 
+    # --- loss ----------------------------------------------------------------------------------
+    cross_entropy_fusion_impl: Literal["native", "te"] = "native"
+    """megatron-core's ``cross_entropy_fusion_impl`` (default native): ``native`` keeps exp(logits) in fp32
+    for backward, ``te`` (Transformer Engine's parallel cross entropy) writes the gradient into the bf16
+    logits in forward and keeps those."""
+
     # --- MoE execution -------------------------------------------------------------------------
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     moe_grouped_gemm: bool = True

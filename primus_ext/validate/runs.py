@@ -21,6 +21,7 @@ from pathlib import Path
 
 from primus_ext.errors import RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
+from primus_ext.hardware.power import clock_scale, power_capped
 from primus_ext.model.flops import model_flops_per_token
 from primus_ext.model.stages import layout_problems
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
@@ -31,6 +32,12 @@ REQUIRED_RUN_COLUMNS = ("source", "model", "seq_len", "precision", "gpu", "num_g
                         "ep", "etp", "dp", "mbs", "gbs", "extra_flags", "tokens_per_sec_per_gpu", "notes")
 
 FINETUNE_MARKERS = ("lora", "sft", "fine-tun", "finetun", "peft")
+
+MEGATRON_BRIDGE_TE_LOSS_FAMILIES = ("Llama", "Qwen3", "DeepSeek")
+"""Model families whose Megatron-Bridge pre-training recipes use Transformer Engine's cross entropy
+(``cross_entropy_fusion_impl = "te"``: megatron/bridge/recipes/llama/llama3.py, qwen/qwen3.py,
+qwen/qwen3_moe.py, deepseek/deepseek_v3.py, and the Llama provider / DeepSeek bridges' defaults, v0.3.1);
+GPT-OSS (gpt_oss.py: "native") and the others keep megatron-core's default, ``native``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +145,10 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     offloading = offload_layers > 0 if offload_flag is None else offload_flag.lower() == "true"
     offload_activations = (_flag(flags, "cpu_offloading_activations") or "true").lower() == "true"
     offload_weights = (_flag(flags, "cpu_offloading_weights") or "false").lower() == "true"
+    loss_impl = (_flag(flags, "cross_entropy_fusion_impl") or "").lower()
+    if loss_impl not in ("native", "te"):
+        bridge = "megatron-bridge" in source.lower()
+        loss_impl = "te" if bridge and model.name.startswith(MEGATRON_BRIDGE_TE_LOSS_FAMILIES) else "native"
     layout = _flag(flags, "pp_layout")
     dp = max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1
     execution = ExecutionSpec(
@@ -170,6 +181,7 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         tp_comm_overlap=tp > 1 and not torchtitan,
         overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
         precision=precision,  # type: ignore[arg-type]
+        cross_entropy_fusion_impl=loss_impl,  # type: ignore[arg-type]
         moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
         moe_router_force_load_balancing=model.is_moe,
     )
@@ -204,6 +216,15 @@ def _legal_split(model: ModelSpec, execution: ExecutionSpec) -> tuple[ExecutionS
         return accounted, "pipeline split: embedding and loss accounted as layers (not stated by the source)"
     layout = balanced_layout(model.num_layers, execution.pp * execution.vpp, model.mtp_num_layers)
     return replace(execution, pipeline_model_parallel_layout=layout), f"pipeline split assumed: layout {layout}"
+
+
+_BOARD_POWER = re.compile(r"@\s*(\d{3,4})\s*W\b")
+
+
+def board_power_w(notes: str) -> float | None:
+    """The board power a source states for its GPUs (``"H100 96GB @500W"``), else ``None``."""
+    match = _BOARD_POWER.search(notes)
+    return float(match.group(1)) if match else None
 
 
 def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
@@ -250,6 +271,10 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
         except RecipeError:
             return skip(f"no hardware profile for GPU {row['gpu']!r}")
     execution, assumptions = execution_of(row, arch.model, precision)
+    watts = board_power_w(row["notes"] or "")
+    if watts and clock_scale(watts, gpu.tdp_w) < 1.0:  # a power-capped part (e.g. Grand Teton H100 @500W)
+        assumptions.append(f"GPUs at {watts:g} W of {gpu.tdp_w:g} W: peaks x{clock_scale(watts, gpu.tdp_w):.3f}")
+        gpu = power_capped(gpu, watts)
     n = base.num_gpus
     if n % gpu.gpus_per_node:
         gpu = replace(gpu, gpus_per_node=n)  # a partial node: one node holding all the run's GPUs

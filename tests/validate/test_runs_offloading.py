@@ -25,3 +25,19 @@ def test_cpu_offloading_flags(tmp_path):
     assert second.cpu_offloading and second.cpu_offloading_num_layers == 3
     assert second.cpu_offloading_weights and not second.cpu_offloading_activations
     assert not plain.cpu_offloading and plain.cpu_offloading_num_layers == 0
+
+
+def test_megatron_bridge_loss_implementation_by_recipe_family(tmp_path):
+    archs_path = tmp_path / "a.csv"
+    archs_path.write_text(ARCH_HEADER + "Llama3-8B,8,1024,4096,16,4,32000,,,,,,no,\n"
+                          "GPT-OSS-120B,8,1024,4096,16,4,32000,,,,,,no,\n")
+    runs_path = tmp_path / "r.csv"
+    bridge = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
+    runs_path.write_text(RUN_HEADER + (
+        f"{bridge},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        f"{bridge},2025,GPT-OSS-120B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        "pytorch/torchtitan,2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        f"{bridge},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,recipe:[cross_entropy_fusion_impl=native],"
+        "1000,,,,\n"))
+    impls = [r.execution.cross_entropy_fusion_impl for r in read_runs(runs_path, read_archs(archs_path))]
+    assert impls == ["te", "native", "native", "native"]
