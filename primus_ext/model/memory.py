@@ -195,7 +195,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
     _, reps, param_b, opt_b, biggest, precision, peaks = entry
     dp, fsdp = e.data_parallel_size, e.fsdp
     sub = (dp, e.use_distributed_optimizer, fsdp, e.data_parallel_sharding_strategy, e.grad_reduce_in_bf16,
-           e.global_batch_size, e.pipeline_schedule)
+           e.global_batch_size, e.pipeline_schedule, e.overlap_moe_expert_parallel_comm)
     peak = peaks.get(sub)
     if peak is not None:
         return peak
@@ -214,6 +214,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
     m = max(1, e.global_batch_size // (e.micro_batch_size * dp))
     vpp = e.virtual_pipeline_model_parallel_size or 1
     zb = e.pipeline_schedule == "zb-h1"
+    extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
     for rank, total_params, expert, router, saved, per_mb, wgrad, static in reps:
         dense_params = total_params - expert
@@ -231,7 +232,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
         if vpp == 1:
             activations = 0 + float(min(pp - rank, m)) * saved[0]
         else:  # memory_stage.chunk_in_flight, inlined
-            in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+            in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
             cycles, rem = divmod(in_flight, pp * vpp)
             activations, offset = 0, 0
             for chunk in saved:
