@@ -8,10 +8,13 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
   * every GEMM (M tokens x N outputs x K inputs, sharded by TP / ETP, experts per local expert) costs
     ``2*M*N*K`` FLOPs at efficiency ``gemm_max * F / (F + gemm_half_size_flops)`` of the dense peak
     for the precision (``Efficiency.gemm_max`` / ``gemm_half_size_flops``: small GEMMs run far below
-    peak); backward = data-grad + weight-grad, each the forward GEMM's FLOPs;
+    peak), and never faster than reading its operands from HBM (``gemm_bytes``; memory-bound MoE
+    expert GEMMs); backward = data-grad + weight-grad, each the forward GEMM's FLOPs and bytes;
   * core attention: QK^T and AV FLOPs with the causal mask (half the score matrix; sliding windows cut
-    it further) at ``Efficiency.attention`` of peak; backward = 2.5x forward (FlashAttention-2,
-    Dao 2023, sec. 3: five matmuls in backward vs two in forward);
+    it further) at ``Efficiency.attention`` of peak for 128-wide heads, less for narrower heads
+    (``attention_efficiency``: the softmax cost per score does not shrink with the head dim);
+    backward = 2.5x forward (FlashAttention-2, Dao 2023, sec. 3: five matmuls in backward vs two in
+    forward);
   * memory-bound ops (norms, residual adds, activation, RoPE, MoE permute/unpermute, cross-entropy)
     at HBM bandwidth * ``Efficiency.hbm``; backward moves ``MEMBOUND_BWD_FACTOR`` times the bytes;
   * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead), plus
@@ -34,10 +37,18 @@ from primus_ext.specs import GPUSpec
 
 ACT_BYTES = 2
 """Activations are bf16 (fp8 recipes keep bf16 activations between GEMMs)."""
+FP8_BYTES = 1
+"""An FP8 GEMM operand element (E4M3 / E5M2; block scales are < 1 % of it and ignored)."""
 LOGITS_BYTES = 4
 """Megatron computes the vocab-parallel cross-entropy in fp32."""
 ATTENTION_BWD_FACTOR = 2.5
 """FlashAttention-2 backward / forward FLOPs (Dao 2023, sec. 3: 5 vs 2 matmuls)."""
+REFERENCE_HEAD_DIM = 128
+"""Head dim at which ``Efficiency.attention`` is stated (Llama / Qwen / GPT-3 / Mixtral heads)."""
+ATTENTION_HALF_HEAD_DIM = 96.0
+"""Head dim at which the softmax cost equals the matmul cost in ``attention_efficiency``: from
+FlashAttention-3 forward throughput on H100 BF16 (Shah et al. 2024, fig. 5, seq 4k causal): head dim
+64 runs at ~0.70x the TFLOP/s of head dim 128; (128 + d0) / (2 (64 + d0)) = 0.70 gives d0 = 96."""
 MEMBOUND_BWD_FACTOR = 2.0
 """Backward of an elementwise op reads the saved input and the output grad, writes the input grad."""
 NORM_PASSES = 2
@@ -53,12 +64,25 @@ def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16") -> floa
     return top * flops / (flops + eff.gemm_half_size_flops)
 
 
+def gemm_bytes(m: float, n: float, k: float, precision: str) -> float:
+    """HBM bytes one M x N x K GEMM moves at least: both operands read once (1 byte per element in
+    FP8, 2 in BF16), the BF16 result written once. NVIDIA "GPU Performance Background User's Guide"
+    (docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background, "Math and Memory
+    Bounds"): arithmetic intensity ``2MNK / (2(MK + NK + MN))`` for FP16 operands."""
+    operand = FP8_BYTES if precision == "fp8" else ACT_BYTES
+    return (m * k + k * n) * operand + m * n * ACT_BYTES
+
+
 def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: float = 1.0) -> float:
-    """``count`` GEMMs of M x N x K at the size-dependent efficiency."""
+    """``count`` GEMMs of M x N x K: the slower of the math time at the size-dependent efficiency and
+    the HBM time of their operands (roofline, Williams et al. 2009, CACM 52(4)). A GEMM whose
+    arithmetic intensity is below the GPU's FLOP:byte ratio is memory-bound: e.g. an MoE expert's
+    grouped GEMM with a few hundred tokens per expert, whose weights are read for few rows."""
     flops = 2.0 * m * n * k
     if flops <= 0 or count <= 0:
         return 0.0
-    return count * flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu, precision))
+    math_s = flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu, precision))
+    return count * max(math_s, membound_seconds(gemm_bytes(m, n, k, precision), gpu))
 
 
 def membound_seconds(nbytes: float, gpu: GPUSpec) -> float:
@@ -81,6 +105,16 @@ class _Parts:
     def other(self, name: str, fwd: float, bwd: float) -> None:
         self.fwd[name] = self.fwd.get(name, 0.0) + fwd
         self.dgrad[name] = self.dgrad.get(name, 0.0) + bwd
+
+
+def attention_efficiency(head_dim: float, gpu: GPUSpec) -> float:
+    """Fraction of dense peak of fused attention at per-head matmul width ``head_dim`` (the mean of the
+    QK and V widths). Per score element a flash kernel does ``4 * head_dim`` matmul FLOPs but a fixed
+    softmax cost (exp on the special-function units, 256x slower than the tensor cores on H100: Shah
+    et al. 2024, FlashAttention-3, arXiv:2407.08608, sec. 3.3), so the efficiency grows as
+    ``d / (d + ATTENTION_HALF_HEAD_DIM)``; ``Efficiency.attention`` is the value at head dim 128."""
+    ref = REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + ATTENTION_HALF_HEAD_DIM)
+    return gpu.efficiency.attention * head_dim / (head_dim + ATTENTION_HALF_HEAD_DIM) / ref
 
 
 def causal_keys(shape: RankShape) -> float:
@@ -118,7 +152,7 @@ def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
         parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp, gpu, p))
         width = 2 * a.kv_channels
     core_flops = 2.0 * t * causal_keys(shape) * heads * width
-    core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * gpu.efficiency.attention)
+    core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(width / 2, gpu))
     parts.other("core_attn", core, ATTENTION_BWD_FACTOR * core)
     rope = membound_seconds(2 * t * heads * width * ACT_BYTES, gpu)
     parts.other("rope", rope, MEMBOUND_BWD_FACTOR * rope)
@@ -244,6 +278,7 @@ class AnalyticCosts:
 __all__ = [
     "AnalyticCosts",
     "analytic_cost",
+    "attention_efficiency",
     "attention_seconds",
     "gemm_efficiency",
     "gemm_seconds",

@@ -169,6 +169,9 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         recompute_method=method,  # type: ignore[arg-type]
         recompute_num_layers=num_layers,
         recompute_modules=modules,
+        # torchtitan's selective activation checkpointing is op-level by default (train_configs
+        # selective_ac_option = "op"; the torchtitan rows say "per-op selective AC")
+        selective_ac_option="op" if torchtitan and granularity == "selective" else "modules",
         cpu_offloading=offloading,
         cpu_offloading_num_layers=offload_layers,
         cpu_offloading_activations=offload_activations,
@@ -275,6 +278,11 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
     if watts and clock_scale(watts, gpu.tdp_w) < 1.0:  # a power-capped part (e.g. Grand Teton H100 @500W)
         assumptions.append(f"GPUs at {watts:g} W of {gpu.tdp_w:g} W: peaks x{clock_scale(watts, gpu.tdp_w):.3f}")
         gpu = power_capped(gpu, watts)
+    hbm = re.search(r"(\d+)\s*GB\s+HBM", row["notes"] or "")
+    if hbm and int(hbm.group(1)) * 1e9 != gpu.hbm_bytes:
+        # a variant of the named GPU stated by the row (e.g. torchtitan's 96 GB HBM2e H100 of Grand Teton)
+        gpu = replace(gpu, hbm_bytes=int(hbm.group(1)) * 10**9)
+        assumptions.append(f"HBM capacity {hbm.group(1)} GB as the row states")
     n = base.num_gpus
     if n % gpu.gpus_per_node:
         gpu = replace(gpu, gpus_per_node=n)  # a partial node: one node holding all the run's GPUs

@@ -7,7 +7,13 @@ import pytest
 from primus_ext.hardware import load_gpu
 from primus_ext.model.flops import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs
 from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.model.roofline import AnalyticCosts, analytic_cost, gemm_efficiency, layer_parts
+from primus_ext.model.roofline import (
+    AnalyticCosts,
+    analytic_cost,
+    attention_efficiency,
+    gemm_efficiency,
+    layer_parts,
+)
 from primus_ext.specs import Efficiency, ExecutionSpec, ModelSpec
 
 MODEL = ModelSpec(num_layers=4, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16, num_query_groups=4,
@@ -37,7 +43,7 @@ def test_gemm_flops_equal_model_formula(tp):
     tokens = 2 * 2048
     linear = sum(v for k, v in parts.fwd.items() if k in ("attn_linear", "mlp")) * rate
     assert linear == pytest.approx(2 * tokens * (attention_linear_macs(MODEL) + dense_mlp_macs(MODEL)) / tp)
-    core = parts.fwd["core_attn"] * rate
+    core = parts.fwd["core_attn"] * gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(MODEL.kv_channels, gpu)
     assert core == pytest.approx(2 * tokens * attention_core_macs(MODEL, 2048) / tp)
     logits = layer_parts(shapes["output"], gpu).fwd["logits"] * rate
     assert logits == pytest.approx(2 * tokens * logits_macs(MODEL) / tp, rel=0.01)  # padded to 128*TP
@@ -68,3 +74,33 @@ def test_moe_routing_imbalance_slows_experts():
     balanced = analytic_cost(shape, gpu)
     skewed = analytic_cost(replace(shape, moe_imbalance=1.5), gpu)
     assert skewed.fwd_ms > balanced.fwd_ms
+
+
+def test_skinny_gemm_is_memory_bound_square_gemm_is_not():
+    """Roofline: a GEMM with few rows (an MoE expert with few tokens) takes at least the HBM time of its
+    operands; a large square GEMM is math-bound (NVIDIA GPU performance background guide)."""
+    from primus_ext.model.roofline import gemm_bytes, gemm_seconds
+
+    gpu = flat_gpu()
+    hbm = gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm
+    m, n, k = 16, 4096, 4096  # weights dominate: 16*4096 + 4096*4096 bf16 elements read, 16*4096 written
+    assert gemm_bytes(m, n, k, "bf16") == 2 * (m * k + k * n) + 2 * m * n
+    assert gemm_bytes(m, n, k, "fp8") == (m * k + k * n) + 2 * m * n
+    assert gemm_seconds(m, n, k, gpu, "bf16") == pytest.approx(gemm_bytes(m, n, k, "bf16") / hbm)
+    assert gemm_seconds(m, n, k, gpu, "bf16", count=3) == pytest.approx(3 * gemm_bytes(m, n, k, "bf16") / hbm)
+    big = 8192
+    math_s = 2 * big**3 / (gpu.peak_tflops("bf16") * 1e12 * 0.5)
+    assert gemm_seconds(big, big, big, gpu, "bf16") == pytest.approx(math_s)
+
+
+def test_attention_efficiency_by_head_dim():
+    """FlashAttention-3 (Shah et al. 2024, fig. 5): 64-wide heads reach ~0.7x the TFLOP/s of 128-wide
+    ones, 256-wide ones more; the calibrated ``attention`` is the 128-wide value."""
+    gpu = flat_gpu()
+    assert attention_efficiency(128, gpu) == pytest.approx(0.5)
+    assert attention_efficiency(64, gpu) / attention_efficiency(128, gpu) == pytest.approx(0.70, abs=0.01)
+    assert 1.1 < attention_efficiency(256, gpu) / attention_efficiency(128, gpu) < 1.35
+    narrow = replace(MODEL, kv_channels=32, num_attention_heads=32)  # same FLOPs per token, narrower heads
+    shapes = [rank_shapes(m, ExecutionSpec(seq_length=2048))["dense"] for m in (MODEL, narrow)]
+    t64, t32 = (layer_parts(s, gpu).fwd["core_attn"] for s in shapes)
+    assert t32 / t64 == pytest.approx(attention_efficiency(64, gpu) / attention_efficiency(32, gpu))

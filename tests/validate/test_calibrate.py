@@ -70,3 +70,27 @@ def test_one_run_offset_removes_a_constant_bias():
     assert biased.summary.median_abs_error_pct > 25
     calibrated = one_run_offset(biased)
     assert calibrated.summary.median_abs_error_pct < 3 and calibrated.summary.n_projected == 9
+
+
+def test_relative_parameter_keeps_its_ratio_and_bounds():
+    """fp8_gemm_max is searched as a ratio to gemm_max: an FP8 GEMM never beats the peak ratio (2x)."""
+    from primus_ext.validate.calibrate import DEFAULT_PARAMS, Param, _set, clip
+
+    params = (Param(name="gemm_max", low=0.3, high=0.95),
+              Param(name="fp8_gemm_max", low=0.5, high=1.0, relative_to="gemm_max"))
+    start = Efficiency(gemm_max=0.4, fp8_gemm_max=0.6)  # ratio 1.5: outside the physical bound
+    clipped = clip(start, params)
+    assert clipped.gemm_max == 0.4 and clipped.fp8_gemm_max == pytest.approx(0.4)
+    moved = _set(replace(start, fp8_gemm_max=0.32), params[0], 0.8, params)  # ratio 0.8 kept
+    assert moved.gemm_max == 0.8 and moved.fp8_gemm_max == pytest.approx(0.64)
+    fp8 = next(p for p in DEFAULT_PARAMS if p.name == "fp8_gemm_max")
+    assert fp8.relative_to == "gemm_max" and fp8.high <= 1.0
+
+
+def test_fit_never_returns_fp8_faster_than_the_peak_ratio():
+    def fp8_loving(run):  # a projector whose rows want FP8 GEMMs at 1.5x the BF16 fraction of peak
+        eff = run.system.gpu.efficiency
+        return 1000.0 * eff.fp8_gemm_max / 0.75
+    runs = rows(Efficiency())
+    fitted, _ = fit_efficiency(runs, fp8_loving, Efficiency(gemm_max=0.5, fp8_gemm_max=0.5))
+    assert fitted.fp8_gemm_max <= fitted.gemm_max * (1 + 1e-9)
