@@ -164,7 +164,7 @@ def _shape_key(model: ModelSpec, e: ExecutionSpec) -> tuple:
             e.pipeline_model_parallel_layout, e.decoder_first_pipeline_num_layers,
             e.decoder_last_pipeline_num_layers, e.account_for_embedding_in_pipeline_split,
             e.account_for_loss_in_pipeline_split, e.cpu_offloading, e.cpu_offloading_num_layers,
-            e.cpu_offloading_activations, e.cross_entropy_fusion_impl)
+            e.cpu_offloading_activations, e.cross_entropy_fusion_impl, e.selective_ac_option)
 
 
 def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:

@@ -267,6 +267,27 @@ def _selective(shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) 
     return parts
 
 
+def op_sac_saved_bytes(shape: RankShape) -> float:
+    """Bytes a dense layer keeps under torchtitan's op-level selective activation checkpointing
+    (torchtitan parallelize_llama ``_apply_ac_to_transformer_block``, selective_ac_option 'op'): the
+    checkpoint's input, the outputs of the ops in its save list - every other ``aten.mm`` (the 1st, 3rd,
+    5th, 7th of wq, wk, wv, wo, w1, w3, w2: wq, wv, w1, w2), flash attention's output and fp32 logsumexp,
+    and under TP the reduce-scatter outputs (wo, w2) - everything else is recomputed in backward."""
+    a = shape.arch
+    e = element_bytes(shape.precision)
+    t, d = shape.tokens, a.kv_channels
+    sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
+    ts = t / sp
+    heads, groups = shape.local_heads, shape.local_query_groups
+    ffn = a.ffn_hidden_size / shape.tp
+    saved = e * ts * a.hidden_size  # checkpoint input (the residual stream)
+    saved += e * t * (heads * d + groups * d + ffn + a.hidden_size)  # wq, wv, w1, w2 outputs
+    saved += e * t * heads * d + FP32_BYTES * shape.micro_batch_size * heads * shape.local_seq  # SDPA out + LSE
+    if shape.tp > 1:
+        saved += 2 * e * ts * a.hidden_size  # reduce_scatter outputs after wo and w2
+    return saved
+
+
 def activation_parts(shape: RankShape, *, impl: ActivationImpl = TE, recompute: str | None = None) -> dict[str, float]:
     """Named bytes one layer of ``shape.kind`` saves for one micro-batch on one rank.
 

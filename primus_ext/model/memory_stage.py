@@ -23,6 +23,7 @@ from primus_ext.model.memory_activations import (
     element_bytes,
     linear_input_fraction,
     loss_saved_bytes,
+    op_sac_saved_bytes,
 )
 from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
@@ -221,6 +222,10 @@ def _memo(key: tuple, model: ModelSpec, compute):
 def _terms(model: ModelSpec, e: ExecutionSpec, measured: Measured | None) -> dict[str, KindTerms]:
     shapes = rank_shapes(model, e)
     terms = {kind: _kind_terms(shape, _scale(shape, measured)) for kind, shape in shapes.items()}
+    if e.recompute_granularity == "selective" and e.selective_ac_option == "op" and "dense" in terms:
+        # torch op-level selective checkpointing (torchtitan) on the dense layers; MoE layers keep
+        # Megatron's module semantics (torchtitan's MoE models are not modelled)
+        terms["dense"] = replace(terms["dense"], act_selected=float(op_sac_saved_bytes(shapes["dense"])))
     if e.cross_entropy_fusion_impl == "te" and "output" in terms:
         # TE's cross entropy keeps the bf16 logits (holding the gradient) instead of fp32 exp(logits)
         delta = loss_saved_bytes(shapes["output"], "te") - loss_saved_bytes(shapes["output"], "native")
@@ -236,7 +241,8 @@ def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
                 e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers,
                 offloaded_layers(e))
     terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
-                 e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules, e.cross_entropy_fusion_impl)
+                 e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules, e.cross_entropy_fusion_impl,
+                 e.selective_ac_option)
     return plan_key, terms_key
 
 

@@ -59,6 +59,11 @@ class ExecutionSpec:
     """Selective recompute targets (Megatron names: core_attn, mlp, moe, moe_act, layernorm,
     mla_up_proj, shared_experts). Empty with granularity 'selective' means Megatron's default
     (``core_attn``)."""
+    selective_ac_option: Literal["modules", "op"] = "modules"
+    """What granularity 'selective' recomputes: ``modules`` = Megatron's ``recompute_modules``; ``op`` =
+    torch's op-level selective activation checkpointing as torchtitan applies it
+    (``activation_checkpoint.selective_ac_option = "op"``: keep every other matmul output and the
+    attention outputs, recompute the rest)."""
 
     # --- CPU offloading (megatron-core ModelParallelConfig; Transformer Engine's cpu_offload) ------
     cpu_offloading: bool = False

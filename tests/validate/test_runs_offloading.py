@@ -41,3 +41,18 @@ def test_megatron_bridge_loss_implementation_by_recipe_family(tmp_path):
         "1000,,,,\n"))
     impls = [r.execution.cross_entropy_fusion_impl for r in read_runs(runs_path, read_archs(archs_path))]
     assert impls == ["te", "native", "native", "native"]
+
+
+def test_torchtitan_selective_is_op_level_and_the_stated_hbm_is_used(tmp_path):
+    archs_path = tmp_path / "a.csv"
+    archs_path.write_text(ARCH_HEADER + "Llama3.1-8B,8,1024,4096,16,4,32000,,,,,,no,\n")
+    runs_path = tmp_path / "r.csv"
+    runs_path.write_text(RUN_HEADER + (
+        "pytorch/torchtitan benchmarks,2024,Llama3.1-8B,8192,BF16,H100,8,1,1,,1,,,8,2,16,"
+        '"FSDP2 (dp_shard=8); selective activation checkpointing",5762,,,,H100 SXM 96GB HBM2e @500W\n'
+        'NeMo,2025,Llama3.1-8B,8192,BF16,H100,8,1,1,,1,,,8,2,16,"recipe:[recompute_modules=core_attn]",'
+        "5762,,,,\n"))
+    titan, nemo = read_runs(runs_path, read_archs(archs_path))
+    assert titan.execution.recompute_granularity == "selective" and titan.execution.selective_ac_option == "op"
+    assert titan.system.gpu.hbm_bytes == 96 * 10**9
+    assert nemo.execution.selective_ac_option == "modules" and nemo.system.gpu.hbm_bytes == 80 * 10**9
