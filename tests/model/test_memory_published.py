@@ -1,9 +1,10 @@
 """Published runs (every row of shared/validation/measured_throughput.csv did run) are projected to fit.
 
-Rows that do not are named here with the reason: a memory saver the ExecutionSpec cannot express
-(activation CPU offloading), another framework's checkpointing (NeMo AutoModel, torchtitan), or a row
-whose stated settings need more memory than any Megatron accounting gives (see the benchmark
-``benchmarks/memory_prefilter.py`` for the numbers). A regression that makes more rows miss fails.
+Rows that do not are named here with the reason (``benchmarks/memory_prefilter.py`` prints the numbers):
+a framework whose memory settings the row does not state (NeMo AutoModel), stated settings that need more
+memory than megatron-core keeps under any accounting found (GPT-OSS-120B with the fp32 main grads its
+Megatron-Bridge recipe states, Llama-3.1-405B PP16 VPP4), a row mixing two table columns, and borderline
+rows within 0.5 % of the capacity. Anything else missing - or fewer rows fitting - fails.
 """
 
 from __future__ import annotations
@@ -17,21 +18,26 @@ import pytest
 from primus_ext.model.memory import estimate_memory
 
 VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
-EXPLAINED = re.compile(r"cpu_offloading|AutoModel|torchtitan|Grand Teton")
-"""Flags/notes naming a memory saver or framework outside the model."""
+EXPLAINED = re.compile(r"AutoModel")
+"""NeMo AutoModel rows: the benchmark's activation-checkpointing / reshard settings are not stated (its
+library defaults are activation_checkpointing=False and, for MoE, reshard_after_forward=False; projected
+without checkpointing the rows need about twice the HBM)."""
+FITTING_AT_LEAST = 111
+"""Of 127 runnable rows (was 106 before activation offloading, TE's loss, torchtitan's op-level AC)."""
 KNOWN_MISSES = {
-    ("Llama3.1-405B", "GB200", 256, 16, 4): "PP16 VPP4, MBS1, seq 8192, no recompute listed: 19.75 micro-batches in "
-                                           "flight on stage 1 need ~132 GiB of activations (Megatron's own formula "
-                                           "gives more); the recipe must use a saver the row does not list",
+    ("Llama3.1-405B", "GB200", 256, 16, 4): "PP16 VPP4, MBS1, seq 8192, no recompute listed: megatron-core's "
+                                           "interleaved warm-up (checked in test_memory_schedule.py) holds 77 "
+                                           "chunk-micro-batches = 154 layer passes on stage 1, ~132 GiB; 3 % over",
     ("GPT-OSS-120B", "B200", 64, 1, 1): "EP8 MBS4 without PP: 16e9 parameters per rank take 31 GiB bf16 + 61 GiB "
-                                        "fp32 main grads before activations (bf16 grads would fit; not listed)",
-    ("GPT-OSS-120B", "H100", 64, 4, 1): "MBS4 x 4 in flight, no recompute listed (source gives no recipe)",
-    ("Llama3-70B", "GB200", 64, 4, 5): "row mixes parenthesised alternatives (FSDP=64 (0), TP=1 (2), PP=1 (4))",
-    ("Llama3-70B", "GB200", 64, 1, 1): "NeMo 2.3 recommended config with Megatron-FSDP, MBS1 seq 8192: within 1 % "
-                                       "of the capacity (borderline)",
-    ("Qwen3-30B-A3B", "H100", 16, 2, 24): "within 1 % of the capacity (borderline): the last stage keeps fp32 "
-                                          "logits of a 152k vocabulary for 2 micro-batches in flight and "
-                                          "unsharded expert optimizer state (expert-DP = 1)",
+                                        "fp32 main grads (Megatron-Bridge gpt_oss.py: grad_reduce_in_fp32=True, "
+                                        "main_grads_dtype fp32) before activations",
+    ("GPT-OSS-120B", "H100", 64, 4, 1): "MBS4 x 4 in flight, no recompute listed (source gives no recipe and "
+                                        "contradicts itself: GBS != MBS*DP*GA)",
+    ("Llama3-70B", "GB200", 64, 4, 5): "row mixes parenthesised alternatives (FSDP=64 (0), TP=1 (2), PP=1 (4)) and "
+                                       "contradicts itself (GBS != MBS*DP*GA)",
+    ("Llama3-70B", "GB200", 64, 1, 1): "Megatron-FSDP with 40 of 80 layers' activations offloaded to the CPU, MBS2 "
+                                       "seq 8192: 0.3 % over the capacity (borderline: less than the fragmentation "
+                                       "and FSDP-prefetch estimates)",
 }
 
 
@@ -54,4 +60,4 @@ def test_published_runs_fit_or_are_explained():
         if key not in KNOWN_MISSES and not EXPLAINED.search(text):
             unexplained.append((run.index, key))
     assert not unexplained, unexplained
-    assert fit / len(runs) >= 0.8
+    assert fit >= FITTING_AT_LEAST, (fit, len(runs))
