@@ -24,6 +24,7 @@ exposed, ``overlap`` = ``Efficiency.overlap`` (the hidden share still slows kern
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from primus_ext.model.collectives import collective_time, p2p_time
@@ -133,20 +134,33 @@ def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec)
             "reduce_scatter", full, pl.ep, system)
     sent = local_tokens * a.moe_router_topk * a.hidden_size * ACT_BYTES * shape.moe_imbalance
     if ex.moe_token_dispatcher_type == "flex" and pl.ep.crosses:
-        sent *= flex_dedup(a.moe_router_topk, pl.ep.domains)
+        # group-limited routing fields: read when the model spec carries them (megatron-core names)
+        sent *= flex_dedup(a.moe_router_topk, pl.ep.domains, getattr(a, "moe_router_num_groups", None) or 0,
+                           getattr(a, "moe_router_group_topk", None) or 0)
     return 2 * collective_time("all_to_all", sent, pl.ep, system)
 
 
-def flex_dedup(topk: int, domains: int) -> float:
+def flex_dedup(topk: int, domains: int, groups: int = 0, group_topk: int = 0) -> float:
     """Share of a token's top-k copies the flex dispatcher (DeepEP / HybridEP) sends across domains.
 
     DeepEP forwards a token once per destination scale-up domain and fans it out over NVLink there
     (DeepSeek-AI, DeepEP README: "NVLink-RDMA forwarding"); with experts spread uniformly over ``D``
     domains a token reaches ``D * (1 - (1 - 1/D)^topk)`` distinct domains on average instead of
-    ``topk`` destinations."""
+    ``topk`` destinations. Group-limited routing (``groups`` expert groups, each token's experts drawn
+    from its ``group_topk`` best groups: DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2 "node-limited
+    routing", M = 4 of 8; megatron-core ``moe_router_num_groups`` / ``moe_router_group_topk``) bounds
+    the domains a token can reach to those holding its selected groups (experts are laid out
+    contiguously over the EP ranks, so a group covers ``D / groups`` domains)."""
     if domains <= 1 or topk <= 1:
         return 1.0
-    distinct = domains * (1.0 - (1.0 - 1.0 / domains) ** topk)
+    reachable = float(domains)
+    if groups > 0 and 0 < group_topk < groups:
+        if groups >= domains:  # several groups per domain: domains holding at least one selected group
+            per = groups // domains
+            reachable = domains * (1.0 - math.comb(groups - per, group_topk) / math.comb(groups, group_topk))
+        else:
+            reachable = min(float(domains), group_topk * domains / groups)
+    distinct = reachable * (1.0 - (1.0 - 1.0 / reachable) ** topk)
     return min(1.0, distinct / topk)
 
 

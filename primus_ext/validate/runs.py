@@ -131,7 +131,8 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     elif torchtitan or "fsdp" in flag_text:
         fsdp = "torch_fsdp2"
     dispatcher = (_flag(flags, "moe_token_dispatcher_type") or "alltoall").lower()
-    if "moe_flex_dispatcher_backend" in flags or re.search(r"dispatcher\s*=\s*(deepep|hybridep)", lowered):
+    if "moe_flex_dispatcher_backend" in flags or re.search(r"dispatcher\s*=\s*(deepep|hybridep)", lowered) or \
+            re.search(r"kernels:[^;|]*\bdeepep\b", lowered):  # NeMo AutoModel rows: "kernels: TE + DeepEP"
         dispatcher = "flex"  # DeepEP / HybridEP run through Megatron's flex dispatcher
     if dispatcher not in ("alltoall", "allgather", "flex"):
         dispatcher = "alltoall"
