@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from primus_ext.model.memory_stage import (
     CUDA_CONTEXT_BYTES,
@@ -43,7 +44,9 @@ from primus_ext.model.memory_stage import (
     NCCL_BUFFER_BYTES,
     Measured,
     StageContext,
+    held_activations,
     peak_representatives,
+    prefix_sums,
     rank_profile,
     sharding_bytes,
     stage_context,
@@ -146,25 +149,32 @@ def estimate_memory(
     return _result(ctx, stages, system, margin)
 
 
+_SHAPE_FIELDS = (
+    "tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
+    "expert_tensor_parallel_size", "sequence_parallel", "micro_batch_size", "seq_length", "precision",
+    "recompute_granularity", "recompute_modules", "recompute_method", "recompute_num_layers",
+    "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "cpu_offloading",
+    "cpu_offloading_num_layers", "cpu_offloading_activations", "cross_entropy_fusion_impl", "selective_ac_option",
+)
+"""Every ExecutionSpec field the per-rank constants depend on (per-rank shapes, split, recompute, offload)."""
+_RUN_FIELDS = (
+    "data_parallel_size", "use_distributed_optimizer", "fsdp", "data_parallel_sharding_strategy",
+    "grad_reduce_in_bf16", "global_batch_size", "pipeline_schedule", "overlap_moe_expert_parallel_comm",
+)
+"""The other fields the peak depends on (sharding, micro-batch count, schedule, grad precision); the rest of
+an ExecutionSpec (overlap flags, dispatcher, ...) does not change memory."""
+_N_SHAPE = len(_SHAPE_FIELDS)
+_peak_fields = attrgetter(*_SHAPE_FIELDS, *_RUN_FIELDS)
+
 _COMPILED: dict[tuple, tuple] = {}
-"""The pre-filter's per-(model, per-rank shapes, split, recompute, offload) constants: for each distinct
-stage composition, the parameter counts, saved bytes per chunk and the shape-only transients. Keyed on
-``id(model)`` + exactly the ExecutionSpec fields they depend on; an entry is used only for the same model
+"""(id(model), shape fields) -> per-rank constants: for each distinct stage composition the parameter
+counts, saved bytes per chunk and the shape-only transients. An entry is used only for the same model
 object (it keeps the model alive)."""
-_COMPILED_LIMIT = 65536
-
-
-def _shape_key(model: ModelSpec, e: ExecutionSpec) -> tuple:
-    """Every field the per-rank constants depend on (the others: DP, sharding, batch count, schedule and
-    grad precision are applied per configuration by ``_peak``)."""
-    return (id(model), e.tensor_model_parallel_size, e.context_parallel_size, e.expert_model_parallel_size,
-            e.expert_tensor_parallel_size, e.sequence_parallel, e.micro_batch_size, e.seq_length, e.precision,
-            e.recompute_granularity, e.recompute_modules, e.recompute_method, e.recompute_num_layers,
-            e.pipeline_model_parallel_size, e.virtual_pipeline_model_parallel_size,
-            e.pipeline_model_parallel_layout, e.decoder_first_pipeline_num_layers,
-            e.decoder_last_pipeline_num_layers, e.account_for_embedding_in_pipeline_split,
-            e.account_for_loss_in_pipeline_split, e.cpu_offloading, e.cpu_offloading_num_layers,
-            e.cpu_offloading_activations, e.cross_entropy_fusion_impl, e.selective_ac_option)
+_PEAKS: dict[tuple, tuple[ModelSpec, float]] = {}
+"""(id(model), shape + run fields) -> (model, peak bytes)."""
+_MEMO_LIMIT = 200_000
 
 
 def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
@@ -176,9 +186,9 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
         backward_ws, logits, a2a = transient_terms(model, e, prof)
         static = prof.working + backward_ws + logits + a2a
         reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.chunk_saved,
-                     sum(prof.chunk_saved), prof.wgrad_fraction, static))
+                     prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction, static))
     biggest = max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
-    return (model, tuple(reps), param_b, opt_b, biggest, e.precision, {})
+    return (model, tuple(reps), param_b, opt_b, biggest, e.precision)
 
 
 def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
@@ -186,19 +196,18 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
     whole tuner spaces by tests/model/test_memory_prefilter_fast.py) on memoised per-rank constants, then
     memoised on the remaining fields the peak depends on (configurations differing only in overlap flags,
     dispatcher, ... share it)."""
-    key = _shape_key(model, e)
-    entry = _COMPILED.get(key)
+    key = (id(model), _peak_fields(e))
+    hit = _PEAKS.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    shape_key = (key[0], key[1][:_N_SHAPE])
+    entry = _COMPILED.get(shape_key)
     if entry is None or entry[0] is not model:
-        if len(_COMPILED) >= _COMPILED_LIMIT:
+        if len(_COMPILED) >= _MEMO_LIMIT:
             _COMPILED.clear()
-        entry = _COMPILED[key] = _compile(model, e)
-    _, reps, param_b, opt_b, biggest, precision, peaks = entry
+        entry = _COMPILED[shape_key] = _compile(model, e)
+    _, reps, param_b, opt_b, biggest, precision = entry
     dp, fsdp = e.data_parallel_size, e.fsdp
-    sub = (dp, e.use_distributed_optimizer, fsdp, e.data_parallel_sharding_strategy, e.grad_reduce_in_bf16,
-           e.global_batch_size, e.pipeline_schedule, e.overlap_moe_expert_parallel_comm)
-    peak = peaks.get(sub)
-    if peak is not None:
-        return peak
     grad_b = 2.0 if (e.grad_reduce_in_bf16 and precision != "fp32") else 4.0
     tp, pp, cp = e.tensor_model_parallel_size, e.pipeline_model_parallel_size, e.context_parallel_size
     dp_dense = float(dp * cp)
@@ -216,7 +225,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
     zb = e.pipeline_schedule == "zb-h1"
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
-    for rank, total_params, expert, router, saved, per_mb, wgrad, static in reps:
+    for rank, total_params, expert, router, saved, prefix, per_mb, wgrad, static in reps:
         dense_params = total_params - expert
         params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
         if fp8:
@@ -229,15 +238,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
         if fsdp_params:
             params = (dense_params / dp_dense + expert / dp_expert) * param_b
             fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
-        if vpp == 1:
-            activations = 0 + float(min(pp - rank, m)) * saved[0]
-        else:  # memory_stage.chunk_in_flight, inlined
-            in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
-            cycles, rem = divmod(in_flight, pp * vpp)
-            activations, offset = 0, 0
-            for chunk in saved:
-                activations += float(cycles * pp + min(max(rem - offset, 0), pp)) * chunk
-                offset += pp
+        activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)
         if zb and rank:
             activations += min(rank, m) * per_mb * wgrad
         transient = static + fsdp_gather
@@ -246,7 +247,9 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
         total = params + grads + opt + activations + other
         if total > peak:
             peak = total
-    peaks[sub] = peak
+    if len(_PEAKS) >= _MEMO_LIMIT:
+        _PEAKS.clear()
+    _PEAKS[key] = (model, peak)
     return peak
 
 

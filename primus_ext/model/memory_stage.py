@@ -296,6 +296,28 @@ def chunk_in_flight(execution: ExecutionSpec, rank: int) -> tuple[float, ...]:
     return tuple(float(cycles * pp + min(max(rem - c * pp, 0), pp)) for c in range(vpp))
 
 
+def prefix_sums(saved: tuple[float, ...]) -> tuple[float, ...]:
+    """``(0, s0, s0 + s1, ...)``: saved bytes of the first k chunks."""
+    out, acc = [0.0], 0.0
+    for s in saved:
+        acc += s
+        out.append(acc)
+    return tuple(out)
+
+
+def held_activations(pp: int, vpp: int, m: int, rank: int, extra: int, saved: tuple[float, ...],
+                     prefix: tuple[float, ...], per_mb: float) -> float:
+    """Bytes held at the peak: ``sum(chunk_in_flight * saved)`` in closed form (under the interleaved rule
+    whole cycles hold PP micro-batches per chunk, then the first ``q`` chunks PP more and chunk ``q`` the
+    remainder), so the pre-filter does not loop over chunks."""
+    if vpp == 1:
+        return float(min(pp - rank, m)) * saved[0]
+    in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
+    cycles, rem = divmod(in_flight, pp * vpp)
+    q, r = divmod(rem, pp)
+    return cycles * pp * per_mb + pp * prefix[q] + r * saved[q]
+
+
 def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float, float]:
     """(saved bytes of one micro-batch through this chunk, recompute working set)."""
     e = ctx.execution
@@ -412,8 +434,10 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
         fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
     # --- activations ---------------------------------------------------------------------------
     flights = chunk_in_flight(e, rank)
-    activations = sum(n * saved for n, saved in zip(flights, prof.chunk_saved, strict=True))
     per_mb = sum(prof.chunk_saved)
+    activations = held_activations(e.pp, e.vpp, max(1, e.num_microbatches), rank,
+                                   1 if e.overlap_moe_expert_parallel_comm else 0, prof.chunk_saved,
+                                   prefix_sums(prof.chunk_saved), per_mb)
     zb_hold = 0.0
     if e.pipeline_schedule == "zb-h1" and rank:
         zb_hold = min(rank, max(1, e.num_microbatches)) * per_mb * prof.wgrad_fraction

@@ -29,6 +29,7 @@ def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path,
     model, system = recipe.model, recipe.system
     space = build_space(model, recipe.execution, system)
     memory._COMPILED.clear()
+    memory._PEAKS.clear()
     memory_stage._BY_MODEL.clear()
     verdicts = {True: 0, False: 0}
     capacity = memory.capacity_bytes(system)
@@ -52,3 +53,34 @@ def test_fast_path_imports_no_torch():
             " num_query_groups=4, kv_channels=64, vocab_size=1000)\n"
             "fits(m, ExecutionSpec(), load_system('h100', 1))\nassert 'torch' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_fields_outside_the_memo_key_do_not_change_memory():
+    """The fast path memoises on ``_SHAPE_FIELDS`` + ``_RUN_FIELDS``: every other ExecutionSpec field must
+    leave ``estimate_memory`` unchanged (else the memo would answer for the wrong configuration)."""
+    import dataclasses
+    import typing
+
+    recipe = load_recipe("recipes/deepseek_v3-pretrain.yaml", cluster="h100", nodes=128, validate=False)
+    e = recipe.execution
+    keyed = set(memory._SHAPE_FIELDS) | set(memory._RUN_FIELDS)
+    base = estimate_memory(recipe.model, e, recipe.system).peak_bytes
+    hints = typing.get_type_hints(type(e))
+    checked = []
+    for f in dataclasses.fields(e):
+        if f.name in keyed:
+            continue
+        value, hint = getattr(e, f.name), hints[f.name]
+        if isinstance(value, bool):
+            others = [not value]
+        elif typing.get_origin(hint) is typing.Literal:
+            others = [v for v in typing.get_args(hint) if v != value]
+        elif f.name == "moe_expert_capacity_factor":
+            others = [1.0, None]
+        else:
+            continue
+        for other in others:
+            changed = dataclasses.replace(e, **{f.name: other})
+            assert estimate_memory(recipe.model, changed, recipe.system).peak_bytes == base, (f.name, other)
+        checked.append(f.name)
+    assert len(checked) >= 8, checked
