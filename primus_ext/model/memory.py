@@ -17,16 +17,22 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
   the data-parallel group with CP (dense) and the expert-data-parallel group (experts);
   FSDP shards parameters, gradients and optimizer state (torch_fsdp2: all; megatron_fsdp: by
   ``data_parallel_sharding_strategy``) and adds the gathered layers;
-* activations: ``memory_activations`` per layer and micro-batch (or measured saved bytes), times the
+* activations: ``memory_activations`` per layer and micro-batch (or measured saved bytes; the first
+  ``cpu_offloading_num_layers`` layers offloaded to the host but one in transit; the loss's fp32 or
+  bf16 logits per ``cross_entropy_fusion_impl``; torchtitan's op-level selective checkpointing), times the
   micro-batches in flight: 1F1B ``min(PP - rank, M)``; interleaved Megatron's warm-up rule
-  ``min((PP - rank - 1) * 2 + (VPP - 1) * PP, M * VPP) + 1`` chunk-micro-batches spread over the
-  chunks; ZB-H1 adds, on rank ``i``, up to ``i`` deferred weight-gradient passes holding the GEMM
-  inputs (Qi et al. 2023, section 3.1: peak stays at PP micro-batches);
+  ``min((PP - rank - 1) * 2 + (VPP - 1) * PP + 1, M * VPP)`` chunk-micro-batches (one more with EP
+  all-to-all overlap; megatron-core 0.16.1 schedules.py) spread over the chunks; ZB-H1 adds, on rank
+  ``i``, up to ``i`` deferred weight-gradient passes holding the GEMM inputs (Qi et al. 2023, section
+  3.1: peak stays at PP micro-batches);
 * other: CUDA context, NCCL and GEMM workspaces, the recompute / backward working set, logits of the
   loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants below).
 
-``fits`` evaluates the same arithmetic on one representative rank per distinct stage composition,
-with per-rank terms memoised; ``tests/model/test_memory.py`` checks it agrees with ``estimate_memory``.
+``fits`` / ``peak_bytes`` evaluate the same arithmetic on one representative rank per distinct stage
+composition, from per-rank constants memoised on the fields they depend on (``_SHAPE_FIELDS``), and
+memoise the peak on those + the run fields (``_RUN_FIELDS``); no dataclass is built on that path and torch
+is never imported. ``tests/model/test_memory_prefilter_fast.py`` checks it equals ``estimate_memory`` on
+every configuration of two tuner spaces and that no other field changes memory.
 """
 
 from __future__ import annotations
