@@ -34,6 +34,8 @@ import heapq
 from dataclasses import dataclass
 from functools import lru_cache
 
+from primus_ext.model.pipeline_periodic import Periodic, periodic_structure, simulate_periodic
+
 FWD, BWD, WGRAD = 0, 1, 2
 KIND_NAMES = ("F", "B", "W")
 
@@ -282,12 +284,59 @@ def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, 
 
 
 # --------------------------------------------------------------------------- entry point
+def _positional(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> _Structure | None:
+    """The ops sorted by their position in their rank's order (forwards by rank, then backwards by
+    reverse rank): periodic in the steady state, unlike ``_structure``'s sweep order. ``None`` when that
+    order is not topological."""
+    orders = [rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
+    keyed = sorted((t, kind, r if kind == FWD else -r, r, mb, chunk)
+                   for r, order in enumerate(orders) for t, (kind, mb, chunk) in enumerate(order))
+    stages = pp * vpp
+    placed = [0] * (2 * stages * m)
+    ops, steps, last = [], [], [0] * pp
+    for _, kind, _, r, mb, chunk in keyed:
+        stage = chunk * pp + r
+        if kind == FWD:
+            cslot = stage - 1
+            dep = placed[(stage - 1) * m + mb] if stage > 0 else -1
+        elif stage < stages - 1:
+            cslot = stage
+            dep = placed[(stages + stage + 1) * m + mb]
+        else:
+            cslot = -1
+            dep = placed[stage * m + mb]
+        if dep == 0:
+            return None
+        ops.append((kind, r, chunk, mb))
+        placed[(kind * stages + stage) * m + mb] = len(ops)
+        steps.append((last[r], max(dep, 0), (kind * pp + r) * vpp + chunk, cslot))
+        last[r] = len(ops)
+    return _Structure(tuple(ops), tuple(steps), tuple(last))
+
+
+@lru_cache(maxsize=256)
+def _periodic(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Periodic:
+    st = _positional(schedule, pp, vpp, m, group, extra) or _structure(schedule, pp, vpp, m, group, extra)
+    return periodic_structure(st.ops, st.steps, st.last, pp, vpp, group)
+
+
+def _fixed_fast(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
+                group: int, extra: int = 0) -> ScheduleResult:
+    """``_fixed`` without the timeline, extrapolating the periodic steady state (``pipeline_periodic``)."""
+    per = _periodic(schedule, len(times), len(times[0]), m, group, extra)
+    durs = [c.fwd for row in times for c in row] + [c.bwd for row in times for c in row]
+    finish, critical = simulate_periodic(per, durs, (*p2p, 0.0))
+    busy = tuple(m * sum(c.fwd + c.bwd for c in row) for row in times)
+    return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy, finish=finish,
+                          critical_p2p=critical if any(p2p) else 0.0)
+
+
 @lru_cache(maxsize=8192)
 def _simulate_cached(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
                      group: int, extra: int) -> ScheduleResult:
     if schedule == "zb-h1":
         return _zb_h1(times, m, p2p, False)
-    return _fixed(schedule, times, m, p2p, group, False, extra)
+    return _fixed_fast(schedule, times, m, p2p, group, extra)
 
 
 def simulate(

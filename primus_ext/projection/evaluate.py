@@ -19,8 +19,9 @@ all-gather (overlapped with the next forward when ``overlap_param_gather``).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from operator import attrgetter
 
 from primus_ext.errors import InfeasibleConfig, Problem
 from primus_ext.model.collectives import p2p_time
@@ -79,7 +80,7 @@ the tuner asks for the same few shapes thousands of times."""
 def clear_cost_cache() -> None:
     """Forget memoised provider answers and projections (after recording new measurements in a store)."""
     _memos.clear()
-    _evaluate_memo.cache_clear()
+    _contexts.clear()
 
 
 def _providers(costs: Costs) -> tuple[CostProvider, ...]:
@@ -106,25 +107,34 @@ def _lookup(shape: RankShape, providers: tuple[CostProvider, ...], system: Syste
     return analytic_cost(shape, system.gpu)
 
 
+_COMM_FIELDS = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size", "sequence_parallel",
+    "cp_comm_type", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "fsdp",
+    "data_parallel_sharding_strategy", "grad_reduce_in_bf16",
+)
+"""What per-layer communication reads (``comm.layer_comm`` and the group placement)."""
+_SPLIT_FIELDS = (
+    "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "recompute_granularity", "recompute_method", "recompute_num_layers",
+)
+"""What the layer split and the recompute mix per chunk read (``_chunk_counts``)."""
+_SHAPE_FIELDS = (
+    "tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
+    "expert_tensor_parallel_size", "sequence_parallel", "micro_batch_size", "seq_length", "precision",
+    "recompute_granularity", "recompute_modules",
+)
+"""What ``rank_shapes`` reads."""
+_comm_key = attrgetter(*_COMM_FIELDS)
+_split_key = attrgetter(*_SPLIT_FIELDS)
+
+
 def _comm_fields(ex: ExecutionSpec) -> ExecutionSpec:
-    """``ex`` reduced to what per-layer communication reads (``comm.layer_comm`` and the group
-    placement): the memo key of a layer, so that batch / DP-overlap / optimizer variants share it."""
-    return ExecutionSpec(
-        tensor_model_parallel_size=ex.tensor_model_parallel_size,
-        pipeline_model_parallel_size=ex.pipeline_model_parallel_size,
-        context_parallel_size=ex.context_parallel_size,
-        expert_model_parallel_size=ex.expert_model_parallel_size,
-        expert_tensor_parallel_size=ex.expert_tensor_parallel_size,
-        data_parallel_size=ex.data_parallel_size,
-        sequence_parallel=ex.sequence_parallel,
-        cp_comm_type=ex.cp_comm_type,
-        tp_comm_overlap=ex.tp_comm_overlap,
-        overlap_moe_expert_parallel_comm=ex.overlap_moe_expert_parallel_comm,
-        moe_token_dispatcher_type=ex.moe_token_dispatcher_type,
-        fsdp=ex.fsdp,
-        data_parallel_sharding_strategy=ex.data_parallel_sharding_strategy,
-        grad_reduce_in_bf16=ex.grad_reduce_in_bf16,
-    )
+    """``ex`` reduced to what per-layer communication reads: the memo key of a layer, so that batch /
+    DP-overlap / optimizer variants share it."""
+    return ExecutionSpec(**dict(zip(_COMM_FIELDS, _comm_key(ex), strict=True)))
 
 
 def _layer(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...]) -> _Layer:
@@ -148,18 +158,7 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
 
 def _chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Memoised on the split and recompute fields only (see ``_chunk_counts_memo``)."""
-    return _chunk_counts_memo(model, ExecutionSpec(
-        pipeline_model_parallel_size=ex.pipeline_model_parallel_size,
-        virtual_pipeline_model_parallel_size=ex.virtual_pipeline_model_parallel_size,
-        pipeline_model_parallel_layout=ex.pipeline_model_parallel_layout,
-        decoder_first_pipeline_num_layers=ex.decoder_first_pipeline_num_layers,
-        decoder_last_pipeline_num_layers=ex.decoder_last_pipeline_num_layers,
-        account_for_embedding_in_pipeline_split=ex.account_for_embedding_in_pipeline_split,
-        account_for_loss_in_pipeline_split=ex.account_for_loss_in_pipeline_split,
-        recompute_granularity=ex.recompute_granularity,
-        recompute_method=ex.recompute_method,
-        recompute_num_layers=ex.recompute_num_layers,
-    ))
+    return _chunk_counts_memo(model, ExecutionSpec(**dict(zip(_SPLIT_FIELDS, _split_key(ex), strict=True))))
 
 
 @lru_cache(maxsize=4096)
@@ -233,15 +232,51 @@ def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) ->
     return tuple(chunk_times), acc
 
 
-def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
-              timeline: bool) -> Projection:
-    m = ex.num_microbatches
-    if m < 1 or ex.global_batch_size % (ex.micro_batch_size * ex.dp):
-        raise InfeasibleConfig(problems=[Problem(
-            path="global_batch_size", value=ex.global_batch_size,
-            message=f"not a positive multiple of MBS*DP = {ex.micro_batch_size}*{ex.dp}",
-            fix="choose GBS as a multiple of micro_batch_size * data_parallel_size")])
-    pl = group_placements(ex, system)
+@dataclass(frozen=True)
+class _Stages:
+    """What a projection takes from the per-rank shapes, the layer split and per-layer communication
+    (``_stage_key`` of the execution): shared by every batch / DP-overlap / optimizer variant."""
+
+    layers: dict[tuple[str, bool], _Layer]
+    times: tuple[tuple[ChunkTimes, ...], ...]
+    acc: tuple[dict, ...]
+    """Per rank: per-micro-batch aggregates (``_stage``); ranks with the same counts share one dict."""
+    p2p: tuple[float, ...]
+    pp_total_s: float
+    """Sum of the send/recv seconds over the stage boundaries (one micro-batch, one direction)."""
+    static: tuple[dict, ...]
+    """Per rank: the StageTime fields that do not depend on the schedule."""
+    sources: dict[str, str]
+
+
+_STAGES_LIMIT = 16384
+"""Layer / row memo entries per context (each a few KB) before the memo starts over."""
+_PROJECTIONS_LIMIT = 8192
+"""Projections memoised per context (revisited configurations)."""
+_CONTEXT_LIMIT = 16
+
+
+@dataclass(frozen=True)
+class _Context:
+    """Memos of one (model, system, providers) triple, found by identity: hashing the specs on every call
+    costs more than a projection's arithmetic."""
+
+    model: ModelSpec
+    system: SystemSpec
+    providers: tuple[CostProvider, ...]
+    layers: dict = field(default_factory=dict)
+    """(shape fields, comm fields) -> (layers, p2p bytes)."""
+    rows: dict = field(default_factory=dict)
+    """(chunk counts of a rank, layer key) -> (chunk times, aggregates, StageTime fields)."""
+    projections: dict | None = None
+
+
+_shape_key = attrgetter(*_SHAPE_FIELDS)
+
+
+def _layers(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
+            providers: tuple[CostProvider, ...]) -> tuple[dict[tuple[str, bool], _Layer], float]:
+    """Every layer kind (plain and recomputed variant) of one rank, and the p2p bytes per micro-batch."""
     shapes = rank_shapes(model, ex)
     layers: dict[tuple[str, bool], _Layer] = {}
     for kind, shape in shapes.items():
@@ -249,32 +284,71 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         layers[(kind, False)] = _layer(plain, ex, system, providers)
         if kind in ("dense", "moe"):
             layers[(kind, True)] = _layer(shape, ex, system, providers) if plain is not shape else layers[(kind, False)]
+    return layers, pp_bytes(shapes["embedding"], ex)
+
+
+def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
+            ctx: _Context | None = None) -> _Stages:
+    if ctx is None:
+        layers, nbytes = _layers(model, ex, system, providers)
+        layer_key: tuple = ()
+        rows: dict = {}
+    else:  # memoised on the fields each part reads (the tuner varies one or two fields at a time)
+        layer_key = (_shape_key(ex), _comm_key(ex))
+        found = ctx.layers.get(layer_key)
+        if found is None:
+            if len(ctx.layers) >= _STAGES_LIMIT:
+                ctx.layers.clear()
+                ctx.rows.clear()
+            found = ctx.layers[layer_key] = _layers(model, ex, system, providers)
+        layers, nbytes = found
+        rows = ctx.rows
     mtp_kind = "moe" if model.is_moe else "dense"
-    counts = _chunk_counts(model, ex)
     pp, vpp = ex.pp, ex.vpp
-
-    times, stage_acc = [], []
-    seen: dict[tuple, tuple[tuple[ChunkTimes, ...], dict]] = {}
-    for row in counts:
-        if row not in seen:
-            seen[row] = _stage(row, layers, mtp_kind)
-        chunk_times, acc = seen[row]
-        times.append(chunk_times)
-        stage_acc.append(acc)
-    times_t = tuple(times)
-
-    stages_n = pp * vpp
+    times, stage_acc, static = [], [], []
+    for r, row in enumerate(_chunk_counts(model, ex)):
+        key = (row, layer_key)
+        entry = rows.get(key)
+        if entry is None:
+            chunk_times, acc = _stage(row, layers, mtp_kind)
+            entry = rows[key] = (chunk_times, acc, dict(
+                layers=int(acc["layers"]), fwd_s=tuple(c.fwd for c in chunk_times),
+                bwd_s=tuple(c.bwd for c in chunk_times), embedding=any(c[5] for c in row),
+                output=any(c[6] for c in row), dense_params=int(acc["dense"]), expert_params=int(acc["experts"])))
+        times.append(entry[0])
+        stage_acc.append(entry[1])
+        static.append(dict(entry[2], rank=r))
     p2p: tuple[float, ...] = ()
     if pp > 1:
-        nbytes = pp_bytes(shapes["embedding"], ex)
+        pl = group_placements(ex, system)
         within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
         crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
-        p2p = tuple(across if crosses[s % pp] else within for s in range(stages_n - 1))
+        p2p = tuple(across if crosses[s % pp] else within for s in range(pp * vpp - 1))
+    sources: dict[str, str] = {}
+    for (kind, _), layer in layers.items():
+        known = sources.get(kind)
+        sources[kind] = layer.source if known in (None, layer.source) else f"{known} + {layer.source}"
+    return _Stages(layers=layers, times=tuple(times), acc=tuple(stage_acc), p2p=p2p, pp_total_s=sum(p2p),
+                   static=tuple(static), sources=sources)
+
+
+def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
+              timeline: bool, ctx: _Context | None = None) -> Projection:
+    m = ex.num_microbatches
+    if m < 1 or ex.global_batch_size % (ex.micro_batch_size * ex.dp):
+        raise InfeasibleConfig(problems=[Problem(
+            path="global_batch_size", value=ex.global_batch_size,
+            message=f"not a positive multiple of MBS*DP = {ex.micro_batch_size}*{ex.dp}",
+            fix="choose GBS as a multiple of micro_batch_size * data_parallel_size")])
+    pp, vpp = ex.pp, ex.vpp
+    st = _stages(model, ex, system, providers, ctx)
     schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" else "1f1b")
     if schedule == "interleaved" and interleaving_problem(pp, m):
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
                                                  message=interleaving_problem(pp, m),
                                                  fix=f"use a global batch giving a multiple of PP={pp} micro-batches")])
+    pl = group_placements(ex, system)
+    times_t, stage_acc, p2p = st.times, st.acc, st.p2p
     sim = simulate(schedule, times_t, m, p2p, timeline=timeline,
                    moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm)
     if sim.critical_p2p is not None:
@@ -309,7 +383,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     if pp > 1:
         # total: every stage boundary's activation + gradient transfer over the step (the critical
         # path crosses each boundary at most once per direction and micro-batch, so exposed <= total)
-        comms.append(CommTime(kind="pp", total_s=2 * m * sum(p2p), exposed_s=pp_exposed,
+        comms.append(CommTime(kind="pp", total_s=2 * m * st.pp_total_s, exposed_s=pp_exposed,
                               group=describe(pl.pp)))
     worst_grad = max(range(pp), key=lambda r: grads[r][0])
     if grads[worst_grad][0] > 0:
@@ -328,18 +402,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
         recompute_s=m * acc_b["recompute"],
     )
-    plan = pipeline_plan(model, ex)  # memoised on the split fields in model.stages
-    stages = tuple(
-        StageTime(rank=r, layers=int(stage_acc[r]["layers"]), fwd_s=tuple(c.fwd for c in times_t[r]),
-                  bwd_s=tuple(c.bwd for c in times_t[r]), busy_s=sim.busy[r], finish_s=sim.finish[r],
-                  embedding=plan[r].embedding, output=plan[r].output, dense_params=int(stage_acc[r]["dense"]),
-                  expert_params=int(stage_acc[r]["experts"]))
-        for r in range(pp)
-    )
-    sources: dict[str, str] = {}
-    for (kind, _), layer in layers.items():
-        known = sources.get(kind)
-        sources[kind] = layer.source if known in (None, layer.source) else f"{known} + {layer.source}"
+    stages = tuple(StageTime(busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))
     flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size)
     world = ex.world_size
     tflops = flops / step / world / 1e12
@@ -353,7 +416,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         mfu=tflops / system.gpu.peak_tflops(ex.precision),
         breakdown=breakdown,
         stages=stages,
-        sources=sources,
+        sources=dict(st.sources),
         model=model,
         execution=ex,
         system=system,
@@ -364,20 +427,39 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     )
 
 
+
+_contexts: dict[tuple[int, ...], _Context] = {}
+
+
+def _context(model: ModelSpec, system: SystemSpec, providers: tuple[CostProvider, ...]) -> _Context:
+    key = (id(model), id(system), *map(id, providers))
+    ctx = _contexts.get(key)
+    if ctx is None or ctx.model is not model or ctx.system is not system or any(
+            a is not b for a, b in zip(ctx.providers, providers, strict=True)):
+        if len(_contexts) >= _CONTEXT_LIMIT:
+            _contexts.clear()
+        hashable = all(isinstance(p, Hashable) for p in providers)
+        ctx = _contexts[key] = _Context(model=model, system=system, providers=providers,
+                                        projections={} if hashable else None)
+    return ctx
+
+
 def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None) -> Projection:
     """The fast path: one configuration's projection, no timeline, no memory, no band.
 
     ``costs``: a ``CostProvider`` or a sequence tried in order (timing store first); the analytic
     roofline always closes the chain. Raises ``RecipeError`` / ``InfeasibleConfig`` on an illegal split.
+    Memoised per (model, system, providers) objects: revisited configurations cost one dict lookup, and
+    configurations that share per-rank shapes, layer split and layer communication share their stage
+    times; the pipeline schedule's steady state is extrapolated (``model.pipeline_periodic``).
     """
-    providers = _providers(costs)
-    if all(isinstance(p, Hashable) for p in providers):
-        return _evaluate_memo(model, execution, system, providers)
-    return _evaluate(model, execution, system, providers, timeline=False)
-
-
-@lru_cache(maxsize=4096)
-def _evaluate_memo(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
-                   providers: tuple[CostProvider, ...]) -> Projection:
-    """Revisited configurations (same specs, same provider objects) cost one dict lookup."""
-    return _evaluate(model, ex, system, providers, timeline=False)
+    ctx = _context(model, system, _providers(costs))
+    memo = ctx.projections
+    if memo is None:
+        return _evaluate(model, execution, system, ctx.providers, False, ctx)
+    found = memo.get(execution)
+    if found is None:
+        if len(memo) >= _PROJECTIONS_LIMIT:
+            memo.clear()
+        found = memo[execution] = _evaluate(model, execution, system, ctx.providers, False, ctx)
+    return found

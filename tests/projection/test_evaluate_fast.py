@@ -1,0 +1,68 @@
+"""The tuner's fast path (memoised stages, extrapolated schedule) equals the reference path of ``project``
+(no memo, op-by-op schedule simulation) on every field of the projection, in one process."""
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from primus_ext.hardware import load_system
+from primus_ext.projection import evaluate
+from primus_ext.projection.evaluate import _evaluate, clear_cost_cache
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+MOE = ModelSpec(name="moe-ish", num_layers=12, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
+                num_query_groups=4, kv_channels=128, vocab_size=32000, num_experts=64, moe_router_topk=4,
+                moe_ffn_hidden_size=1024, moe_shared_expert_intermediate_size=1024,
+                moe_layer_pattern=(False,) + (True,) * 11, mtp_num_layers=1)
+BASE = ExecutionSpec(tensor_model_parallel_size=2, pipeline_model_parallel_size=4, data_parallel_size=8,
+                     expert_model_parallel_size=8, sequence_parallel=True, seq_length=4096, micro_batch_size=1,
+                     global_batch_size=512, use_distributed_optimizer=True)
+
+
+def _fields(p) -> dict:
+    b = p.breakdown
+    out = {"step": p.step_time_s, "tok": p.tokens_per_s_per_gpu, "mfu": p.mfu, "compute": b.compute_s,
+           "bubble": b.bubble_s, "optimizer": b.optimizer_s, "overhead": b.overhead_s, "recompute": b.recompute_s,
+           "sources": p.sources, "m": p.num_microbatches}
+    for c in b.comms:
+        out[c.kind] = (c.total_s, c.exposed_s, c.group)
+    for s in p.stages:
+        out[f"stage{s.rank}"] = (s.layers, *s.fwd_s, *s.bwd_s, s.busy_s, s.finish_s, s.embedding, s.output,
+                                 s.dense_params, s.expert_params)
+    return out
+
+
+def _variants():
+    for pp, vpp, dp, flags in itertools.product((1, 4), (None, 3), (8, 16), range(4)):
+        if pp == 1 and vpp:
+            continue
+        yield replace(BASE, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+                      data_parallel_size=dp, global_batch_size=64 * dp, overlap_grad_reduce=bool(flags & 1),
+                      overlap_param_gather=bool(flags & 2), tp_comm_overlap=bool(flags & 1),
+                      recompute_granularity="full" if flags == 3 else None,
+                      recompute_method="block" if flags == 3 else None, recompute_num_layers=1 if flags == 3 else None)
+
+
+@pytest.mark.parametrize("ex", list(_variants()), ids=lambda ex: f"pp{ex.pp}v{ex.vpp}dp{ex.dp}")
+def test_fast_path_equals_reference(ex):
+    system = load_system("h100", ex.world_size // 8)
+    fast = _fields(evaluate(MOE, ex, system))
+    reference = _fields(_evaluate(MOE, ex, system, (), timeline=True))  # what project() computes
+    assert fast.keys() == reference.keys()
+    for key, want in reference.items():
+        if isinstance(want, dict):
+            assert fast[key] == want
+        else:
+            assert fast[key] == pytest.approx(want, rel=1e-9, abs=1e-12), key
+
+
+def test_memo_is_per_context_and_cleared():
+    system = load_system("h100", 4)
+    first = evaluate(MOE, BASE, system)
+    assert evaluate(MOE, BASE, system) is first  # a revisited configuration is one lookup
+    other = replace(system, gpu=replace(system.gpu, efficiency=replace(system.gpu.efficiency, gemm_max=0.5)))
+    slower = evaluate(MOE, BASE, other)  # another system object: its own memo, new layer costs
+    assert slower.step_time_s > first.step_time_s
+    clear_cost_cache()
+    assert evaluate(MOE, BASE, system) is not first
