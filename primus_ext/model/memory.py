@@ -168,6 +168,7 @@ _SHAPE_FIELDS = (
 _RUN_FIELDS = (
     "data_parallel_size", "use_distributed_optimizer", "fsdp", "data_parallel_sharding_strategy",
     "grad_reduce_in_bf16", "global_batch_size", "pipeline_schedule", "overlap_moe_expert_parallel_comm",
+    "fp8_param_gather",
 )
 """The other fields the peak depends on (sharding, micro-batch count, schedule, grad precision); the rest of
 an ExecutionSpec (overlap flags, dispatcher, ...) does not change memory."""
@@ -225,7 +226,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
     strategy = "optim_grads_params" if fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
     fsdp_grads = fsdp != "none" and strategy in ("optim_grads", "optim_grads_params")
     fsdp_params = fsdp != "none" and strategy == "optim_grads_params"
-    fp8 = precision == "fp8"
+    fp8 = precision == "fp8" and not e.fp8_param_gather
     m = max(1, e.global_batch_size // (e.micro_batch_size * dp))
     vpp = e.virtual_pipeline_model_parallel_size or 1
     zb = e.pipeline_schedule == "zb-h1"

@@ -59,11 +59,12 @@ MOE_A2A_BUFFER_COPIES = 2
 FSDP_GATHERED_LAYERS = 2
 """FSDP keeps the current layer's gathered parameters plus one prefetched layer (torch FSDP2 and
 Megatron-FSDP default prefetch of one)."""
-FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 0
-"""Extra weight bytes under fp8 beyond the 2 of a bf16 weight. Megatron-Bridge / Primus fp8 recipes keep
-fp8 parameters (fp8_param_gather): a 1-byte weight + TE's 1-byte transposed copy = 2 bytes, so 0 extra.
-With bf16 parameters TE's cached fp8 workspaces would add up to 2 B/param (the ExecutionSpec has no
-fp8_param_gather flag yet; the published fp8 rows fit only with 0 here)."""
+FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2
+"""Extra weight bytes under fp8 GEMMs with bf16 parameters: megatron-core's TE wrappers pass
+``is_first_microbatch``, so Transformer Engine quantises each weight once per step and keeps the fp8 copy
+and its transpose (1 + 1 B/param) in the module's workspace for the other micro-batches. With
+``fp8_param_gather`` the parameter itself is the fp8 tensor (1 B + TE's 1-byte transpose = the 2 B of a
+bf16 weight): no extra."""
 ADAM_BYTES_PER_PARAM = 12
 """fp32 master weights + Adam m + v (Megatron with bf16 params); 8 when training in fp32."""
 
@@ -418,7 +419,8 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
     # --- parameters, gradients, optimizer ------------------------------------------------------
     param_b, grad_b, opt_b, dp_dense, dp_expert = sharding_bytes(e)
     params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
-    if e.precision == "fp8":
+    fp8_cache = e.precision == "fp8" and not e.fp8_param_gather
+    if fp8_cache:
         params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
     grads = total_params * grad_b
     shard_opt = e.use_distributed_optimizer or e.fsdp != "none"
@@ -455,7 +457,7 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
         "params.decoder_layers": (total_params - prof.edge_params) * param_b,
         "params.embedding_output_mtp": prof.edge_params * param_b,
         "params.router_fp32_extra": router * (ROUTER_PARAM_BYTES - param_b),
-        "params.fp8_weight_cache": total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM if e.precision == "fp8" else 0.0,
+        "params.fp8_weight_cache": total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM if fp8_cache else 0.0,
         "params.count": total_params, "params.expert_count": expert,
         "optimizer.dense_shard": opt_dense, "optimizer.expert_shard": opt_expert,
         "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,

@@ -54,6 +54,7 @@ _OTHER_READ = (
     "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
     "zero_bubble_v_schedule", "pp_algorithm", "cpu_offloading", "cpu_offloading_num_layers",
     "cpu_offloading_activations", "cpu_offloading_weights", "cross_entropy_fusion_impl",
+    "fp8_param_gather",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -354,6 +355,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         moe_shared_expert_overlap=a.bool("moe_shared_expert_overlap"),
         precision=_precision(a),  # type: ignore[arg-type]
         grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16"),
+        fp8_param_gather=a.bool("fp8_param_gather"),
         cross_entropy_fusion_impl=a.choice(  # type: ignore[arg-type]
             "cross_entropy_fusion_impl", ("native", "te"), "native") or "native",
         moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]

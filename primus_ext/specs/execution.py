@@ -92,6 +92,8 @@ class ExecutionSpec:
     # --- precision -----------------------------------------------------------------------------
     precision: Precision = "bf16"
     """Compute precision of the GEMMs (fp8 = Megatron's ``--fp8 e4m3|hybrid`` with bf16 params)."""
+    fp8_param_gather: bool = False
+    """Megatron's ``--fp8-param-gather``: parameters kept in fp8 (and all-gathered in fp8), no bf16 copy."""
     grad_reduce_in_bf16: bool = False
     """Keep the DDP gradient buffer (main grads) in bf16 and reduce in bf16 instead of fp32."""
 

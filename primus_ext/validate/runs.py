@@ -150,6 +150,13 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     if loss_impl not in ("native", "te"):
         bridge = "megatron-bridge" in source.lower()
         loss_impl = "te" if bridge and model.name.startswith(MEGATRON_BRIDGE_TE_LOSS_FAMILIES) else "native"
+    # NVIDIA's NeMo 2 / Megatron-Bridge fp8 mixed-precision recipes (bf16_with_fp8_delayed_scaling /
+    # current_scaling / mxfp8_mixed, Megatron-Bridge training/mixed_precision.py, ported from NeMo 2's
+    # recipes/precision/mixed_precision.py) all set fp8_param_gather=True; elsewhere only when stated.
+    pg_flag = _flag(flags, "fp8_param_gather")
+    nvidia_recipe = "nemo" in source.lower() and "automodel" not in source.lower()
+    fp8_params = (pg_flag.lower() == "true" if pg_flag is not None else
+                  "fp8-param-gather" in lowered or (nvidia_recipe and precision == "fp8"))
     layout = _flag(flags, "pp_layout")
     dp = max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1
     execution = ExecutionSpec(
@@ -185,7 +192,8 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         tp_comm_overlap=tp > 1 and not torchtitan,
         overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
         precision=precision,  # type: ignore[arg-type]
-        cross_entropy_fusion_impl=loss_impl,  # type: ignore[arg-type]
+        cross_entropy_fusion_impl=loss_impl,
+        fp8_param_gather=fp8_params,  # type: ignore[arg-type]
         moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
         moe_router_force_load_balancing=model.is_moe,
     )

@@ -56,3 +56,17 @@ def test_torchtitan_selective_is_op_level_and_the_stated_hbm_is_used(tmp_path):
     assert titan.execution.recompute_granularity == "selective" and titan.execution.selective_ac_option == "op"
     assert titan.system.gpu.hbm_bytes == 96 * 10**9
     assert nemo.execution.selective_ac_option == "modules" and nemo.system.gpu.hbm_bytes == 80 * 10**9
+
+
+def test_fp8_param_gather_from_nvidia_fp8_recipes_or_the_row(tmp_path):
+    archs_path = tmp_path / "a.csv"
+    archs_path.write_text(ARCH_HEADER + "Llama3-8B,8,1024,4096,16,4,32000,,,,,,no,\n")
+    runs_path = tmp_path / "r.csv"
+    bridge = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
+    runs_path.write_text(RUN_HEADER + (
+        f"{bridge},2025,Llama3-8B,8192,FP8,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        f"{bridge},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        "AMD-AGI/Primus blog,2025,Llama3-8B,8192,FP8,MI300X,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        "AMD-AGI/Primus blog,2025,Llama3-8B,8192,FP8,MI300X,8,1,1,,1,,,8,1,64,--fp8-param-gather,1000,,,,\n"))
+    flags = [r.execution.fp8_param_gather for r in read_runs(runs_path, read_archs(archs_path))]
+    assert flags == [True, False, False, True]

@@ -1,0 +1,47 @@
+"""fp8 GEMMs with bf16 parameters vs ``fp8_param_gather`` (hand sums of what Transformer Engine keeps).
+
+With bf16 parameters, megatron-core's TE layers get ``is_first_microbatch`` and TE keeps each weight's fp8
+copy and its transpose (1 + 1 B/param) for the step's other micro-batches: 4 B/param of weights in all.
+With ``fp8_param_gather`` the parameter is the fp8 tensor (1 B) plus TE's transpose (1 B): the 2 B of a
+bf16 weight and no cache. Gradients and optimizer state are unchanged (fp32 main grads, fp32 master).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from primus_ext.hardware import load_system
+from primus_ext.model.memory import estimate_memory, peak_bytes
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+GQA = ModelSpec(name="gqa", num_layers=8, hidden_size=1024, ffn_hidden_size=2816, num_attention_heads=16,
+                num_query_groups=4, kv_channels=64, vocab_size=32000, activation="swiglu")
+H100 = load_system("h100", 4)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_fp8_weight_cache_only_without_fp8_param_gather(pp):
+    base = dict(pipeline_model_parallel_size=pp, data_parallel_size=32 // pp, micro_batch_size=1,
+                global_batch_size=64, seq_length=2048, use_distributed_optimizer=True)
+    bf16 = estimate_memory(GQA, ExecutionSpec(**base), H100)
+    fp8 = estimate_memory(GQA, ExecutionSpec(**base, precision="fp8"), H100)
+    fp8_params = estimate_memory(GQA, ExecutionSpec(**base, precision="fp8", fp8_param_gather=True), H100)
+    for s_bf16, s_fp8, s_pg in zip(bf16.stages, fp8.stages, fp8_params.stages, strict=True):
+        count = s_bf16.detail["params.count"]
+        assert s_bf16.params_bytes == 2 * count
+        assert s_fp8.params_bytes == 4 * count and s_fp8.detail["params.fp8_weight_cache"] == 2 * count
+        assert s_pg.params_bytes == 2 * count and s_pg.detail["params.fp8_weight_cache"] == 0
+        assert s_fp8.grads_bytes == s_pg.grads_bytes == 4 * count
+        assert s_fp8.optimizer_bytes == s_pg.optimizer_bytes
+    for e in (ExecutionSpec(**base, precision="fp8"), ExecutionSpec(**base, precision="fp8", fp8_param_gather=True)):
+        assert peak_bytes(GQA, e) == estimate_memory(GQA, e, H100).peak_bytes
+
+
+def test_recipe_reads_fp8_param_gather():
+    from primus_ext.recipe import load_recipe
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml"
+    assert load_recipe(recipe, ["fp8_param_gather=true"]).execution.fp8_param_gather
+    assert not load_recipe(recipe).execution.fp8_param_gather  # Primus trainer_base.yaml: false
