@@ -50,6 +50,7 @@ from primus_ext.model.memory_stage import (
     NCCL_BUFFER_BYTES,
     Measured,
     StageContext,
+    fsdp_shard_bytes,
     held_activations,
     peak_representatives,
     prefix_sums,
@@ -226,6 +227,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
     strategy = "optim_grads_params" if fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
     fsdp_grads = fsdp != "none" and strategy in ("optim_grads", "optim_grads_params")
     fsdp_params = fsdp != "none" and strategy == "optim_grads_params"
+    shard_b = fsdp_shard_bytes(e, param_b) if fsdp_params else param_b
     fp8 = precision == "fp8" and not e.fp8_param_gather
     m = max(1, e.global_batch_size // (e.micro_batch_size * dp))
     vpp = e.virtual_pipeline_model_parallel_size or 1
@@ -243,7 +245,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
         if fsdp_grads:
             grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
         if fsdp_params:
-            params = (dense_params / dp_dense + expert / dp_expert) * param_b
+            params = (dense_params / dp_dense + expert / dp_expert) * shard_b
             fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
         activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)
         if zb and rank:

@@ -367,6 +367,14 @@ def offloaded_layers(e: ExecutionSpec) -> int:
     return e.cpu_offloading_num_layers if e.cpu_offloading and e.cpu_offloading_activations else 0
 
 
+def fsdp_shard_bytes(e: ExecutionSpec, param_b: float) -> float:
+    """Bytes per parameter of a fully sharded (optim_grads_params) parameter shard. Megatron-FSDP keeps fp8
+    parameters (fp8_param_gather) in a uint8 model-weight buffer, sharded (megatron-core 0.16.1
+    megatron_fsdp/param_and_grad_buffer.py ``_init_each_parameter_group_buffers``), fp32 master weights
+    in the optimizer's main-weight buffer; the gathered layer's transpose is a transient."""
+    return 1.0 if e.fsdp == "megatron_fsdp" and e.precision == "fp8" and e.fp8_param_gather else param_b
+
+
 def sharding_bytes(e: ExecutionSpec) -> tuple[float, float, float, float, float]:
     """(param, grad, optimizer) bytes per param, and the dense / expert shard widths."""
     fp32 = e.precision == "fp32"
@@ -431,7 +439,7 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
     if e.fsdp != "none" and strategy in ("optim_grads", "optim_grads_params"):
         grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
     if e.fsdp != "none" and strategy == "optim_grads_params":
-        params = (dense_params / dp_dense + expert / dp_expert) * param_b
+        params = (dense_params / dp_dense + expert / dp_expert) * fsdp_shard_bytes(e, param_b)
         biggest = max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
         fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
     # --- activations ---------------------------------------------------------------------------

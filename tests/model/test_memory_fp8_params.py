@@ -45,3 +45,19 @@ def test_recipe_reads_fp8_param_gather():
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml"
     assert load_recipe(recipe, ["fp8_param_gather=true"]).execution.fp8_param_gather
     assert not load_recipe(recipe).execution.fp8_param_gather  # Primus trainer_base.yaml: false
+
+
+def test_megatron_fsdp_keeps_fp8_parameter_shards_in_one_byte():
+    """Megatron-FSDP's model-weight buffer is uint8 for fp8 parameters (param_and_grad_buffer.py), sharded
+    under optim_grads_params: 1 B per parameter of the shard instead of 2; torch FSDP2 unchanged."""
+    base = dict(data_parallel_size=32, micro_batch_size=1, global_batch_size=64, seq_length=2048,
+                precision="fp8", data_parallel_sharding_strategy="optim_grads_params")
+    for fsdp, ratio in (("megatron_fsdp", 0.5), ("torch_fsdp2", 1.0)):
+        bf16_params = estimate_memory(GQA, ExecutionSpec(**base, fsdp=fsdp), H100).stages[0]
+        fp8_params = estimate_memory(GQA, ExecutionSpec(**base, fsdp=fsdp, fp8_param_gather=True), H100).stages[0]
+        count = bf16_params.detail["params.count"]
+        assert bf16_params.params_bytes == pytest.approx(2 * count / 32)
+        assert fp8_params.params_bytes == pytest.approx(ratio * 2 * count / 32)
+        assert fp8_params.grads_bytes == bf16_params.grads_bytes
+        e = ExecutionSpec(**base, fsdp=fsdp, fp8_param_gather=True)
+        assert peak_bytes(GQA, e) == estimate_memory(GQA, e, H100).peak_bytes
