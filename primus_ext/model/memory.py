@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
+from primus_ext.model.memory_schedule import held_activations, prefix_sums
 from primus_ext.model.memory_stage import (
     CUDA_CONTEXT_BYTES,
     FP8_WEIGHT_CACHE_BYTES_PER_PARAM,
@@ -51,9 +52,7 @@ from primus_ext.model.memory_stage import (
     Measured,
     StageContext,
     fsdp_shard_bytes,
-    held_activations,
     peak_representatives,
-    prefix_sums,
     rank_profile,
     sharding_bytes,
     stage_context,

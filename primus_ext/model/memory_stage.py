@@ -25,6 +25,7 @@ from primus_ext.model.memory_activations import (
     loss_saved_bytes,
     op_sac_saved_bytes,
 )
+from primus_ext.model.memory_schedule import chunk_in_flight, held_activations, prefix_sums
 from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
     expert_layer_params,
@@ -280,43 +281,6 @@ def _plan_with_reps(model: ModelSpec, key: tuple) -> tuple:
     for rank, comp in enumerate(comps):
         seen.setdefault(comp, rank)  # the lowest rank of a composition holds the most micro-batches
     return plan, comps, tuple(seen.values())
-
-
-def chunk_in_flight(execution: ExecutionSpec, rank: int) -> tuple[float, ...]:
-    """Micro-batches whose activations each model chunk of ``rank`` holds at the peak."""
-    pp, vpp = execution.pp, execution.vpp
-    m = max(1, execution.num_microbatches)
-    if vpp == 1:
-        return (float(min(pp - rank, m)),)
-    # Megatron's interleaved schedule: warm-up chunk-micro-batches + the one in the steady state,
-    # issued in groups of PP per chunk, cycling over the chunks; EP all-to-all overlap schedules one more
-    # forward in the warm-up (megatron-core 0.16.1 schedules.py get_pp_rank_microbatches).
-    extra = 1 if execution.overlap_moe_expert_parallel_comm else 0
-    in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
-    cycles, rem = divmod(in_flight, pp * vpp)
-    return tuple(float(cycles * pp + min(max(rem - c * pp, 0), pp)) for c in range(vpp))
-
-
-def prefix_sums(saved: tuple[float, ...]) -> tuple[float, ...]:
-    """``(0, s0, s0 + s1, ...)``: saved bytes of the first k chunks."""
-    out, acc = [0.0], 0.0
-    for s in saved:
-        acc += s
-        out.append(acc)
-    return tuple(out)
-
-
-def held_activations(pp: int, vpp: int, m: int, rank: int, extra: int, saved: tuple[float, ...],
-                     prefix: tuple[float, ...], per_mb: float) -> float:
-    """Bytes held at the peak: ``sum(chunk_in_flight * saved)`` in closed form (under the interleaved rule
-    whole cycles hold PP micro-batches per chunk, then the first ``q`` chunks PP more and chunk ``q`` the
-    remainder), so the pre-filter does not loop over chunks."""
-    if vpp == 1:
-        return float(min(pp - rank, m)) * saved[0]
-    in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
-    cycles, rem = divmod(in_flight, pp * vpp)
-    q, r = divmod(rem, pp)
-    return cycles * pp * per_mb + pp * prefix[q] + r * saved[q]
 
 
 def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float, float]:
