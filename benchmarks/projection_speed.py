@@ -1,7 +1,16 @@
 """Projection speed (the tuner's fast path) and the projection of every shipped recipe.
 
-    python benchmarks/projection_speed.py            # speed for 1024-GPU configs + every recipe
+    python benchmarks/projection_speed.py            # tuner-space rate, per-case table, every recipe
     python benchmarks/projection_speed.py --speed    # speed only
+    python benchmarks/projection_speed.py --space    # the tuner-space rate only (issue 5's figure)
+
+Tuner space (issue 5's figure): projections per second per core (CPU time of this process, so other
+jobs on the machine do not count) over every legal configuration of the DeepSeek-V3 on 1 024 H100s
+space (``tune.space.build_space`` on recipes/deepseek_v3-pretrain.yaml, 128 nodes, as
+benchmarks/tune_search.py) that the memory pre-filter keeps, each projected once per pass:
+  * first visit: a fresh process, layer costs computed on the way (the tuner's first search);
+  * cached costs: again after ``forget_projections()`` - projections, stage aggregates and schedules
+    recomputed, per-layer costs and communication (the cost table) kept.
 
 Speed: ``evaluate()`` per call for a DeepSeek-V3-like (TP2 PP8 VPP4 EP64, 128 micro-batches) and a
 Llama-3.1-405B-like (TP8 PP8 VPP8, 128 micro-batches) run on 1024 H100s, analytic costs (see the
@@ -11,6 +20,7 @@ printed legend for the three cases).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import statistics
 import sys
@@ -97,6 +107,40 @@ def speed() -> None:
               f" {1 / statistics.median(flags):>7.0f} {1 / statistics.median(warm):>8.0f}")
 
 
+def space_speed(repeats: int) -> None:
+    from primus_ext.errors import PrimusExtError
+    from primus_ext.projection.evaluate import forget_projections
+    from primus_ext.recipe import load_recipe
+    from primus_ext.recipe.validate import check
+    from primus_ext.tune.prefilter import MemoryFilter
+    from primus_ext.tune.space import build_space
+
+    recipe = load_recipe(str(ROOT / "recipes/deepseek_v3-pretrain.yaml"), cluster="h100", nodes=128, validate=False)
+    model, system = recipe.model, recipe.system
+    space = build_space(model, recipe.execution, system)
+    fits = MemoryFilter(model, system, margin=0.0).fits
+    configs = [ex for ex in map(space.to_execution, space.iter_configs()) if not check(model, ex, system) and fits(ex)]
+
+    def one_pass() -> float:
+        start = time.process_time()
+        for ex in configs:
+            with contextlib.suppress(PrimusExtError):  # refusing is the projection's answer for that config
+                evaluate(model, ex, system)
+        return time.process_time() - start
+
+    first = one_pass()
+    cached = []
+    for _ in range(repeats):
+        forget_projections()
+        cached.append(one_pass())
+    n = len(configs)
+    print(f"Tuner space: DeepSeek-V3 on {system.world_size} H100s, {n} legal configurations that fit, analytic "
+          f"costs; projections per second per core (CPU time)")
+    print(f"  first visit (fresh process)  : {n / first:>8,.0f} /s  ({first / n * 1e6:6.1f} us each)")
+    print(f"  cached costs, {repeats} passes     : best {n / min(cached):>8,.0f} /s, median "
+          f"{n / statistics.median(cached):>8,.0f} /s  ({statistics.median(cached) / n * 1e6:6.1f} us each)")
+
+
 def recipes() -> None:
     from primus_ext.errors import PrimusExtError
     from primus_ext.recipe import load_recipe
@@ -120,7 +164,13 @@ def recipes() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--speed", action="store_true", help="speed only")
+    parser.add_argument("--space", action="store_true", help="the tuner-space rate only")
+    parser.add_argument("--repeats", type=int, default=3, help="cached-cost passes over the tuner space")
     args = parser.parse_args(argv)
+    space_speed(args.repeats)
+    if args.space:
+        return 0
+    print()
     speed()
     if not args.speed:
         recipes()

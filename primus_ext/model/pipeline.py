@@ -339,6 +339,11 @@ def _simulate_cached(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m
     return _fixed_fast(schedule, times, m, p2p, group, extra)
 
 
+def clear_schedule_cache() -> None:
+    """Forget memoised schedule results (op orders stay: they depend on the structure only)."""
+    _simulate_cached.cache_clear()
+
+
 def simulate(
     schedule: str,
     times: tuple[tuple[ChunkTimes, ...], ...],

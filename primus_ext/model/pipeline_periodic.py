@@ -106,48 +106,57 @@ def _repeats(fin: list[float], cp: list[float], i: int, lag: int, span: int) -> 
 
 
 def simulate_periodic(per: Periodic, durs: list[float], comms: tuple[float, ...]) -> tuple[tuple[float, ...], float]:
-    """Per-rank finish times and the critical path's p2p seconds (see the module docstring)."""
-    steps, shift, span = per.steps, per.shift, per.window
+    """Per-rank finish times and the critical path's p2p seconds (see the module docstring).
+
+    A repetition with lag L = c * Q checked at position i proves every position in (i, end]: their steps
+    are those L earlier moved by L (each of q, q - Q, ..., q - L + Q lies in the invariant run: i + 1 + Q - L
+    >= start) and their inputs lie in the checked window (i - window, i] or after it. Checked every
+    ``stride`` positions, lags c = 1, 2, ... as far as the history reaches."""
+    steps, shift, span, start, end = per.steps, per.shift, per.window, per.start, per.end
     fin, cp = [0.0], [0.0]
-    i = per.start + span + shift  # first position where a repetition (c = 1) can be proven
-    if per.end - i < 2 * shift:  # too little steady state to gain anything
+    i = max(start - 1, span + shift)
+    if end - i < shift:  # too little steady state to gain anything
         _run(fin, cp, steps, durs, comms)
         return _result(per, fin, cp)
     _run(fin, cp, steps[:i], durs, comms)
-    while i + shift <= per.end:
+    stride = min(shift, max(span, 32))
+    while i < end:
+        tol = PERIOD_TOLERANCE * max(1.0, abs(fin[i]))
         lag = shift
-        while i - span - lag >= per.start:  # c periods, c = 1, 2, ... as far as the history reaches
-            found = _repeats(fin, cp, i, lag, span)
-            if found:
-                return _jump(per, fin, cp, i, lag, found, durs, comms)
+        while i + 1 >= start + lag - shift and i - span - lag >= 0:
+            if abs(fin[i] - fin[i - lag] - fin[i - 1] + fin[i - 1 - lag]) <= 2 * tol:  # cheap first test
+                found = _repeats(fin, cp, i, lag, span)
+                if found:
+                    return _jump(per, fin, cp, i, lag, found, durs, comms)
             lag += shift
-        _run(fin, cp, steps[i:i + shift], durs, comms)
-        i += shift
+        step = min(stride, end - i)
+        _run(fin, cp, steps[i:i + step], durs, comms)
+        i += step
     _run(fin, cp, steps[i:], durs, comms)
     return _result(per, fin, cp)
 
 
 def _jump(per: Periodic, fin: list[float], cp: list[float], i: int, lag: int, found: tuple[float, float],
           durs: list[float], comms: tuple[float, ...]) -> tuple[tuple[float, ...], float]:
+    """Every position q in (i, end] repeats position q - k * lag (k periods back, in (i - lag, i]) shifted
+    by k * lam: rebuild the window before ``end`` from those, then simulate the drain after it."""
     lam, kappa = found
-    periods = (per.end - i) // lag
-    i1 = i + periods * lag
-    base = i1 - per.window  # positions (base, i1] are the shifted window; fin2[q - base] = fin(q)
-    fin2 = [0.0] + [x + periods * lam for x in fin[i - per.window + 1:i + 1]]
-    cp2 = [0.0] + [x + periods * kappa for x in cp[i - per.window + 1:i + 1]]
-    _run(fin2, cp2, per.steps[i1:], durs, comms, base)
+    end = per.end
+    base = end - per.window  # fin2[q - base] holds position q > base
 
-    def at(values: list[float], tail: list[float], q: int, step: float) -> float:
-        if q > i1:
-            return tail[q - base]
+    def at(values: list[float], q: int, step: float) -> float:
         if q <= i:
             return values[q]
-        k = -((i - q) // lag)  # periods back into the simulated window
+        k = -((i - q) // lag)  # ceil((q - i) / lag)
         return values[q - k * lag] + k * step
 
-    finish = tuple(at(fin, fin2, q, lam) for q in per.last)
+    fin2 = [0.0] + [at(fin, q, lam) for q in range(base + 1, end + 1)]
+    cp2 = [0.0] + [at(cp, q, kappa) for q in range(base + 1, end + 1)]
+    _run(fin2, cp2, per.steps[end:], durs, comms, base)
+    finish = tuple(fin2[q - base] if q > base else at(fin, q, lam) for q in per.last)
     worst = max(range(len(finish)), key=lambda r: finish[r])
-    return finish, at(cp, cp2, per.last[worst], kappa)
+    q = per.last[worst]
+    return finish, cp2[q - base] if q > base else at(cp, q, kappa)
 
 
 def _result(per: Periodic, fin: list[float], cp: list[float]) -> tuple[tuple[float, ...], float]:

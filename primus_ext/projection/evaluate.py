@@ -83,6 +83,18 @@ def clear_cost_cache() -> None:
     _contexts.clear()
 
 
+def forget_projections() -> None:
+    """Forget projections, per-rank stage aggregates and simulated schedules, keeping the per-layer costs
+    and communication (the cost table): what the speed benchmark measures."""
+    from primus_ext.model.pipeline import clear_schedule_cache
+
+    for ctx in _contexts.values():
+        ctx.rows.clear()
+        if ctx.projections is not None:
+            ctx.projections.clear()
+    clear_schedule_cache()
+
+
 def _providers(costs: Costs) -> tuple[CostProvider, ...]:
     if costs is None:
         return ()
@@ -186,18 +198,11 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
     return tuple(out)
 
 
-def _add(acc: dict[str, list[float]], comm: dict[str, tuple[float, float]], times: float) -> None:
-    for kind, (total, exposed) in comm.items():
-        slot = acc.setdefault(kind, [0.0, 0.0])
-        slot[0] += times * total
-        slot[1] += times * exposed
-
-
 def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) -> tuple[tuple[ChunkTimes, ...], dict]:
     """One pipeline rank's chunk times and its per-micro-batch aggregates (compute, comm, params)."""
     chunk_times = []
-    acc: dict = {"compute": 0.0, "recompute": 0.0, "fwd1": 0.0, "bwd1": 0.0, "dense": 0, "experts": 0,
-                 "analytic_passes": 0, "layers": 0}
+    compute = recompute = fwd1 = bwd1 = 0.0
+    dense = experts = analytic_passes = decoder_layers = 0
     comm_acc: dict[str, list[float]] = {}
     for n_dk, n_dr, n_mk, n_mr, mtp, emb, out in row:
         items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
@@ -216,19 +221,25 @@ def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) ->
             fwd += n * layer.fwd
             bwd += n * layer.bwd
             wgrad += n * layer.wgrad
-            acc["compute"] += n * (layer.compute_fwd + layer.compute_bwd)
-            acc["recompute"] += n * layer.recompute
+            compute += n * (layer.compute_fwd + layer.compute_bwd)
+            recompute += n * layer.recompute
             if owns_params:
-                acc["dense"] += n * layer.dense_params
-                acc["experts"] += n * layer.expert_params
-            acc["analytic_passes"] += 2 * n * layer.analytic
-            acc["layers"] += n if key[0] in ("dense", "moe") else 0
-            _add(comm_acc, layer.comm_fwd, n)
-            _add(comm_acc, layer.comm_bwd, n)
-        acc["fwd1"] += fwd
-        acc["bwd1"] += bwd
+                dense += n * layer.dense_params
+                experts += n * layer.expert_params
+            analytic_passes += 2 * n * layer.analytic
+            decoder_layers += n if key[0] in ("dense", "moe") else 0
+            for comm in (layer.comm_fwd, layer.comm_bwd):
+                for kind, (total, exposed) in comm.items():
+                    slot = comm_acc.get(kind)
+                    if slot is None:
+                        slot = comm_acc[kind] = [0.0, 0.0]
+                    slot[0] += n * total
+                    slot[1] += n * exposed
+        fwd1 += fwd
+        bwd1 += bwd
         chunk_times.append(ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
-    acc["comm"] = comm_acc
+    acc = {"compute": compute, "recompute": recompute, "fwd1": fwd1, "bwd1": bwd1, "dense": dense,
+           "experts": experts, "analytic_passes": analytic_passes, "layers": decoder_layers, "comm": comm_acc}
     return tuple(chunk_times), acc
 
 
@@ -266,6 +277,8 @@ class _Context:
     providers: tuple[CostProvider, ...]
     layers: dict = field(default_factory=dict)
     """(shape fields, comm fields) -> (layers, p2p bytes)."""
+    counts: dict = field(default_factory=dict)
+    """Split fields -> ``_chunk_counts``."""
     rows: dict = field(default_factory=dict)
     """(chunk counts of a rank, layer key) -> (chunk times, aggregates, StageTime fields)."""
     projections: dict | None = None
@@ -306,7 +319,14 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
     mtp_kind = "moe" if model.is_moe else "dense"
     pp, vpp = ex.pp, ex.vpp
     times, stage_acc, static = [], [], []
-    for r, row in enumerate(_chunk_counts(model, ex)):
+    if ctx is None:
+        counts = _chunk_counts(model, ex)
+    else:
+        split = _split_key(ex)
+        counts = ctx.counts.get(split)
+        if counts is None:
+            counts = ctx.counts[split] = _chunk_counts(model, ex)
+    for r, row in enumerate(counts):
         key = (row, layer_key)
         entry = rows.get(key)
         if entry is None:
