@@ -62,7 +62,8 @@ FSDP_GATHERED_LAYERS = 2
 Megatron-FSDP default prefetch of one)."""
 FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2
 """Extra weight bytes under fp8 GEMMs with bf16 parameters: megatron-core's TE wrappers pass
-``is_first_microbatch``, so Transformer Engine quantises each weight once per step and keeps the fp8 copy
+``is_first_microbatch`` (extensions/transformer_engine.py, unless disable_parameter_transpose_cache), so
+Transformer Engine quantises each weight once per step and keeps the fp8 copy
 and its transpose (1 + 1 B/param) in the module's workspace for the other micro-batches. With
 ``fp8_param_gather`` the parameter itself is the fp8 tensor (1 B + TE's 1-byte transpose = the 2 B of a
 bf16 weight): no extra."""

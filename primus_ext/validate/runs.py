@@ -192,8 +192,8 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         tp_comm_overlap=tp > 1 and not torchtitan,
         overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
         precision=precision,  # type: ignore[arg-type]
-        cross_entropy_fusion_impl=loss_impl,
-        fp8_param_gather=fp8_params,  # type: ignore[arg-type]
+        cross_entropy_fusion_impl=loss_impl,  # type: ignore[arg-type]
+        fp8_param_gather=fp8_params,
         moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
         moe_router_force_load_balancing=model.is_moe,
     )
