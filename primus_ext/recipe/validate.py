@@ -197,6 +197,24 @@ def _sharding(e: ExecutionSpec, out: list[Problem]) -> None:
                            fix="set use_distributed_optimizer: false (or use Megatron-FSDP)"))
 
 
+def _offloading(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
+    """megatron-core 0.16.1 transformer_config.py: layer-level CPU offloading rules."""
+    if not e.cpu_offloading:
+        return
+    if not 0 <= e.cpu_offloading_num_layers < m.num_layers:
+        out.append(Problem(path="cpu_offloading_num_layers", value=e.cpu_offloading_num_layers,
+                           message=f"must lie in [0, num_layers) = [0, {m.num_layers})",
+                           fix=f"use 0..{m.num_layers - 1} layers"))
+    if e.pp > 1:
+        out.append(Problem(path="cpu_offloading", value=True,
+                           message="megatron-core has no CPU offloading with pipeline parallelism",
+                           fix="set pipeline_model_parallel_size: 1 or cpu_offloading: false"))
+    if e.recompute_granularity is not None:
+        out.append(Problem(path="cpu_offloading", value=True,
+                           message="megatron-core's CPU offloading does not work with activation recompute",
+                           fix="set recompute_granularity: null or cpu_offloading: false"))
+
+
 def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> list[Problem]:
     """Every legality violation of running ``model`` with ``execution`` on ``system``."""
     out: list[Problem] = []
@@ -205,6 +223,7 @@ def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> lis
     _moe(model, execution, system, out)
     _recompute(model, execution, out)
     _sharding(execution, out)
+    _offloading(model, execution, out)
     chunks = execution.pp * execution.vpp
     if chunks > model.num_layers + model.mtp_num_layers + 2:
         key = "virtual_pipeline_model_parallel_size" if execution.vpp > 1 else "pipeline_model_parallel_size"

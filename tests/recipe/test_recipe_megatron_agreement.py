@@ -34,6 +34,11 @@ CASES = [
     ("moe_bias_etp", MOE, {"add_bias_linear": True, "tensor_model_parallel_size": 2, "sequence_parallel": True}),
     ("shared_overlap", MOE, {"moe_shared_expert_intermediate_size": 1024, "moe_shared_expert_overlap": True,
                              "moe_token_dispatcher_type": "allgather"}),
+    ("offload_ok", BASE, {"cpu_offloading": True, "cpu_offloading_num_layers": 2}),
+    ("offload_pp", BASE, {"cpu_offloading": True, "cpu_offloading_num_layers": 2, "pipeline_model_parallel_size": 2}),
+    ("offload_recompute", BASE, {"cpu_offloading": True, "cpu_offloading_num_layers": 2,
+                                 "recompute_granularity": "selective"}),
+    ("offload_all_layers", BASE, {"cpu_offloading": True, "cpu_offloading_num_layers": 99}),
 ]
 
 
@@ -54,6 +59,7 @@ def _megatron_accepts(model, e) -> bool:
         moe_ffn_hidden_size=model.moe_ffn_hidden_size, moe_router_topk=model.moe_router_topk,
         moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
         moe_shared_expert_overlap=e.moe_shared_expert_overlap, moe_token_dispatcher_type=e.moe_token_dispatcher_type,
+        cpu_offloading=e.cpu_offloading, cpu_offloading_num_layers=e.cpu_offloading_num_layers,
     )
     try:
         with warnings.catch_warnings():
