@@ -24,6 +24,7 @@ use the op-by-op simulator (``pipeline._fixed``) as the reference.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import sub
 
 PERIOD_TOLERANCE = 1e-12
 """Relative tolerance of the repetition test (float rounding of sums of ~1e4 op times, ~1e-13)."""
@@ -97,12 +98,15 @@ def _run(fin: list[float], cp: list[float], steps, durs: list[float], comms: tup
 
 def _repeats(fin: list[float], cp: list[float], i: int, lag: int, span: int) -> tuple[float, float] | None:
     """(lam, kappa) when positions (i - span, i] equal those ``lag`` earlier shifted by constants."""
-    lam, kappa = fin[i] - fin[i - lag], cp[i] - cp[i - lag]
+    lo = i - span + 1
     tol = PERIOD_TOLERANCE * max(1.0, abs(fin[i]))
-    for q in range(i - 1, i - span, -1):  # a mismatch shows at once for a wrong lag
-        if abs(fin[q] - fin[q - lag] - lam) > tol or abs(cp[q] - cp[q - lag] - kappa) > tol:
-            return None
-    return lam, kappa
+    steps = list(map(sub, fin[lo:i + 1], fin[lo - lag:i + 1 - lag]))
+    if max(steps) - min(steps) > tol:
+        return None
+    gains = list(map(sub, cp[lo:i + 1], cp[lo - lag:i + 1 - lag]))
+    if max(gains) - min(gains) > tol:
+        return None
+    return steps[-1], gains[-1]
 
 
 def simulate_periodic(per: Periodic, durs: list[float], comms: tuple[float, ...]) -> tuple[tuple[float, ...], float]:

@@ -69,6 +69,8 @@ class _Layer:
     """Forward incl. exposed comm."""
     bwd: float = 0.0
     """Backward incl. recompute and exposed comm."""
+    comm_items: tuple[tuple[str, float, float], ...] = ()
+    """(kind, total, exposed) of ``comm_fwd`` then ``comm_bwd``: what the stage sums iterate."""
 
 
 _MEMO_LIMIT = 16
@@ -165,7 +167,8 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
     return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,
                   comm_bwd=comm.bwd, dense_params=total - experts, expert_params=experts,
                   source=cost.source, analytic=cost.source == "analytic",
-                  fwd=fwd + sum(v[1] for v in comm.fwd.values()), bwd=bwd + sum(v[1] for v in comm.bwd.values()))
+                  fwd=fwd + sum(v[1] for v in comm.fwd.values()), bwd=bwd + sum(v[1] for v in comm.bwd.values()),
+                  comm_items=tuple((k, t, e) for part in (comm.fwd, comm.bwd) for k, (t, e) in part.items()))
 
 
 def _chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
@@ -228,13 +231,12 @@ def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) ->
                 experts += n * layer.expert_params
             analytic_passes += 2 * n * layer.analytic
             decoder_layers += n if key[0] in ("dense", "moe") else 0
-            for comm in (layer.comm_fwd, layer.comm_bwd):
-                for kind, (total, exposed) in comm.items():
-                    slot = comm_acc.get(kind)
-                    if slot is None:
-                        slot = comm_acc[kind] = [0.0, 0.0]
-                    slot[0] += n * total
-                    slot[1] += n * exposed
+            for kind, total, exposed in layer.comm_items:
+                slot = comm_acc.get(kind)
+                if slot is None:
+                    slot = comm_acc[kind] = [0.0, 0.0]
+                slot[0] += n * total
+                slot[1] += n * exposed
         fwd1 += fwd
         bwd1 += bwd
         chunk_times.append(ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
@@ -256,7 +258,7 @@ class _Stages:
     pp_total_s: float
     """Sum of the send/recv seconds over the stage boundaries (one micro-batch, one direction)."""
     static: tuple[dict, ...]
-    """Per rank: the StageTime fields that do not depend on the schedule."""
+    """Per rank: the StageTime fields other than rank, busy and finish (shared by equal ranks)."""
     sources: dict[str, str]
 
 
@@ -278,7 +280,9 @@ class _Context:
     layers: dict = field(default_factory=dict)
     """(shape fields, comm fields) -> (layers, p2p bytes)."""
     counts: dict = field(default_factory=dict)
-    """Split fields -> ``_chunk_counts``."""
+    """Split fields -> ``_distinct_rows`` of ``_chunk_counts``."""
+    row_ids: dict = field(default_factory=dict)
+    """Chunk counts of a rank -> a small id (the row memo's key)."""
     rows: dict = field(default_factory=dict)
     """(chunk counts of a rank, layer key) -> (chunk times, aggregates, StageTime fields)."""
     projections: dict | None = None
@@ -300,12 +304,20 @@ def _layers(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
     return layers, pp_bytes(shapes["embedding"], ex)
 
 
+def _distinct_rows(counts: tuple, ids: dict) -> tuple[tuple[tuple[int, tuple], ...], tuple[int, ...]]:
+    """(the distinct ranks' chunk counts with their ids in ``ids``, per rank the index into them)."""
+    distinct: dict[tuple, int] = {}
+    rank_rows = tuple(distinct.setdefault(row, len(distinct)) for row in counts)
+    return tuple((ids.setdefault(row, len(ids)), row) for row in distinct), rank_rows
+
+
 def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
             ctx: _Context | None = None) -> _Stages:
     if ctx is None:
         layers, nbytes = _layers(model, ex, system, providers)
-        layer_key: tuple = ()
+        layer_id = 0
         rows: dict = {}
+        distinct, rank_rows = _distinct_rows(_chunk_counts(model, ex), {})
     else:  # memoised on the fields each part reads (the tuner varies one or two fields at a time)
         layer_key = (_shape_key(ex), _comm_key(ex))
         found = ctx.layers.get(layer_key)
@@ -313,31 +325,29 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
             if len(ctx.layers) >= _STAGES_LIMIT:
                 ctx.layers.clear()
                 ctx.rows.clear()
-            found = ctx.layers[layer_key] = _layers(model, ex, system, providers)
-        layers, nbytes = found
+            found = ctx.layers[layer_key] = (*_layers(model, ex, system, providers), len(ctx.layers))
+        layers, nbytes, layer_id = found
         rows = ctx.rows
-    mtp_kind = "moe" if model.is_moe else "dense"
-    pp, vpp = ex.pp, ex.vpp
-    times, stage_acc, static = [], [], []
-    if ctx is None:
-        counts = _chunk_counts(model, ex)
-    else:
         split = _split_key(ex)
         counts = ctx.counts.get(split)
         if counts is None:
-            counts = ctx.counts[split] = _chunk_counts(model, ex)
-    for r, row in enumerate(counts):
-        key = (row, layer_key)
-        entry = rows.get(key)
+            counts = ctx.counts[split] = _distinct_rows(_chunk_counts(model, ex), ctx.row_ids)
+        distinct, rank_rows = counts
+    mtp_kind = "moe" if model.is_moe else "dense"
+    pp, vpp = ex.pp, ex.vpp
+    entries = []
+    for row_id, row in distinct:
+        entry = rows.get((row_id, layer_id))
         if entry is None:
             chunk_times, acc = _stage(row, layers, mtp_kind)
-            entry = rows[key] = (chunk_times, acc, dict(
+            entry = rows[(row_id, layer_id)] = (chunk_times, acc, dict(
                 layers=int(acc["layers"]), fwd_s=tuple(c.fwd for c in chunk_times),
                 bwd_s=tuple(c.bwd for c in chunk_times), embedding=any(c[5] for c in row),
                 output=any(c[6] for c in row), dense_params=int(acc["dense"]), expert_params=int(acc["experts"])))
-        times.append(entry[0])
-        stage_acc.append(entry[1])
-        static.append(dict(entry[2], rank=r))
+        entries.append(entry)
+    times = tuple(entries[k][0] for k in rank_rows)
+    stage_acc = tuple(entries[k][1] for k in rank_rows)
+    static = tuple(entries[k][2] for k in rank_rows)
     p2p: tuple[float, ...] = ()
     if pp > 1:
         pl = group_placements(ex, system)
@@ -348,8 +358,8 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
     for (kind, _), layer in layers.items():
         known = sources.get(kind)
         sources[kind] = layer.source if known in (None, layer.source) else f"{known} + {layer.source}"
-    return _Stages(layers=layers, times=tuple(times), acc=tuple(stage_acc), p2p=p2p, pp_total_s=sum(p2p),
-                   static=tuple(static), sources=sources)
+    return _Stages(layers=layers, times=times, acc=stage_acc, p2p=p2p, pp_total_s=sum(p2p), static=static,
+                   sources=sources)
 
 
 def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
@@ -422,7 +432,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
         recompute_s=m * acc_b["recompute"],
     )
-    stages = tuple(StageTime(busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))
+    stages = tuple(StageTime(rank=r, busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))
     flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size)
     world = ex.world_size
     tflops = flops / step / world / 1e12
