@@ -1,14 +1,24 @@
-"""TPE (optuna's Tree-structured Parzen Estimator) over the outer axes, then local search over all.
+"""TPE (optuna's Tree-structured Parzen Estimator) over the outer axes, then best-first local search.
 
-TPE samples the outer axes (TP, ETP, PP, VPP, CP, EP, MBS, sharding, precision) in order; an axis whose
-candidates depend on earlier axes (ETP on TP, VPP on PP, MBS on DP, ...) is sampled under a parameter
-name that carries its candidate list, so each distribution stays fixed (optuna's define-by-run idiom
-for conditional spaces). The inner axes (``INNER``: recompute, overlap flags) are completed greedily
-for each sample (``_greedy_inner``: overlaps on, least recompute that fits), so TPE scores layouts,
-not OOMs. Illegal and rejected configurations score 0 tok/s and cost no budget. ``TPE_SHARE`` of the
-budget goes to TPE; the rest to first-improvement hill climbing over every axis from the best
-configuration (one-axis changes, each also with the least recompute that fits, then coupled pairs);
-when it converges, TPE resumes on part of what is left, and so on until the budget is spent.
+The outer axes (``OUTER``: TP, ETP, PP, VPP, CP, EP, MBS, sharding, precision) are what TPE and the
+local search choose; the inner axes (``INNER``: recompute, overlap flags) are completed greedily for
+each outer choice (``_complete``: every overlap on, the least recompute that is legal and fits), so
+every projection scores a layout, never an OOM. Legality and the memory pre-filter are free: an outer
+choice without a fitting completion costs no projection (TPE is told 0 for it).
+
+  1. TPE (multivariate, over each axis's full universe; out-of-space combinations score 0) spends
+     ``TPE_SHARE`` of the budget, the recipe's own layout first.
+  2. Best-first local search over the outer axes: the best projected layout whose neighbourhood is not
+     yet exhausted is expanded, its neighbours projected one by one until one beats it (which is then
+     expanded next); an exhausted layout is a local optimum and the search goes on from the next best,
+     so a climb that left a layout early resumes there later (two peaks a few moves apart both get
+     climbed). Neighbours: one-axis steps to the adjacent candidate (ordered axes) or any other value
+     (sharding, precision, ETP), then coupled two-axis steps (``COUPLED``: axes that trade memory or
+     bubble against each other, e.g. TP up and MBS up) that single steps cannot make without leaving
+     the memory frontier.
+  3. When ``POLISH_RESERVE`` projections are left, the best configuration's inner axes are polished
+     (one-axis changes of recompute and the overlap flags, first improvement); then 2. continues.
+When every layout is exhausted TPE samples again. Measured in ``benchmarks/tune_search.py``.
 """
 
 from __future__ import annotations
@@ -22,40 +32,30 @@ from primus_ext.tune.legality import problems_of
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
 from primus_ext.tune.strategies.exhaustive import LEAST_COMPUTE
 
-TPE_SHARE = 0.4
-"""Fraction of the budget spent on TPE sampling before the local search starts."""
-STARTUP_TRIALS = 10
-"""Random trials before TPE models the objective (optuna's default)."""
-SAMPLES_PER_PROJECTION = 10
+TPE_SHARE = 0.2
+"""Fraction of the budget spent on TPE sampling (the recipe's layout included) before the local search."""
+STARTUP_TRIALS = 15
+"""Random samples before TPE models the objective (optuna's default is 10; out-of-space and skipped
+samples count too)."""
+SAMPLES_PER_PROJECTION = 20
 """A TPE phase ends after this many samples per projection it was given (TPE re-proposes tried and
-rejected configurations once it concentrates; every optuna sample costs O(trials))."""
-CLIMB_STARTS = 3
-"""Local searches start from the best trial not yet climbed from among this many best ones."""
-RESTART_PARTS = 3
-"""After a local search converges, TPE samples 1/RESTART_PARTS of the remaining budget before the next one."""
-COUPLED = (("tp", "pp"), ("pp", "vpp"), ("pp", "mbs"), ("tp", "ep"), ("ep", "etp"), ("mbs", "recompute"),
-           ("sharding", "recompute"))
-"""Axis pairs that trade against each other (memory, bubble, communication): the local search tries
-changing both at once when no single change helps."""
-
-
-def _param_name(space: Space, name: str, allowed: tuple[Any, ...], universe: tuple[Any, ...]) -> str:
-    return name if tuple(allowed) == tuple(universe) else f"{name}|{','.join(map(str, allowed))}"
-
-
-def _params_of(space: Space, config: Config, universes: dict[str, tuple[Any, ...]]) -> dict[str, Any]:
-    params, partial = {}, {}
-    for name in AXIS_ORDER:
-        allowed = space.domain(name, partial)
-        if len(allowed) > 1:
-            params[_param_name(space, name, allowed, universes[name])] = config[name]
-        partial[name] = config[name]
-    return params
+out-of-space configurations once it concentrates; every optuna sample costs O(trials))."""
+POLISH_RESERVE = 8
+"""Projections kept for the inner-axes polish of the best configuration (recompute choices, the
+three overlap flags: at most ~6 one-axis changes)."""
+COUPLED = (("tp", "pp"), ("pp", "vpp"), ("pp", "mbs"), ("tp", "ep"), ("ep", "etp"), ("tp", "mbs"), ("cp", "mbs"),
+           ("pp", "ep"), ("mbs", "recompute"), ("sharding", "recompute"))
+"""Axis pairs that trade against each other (memory, bubble, communication): TP and CP split the
+activations that MBS multiplies, PP and EP both shard the experts, PP*VPP sets the chunk count. The
+local searches try changing both at once (the outer search uses the pairs of outer axes)."""
 
 
 INNER = ("recompute", "tp_comm_overlap", "ep_overlap", "dp_overlap")
 """Axes TPE does not sample: ``_greedy_inner`` sets them for each outer choice (the local search then
 explores them one by one)."""
+OUTER = tuple(name for name in AXIS_ORDER if name not in INNER)
+"""Axes TPE samples and the outer local search moves (each one's candidates depend on earlier outer
+axes only)."""
 
 
 def _least_recompute(ctx: Any, config: Config) -> Config:
@@ -141,6 +141,189 @@ def local_search(ctx: Any, origin: str, on_trial: Callable[[Any], None] | None =
     return True
 
 
+
+
+def _ordered(values: tuple[Any, ...]) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+class _OuterSearch:
+    """The state of one run: outer layouts tried, their best projected value, TPE's study."""
+
+    def __init__(self, ctx: Any, study: Any, distributions: dict[str, Any]) -> None:
+        self.ctx, self.space, self.study, self.distributions = ctx, ctx.space, study, distributions
+        self.fixed = {axis.name: axis.universe[0] for axis in self.space.axes() if axis.name not in distributions}
+        self.values: dict[tuple[Any, ...], float] = {}
+        """Outer layout -> best tok/s/GPU projected with it."""
+        self.completions: dict[tuple[Any, ...], Config | None] = {}
+        self.tried: set[tuple[Any, ...]] = set()
+        """Outer layouts whose completion was tried (projected, or found to have none)."""
+        self.expanded: set[tuple[Any, ...]] = set()
+        self.polished: set[str] = set()
+        self.told: set[tuple[Any, ...]] = set()
+
+    # --- outer layouts ------------------------------------------------------------------------
+    def repaired(self, outer: dict[str, Any]) -> tuple[Any, ...] | None:
+        """``outer`` with each axis that left its candidates moved to the nearest (None if one has none)."""
+        partial: Config = {}
+        for name in OUTER:
+            allowed = self.space.domain(name, partial)
+            if not allowed:
+                return None
+            value = outer[name]
+            if not any(value == a and type(value) is type(a) for a in allowed):
+                value = min(allowed, key=lambda a: (abs(a - value), a)) if _ordered(allowed) and _ordered(
+                    (value,)) else allowed[0]
+            partial[name] = value
+        return tuple(partial[name] for name in OUTER)
+
+    def member(self, key: tuple[Any, ...]) -> bool:
+        partial: Config = {}
+        for name, value in zip(OUTER, key, strict=True):
+            if not any(value == a and type(value) is type(a) for a in self.space.domain(name, partial)):
+                return False
+            partial[name] = value
+        return True
+
+    def complete(self, key: tuple[Any, ...]) -> Config | None:
+        """The greedy completion of an outer layout (overlaps on, least recompute that fits), or None
+        when no completion is legal and fits (free: legality and the pre-filter are not projections)."""
+        if key not in self.completions:
+            config = None
+            if self.member(key):
+                outer = dict(zip(OUTER, key, strict=True))
+                on: Config = {}
+                for name in AXIS_ORDER:
+                    on[name] = outer[name] if name in outer else self.space.domain(name, on)[0]
+                fitted = _greedy_inner(self.ctx, on)
+                config = fitted if fitted is not on else None  # ``on`` itself back: nothing fits
+            self.completions[key] = config
+        return self.completions[key]
+
+    def evaluate(self, key: tuple[Any, ...]) -> float | None:
+        """Project the greedy completion of ``key`` (once); None when it has none. Tells TPE."""
+        config = self.complete(key)
+        self.tried.add(key)
+        value = None
+        if config is not None:
+            trial = self.ctx.try_config(config, origin="tpe")
+            if trial.status == "projected":
+                value = trial.tokens_per_s_per_gpu
+                self.values[key] = max(value, self.values.get(key, 0.0))
+        self.tell(key, value or 0.0)
+        return value
+
+    def tell(self, key: tuple[Any, ...], value: float) -> None:
+        import optuna
+
+        if key in self.told:
+            return
+        self.told.add(key)
+        params = {n: v for n, v in zip(OUTER, key, strict=True) if n in self.distributions}
+        if all(v in self.distributions[n].choices for n, v in params.items()):
+            self.study.add_trial(optuna.trial.create_trial(params=params, distributions=self.distributions,
+                                                           value=value))
+
+    def learn(self, trial: Any) -> None:
+        """A trial from elsewhere (resume, the recipe, the polish) informs the model and the search."""
+        key = tuple(trial.config.get(n) for n in OUTER)
+        if trial.status == "projected":
+            self.values[key] = max(trial.tokens_per_s_per_gpu, self.values.get(key, 0.0))
+
+    # --- phases -------------------------------------------------------------------------------
+    def sample(self, projections: int, *, skip_full: bool = False) -> None:
+        """TPE proposals until ``projections`` more were spent (or the sample allowance ran out).
+        ``skip_full``: layouts whose completion needs full recompute are told 0 unprojected (the first
+        phase looks where recompute does not cost a third of the compute; the local search and later
+        phases still reach them)."""
+        stop_at = self.ctx.spent + projections
+        for _ in range(SAMPLES_PER_PROJECTION * projections):
+            if self.ctx.spent >= stop_at:
+                return
+            asked = self.study.ask(self.distributions)
+            key = tuple(asked.params[n] if n in asked.params else self.fixed[n] for n in OUTER)
+            if key in self.told or key in self.tried:
+                self.study.tell(asked, self.values.get(key, 0.0))
+                continue
+            self.told.add(key)  # told below, through ``asked``
+            config = self.complete(key)  # None outside the space or when nothing fits: 0
+            skip = skip_full and config is not None and config["recompute"] == LEAST_COMPUTE[-1]
+            value = None if skip else self.evaluate(key)
+            self.study.tell(asked, value or 0.0)
+
+    def neighbours(self, key: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """One-axis changes (every other candidate), then coupled two-axis steps of the outer axes
+        (``COUPLED``; ordered axes to their adjacent candidates), each repaired into the space."""
+        outer = dict(zip(OUTER, key, strict=True))
+
+        def steps(config: dict[str, Any], name: str, single: bool = False) -> list[Any]:
+            partial = {n: config[n] for n in OUTER[: OUTER.index(name)]}
+            allowed = self.space.domain(name, partial)
+            if config[name] not in allowed:
+                return []
+            if single or not _ordered(allowed) or len(allowed) <= 2:
+                return [v for v in allowed if v != config[name]]
+            i = sorted(allowed).index(config[name])
+            return [v for j, v in enumerate(sorted(allowed)) if abs(i - j) == 1]
+
+        out: list[tuple[Any, ...]] = []
+        for name in OUTER:
+            out += [self.repaired({**outer, name: v}) for v in steps(outer, name, single=True)]
+        for first, second in COUPLED:
+            if first not in OUTER or second not in OUTER:
+                continue
+            for v in steps(outer, first):
+                moved = self.repaired({**outer, first: v})
+                if moved is None:
+                    continue
+                moved_outer = dict(zip(OUTER, moved, strict=True))
+                out += [self.repaired({**moved_outer, second: w}) for w in steps(moved_outer, second)]
+        seen: set[tuple[Any, ...]] = {key}
+        unique = []
+        for n in out:
+            if n is not None and n not in seen:
+                seen.add(n)
+                unique.append(n)
+        return unique
+
+    def expand(self) -> bool:
+        """One best-first step: project neighbours of the best unexpanded layout until one beats it.
+        Neighbours go in order of the recompute their completion needs relative to the layout's (a
+        move that must recompute more rarely wins; one that frees recompute often does). False when
+        every projected layout is exhausted."""
+        open_ = [(v, k) for k, v in self.values.items() if k not in self.expanded]
+        if not open_:
+            return False
+        value, node = max(open_, key=lambda vk: vk[0])
+        level = self._recompute_level(node)
+        fresh = [n for n in self.neighbours(node) if n not in self.tried and self.complete(n) is not None]
+        fresh.sort(key=lambda n: self._recompute_level(n) - level)
+        for neighbour in fresh:
+            found = self.evaluate(neighbour)
+            if found is not None and found > value:
+                return True
+        self.expanded.add(node)
+        return True
+
+    def _recompute_level(self, key: tuple[Any, ...]) -> int:
+        config = self.complete(key)
+        return LEAST_COMPUTE.index(config["recompute"]) if config is not None else 0
+
+    def polish(self) -> None:
+        """First-improvement one-axis changes of the best configuration's inner axes."""
+        current = self.ctx.best()
+        while current is not None and current.key not in self.polished:
+            self.polished.add(current.key)
+            for axis, _, config in self.space.neighbours(current.config):
+                if axis not in INNER:
+                    continue
+                trial = self.ctx.try_config(config, origin="tpe-local")
+                self.learn(trial)
+                if trial.status == "projected" and trial.tokens_per_s_per_gpu > current.tokens_per_s_per_gpu:
+                    current = trial
+                    break
+
+
 def run(ctx: Any, options: Any) -> list[str]:
     try:
         import optuna
@@ -154,63 +337,30 @@ def run(ctx: Any, options: Any) -> list[str]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space: Space = ctx.space
-    universes = {axis.name: axis.universe for axis in space.axes()}
-    with warnings.catch_warnings():  # multivariate / group are marked experimental by optuna
+    distributions = {axis.name: CategoricalDistribution(list(axis.universe)) for axis in space.axes()
+                     if axis.name in OUTER and len(axis.universe) > 1}
+    with warnings.catch_warnings():  # multivariate is marked experimental by optuna
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True,
-                                             n_startup_trials=STARTUP_TRIALS)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-
-    def tell_known(config: Config, value: float) -> None:
-        params, partial, dists = {}, {}, {}
-        for name in AXIS_ORDER:
-            allowed = space.domain(name, partial)
-            if len(allowed) > 1 and config.get(name) in allowed:
-                key = _param_name(space, name, allowed, universes[name])
-                params[key], dists[key] = config[name], CategoricalDistribution(list(allowed))
-            partial[name] = config.get(name)
-        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
-
-    for trial in list(ctx.trials.values()):  # resumed or seeded trials inform the model
-        if not space.membership(trial.config):
-            tell_known(trial.config, trial.tokens_per_s_per_gpu)
-    if options.start is not None and not space.membership(options.start):
-        study.enqueue_trial(_params_of(space, options.start, universes))
-
-    def sample() -> None:
-        asked = study.ask()
-        config: Config = {}
-        for name in AXIS_ORDER:
-            allowed = space.domain(name, config)
-            if name in INNER or len(allowed) == 1:
-                config[name] = allowed[0]
-            else:
-                config[name] = asked.suggest_categorical(_param_name(space, name, allowed, universes[name]),
-                                                         list(allowed))
-        trial = ctx.try_config(_greedy_inner(ctx, config), origin="tpe")
-        study.tell(asked, trial.tokens_per_s_per_gpu)
-
-    def learn(trial: Any) -> None:
-        if trial.origin == "tpe-local" and trial.key not in told:
-            told.add(trial.key)
-            tell_known(trial.config, trial.tokens_per_s_per_gpu)
-
-    told: set[str] = set()
-    climbed: set[str] = set()
-    stop_at = ctx.spent + max(1, int(ctx.remaining * TPE_SHARE))
+        sampler = optuna.samplers.TPESampler(seed=options.seed, multivariate=True, n_startup_trials=STARTUP_TRIALS)
+    search = _OuterSearch(ctx, optuna.create_study(direction="maximize", sampler=sampler), distributions)
+    for trial in list(ctx.trials.values()):  # resumed trials and the recipe's own inform the model
+        search.learn(trial)
+        search.tell(tuple(trial.config.get(n) for n in OUTER), trial.tokens_per_s_per_gpu)
     try:
-        while True:  # ends with BudgetExhausted (budget or attempt cap)
-            samples = SAMPLES_PER_PROJECTION * (stop_at - ctx.spent)
-            while ctx.spent < stop_at and samples > 0:
-                sample()
-                samples -= 1
-            start = next((t for t in ctx.projected()[:CLIMB_STARTS] if t.key not in climbed), None)
-            if start is not None:
-                climbed.add(start.key)
-                if not local_search(ctx, "tpe-local", learn, start=start):
+        if options.start is not None and not space.membership(options.start):
+            search.evaluate(tuple(options.start[n] for n in OUTER))
+        search.sample(max(1, int(ctx.remaining * TPE_SHARE)), skip_full=True)
+        while True:  # ends with BudgetExhausted, or when nothing new is left to try
+            if ctx.remaining <= POLISH_RESERVE:
+                search.polish()
+            if search.expand():
+                continue
+            before = ctx.spent
+            search.sample(max(1, ctx.remaining // 4))
+            if ctx.spent == before:
+                search.polish()
+                if ctx.spent == before:
                     break
-                climbed.add(ctx.best().key)  # not None: a start existed
-            stop_at = ctx.spent + max(1, ctx.remaining // RESTART_PARTS)
     except BudgetExhausted:
         pass
     return []
