@@ -4,8 +4,8 @@
     python benchmarks/projection_speed.py --speed    # speed only
     python benchmarks/projection_speed.py --space    # the tuner-space rate only (issue 5's figure)
 
-Tuner space (issue 5's figure): projections per second per core (CPU time of this process, so other
-jobs on the machine do not count) over every legal configuration of the DeepSeek-V3 on 1 024 H100s
+Tuner space (issue 5's figure): projections per second per core (CPU time of this process: less sensitive
+to other jobs on the machine than wall time) over every legal configuration of the DeepSeek-V3 on 1 024 H100s
 space (``tune.space.build_space`` on recipes/deepseek_v3-pretrain.yaml, 128 nodes, as
 benchmarks/tune_search.py) that the memory pre-filter keeps, each projected once per pass:
   * first visit: a fresh process, layer costs computed on the way (the tuner's first search);

@@ -26,6 +26,11 @@ Orders (megatron-core ``pipeline_parallel/schedules.py``):
 
 The closed forms (p-1)/m and (p-1)/(v*m) are tests of this simulator (tests/model/test_pipeline.py),
 not its implementation. Pure and torch-free; the fixed orders are memoised per structure.
+
+Without a timeline, 1F1B and interleaved runs take the fast path (``pipeline_periodic``): the same
+recurrence over the ops sorted by their position in their rank's order, simulated until the steady
+state repeats exactly and extrapolated from there (tests/model/test_pipeline_periodic.py checks it
+against the op-by-op simulation ``_fixed``, which ``timeline=True`` still uses).
 """
 
 from __future__ import annotations

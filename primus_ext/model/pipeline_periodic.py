@@ -52,12 +52,11 @@ def periodic_structure(ops: tuple, steps: tuple, last: tuple[int, ...], pp: int,
     g = 1 if vpp == 1 else group
     shift = 2 * pp * vpp * g
     fast = tuple((p, d, ds, cs) if d > 0 else (p, p, ds, -1) for p, d, ds, cs in steps)
-    position = {op: i + 1 for i, op in enumerate(ops)}
     n = len(ops)
     invariant = [False] * (n + 1)
     for q in range(shift + 1, n + 1):
         kind, r, c, mb = ops[q - shift - 1]
-        if position.get((kind, r, c, mb + g)) != q:
+        if ops[q - 1] != (kind, r, c, mb + g):  # the op one period later sits Q positions later
             continue
         p0, d0, ds0, cs0 = fast[q - shift - 1]
         p1, d1, ds1, cs1 = fast[q - 1]
