@@ -94,3 +94,11 @@ def test_fit_never_returns_fp8_faster_than_the_peak_ratio():
     runs = rows(Efficiency())
     fitted, _ = fit_efficiency(runs, fp8_loving, Efficiency(gemm_max=0.5, fp8_gemm_max=0.5))
     assert fitted.fp8_gemm_max <= fitted.gemm_max * (1 + 1e-9)
+
+
+def test_fitted_parameters_include_both_link_efficiencies_within_physical_bounds():
+    from primus_ext.validate.calibrate import DEFAULT_PARAMS
+
+    bounds = {p.name: (p.low, p.high) for p in DEFAULT_PARAMS}
+    assert bounds["scaleup_link"][0] >= 0.6 and bounds["scaleout_link"][1] < 1.0
+    assert all(0 < low < high for low, high in bounds.values())
