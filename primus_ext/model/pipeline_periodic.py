@@ -76,6 +76,26 @@ def periodic_structure(ops: tuple, steps: tuple, last: tuple[int, ...], pp: int,
     return Periodic(steps=fast, shift=shift, start=start, end=end, window=window, last=last)
 
 
+def stretch(per: Periodic, k: int) -> Periodic:
+    """``per`` with ``k`` periods inserted at the end of its invariant run: the last period repeated,
+    later positions and their references moved by k * Q (references into the prefix before the run stay).
+    The caller checks the rule against directly built structures before trusting it."""
+    if k <= 0 or per.end - per.start + 1 < per.shift:
+        return per
+    c, q = per.end, per.shift
+    block = per.steps[c - q:c]
+    steps = list(per.steps[:c])
+    for j in range(1, k + 1):
+        shift = j * q
+        steps.extend((p + shift, d + shift, ds, cs) for p, d, ds, cs in block)
+    moved = k * q
+    first = per.start
+    steps.extend((p + moved if p >= first else p, d + moved if d >= first else d, ds, cs)
+                 for p, d, ds, cs in per.steps[c:])
+    return Periodic(steps=tuple(steps), shift=q, start=per.start, end=c + moved, window=per.window,
+                    last=tuple(x + moved if x > c - q else x for x in per.last))
+
+
 def _run(fin: list[float], cp: list[float], steps, durs: list[float], comms: tuple[float, ...], base: int = 0) -> None:
     """Append the finish time and critical p2p of each op (positions offset by ``base``): the op starts
     when its rank is free and its input arrived; the critical p2p follows the binding input, the rank's

@@ -80,3 +80,12 @@ def test_closed_forms_hold_on_the_fast_path():
         assert r.bubble_fraction == pytest.approx((pp - 1) / m)
     r = simulate("interleaved", uniform_times(4, 4, 0.25, 0.5), 128)
     assert r.bubble_fraction == pytest.approx(3 / (4 * 128))
+
+
+def test_stretched_structures_equal_the_directly_built_ones():
+    """Long runs reuse a short run's structure with whole periods inserted: identical to building them."""
+    from primus_ext.model.pipeline import _periodic, _periodic_direct
+
+    for args in [("1f1b", 8, 1, 200, 8, 0), ("1f1b", 5, 1, 77, 5, 0), ("interleaved", 4, 3, 96, 4, 0),
+                 ("interleaved", 4, 2, 90, 6, 1), ("interleaved", 3, 2, 64, 4, 0)]:
+        assert _periodic.__wrapped__(*args) == _periodic_direct(*args), args
