@@ -13,6 +13,7 @@ assembles the ``TuneResult`` (``primus_ext.tune.results``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -46,8 +47,8 @@ class Trial:
     memory: MemoryVerdict | None = None
     problems: tuple[Problem, ...] = ()
 
-    @property
-    def key(self) -> str:
+    @functools.cached_property
+    def key(self) -> str:  # computed once: the incumbent check asks it per projected trial
         return config_key(self.config)
 
     @property
@@ -192,12 +193,15 @@ class SearchContext:
                 self.spent += trial.status == "projected"
 
     def try_config(self, config: Config, *, origin: str, counted: bool = True, trusted: bool = False,
-                   keep_rejected: bool = True) -> Trial:
+                   keep_rejected: bool = True, execution: ExecutionSpec | None = None,
+                   problems: list[Problem] | None = None, fits: bool | None = None) -> Trial:
         """Legality, pre-filter, oracle (each once per configuration). Raises ``BudgetExhausted``.
 
         ``counted``: the proposal counts against the attempt cap and its projection against the budget.
         ``trusted``: the configuration was generated from the space (skip the membership check).
         ``keep_rejected``: cache and log illegal / rejected trials too (the exhaustive search only counts them).
+        ``execution``, ``problems``, ``fits``: of a trusted configuration, when the caller already has
+        them (``space.to_execution``, ``check`` and the pre-filter's answer; the exhaustive search).
         """
         if counted and (self.remaining == 0 or self.stats.proposals >= ATTEMPTS_PER_PROJECTION * self.budget):
             raise BudgetExhausted
@@ -208,8 +212,10 @@ class SearchContext:
             self.stats.cache_hits += 1
             return cached
         if trusted:
-            execution = self.space.to_execution(config)
-            problems = check(self.space.model, execution, self.space.system)
+            if execution is None:
+                execution = self.space.to_execution(config)
+            if problems is None:
+                problems = check(self.space.model, execution, self.space.system)
         else:
             problems = problems_of(self.space, config)
             execution = None if problems else self.space.to_execution(config)
@@ -218,7 +224,7 @@ class SearchContext:
             trial = Trial(config=dict(config), status="illegal", origin=origin, problems=tuple(problems))
             return self._keep(key, trial, keep_rejected)
         try:
-            if not self.prefilter.fits(execution):
+            if not (fits if fits is not None and trusted else self.prefilter.fits(execution)):
                 self.stats.rejected_by_prefilter += 1
                 verdict = self.prefilter.verdict(execution) if self.detail else None
                 trial = Trial(config=dict(config), status="oom", origin=origin, memory=verdict)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,10 +81,68 @@ AXIS_DOCS: dict[str, str] = {
 come first, then those that change memory, then the overlap flags."""
 AXIS_ORDER = tuple(AXIS_DOCS)
 STRUCTURAL_AXES = ("tp", "etp", "pp", "vpp", "cp", "ep")
+DOMAIN_DEPENDS: dict[str, tuple[str, ...]] = {
+    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "cp": ("tp", "pp"), "ep": ("pp", "etp"),
+    "mbs": ("tp", "pp", "cp"), "recompute": ("pp", "vpp"), "sharding": (), "precision": (),
+    "tp_comm_overlap": ("tp",), "ep_overlap": ("ep",), "dp_overlap": ("sharding",),
+}
+"""The earlier axes each axis's candidates read (``Space.domain``): what its memo is keyed on
+(``tests/tune/test_space.py`` checks the memo against the computation over whole spaces)."""
+
+
+_PLAIN_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _replace(base: Any, changes: Mapping[str, Any]) -> Any:
+    """``dataclasses.replace(base, **changes)`` without the generated ``__init__`` (~25x faster), for a
+    dataclass whose ``__init__`` only stores its fields (no ``__post_init__``, no init=False field);
+    otherwise, or for an unknown field, ``dataclasses.replace`` itself. Only the fields are copied (a
+    ``cached_property`` value of ``base`` would not hold for the copy)."""
+    cls = type(base)
+    if cls not in _PLAIN_FIELDS:
+        fields = dataclasses.fields(cls)
+        plain = not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__") and all(f.init for f in fields)
+        _PLAIN_FIELDS[cls] = tuple(f.name for f in fields) if plain else None
+    names = _PLAIN_FIELDS[cls]
+    if names is None or not changes.keys() <= set(names):
+        return dataclasses.replace(base, **changes)
+    values = base.__dict__
+    new = object.__new__(cls)
+    state = new.__dict__
+    for name in names:
+        state[name] = values[name]
+    state.update(changes)
+    return new
+
+
+_PLAIN_TEXT = re.compile(r"[A-Za-z0-9_+.\-]*\Z")
 
 
 def config_key(config: Mapping[str, Any]) -> str:
-    """Stable identifier of a configuration (cache and log key)."""
+    """Stable identifier of a configuration (cache and log key): its JSON with sorted keys, no spaces.
+    Built directly for the usual axis names and int / bool / None / plain-string values (it is asked
+    once per trial); anything else goes through ``json.dumps``."""
+    parts = []
+    for k in sorted(config):
+        v = config[k]
+        kind = type(v)
+        if type(k) is not str or not _PLAIN_TEXT.match(k):
+            return _json_key(config)
+        if kind is bool:
+            text = "true" if v else "false"
+        elif v is None:
+            text = "null"
+        elif kind is int:
+            text = str(v)
+        elif kind is str and _PLAIN_TEXT.match(v):
+            text = f'"{v}"'
+        else:
+            return _json_key(config)
+        parts.append(f'"{k}":{text}')
+    return "{" + ",".join(parts) + "}"
+
+
+def _json_key(config: Mapping[str, Any]) -> str:
     return json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True, separators=(",", ":"))
 
 
@@ -172,7 +231,21 @@ class Space:
         return self._memo["recipe"]
 
     def domain(self, name: str, partial: Mapping[str, Any]) -> tuple[Any, ...]:
-        """Candidate values of axis ``name`` given the values of the axes before it."""
+        """Candidate values of axis ``name`` given the values of the axes before it (memoised on the
+        axes it reads, ``DOMAIN_DEPENDS``, values and types: the strategies ask it ~10^5 times)."""
+        memo = self._memo.get("domain")
+        if memo is None:
+            memo = self._memo["domain"] = {}
+        key = (name, *((v, type(v)) for v in map(partial.get, DOMAIN_DEPENDS[name])))
+        try:
+            found = memo.get(key)
+        except TypeError:  # an unhashable value (a malformed proposal): not memoised
+            return self._domain(name, partial)
+        if found is None:
+            found = memo[key] = self._domain(name, partial)
+        return found
+
+    def _domain(self, name: str, partial: Mapping[str, Any]) -> tuple[Any, ...]:
         m, b, world = self.model, self.base, self.world
         g = partial.get
         if name == "tp":
@@ -379,8 +452,7 @@ class Space:
         if shard["fsdp"] == "torch_fsdp2":
             shard["use_distributed_optimizer"] = False
         schedule = "zb-h1" if b.pipeline_schedule == "zb-h1" and pp > 1 else "interleaved" if vpp > 1 else "1f1b"
-        return dataclasses.replace(
-            b,
+        return _replace(b, dict(
             tensor_model_parallel_size=tp,
             pipeline_model_parallel_size=pp,
             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
@@ -400,7 +472,7 @@ class Space:
             **self.pipeline_split(pp, vpp),
             **rec,
             **shard,
-        )
+        ))
 
     def config_of(self, execution: ExecutionSpec) -> Config:
         """The configuration nearest to an execution (the recipe's own, for seeding and reports)."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 
 from primus_ext.errors import RecipeError
@@ -84,3 +87,34 @@ def test_illegal_candidates_are_left_to_check(tiny):
     space = build_space(model, execution, system)
     config = next(c for c in space.iter_configs() if c["tp"] == 8)
     assert any(p.path == "num_attention_heads" for p in check(model, space.to_execution(config), system))
+
+
+def test_memoised_domains_and_fast_execution_equal_the_plain_computation(deepseek):
+    """``domain`` is memoised on ``DOMAIN_DEPENDS`` and ``to_execution`` skips the dataclass
+    ``__init__``: over the DeepSeek-V3 space both must equal the plain computation (an axis reading an
+    undeclared earlier axis, or an ``ExecutionSpec`` that derives a field in ``__init__``, fails here)."""
+    space = build_space(deepseek.model, deepseek.execution, deepseek.system)
+    plain = build_space(deepseek.model, deepseek.execution, deepseek.system)
+    for n, config in enumerate(space.iter_configs()):
+        if n % 97:
+            continue
+        partial: dict = {}
+        for name in AXIS_ORDER:
+            assert space.domain(name, partial) == plain._domain(name, partial), (name, partial)
+            partial[name] = config[name]
+        fast = space.to_execution(config)
+        e = plain.to_execution(config)
+        reference = dataclasses.replace(e, **{f.name: getattr(e, f.name) for f in dataclasses.fields(e)})
+        assert fast == reference and hash(fast) == hash(reference)
+        assert dataclasses.asdict(fast) == dataclasses.asdict(reference)
+    space.domain("tp_comm_overlap", {"tp": 2})
+    assert space.domain("tp_comm_overlap", {"tp": 2.0}) == plain._domain("tp_comm_overlap", {"tp": 2.0})
+    for tp in (1, True, 1.0):  # a value is keyed with its type (True == 1, but not for a proposal)
+        assert space.domain("etp", {"tp": tp}) == plain._domain("etp", {"tp": tp})
+        assert [type(v) for v in space.domain("etp", {"tp": tp})] == [type(v) for v in plain._domain("etp", {"tp": tp})]
+
+
+def test_config_key_is_sorted_compact_json():
+    for config in ({"tp": 2, "etp": None, "tp_comm_overlap": True, "recompute": "block50", "dp_overlap": "grad+param"},
+                   {"b": False, "a": 'quote"d', "c": 1.5}, {"é": [1, 2]}, {}):
+        assert config_key(config) == json.dumps(config, sort_keys=True, separators=(",", ":"))

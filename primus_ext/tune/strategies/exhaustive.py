@@ -22,7 +22,7 @@ from typing import Any
 from primus_ext.errors import RecipeError
 from primus_ext.recipe.validate import check
 from primus_ext.tune.legality import is_structural
-from primus_ext.tune.space import AXIS_ORDER, STRUCTURAL_AXES, Config, Space
+from primus_ext.tune.space import AXIS_ORDER, DOMAIN_DEPENDS, STRUCTURAL_AXES, Config, Space
 
 MEMORY_MIN: dict[str, tuple[Any, ...]] = {
     "mbs": (),  # smallest
@@ -52,8 +52,16 @@ def _least_memory(name: str, allowed: tuple[Any, ...]) -> Any:
     return min(allowed, key=lambda v: order.index(v) if v in order else len(order))
 
 
-def _min_completions(space: Space, partial: Config, start: int) -> list[Config]:
-    """The memory-minimal completions of a prefix (one per precision candidate)."""
+def _min_completions(space: Space, partial: Config, start: int,
+                     memo: dict[tuple[Any, ...], list[Config]] | None = None) -> list[Config]:
+    """The memory-minimal completions of a prefix (one per precision candidate). ``memo``: suffixes
+    already built, keyed on the prefix axes the remaining axes' candidates read (``DOMAIN_DEPENDS``)."""
+    if memo is not None:
+        deps = sorted({d for n in AXIS_ORDER[start:] for d in DOMAIN_DEPENDS[n] if d in partial})
+        key = (start, *(partial[d] for d in deps))
+        if key not in memo:
+            memo[key] = [{n: c[n] for n in AXIS_ORDER[start:]} for c in _min_completions(space, partial, start)]
+        return [{**partial, **suffix} for suffix in memo[key]]
     out = [dict(partial)]
     for name in AXIS_ORDER[start:]:
         if name == "precision":
@@ -69,6 +77,19 @@ def run(ctx: Any, options: Any) -> list[str]:
     assert names[: len(STRUCTURAL_AXES)] == STRUCTURAL_AXES
     prune_at = {names.index(n) + 1 for n in PRUNE_AFTER}
     counts: dict[tuple[Any, ...], int] = {}
+    prepared: dict[tuple[Any, ...], tuple[Any, list[Any]]] = {}
+    """Execution and ``check`` problems of the memory-minimal completions (the same completion comes
+    back at several depths, and as a leaf)."""
+    fitted: dict[tuple[Any, ...], bool] = {}
+    suffixes: dict[tuple[Any, ...], list[Config]] = {}
+
+    def prepare(config: Config) -> tuple[tuple[Any, ...], Any, list[Any]]:
+        key = tuple(config[n] for n in names)
+        found = prepared.get(key)
+        if found is None:
+            execution = space.to_execution(config)
+            found = prepared[key] = (execution, check(space.model, execution, space.system))
+        return key, found[0], found[1]
 
     def count(partial: Config, i: int) -> int:
         deps = sorted({d for n in names[i:] for d in DEPENDS.get(n, ()) if d in partial})
@@ -86,15 +107,19 @@ def run(ctx: Any, options: Any) -> list[str]:
         return counts[key]
 
     def pruned(partial: Config, i: int) -> bool:
-        completions = _min_completions(space, partial, i)
+        completions = _min_completions(space, partial, i, suffixes)
         fits = False
         for config in completions:
-            execution = space.to_execution(config)
-            problems = check(space.model, execution, space.system)
+            key, execution, problems = prepare(config)
             if i == len(STRUCTURAL_AXES) and is_structural(problems):
                 ctx.stats.pruned_illegal += count(partial, i)
                 return True
-            if is_structural(problems) or ctx.prefilter.fits(execution):
+            if is_structural(problems):
+                fits = True
+                break
+            if key not in fitted:
+                fitted[key] = ctx.prefilter.fits(execution)
+            if fitted[key]:
                 fits = True
                 break
         if not fits:
@@ -109,7 +134,10 @@ def run(ctx: Any, options: Any) -> list[str]:
             if out is not None:
                 out.append(dict(partial))
             else:
-                ctx.try_config(partial, origin="exhaustive", counted=False, trusted=True, keep_rejected=False)
+                key = tuple(partial[n] for n in names)
+                execution, problems = prepared.pop(key, (None, None))
+                ctx.try_config(partial, origin="exhaustive", counted=False, trusted=True, keep_rejected=False,
+                               execution=execution, problems=problems, fits=fitted.get(key))
             return
         for value in space.domain(names[i], partial):
             partial[names[i]] = value
