@@ -52,13 +52,18 @@ def _least_memory(name: str, allowed: tuple[Any, ...]) -> Any:
     return min(allowed, key=lambda v: order.index(v) if v in order else len(order))
 
 
+_SUFFIX_DEPENDS = [tuple(sorted({d for n in AXIS_ORDER[i:] for d in DOMAIN_DEPENDS[n]} - set(AXIS_ORDER[i:])))
+                   for i in range(len(AXIS_ORDER) + 1)]
+"""Per start index: the earlier axes that the candidates of the axes from there on read."""
+
+
 def _min_completions(space: Space, partial: Config, start: int,
                      memo: dict[tuple[Any, ...], list[Config]] | None = None) -> list[Config]:
     """The memory-minimal completions of a prefix (one per precision candidate). ``memo``: suffixes
     already built, keyed on the prefix axes the remaining axes' candidates read (``DOMAIN_DEPENDS``)."""
     if memo is not None:
-        deps = sorted({d for n in AXIS_ORDER[start:] for d in DOMAIN_DEPENDS[n] if d in partial})
-        key = (start, *(partial[d] for d in deps))
+        deps = _SUFFIX_DEPENDS[start]
+        key = (start, *(partial.get(d) for d in deps))
         if key not in memo:
             memo[key] = [{n: c[n] for n in AXIS_ORDER[start:]} for c in _min_completions(space, partial, start)]
         return [{**partial, **suffix} for suffix in memo[key]]
