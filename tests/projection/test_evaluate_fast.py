@@ -66,3 +66,14 @@ def test_memo_is_per_context_and_cleared():
     assert slower.step_time_s > first.step_time_s
     clear_cost_cache()
     assert evaluate(MOE, BASE, system) is not first
+
+
+def test_forget_projections_recomputes_the_same_projection():
+    from primus_ext.projection.evaluate import forget_projections
+
+    system = load_system("h100", 8)
+    ex = replace(BASE, virtual_pipeline_model_parallel_size=3, global_batch_size=1024)
+    first = evaluate(MOE, ex, system)
+    forget_projections()
+    again = evaluate(MOE, ex, system)
+    assert again is not first and _fields(again) == _fields(first)
