@@ -52,8 +52,16 @@ class LayerArch:
     moe_router_topk: int = 0
     moe_ffn_hidden_size: int = 0
     moe_shared_expert_intermediate_size: int = 0
+    moe_router_num_groups: int = 0
+    """Group-limited routing (``ModelSpec.moe_router_num_groups``); 0 = none or a dense kind."""
+    moe_router_group_topk: int = 0
+    """Groups a token may route to (``ModelSpec.moe_router_group_topk``); 0 = unrestricted."""
     vocab_size: int = 0
     """Padded vocabulary (embedding / output kinds only)."""
+
+
+_KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk")
+"""``LayerArch`` fields left out of ``RankShape.key()`` while 0 (added after timing stores existed)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,8 +119,15 @@ class RankShape:
         return self.tokens * self.arch.moe_router_topk * self.etp / self.tp * self.moe_imbalance
 
     def key(self) -> str:
-        """Stable identifier for caches and the timing store (independent of field order)."""
-        payload = json.dumps(asdict(self), sort_keys=True, default=list)
+        """Stable identifier for caches and the timing store (independent of field order).
+
+        Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``) enter the payload only when set,
+        so the keys of shapes without them, and the measurements stored under those keys, are unchanged."""
+        data = asdict(self)
+        for name in _KEY_OPTIONAL_ARCH:
+            if not data["arch"][name]:
+                del data["arch"][name]
+        payload = json.dumps(data, sort_keys=True, default=list)
         return f"{self.kind}-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def scaled(self, factor: float) -> RankShape:
@@ -140,6 +155,8 @@ class RankShape:
         if a.num_experts:
             floor = self.ep * min(a.num_experts // self.ep, a.moe_router_topk)
             experts = max(shrink(a.num_experts, self.ep), floor)
+        # megatron-core asserts num_experts % moe_router_num_groups == 0: drop a grouping shrinking broke
+        grouped = bool(experts) and experts % max(1, a.moe_router_num_groups) == 0
         attn_width = a.num_attention_heads * a.kv_channels
         if a.multi_latent_attention:
             hidden = shrink(a.hidden_size, 64 * self.tp)
@@ -157,6 +174,8 @@ class RankShape:
             moe_shared_expert_intermediate_size=shrink(a.moe_shared_expert_intermediate_size, 64 * self.tp),
             num_experts=experts,
             moe_router_topk=min(a.moe_router_topk, experts) if experts else 0,
+            moe_router_num_groups=a.moe_router_num_groups if grouped else 0,
+            moe_router_group_topk=a.moe_router_group_topk if grouped else 0,
             q_lora_rank=shrink(a.q_lora_rank, 64) if a.q_lora_rank else a.q_lora_rank,
             kv_lora_rank=shrink(a.kv_lora_rank, 64),
             vocab_size=shrink(a.vocab_size, 128 * self.tp),
@@ -189,6 +208,8 @@ def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
         moe_router_topk=model.moe_router_topk if moe else 0,
         moe_ffn_hidden_size=model.expert_ffn_hidden_size if moe else 0,
         moe_shared_expert_intermediate_size=(model.moe_shared_expert_intermediate_size or 0) if moe else 0,
+        moe_router_num_groups=(model.moe_router_num_groups or 0) if moe else 0,
+        moe_router_group_topk=(model.moe_router_group_topk or 0) if moe else 0,
         vocab_size=vocab,
     )
 

@@ -134,9 +134,7 @@ def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec)
             "reduce_scatter", full, pl.ep, system)
     sent = local_tokens * a.moe_router_topk * a.hidden_size * ACT_BYTES * shape.moe_imbalance
     if ex.moe_token_dispatcher_type == "flex" and pl.ep.crosses:
-        # group-limited routing fields: read when the model spec carries them (megatron-core names)
-        sent *= flex_dedup(a.moe_router_topk, pl.ep.domains, getattr(a, "moe_router_num_groups", None) or 0,
-                           getattr(a, "moe_router_group_topk", None) or 0)
+        sent *= flex_dedup(a.moe_router_topk, pl.ep.domains, a.moe_router_num_groups, a.moe_router_group_topk)
     return 2 * collective_time("all_to_all", sent, pl.ep, system)
 
 

@@ -54,7 +54,7 @@ _OTHER_READ = (
     "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
     "zero_bubble_v_schedule", "pp_algorithm", "cpu_offloading", "cpu_offloading_num_layers",
     "cpu_offloading_activations", "cpu_offloading_weights", "cross_entropy_fusion_impl",
-    "fp8_param_gather",
+    "fp8_param_gather", "moe_router_num_groups", "moe_router_group_topk",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -177,6 +177,9 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         moe_ffn_hidden_size=(a.int("moe_ffn_hidden_size") or ffn) if experts else None,
         moe_shared_expert_intermediate_size=a.int("moe_shared_expert_intermediate_size") if experts else None,
         moe_layer_pattern=pattern,
+        # group-limited routing (megatron-core TransformerConfig names; DeepSeek-V3: 8 groups, top-4)
+        moe_router_num_groups=(a.int("moe_router_num_groups", minimum=0) or None) if experts else None,
+        moe_router_group_topk=(a.int("moe_router_group_topk", minimum=0) or None) if experts else None,
         multi_latent_attention=mla,
         q_lora_rank=a.int("q_lora_rank"),
         kv_lora_rank=a.int("kv_lora_rank") or 32,

@@ -106,6 +106,7 @@ def _moe(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> N
     if m.moe_router_topk > experts:
         out.append(Problem(path="moe_router_topk", value=m.moe_router_topk,
                            message=f"larger than num_experts={experts}", fix="use topk <= num_experts"))
+    _group_routing(m, out)
     world_per_stage = s.world_size // e.pp if s.world_size % e.pp == 0 else None
     if world_per_stage is not None and world_per_stage % (etp * ep):
         out.append(Problem(path="expert_model_parallel_size", value=ep,
@@ -133,6 +134,30 @@ def _moe(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> N
                            fix="set moe_token_dispatcher_type: alltoall or moe_shared_expert_overlap: false"))
     if e.overlap_moe_expert_parallel_comm:
         _ep_overlap(m, e, out)
+
+
+def _group_routing(m: ModelSpec, out: list[Problem]) -> None:
+    """megatron-core 0.16.1 transformer_config.py, checked only when ``moe_router_group_topk`` is set
+    (group-limited routing; the router ignores ``moe_router_num_groups`` alone)."""
+    groups, group_topk = m.moe_router_num_groups, m.moe_router_group_topk
+    if not group_topk:
+        return
+    if not groups:
+        out.append(Problem(path="moe_router_num_groups", value=groups,
+                           message=f"group-limited routing (moe_router_group_topk={group_topk}) needs "
+                                   "moe_router_num_groups",
+                           fix="set moe_router_num_groups (e.g. the EP group's node count) or drop "
+                               "moe_router_group_topk"))
+        return
+    experts = m.num_experts or 0
+    if experts % groups:
+        out.append(Problem(path="moe_router_num_groups", value=groups,
+                           message=f"does not divide num_experts={experts} (groups must be equal-sized)",
+                           fix="use a divisor of num_experts"))
+    if group_topk > groups:
+        out.append(Problem(path="moe_router_group_topk", value=group_topk,
+                           message=f"larger than moe_router_num_groups={groups}",
+                           fix=f"select at most {groups} groups"))
 
 
 def _ep_overlap(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:

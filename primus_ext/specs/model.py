@@ -58,6 +58,15 @@ class ModelSpec:
     moe_layer_pattern: tuple[bool, ...] = ()
     """Per decoder layer: True where the layer is MoE. Resolved from Megatron's ``moe_layer_freq``
     (an int N = every N-th layer, or a list / ``"([0]*3+[1]*58)"`` expression). Empty for dense."""
+    moe_router_num_groups: int | None = None
+    """Group-limited routing: experts split into this many equal contiguous groups (megatron-core
+    TransformerConfig ``moe_router_num_groups``). Only takes effect with ``moe_router_group_topk``
+    (megatron-core ignores it otherwise). DeepSeek-V3 (arXiv:2412.19437 sec. 2.1.2, "node-limited
+    routing"): 8 groups, one per node of its EP64 training layout."""
+    moe_router_group_topk: int | None = None
+    """Groups each token may draw its top-k experts from (megatron-core ``moe_router_group_topk``);
+    ``None`` = unrestricted routing. DeepSeek-V3: M = 4 of 8 groups (Hugging Face config
+    ``n_group: 8, topk_group: 4``)."""
 
     # --- multi-latent attention (DeepSeek) ----------------------------------------------------
     multi_latent_attention: bool = False

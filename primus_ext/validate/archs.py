@@ -3,8 +3,9 @@
 Column layout of ``shared/validation/model_archs.csv``: name, num_layers, hidden, ffn_hidden,
 num_heads, num_kv_heads ("MLA" for DeepSeek-style attention), vocab, num_experts, topk,
 moe_ffn_hidden, shared_experts (``"1 (2048)"`` = count (total size)), first_k_dense, mla(yes/no),
-notes. Details the columns lack (MLA ranks, kv_channels, activation, sliding window) are read from
-the notes text with explicit patterns; anything assumed is listed in ``ArchRow.assumptions``.
+notes. Details the columns lack (MLA ranks, kv_channels, activation, sliding window, group-limited
+routing) are read from the notes text with explicit patterns; anything assumed is listed in
+``ArchRow.assumptions``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ def _int(text: str) -> int | None:
 def _note_int(notes: str, key: str) -> int | None:
     match = re.search(rf"{key}\s*[=:]?\s*(\d+)", notes)
     return int(match.group(1)) if match else None
+
+
+def _group_routing(notes: str) -> tuple[int | None, int | None]:
+    """``"group-limited (8 groups, top-4 groups)"`` -> (8, 4): megatron-core's ``moe_router_num_groups``
+    / ``moe_router_group_topk`` (DeepSeek-V3 node-limited routing, arXiv:2412.19437 sec. 2.1.2)."""
+    match = re.search(r"group-limited\s*\(\s*(\d+)\s+groups?\s*,\s*top-(\d+)\s+groups?\s*\)", notes, re.IGNORECASE)
+    return (int(match.group(1)), int(match.group(2))) if match else (None, None)
 
 
 def _activation(notes: str) -> str:
@@ -92,6 +100,7 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
         assumptions.append("squared-ReLU MLP (NeMo Nemotron configs)")
     window_match = re.search(r"sliding window \((\d+),\s*(\d+)\)", notes)
     window = (int(window_match.group(1)), int(window_match.group(2))) if window_match else None
+    num_groups, group_topk = _group_routing(notes) if experts else (None, None)
     model = ModelSpec(
         name=name,
         num_layers=layers,
@@ -111,6 +120,8 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
         moe_ffn_hidden_size=_int(row["moe_ffn_hidden"]),
         moe_shared_expert_intermediate_size=shared or None,
         moe_layer_pattern=tuple([False] * first_k + [True] * (layers - first_k)) if experts else (),
+        moe_router_num_groups=num_groups,
+        moe_router_group_topk=group_topk,
         multi_latent_attention=mla,
         q_lora_rank=_note_int(notes, "q_lora_rank") if mla else None,
         kv_lora_rank=_note_int(notes, "kv_lora_rank") or 512,
