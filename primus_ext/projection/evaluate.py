@@ -201,73 +201,45 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
     return tuple(out)
 
 
-def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) -> tuple:
-    """One chunk's per-micro-batch sums: (fwd, bwd, wgrad, compute, recompute, dense params, expert params,
-    analytic passes, decoder layers, {comm kind: [total, exposed]})."""
-    n_dk, n_dr, n_mk, n_mr, mtp, emb, out = chunk
-    items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
-             (("moe", True), n_mr, True)]
-    if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
-        items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
-    if emb:
-        items.append((("embedding", False), 1, True))
-    if out:
-        items.append((("output", False), 1, True))
-    fwd = bwd = wgrad = compute = recompute = 0.0
-    dense = experts = analytic_passes = decoder_layers = 0
-    comm: dict[str, list[float]] = {}
-    for key, n, owns_params in items:
-        if not n:
-            continue
-        layer = layers[key]
-        fwd += n * layer.fwd
-        bwd += n * layer.bwd
-        wgrad += n * layer.wgrad
-        compute += n * (layer.compute_fwd + layer.compute_bwd)
-        recompute += n * layer.recompute
-        if owns_params:
-            dense += n * layer.dense_params
-            experts += n * layer.expert_params
-        analytic_passes += 2 * n * layer.analytic
-        decoder_layers += n if key[0] in ("dense", "moe") else 0
-        for kind, total, exposed in layer.comm_items:
-            slot = comm.get(kind)
-            if slot is None:
-                slot = comm[kind] = [0.0, 0.0]
-            slot[0] += n * total
-            slot[1] += n * exposed
-    return fwd, bwd, wgrad, compute, recompute, dense, experts, analytic_passes, decoder_layers, comm
-
-
 def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) -> tuple[tuple[ChunkTimes, ...], dict]:
-    """One pipeline rank's chunk times and its per-micro-batch aggregates (compute, comm, params); equal
-    chunks (the usual case) are summed once."""
+    """One pipeline rank's chunk times and its per-micro-batch aggregates (compute, comm, params)."""
     chunk_times = []
     compute = recompute = fwd1 = bwd1 = 0.0
     dense = experts = analytic_passes = decoder_layers = 0
     comm_acc: dict[str, list[float]] = {}
-    sums: dict[tuple, tuple] = {}
-    for chunk in row:
-        found = sums.get(chunk)
-        if found is None:
-            part = _chunk(chunk, layers, mtp_kind)
-            found = sums[chunk] = (*part, ChunkTimes(fwd=part[0], bwd=part[1], wgrad=min(part[2], part[1])))
-        fwd, bwd, _, c_compute, c_recompute, c_dense, c_experts, c_passes, c_layers, comm, times = found
-        compute += c_compute
-        recompute += c_recompute
-        dense += c_dense
-        experts += c_experts
-        analytic_passes += c_passes
-        decoder_layers += c_layers
-        for kind, (total, exposed) in comm.items():
-            slot = comm_acc.get(kind)
-            if slot is None:
-                slot = comm_acc[kind] = [0.0, 0.0]
-            slot[0] += total
-            slot[1] += exposed
+    for n_dk, n_dr, n_mk, n_mr, mtp, emb, out in row:
+        items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
+                 (("moe", True), n_mr, True)]
+        if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
+            items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
+        if emb:
+            items.append((("embedding", False), 1, True))
+        if out:
+            items.append((("output", False), 1, True))
+        fwd = bwd = wgrad = 0.0
+        for key, n, owns_params in items:
+            if not n:
+                continue
+            layer = layers[key]
+            fwd += n * layer.fwd
+            bwd += n * layer.bwd
+            wgrad += n * layer.wgrad
+            compute += n * (layer.compute_fwd + layer.compute_bwd)
+            recompute += n * layer.recompute
+            if owns_params:
+                dense += n * layer.dense_params
+                experts += n * layer.expert_params
+            analytic_passes += 2 * n * layer.analytic
+            decoder_layers += n if key[0] in ("dense", "moe") else 0
+            for kind, total, exposed in layer.comm_items:
+                slot = comm_acc.get(kind)
+                if slot is None:
+                    slot = comm_acc[kind] = [0.0, 0.0]
+                slot[0] += n * total
+                slot[1] += n * exposed
         fwd1 += fwd
         bwd1 += bwd
-        chunk_times.append(times)
+        chunk_times.append(ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
     acc = {"compute": compute, "recompute": recompute, "fwd1": fwd1, "bwd1": bwd1, "dense": dense,
            "experts": experts, "analytic_passes": analytic_passes, "layers": decoder_layers, "comm": comm_acc}
     return tuple(chunk_times), acc
