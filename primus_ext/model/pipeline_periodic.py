@@ -146,8 +146,10 @@ def simulate_periodic(per: Periodic, durs: list[float], comms: tuple[float, ...]
     while i < end:
         tol = PERIOD_TOLERANCE * max(1.0, abs(fin[i]))
         lag = shift
+        mid, low = i - span // 2, i - span + 1
         while i + 1 >= start + lag - shift and i - span - lag >= 0:
-            if abs(fin[i] - fin[i - lag] - fin[i - 1] + fin[i - 1 - lag]) <= 2 * tol:  # cheap first test
+            step = fin[i] - fin[i - lag]  # cheap first test on three positions of the window
+            if abs(fin[mid] - fin[mid - lag] - step) <= tol and abs(fin[low] - fin[low - lag] - step) <= tol:
                 found = _repeats(fin, cp, i, lag, span)
                 if found:
                     return _jump(per, fin, cp, i, lag, found, durs, comms)
