@@ -358,10 +358,9 @@ def _worth_extrapolating(schedule: str, pp: int, vpp: int, m: int, group: int, e
     repetition shows after about one period on interleaved schedules (the fast path wins from ~50 ops
     on), but only after up to ~PP periods on 1F1B (a slow wave crossing identical ranks), and each
     simulated op costs ~1.6x the plain loop's (it also carries the critical p2p)."""
-    if vpp > 1:
-        return True
-    per = _periodic(schedule, pp, vpp, m, group, extra)
-    return per.end - (per.start + per.window + pp * per.shift) > len(per.steps) // 2
+    # 1F1B's positional order: invariant run from (PP+1)^2 to n - PP(PP-1), window 2PP-1, period 2PP ops;
+    # skipping more than half of the n = 2*PP*m ops after a PP-period wait needs m > 4*PP + 3
+    return vpp > 1 or m > 4 * pp + 3
 
 
 @lru_cache(maxsize=8192)

@@ -328,6 +328,8 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
             found = ctx.layers[layer_key] = (*_layers(model, ex, system, providers), len(ctx.layers))
         layers, nbytes, layer_id = found
         rows = ctx.rows
+        if len(rows) >= 4 * _STAGES_LIMIT:
+            rows.clear()
         split = _split_key(ex)
         counts = ctx.counts.get(split)
         if counts is None:

@@ -89,3 +89,13 @@ def test_stretched_structures_equal_the_directly_built_ones():
     for args in [("1f1b", 8, 1, 200, 8, 0), ("1f1b", 5, 1, 77, 5, 0), ("interleaved", 4, 3, 96, 4, 0),
                  ("interleaved", 4, 2, 90, 6, 1), ("interleaved", 3, 2, 64, 4, 0)]:
         assert _periodic.__wrapped__(*args) == _periodic_direct(*args), args
+
+
+@pytest.mark.parametrize("pp,m", [(2, 12), (4, 40), (8, 64), (16, 100)])
+def test_1f1b_shift_structure_has_the_shape_the_gate_assumes(pp, m):
+    """``_worth_extrapolating``'s 1F1B rule rests on these (hand-derived from the op orders)."""
+    from primus_ext.model.pipeline import _periodic
+
+    per = _periodic("1f1b", pp, 1, m, pp, 0)
+    assert (per.start, per.window, per.shift) == ((pp + 1) ** 2, 2 * pp - 1, 2 * pp)
+    assert per.end == 2 * pp * m - pp * (pp - 1)
