@@ -23,8 +23,8 @@ from primus_ext.tune.strategies import StrategyOptions, get_strategy
 
 ENUMERABLE_MAX = 100_000
 """Candidate count up to which the exhaustive optimum is computed for the regret (``--no-regret`` skips
-it). Its cost is the exhaustive search's (benchmarks/tune_search.py): ~11 s for Mixtral-8x22B on 32
-GPUs (~42k candidates), ~20 s for DeepSeek-V3 on 1 024 GPUs (~62k) on a loaded 2-core machine."""
+it). Its cost is the exhaustive search's (benchmarks/tune_search.py): ~6-7 s for Mixtral-8x22B on 32
+GPUs (~42k candidates) and for DeepSeek-V3 on 1 024 GPUs (~62k) on a shared 2-core machine."""
 
 
 @dataclass(frozen=True, kw_only=True)
