@@ -92,6 +92,7 @@ def forget_projections() -> None:
 
     for ctx in _contexts.values():
         ctx.rows.clear()
+        ctx.chunks.clear()
         if ctx.projections is not None:
             ctx.projections.clear()
     clear_schedule_cache()
@@ -201,45 +202,73 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
     return tuple(out)
 
 
-def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) -> tuple[tuple[ChunkTimes, ...], dict]:
-    """One pipeline rank's chunk times and its per-micro-batch aggregates (compute, comm, params)."""
+def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) -> tuple:
+    """One model chunk's per-micro-batch sums: (fwd, bwd, compute, recompute, dense params, expert params,
+    analytic passes, decoder layers, ((comm kind, total, exposed), ...), ChunkTimes)."""
+    n_dk, n_dr, n_mk, n_mr, mtp, emb, out = chunk
+    items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
+             (("moe", True), n_mr, True)]
+    if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
+        items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
+    if emb:
+        items.append((("embedding", False), 1, True))
+    if out:
+        items.append((("output", False), 1, True))
+    fwd = bwd = wgrad = compute = recompute = 0.0
+    dense = experts = analytic_passes = decoder_layers = 0
+    comm: dict[str, list[float]] = {}
+    for key, n, owns_params in items:
+        if not n:
+            continue
+        layer = layers[key]
+        fwd += n * layer.fwd
+        bwd += n * layer.bwd
+        wgrad += n * layer.wgrad
+        compute += n * (layer.compute_fwd + layer.compute_bwd)
+        recompute += n * layer.recompute
+        if owns_params:
+            dense += n * layer.dense_params
+            experts += n * layer.expert_params
+        analytic_passes += 2 * n * layer.analytic
+        decoder_layers += n if key[0] in ("dense", "moe") else 0
+        for kind, total, exposed in layer.comm_items:
+            slot = comm.get(kind)
+            if slot is None:
+                slot = comm[kind] = [0.0, 0.0]
+            slot[0] += n * total
+            slot[1] += n * exposed
+    return (fwd, bwd, compute, recompute, dense, experts, analytic_passes, decoder_layers,
+            tuple((k, t, e) for k, (t, e) in comm.items()), ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
+
+
+def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str, chunks: dict,
+           layer_id: int) -> tuple[tuple[ChunkTimes, ...], dict]:
+    """One pipeline rank's chunk times and its per-micro-batch aggregates (compute, comm, params); each
+    distinct chunk is summed once per layer set (``chunks``: memo keyed by (chunk counts, layer id))."""
     chunk_times = []
     compute = recompute = fwd1 = bwd1 = 0.0
     dense = experts = analytic_passes = decoder_layers = 0
     comm_acc: dict[str, list[float]] = {}
-    for n_dk, n_dr, n_mk, n_mr, mtp, emb, out in row:
-        items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
-                 (("moe", True), n_mr, True)]
-        if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
-            items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
-        if emb:
-            items.append((("embedding", False), 1, True))
-        if out:
-            items.append((("output", False), 1, True))
-        fwd = bwd = wgrad = 0.0
-        for key, n, owns_params in items:
-            if not n:
-                continue
-            layer = layers[key]
-            fwd += n * layer.fwd
-            bwd += n * layer.bwd
-            wgrad += n * layer.wgrad
-            compute += n * (layer.compute_fwd + layer.compute_bwd)
-            recompute += n * layer.recompute
-            if owns_params:
-                dense += n * layer.dense_params
-                experts += n * layer.expert_params
-            analytic_passes += 2 * n * layer.analytic
-            decoder_layers += n if key[0] in ("dense", "moe") else 0
-            for kind, total, exposed in layer.comm_items:
-                slot = comm_acc.get(kind)
-                if slot is None:
-                    slot = comm_acc[kind] = [0.0, 0.0]
-                slot[0] += n * total
-                slot[1] += n * exposed
+    for chunk in row:
+        part = chunks.get((chunk, layer_id))
+        if part is None:
+            part = chunks[(chunk, layer_id)] = _chunk(chunk, layers, mtp_kind)
+        fwd, bwd, c_compute, c_recompute, c_dense, c_experts, c_passes, c_layers, comm, times = part
+        compute += c_compute
+        recompute += c_recompute
+        dense += c_dense
+        experts += c_experts
+        analytic_passes += c_passes
+        decoder_layers += c_layers
+        for kind, total, exposed in comm:
+            slot = comm_acc.get(kind)
+            if slot is None:
+                slot = comm_acc[kind] = [0.0, 0.0]
+            slot[0] += total
+            slot[1] += exposed
         fwd1 += fwd
         bwd1 += bwd
-        chunk_times.append(ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
+        chunk_times.append(times)
     acc = {"compute": compute, "recompute": recompute, "fwd1": fwd1, "bwd1": bwd1, "dense": dense,
            "experts": experts, "analytic_passes": analytic_passes, "layers": decoder_layers, "comm": comm_acc}
     return tuple(chunk_times), acc
@@ -283,6 +312,8 @@ class _Context:
     """Split fields -> ``_distinct_rows`` of ``_chunk_counts``."""
     row_ids: dict = field(default_factory=dict)
     """Chunk counts of a rank -> a small id (the row memo's key)."""
+    chunks: dict = field(default_factory=dict)
+    """(chunk counts, layer id) -> ``_chunk`` sums."""
     rows: dict = field(default_factory=dict)
     """(chunk counts of a rank, layer key) -> (chunk times, aggregates, StageTime fields)."""
     projections: dict | None = None
@@ -317,19 +348,22 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
         layers, nbytes = _layers(model, ex, system, providers)
         layer_id = 0
         rows: dict = {}
+        chunks: dict = {}
         distinct, rank_rows = _distinct_rows(_chunk_counts(model, ex), {})
     else:  # memoised on the fields each part reads (the tuner varies one or two fields at a time)
         layer_key = (_shape_key(ex), _comm_key(ex))
         found = ctx.layers.get(layer_key)
         if found is None:
             if len(ctx.layers) >= _STAGES_LIMIT:
-                ctx.layers.clear()
+                ctx.layers.clear()  # layer ids restart: forget everything keyed by them
                 ctx.rows.clear()
+                ctx.chunks.clear()
             found = ctx.layers[layer_key] = (*_layers(model, ex, system, providers), len(ctx.layers))
         layers, nbytes, layer_id = found
-        rows = ctx.rows
-        if len(rows) >= 4 * _STAGES_LIMIT:
+        rows, chunks = ctx.rows, ctx.chunks
+        if len(rows) >= 4 * _STAGES_LIMIT or len(chunks) >= 4 * _STAGES_LIMIT:
             rows.clear()
+            chunks.clear()
         split = _split_key(ex)
         counts = ctx.counts.get(split)
         if counts is None:
@@ -341,7 +375,7 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
     for row_id, row in distinct:
         entry = rows.get((row_id, layer_id))
         if entry is None:
-            chunk_times, acc = _stage(row, layers, mtp_kind)
+            chunk_times, acc = _stage(row, layers, mtp_kind, chunks, layer_id)
             entry = rows[(row_id, layer_id)] = (chunk_times, acc, dict(
                 layers=int(acc["layers"]), fwd_s=tuple(c.fwd for c in chunk_times),
                 bwd_s=tuple(c.bwd for c in chunk_times), embedding=any(c[5] for c in row),
