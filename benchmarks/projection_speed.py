@@ -13,15 +13,19 @@ benchmarks/tune_search.py) that the memory pre-filter keeps, each projected once
     recomputed, per-layer costs and communication (the cost table) kept.
 
 Figures on the shared 2-core machine (2026-12-02, other engineers' jobs running; before = the code
-before the periodic schedule and the per-context memos, same working tree otherwise, alternated runs):
+before the periodic schedule and the per-context memos, same working tree otherwise; 3 alternated
+before/after process pairs; best over all passes / median of the per-process medians):
 
-| tuner space, projections/s/core        | before: best / median | after: best / median |
-|----------------------------------------|----------------------:|---------------------:|
-| first visit (fresh process)            | 1 564 / 1 530         | 1 808 / 1 586        |
-| cached costs (3 passes, 2 processes)   | 1 650 / 1 489         | 2 328 / 2 067        |
+| tuner space, projections/s/core        | before        | after         |
+|----------------------------------------|--------------:|--------------:|
+| first visit (fresh process)            | 1 640 / 1 530 | 1 778 / 1 636 |
+| cached costs (3 passes per process)    | 1 590 / 1 515 | 2 526 / 2 324 |
 
-Issue 5's target (>= 20 000/s per core) is NOT met: a projection of this space simulates ~500-4 000
-ops even with the extrapolated steady state and builds ~10 result objects in Python (~450 us).
+The exhaustive DeepSeek-V3 search's own 10 334 projections (first visits, in its order, fresh
+process): 5.3 s CPU before and after (median of 3; the schedule part 1.65 -> 1.43 s, the rest is
+first-visit layer costs, stage sums and result objects). Issue 5's target (>= 20 000/s per core) is
+NOT met: one projection still simulates ~100-4 000 ops (transient + drain) and builds ~10 result
+objects in Python (~400 us).
 
 Speed: ``evaluate()`` per call for a DeepSeek-V3-like (TP2 PP8 VPP4 EP64, 128 micro-batches) and a
 Llama-3.1-405B-like (TP8 PP8 VPP8, 128 micro-batches) run on 1024 H100s, analytic costs (see the
