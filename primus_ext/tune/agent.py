@@ -3,7 +3,7 @@
 Every strategy talks to a ``SearchContext``: ``ctx.try_config(config, origin=...)`` returns a
 ``Trial`` (illegal with every reason, rejected by the pre-filter with the memory verdict, or projected
 with the oracle's score). The same configuration is never projected twice (cache by
-``space.config_key``); ``budget`` counts projections by the strategy. ``tune`` runs a strategy and
+``config_keys.config_key``); ``budget`` counts projections by the strategy. ``tune`` runs a strategy and
 assembles the ``TuneResult`` (``primus_ext.tune.results``).
 
     ctx = SearchContext(space, oracle, prefilter, budget=100, log=TrialLog("trials.jsonl"))
@@ -23,10 +23,11 @@ from typing import Any, Literal
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.recipe.validate import check
 from primus_ext.specs import ExecutionSpec
+from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.legality import problems_of
 from primus_ext.tune.oracle import Oracle, Score
 from primus_ext.tune.prefilter import MemoryFilter, MemoryVerdict
-from primus_ext.tune.space import Config, Space, config_key
+from primus_ext.tune.space import Config, Space
 
 Status = Literal["projected", "oom", "illegal"]
 ATTEMPTS_PER_PROJECTION = 20

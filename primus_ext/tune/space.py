@@ -18,15 +18,13 @@ MBS on DP). Candidate values are a superset of what is legal; ``primus_ext.recip
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+from primus_ext.tune.config_keys import fast_replace
 
 Config = dict[str, Any]
 
@@ -88,62 +86,6 @@ DOMAIN_DEPENDS: dict[str, tuple[str, ...]] = {
 }
 """The earlier axes each axis's candidates read (``Space.domain``): what its memo is keyed on
 (``tests/tune/test_space.py`` checks the memo against the computation over whole spaces)."""
-
-
-_PLAIN_FIELDS: dict[type, tuple[str, ...] | None] = {}
-
-
-def _replace(base: Any, changes: Mapping[str, Any]) -> Any:
-    """``dataclasses.replace(base, **changes)`` without the generated ``__init__`` (~25x faster), for a
-    dataclass whose ``__init__`` only stores its fields (no ``__post_init__``, no init=False field);
-    otherwise, or for an unknown field, ``dataclasses.replace`` itself. Only the fields are copied (a
-    ``cached_property`` value of ``base`` would not hold for the copy)."""
-    cls = type(base)
-    if cls not in _PLAIN_FIELDS:
-        fields = dataclasses.fields(cls)
-        plain = not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__") and all(f.init for f in fields)
-        _PLAIN_FIELDS[cls] = tuple(f.name for f in fields) if plain else None
-    names = _PLAIN_FIELDS[cls]
-    if names is None or not changes.keys() <= set(names):
-        return dataclasses.replace(base, **changes)
-    values = base.__dict__
-    new = object.__new__(cls)
-    state = new.__dict__
-    for name in names:
-        state[name] = values[name]
-    state.update(changes)
-    return new
-
-
-_PLAIN_TEXT = re.compile(r"[A-Za-z0-9_+.\-]*\Z")
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """Stable identifier of a configuration (cache and log key): its JSON with sorted keys, no spaces.
-    Built directly for the usual axis names and int / bool / None / plain-string values (it is asked
-    once per trial); anything else goes through ``json.dumps``."""
-    parts = []
-    for k in sorted(config):
-        v = config[k]
-        kind = type(v)
-        if type(k) is not str or not _PLAIN_TEXT.match(k):
-            return _json_key(config)
-        if kind is bool:
-            text = "true" if v else "false"
-        elif v is None:
-            text = "null"
-        elif kind is int:
-            text = str(v)
-        elif kind is str and _PLAIN_TEXT.match(v):
-            text = f'"{v}"'
-        else:
-            return _json_key(config)
-        parts.append(f'"{k}":{text}')
-    return "{" + ",".join(parts) + "}"
-
-
-def _json_key(config: Mapping[str, Any]) -> str:
-    return json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True, separators=(",", ":"))
 
 
 def _recompute_layers(choice: str, layers_per_chunk: int) -> int | None:
@@ -452,7 +394,7 @@ class Space:
         if shard["fsdp"] == "torch_fsdp2":
             shard["use_distributed_optimizer"] = False
         schedule = "zb-h1" if b.pipeline_schedule == "zb-h1" and pp > 1 else "interleaved" if vpp > 1 else "1f1b"
-        return _replace(b, dict(
+        return fast_replace(b, dict(
             tensor_model_parallel_size=tp,
             pipeline_model_parallel_size=pp,
             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,

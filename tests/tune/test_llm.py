@@ -63,7 +63,7 @@ def test_good_replies_are_projected_and_explained_back(small):
     second = _configs(ctx, each=[{"pp": 1, "tp": 1, "mbs": 4}])
     with FakeLLM([reply(_answer(first)), reply(_answer(second))]) as server:
         result = _run(ctx, execution, server)
-    from primus_ext.tune.space import config_key
+    from primus_ext.tune.config_keys import config_key
 
     for config in first + second:
         assert ctx.trials[config_key(config)].origin == "llm"

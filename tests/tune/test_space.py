@@ -10,7 +10,8 @@ import pytest
 from primus_ext.errors import RecipeError
 from primus_ext.model.stages import layout_problems, parse_layout, pipeline_plan
 from primus_ext.recipe.validate import check
-from primus_ext.tune.space import AXIS_ORDER, balanced_layout, build_space, config_key, parse_pins
+from primus_ext.tune.config_keys import config_key
+from primus_ext.tune.space import AXIS_ORDER, balanced_layout, build_space, parse_pins
 
 
 def test_recipe_execution_is_a_point_of_its_space(mixtral):
