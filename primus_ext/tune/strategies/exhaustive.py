@@ -40,9 +40,6 @@ BOUND_AFTER = "mbs"
 """Branch and bound works on prefixes up to this axis (see ``_upper_bound``)."""
 LEAST_COMPUTE = ("none", "selective", "block25", "block50", "block75", "full")
 """Recompute choices from the least to the most recomputed work."""
-DEPENDS = {"mbs": ("tp", "pp", "cp"), "recompute": ("pp", "vpp"), "tp_comm_overlap": ("tp",),
-           "ep_overlap": ("ep",), "dp_overlap": ("sharding",)}
-"""Axes a candidate list reads (see ``Space.domain``): what the subtree counts are memoised on."""
 
 
 def _least_memory(name: str, allowed: tuple[Any, ...]) -> Any:
@@ -54,7 +51,8 @@ def _least_memory(name: str, allowed: tuple[Any, ...]) -> Any:
 
 _SUFFIX_DEPENDS = [tuple(sorted({d for n in AXIS_ORDER[i:] for d in DOMAIN_DEPENDS[n]} - set(AXIS_ORDER[i:])))
                    for i in range(len(AXIS_ORDER) + 1)]
-"""Per start index: the earlier axes that the candidates of the axes from there on read."""
+"""Per start index: the earlier axes that the candidates of the axes from there on read (the memo key of
+a prefix's completions and of its subtree count)."""
 
 
 def _min_completions(space: Space, partial: Config, start: int,
@@ -97,8 +95,7 @@ def run(ctx: Any, options: Any) -> list[str]:
         return key, found[0], found[1]
 
     def count(partial: Config, i: int) -> int:
-        deps = sorted({d for n in names[i:] for d in DEPENDS.get(n, ()) if d in partial})
-        key = (i, *(partial[d] for d in deps))
+        key = (i, *(partial[d] for d in _SUFFIX_DEPENDS[i]))  # subtree counts read only these axes
         if key not in counts:
             if i == len(names):
                 counts[key] = 1
