@@ -44,22 +44,20 @@ from operator import attrgetter
 from primus_ext.model.memory_schedule import held_activations, prefix_sums
 from primus_ext.model.memory_stage import (
     CUDA_CONTEXT_BYTES,
-    FP8_WEIGHT_CACHE_BYTES_PER_PARAM,
     FRAGMENTATION_FRACTION,
-    FSDP_GATHERED_LAYERS,
     GEMM_WORKSPACE_BYTES,
     NCCL_BUFFER_BYTES,
     Measured,
     StageContext,
-    fsdp_shard_bytes,
+    biggest_layer_params,
     peak_representatives,
     rank_profile,
     sharding_bytes,
     stage_context,
     stage_memory,
+    state_bytes,
     transient_terms,
 )
-from primus_ext.model.params import ROUTER_PARAM_BYTES
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -186,7 +184,6 @@ _MEMO_LIMIT = 200_000
 
 def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
     ctx = stage_context(model, e, None)
-    param_b, _, opt_b, _, _ = sharding_bytes(e)
     reps = []
     for rank in peak_representatives(ctx):
         prof = rank_profile(ctx, rank)
@@ -194,8 +191,7 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
         static = prof.working + backward_ws + logits + a2a
         reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.chunk_saved,
                      prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction, static))
-    biggest = max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
-    return (model, tuple(reps), param_b, opt_b, biggest, e.precision)
+    return (model, tuple(reps), biggest_layer_params(ctx))
 
 
 def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
@@ -213,39 +209,18 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
         if len(_COMPILED) >= _MEMO_LIMIT:
             _COMPILED.clear()
         entry = _COMPILED[shape_key] = _compile(model, e)
-    _, reps, param_b, opt_b, biggest, precision = entry
-    dp, fsdp = e.data_parallel_size, e.fsdp
-    grad_b = 2.0 if (e.grad_reduce_in_bf16 and precision != "fp32") else 4.0
-    tp, pp, cp = e.tensor_model_parallel_size, e.pipeline_model_parallel_size, e.context_parallel_size
-    dp_dense = float(dp * cp)
-    dp_expert = float(max(1, (tp * pp * cp * dp) // ((e.expert_tensor_parallel_size or tp)
-                                                     * e.expert_model_parallel_size * pp)))
-    shard = e.use_distributed_optimizer or fsdp != "none"
-    opt_dense_div = dp_dense if shard else 1
-    opt_expert_div = dp_expert if shard else 1
-    strategy = "optim_grads_params" if fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
-    fsdp_grads = fsdp != "none" and strategy in ("optim_grads", "optim_grads_params")
-    fsdp_params = fsdp != "none" and strategy == "optim_grads_params"
-    shard_b = fsdp_shard_bytes(e, param_b) if fsdp_params else param_b
-    fp8 = precision == "fp8" and not e.fp8_param_gather
-    m = max(1, e.global_batch_size // (e.micro_batch_size * dp))
+    _, reps, biggest = entry
+    sharding = sharding_bytes(e)
+    pp = e.pipeline_model_parallel_size
+    m = max(1, e.global_batch_size // (e.micro_batch_size * e.data_parallel_size))
     vpp = e.virtual_pipeline_model_parallel_size or 1
     zb = e.pipeline_schedule == "zb-h1"
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
     for rank, total_params, expert, router, saved, prefix, per_mb, wgrad, static in reps:
-        dense_params = total_params - expert
-        params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
-        if fp8:
-            params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
-        grads = total_params * grad_b
-        opt = dense_params / opt_dense_div * opt_b + expert / opt_expert_div * opt_b
-        fsdp_gather = 0.0
-        if fsdp_grads:
-            grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
-        if fsdp_params:
-            params = (dense_params / dp_dense + expert / dp_expert) * shard_b
-            fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
+        params, grads, opt_dense, opt_expert, fsdp_gather = state_bytes(e, sharding, total_params, expert, router,
+                                                                        biggest)
+        opt = opt_dense + opt_expert
         activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)
         if zb and rank:
             activations += min(rank, m) * per_mb * wgrad

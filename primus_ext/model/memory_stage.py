@@ -349,6 +349,37 @@ def sharding_bytes(e: ExecutionSpec) -> tuple[float, float, float, float, float]
     return param_b, grad_b, opt_b, float(e.dp * e.cp), float(max(1, e.expert_data_parallel_size))
 
 
+def biggest_layer_params(ctx: StageContext) -> int:
+    """Parameters of the largest transformer layer on a rank (what FSDP gathers at a time)."""
+    return max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
+
+
+def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, float], total_params: float,
+                expert: float, router: float, biggest: float) -> tuple[float, float, float, float, float]:
+    """(parameters, gradients, dense optimizer shard, expert optimizer shard, FSDP-gathered transient) bytes
+    of one rank holding ``total_params`` (``expert`` of them expert, ``router`` fp32 router) parameters;
+    ``sharding`` = ``sharding_bytes(e)``, ``biggest`` = the largest layer's parameters (what FSDP gathers).
+    The one formula behind both ``stage_memory`` and the pre-filter's fast path (``memory._peak``)."""
+    param_b, grad_b, opt_b, dp_dense, dp_expert = sharding
+    dense_params = total_params - expert
+    params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
+    if e.precision == "fp8" and not e.fp8_param_gather:
+        params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+    grads = total_params * grad_b
+    shard_opt = e.use_distributed_optimizer or e.fsdp != "none"
+    opt_dense = dense_params / (dp_dense if shard_opt else 1) * opt_b
+    opt_expert = expert / (dp_expert if shard_opt else 1) * opt_b
+    fsdp_gather = 0.0
+    if e.fsdp != "none":
+        strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
+        if strategy in ("optim_grads", "optim_grads_params"):
+            grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
+        if strategy == "optim_grads_params":
+            params = (dense_params / dp_dense + expert / dp_expert) * fsdp_shard_bytes(e, param_b)
+            fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
+    return params, grads, opt_dense, opt_expert, fsdp_gather
+
+
 def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
     model = ctx.model
     comps = ctx.compositions[rank]
@@ -388,25 +419,12 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
     e, model = execution, ctx.model
     prof = rank_profile(ctx, rank)
     total_params, expert, router = prof.total_params, prof.expert_params, prof.router_params
-    dense_params = total_params - expert
     # --- parameters, gradients, optimizer ------------------------------------------------------
-    param_b, grad_b, opt_b, dp_dense, dp_expert = sharding_bytes(e)
-    params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
+    sharding = sharding_bytes(e)
+    param_b = sharding[0]
+    params, grads, opt_dense, opt_expert, fsdp_gather = state_bytes(e, sharding, total_params, expert, router,
+                                                                    biggest_layer_params(ctx))
     fp8_cache = e.precision == "fp8" and not e.fp8_param_gather
-    if fp8_cache:
-        params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
-    grads = total_params * grad_b
-    shard_opt = e.use_distributed_optimizer or e.fsdp != "none"
-    opt_dense = dense_params / (dp_dense if shard_opt else 1) * opt_b
-    opt_expert = expert / (dp_expert if shard_opt else 1) * opt_b
-    fsdp_gather = 0.0
-    strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
-    if e.fsdp != "none" and strategy in ("optim_grads", "optim_grads_params"):
-        grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
-    if e.fsdp != "none" and strategy == "optim_grads_params":
-        params = (dense_params / dp_dense + expert / dp_expert) * fsdp_shard_bytes(e, param_b)
-        biggest = max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
-        fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
     # --- activations ---------------------------------------------------------------------------
     flights = chunk_in_flight(e, rank)
     per_mb = sum(prof.chunk_saved)
