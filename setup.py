@@ -22,6 +22,7 @@ setup(
         "torch>=2.4",
         "megatron-core>=0.16.1",
         "numpy>=1.26",
+        "numba>=0.61",  # the batch projection's compiled schedule loop (model/pipeline_batch.py)
         "PyYAML>=6.0",
         "ruamel.yaml>=0.18",
     ],

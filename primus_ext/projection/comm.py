@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from primus_ext.model.collectives import collective_time, p2p_time
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
@@ -261,6 +263,15 @@ def overlapped_exposed(total: float, window: float, first_or_last: float, overla
     ``first_or_last`` share (one bucket) runs outside the window."""
     tail = total * first_or_last
     return tail + hide(total - tail, window, overlap)
+
+
+def overlapped_exposed_many(total: np.ndarray, window: np.ndarray, first_or_last: np.ndarray,
+                            overlap: float) -> np.ndarray:
+    """``overlapped_exposed`` (and its ``hide``) element-wise over arrays: the batch path's step tail."""
+    tail = total * first_or_last
+    rest = total - tail
+    hidden = np.minimum(rest, window)
+    return tail + (rest - hidden + (1.0 - overlap) * hidden)
 
 
 def optimizer_seconds(dense: int, experts: int, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:

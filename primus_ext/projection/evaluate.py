@@ -70,6 +70,7 @@ def forget_projections() -> None:
     for ctx in _contexts.values():
         ctx.rows.clear()
         ctx.chunks.clear()
+        ctx.batch.pop("pass", None)
         if ctx.projections is not None:
             ctx.projections.clear()
     clear_schedule_cache()
@@ -184,6 +185,9 @@ class _Context:
     rows: dict = field(default_factory=dict)
     """(chunk counts of a rank, layer key) -> (chunk times, aggregates, StageTime fields)."""
     projections: dict | None = None
+    batch: dict = field(default_factory=dict)
+    """``evaluate_batch``'s arrays: per layer id its value matrix, per split its count matrix (kept, like
+    ``layers`` and ``counts``), and its per-pass memos under the key ``"pass"`` (cleared with the rows)."""
 
 
 _shape_key = attrgetter(*_SHAPE_FIELDS)
@@ -202,6 +206,29 @@ def _layers(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
     return layers, pp_bytes(shapes["embedding"], ex)
 
 
+def _layer_entry(ctx: _Context, ex: ExecutionSpec) -> tuple[dict[tuple[str, bool], _Layer], float, int]:
+    """(layers, p2p bytes, layer id) of ``ex`` from the context's memo (keyed on the shape and comm fields)."""
+    layer_key = (_shape_key(ex), _comm_key(ex))
+    found = ctx.layers.get(layer_key)
+    if found is None:
+        if len(ctx.layers) >= _STAGES_LIMIT:
+            ctx.layers.clear()  # layer ids restart: forget everything keyed by them
+            ctx.rows.clear()
+            ctx.chunks.clear()
+            ctx.batch.clear()
+        found = ctx.layers[layer_key] = (*_layers(ctx.model, ex, ctx.system, ctx.providers), len(ctx.layers))
+    return found
+
+
+def _counts_entry(ctx: _Context, ex: ExecutionSpec) -> tuple[tuple[tuple[int, tuple], ...], tuple[int, ...]]:
+    """``_distinct_rows`` of ``ex``'s chunk counts from the context's memo (keyed on the split fields)."""
+    split = _split_key(ex)
+    counts = ctx.counts.get(split)
+    if counts is None:
+        counts = ctx.counts[split] = _distinct_rows(_chunk_counts(ctx.model, ex), ctx.row_ids)
+    return counts
+
+
 def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
             ctx: _Context | None = None) -> _Stages:
     if ctx is None:
@@ -211,24 +238,12 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
         chunks: dict = {}
         distinct, rank_rows = _distinct_rows(_chunk_counts(model, ex), {})
     else:  # memoised on the fields each part reads (the tuner varies one or two fields at a time)
-        layer_key = (_shape_key(ex), _comm_key(ex))
-        found = ctx.layers.get(layer_key)
-        if found is None:
-            if len(ctx.layers) >= _STAGES_LIMIT:
-                ctx.layers.clear()  # layer ids restart: forget everything keyed by them
-                ctx.rows.clear()
-                ctx.chunks.clear()
-            found = ctx.layers[layer_key] = (*_layers(model, ex, system, providers), len(ctx.layers))
-        layers, nbytes, layer_id = found
+        layers, nbytes, layer_id = _layer_entry(ctx, ex)
         rows, chunks = ctx.rows, ctx.chunks
         if len(rows) >= 4 * _STAGES_LIMIT or len(chunks) >= 4 * _STAGES_LIMIT:
             rows.clear()
             chunks.clear()
-        split = _split_key(ex)
-        counts = ctx.counts.get(split)
-        if counts is None:
-            counts = ctx.counts[split] = _distinct_rows(_chunk_counts(model, ex), ctx.row_ids)
-        distinct, rank_rows = counts
+        distinct, rank_rows = _counts_entry(ctx, ex)
     mtp_kind = "moe" if model.is_moe else "dense"
     pp, vpp = ex.pp, ex.vpp
     entries = []
@@ -250,16 +265,22 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
         within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
         crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
         p2p = tuple(across if crosses[s % pp] else within for s in range(pp * vpp - 1))
+    return _Stages(layers=layers, times=times, acc=stage_acc, p2p=p2p, pp_total_s=sum(p2p), static=static,
+                   sources=layer_sources(layers))
+
+
+def layer_sources(layers: dict[tuple[str, bool], _Layer]) -> dict[str, str]:
+    """Layer kind -> where its cost came from (both variants' sources when they differ)."""
     sources: dict[str, str] = {}
     for (kind, _), layer in layers.items():
         known = sources.get(kind)
         sources[kind] = layer.source if known in (None, layer.source) else f"{known} + {layer.source}"
-    return _Stages(layers=layers, times=times, acc=stage_acc, p2p=p2p, pp_total_s=sum(p2p), static=static,
-                   sources=sources)
+    return sources
 
 
-def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
-              timeline: bool, ctx: _Context | None = None) -> Projection:
+def schedule_of(ex: ExecutionSpec) -> tuple[int, str]:
+    """(micro-batches, simulated schedule) of ``ex``; ``InfeasibleConfig`` when the global batch does not
+    split into them or megatron-core refuses the interleaved schedule."""
     m = ex.num_microbatches
     if m < 1 or ex.global_batch_size % (ex.micro_batch_size * ex.dp):
         raise InfeasibleConfig(problems=[Problem(
@@ -267,12 +288,19 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
             message=f"not a positive multiple of MBS*DP = {ex.micro_batch_size}*{ex.dp}",
             fix="choose GBS as a multiple of micro_batch_size * data_parallel_size")])
     pp, vpp = ex.pp, ex.vpp
-    st = _stages(model, ex, system, providers, ctx)
     schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" else "1f1b")
     if schedule == "interleaved" and interleaving_problem(pp, m):
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
                                                  message=interleaving_problem(pp, m),
                                                  fix=f"use a global batch giving a multiple of PP={pp} micro-batches")])
+    return m, schedule
+
+
+def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
+              timeline: bool, ctx: _Context | None = None) -> Projection:
+    m, schedule = schedule_of(ex)
+    pp = ex.pp
+    st = _stages(model, ex, system, providers, ctx)
     pl = group_placements(ex, system)
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
     sim = simulate(schedule, times_t, m, p2p, timeline=timeline,

@@ -1,0 +1,301 @@
+"""Many projections at once: the tuner's batch path.
+
+    >>> from primus_ext.projection.evaluate_batch import evaluate_many
+    >>> batch = evaluate_many(model, executions, system)       # same costs argument as evaluate()
+    >>> batch.tokens_per_s_per_gpu[i], batch.parts["bubble_s"][i], batch.problems[i]
+    >>> batch.projection(i)                                   # the full Projection (evaluate())
+
+The arithmetic of ``evaluate`` laid out as arrays over configurations. Per configuration, Python only
+looks up what the context memoises (per-rank layer costs and communication: the cost table; the
+layer split's counts per chunk) and its schedule structure. Configurations sharing a structure
+(schedule, PP, VPP, micro-batches) then go through together:
+  * chunk sums: counts per chunk (PP*VPP x 8 layer kinds) times the layer kinds' values (8 x 16 fields:
+    fwd, bwd, compute, recompute, params, analytic passes, layers, total / exposed per layer comm kind),
+    one batched matrix product;
+  * the schedule: ``model.pipeline_batch.simulate_many`` (compiled op loop, every op simulated);
+  * the step tail (DP gradient reduction and parameter gather, optimizer) from ``projection.comm``'s
+    functions per (rank parameters, DP layout), memoised within the call, and their overlap as arrays;
+  * the breakdown of the busiest rank, tok/s/GPU, TFLOP/s/GPU, MFU.
+The zero-bubble schedule (a greedy event simulation) goes through ``evaluate`` one by one.
+
+tests/projection/test_evaluate_batch.py checks every number against ``evaluate`` over whole tuner
+spaces; benchmarks/projection_speed.py measures the rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from primus_ext.errors import PrimusExtError
+from primus_ext.model.collectives import p2p_time
+from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.pipeline_batch import simulate_many
+from primus_ext.model.placement import group_placements
+from primus_ext.projection.comm import bucket_fraction, dp_times, optimizer_seconds, overlapped_exposed_many
+from primus_ext.projection.evaluate import (
+    LAYER_COMM_KINDS,
+    Costs,
+    _Context,
+    _context,
+    _counts_entry,
+    _layer_entry,
+    _providers,
+    evaluate,
+    layer_sources,
+    schedule_of,
+)
+from primus_ext.projection.result import Projection
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+FIELDS = ("fwd", "bwd", "compute", "recompute", "dense", "experts", "passes", "layers",
+          *(f"{part}_{kind}" for kind in LAYER_COMM_KINDS for part in ("total", "exposed")))
+"""Per-micro-batch values summed over a chunk's layers (``stage_sums._chunk``'s sums)."""
+_F = {name: k for k, name in enumerate(FIELDS)}
+KINDS = 8
+"""Layer kinds of a chunk: dense kept / recomputed, MoE kept / recomputed, MTP layer, MTP's output head
+(shared parameters: none of its own), embedding, output."""
+
+PARTS = ("compute_s", "bubble_s", "optimizer_s", "recompute_s", "overhead_s",
+         *(f"{part}_{kind}_s" for kind in (*LAYER_COMM_KINDS, "pp", "dp_grad", "dp_param")
+           for part in ("exposed", "total")))
+"""``BatchProjection.parts``: the breakdown, named as ``tune.oracle.score_of`` names it."""
+
+_DP_FIELDS = attrgetter("fsdp", "data_parallel_sharding_strategy", "grad_reduce_in_bf16", "use_distributed_optimizer",
+                        "tensor_model_parallel_size", "context_parallel_size", "data_parallel_size",
+                        "pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
+"""What ``dp_times``, ``bucket_fraction`` and ``optimizer_seconds`` read of an execution (with the
+group placement these sizes decide): the step-tail memo's key with the rank's parameters."""
+
+
+@dataclass(frozen=True, eq=False)
+class BatchProjection:
+    """Projections of ``executions`` as arrays (NaN where ``problems[i]`` says why there is none)."""
+
+    model: ModelSpec
+    system: SystemSpec
+    costs: Costs
+    executions: tuple[ExecutionSpec, ...]
+    problems: tuple[PrimusExtError | None, ...]
+    step_time_s: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    model_tflops_per_gpu: np.ndarray
+    mfu: np.ndarray
+    parts: dict[str, np.ndarray]
+    """``PARTS`` -> seconds per step (0 for a kind the configuration does not have)."""
+    sources: tuple[dict[str, str] | None, ...]
+    """Per configuration: layer kind -> where its cost came from (shared by configurations with one layer set)."""
+
+    def __len__(self) -> int:
+        return len(self.executions)
+
+    def breakdown(self, i: int) -> dict[str, float]:
+        """Configuration ``i``'s breakdown: ``PARTS`` without the communication kinds it does not have."""
+        out = {}
+        for name, values in self.parts.items():
+            if name.startswith(("exposed_", "total_")) and not self.parts["total" + name[name.index("_"):]][i]:
+                continue
+            out[name] = float(values[i])
+        return out
+
+    def projection(self, i: int) -> Projection:
+        """The full ``Projection`` of configuration ``i`` (``evaluate``; raises its problem)."""
+        return evaluate(self.model, self.executions[i], self.system, self.costs)
+
+
+def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
+    """The layer kinds' per-micro-batch values (``KINDS`` x ``FIELDS``) of one layer set."""
+    key = ("values", layer_id)
+    found = ctx.batch.get(key)
+    if found is None:
+        mtp = "moe" if ctx.model.is_moe else "dense"
+        keys = (("dense", False), ("dense", True), ("moe", False), ("moe", True), (mtp, False), ("output", False),
+                ("embedding", False), ("output", False))
+        found = np.zeros((KINDS, len(FIELDS)))
+        for row, key_ in enumerate(keys):
+            layer = layers.get(key_)
+            if layer is None:
+                continue
+            out = found[row]
+            out[_F["fwd"]], out[_F["bwd"]] = layer.fwd, layer.bwd
+            out[_F["compute"]], out[_F["recompute"]] = layer.compute_fwd + layer.compute_bwd, layer.recompute
+            if row != 5:  # the MTP head shares the output layer's parameters
+                out[_F["dense"]], out[_F["experts"]] = layer.dense_params, layer.expert_params
+            out[_F["passes"]] = 2 * layer.analytic
+            out[_F["layers"]] = row < 5
+            for kind, total, exposed in layer.comm_items:
+                out[_F[f"total_{kind}"]] += total
+                out[_F[f"exposed_{kind}"]] += exposed
+        ctx.batch[key] = found
+    return found
+
+
+def _sources(ctx: _Context, layer_id: int, layers: dict) -> dict[str, str]:
+    key = ("sources", layer_id)
+    found = ctx.batch.get(key)
+    if found is None:
+        found = ctx.batch[key] = layer_sources(layers)
+    return found
+
+
+def _counts(ctx: _Context, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ...]]:
+    """(layer counts per chunk, rank-major (PP*VPP x ``KINDS``), and per rank its distinct row index)."""
+    distinct, rank_rows = _counts_entry(ctx, ex)
+    key = ("counts", rank_rows, tuple(row_id for row_id, _ in distinct))
+    found = ctx.batch.get(key)
+    if found is None:
+        rows = [row for _, row in distinct]
+        found = ctx.batch[key] = (np.array([(dk, dr, mk, mr, mtp, mtp, emb, out)
+                                            for k in rank_rows for dk, dr, mk, mr, mtp, emb, out in rows[k]],
+                                           dtype=np.float64), rank_rows)
+    return found
+
+
+def _p2p(memo: dict, nbytes: float, ex: ExecutionSpec, system: SystemSpec) -> np.ndarray:
+    pl = group_placements(ex, system)
+    pp, vpp = ex.pp, ex.vpp
+    key = (nbytes, pp, vpp, pl.pp_boundary_crosses, pl.pp.crosses)
+    found = memo.get(key)
+    if found is None:
+        within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
+        crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
+        found = memo[key] = np.array([across if crosses[s % pp] else within for s in range(pp * vpp - 1)])
+    return found
+
+
+def _tail(memo: dict, dense: int, experts: int, ex: ExecutionSpec, system: SystemSpec) -> tuple[float, ...]:
+    """(gradient reduction, parameter gather, last-bucket share, optimizer) seconds of one rank."""
+    key = (dense, experts, _DP_FIELDS(ex))
+    found = memo.get(key)
+    if found is None:
+        pl = group_placements(ex, system)
+        grad, param = dp_times(dense, experts, ex, pl, system)
+        found = memo[key] = (grad, param, bucket_fraction(dense + experts, ex),
+                             optimizer_seconds(dense, experts, ex, pl, system))
+    return found
+
+
+def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system: SystemSpec,
+                  costs: Costs = None) -> BatchProjection:
+    """Project every execution (``evaluate``'s numbers, as arrays); a configuration that cannot be
+    projected gets NaNs and its error in ``problems``."""
+    executions = tuple(executions)
+    ctx = _context(model, system, _providers(costs))
+    n = len(executions)
+    problems: list[PrimusExtError | None] = [None] * n
+    out = {name: np.full(n, np.nan) for name in ("step", "tok", "tflops", "mfu")}
+    parts = {name: np.zeros(n) for name in PARTS}
+    sources: list[dict[str, str] | None] = [None] * n
+    memo = ctx.batch.setdefault("pass", {"p2p": {}, "tail": {}, "flops": {}})
+    groups: dict[tuple, list] = {}
+    for i, ex in enumerate(executions):
+        try:
+            m, schedule = schedule_of(ex)
+            if schedule == "zb-h1":  # greedy event simulation: one by one
+                projection = evaluate(model, ex, system, costs)
+                _store(out, parts, i, projection)
+                sources[i] = projection.sources
+                continue
+            layers, nbytes, layer_id = _layer_entry(ctx, ex)
+            sources[i] = _sources(ctx, layer_id, layers)
+            counts, rank_rows = _counts(ctx, ex)
+        except PrimusExtError as err:
+            problems[i] = err
+            continue
+        pp, vpp = ex.pp, ex.vpp
+        extra = int(schedule == "interleaved" and ex.overlap_moe_expert_parallel_comm)
+        p2p = _p2p(memo["p2p"], nbytes, ex, system) if pp > 1 else None
+        groups.setdefault((schedule, pp, vpp, m, extra), []).append(
+            (i, ex, _values(ctx, layer_id, layers), counts, rank_rows, p2p))
+    for key, members in groups.items():
+        _group(ctx, memo, key, members, out, parts)
+    return BatchProjection(model=model, system=system, costs=costs, executions=executions, problems=tuple(problems),
+                           step_time_s=out["step"], tokens_per_s_per_gpu=out["tok"], model_tflops_per_gpu=out["tflops"],
+                           mfu=out["mfu"], parts=parts, sources=tuple(sources))
+
+
+def _store(out: dict, parts: dict, i: int, p: Projection) -> None:
+    out["step"][i], out["tok"][i], out["tflops"][i], out["mfu"][i] = (
+        p.step_time_s, p.tokens_per_s_per_gpu, p.model_tflops_per_gpu, p.mfu)
+    b = p.breakdown
+    for name, value in (("compute_s", b.compute_s), ("bubble_s", b.bubble_s), ("optimizer_s", b.optimizer_s),
+                        ("recompute_s", b.recompute_s), ("overhead_s", b.overhead_s)):
+        parts[name][i] = value
+    for c in b.comms:
+        parts[f"exposed_{c.kind}_s"][i], parts[f"total_{c.kind}_s"][i] = c.exposed_s, c.total_s
+
+
+def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, parts: dict) -> None:
+    """One schedule structure's configurations, as arrays (see the module docstring)."""
+    schedule, pp, vpp, m, extra = key
+    system, model = ctx.system, ctx.model
+    n = len(members)
+    idx = np.array([row[0] for row in members])
+    vals = np.matmul(np.stack([row[3] for row in members]), np.stack([row[2] for row in members]))  # (n, PP*VPP, F)
+    durations = np.concatenate((vals[:, :, _F["fwd"]], vals[:, :, _F["bwd"]]), axis=1)
+    p2p = np.stack([row[5] for row in members]) if pp > 1 else np.zeros((n, 0))
+    finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, extra=extra)
+    ranks = vals.reshape(n, pp, vpp, len(FIELDS)).sum(axis=2)  # (n, PP, F)
+    busy = m * (ranks[:, :, _F["fwd"]] + ranks[:, :, _F["bwd"]])
+    makespan = finish.max(axis=1)
+    pp_exposed = np.minimum(critical, np.maximum(0.0, makespan - busy.max(axis=1)))
+
+    tails = np.empty((n, pp, 4))  # grad, param, last-bucket share, optimizer
+    for j, (_, ex, _, _, rank_rows, _) in enumerate(members):
+        distinct = {}
+        for r, row in enumerate(rank_rows):
+            found = distinct.get(row)
+            if found is None:
+                found = distinct[row] = _tail(memo["tail"], int(ranks[j, r, _F["dense"]]),
+                                              int(ranks[j, r, _F["experts"]]), ex, system)
+            tails[j, r] = found
+    grad_t, param_t, share, opt = tails[:, :, 0], tails[:, :, 1], tails[:, :, 2], tails[:, :, 3]
+    ovl = system.gpu.efficiency.overlap
+    flags = np.array([(ex.overlap_grad_reduce, ex.overlap_param_gather) for _, ex, *_ in members], dtype=bool)
+    grad_exp = np.where(flags[:, :1], overlapped_exposed_many(grad_t, ranks[:, :, _F["bwd"]], share, ovl), grad_t)
+    param_exp = np.where(flags[:, 1:], overlapped_exposed_many(param_t, ranks[:, :, _F["fwd"]], share, ovl), param_t)
+    tail = (finish + grad_exp).max(axis=1)
+    step = tail + opt.max(axis=1) + param_exp.max(axis=1)
+
+    rows = np.arange(n)
+    busiest = ranks[rows, busy.argmax(axis=1)]  # (n, F): the rank that sets the steady state
+    parts["compute_s"][idx] = m * busiest[:, _F["compute"]]
+    parts["recompute_s"][idx] = m * busiest[:, _F["recompute"]]
+    parts["overhead_s"][idx] = m * busiest[:, _F["passes"]] * system.gpu.efficiency.kernel_overhead_s
+    for kind in LAYER_COMM_KINDS:
+        parts[f"total_{kind}_s"][idx] = m * busiest[:, _F[f"total_{kind}"]]
+        parts[f"exposed_{kind}_s"][idx] = m * busiest[:, _F[f"exposed_{kind}"]]
+    if pp > 1:
+        parts["total_pp_s"][idx] = 2 * m * p2p.sum(axis=1)
+        parts["exposed_pp_s"][idx] = pp_exposed
+    grad_worst = grad_t[rows, grad_t.argmax(axis=1)]
+    parts["total_dp_grad_s"][idx] = grad_worst
+    parts["exposed_dp_grad_s"][idx] = np.where(grad_worst > 0, tail - makespan, 0.0)
+    param_worst = param_exp.argmax(axis=1)
+    parts["total_dp_param_s"][idx] = param_t[rows, param_worst]
+    parts["exposed_dp_param_s"][idx] = np.where(param_t[rows, param_worst] > 0, param_exp[rows, param_worst], 0.0)
+    parts["bubble_s"][idx] = np.maximum(0.0, makespan - pp_exposed - busy.max(axis=1))
+    parts["optimizer_s"][idx] = opt.max(axis=1)
+
+    flops, world, peak, tokens = (np.array(column, dtype=np.float64) for column in zip(
+        *(_scalars(memo["flops"], model, system, ex) for _, ex, *_ in members), strict=True))
+    out["step"][idx] = step
+    out["tok"][idx] = tokens / (step * world)
+    out["tflops"][idx] = tflops = flops / step / world / 1e12
+    out["mfu"][idx] = tflops / peak
+
+
+def _scalars(memo: dict, model: ModelSpec, system: SystemSpec, ex: ExecutionSpec) -> tuple[float, int, float, int]:
+    """(model FLOPs per step, world size, peak TFLOP/s, tokens per step) of ``ex``."""
+    key = (ex.seq_length, ex.global_batch_size, ex.precision)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = (model_flops_per_step(model, ex.seq_length, ex.global_batch_size),
+                             system.gpu.peak_tflops(ex.precision), ex.global_batch_size * ex.seq_length)
+    return found[0], ex.world_size, found[1], found[2]
+
+
+__all__ = ["FIELDS", "PARTS", "BatchProjection", "evaluate_many"]

@@ -1,0 +1,137 @@
+"""The batch path (``evaluate_many``) gives ``evaluate``'s numbers for every configuration: over a real
+tuner space, with MTP, the zero-bubble schedule, and configurations that cannot be projected."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from primus_ext.errors import InfeasibleConfig, PrimusExtError
+from primus_ext.hardware import load_system
+from primus_ext.projection import evaluate
+from primus_ext.projection.comm import hide, overlapped_exposed, overlapped_exposed_many
+from primus_ext.projection.evaluate import forget_projections
+from primus_ext.projection.evaluate_batch import PARTS, evaluate_many
+from primus_ext.recipe import load_recipe
+from primus_ext.recipe.validate import check
+from primus_ext.specs import ExecutionSpec, ModelSpec
+from primus_ext.tune.oracle import batch_scores, projection_oracle, score_of
+from primus_ext.tune.prefilter import MemoryFilter
+from primus_ext.tune.space import build_space
+
+MOE = ModelSpec(name="moe-mtp", num_layers=12, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
+                num_query_groups=4, kv_channels=128, vocab_size=32000, num_experts=64, moe_router_topk=4,
+                moe_ffn_hidden_size=1024, moe_shared_expert_intermediate_size=1024,
+                moe_layer_pattern=(False,) + (True,) * 11, mtp_num_layers=1)
+BASE = ExecutionSpec(tensor_model_parallel_size=2, pipeline_model_parallel_size=4, data_parallel_size=8,
+                     expert_model_parallel_size=8, sequence_parallel=True, seq_length=4096, micro_batch_size=1,
+                     global_batch_size=512, use_distributed_optimizer=True)
+
+
+@pytest.fixture(scope="module")
+def mixtral():
+    return load_recipe("recipes/mixtral_8x22B-pretrain.yaml", cluster="mi355x", nodes=4, validate=False)
+
+
+def _expected(p) -> dict[str, float]:
+    b = p.breakdown
+    out = dict.fromkeys(PARTS, 0.0)
+    out.update(compute_s=b.compute_s, bubble_s=b.bubble_s, optimizer_s=b.optimizer_s, recompute_s=b.recompute_s,
+               overhead_s=b.overhead_s, step=p.step_time_s, tok=p.tokens_per_s_per_gpu,
+               tflops=p.model_tflops_per_gpu, mfu=p.mfu)
+    for c in b.comms:
+        out[f"exposed_{c.kind}_s"], out[f"total_{c.kind}_s"] = c.exposed_s, c.total_s
+    return out
+
+
+def _assert_same(model, executions, system) -> int:
+    """Every configuration: the same numbers as ``evaluate`` (or the same kind of error); the count
+    projected."""
+    batch = evaluate_many(model, executions, system)
+    projected = 0
+    for i, ex in enumerate(executions):
+        try:
+            want = evaluate(model, ex, system)
+        except PrimusExtError as err:
+            assert type(batch.problems[i]) is type(err), (i, err)
+            assert math.isnan(batch.step_time_s[i])
+            continue
+        assert batch.problems[i] is None, batch.problems[i]
+        got = dict(batch.breakdown(i), step=batch.step_time_s[i], tok=batch.tokens_per_s_per_gpu[i],
+                   tflops=batch.model_tflops_per_gpu[i], mfu=batch.mfu[i])
+        for key, value in _expected(want).items():
+            assert got.get(key, 0.0) == pytest.approx(value, rel=1e-9, abs=1e-12 + 1e-9 * want.step_time_s), (i, key)
+        assert batch.sources[i] == want.sources
+        projected += 1
+    return projected
+
+
+def test_equals_evaluate_over_a_tuner_space(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    fits = MemoryFilter(mixtral.model, mixtral.system).fits
+    configs = [ex for ex in map(space.to_execution, space.iter_configs())
+               if not check(mixtral.model, ex, mixtral.system) and fits(ex)]
+    sample = random.Random(3).sample(configs, min(600, len(configs)))
+    assert _assert_same(mixtral.model, sample, mixtral.system) == len(sample)
+
+
+def test_equals_evaluate_with_mtp_zero_bubble_and_refusals():
+    system = load_system("h100", 8)
+    executions = []
+    for pp, vpp, flags in itertools.product((1, 2, 4), (None, 3), range(8)):
+        if pp == 1 and vpp:
+            continue
+        executions.append(replace(
+            BASE, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+            data_parallel_size=32 // pp, global_batch_size=64 * 32 // pp, overlap_grad_reduce=bool(flags & 1),
+            overlap_param_gather=bool(flags & 2), tp_comm_overlap=bool(flags & 4),
+            overlap_moe_expert_parallel_comm=bool(flags & 4) and vpp is not None,
+            use_distributed_optimizer=flags != 1, grad_reduce_in_bf16=flags == 5,
+            recompute_granularity="full" if flags == 3 else None,
+            recompute_method="block" if flags == 3 else None, recompute_num_layers=1 if flags == 3 else None))
+    executions.append(replace(BASE, pipeline_schedule="zb-h1", data_parallel_size=8))  # one by one
+    executions.append(replace(BASE, global_batch_size=100))  # not a multiple of MBS*DP
+    executions.append(replace(BASE, virtual_pipeline_model_parallel_size=3, global_batch_size=8 * 6))  # 6 % 4
+    assert _assert_same(MOE, executions, system) == len(executions) - 2
+    batch = evaluate_many(MOE, executions, system)
+    assert all(isinstance(p, InfeasibleConfig) for p in batch.problems[-2:])
+    assert batch.projection(0).step_time_s == pytest.approx(batch.step_time_s[0], rel=1e-9)
+
+
+def test_same_numbers_after_forgetting_projections(mixtral):
+    ex = mixtral.execution
+    first = evaluate_many(mixtral.model, [ex], mixtral.system)
+    forget_projections()
+    again = evaluate_many(mixtral.model, [ex], mixtral.system)
+    assert again.step_time_s[0] == first.step_time_s[0]
+    assert again.breakdown(0) == first.breakdown(0)
+
+
+def test_oracle_many_gives_the_oracle_scores(mixtral):
+    oracle = projection_oracle(mixtral.model, mixtral.system, None)
+    executions = [mixtral.execution, replace(mixtral.execution, global_batch_size=7)]
+    scores = oracle.many(executions)
+    want = oracle(executions[0])
+    assert want == score_of(evaluate(mixtral.model, executions[0], mixtral.system))
+    for got in (scores[0], batch_scores(evaluate_many(mixtral.model, executions, mixtral.system))[0]):
+        assert (got.tokens_per_s_per_gpu, got.step_time_s, got.mfu) == pytest.approx(
+            (want.tokens_per_s_per_gpu, want.step_time_s, want.mfu), rel=1e-12)
+        assert got.breakdown.keys() == want.breakdown.keys()  # the same kinds, overhead not listed
+        for key, value in want.breakdown.items():
+            assert got.breakdown[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        assert got.sources == want.sources
+    assert isinstance(scores[1], InfeasibleConfig)
+
+
+def test_overlap_arrays_equal_the_scalar_formula():
+    rng = np.random.default_rng(0)
+    total, window, share = rng.uniform(0, 2, 50), rng.uniform(0, 2, 50), rng.uniform(0, 1, 50)
+    got = overlapped_exposed_many(total, window, share, 0.8)
+    for k in range(50):
+        assert got[k] == pytest.approx(overlapped_exposed(total[k], window[k], share[k], 0.8), rel=1e-12)
+    assert overlapped_exposed(1.0, 5.0, 0.0, 1.0) == hide(1.0, 5.0, 1.0) == 0.0
