@@ -195,7 +195,8 @@ class SearchContext:
 
     def try_config(self, config: Config, *, origin: str, counted: bool = True, trusted: bool = False,
                    keep_rejected: bool = True, execution: ExecutionSpec | None = None,
-                   problems: list[Problem] | None = None, fits: bool | None = None) -> Trial:
+                   problems: list[Problem] | None = None, fits: bool | None = None,
+                   score: Score | Exception | None = None) -> Trial:
         """Legality, pre-filter, oracle (each once per configuration). Raises ``BudgetExhausted``.
 
         ``counted``: the proposal counts against the attempt cap and its projection against the budget.
@@ -203,6 +204,8 @@ class SearchContext:
         ``keep_rejected``: cache and log illegal / rejected trials too (the exhaustive search only counts them).
         ``execution``, ``problems``, ``fits``: of a trusted configuration, when the caller already has
         them (``space.to_execution``, ``check`` and the pre-filter's answer; the exhaustive search).
+        ``score``: the oracle's answer for ``execution`` (a ``Score`` or the error it raised), when the
+        caller projected a batch (``oracle.many``); used only where the oracle would be called.
         """
         if counted and (self.remaining == 0 or self.stats.proposals >= ATTEMPTS_PER_PROJECTION * self.budget):
             raise BudgetExhausted
@@ -230,7 +233,10 @@ class SearchContext:
                 verdict = self.prefilter.verdict(execution) if self.detail else None
                 trial = Trial(config=dict(config), status="oom", origin=origin, memory=verdict)
                 return self._keep(key, trial, keep_rejected)
-            score = self.oracle(execution)
+            if score is None:
+                score = self.oracle(execution)
+            elif isinstance(score, Exception):
+                raise score
         except RecipeError as err:  # the memory model or the projection found it infeasible
             self.stats.illegal += 1
             trial = Trial(config=dict(config), status="illegal", origin=origin, problems=tuple(err.problems))

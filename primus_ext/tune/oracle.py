@@ -11,10 +11,11 @@ timing store); tests pass any ``Callable[[ExecutionSpec], Score]`` instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from primus_ext.errors import RecipeError
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 Oracle = Callable[[ExecutionSpec], "Score"]
@@ -80,11 +81,42 @@ def score_of(projection: Any) -> Score:
     )
 
 
-def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Any) -> Oracle:
+def batch_scores(batch: Any) -> list[Score | RecipeError]:
+    """A ``projection.evaluate_batch.BatchProjection`` -> per configuration its ``Score`` (the numbers
+    ``score_of`` gives for ``evaluate``'s projection) or the error that stopped its projection."""
+    out: list[Score | RecipeError] = []
+    for i, problem in enumerate(batch.problems):
+        if problem is not None:
+            out.append(problem)
+            continue
+        breakdown = batch.breakdown(i)
+        del breakdown["overhead_s"]  # part of compute_s; score_of does not list it either
+        out.append(Score(tokens_per_s_per_gpu=float(batch.tokens_per_s_per_gpu[i]),
+                         step_time_s=float(batch.step_time_s[i]), mfu=float(batch.mfu[i]), breakdown=breakdown,
+                         sources=batch.sources[i]))
+    return out
+
+
+@dataclass(frozen=True)
+class ProjectionOracle:
+    """The projection as the oracle (``costs``: a ``CostProvider``): ``oracle(execution)`` projects one
+    configuration, ``oracle.many(executions)`` a batch through ``evaluate_many`` (same numbers)."""
+
+    model: ModelSpec
+    system: SystemSpec
+    costs: Any = None
+
+    def __call__(self, execution: ExecutionSpec) -> Score:
+        from primus_ext.projection import evaluate
+
+        return score_of(evaluate(self.model, execution, self.system, self.costs))
+
+    def many(self, executions: Sequence[ExecutionSpec]) -> list[Score | RecipeError]:
+        from primus_ext.projection.evaluate_batch import evaluate_many
+
+        return batch_scores(evaluate_many(self.model, executions, self.system, self.costs))
+
+
+def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Any) -> ProjectionOracle:
     """The projection as the oracle (``costs``: a ``CostProvider``)."""
-    from primus_ext.projection import evaluate
-
-    def oracle(execution: ExecutionSpec) -> Score:
-        return score_of(evaluate(model, execution, system, costs))
-
-    return oracle
+    return ProjectionOracle(model, system, costs)

@@ -58,3 +58,25 @@ def test_branch_and_bound_finds_the_plain_optimum(mixtral):
     assert bnb.best.tokens_per_s_per_gpu == pytest.approx(plain.best.tokens_per_s_per_gpu, rel=1e-12)
     assert bnb.stats.projected + bnb.stats.bound_projections < plain.stats.projected
     assert bnb.stats.pruned_by_bound > 0
+
+
+def test_batched_projection_changes_nothing(mixtral):
+    """The exhaustive search projects each prefix's leaves as one batch (``oracle.many``); an oracle
+    without ``many`` (one call per configuration) gives the same trials, counts and optimum."""
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, PINS)
+    oracle = projection_oracle(space.model, space.system, None)
+    results, trials = {}, {}
+    for name, scorer in (("batch", oracle), ("one by one", lambda ex: oracle(ex))):
+        ctx = SearchContext(space=space, oracle=scorer, prefilter=MemoryFilter(space.model, space.system),
+                            budget=1, detail=False)
+        results[name] = tune(ctx, "exhaustive")
+        trials[name] = {k: (t.status, t.score.step_time_s if t.score else None) for k, t in ctx.trials.items()}
+    batch, single = results["batch"], results["one by one"]
+    assert batch.best.config == single.best.config
+    assert (batch.stats.projected, batch.stats.illegal, batch.stats.rejected_by_prefilter) == (
+        single.stats.projected, single.stats.illegal, single.stats.rejected_by_prefilter)
+    assert trials["batch"].keys() == trials["one by one"].keys()
+    for key, (status, step) in trials["one by one"].items():
+        assert trials["batch"][key][0] == status
+        if step is not None:
+            assert trials["batch"][key][1] == pytest.approx(step, rel=1e-9)

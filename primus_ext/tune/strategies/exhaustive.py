@@ -136,18 +136,41 @@ def run(ctx: Any, options: Any) -> list[str]:
             if out is not None:
                 out.append(dict(partial))
             else:
-                key = tuple(partial[n] for n in names)
-                execution, problems = prepared.pop(key, (None, None))
-                ctx.try_config(partial, origin="exhaustive", counted=False, trusted=True, keep_rejected=False,
-                               execution=execution, problems=problems, fits=fitted.get(key))
+                leaves.append(dict(partial))
             return
         for value in space.domain(names[i], partial):
             partial[names[i]] = value
             walk(i + 1, partial, stop, out)
         del partial[names[i]]
 
+    leaves: list[Config] = []
+
+    def project_leaves() -> None:
+        """Every collected leaf through ``ctx.try_config`` in walk order, the legal ones that fit projected
+        as one batch first when the oracle can (``oracle.many``: the same scores, faster)."""
+        entries = []
+        for config in leaves:
+            key = tuple(config[n] for n in names)
+            execution, problems = prepared.pop(key, (None, None))
+            if execution is None:
+                execution = space.to_execution(config)
+                problems = check(space.model, execution, space.system)
+            fits = fitted.get(key)
+            if fits is None and not problems:
+                fits = ctx.prefilter.fits(execution)
+            entries.append((config, execution, problems, fits))
+        leaves.clear()
+        many = getattr(ctx.oracle, "many", None)
+        batch = [e for e in entries if not e[2] and e[3]] if many is not None else []
+        scores = dict(zip(map(id, batch), many([e[1] for e in batch]), strict=True)) if batch else {}
+        for entry in entries:
+            config, execution, problems, fits = entry
+            ctx.try_config(config, origin="exhaustive", counted=False, trusted=True, keep_rejected=False,
+                           execution=execution, problems=problems, fits=fits, score=scores.get(id(entry)))
+
     if not getattr(options, "bound", True):
         walk(0, {})
+        project_leaves()
         return []
     # branch and bound over (structural axes, micro-batch) prefixes, most promising first
     depth = names.index(BOUND_AFTER) + 1
@@ -160,6 +183,7 @@ def run(ctx: Any, options: Any) -> list[str]:
             ctx.stats.pruned_by_bound += count(prefix, depth)
             continue
         walk(depth, dict(prefix), checked=depth)
+        project_leaves()
     return []
 
 
