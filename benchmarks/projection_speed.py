@@ -124,7 +124,8 @@ def speed() -> None:
 
 def space_speed(repeats: int) -> None:
     from primus_ext.errors import PrimusExtError
-    from primus_ext.projection.evaluate import forget_projections
+    from primus_ext.projection.evaluate import clear_cost_cache, forget_projections
+    from primus_ext.projection.evaluate_batch import evaluate_many
     from primus_ext.recipe import load_recipe
     from primus_ext.recipe.validate import check
     from primus_ext.tune.prefilter import MemoryFilter
@@ -143,6 +144,21 @@ def space_speed(repeats: int) -> None:
                 evaluate(model, ex, system)
         return time.process_time() - start
 
+    def batch_pass() -> float:
+        start = time.process_time()
+        evaluate_many(model, configs, system)
+        return time.process_time() - start
+
+    start = time.process_time()
+    evaluate_many(model, configs[:1], system)  # compile (or load the cached) schedule kernel
+    compile_s = time.process_time() - start
+    clear_cost_cache()
+    batch_first = batch_pass()
+    batch_cached = []
+    for _ in range(repeats):
+        forget_projections()
+        batch_cached.append(batch_pass())
+    clear_cost_cache()
     first = one_pass()
     cached = []
     for _ in range(repeats):
@@ -151,9 +167,13 @@ def space_speed(repeats: int) -> None:
     n = len(configs)
     print(f"Tuner space: DeepSeek-V3 on {system.world_size} H100s, {n} legal configurations that fit, analytic "
           f"costs; projections per second per core (CPU time)")
-    print(f"  first visit (fresh process)  : {n / first:>8,.0f} /s  ({first / n * 1e6:6.1f} us each)")
-    print(f"  cached costs, {repeats} passes     : best {n / min(cached):>8,.0f} /s, median "
-          f"{n / statistics.median(cached):>8,.0f} /s  ({statistics.median(cached) / n * 1e6:6.1f} us each)")
+    for label, one, many in (("evaluate_many (batch)", batch_first, batch_cached),
+                             ("evaluate (one by one)", first, cached)):
+        print(f"  {label}")
+        print(f"    first visit (costs computed)  : {n / one:>8,.0f} /s  ({one / n * 1e6:6.1f} us each)")
+        print(f"    cached costs, {repeats} passes      : best {n / min(many):>8,.0f} /s, median "
+              f"{n / statistics.median(many):>8,.0f} /s  ({statistics.median(many) / n * 1e6:6.1f} us each)")
+    print(f"  schedule kernel compile / cache load: {compile_s:.2f} s CPU (once per process)")
 
 
 def recipes() -> None:
