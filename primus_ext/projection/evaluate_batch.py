@@ -70,6 +70,9 @@ _DP_FIELDS = attrgetter("fsdp", "data_parallel_sharding_strategy", "grad_reduce_
 """What ``dp_times``, ``bucket_fraction`` and ``optimizer_seconds`` read of an execution (with the
 group placement these sizes decide): the step-tail memo's key with the rank's parameters."""
 
+_PASS_LIMIT = 1 << 16
+"""Step-tail entries (a few hundred bytes each) memoised per context before the per-pass memos start over."""
+
 
 @dataclass(frozen=True, eq=False)
 class BatchProjection:
@@ -189,7 +192,9 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
     out = {name: np.full(n, np.nan) for name in ("step", "tok", "tflops", "mfu")}
     parts = {name: np.zeros(n) for name in PARTS}
     sources: list[dict[str, str] | None] = [None] * n
-    memo = ctx.batch.setdefault("pass", {"p2p": {}, "tail": {}, "flops": {}})
+    memo = ctx.batch.get("pass")
+    if memo is None or len(memo["tail"]) > _PASS_LIMIT:
+        memo = ctx.batch["pass"] = {"p2p": {}, "tail": {}, "flops": {}}
     groups: dict[tuple, list] = {}
     for i, ex in enumerate(executions):
         try:

@@ -93,7 +93,7 @@ def batch_scores(batch: Any) -> list[Score | RecipeError]:
         del breakdown["overhead_s"]  # part of compute_s; score_of does not list it either
         out.append(Score(tokens_per_s_per_gpu=float(batch.tokens_per_s_per_gpu[i]),
                          step_time_s=float(batch.step_time_s[i]), mfu=float(batch.mfu[i]), breakdown=breakdown,
-                         sources=batch.sources[i]))
+                         sources=dict(batch.sources[i])))
     return out
 
 
