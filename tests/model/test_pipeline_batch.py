@@ -1,5 +1,6 @@
 """The compiled batch simulator equals the reference simulator (``pipeline.simulate``) configuration by
-configuration: per-rank finish times and the critical path's send/recv seconds."""
+configuration: per-rank finish times and the critical path's send/recv seconds; long runs extrapolate the
+periodic steady state (fewer ops simulated) and still equal the op-by-op simulation (``timeline=True``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from primus_ext.model.pipeline import ChunkTimes, simulate
-from primus_ext.model.pipeline_batch import simulate_many
+from primus_ext.model.pipeline_batch import simulate_many, simulated_ops
 
 CASES = [("1f1b", 1, 1, 6, 0), ("1f1b", 4, 1, 16, 0), ("1f1b", 8, 1, 40, 0), ("interleaved", 4, 2, 16, 0),
          ("interleaved", 4, 3, 12, 0), ("interleaved", 8, 4, 32, 0), ("interleaved", 4, 4, 16, 1),
@@ -39,6 +40,53 @@ def test_equals_reference_simulator(case):
         want = simulate(schedule, _times(durations[k], pp, vpp), m, tuple(p2p[k]), moe_a2a_overlap_warmup=bool(extra))
         assert tuple(finish[k]) == pytest.approx(want.finish, rel=1e-12)
         assert critical[k] == pytest.approx(want.critical_p2p, rel=1e-9, abs=1e-12)
+
+
+LONG = [("1f1b", 4, 1, 64, 0), ("1f1b", 8, 1, 200, 0), ("interleaved", 4, 2, 64, 0), ("interleaved", 8, 4, 96, 1),
+        ("interleaved", 4, 2, 64, 1)]
+
+
+def _long_inputs(pp: int, vpp: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random times with zero / small / large p2p; equal times without and with p2p; realistic uneven ends."""
+    rng = random.Random(seed)
+    stages = pp * vpp
+    durations = [[rng.uniform(0.5, 2.0) for _ in range(2 * stages)] for _ in range(6)]
+    durations += [[1.0] * stages + [2.0] * stages] * 2
+    body = [0.010] * stages + [0.021] * stages
+    body[0], body[stages - 1], body[stages], body[-1] = 0.013, 0.016, 0.025, 0.030  # embedding, loss
+    durations += [body] * 2
+    p2p = [[rng.choice((0.0, 0.01, 0.4)) for _ in range(stages - 1)] for _ in range(5)] + [[0.0] * (stages - 1)]
+    p2p += [[0.0] * (stages - 1), [0.05] * (stages - 1), [0.0] * (stages - 1), [1e-4] * (stages - 1)]
+    return np.array(durations), np.array(p2p).reshape(len(p2p), stages - 1)
+
+
+@pytest.mark.parametrize("case", LONG, ids=lambda c: f"{c[0]}-pp{c[1]}v{c[2]}m{c[3]}x{c[4]}")
+def test_long_runs_extrapolate_and_equal_the_op_by_op_simulation(case):
+    schedule, pp, vpp, m, extra = case
+    durations, p2p = _long_inputs(pp, vpp, pp * 100 + vpp * 10 + m)
+    finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, extra=extra)
+    ops = simulated_ops(schedule, pp, vpp, m, durations, p2p, extra=extra)
+    # every configuration extrapolated the periodic steady state: under half of its ops simulated
+    assert ops.shape == (len(durations),) and ops.max() < pp * vpp * m
+    for k in range(len(durations)):
+        times = _times(durations[k], pp, vpp)
+        for timeline in (False, True):  # the scalar fast path, then the op-by-op simulation (``pipeline._fixed``)
+            want = simulate(schedule, times, m, tuple(p2p[k]), moe_a2a_overlap_warmup=bool(extra), timeline=timeline)
+            assert tuple(finish[k]) == pytest.approx(want.finish, rel=1e-9)
+            assert critical[k] == pytest.approx(want.critical_p2p, rel=1e-9, abs=1e-12)
+
+
+def test_simulated_op_counts():
+    """Short 1F1B runs (m <= 4 PP + 3) simulate every op, as ``pipeline.simulate``; a long uniform 1F1B run
+    simulates the transient, a few periods and the drain: far fewer than its 2 * PP * m ops."""
+    pp = 4
+    durations, p2p = np.array([[1.0] * pp + [2.0] * pp]), np.zeros((1, pp - 1))
+    assert simulated_ops("1f1b", pp, 1, 4 * pp + 3, durations, p2p).tolist() == [2 * pp * (4 * pp + 3)]
+    m = 1000
+    ops = simulated_ops("1f1b", pp, 1, m, durations, p2p)
+    assert 0 < ops[0] < 200 < 2 * pp * m
+    finish, _ = simulate_many("1f1b", pp, 1, m, durations, p2p)
+    assert finish.max() == pytest.approx((m + pp - 1) * 3.0, rel=1e-12)
 
 
 def test_uniform_1f1b_bubble_is_the_closed_form():
