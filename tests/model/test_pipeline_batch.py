@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from primus_ext.model.pipeline import ChunkTimes, simulate
+from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
 from primus_ext.model.pipeline_batch import simulate_many, simulated_ops
 
 CASES = [("1f1b", 1, 1, 6, 0), ("1f1b", 4, 1, 16, 0), ("1f1b", 8, 1, 40, 0), ("interleaved", 4, 2, 16, 0),
@@ -73,6 +73,29 @@ def test_long_runs_extrapolate_and_equal_the_op_by_op_simulation(case):
         for timeline in (False, True):  # the scalar fast path, then the op-by-op simulation (``pipeline._fixed``)
             want = simulate(schedule, times, m, tuple(p2p[k]), moe_a2a_overlap_warmup=bool(extra), timeline=timeline)
             assert tuple(finish[k]) == pytest.approx(want.finish, rel=1e-9)
+            assert critical[k] == pytest.approx(want.critical_p2p, rel=1e-9, abs=1e-12)
+
+
+def test_random_structures_equal_the_reference():
+    """Random PP / VPP / group sizes / micro-batch counts (both paths: extrapolated and every op)."""
+    rng = random.Random(11)
+    for _ in range(40):
+        pp, vpp = rng.randint(1, 8), rng.choice((1, 2, 3))
+        group = rng.randint(pp, 2 * pp) if vpp > 1 else pp
+        m = group * rng.randint(1, 8) if vpp > 1 else rng.randint(1, 80)
+        if vpp > 1 and interleaving_problem(pp, m, group):
+            continue
+        extra = rng.randint(0, 1) if vpp > 1 else 0
+        schedule, stages = ("interleaved" if vpp > 1 else "1f1b"), pp * vpp
+        durations = np.array([[rng.randint(1, 40) / 64 for _ in range(2 * stages)], [1.0] * stages + [2.0] * stages,
+                              [rng.uniform(0.01, 3.0) for _ in range(2 * stages)]])
+        p2p = np.array([[rng.choice((0.0, 0.125, rng.uniform(0.0, 0.5))) for _ in range(stages - 1)]
+                        for _ in range(3)]).reshape(3, stages - 1)
+        finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, group=group, extra=extra)
+        for k in range(3):
+            want = simulate(schedule, _times(durations[k], pp, vpp), m, tuple(p2p[k]),
+                            microbatch_group_size_per_vp_stage=group, moe_a2a_overlap_warmup=bool(extra))
+            assert tuple(finish[k]) == pytest.approx(want.finish, rel=1e-12)
             assert critical[k] == pytest.approx(want.critical_p2p, rel=1e-9, abs=1e-12)
 
 
