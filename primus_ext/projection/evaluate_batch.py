@@ -12,14 +12,15 @@ layer split's counts per chunk) and its schedule structure. Configurations shari
   * chunk sums: counts per chunk (PP*VPP x 8 layer kinds) times the layer kinds' values (8 x 16 fields:
     fwd, bwd, compute, recompute, params, analytic passes, layers, total / exposed per layer comm kind),
     one batched matrix product;
-  * the schedule: ``model.pipeline_batch.simulate_many`` (compiled op loop, every op simulated);
+  * the schedule: ``model.pipeline_batch.simulate_many`` (compiled op loop; long runs extrapolate the
+    periodic steady state as ``evaluate`` does);
   * the step tail (DP gradient reduction and parameter gather, optimizer) from ``projection.comm``'s
     functions per (rank parameters, DP layout), memoised within the call, and their overlap as arrays;
   * the breakdown of the busiest rank, tok/s/GPU, TFLOP/s/GPU, MFU.
 The zero-bubble schedule (a greedy event simulation) goes through ``evaluate`` one by one.
 
-tests/projection/test_evaluate_batch.py checks every number against ``evaluate`` over whole tuner
-spaces; benchmarks/projection_speed.py measures the rate.
+tests/projection/test_evaluate_batch.py checks every number against ``evaluate`` over a sample of a tuner
+space; benchmarks/projection_speed.py measures the rate.
 """
 
 from __future__ import annotations
