@@ -25,9 +25,10 @@ space; benchmarks/projection_speed.py measures the rate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from types import MappingProxyType
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from primus_ext.projection.result import Projection
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 FIELDS = ("fwd", "bwd", "compute", "recompute", "dense", "experts", "passes", "layers",
-          *(f"{part}_{kind}" for kind in LAYER_COMM_KINDS for part in ("total", "exposed")))
+          *(f"{part}_{kind}" for kind in LAYER_COMM_KINDS for part in ("total", "exposed", "has")))
 """Per-micro-batch values summed over a chunk's layers (``stage_sums._chunk``'s sums)."""
 _F = {name: k for k, name in enumerate(FIELDS)}
 KINDS = 8
@@ -72,10 +73,12 @@ _DP_FIELDS = attrgetter("fsdp", "data_parallel_sharding_strategy", "grad_reduce_
 group placement these sizes decide): the step-tail memo's key with the rank's parameters."""
 
 _PASS_LIMIT = 1 << 16
-"""Step-tail entries (a few hundred bytes each) memoised per context before the per-pass memos start over."""
+"""Step-tail entries memoised per context before the per-pass memos start over: a bound on memory (each entry
+is a key of 12 small values and 4 floats, ~0.5 KB with the dict slot: ~30 MB at the limit), far above the
+~3 distinct ranks x configurations of one tuner space."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class BatchProjection:
     """Projections of ``executions`` as arrays (NaN where ``problems[i]`` says why there is none)."""
 
@@ -90,7 +93,10 @@ class BatchProjection:
     mfu: np.ndarray
     parts: dict[str, np.ndarray]
     """``PARTS`` -> seconds per step (0 for a kind the configuration does not have)."""
-    sources: tuple[dict[str, str] | None, ...]
+    present: dict[str, np.ndarray]
+    """Comm kind -> whether ``evaluate``'s breakdown lists it (a layer kind on the busiest rank has it; pp with
+    PP > 1; the DP kinds when they cost something)."""
+    sources: tuple[Mapping[str, str] | None, ...]
     """Per configuration: layer kind -> where its cost came from (shared by configurations with one layer set)."""
 
     def __len__(self) -> int:
@@ -100,7 +106,7 @@ class BatchProjection:
         """Configuration ``i``'s breakdown: ``PARTS`` without the communication kinds it does not have."""
         out = {}
         for name, values in self.parts.items():
-            if name.startswith(("exposed_", "total_")) and not self.parts["total" + name[name.index("_"):]][i]:
+            if name.startswith(("exposed_", "total_")) and not self.present[name[name.index("_") + 1:-2]][i]:
                 continue
             out[name] = float(values[i])
         return out
@@ -133,15 +139,17 @@ def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
             for kind, total, exposed in layer.comm_items:
                 out[_F[f"total_{kind}"]] += total
                 out[_F[f"exposed_{kind}"]] += exposed
+                out[_F[f"has_{kind}"]] = 1.0  # listed in the breakdown even when it costs nothing
         ctx.batch[key] = found
     return found
 
 
-def _sources(ctx: _Context, layer_id: int, layers: dict) -> dict[str, str]:
+def _sources(ctx: _Context, layer_id: int, layers: dict) -> Mapping[str, str]:
+    """Layer kind -> cost source of one layer set (``evaluate.layer_sources``), one read-only view per set."""
     key = ("sources", layer_id)
     found = ctx.batch.get(key)
     if found is None:
-        found = ctx.batch[key] = layer_sources(layers)
+        found = ctx.batch[key] = MappingProxyType(layer_sources(layers))  # shared: read-only
     return found
 
 
@@ -159,6 +167,7 @@ def _counts(ctx: _Context, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ..
 
 
 def _p2p(memo: dict, nbytes: float, ex: ExecutionSpec, system: SystemSpec) -> np.ndarray:
+    """Send/recv seconds per virtual-stage boundary (``evaluate._stages``' p2p): within or across domains."""
     pl = group_placements(ex, system)
     pp, vpp = ex.pp, ex.vpp
     key = (nbytes, pp, vpp, pl.pp_boundary_crosses, pl.pp.crosses)
@@ -185,14 +194,16 @@ def _tail(memo: dict, dense: int, experts: int, ex: ExecutionSpec, system: Syste
 def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system: SystemSpec,
                   costs: Costs = None) -> BatchProjection:
     """Project every execution (``evaluate``'s numbers, as arrays); a configuration that cannot be
-    projected gets NaNs and its error in ``problems``."""
+    projected gets NaNs and its error (a ``PrimusExtError``, as ``evaluate`` raises) in ``problems``. Other
+    exceptions (a broken hardware profile) propagate, as from ``evaluate``."""
     executions = tuple(executions)
     ctx = _context(model, system, _providers(costs))
     n = len(executions)
     problems: list[PrimusExtError | None] = [None] * n
     out = {name: np.full(n, np.nan) for name in ("step", "tok", "tflops", "mfu")}
     parts = {name: np.zeros(n) for name in PARTS}
-    sources: list[dict[str, str] | None] = [None] * n
+    present = {kind: np.zeros(n, dtype=bool) for kind in (*LAYER_COMM_KINDS, "pp", "dp_grad", "dp_param")}
+    sources: list[Mapping[str, str] | None] = [None] * n
     memo = ctx.batch.get("pass")
     if memo is None or len(memo["tail"]) > _PASS_LIMIT:
         memo = ctx.batch["pass"] = {"p2p": {}, "tail": {}, "flops": {}}
@@ -202,7 +213,7 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
             m, schedule = schedule_of(ex)
             if schedule == "zb-h1":  # greedy event simulation: one by one
                 projection = evaluate(model, ex, system, costs)
-                _store(out, parts, i, projection)
+                _store(out, parts, present, i, projection)
                 sources[i] = projection.sources
                 continue
             layers, nbytes, layer_id = _layer_entry(ctx, ex)
@@ -217,13 +228,13 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
         groups.setdefault((schedule, pp, vpp, m, extra), []).append(
             (i, ex, _values(ctx, layer_id, layers), counts, rank_rows, p2p))
     for key, members in groups.items():
-        _group(ctx, memo, key, members, out, parts)
+        _group(ctx, memo, key, members, out, parts, present)
     return BatchProjection(model=model, system=system, costs=costs, executions=executions, problems=tuple(problems),
                            step_time_s=out["step"], tokens_per_s_per_gpu=out["tok"], model_tflops_per_gpu=out["tflops"],
-                           mfu=out["mfu"], parts=parts, sources=tuple(sources))
+                           mfu=out["mfu"], parts=parts, present=present, sources=tuple(sources))
 
 
-def _store(out: dict, parts: dict, i: int, p: Projection) -> None:
+def _store(out: dict, parts: dict, present: dict, i: int, p: Projection) -> None:
     out["step"][i], out["tok"][i], out["tflops"][i], out["mfu"][i] = (
         p.step_time_s, p.tokens_per_s_per_gpu, p.model_tflops_per_gpu, p.mfu)
     b = p.breakdown
@@ -232,9 +243,10 @@ def _store(out: dict, parts: dict, i: int, p: Projection) -> None:
         parts[name][i] = value
     for c in b.comms:
         parts[f"exposed_{c.kind}_s"][i], parts[f"total_{c.kind}_s"][i] = c.exposed_s, c.total_s
+        present[c.kind][i] = True
 
 
-def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, parts: dict) -> None:
+def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, parts: dict, present: dict) -> None:
     """One schedule structure's configurations, as arrays (see the module docstring)."""
     schedule, pp, vpp, m, extra = key
     system, model = ctx.system, ctx.model
@@ -242,7 +254,7 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     idx = np.array([row[0] for row in members])
     vals = np.matmul(np.stack([row[3] for row in members]), np.stack([row[2] for row in members]))  # (n, PP*VPP, F)
     durations = np.concatenate((vals[:, :, _F["fwd"]], vals[:, :, _F["bwd"]]), axis=1)
-    p2p = np.stack([row[5] for row in members]) if pp > 1 else np.zeros((n, 0))
+    p2p = np.stack([row[5] for row in members]) if pp > 1 else np.zeros((n, pp * vpp - 1))
     finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, extra=extra)
     ranks = vals.reshape(n, pp, vpp, len(FIELDS)).sum(axis=2)  # (n, PP, F)
     busy = m * (ranks[:, :, _F["fwd"]] + ranks[:, :, _F["bwd"]])
@@ -274,15 +286,19 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     for kind in LAYER_COMM_KINDS:
         parts[f"total_{kind}_s"][idx] = m * busiest[:, _F[f"total_{kind}"]]
         parts[f"exposed_{kind}_s"][idx] = m * busiest[:, _F[f"exposed_{kind}"]]
+        present[kind][idx] = busiest[:, _F[f"has_{kind}"]] > 0
     if pp > 1:
         parts["total_pp_s"][idx] = 2 * m * p2p.sum(axis=1)
         parts["exposed_pp_s"][idx] = pp_exposed
+        present["pp"][idx] = True
     grad_worst = grad_t[rows, grad_t.argmax(axis=1)]
     parts["total_dp_grad_s"][idx] = grad_worst
     parts["exposed_dp_grad_s"][idx] = np.where(grad_worst > 0, tail - makespan, 0.0)
     param_worst = param_exp.argmax(axis=1)
     parts["total_dp_param_s"][idx] = param_t[rows, param_worst]
     parts["exposed_dp_param_s"][idx] = np.where(param_t[rows, param_worst] > 0, param_exp[rows, param_worst], 0.0)
+    present["dp_grad"][idx] = grad_worst > 0
+    present["dp_param"][idx] = param_t[rows, param_worst] > 0
     parts["bubble_s"][idx] = np.maximum(0.0, makespan - pp_exposed - busy.max(axis=1))
     parts["optimizer_s"][idx] = opt.max(axis=1)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from primus_ext.errors import RecipeError
+from primus_ext.errors import PrimusExtError
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 Oracle = Callable[[ExecutionSpec], "Score"]
@@ -81,10 +81,10 @@ def score_of(projection: Any) -> Score:
     )
 
 
-def batch_scores(batch: Any) -> list[Score | RecipeError]:
+def batch_scores(batch: Any) -> list[Score | PrimusExtError]:
     """A ``projection.evaluate_batch.BatchProjection`` -> per configuration its ``Score`` (the numbers
     ``score_of`` gives for ``evaluate``'s projection) or the error that stopped its projection."""
-    out: list[Score | RecipeError] = []
+    out: list[Score | PrimusExtError] = []
     for i, problem in enumerate(batch.problems):
         if problem is not None:
             out.append(problem)
@@ -97,7 +97,7 @@ def batch_scores(batch: Any) -> list[Score | RecipeError]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ProjectionOracle:
     """The projection as the oracle (``costs``: a ``CostProvider``): ``oracle(execution)`` projects one
     configuration, ``oracle.many(executions)`` a batch through ``evaluate_many`` (same numbers)."""
@@ -111,7 +111,7 @@ class ProjectionOracle:
 
         return score_of(evaluate(self.model, execution, self.system, self.costs))
 
-    def many(self, executions: Sequence[ExecutionSpec]) -> list[Score | RecipeError]:
+    def many(self, executions: Sequence[ExecutionSpec]) -> list[Score | PrimusExtError]:
         from primus_ext.projection.evaluate_batch import evaluate_many
 
         return batch_scores(evaluate_many(self.model, executions, self.system, self.costs))
@@ -119,4 +119,4 @@ class ProjectionOracle:
 
 def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Any) -> ProjectionOracle:
     """The projection as the oracle (``costs``: a ``CostProvider``)."""
-    return ProjectionOracle(model, system, costs)
+    return ProjectionOracle(model=model, system=system, costs=costs)

@@ -13,9 +13,10 @@ import pytest
 
 from primus_ext.errors import InfeasibleConfig, PrimusExtError
 from primus_ext.hardware import load_system
+from primus_ext.model.costs import LayerCost
 from primus_ext.projection import evaluate
 from primus_ext.projection.comm import hide, overlapped_exposed, overlapped_exposed_many
-from primus_ext.projection.evaluate import forget_projections
+from primus_ext.projection.evaluate import clear_cost_cache, forget_projections
 from primus_ext.projection.evaluate_batch import PARTS, evaluate_many
 from primus_ext.recipe import load_recipe
 from primus_ext.recipe.validate import check
@@ -49,14 +50,15 @@ def _expected(p) -> dict[str, float]:
     return out
 
 
-def _assert_same(model, executions, system) -> int:
-    """Every configuration: the same numbers as ``evaluate`` (or the same kind of error); the count
-    projected."""
-    batch = evaluate_many(model, executions, system)
+def _assert_same(model, executions, system, costs=None) -> int:
+    """Every configuration: the same numbers as ``evaluate`` (or the same kind of error) and the same
+    breakdown keys as the tuner's ``score_of``; the count projected."""
+    batch = evaluate_many(model, executions, system, costs)
+    scores = batch_scores(batch)
     projected = 0
     for i, ex in enumerate(executions):
         try:
-            want = evaluate(model, ex, system)
+            want = evaluate(model, ex, system, costs)
         except PrimusExtError as err:
             assert type(batch.problems[i]) is type(err), (i, err)
             assert math.isnan(batch.step_time_s[i])
@@ -67,6 +69,7 @@ def _assert_same(model, executions, system) -> int:
         for key, value in _expected(want).items():
             assert got.get(key, 0.0) == pytest.approx(value, rel=1e-9, abs=1e-12 + 1e-9 * want.step_time_s), (i, key)
         assert batch.sources[i] == want.sources
+        assert scores[i].breakdown.keys() == score_of(want).breakdown.keys(), i
         projected += 1
     return projected
 
@@ -135,3 +138,56 @@ def test_overlap_arrays_equal_the_scalar_formula():
     for k in range(50):
         assert got[k] == pytest.approx(overlapped_exposed(total[k], window[k], share[k], 0.8), rel=1e-12)
     assert overlapped_exposed(1.0, 5.0, 0.0, 1.0) == hide(1.0, 5.0, 1.0) == 0.0
+
+
+class _HalfStore:
+    """A provider that prices dense layers only (the rest falls through to the roofline), like a timing
+    store with some shapes measured."""
+
+    def cost(self, shape):
+        if shape.kind != "dense":
+            return None
+        return LayerCost(fwd_ms=1.0 + shape.tp, bwd_ms=2.0 + shape.tp, wgrad_ms=0.5, source="store:h100")
+
+
+def _grid():
+    sharding = (("none", "no_shard", False), ("none", "no_shard", True), ("megatron_fsdp", "optim_grads_params", True),
+                ("megatron_fsdp", "optim_grads", True), ("torch_fsdp2", "optim_grads_params", False),
+                ("none", "optim_grads_params", False))  # the strategy without FSDP: only ``fsdp`` tells them apart
+    for dp in (1, 2, 4, 8):  # one rank layout on 8 to 64 of the cluster's GPUs: other PP boundaries cross domains
+        yield replace(BASE, tensor_model_parallel_size=1, sequence_parallel=False, expert_model_parallel_size=1,
+                      data_parallel_size=dp, global_batch_size=8 * dp, virtual_pipeline_model_parallel_size=3)
+    for tp, etp, (fsdp, strategy, distopt), (pp, vpp), bf16 in itertools.product(
+            (1, 2), (None, 1, 4), sharding, ((1, None), (1, 2), (2, None), (4, 3)), (False, True)):
+        yield replace(BASE, tensor_model_parallel_size=tp, expert_tensor_parallel_size=etp, fsdp=fsdp,
+                      data_parallel_sharding_strategy=strategy, use_distributed_optimizer=distopt,
+                      sequence_parallel=tp > 1, pipeline_model_parallel_size=pp,
+                      virtual_pipeline_model_parallel_size=vpp, data_parallel_size=64 // (tp * pp),
+                      global_batch_size=4 * 64 // (tp * pp) * 8, grad_reduce_in_bf16=bf16,
+                      overlap_grad_reduce=bf16, overlap_param_gather=bf16 and distopt)
+
+
+@pytest.mark.parametrize("costs", [None, _HalfStore(), [_HalfStore()]], ids=("analytic", "store", "chain"))
+def test_equals_evaluate_over_layouts_sharding_and_providers(costs):
+    """TP / ETP, every sharding kind, PP=1 with VPP (megatron refuses it; both paths project it), bf16
+    gradient reduction, a timing-store-like provider alone and in a chain."""
+    executions = list(_grid())
+    assert _assert_same(MOE, executions, load_system("h100", 8), costs) > len(executions) // 2
+
+
+def test_equals_evaluate_across_memo_resets(monkeypatch):
+    """The layer memo starts over every few layer sets (its ids restart): the batch's arrays keyed by
+    layer id must start over with it."""
+    import importlib
+
+    module = importlib.import_module("primus_ext.projection.evaluate")
+    from primus_ext.projection import evaluate_batch
+
+    monkeypatch.setattr(module, "_STAGES_LIMIT", 3)
+    monkeypatch.setattr(evaluate_batch, "_PASS_LIMIT", 2)
+    clear_cost_cache()
+    executions = [ex for k, ex in enumerate(_grid()) if k % 7 == 0]
+    system = load_system("h100", 8)
+    for start in range(0, len(executions), 9):  # batches and one-by-one calls interleaved
+        assert _assert_same(MOE, executions[start:start + 9], system) >= 0
+    clear_cost_cache()
