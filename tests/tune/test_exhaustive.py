@@ -60,17 +60,33 @@ def test_branch_and_bound_finds_the_plain_optimum(mixtral):
     assert bnb.stats.pruned_by_bound > 0
 
 
-def test_batched_projection_changes_nothing(mixtral):
-    """The exhaustive search projects each prefix's leaves as one batch (``oracle.many``); an oracle
-    without ``many`` (one call per configuration) gives the same trials, counts and optimum."""
+@pytest.mark.parametrize("after", [0, 40])
+def test_batched_projection_changes_nothing(mixtral, monkeypatch, after):
+    """Past ``BATCH_AFTER`` projections the exhaustive search projects each prefix's leaves as one batch
+    (``oracle.many``); an oracle without ``many`` (one call per configuration) gives the same trials,
+    counts and optimum."""
+    from primus_ext.tune.strategies import exhaustive
+
+    monkeypatch.setattr(exhaustive, "BATCH_AFTER", after)
     space = build_space(mixtral.model, mixtral.execution, mixtral.system, PINS)
     oracle = projection_oracle(space.model, space.system, None)
+    batched = []
+
+    class Counting:
+        def __call__(self, ex):
+            return oracle(ex)
+
+        def many(self, executions):
+            batched.append(len(executions))
+            return oracle.many(executions)
+
     results, trials = {}, {}
-    for name, scorer in (("batch", oracle), ("one by one", lambda ex: oracle(ex))):
+    for name, scorer in (("batch", Counting()), ("one by one", lambda ex: oracle(ex))):
         ctx = SearchContext(space=space, oracle=scorer, prefilter=MemoryFilter(space.model, space.system),
                             budget=1, detail=False)
         results[name] = tune(ctx, "exhaustive")
         trials[name] = {k: (t.status, t.score.step_time_s if t.score else None) for k, t in ctx.trials.items()}
+    assert sum(batched) > 0.5 * results["batch"].stats.projected  # most leaves went through batches
     batch, single = results["batch"], results["one by one"]
     assert batch.best.config == single.best.config
     assert (batch.stats.projected, batch.stats.illegal, batch.stats.rejected_by_prefilter) == (

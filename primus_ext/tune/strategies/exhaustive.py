@@ -38,6 +38,11 @@ tried."""
 PRUNE_AFTER = ("ep", "mbs", "recompute", "sharding", "precision")
 BOUND_AFTER = "mbs"
 """Branch and bound works on prefixes up to this axis (see ``_upper_bound``)."""
+BATCH_AFTER = 2000
+"""Projections made one by one before the leaves go to the oracle in batches (``oracle.many``): the batch
+path's fixed cost, numba's import and the compiled kernel's cache load (0.4-0.6 s per process, printed by
+benchmarks/projection_speed.py), pays off after ~2 000 projections (one by one ~250-400 us each, batched
+~20-110 us; measured on the DeepSeek-V3, GPT-OSS and Llama-3.1-8B spaces), so small searches never pay it."""
 LEAST_COMPUTE = ("none", "selective", "block25", "block50", "block75", "full")
 """Recompute choices from the least to the most recomputed work."""
 
@@ -147,7 +152,8 @@ def run(ctx: Any, options: Any) -> list[str]:
 
     def project_leaves() -> None:
         """Every collected leaf through ``ctx.try_config`` in walk order, the legal ones that fit projected
-        as one batch first when the oracle can (``oracle.many``: the same scores, faster)."""
+        as one batch first when the oracle can (``oracle.many``: the same scores, faster) and the search is
+        big enough (``BATCH_AFTER``)."""
         entries = []
         for config in leaves:
             key = tuple(config[n] for n in names)
@@ -160,7 +166,7 @@ def run(ctx: Any, options: Any) -> list[str]:
                 fits = ctx.prefilter.fits(execution)
             entries.append((config, execution, problems, fits))
         leaves.clear()
-        many = getattr(ctx.oracle, "many", None)
+        many = getattr(ctx.oracle, "many", None) if ctx.stats.projected >= BATCH_AFTER else None
         batch = [e for e in entries if not e[2] and e[3]] if many is not None else []
         scores = dict(zip(map(id, batch), many([e[1] for e in batch]), strict=True)) if batch else {}
         for entry in entries:
