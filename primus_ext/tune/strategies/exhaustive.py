@@ -154,19 +154,20 @@ def run(ctx: Any, options: Any) -> list[str]:
         """Every collected leaf through ``ctx.try_config`` in walk order, the legal ones that fit projected
         as one batch first when the oracle can (``oracle.many``: the same scores, faster) and the search is
         big enough (``BATCH_AFTER``)."""
+        many = getattr(ctx.oracle, "many", None) if ctx.stats.projected >= BATCH_AFTER else None
         entries = []
         for config in leaves:
             key = tuple(config[n] for n in names)
             execution, problems = prepared.pop(key, (None, None))
-            if execution is None:
-                execution = space.to_execution(config)
-                problems = check(space.model, execution, space.system)
             fits = fitted.get(key)
-            if fits is None and not problems:
-                fits = ctx.prefilter.fits(execution)
+            if many is not None:  # what try_config would find, found first to pick the batch
+                if execution is None:
+                    execution = space.to_execution(config)
+                    problems = check(space.model, execution, space.system)
+                if fits is None and not problems:
+                    fits = ctx.prefilter.fits(execution)
             entries.append((config, execution, problems, fits))
         leaves.clear()
-        many = getattr(ctx.oracle, "many", None) if ctx.stats.projected >= BATCH_AFTER else None
         batch = [e for e in entries if not e[2] and e[3]] if many is not None else []
         scores = dict(zip(map(id, batch), many([e[1] for e in batch]), strict=True)) if batch else {}
         for entry in entries:
