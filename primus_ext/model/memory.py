@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
+from primus_ext.model.fp8 import layer_weight_bytes
 from primus_ext.model.memory_schedule import held_activations, prefix_sums
 from primus_ext.model.memory_stage import (
     CUDA_CONTEXT_BYTES,
@@ -145,7 +146,7 @@ def estimate_memory(
     ctx = stage_context(model, execution, measured)
     stages = []
     for rank in range(execution.pp):
-        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True)
+        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True, family=system.gpu.family)
         stages.append(StageMemory(rank=rank, params_bytes=totals[0], grads_bytes=totals[1],
                                   optimizer_bytes=totals[2], activations_bytes=totals[3],
                                   other_bytes=totals[4], total_bytes=sum(totals),
@@ -166,7 +167,7 @@ _SHAPE_FIELDS = (
 _RUN_FIELDS = (
     "data_parallel_size", "use_distributed_optimizer", "fsdp", "data_parallel_sharding_strategy",
     "grad_reduce_in_bf16", "global_batch_size", "pipeline_schedule", "overlap_moe_expert_parallel_comm",
-    "fp8_param_gather",
+    "fp8_param_gather", "fp8_recipe",
 )
 """The other fields the peak depends on (sharding, micro-batch count, schedule, grad precision); the rest of
 an ExecutionSpec (overlap flags, dispatcher, ...) does not change memory."""
@@ -189,17 +190,18 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
         prof = rank_profile(ctx, rank)
         backward_ws, logits, a2a = transient_terms(model, e, prof)
         static = prof.working + backward_ws + logits + a2a
-        reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.chunk_saved,
-                     prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction, static))
+        reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.edge_params,
+                     prof.chunk_saved, prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction,
+                     static))
     return (model, tuple(reps), biggest_layer_params(ctx))
 
 
-def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
+def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
     """The peak over the pipeline ranks: the arithmetic of ``memory_stage.stage_memory`` (checked equal on
     whole tuner spaces by tests/model/test_memory_prefilter_fast.py) on memoised per-rank constants, then
     memoised on the remaining fields the peak depends on (configurations differing only in overlap flags,
     dispatcher, ... share it)."""
-    key = (id(model), _peak_fields(e))
+    key = (id(model), _peak_fields(e), family)
     hit = _PEAKS.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -211,15 +213,16 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
         entry = _COMPILED[shape_key] = _compile(model, e)
     _, reps, biggest = entry
     sharding = sharding_bytes(e)
+    weight = layer_weight_bytes(e, family, param_bytes=sharding[0])
     pp = e.pipeline_model_parallel_size
     m = max(1, e.global_batch_size // (e.micro_batch_size * e.data_parallel_size))
     vpp = e.virtual_pipeline_model_parallel_size or 1
     zb = e.pipeline_schedule == "zb-h1"
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
-    for rank, total_params, expert, router, saved, prefix, per_mb, wgrad, static in reps:
+    for rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static in reps:
         params, grads, opt_dense, opt_expert, fsdp_gather = state_bytes(e, sharding, total_params, expert, router,
-                                                                        biggest)
+                                                                        edge, biggest, weight)
         opt = opt_dense + opt_expert
         activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)
         if zb and rank:
@@ -236,15 +239,16 @@ def _peak(model: ModelSpec, e: ExecutionSpec) -> float:
     return peak
 
 
-def peak_bytes(model: ModelSpec, execution: ExecutionSpec) -> float:
-    """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity), torch-free."""
-    return _peak(model, execution)
+def peak_bytes(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec | None = None) -> float:
+    """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity), torch-free. ``system`` gives
+    the GPU generation (fp8 weight formats); without it the conservative (Hopper) formats are counted."""
+    return _peak(model, execution, system.gpu.family if system is not None else "")
 
 
 def fits(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, *, margin: float = 0.0) -> bool:
     """The tuner's fast pre-filter: True when the analytic peak fits ``capacity * (1 - margin)``."""
     usable = system.gpu.hbm_bytes * HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE * (1.0 - margin)
-    return _peak(model, execution) <= usable
+    return _peak(model, execution, system.gpu.family) <= usable
 
 
 def with_capacity(memory: Memory, capacity_bytes: float) -> Memory:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from primus_ext.model.fp8 import layer_weight_bytes
 from primus_ext.model.memory_activations import (
     LOCAL,
     TE,
@@ -60,13 +61,6 @@ MOE_A2A_BUFFER_COPIES = 2
 FSDP_GATHERED_LAYERS = 2
 """FSDP keeps the current layer's gathered parameters plus one prefetched layer (torch FSDP2 and
 Megatron-FSDP default prefetch of one)."""
-FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2
-"""Extra weight bytes under fp8 GEMMs with bf16 parameters: megatron-core's TE wrappers pass
-``is_first_microbatch`` (extensions/transformer_engine.py, unless disable_parameter_transpose_cache), so
-Transformer Engine quantises each weight once per step and keeps the fp8 copy
-and its transpose (1 + 1 B/param) in the module's workspace for the other micro-batches. With
-``fp8_param_gather`` the parameter itself is the fp8 tensor (1 B + TE's 1-byte transpose = the 2 B of a
-bf16 weight): no extra."""
 ADAM_BYTES_PER_PARAM = 12
 """fp32 master weights + Adam m + v (Megatron with bf16 params); 8 when training in fp32."""
 
@@ -355,16 +349,17 @@ def biggest_layer_params(ctx: StageContext) -> int:
 
 
 def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, float], total_params: float,
-                expert: float, router: float, biggest: float) -> tuple[float, float, float, float, float]:
+                expert: float, router: float, edge: float, biggest: float,
+                weight: tuple[float, float]) -> tuple[float, float, float, float, float]:
     """(parameters, gradients, dense optimizer shard, expert optimizer shard, FSDP-gathered transient) bytes
-    of one rank holding ``total_params`` (``expert`` of them expert, ``router`` fp32 router) parameters;
-    ``sharding`` = ``sharding_bytes(e)``, ``biggest`` = the largest layer's parameters (what FSDP gathers).
-    The one formula behind both ``stage_memory`` and the pre-filter's fast path (``memory._peak``)."""
+    of one rank holding ``total_params`` (``expert`` of them expert, ``router`` fp32 router, ``edge``
+    embedding / output / MTP extras) parameters; ``sharding`` = ``sharding_bytes(e)``, ``biggest`` = the
+    largest layer's parameters (what FSDP gathers), ``weight`` = ``fp8.layer_weight_bytes`` (bytes per
+    transformer-layer GEMM parameter and its fp8 cache). The one formula behind both ``stage_memory`` and the
+    pre-filter's fast path (``memory._peak``)."""
     param_b, grad_b, opt_b, dp_dense, dp_expert = sharding
     dense_params = total_params - expert
-    params = total_params * param_b + router * (ROUTER_PARAM_BYTES - param_b)
-    if e.precision == "fp8" and not e.fp8_param_gather:
-        params += total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+    params = (total_params - edge - router) * sum(weight) + edge * param_b + router * ROUTER_PARAM_BYTES
     grads = total_params * grad_b
     shard_opt = e.use_distributed_optimizer or e.fsdp != "none"
     opt_dense = dense_params / (dp_dense if shard_opt else 1) * opt_b
@@ -412,19 +407,22 @@ def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
     return _memo((*ctx.profile_key, rank), ctx.model, lambda: _rank_profile(ctx, rank))
 
 
-def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
-                 detail: bool) -> tuple[dict[str, float], tuple[float, ...], float]:
-    """Bytes of pipeline rank ``rank`` under ``execution`` (the configuration ``ctx`` was looked up for):
-    named parts (when ``detail``), the five totals, micro-batches in flight."""
+def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, detail: bool,
+                 family: str = "") -> tuple[dict[str, float], tuple[float, ...], float]:
+    """Bytes of pipeline rank ``rank`` under ``execution`` (the configuration ``ctx`` was looked up for) on a
+    GPU of tensor-core ``family`` (fp8 weight formats; ``""`` = the conservative Hopper answer): named parts
+    (when ``detail``), the five totals, micro-batches in flight."""
     e, model = execution, ctx.model
     prof = rank_profile(ctx, rank)
     total_params, expert, router = prof.total_params, prof.expert_params, prof.router_params
     # --- parameters, gradients, optimizer ------------------------------------------------------
     sharding = sharding_bytes(e)
     param_b = sharding[0]
+    weight = layer_weight_bytes(e, family, param_bytes=param_b)
+    layer_gemm = total_params - prof.edge_params - router
     params, grads, opt_dense, opt_expert, fsdp_gather = state_bytes(e, sharding, total_params, expert, router,
-                                                                    biggest_layer_params(ctx))
-    fp8_cache = e.precision == "fp8" and not e.fp8_param_gather
+                                                                    prof.edge_params, biggest_layer_params(ctx),
+                                                                    weight)
     # --- activations ---------------------------------------------------------------------------
     flights = chunk_in_flight(e, rank)
     per_mb = sum(prof.chunk_saved)
@@ -445,10 +443,10 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *,
     if not detail:
         return {}, totals, in_flight
     parts = {
-        "params.decoder_layers": (total_params - prof.edge_params) * param_b,
+        "params.decoder_layers": layer_gemm * weight[0] + router * param_b,
         "params.embedding_output_mtp": prof.edge_params * param_b,
         "params.router_fp32_extra": router * (ROUTER_PARAM_BYTES - param_b),
-        "params.fp8_weight_cache": total_params * FP8_WEIGHT_CACHE_BYTES_PER_PARAM if fp8_cache else 0.0,
+        "params.fp8_weight_cache": layer_gemm * weight[1],
         "params.count": total_params, "params.expert_count": expert,
         "optimizer.dense_shard": opt_dense, "optimizer.expert_shard": opt_expert,
         "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,

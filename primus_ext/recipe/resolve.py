@@ -54,7 +54,7 @@ _OTHER_READ = (
     "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
     "zero_bubble_v_schedule", "pp_algorithm", "cpu_offloading", "cpu_offloading_num_layers",
     "cpu_offloading_activations", "cpu_offloading_weights", "cross_entropy_fusion_impl",
-    "fp8_param_gather", "moe_router_num_groups", "moe_router_group_topk",
+    "fp8_param_gather", "fp8_recipe", "moe_router_num_groups", "moe_router_group_topk",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -271,6 +271,16 @@ def _precision(a: ArgReader) -> str:
     return "bf16" if bf16 else "fp16" if fp16 else "fp32"
 
 
+def _fp8_recipe(a: ArgReader) -> str:
+    # megatron-core arguments.py --fp8-recipe: tensorwise, delayed (default), mxfp8, blockwise, custom
+    value = a.choice("fp8_recipe", ("delayed", "tensorwise", "mxfp8", "blockwise", "custom"), "delayed")
+    if value == "custom":
+        a.warnings.append("fp8_recipe custom (a user quantisation factory) is projected as delayed per-tensor "
+                          "scaling")
+        return "delayed"
+    return value or "delayed"
+
+
 def _fsdp(a: ArgReader) -> str:
     on = [k for k in FSDP_KEYS if a.bool(k)]
     if len(on) > 1 and set(on) != {"use_megatron_fsdp", "use_custom_fsdp"}:
@@ -359,6 +369,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         precision=_precision(a),  # type: ignore[arg-type]
         grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16"),
         fp8_param_gather=a.bool("fp8_param_gather"),
+        fp8_recipe=_fp8_recipe(a),  # type: ignore[arg-type]
         cross_entropy_fusion_impl=a.choice(  # type: ignore[arg-type]
             "cross_entropy_fusion_impl", ("native", "te"), "native") or "native",
         moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]

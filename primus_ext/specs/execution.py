@@ -16,6 +16,7 @@ PipelineSchedule = Literal["1f1b", "interleaved", "zb-h1"]
 Dispatcher = Literal["alltoall", "allgather", "flex"]
 CPCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 FSDPKind = Literal["none", "torch_fsdp2", "megatron_fsdp"]
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise", "rowwise"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +93,11 @@ class ExecutionSpec:
     # --- precision -----------------------------------------------------------------------------
     precision: Precision = "bf16"
     """Compute precision of the GEMMs (fp8 = Megatron's ``--fp8 e4m3|hybrid`` with bf16 params)."""
+    fp8_recipe: Fp8Recipe = "delayed"
+    """How fp8 tensors are scaled (used when ``precision`` is fp8): Megatron's ``--fp8-recipe`` (``delayed``
+    per-tensor from an amax history, its default; ``tensorwise`` per-tensor current scaling; ``mxfp8``
+    1x32-block scales, Blackwell; ``blockwise`` 128-element / 128x128 blocks) or ``rowwise`` (per-row
+    scales: torchao's float8 recipe of that name, read from torchtitan runs; not a Megatron choice)."""
     fp8_param_gather: bool = False
     """Megatron's ``--fp8-param-gather``: parameters kept in fp8 (and all-gathered in fp8), no bf16 copy."""
     grad_reduce_in_bf16: bool = False

@@ -76,7 +76,7 @@ class MemoryFilter:
     def peak(self, execution: ExecutionSpec) -> int:
         """Peak per-GPU bytes (the fast path when the memory model has one)."""
         if self._peak is not None:
-            return int(self._peak(self.model, execution))
+            return int(self._peak(self.model, execution, self.system))
         return int(self._estimate(self.model, execution, self.system).peak_bytes)
 
     def verdict(self, execution: ExecutionSpec) -> MemoryVerdict:

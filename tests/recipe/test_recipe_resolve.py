@@ -96,6 +96,16 @@ def test_zero_bubble_and_precision_and_fsdp():
     assert resolve({**BASE, "use_megatron_fsdp": 1})[1].fsdp == "megatron_fsdp"
 
 
+def test_fp8_recipe_choices_and_custom():
+    fp8 = {**BASE, "fp8": "hybrid"}
+    assert resolve(fp8)[1].fp8_recipe == "delayed"  # megatron-core's default
+    assert resolve({**fp8, "fp8_recipe": "tensorwise"})[1].fp8_recipe == "tensorwise"
+    _, execution, problems, warnings = resolve_all({**fp8, "fp8_recipe": "custom"}, NODE)
+    assert execution.fp8_recipe == "delayed" and not problems and any("custom" in w for w in warnings)
+    problems = resolve({**fp8, "fp8_recipe": "nvfp4"})[2]
+    assert [p.path for p in problems] == ["fp8_recipe"] and "mxfp8" in problems[0].fix
+
+
 def test_sequence_parallel_as_int_and_dropped_at_tp1():
     assert resolve({**BASE, "sequence_parallel": 1, "tensor_model_parallel_size": 2})[1].sequence_parallel is True
     assert resolve({**BASE, "sequence_parallel": 1})[1].sequence_parallel is False  # Megatron: off at TP=1

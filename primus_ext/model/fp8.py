@@ -1,0 +1,63 @@
+"""What an fp8 weight costs in HBM, by scaling recipe and GPU generation (Transformer Engine 2.x).
+
+Pure functions of the execution's ``fp8_recipe`` and the GPU's tensor-core ``family``::
+
+    fp8_weight_bytes("tensorwise", "blackwell")  # 1.0: the fp8 data serves both GEMM layouts
+    fp8_weight_bytes("tensorwise", "hopper")     # 2.0: fp8 data + the transposed copy
+    layer_weight_bytes(execution, "blackwell", param_bytes=2.0)  # (weight, cache) bytes per layer param
+
+The memory model (``memory_stage.state_bytes``) applies them to the transformer layers' GEMM weights;
+embedding, output layer and router stay in their own dtypes (Transformer Engine quantises only the
+linear layers of the transformer block).
+"""
+
+from __future__ import annotations
+
+from primus_ext.specs import ExecutionSpec
+
+NON_TN_FP8_FAMILIES = frozenset({"blackwell"})
+"""Tensor-core generations whose FP8 GEMMs take every operand layout. Transformer Engine asks
+``is_non_tn_fp8_gemm_supported()`` (compute capability >= 10.0, i.e. Blackwell) and only where it is false
+keeps a transposed copy of each per-tensor-scaled fp8 weight for the backward's GEMMs: cuBLASLt's FP8 GEMMs
+on Hopper (sm_90) accept only the TN layout (cuBLAS docs, cublasLtMatmul FP8 layout requirements)."""
+MX_BLOCK_ELEMENTS = 32
+"""MXFP8: one E8M0 scale byte per 32 elements along the reduction dimension (OCP Microscaling Formats
+spec v1.0); the scales run along one dimension, so Transformer Engine keeps a row-wise and a column-wise
+quantisation of each weight on every GPU generation."""
+FP8_BYTES = 1.0
+"""An E4M3 / E5M2 element."""
+
+
+def fp8_weight_bytes(recipe: str, family: str) -> float:
+    """Bytes per parameter of an fp8 weight with what both its forward and backward GEMMs read.
+
+    Per-tensor scaling (``delayed``, ``tensorwise``): the data alone on Blackwell, data + transpose on
+    Hopper and on unknown generations (the conservative answer). ``mxfp8``: row-wise and column-wise data
+    plus their block scales. ``blockwise`` (128x128 weight blocks, Hopper's DeepSeek-style recipe) and
+    torchao's ``rowwise``: two quantised copies, scales negligible (one fp32 per 16 384 elements)."""
+    if recipe == "mxfp8":
+        return 2 * FP8_BYTES * (1 + 1 / MX_BLOCK_ELEMENTS)
+    if recipe in ("delayed", "tensorwise") and family in NON_TN_FP8_FAMILIES:
+        return FP8_BYTES
+    return 2 * FP8_BYTES
+
+
+def fp8_weight_cache_bytes(recipe: str, family: str) -> float:
+    """Extra bytes per parameter when fp8 GEMMs run on bf16 parameters: megatron-core's TE layers pass
+    ``is_first_microbatch`` (extensions/transformer_engine.py, unless disable_parameter_transpose_cache), so
+    TE quantises each weight once per step and keeps the result for the step's other micro-batches.
+    torchao's float8 linear (``rowwise``, torchtitan) casts the weight inside each GEMM and saves the bf16
+    weight for backward: no cache."""
+    return 0.0 if recipe == "rowwise" else fp8_weight_bytes(recipe, family)
+
+
+def layer_weight_bytes(e: ExecutionSpec, family: str, *, param_bytes: float) -> tuple[float, float]:
+    """(parameter, fp8 cache) bytes per transformer-layer GEMM parameter of ``e`` on a ``family`` GPU.
+
+    ``fp8_param_gather``: the parameter is the fp8 weight itself (no bf16 copy, no cache). fp8 GEMMs on
+    bf16 parameters: the bf16 weight plus TE's cache. Otherwise ``param_bytes`` and no cache."""
+    if e.precision != "fp8":
+        return param_bytes, 0.0
+    if e.fp8_param_gather:
+        return fp8_weight_bytes(e.fp8_recipe, family), 0.0
+    return param_bytes, fp8_weight_cache_bytes(e.fp8_recipe, family)
