@@ -168,7 +168,12 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     if not distributed:
         notes += _world1_notes(shape, use_te)
     if use_te and shape.precision == "fp8":
-        kw.update(fp8="hybrid", fp8_recipe="tensorwise")
+        # delayed scaling runs the same per-tensor fp8 GEMMs as tensorwise; tensorwise needs no amax history
+        # to warm up over a few timed passes. torchao's rowwise recipe has no TE equivalent.
+        recipe = shape.fp8_recipe if shape.fp8_recipe in ("mxfp8", "blockwise") else "tensorwise"
+        if shape.fp8_recipe == "rowwise":
+            notes.append("fp8 rowwise (torchao) has no Transformer Engine recipe: measured with tensorwise scaling")
+        kw.update(fp8="hybrid", fp8_recipe=recipe)
     if not a.multi_latent_attention:
         kw["num_query_groups"] = _div(a.num_query_groups, split, "num_query_groups")
     if shape.kind == "moe":

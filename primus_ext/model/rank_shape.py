@@ -79,6 +79,8 @@ class RankShape:
     seq_length: int = 4096
     """Global sequence length; each rank holds ``seq_length / cp`` tokens."""
     precision: str = "bf16"
+    fp8_recipe: str = "delayed"
+    """The fp8 scaling recipe (``ExecutionSpec.fp8_recipe``); ``delayed`` whenever ``precision`` is not fp8."""
     recompute: Recompute = "none"
     recompute_modules: tuple[str, ...] = ()
     moe_imbalance: float = DEFAULT_MOE_IMBALANCE
@@ -121,12 +123,15 @@ class RankShape:
     def key(self) -> str:
         """Stable identifier for caches and the timing store (independent of field order).
 
-        Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``) enter the payload only when set,
-        so the keys of shapes without them, and the measurements stored under those keys, are unchanged."""
+        Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``, ``fp8_recipe``) enter the payload only
+        when set (not at their defaults), so the keys of shapes without them, and the measurements stored
+        under those keys, are unchanged."""
         data = asdict(self)
         for name in _KEY_OPTIONAL_ARCH:
             if not data["arch"][name]:
                 del data["arch"][name]
+        if data["fp8_recipe"] == "delayed":
+            del data["fp8_recipe"]
         payload = json.dumps(data, sort_keys=True, default=list)
         return f"{self.kind}-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -236,6 +241,7 @@ def rank_shapes(
         micro_batch_size=execution.micro_batch_size,
         seq_length=execution.seq_length,
         precision=execution.precision,
+        fp8_recipe=execution.fp8_recipe if execution.precision == "fp8" else "delayed",
         recompute=recompute_of(execution),
         recompute_modules=execution.recompute_modules,
         moe_imbalance=moe_imbalance,

@@ -58,9 +58,13 @@ SOFTMAX_CE_PASSES = 3
 ``tensor_parallel/cross_entropy.py``)."""
 
 
-def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16") -> float:
+def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16", recipe: str = "delayed") -> float:
+    """Fraction of the precision's dense peak a GEMM of ``flops`` reaches; ``recipe``: the fp8 scaling recipe
+    (row-wise scaled FP8 GEMMs reach ``fp8_rowwise_ratio`` of the per-tensor ones)."""
     eff = gpu.efficiency
-    top = eff.fp8_gemm_max if precision == "fp8" and gpu.fp8_dense_tflops > 0 else eff.gemm_max
+    top = eff.gemm_max
+    if precision == "fp8" and gpu.fp8_dense_tflops > 0:
+        top = eff.fp8_gemm_max * (eff.fp8_rowwise_ratio if recipe == "rowwise" else 1.0)
     return top * flops / (flops + eff.gemm_half_size_flops)
 
 
@@ -73,7 +77,8 @@ def gemm_bytes(m: float, n: float, k: float, precision: str) -> float:
     return (m * k + k * n) * operand + m * n * ACT_BYTES
 
 
-def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, count: float = 1.0) -> float:
+def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, recipe: str = "delayed",
+                 count: float = 1.0) -> float:
     """``count`` GEMMs of M x N x K: the slower of the math time at the size-dependent efficiency and
     the HBM time of their operands (roofline, Williams et al. 2009, CACM 52(4)). A GEMM whose
     arithmetic intensity is below the GPU's FLOP:byte ratio is memory-bound: e.g. an MoE expert's
@@ -81,7 +86,7 @@ def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, cou
     flops = 2.0 * m * n * k
     if flops <= 0 or count <= 0:
         return 0.0
-    math_s = flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu, precision))
+    math_s = flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu, precision, recipe))
     return count * max(math_s, membound_seconds(gemm_bytes(m, n, k, precision), gpu))
 
 
@@ -132,24 +137,24 @@ def causal_keys(shape: RankShape) -> float:
 
 
 def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
-    a, t, p = shape.arch, shape.tokens, shape.precision
+    a, t, p, r = shape.arch, shape.tokens, shape.precision, shape.fp8_recipe
     tp, heads = shape.tp, shape.local_heads
     if a.multi_latent_attention:
         qk = a.qk_head_dim + a.qk_pos_emb_head_dim
         if a.q_lora_rank:
-            parts.gemm("attn_linear", gemm_seconds(t, a.q_lora_rank, a.hidden_size, gpu, p))
-            parts.gemm("mla_up_proj", gemm_seconds(t, a.num_attention_heads * qk / tp, a.q_lora_rank, gpu, p))
+            parts.gemm("attn_linear", gemm_seconds(t, a.q_lora_rank, a.hidden_size, gpu, p, r))
+            parts.gemm("mla_up_proj", gemm_seconds(t, a.num_attention_heads * qk / tp, a.q_lora_rank, gpu, p, r))
         else:
-            parts.gemm("attn_linear", gemm_seconds(t, a.num_attention_heads * qk / tp, a.hidden_size, gpu, p))
-        parts.gemm("attn_linear", gemm_seconds(t, a.kv_lora_rank + a.qk_pos_emb_head_dim, a.hidden_size, gpu, p))
+            parts.gemm("attn_linear", gemm_seconds(t, a.num_attention_heads * qk / tp, a.hidden_size, gpu, p, r))
+        parts.gemm("attn_linear", gemm_seconds(t, a.kv_lora_rank + a.qk_pos_emb_head_dim, a.hidden_size, gpu, p, r))
         kv_up = a.num_attention_heads * (a.qk_head_dim + a.v_head_dim) / tp
-        parts.gemm("mla_up_proj", gemm_seconds(t, kv_up, a.kv_lora_rank, gpu, p))
-        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.v_head_dim / tp, gpu, p))
+        parts.gemm("mla_up_proj", gemm_seconds(t, kv_up, a.kv_lora_rank, gpu, p, r))
+        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.v_head_dim / tp, gpu, p, r))
         width = qk + a.v_head_dim
     else:
         qkv = (a.num_attention_heads + 2 * a.num_query_groups) * a.kv_channels / tp
-        parts.gemm("attn_linear", gemm_seconds(t, qkv, a.hidden_size, gpu, p))
-        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp, gpu, p))
+        parts.gemm("attn_linear", gemm_seconds(t, qkv, a.hidden_size, gpu, p, r))
+        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp, gpu, p, r))
         width = 2 * a.kv_channels
     core_flops = 2.0 * t * causal_keys(shape) * heads * width
     core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(width / 2, gpu))
@@ -159,12 +164,12 @@ def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
 
 
 def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
-    a, t, p = shape.arch, shape.tokens, shape.precision
+    a, t, p, r = shape.arch, shape.tokens, shape.precision, shape.fp8_recipe
     gate = 2 if a.activation in ("swiglu", "geglu") else 1
     if shape.kind == "dense":
         ffn = a.ffn_hidden_size / shape.tp
-        parts.gemm("mlp", gemm_seconds(t, gate * ffn, a.hidden_size, gpu, p))
-        parts.gemm("mlp", gemm_seconds(t, a.hidden_size, ffn, gpu, p))
+        parts.gemm("mlp", gemm_seconds(t, gate * ffn, a.hidden_size, gpu, p, r))
+        parts.gemm("mlp", gemm_seconds(t, a.hidden_size, ffn, gpu, p, r))
         act = membound_seconds(t * ffn * (gate + 1) * ACT_BYTES, gpu)
         parts.other("mlp_act", act, MEMBOUND_BWD_FACTOR * act)
         return
@@ -172,8 +177,8 @@ def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     per_expert = shape.routed_tokens_per_rank / local
     ffn = a.moe_ffn_hidden_size / shape.etp
     parts.gemm("router", gemm_seconds(shape.tokens, a.num_experts, a.hidden_size, gpu, "bf16"))
-    parts.gemm("moe", gemm_seconds(per_expert, gate * ffn, a.hidden_size, gpu, p, count=local))
-    parts.gemm("moe", gemm_seconds(per_expert, a.hidden_size, ffn, gpu, p, count=local))
+    parts.gemm("moe", gemm_seconds(per_expert, gate * ffn, a.hidden_size, gpu, p, r, count=local))
+    parts.gemm("moe", gemm_seconds(per_expert, a.hidden_size, ffn, gpu, p, r, count=local))
     act = membound_seconds(shape.routed_tokens_per_rank * ffn * (gate + 1) * ACT_BYTES, gpu)
     parts.other("moe_act", act, MEMBOUND_BWD_FACTOR * act)
     # permute + unpermute: read and write every routed token's hidden vector twice
@@ -181,8 +186,8 @@ def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     parts.other("moe_permute", perm, perm)
     if a.moe_shared_expert_intermediate_size:
         shared = a.moe_shared_expert_intermediate_size / shape.tp
-        parts.gemm("shared_experts", gemm_seconds(t, gate * shared, a.hidden_size, gpu, p))
-        parts.gemm("shared_experts", gemm_seconds(t, a.hidden_size, shared, gpu, p))
+        parts.gemm("shared_experts", gemm_seconds(t, gate * shared, a.hidden_size, gpu, p, r))
+        parts.gemm("shared_experts", gemm_seconds(t, a.hidden_size, shared, gpu, p, r))
         sact = membound_seconds(t * shared * (gate + 1) * ACT_BYTES, gpu)
         parts.other("shared_experts", sact, MEMBOUND_BWD_FACTOR * sact)
 

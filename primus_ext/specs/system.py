@@ -25,6 +25,10 @@ class Efficiency:
     """Asymptotic fraction of the *FP8* dense peak reached by large FP8 GEMMs. Lower than
     ``gemm_max``: scaling-factor handling and casts keep FP8 GEMMs further from their (2x) peak;
     NVIDIA's FP8 recipes report ~1.3-1.5x end-to-end over BF16, not 2x (Megatron-Bridge tables)."""
+    fp8_rowwise_ratio: float = 1.0
+    """Row-wise scaled FP8 GEMMs (per-row scales applied in the epilogue, with their separate quantisation
+    kernels: torchao's ``rowwise`` float8 recipe) reach this fraction of ``fp8_gemm_max``. 1 = as fast as
+    per-tensor scaling, the uncalibrated default; fitted only where rows with that recipe exist."""
     moe_layer_overhead_s: float = 2.0e-4
     """Fixed cost per MoE layer per pass (seconds): router top-k, the dropless dispatcher's token-count
     synchronisation, permutation and grouped-GEMM launches, beyond their FLOP / byte cost. The default

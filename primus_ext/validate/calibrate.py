@@ -46,6 +46,9 @@ DEFAULT_PARAMS = (
     # slightly lower fraction of peak in FP8 than in BF16 (Luo et al. 2024, arXiv:2402.13499, sec. 5:
     # H800 wgmma dense FP8 ~0.7-0.8x of 2x the BF16 rate). Tying it lets FP8 rows inform BF16 ones.
     Param(name="fp8_gemm_max", low=0.55, high=1.0, relative_to="gemm_max"),
+    # row-wise scaled FP8 GEMMs as a fraction of per-tensor ones (< 1: per-row scales in the epilogue and
+    # unfused row-wise quantisation kernels); >= 0.3 keeps them no slower than ~0.6x the BF16 GEMM
+    Param(name="fp8_rowwise_ratio", low=0.30, high=1.0),
     Param(name="attention", low=0.15, high=0.90),  # flash-attention fraction of dense peak
     Param(name="gemm_half_size_flops", low=1e8, high=5e10, log=True),  # GEMM size at half efficiency
     Param(name="moe_layer_overhead_s", low=1e-5, high=5e-3, log=True),  # fixed s per MoE layer per pass

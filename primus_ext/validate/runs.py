@@ -83,6 +83,21 @@ def precision_of(label: str) -> str | None:
     return None
 
 
+def fp8_recipe_of(label: str, notes: str) -> str:
+    """The fp8 scaling recipe a row's precision label (or the recipe it names) states; Megatron's default
+    ``delayed`` when it states none. torchao's float8 default is tensorwise (dynamic per-tensor) scaling."""
+    text = label.upper()
+    if "MX" in text:
+        return "mxfp8"
+    if "ROWWISE" in text:
+        return "rowwise"
+    if "BLOCKWISE" in text:
+        return "blockwise"
+    if any(k in text for k in ("-CS", "CURRENT SCALING", "TENSORWISE", "TORCHAO")) or "_FP8_CS_" in notes:
+        return "tensorwise"
+    return "delayed"
+
+
 def _flag(flags: str, key: str) -> str | None:
     match = re.search(rf"{key}\s*=\s*\"?([^;\]\"]*)\"?", flags)
     return match.group(1).strip() if match else None
@@ -194,6 +209,7 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         precision=precision,  # type: ignore[arg-type]
         cross_entropy_fusion_impl=loss_impl,  # type: ignore[arg-type]
         fp8_param_gather=fp8_params,
+        fp8_recipe=fp8_recipe_of(row["precision"], row["notes"] or ""),  # type: ignore[arg-type]
         moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
         moe_router_force_load_balancing=model.is_moe,
     )

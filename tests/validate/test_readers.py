@@ -7,7 +7,7 @@ import pytest
 
 from primus_ext.errors import RecipeError
 from primus_ext.validate.archs import read_archs
-from primus_ext.validate.runs import precision_of, read_runs
+from primus_ext.validate.runs import fp8_recipe_of, precision_of, read_runs
 
 VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
 ARCH_HEADER = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
@@ -58,6 +58,16 @@ def test_runs_map_columns_flags_and_skips(tmp_path):
 def test_precision_labels():
     assert precision_of("FP8 rowwise (torchao float8)") == "fp8" and precision_of("MXFP8") == "fp8"
     assert precision_of("BF16") == "bf16" and precision_of("NVFP4") is None and precision_of("") is None
+
+
+@pytest.mark.parametrize(("label", "notes", "recipe"), [
+    ("FP8-MX (32x32)", "", "mxfp8"), ("MXFP8", "", "mxfp8"), ("FP8-CS", "", "tensorwise"),
+    ("FP8", "recipe flags from Megatron-Bridge v0.5.0 (LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2)", "tensorwise"),
+    ("FP8 (per-tensor current scaling)", "", "tensorwise"), ("FP8 rowwise (torchao float8)", "", "rowwise"),
+    ("FP8 (torchao float8)", "", "tensorwise"), ("FP8", "", "delayed"),
+])
+def test_fp8_recipe_labels(label, notes, recipe):
+    assert fp8_recipe_of(label, notes) == recipe
 
 
 def test_wrong_layout_is_a_clean_error(tmp_path):
