@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -39,9 +40,11 @@ def _summary_lines(report) -> list[str]:
     s = report.summary
     lines = [f"{report.label or 'projection'}: {s.n_projected} rows projected, {s.n_skipped} skipped",
              f"  |error| median {s.median_abs_error_pct:.1f} %   p90 {s.p90_abs_error_pct:.1f} %   "
-             f"max {s.max_abs_error_pct:.1f} %"]
+             f"max {s.max_abs_error_pct:.1f} %   (p90 floor of the data {s.p90_floor_abs_error_pct:.1f} %)"]
     for group, rho in s.spearman_by_group.items():
-        lines.append(f"  rank  {group:<42} spearman {rho:+.2f}  kendall {s.kendall_by_group[group]:+.2f}")
+        ceiling = s.spearman_ceiling_by_group.get(group, math.nan)
+        lines.append(f"  rank  {group:<42} spearman {rho:+.2f}  kendall {s.kendall_by_group[group]:+.2f}  "
+                     f"(ceiling {ceiling:+.2f})")
     return lines
 
 

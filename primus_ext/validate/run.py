@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from primus_ext.errors import PrimusExtError
+from primus_ext.validate.ceiling import p90_floor, spearman_ceiling
 from primus_ext.validate.runs import RunRow
 from primus_ext.validate.stats import kendall_tau_b, percentile, spearman
 
@@ -35,6 +36,9 @@ class RowResult:
     error_pct: float | None = None
     """Signed: (projected - measured) / measured * 100."""
     skipped_reason: str = ""
+    config: str = ""
+    """The row's specs as read (model, execution, system): rows sharing it get one projection from any
+    function of the specs (``ceiling``); empty = distinct from every other row."""
 
     @property
     def group(self) -> str:
@@ -50,6 +54,10 @@ class Summary:
     max_abs_error_pct: float
     spearman_by_group: dict[str, float] = field(default_factory=dict)
     kendall_by_group: dict[str, float] = field(default_factory=dict)
+    spearman_ceiling_by_group: dict[str, float] = field(default_factory=dict)
+    """The best rho any projection reaches that gives rows of one configuration one value."""
+    p90_floor_abs_error_pct: float = math.nan
+    """The lowest p90 any such projection reaches (``ceiling.p90_floor``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +96,8 @@ class ValidationReport:
                 "max_abs_error_pct": self.summary.max_abs_error_pct,
                 "spearman_by_group": self.summary.spearman_by_group,
                 "kendall_by_group": self.summary.kendall_by_group,
+                "spearman_ceiling_by_group": self.summary.spearman_ceiling_by_group,
+                "p90_floor_abs_error_pct": self.summary.p90_floor_abs_error_pct,
             },
         }
 
@@ -102,6 +112,7 @@ def _result(run: RunRow, projected: float | None, reason: str = "") -> RowResult
         measured_tokens_per_sec_per_gpu=run.measured_tokens_per_sec_per_gpu,
         projected_tokens_per_sec_per_gpu=projected, error_pct=error,
         skipped_reason=reason or run.skipped_reason,
+        config=repr((run.model, run.execution, run.system)) if run.model is not None else "",
     )
 
 
@@ -127,7 +138,7 @@ def summarize(rows: Sequence[RowResult]) -> Summary:
     for r in rows:
         if r.error_pct is not None:
             groups[r.group].append(r)
-    rho, tau = {}, {}
+    rho, tau, ceiling = {}, {}, {}
     for name, members in sorted(groups.items()):
         if len(members) < MIN_GROUP_ROWS:
             continue
@@ -135,6 +146,8 @@ def summarize(rows: Sequence[RowResult]) -> Summary:
         projected = [m.projected_tokens_per_sec_per_gpu or 0.0 for m in members]
         rho[name] = spearman(measured, projected)
         tau[name] = kendall_tau_b(measured, projected)
+        ceiling[name] = spearman_ceiling(measured, [_config(m) for m in members])
+    scored = [r for r in rows if r.error_pct is not None]
     return Summary(
         n_projected=len(errors),
         n_skipped=sum(1 for r in rows if r.error_pct is None),
@@ -143,7 +156,14 @@ def summarize(rows: Sequence[RowResult]) -> Summary:
         max_abs_error_pct=max(errors) if errors else math.nan,
         spearman_by_group=rho,
         kendall_by_group=tau,
+        spearman_ceiling_by_group=ceiling,
+        p90_floor_abs_error_pct=p90_floor([r.measured_tokens_per_sec_per_gpu for r in scored],
+                                          [_config(r) for r in scored]),
     )
+
+
+def _config(row: RowResult) -> str:
+    return row.config or f"row {row.index}"
 
 
 def validate_runs(runs: Sequence[RunRow], projector: Projector, *, label: str = "") -> ValidationReport:
