@@ -265,6 +265,36 @@ def overlapped_exposed(total: float, window: float, first_or_last: float, overla
     return tail + hide(total - tail, window, overlap)
 
 
+def interleaved_window(window: float, total: float, vpp: int, pp: int) -> float:
+    """Compute seconds a step's DP collective can overlap under the interleaved schedule.
+
+    ``window``: one micro-batch's backward (gradient reduce) or forward (parameter gather) through all
+    ``vpp`` chunks of the rank; ``total``: the collective's seconds, one chunk's share ``total / vpp``.
+    megatron-core's interleaved 1F1B runs the last group of ``pp`` micro-batches chunk by chunk (backward:
+    chunk vpp-1 first; the next step's forward: chunk 0 first), so chunk c's gradients are final ``c * pp``
+    chunk-passes before the rank's backward ends (its parameters are needed ``c * pp`` passes after the
+    forward starts), and its bucket collectives, issued in that order on one stream, overlap those passes.
+    Continuous stream (chunk share >= pass spacing): ``(vpp - 1) * spacing + pass``; otherwise every chunk
+    but the last finishes in its gap. ``vpp == 1``: one micro-batch's pass, as for 1F1B."""
+    if vpp <= 1:
+        return window
+    chunk_pass = window / vpp
+    spacing, share = pp * chunk_pass, total / vpp
+    if share >= spacing:
+        return (vpp - 1) * spacing + chunk_pass
+    return (vpp - 1) * share + min(share, chunk_pass)
+
+
+def interleaved_window_many(window: np.ndarray, total: np.ndarray, vpp: int, pp: int) -> np.ndarray:
+    """``interleaved_window`` element-wise over arrays (one ``vpp``, ``pp``): the batch path's windows."""
+    if vpp <= 1:
+        return window
+    chunk_pass = window / vpp
+    spacing, share = pp * chunk_pass, total / vpp
+    return np.where(share >= spacing, (vpp - 1) * spacing + chunk_pass,
+                    (vpp - 1) * share + np.minimum(share, chunk_pass))
+
+
 def overlapped_exposed_many(total: np.ndarray, window: np.ndarray, first_or_last: np.ndarray,
                             overlap: float) -> np.ndarray:
     """``overlapped_exposed`` (and its ``hide``) element-wise over arrays: the batch path's step tail."""

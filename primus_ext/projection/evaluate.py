@@ -36,6 +36,7 @@ from primus_ext.projection.comm import (
     bucket_fraction,
     describe,
     dp_times,
+    interleaved_window,
     layer_comm,
     optimizer_seconds,
     overlapped_exposed,
@@ -318,8 +319,10 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
             dense, experts = int(acc["dense"]), int(acc["experts"])
             grad_t, param_t = dp_times(dense, experts, ex, pl, system)
             share = bucket_fraction(dense + experts, ex)
-            grad_exp = overlapped_exposed(grad_t, acc["bwd1"], share, ovl) if ex.overlap_grad_reduce else grad_t
-            param_exp = overlapped_exposed(param_t, acc["fwd1"], share, ovl) if ex.overlap_param_gather else param_t
+            grad_w = interleaved_window(acc["bwd1"], grad_t, ex.vpp, pp)
+            param_w = interleaved_window(acc["fwd1"], param_t, ex.vpp, pp)
+            grad_exp = overlapped_exposed(grad_t, grad_w, share, ovl) if ex.overlap_grad_reduce else grad_t
+            param_exp = overlapped_exposed(param_t, param_w, share, ovl) if ex.overlap_param_gather else param_t
             tail_of[id(acc)] = (grad_t, grad_exp, param_t, param_exp, optimizer_seconds(dense, experts, ex, pl, system))
         grad_t, grad_exp, param_t, param_exp, opt = tail_of[id(acc)]
         grads.append((grad_t, grad_exp))

@@ -37,7 +37,13 @@ from primus_ext.model.collectives import p2p_time
 from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.pipeline_batch import simulate_many
 from primus_ext.model.placement import group_placements
-from primus_ext.projection.comm import bucket_fraction, dp_times, optimizer_seconds, overlapped_exposed_many
+from primus_ext.projection.comm import (
+    bucket_fraction,
+    dp_times,
+    interleaved_window_many,
+    optimizer_seconds,
+    overlapped_exposed_many,
+)
 from primus_ext.projection.evaluate import (
     LAYER_COMM_KINDS,
     Costs,
@@ -273,8 +279,10 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     grad_t, param_t, share, opt = tails[:, :, 0], tails[:, :, 1], tails[:, :, 2], tails[:, :, 3]
     ovl = system.gpu.efficiency.overlap
     flags = np.array([(ex.overlap_grad_reduce, ex.overlap_param_gather) for _, ex, *_ in members], dtype=bool)
-    grad_exp = np.where(flags[:, :1], overlapped_exposed_many(grad_t, ranks[:, :, _F["bwd"]], share, ovl), grad_t)
-    param_exp = np.where(flags[:, 1:], overlapped_exposed_many(param_t, ranks[:, :, _F["fwd"]], share, ovl), param_t)
+    grad_w = interleaved_window_many(ranks[:, :, _F["bwd"]], grad_t, vpp, pp)
+    param_w = interleaved_window_many(ranks[:, :, _F["fwd"]], param_t, vpp, pp)
+    grad_exp = np.where(flags[:, :1], overlapped_exposed_many(grad_t, grad_w, share, ovl), grad_t)
+    param_exp = np.where(flags[:, 1:], overlapped_exposed_many(param_t, param_w, share, ovl), param_t)
     tail = (finish + grad_exp).max(axis=1)
     step = tail + opt.max(axis=1) + param_exp.max(axis=1)
 
