@@ -79,3 +79,44 @@ def test_forget_projections_recomputes_the_same_projection():
     forget_projections()
     again = evaluate(MOE, ex, system)
     assert again is not first and _fields(again) == _fields(first)
+
+
+def _alternatives(f, value):
+    """Other legal-looking values of one ExecutionSpec field (bool flipped, int doubled, other Literal choices)."""
+    import typing
+
+    kind = typing.get_type_hints(type(BASE))[f.name]
+    choices = [c for c in typing.get_args(kind) if isinstance(c, str)]
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value * 2]
+    if choices:
+        return [c for c in choices if c != value]
+    return []
+
+
+def test_fields_outside_the_layer_memo_key_leave_the_shapes_unchanged():
+    """Every ExecutionSpec field that changes ``rank_shapes`` must be in the layer memo's key, or two
+    executions differing in it would share layer costs."""
+    from dataclasses import fields
+
+    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.projection.evaluate import _SHAPE_FIELDS
+
+    base, model = replace(BASE, precision="fp8"), MOE
+    reference = rank_shapes(model, base)
+    checked = 0
+    for f in fields(base):
+        if f.name in _SHAPE_FIELDS:
+            continue
+        for other in _alternatives(f, getattr(base, f.name)):
+            try:
+                shapes = rank_shapes(model, replace(base, **{f.name: other}))
+            except (ValueError, TypeError, ZeroDivisionError):
+                continue
+            checked += 1
+            assert shapes == reference, f"{f.name}={other!r} changes the per-rank shapes but is not in the key"
+    assert checked > 20
+    rowwise = rank_shapes(model, replace(base, fp8_recipe="rowwise"))
+    assert rowwise != reference and "fp8_recipe" in _SHAPE_FIELDS
