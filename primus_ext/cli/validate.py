@@ -36,15 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _summary_lines(report) -> list[str]:
+def _summary_lines(report, *, data_bounds: bool = True) -> list[str]:
+    """The summary lines; ``data_bounds``: add the p90 floor and Spearman ceilings (bounds for projections
+    that are functions of each row's configuration: not for the offset reports, which use other rows'
+    measurements)."""
     s = report.summary
+    floor = f"   (p90 floor of the data >= {s.p90_floor_abs_error_pct:.1f} %)" if data_bounds else ""
     lines = [f"{report.label or 'projection'}: {s.n_projected} rows projected, {s.n_skipped} skipped",
              f"  |error| median {s.median_abs_error_pct:.1f} %   p90 {s.p90_abs_error_pct:.1f} %   "
-             f"max {s.max_abs_error_pct:.1f} %   (p90 floor of the data {s.p90_floor_abs_error_pct:.1f} %)"]
+             f"max {s.max_abs_error_pct:.1f} %{floor}"]
     for group, rho in s.spearman_by_group.items():
         ceiling = s.spearman_ceiling_by_group.get(group, math.nan)
-        lines.append(f"  rank  {group:<42} spearman {rho:+.2f}  kendall {s.kendall_by_group[group]:+.2f}  "
-                     f"(ceiling {ceiling:+.2f})")
+        bound = f"  (ceiling {ceiling:+.2f})" if data_bounds else ""
+        lines.append(f"  rank  {group:<42} spearman {rho:+.2f}  kendall {s.kendall_by_group[group]:+.2f}{bound}")
     return lines
 
 
@@ -78,13 +82,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {count:>3} x {reason}")
     out = report.to_dict()
     offset = one_run_offset(report)
-    print("\n" + "\n".join(_summary_lines(offset)[:2]))
+    print("\n" + "\n".join(_summary_lines(offset, data_bounds=False)[:2]))
     out["one_run_offset_summary"] = offset.to_dict()["summary"]
     if args.calibrate_from:
         from primus_ext.validate.user_run import apply_user_offsets, read_user_runs
 
         user = apply_user_offsets(report, read_user_runs(args.calibrate_from, archs), analytic_projector)
-        print("\n" + "\n".join(_summary_lines(user)[:2]))
+        print("\n" + "\n".join(_summary_lines(user, data_bounds=False)[:2]))
         out["calibrated_from_user_run"] = user.to_dict()
     if args.fit:
         fits = fit_by_gpu(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
@@ -111,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n" + "\n".join(_summary_lines(cv)))
         out["cross_validation"] = cv.to_dict()
         cv_offset = one_run_offset(cv)
-        print("\n" + "\n".join(_summary_lines(cv_offset)[:2]))
+        print("\n" + "\n".join(_summary_lines(cv_offset, data_bounds=False)[:2]))
         out["cross_validation_one_run_offset_summary"] = cv_offset.to_dict()["summary"]
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(out, indent=2, default=float))

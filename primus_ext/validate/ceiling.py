@@ -5,7 +5,7 @@ configuration measured on several software releases) get the same projection fro
 specs. Where their measurements differ, no such projection can be exact::
 
     spearman_ceiling(measured, classes)  # the best Spearman rho a group can reach
-    p90_floor(measured, classes)         # the lowest p90 |error| %% the whole set can reach
+    p90_floor(measured, classes)         # a lower bound of the p90 |error| % over the whole set
 
 ``classes[i]`` names row i's configuration. Pure functions; the validation summary reports both next to
 the reached figures so that a shortfall can be split into model error and disagreement in the data.
@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from itertools import permutations
 
-from primus_ext.validate.stats import spearman
+from primus_ext.validate.stats import _ranks, spearman
 
-EXHAUSTIVE_CLASSES = 7
-"""Up to this many distinct configurations in a group every order of them is tried (7! = 5 040); above
-it the classes are ordered by their mean measured value (a lower bound of the ceiling)."""
+MERGE_SEARCH_CLASSES = 14
+"""Up to this many distinct configurations in a group every merge of neighbours is tried (2^13 orders);
+above it only the strict order, a lower bound of the ceiling."""
 
 
 def _by_class(classes: Sequence[Hashable]) -> dict[Hashable, list[int]]:
@@ -33,25 +32,31 @@ def _by_class(classes: Sequence[Hashable]) -> dict[Hashable, list[int]]:
 
 def spearman_ceiling(measured: Sequence[float], classes: Sequence[Hashable]) -> float:
     """The highest Spearman rho between ``measured`` and projections that are equal within each class
-    (NaN when the measurements are constant or there is a single class)."""
+    (NaN when the measurements are constant or there is a single class).
+
+    Projections may also tie different classes. For a fixed grouping into tied blocks, the projected ranks'
+    spread depends only on the block sizes, so the best strict order of blocks sorts them by mean measured
+    rank (an exchange argument, as in Smith's rule); the best grouping merges neighbours in that order, and
+    every such merge is tried (checked against all weak orders by tests/validate/test_ceiling.py)."""
     members = _by_class(classes)
     if len(members) < 2:
         return math.nan
-    groups = list(members.values())
-
-    def rho(order: Sequence[int]) -> float:
-        projected = [0.0] * len(measured)
-        for position, g in enumerate(order):
-            for i in groups[g]:
+    ranks = _ranks(measured)
+    groups = sorted(members.values(), key=lambda g: sum(ranks[i] for i in g) / len(g))
+    k = len(groups)
+    best = math.nan
+    for mask in range(2 ** (k - 1) if k <= MERGE_SEARCH_CLASSES else 1):
+        projected, position = [0.0] * len(measured), 0
+        for j, g in enumerate(groups):
+            tied_to_previous = j > 0 and (mask >> (j - 1)) & 1
+            if j > 0 and not tied_to_previous:
+                position += 1
+            for i in g:
                 projected[i] = float(position)
-        return spearman(measured, projected)
-
-    if len(groups) <= EXHAUSTIVE_CLASSES:
-        best = max((rho(order) for order in permutations(range(len(groups)))),
-                   key=lambda r: -math.inf if math.isnan(r) else r)
-        return best
-    means = [sum(measured[i] for i in g) / len(g) for g in groups]
-    return rho(sorted(range(len(groups)), key=means.__getitem__))
+        rho = spearman(measured, projected)
+        if not math.isnan(rho) and (math.isnan(best) or rho > best):
+            best = rho
+    return best
 
 
 def _fits_within(values: Sequence[float], t: float) -> int:
@@ -70,9 +75,10 @@ def forced_misses(measured: Sequence[float], classes: Sequence[Hashable], t: flo
 
 
 def p90_floor(measured: Sequence[float], classes: Sequence[Hashable]) -> float:
-    """Lower bound (in %) of the p90 |error| of any projection equal within each class: the p90 (linear
+    """A lower bound (in %) of the p90 |error| of any projection equal within each class. The p90 (linear
     interpolation, as ``stats.percentile``) is at least the error of the row at position floor(0.9 (n-1))
-    in ascending order, so at most n - 1 - floor(0.9 (n-1)) rows may exceed it. Bisection on t."""
+    in ascending order, so at most n - 1 - floor(0.9 (n-1)) rows may exceed it: the bound is the largest
+    threshold more rows than that must exceed (bisection; the lower end is returned)."""
     n = len(measured)
     if n == 0:
         return math.nan
@@ -81,11 +87,11 @@ def p90_floor(measured: Sequence[float], classes: Sequence[Hashable]) -> float:
         return 0.0
     lo, hi = 0.0, 1.0
     while forced_misses(measured, classes, hi) > allowed:
-        hi *= 2
+        lo, hi = hi, hi * 2
     for _ in range(40):
         mid = (lo + hi) / 2
         if forced_misses(measured, classes, mid) <= allowed:
             hi = mid
         else:
             lo = mid
-    return hi * 100.0
+    return lo * 100.0

@@ -57,7 +57,7 @@ class Summary:
     spearman_ceiling_by_group: dict[str, float] = field(default_factory=dict)
     """The best rho any projection reaches that gives rows of one configuration one value."""
     p90_floor_abs_error_pct: float = math.nan
-    """The lowest p90 any such projection reaches (``ceiling.p90_floor``)."""
+    """A lower bound of the p90 any such projection can have (``ceiling.p90_floor``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
