@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from primus_ext.specs import ExecutionSpec, ModelSpec
+from primus_ext.specs.execution import Fp8Recipe
 
 LayerKind = Literal["dense", "moe", "embedding", "output"]
 Recompute = Literal["none", "selective", "full"]
@@ -79,7 +80,7 @@ class RankShape:
     seq_length: int = 4096
     """Global sequence length; each rank holds ``seq_length / cp`` tokens."""
     precision: str = "bf16"
-    fp8_recipe: str = "delayed"
+    fp8_recipe: Fp8Recipe = "delayed"
     """The fp8 scaling recipe (``ExecutionSpec.fp8_recipe``); ``delayed`` whenever ``precision`` is not fp8."""
     recompute: Recompute = "none"
     recompute_modules: tuple[str, ...] = ()

@@ -28,7 +28,7 @@ Pure and torch-free; ``AnalyticCosts.cost`` is memoised on (shape, GPU).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from primus_ext.model.costs import LayerCost
 from primus_ext.model.params import layer_params
@@ -77,7 +77,7 @@ def gemm_bytes(m: float, n: float, k: float, precision: str) -> float:
     return (m * k + k * n) * operand + m * n * ACT_BYTES
 
 
-def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, recipe: str = "delayed",
+def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, *, recipe: str = "delayed",
                  count: float = 1.0) -> float:
     """``count`` GEMMs of M x N x K: the slower of the math time at the size-dependent efficiency and
     the HBM time of their operands (roofline, Williams et al. 2009, CACM 52(4)). A GEMM whose
@@ -137,24 +137,25 @@ def causal_keys(shape: RankShape) -> float:
 
 
 def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
-    a, t, p, r = shape.arch, shape.tokens, shape.precision, shape.fp8_recipe
+    a, t = shape.arch, shape.tokens
+    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
     tp, heads = shape.tp, shape.local_heads
     if a.multi_latent_attention:
         qk = a.qk_head_dim + a.qk_pos_emb_head_dim
         if a.q_lora_rank:
-            parts.gemm("attn_linear", gemm_seconds(t, a.q_lora_rank, a.hidden_size, gpu, p, r))
-            parts.gemm("mla_up_proj", gemm_seconds(t, a.num_attention_heads * qk / tp, a.q_lora_rank, gpu, p, r))
+            parts.gemm("attn_linear", g(t, a.q_lora_rank, a.hidden_size))
+            parts.gemm("mla_up_proj", g(t, a.num_attention_heads * qk / tp, a.q_lora_rank))
         else:
-            parts.gemm("attn_linear", gemm_seconds(t, a.num_attention_heads * qk / tp, a.hidden_size, gpu, p, r))
-        parts.gemm("attn_linear", gemm_seconds(t, a.kv_lora_rank + a.qk_pos_emb_head_dim, a.hidden_size, gpu, p, r))
+            parts.gemm("attn_linear", g(t, a.num_attention_heads * qk / tp, a.hidden_size))
+        parts.gemm("attn_linear", g(t, a.kv_lora_rank + a.qk_pos_emb_head_dim, a.hidden_size))
         kv_up = a.num_attention_heads * (a.qk_head_dim + a.v_head_dim) / tp
-        parts.gemm("mla_up_proj", gemm_seconds(t, kv_up, a.kv_lora_rank, gpu, p, r))
-        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.v_head_dim / tp, gpu, p, r))
+        parts.gemm("mla_up_proj", g(t, kv_up, a.kv_lora_rank))
+        parts.gemm("attn_linear", g(t, a.hidden_size, a.num_attention_heads * a.v_head_dim / tp))
         width = qk + a.v_head_dim
     else:
         qkv = (a.num_attention_heads + 2 * a.num_query_groups) * a.kv_channels / tp
-        parts.gemm("attn_linear", gemm_seconds(t, qkv, a.hidden_size, gpu, p, r))
-        parts.gemm("attn_linear", gemm_seconds(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp, gpu, p, r))
+        parts.gemm("attn_linear", g(t, qkv, a.hidden_size))
+        parts.gemm("attn_linear", g(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp))
         width = 2 * a.kv_channels
     core_flops = 2.0 * t * causal_keys(shape) * heads * width
     core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(width / 2, gpu))
@@ -164,12 +165,13 @@ def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
 
 
 def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
-    a, t, p, r = shape.arch, shape.tokens, shape.precision, shape.fp8_recipe
+    a, t = shape.arch, shape.tokens
+    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
     gate = 2 if a.activation in ("swiglu", "geglu") else 1
     if shape.kind == "dense":
         ffn = a.ffn_hidden_size / shape.tp
-        parts.gemm("mlp", gemm_seconds(t, gate * ffn, a.hidden_size, gpu, p, r))
-        parts.gemm("mlp", gemm_seconds(t, a.hidden_size, ffn, gpu, p, r))
+        parts.gemm("mlp", g(t, gate * ffn, a.hidden_size))
+        parts.gemm("mlp", g(t, a.hidden_size, ffn))
         act = membound_seconds(t * ffn * (gate + 1) * ACT_BYTES, gpu)
         parts.other("mlp_act", act, MEMBOUND_BWD_FACTOR * act)
         return
@@ -177,8 +179,8 @@ def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     per_expert = shape.routed_tokens_per_rank / local
     ffn = a.moe_ffn_hidden_size / shape.etp
     parts.gemm("router", gemm_seconds(shape.tokens, a.num_experts, a.hidden_size, gpu, "bf16"))
-    parts.gemm("moe", gemm_seconds(per_expert, gate * ffn, a.hidden_size, gpu, p, r, count=local))
-    parts.gemm("moe", gemm_seconds(per_expert, a.hidden_size, ffn, gpu, p, r, count=local))
+    parts.gemm("moe", g(per_expert, gate * ffn, a.hidden_size, count=local))
+    parts.gemm("moe", g(per_expert, a.hidden_size, ffn, count=local))
     act = membound_seconds(shape.routed_tokens_per_rank * ffn * (gate + 1) * ACT_BYTES, gpu)
     parts.other("moe_act", act, MEMBOUND_BWD_FACTOR * act)
     # permute + unpermute: read and write every routed token's hidden vector twice
@@ -186,8 +188,8 @@ def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     parts.other("moe_permute", perm, perm)
     if a.moe_shared_expert_intermediate_size:
         shared = a.moe_shared_expert_intermediate_size / shape.tp
-        parts.gemm("shared_experts", gemm_seconds(t, gate * shared, a.hidden_size, gpu, p, r))
-        parts.gemm("shared_experts", gemm_seconds(t, a.hidden_size, shared, gpu, p, r))
+        parts.gemm("shared_experts", g(t, gate * shared, a.hidden_size))
+        parts.gemm("shared_experts", g(t, a.hidden_size, shared))
         sact = membound_seconds(t * shared * (gate + 1) * ACT_BYTES, gpu)
         parts.other("shared_experts", sact, MEMBOUND_BWD_FACTOR * sact)
 
@@ -211,7 +213,9 @@ def _edge(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     rows = t / shape.tp if shape.sequence_parallel else t
     norm = membound_seconds(NORM_PASSES * rows * a.hidden_size * ACT_BYTES, gpu)
     parts.other("layernorm", norm, MEMBOUND_BWD_FACTOR * norm)
-    parts.gemm("logits", gemm_seconds(t, vocab, a.hidden_size, gpu, shape.precision))
+    # megatron-core's output layer is tensor_parallel.ColumnParallelLinear, outside TE's fp8 autocast
+    logits_precision = "bf16" if shape.precision == "fp8" else shape.precision
+    parts.gemm("logits", gemm_seconds(t, vocab, a.hidden_size, gpu, logits_precision))
     ce = membound_seconds(SOFTMAX_CE_PASSES * t * vocab * LOGITS_BYTES, gpu)
     parts.other("cross_entropy", ce, ce)
 

@@ -271,14 +271,23 @@ def _precision(a: ArgReader) -> str:
     return "bf16" if bf16 else "fp16" if fp16 else "fp32"
 
 
-def _fp8_recipe(a: ArgReader) -> str:
+def _fp8_recipe(a: ArgReader, system: SystemSpec) -> str:
     # megatron-core arguments.py --fp8-recipe: tensorwise, delayed (default), mxfp8, blockwise, custom
     value = a.choice("fp8_recipe", ("delayed", "tensorwise", "mxfp8", "blockwise", "custom"), "delayed")
+    family = system.gpu.family
+    if value == "mxfp8" and a.raw("fp8") not in (None, False) and family and family not in MX_FAMILIES:
+        a.warnings.append(f"fp8_recipe mxfp8 needs MX (block-scaled) tensor cores; {system.gpu.name} ({family}) "
+                          f"has none: Transformer Engine will refuse it there")
     if value == "custom":
         a.warnings.append("fp8_recipe custom (a user quantisation factory) is projected as delayed per-tensor "
                           "scaling")
         return "delayed"
     return value or "delayed"
+
+
+MX_FAMILIES = frozenset({"blackwell", "cdna4"})
+"""Tensor-core generations with MX (block-scaled) formats: NVIDIA Blackwell (tcgen05 block-scaled MMA) and
+AMD CDNA4 (MI350/MI355X, OCP MX FP8/FP6/FP4 in its datasheet); Hopper and CDNA3 have none."""
 
 
 def _fsdp(a: ArgReader) -> str:
@@ -369,7 +378,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         precision=_precision(a),  # type: ignore[arg-type]
         grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16"),
         fp8_param_gather=a.bool("fp8_param_gather"),
-        fp8_recipe=_fp8_recipe(a),  # type: ignore[arg-type]
+        fp8_recipe=_fp8_recipe(a, system),  # type: ignore[arg-type]
         cross_entropy_fusion_impl=a.choice(  # type: ignore[arg-type]
             "cross_entropy_fusion_impl", ("native", "te"), "native") or "native",
         moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]

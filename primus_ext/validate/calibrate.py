@@ -47,7 +47,8 @@ DEFAULT_PARAMS = (
     # H800 wgmma dense FP8 ~0.7-0.8x of 2x the BF16 rate). Tying it lets FP8 rows inform BF16 ones.
     Param(name="fp8_gemm_max", low=0.55, high=1.0, relative_to="gemm_max"),
     # row-wise scaled FP8 GEMMs as a fraction of per-tensor ones (< 1: per-row scales in the epilogue and
-    # unfused row-wise quantisation kernels); >= 0.3 keeps them no slower than ~0.6x the BF16 GEMM
+    # unfused row-wise quantisation kernels); >= 0.3 of the per-tensor rate: with FP8 at twice the BF16 peak
+    # and fp8_gemm_max >= 0.55 gemm_max, never below 0.33x the BF16 GEMM
     Param(name="fp8_rowwise_ratio", low=0.30, high=1.0),
     Param(name="attention", low=0.15, high=0.90),  # flash-attention fraction of dense peak
     Param(name="gemm_half_size_flops", low=1e8, high=5e10, log=True),  # GEMM size at half efficiency
@@ -109,14 +110,17 @@ def _set(base: Efficiency, param: Param, x: float, params: Sequence[Param]) -> E
 
 
 def fit_efficiency(
-    runs: Sequence[RunRow], projector: Projector, start: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS
+    runs: Sequence[RunRow], projector: Projector, start: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS,
+    *, unconstrained: set[str] | None = None,
 ) -> tuple[Efficiency, float]:
     """Coordinate-wise golden-section search within each parameter's bounds. Returns (fit, loss).
 
     A parameter the rows do not constrain (the loss does not move across its range, e.g. the FP8
-    efficiency on a GPU with BF16 rows only) keeps its starting value."""
+    efficiency on a GPU with BF16 rows only) keeps its starting value; its name is added to
+    ``unconstrained`` when given."""
     current = clip(start, params)
     best = objective(runs, projector, current)
+    moved: set[str] = set()
     for _ in range(SEARCH_ROUNDS):
         for param in params:
             def at(x: float, param: Param = param, base: Efficiency = current) -> Efficiency:
@@ -125,6 +129,7 @@ def fit_efficiency(
             lo, hi = (math.log(param.low), math.log(param.high)) if param.log else (param.low, param.high)
             if abs(objective(runs, projector, at(lo)) - objective(runs, projector, at(hi))) < 1e-9:
                 continue
+            moved.add(param.name)
             for _ in range(SEARCH_STEPS):
                 a = hi - GOLDEN * (hi - lo)
                 b = lo + GOLDEN * (hi - lo)
@@ -136,6 +141,8 @@ def fit_efficiency(
             loss = objective(runs, projector, candidate)
             if loss < best:
                 current, best = candidate, loss
+    if unconstrained is not None:
+        unconstrained.update(p.name for p in params if p.name not in moved)
     return current, best
 
 
@@ -165,12 +172,15 @@ def fit_by_gpu(
         if progress:
             progress(f"fitting {name} on {len(members)} rows")
         start = members[0].system.gpu.efficiency  # type: ignore[union-attr]
-        efficiency, loss = fit_efficiency(members, projector, start, params)
+        kept: set[str] = set()
+        efficiency, loss = fit_efficiency(members, projector, start, params, unconstrained=kept)
         models = sorted({m.model_name for m in members})
         gpus = sorted({m.gpu for m in members})
+        fitted = ", ".join(p.name for p in params if p.name not in kept)
+        unfitted = f"; {', '.join(sorted(kept))} not constrained by these rows (kept)" if kept else ""
         efficiency = replace(efficiency, calibration=(
-            f"fitted {', '.join(p.name for p in params)} on {len(members)} {'/'.join(gpus)} rows "
-            f"({len(models)} models) of {label or 'the validation set'}; mean |log error| {loss:.3f}"))
+            f"fitted {fitted} on {len(members)} {'/'.join(gpus)} rows ({len(models)} models) of "
+            f"{label or 'the validation set'}; mean |log error| {loss:.3f}{unfitted}"))
         fits[name] = (efficiency, len(members), loss)
     return fits
 

@@ -87,6 +87,8 @@ def fp8_recipe_of(label: str, notes: str) -> str:
     """The fp8 scaling recipe a row's precision label (or the recipe it names) states; Megatron's default
     ``delayed`` when it states none. torchao's float8 default is tensorwise (dynamic per-tensor) scaling."""
     text = label.upper()
+    if "PRESUMABLY" in text:  # the source guesses the column's recipe ("presumably MXFP8"): not stated
+        return "delayed"
     if "MX" in text:
         return "mxfp8"
     if "ROWWISE" in text:

@@ -20,12 +20,16 @@ from primus_ext.model.memory import estimate_memory, fits, peak_bytes
 from primus_ext.recipe import load_recipe
 from primus_ext.tune.space import build_space
 
-SPACES = [("recipes/deepseek_v3-pretrain.yaml", "h100", 128), ("recipes/mixtral_8x22B-pretrain.yaml", "mi355x", 4)]
+SPACES = [("recipes/deepseek_v3-pretrain.yaml", "h100", 128, ()),
+          ("recipes/mixtral_8x22B-pretrain.yaml", "mi355x", 4, ()),
+          # Blackwell fp8: 1-byte per-tensor fp8 parameters (the GPU generation enters the fast path)
+          ("recipes/llama3.1_405B-pretrain.yaml", "b200", 16,
+           ("fp8=hybrid", "fp8_recipe=tensorwise", "fp8_param_gather=true"))]
 
 
-@pytest.mark.parametrize(("path", "cluster", "nodes"), SPACES)
-def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path, cluster, nodes):
-    recipe = load_recipe(path, cluster=cluster, nodes=nodes, validate=False)
+@pytest.mark.parametrize(("path", "cluster", "nodes", "overrides"), SPACES)
+def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path, cluster, nodes, overrides):
+    recipe = load_recipe(path, list(overrides), cluster=cluster, nodes=nodes, validate=False)
     model, system = recipe.model, recipe.system
     space = build_space(model, recipe.execution, system)
     memory._COMPILED.clear()
@@ -37,7 +41,7 @@ def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path,
     for config in space.iter_configs():
         e = space.to_execution(config)
         full = estimate_memory(model, e, system)
-        fast = peak_bytes(model, e)
+        fast = peak_bytes(model, e, system)
         assert fast == full.peak_bytes, (config, fast, full.peak_bytes)
         assert fits(model, e, system) == full.fits
         assert fits(model, e, system, margin=0.05) == (full.peak_bytes <= capacity * 0.95)

@@ -102,6 +102,10 @@ def test_fp8_recipe_choices_and_custom():
     assert resolve({**fp8, "fp8_recipe": "tensorwise"})[1].fp8_recipe == "tensorwise"
     _, execution, problems, warnings = resolve_all({**fp8, "fp8_recipe": "custom"}, NODE)
     assert execution.fp8_recipe == "delayed" and not problems and any("custom" in w for w in warnings)
+    _, _, _, warnings = resolve_all({**fp8, "fp8_recipe": "mxfp8"}, load_system("h100", 1))
+    assert any("MX" in w and "hopper" in w for w in warnings)
+    _, _, _, warnings = resolve_all({**fp8, "fp8_recipe": "mxfp8"}, load_system("b200", 1))
+    assert not any("mxfp8" in w for w in warnings)
     problems = resolve({**fp8, "fp8_recipe": "nvfp4"})[2]
     assert [p.path for p in problems] == ["fp8_recipe"] and "mxfp8" in problems[0].fix
 

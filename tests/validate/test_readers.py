@@ -65,6 +65,7 @@ def test_precision_labels():
     ("FP8", "recipe flags from Megatron-Bridge v0.5.0 (LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2)", "tensorwise"),
     ("FP8 (per-tensor current scaling)", "", "tensorwise"), ("FP8 rowwise (torchao float8)", "", "rowwise"),
     ("FP8 (torchao float8)", "", "tensorwise"), ("FP8", "", "delayed"),
+    ("FP8 alt (parenthesized value; presumably MXFP8/finer granularity - legend not visible)", "", "delayed"),
 ])
 def test_fp8_recipe_labels(label, notes, recipe):
     assert fp8_recipe_of(label, notes) == recipe

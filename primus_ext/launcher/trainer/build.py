@@ -80,7 +80,8 @@ def transformer_config(plan: TrainPlan, *, cpu: bool, use_te: bool):
             moe_router_pre_softmax=m.moe_router_topk == 1,
         )
     if use_te and e.precision == "fp8":
-        kw.update(fp8="hybrid", fp8_recipe="tensorwise")
+        # the recipe's scaling; torchao's rowwise (read from torchtitan runs only) has no TE recipe
+        kw.update(fp8="hybrid", fp8_recipe="tensorwise" if e.fp8_recipe == "rowwise" else e.fp8_recipe)
     return TransformerConfig(**kw)
 
 
