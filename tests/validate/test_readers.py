@@ -123,3 +123,12 @@ def test_indivisible_layers_get_the_recipe_split_and_history_steps_keep_the_fina
     assert runs[0].execution.account_for_embedding_in_pipeline_split  # 126 + 2 = 128 = 16 * 8
     assert runs[1].execution.pipeline_model_parallel_layout.count("t") == 61
     assert "intermediate" in runs[2].skipped_reason and runs[3].model is not None
+
+
+def test_fsdp_read_from_flags_but_not_from_its_negation(tmp_path):
+    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n"))
+    runs = read_runs(write(tmp_path, "r.csv", RUN_HEADER + (
+        "AMD,2026,M,8192,FP8,MI325X,64,1,1,,1,1,,64,2,512,no FSDP (DDP/distributed optimizer),1000,,,,\n"
+        "AMD,2026,M,8192,BF16,MI325X,64,1,1,,1,1,,64,1,256,FSDP,1000,,,,\n")), archs)
+    assert [r.execution.fsdp for r in runs] == ["none", "torch_fsdp2"]
+    assert runs[0].execution.use_distributed_optimizer
