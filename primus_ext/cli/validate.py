@@ -58,7 +58,13 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from primus_ext.validate.archs import read_archs
-    from primus_ext.validate.calibrate import DEFAULT_PARAMS, fit_by_gpu, leave_one_model_out, one_run_offset
+    from primus_ext.validate.calibrate import (
+        DEFAULT_PARAMS,
+        fit_by_gpu,
+        fit_pooled,
+        leave_one_model_out,
+        one_run_offset,
+    )
     from primus_ext.validate.hardware_csv import read_hardware
     from primus_ext.validate.run import analytic_projector, validate_runs
     from primus_ext.validate.runs import read_runs
@@ -104,11 +110,20 @@ def run(args: argparse.Namespace) -> int:
         if args.write_profiles:
             from primus_ext.hardware import list_profiles, load_gpu, write_efficiency
 
+            names = [p.name for p in DEFAULT_PARAMS]
+            # families without rows of their own (the CPU profile is the e2e check's, not a GPU's) get the prior
+            others = [p for p in list_profiles() if (load_gpu(p).family or p) not in fits and p != "cpu"]
+            pooled = fit_pooled(runs, analytic_projector, label=Path(args.measurements).name,
+                                progress=_progress) if others else None
+            if pooled is not None:
+                print(f"# pooled prior for {', '.join(others)}: {pooled[1]} rows, mean |log error| {pooled[2]:.3f}")
+                out.setdefault("fits", {})["pooled"] = {**{n: getattr(pooled[0], n) for n in names},
+                                                        "rows": pooled[1], "loss": pooled[2]}
             for profile in list_profiles():
                 family = load_gpu(profile).family or profile
-                if family in fits:
-                    path = write_efficiency(profile, fits[family][0], [p.name for p in DEFAULT_PARAMS],
-                                            Path(args.write_profiles))
+                chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None
+                if chosen is not None:
+                    path = write_efficiency(profile, chosen, names, Path(args.write_profiles))
                     print(f"wrote {path}")
     if args.cv:
         cv = leave_one_model_out(runs, analytic_projector, progress=_progress)

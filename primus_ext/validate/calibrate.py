@@ -185,6 +185,31 @@ def fit_by_gpu(
     return fits
 
 
+def fit_pooled(
+    runs: Sequence[RunRow], projector: Projector, *, label: str = "", params: Sequence[Param] = DEFAULT_PARAMS,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Efficiency, int, float] | None:
+    """One efficiency block fitted on the usable rows of every family together, from the plain defaults:
+    the prior for GPU families with too few rows of their own (``fit_by_gpu`` leaves them out). The
+    fractions of peak that tuned training stacks reach on current accelerators are close to each other
+    (the calibrated GEMM fractions of Hopper and Blackwell differ by a fifth, the defaults sit far above
+    both), so the pooled fit is a better first guess than the defaults; its calibration string says it is
+    not the family's own. ``None`` without enough rows."""
+    members = usable(runs)
+    if len(members) < MIN_FIT_ROWS:
+        return None
+    if progress:
+        progress(f"fitting the pooled prior on {len(members)} rows")
+    kept: set[str] = set()
+    efficiency, loss = fit_efficiency(members, projector, Efficiency(), params, unconstrained=kept)
+    families = sorted({family_of(m) for m in members})
+    fitted = ", ".join(p.name for p in params if p.name not in kept)
+    efficiency = replace(efficiency, calibration=(
+        f"pooled prior (no usable rows of this family): fitted {fitted} on all {len(members)} rows of "
+        f"{'/'.join(families)} of {label or 'the validation set'} together; mean |log error| {loss:.3f}"))
+    return efficiency, len(members), loss
+
+
 def apply_fits(runs: Sequence[RunRow], fits: dict[str, tuple[Efficiency, int, float]]) -> list[RunRow]:
     out = []
     for run in runs:

@@ -24,20 +24,20 @@ def recipe(tmp_path):
 def test_tune_writes_json_log_and_a_tuned_copy(recipe, tmp_path, capsys):
     pytest.importorskip("optuna")
     out, doc, log = tmp_path / "recipes" / "tuned.yaml", tmp_path / "result.json", tmp_path / "trials.jsonl"
-    argv = ["tune", str(recipe), "--cluster", "mi355x", "--nodes", "8", "--strategy", "tpe", "--budget", "15",
+    argv = ["tune", str(recipe), "--cluster", "mi355x", "--nodes", "8", "--strategy", "tpe", "--budget", "10",
             *PINS, "--out", str(out), "--json", str(doc), "--log", str(log), "--analytic"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "best:" in printed and "sensitivity" in printed and "regret vs exhaustive" in printed
     data = json.loads(doc.read_text())
     assert {"best", "baseline", "gain", "regret", "ranked", "pareto", "sensitivity", "stats", "notes"} <= set(data)
-    assert data["stats"]["projected"] <= 15 and data["regret"] is not None and data["regret"] >= 0
+    assert data["stats"]["projected"] <= 10 and data["regret"] is not None and data["regret"] >= 0
     tuned = load_recipe(out)
     assert tuned.execution.tp == data["best"]["config"]["tp"] and tuned.execution.ep == data["best"]["config"]["ep"]
     assert tuned.execution.micro_batch_size == data["best"]["config"]["mbs"]
     lines = log.read_text().splitlines()
-    assert "header" in json.loads(lines[0]) and len(lines) > 15
-    # resuming with a larger budget continues from the log
+    assert "header" in json.loads(lines[0]) and len(lines) > 10
+    # resuming with a larger budget continues from the log (10 of 20 spent: the search is not done)
     assert main([*argv[:8], "--budget", "20", *PINS, "--resume", str(log), "--no-regret", "--analytic"]) == 0
     assert len(log.read_text().splitlines()) > len(lines)
 

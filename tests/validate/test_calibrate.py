@@ -6,7 +6,13 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.specs import Efficiency, ExecutionSpec, ModelSpec
-from primus_ext.validate.calibrate import fit_by_gpu, fit_efficiency, leave_one_model_out, workload_offset
+from primus_ext.validate.calibrate import (
+    fit_by_gpu,
+    fit_efficiency,
+    fit_pooled,
+    leave_one_model_out,
+    workload_offset,
+)
 from primus_ext.validate.runs import RunRow
 
 
@@ -47,6 +53,22 @@ def test_fit_by_gpu_records_how_it_was_fitted_and_skips_small_sets():
     efficiency, n, _ = fits["hopper"]  # H100 rows calibrate the Hopper family
     assert n == 9 and "9 H100 rows (3 models)" in efficiency.calibration and "unit rows" in efficiency.calibration
     assert fit_by_gpu(rows(Efficiency(), models=("A",), per_model=2), fake_projector) == {}
+
+
+def test_pooled_prior_fits_all_families_together():
+    hopper = rows(Efficiency(gemm_max=0.5))
+    b200 = load_system("b200", 2)
+    b200 = replace(b200, gpu=replace(b200.gpu, efficiency=Efficiency()))
+    blackwell = [replace(r, index=100 + r.index, gpu="B200", system=b200,
+                         measured_tokens_per_sec_per_gpu=r.measured_tokens_per_sec_per_gpu * 0.7 / 0.5)
+                 for r in rows(Efficiency(gemm_max=0.5))]  # the same rows measured as if gemm_max were 0.7
+    efficiency, n, loss = fit_pooled(hopper + blackwell, fake_projector, label="unit rows")
+    per_family = fit_by_gpu(hopper + blackwell, fake_projector)
+    product = efficiency.gemm_max * (0.8 + 0.2 * efficiency.attention)
+    low, high = (per_family[f][0].gemm_max * (0.8 + 0.2 * per_family[f][0].attention) for f in ("hopper", "blackwell"))
+    assert n == 18 and low < product < high and loss > 0.05  # one block cannot fit both families
+    assert "pooled prior" in efficiency.calibration and "blackwell/hopper" in efficiency.calibration
+    assert fit_pooled(hopper[:2], fake_projector) is None
 
 
 def test_lomo_reports_every_row_once():
