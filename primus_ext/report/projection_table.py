@@ -12,6 +12,7 @@ JSON keys: ``tokens_per_sec_per_gpu``, ``step_time_ms``, ``tflops_per_gpu``, ``m
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from primus_ext.projection.result import Projection
@@ -57,6 +58,16 @@ def memory_summary(memory: Any) -> dict[str, Any] | None:
     }
 
 
+def calibration_label(calibration: str) -> str:
+    """A short form of a profile's calibration string: whose rows its efficiencies come from."""
+    if calibration.startswith("pooled prior"):
+        return "pooled prior: no measured run of this GPU family, fitted on other families' runs"
+    rows = re.search(r"on (?:all )?(\d+ [\w/]+ rows)", calibration)
+    if calibration.startswith("fitted") and rows:
+        return f"calibrated on {rows.group(1)} of published runs"
+    return calibration or "uncalibrated defaults"
+
+
 def format_projection(p: Projection) -> str:
     """Summary, step breakdown, per-stage times (and memory), cost sources, notes."""
     ex, system = p.execution, p.system
@@ -70,6 +81,7 @@ def format_projection(p: Projection) -> str:
         + (f"   (range {p.band[0]:,.0f} .. {p.band[1]:,.0f})" if p.band else ""),
         f"  step time        {p.step_time_ms:,.1f} ms",
         f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   (MFU {p.mfu:.1%})",
+        f"  efficiencies     {calibration_label(system.gpu.efficiency.calibration)}",
     ]
     if p.memory is not None:
         mem = memory_summary(p.memory) or {}
