@@ -265,34 +265,48 @@ def overlapped_exposed(total: float, window: float, first_or_last: float, overla
     return tail + hide(total - tail, window, overlap)
 
 
-def interleaved_window(window: float, total: float, vpp: int, pp: int) -> float:
-    """Compute seconds a step's DP collective can overlap under the interleaved schedule.
+def aligned_dp_windows(bwd1: float, fwd1: float, grad_t: float, param_t: float, share: float, vpp: int, pp: int,
+                       rank: int) -> tuple[float, float, float, float]:
+    """(gradient window, gradient bucket share, parameter window, parameter bucket share) for
+    ``overlapped_exposed``: the compute a step's DP collectives hide behind on pipeline rank ``rank``.
 
-    ``window``: one micro-batch's backward (gradient reduce) or forward (parameter gather) through all
-    ``vpp`` chunks of the rank; ``total``: the collective's seconds, one chunk's share ``total / vpp``.
-    megatron-core's interleaved 1F1B runs the last group of ``pp`` micro-batches chunk by chunk (backward:
-    chunk vpp-1 first; the next step's forward: chunk 0 first), so chunk c's gradients are final ``c * pp``
-    chunk-passes before the rank's backward ends (its parameters are needed ``c * pp`` passes after the
-    forward starts), and its bucket collectives, issued in that order on one stream, overlap those passes.
-    Continuous stream (chunk share >= pass spacing): ``(vpp - 1) * spacing + pass``; otherwise every chunk
-    but the last finishes in its gap. ``vpp == 1``: one micro-batch's pass, as for 1F1B."""
+    Megatron-LM's (and Primus's) defaults ``align_grad_reduce`` / ``align_param_gather`` hand the schedule
+    per-chunk sync functions (megatron-core 0.16.1 pipeline_parallel/schedules.py):
+    - 1F1B (``vpp == 1``): rank 0 reduces its buckets during its last backward (window ``bwd1``, one bucket
+      exposed); the other ranks launch the whole reduce after their last backward, inside the pipeline's
+      tail (nothing hidden here; the step tail takes the latest rank). The parameter gather overlaps the
+      first forward bucket by bucket (window ``fwd1``).
+    - interleaved: the last group of ``pp`` micro-batches runs chunk by chunk, backward from chunk vpp-1, so
+      chunk c's last backward ends ``c * pp`` chunk-passes before the rank's backward does; its whole
+      reduce is launched after that pass plus ``rank`` passes (the alignment across ranks), chunk 0's after
+      the last pass. On one stream, with pass b = ``bwd1 / vpp``, spacing s = pp b and chunk share
+      d = ``grad_t / vpp``, the reduce done before the backward ends is ``(vpp-1) s - rank b`` when d >= s
+      (the stream never idles), else ``(vpp-2) d + min(d, s - rank b)``. Chunks 0 and 1 gather their
+      parameters at the step's start and chunk c+1 at chunk c's first forward, each needed at its own
+      first forward: ``(vpp-1) min(param_t / vpp, pp fwd1 / vpp)`` is hidden.
+    Windows from these are passed with a zero bucket share (whole chunks, not buckets, are exposed)."""
     if vpp <= 1:
-        return window
-    chunk_pass = window / vpp
-    spacing, share = pp * chunk_pass, total / vpp
-    if share >= spacing:
-        return (vpp - 1) * spacing + chunk_pass
-    return (vpp - 1) * share + min(share, chunk_pass)
+        return (bwd1 if rank == 0 else 0.0), share, fwd1, share
+    b, d = bwd1 / vpp, grad_t / vpp
+    spacing = pp * b
+    grad_hidden = (vpp - 1) * spacing - rank * b if d >= spacing else (vpp - 2) * d + min(d, spacing - rank * b)
+    param_hidden = (vpp - 1) * min(param_t / vpp, pp * fwd1 / vpp)
+    return grad_hidden, 0.0, param_hidden, 0.0
 
 
-def interleaved_window_many(window: np.ndarray, total: np.ndarray, vpp: int, pp: int) -> np.ndarray:
-    """``interleaved_window`` element-wise over arrays (one ``vpp``, ``pp``): the batch path's windows."""
+def aligned_dp_windows_many(bwd1: np.ndarray, fwd1: np.ndarray, grad_t: np.ndarray, param_t: np.ndarray,
+                            share: np.ndarray, vpp: int, pp: int) -> tuple[np.ndarray, ...]:
+    """``aligned_dp_windows`` over (configurations, pipeline ranks) arrays of one ``vpp`` and ``pp``."""
+    rank = np.arange(bwd1.shape[1], dtype=float)[None, :]
     if vpp <= 1:
-        return window
-    chunk_pass = window / vpp
-    spacing, share = pp * chunk_pass, total / vpp
-    return np.where(share >= spacing, (vpp - 1) * spacing + chunk_pass,
-                    (vpp - 1) * share + np.minimum(share, chunk_pass))
+        return np.where(rank == 0, bwd1, 0.0), share, fwd1, share
+    b, d = bwd1 / vpp, grad_t / vpp
+    spacing = pp * b
+    grad_hidden = np.where(d >= spacing, (vpp - 1) * spacing - rank * b,
+                           (vpp - 2) * d + np.minimum(d, spacing - rank * b))
+    param_hidden = (vpp - 1) * np.minimum(param_t / vpp, pp * fwd1 / vpp)
+    zero = np.zeros_like(share)
+    return grad_hidden, zero, param_hidden, zero
 
 
 def overlapped_exposed_many(total: np.ndarray, window: np.ndarray, first_or_last: np.ndarray,

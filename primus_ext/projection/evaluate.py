@@ -33,10 +33,10 @@ from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds
 from primus_ext.projection.comm import (
+    aligned_dp_windows,
     bucket_fraction,
     describe,
     dp_times,
-    interleaved_window,
     layer_comm,
     optimizer_seconds,
     overlapped_exposed,
@@ -313,18 +313,18 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
 
     ovl = system.gpu.efficiency.overlap
     tails, opts, params_exp, grads, params = [], [], [], [], []
-    tail_of: dict[int, tuple[float, float, float, float, float]] = {}
+    tail_of: dict[int, tuple[float, float, float, float]] = {}
     for r, acc in enumerate(stage_acc):
         if id(acc) not in tail_of:  # ranks with identical layers share one computation
             dense, experts = int(acc["dense"]), int(acc["experts"])
             grad_t, param_t = dp_times(dense, experts, ex, pl, system)
-            share = bucket_fraction(dense + experts, ex)
-            grad_w = interleaved_window(acc["bwd1"], grad_t, ex.vpp, pp)
-            param_w = interleaved_window(acc["fwd1"], param_t, ex.vpp, pp)
-            grad_exp = overlapped_exposed(grad_t, grad_w, share, ovl) if ex.overlap_grad_reduce else grad_t
-            param_exp = overlapped_exposed(param_t, param_w, share, ovl) if ex.overlap_param_gather else param_t
-            tail_of[id(acc)] = (grad_t, grad_exp, param_t, param_exp, optimizer_seconds(dense, experts, ex, pl, system))
-        grad_t, grad_exp, param_t, param_exp, opt = tail_of[id(acc)]
+            tail_of[id(acc)] = (grad_t, param_t, bucket_fraction(dense + experts, ex),
+                                optimizer_seconds(dense, experts, ex, pl, system))
+        grad_t, param_t, share, opt = tail_of[id(acc)]
+        grad_w, grad_s, param_w, param_s = aligned_dp_windows(acc["bwd1"], acc["fwd1"], grad_t, param_t, share,
+                                                              ex.vpp, pp, r)
+        grad_exp = overlapped_exposed(grad_t, grad_w, grad_s, ovl) if ex.overlap_grad_reduce else grad_t
+        param_exp = overlapped_exposed(param_t, param_w, param_s, ovl) if ex.overlap_param_gather else param_t
         grads.append((grad_t, grad_exp))
         params.append((param_t, param_exp))
         tails.append(sim.finish[r] + grad_exp)

@@ -38,9 +38,9 @@ from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.pipeline_batch import simulate_many
 from primus_ext.model.placement import group_placements
 from primus_ext.projection.comm import (
+    aligned_dp_windows_many,
     bucket_fraction,
     dp_times,
-    interleaved_window_many,
     optimizer_seconds,
     overlapped_exposed_many,
 )
@@ -279,10 +279,10 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     grad_t, param_t, share, opt = tails[:, :, 0], tails[:, :, 1], tails[:, :, 2], tails[:, :, 3]
     ovl = system.gpu.efficiency.overlap
     flags = np.array([(ex.overlap_grad_reduce, ex.overlap_param_gather) for _, ex, *_ in members], dtype=bool)
-    grad_w = interleaved_window_many(ranks[:, :, _F["bwd"]], grad_t, vpp, pp)
-    param_w = interleaved_window_many(ranks[:, :, _F["fwd"]], param_t, vpp, pp)
-    grad_exp = np.where(flags[:, :1], overlapped_exposed_many(grad_t, grad_w, share, ovl), grad_t)
-    param_exp = np.where(flags[:, 1:], overlapped_exposed_many(param_t, param_w, share, ovl), param_t)
+    grad_w, grad_s, param_w, param_s = aligned_dp_windows_many(ranks[:, :, _F["bwd"]], ranks[:, :, _F["fwd"]],
+                                                               grad_t, param_t, share, vpp, pp)
+    grad_exp = np.where(flags[:, :1], overlapped_exposed_many(grad_t, grad_w, grad_s, ovl), grad_t)
+    param_exp = np.where(flags[:, 1:], overlapped_exposed_many(param_t, param_w, param_s, ovl), param_t)
     tail = (finish + grad_exp).max(axis=1)
     step = tail + opt.max(axis=1) + param_exp.max(axis=1)
 
