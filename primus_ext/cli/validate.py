@@ -111,14 +111,16 @@ def run(args: argparse.Namespace) -> int:
             from primus_ext.hardware import list_profiles, load_gpu, write_efficiency
 
             names = [p.name for p in DEFAULT_PARAMS]
-            # families without rows of their own (the CPU profile is the e2e check's, not a GPU's) get the prior
-            others = [p for p in list_profiles() if (load_gpu(p).family or p) not in fits and p != "cpu"]
+            # families without enough rows of their own get the prior, unless their profile holds a calibration
+            # of another origin (a user's); the CPU profile is the end-to-end check's, not a GPU's
+            others = [p for p in list_profiles() if (load_gpu(p).family or p) not in fits and p != "cpu"
+                      and load_gpu(p).efficiency.calibration.startswith(("uncalibrated", "pooled prior"))]
             pooled = fit_pooled(runs, analytic_projector, label=Path(args.measurements).name,
                                 progress=_progress) if others else None
             if pooled is not None:
                 print(f"# pooled prior for {', '.join(others)}: {pooled[1]} rows, mean |log error| {pooled[2]:.3f}")
-                out.setdefault("fits", {})["pooled"] = {**{n: getattr(pooled[0], n) for n in names},
-                                                        "rows": pooled[1], "loss": pooled[2]}
+                out["pooled_prior"] = {**{n: getattr(pooled[0], n) for n in names}, "rows": pooled[1],
+                                       "loss": pooled[2], "profiles": others}
             for profile in list_profiles():
                 family = load_gpu(profile).family or profile
                 chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None

@@ -205,7 +205,8 @@ def fit_pooled(
     families = sorted({family_of(m) for m in members})
     fitted = ", ".join(p.name for p in params if p.name not in kept)
     efficiency = replace(efficiency, calibration=(
-        f"pooled prior (no usable rows of this family): fitted {fitted} on all {len(members)} rows of "
+        f"pooled prior (fewer than {MIN_FIT_ROWS} usable rows of this family): fitted {fitted} on all "
+        f"{len(members)} rows of "
         f"{'/'.join(families)} of {label or 'the validation set'} together; mean |log error| {loss:.3f}"))
     return efficiency, len(members), loss
 

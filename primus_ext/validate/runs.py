@@ -143,9 +143,10 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     fsdp = "none"
     raw_fsdp = re.search(r"\bFSDP=(\d+)", notes)
     flag_text = flags.lower()
-    if "use_megatron_fsdp=true" in flag_text or "megatron_fsdp(" in flag_text or (raw_fsdp and int(raw_fsdp.group(1))):
+    megatron = ("use_megatron_fsdp=true", "megatron_fsdp(", "megatron fsdp", "use_mcore_fsdp=1", "use_mcore_fsdp=true")
+    if any(k in flag_text for k in megatron) or (raw_fsdp and int(raw_fsdp.group(1))):
         fsdp = "megatron_fsdp"
-    elif torchtitan or re.search(r"(?<!no )\bfsdp", flag_text):  # "no FSDP (DDP/...)" states the opposite
+    elif torchtitan or ("fsdp" in flag_text and "no fsdp" not in flag_text):  # "no FSDP (DDP/...)": the opposite
         fsdp = "torch_fsdp2"
     dispatcher = (_flag(flags, "moe_token_dispatcher_type") or "alltoall").lower()
     if "moe_flex_dispatcher_backend" in flags or re.search(r"dispatcher\s*=\s*(deepep|hybridep)", lowered) or \

@@ -129,6 +129,9 @@ def test_fsdp_read_from_flags_but_not_from_its_negation(tmp_path):
     archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n"))
     runs = read_runs(write(tmp_path, "r.csv", RUN_HEADER + (
         "AMD,2026,M,8192,FP8,MI325X,64,1,1,,1,1,,64,2,512,no FSDP (DDP/distributed optimizer),1000,,,,\n"
-        "AMD,2026,M,8192,BF16,MI325X,64,1,1,,1,1,,64,1,256,FSDP,1000,,,,\n")), archs)
-    assert [r.execution.fsdp for r in runs] == ["none", "torch_fsdp2"]
+        "AMD,2026,M,8192,BF16,MI325X,64,1,1,,1,1,,64,1,256,FSDP,1000,,,,\n"
+        "x,2026,M,8192,BF16,H100,64,1,1,,1,1,,64,1,256,recipe:[use_torch_fsdp2=true],1000,,,,\n"
+        "NeMo,2025,M,8192,FP8,GB200,64,1,1,,1,1,,64,1,256,FSDP=1 (Megatron FSDP); recipe:[use_mcore_fsdp=1],1000,,,,\n"
+    )), archs)
+    assert [r.execution.fsdp for r in runs] == ["none", "torch_fsdp2", "torch_fsdp2", "megatron_fsdp"]
     assert runs[0].execution.use_distributed_optimizer
