@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,9 +49,11 @@ def main() -> int:
         writer.writeheader()
         for i in amd:
             writer.writerow({**rows[i], "gbs": str(int(rows[i]["mbs"]) * int(rows[i]["dp"]) * k)})
-        scratch = Path(f"/tmp/primus_ext_amd_ga{k}.csv")
-        scratch.write_text(text.getvalue(), encoding="utf-8")
-        for i, run in zip(amd, read_runs(scratch, archs), strict=True):
+        with tempfile.TemporaryDirectory() as folder:
+            scratch = Path(folder) / "rows.csv"
+            scratch.write_text(text.getvalue(), encoding="utf-8")
+            runs = read_runs(scratch, archs)
+        for i, run in zip(amd, runs, strict=True):
             if run.model is None:
                 print(f"{i:>4} skipped: {run.skipped_reason}")
                 continue
@@ -59,7 +62,6 @@ def main() -> int:
             plain = analytic_projector(with_efficiency(run, replace(Efficiency(), calibration="defaults")))
             print(f"{i:>4} {run.model_name:<15} {run.gpu:<7} {run.execution.pp:>2} {k:>3} {measured:>9.0f} "
                   f"{prior:>7.0f} ({prior / measured - 1:+.0%}) {plain:>7.0f} ({plain / measured - 1:+.0%})")
-        scratch.unlink()
     return 0
 
 

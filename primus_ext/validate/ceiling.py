@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-from primus_ext.validate.stats import _ranks, spearman
+from primus_ext.validate.stats import ranks, spearman
 
 MERGE_SEARCH_CLASSES = 14
 """Up to this many distinct configurations in a group every merge of neighbours is tried (2^13 orders);
@@ -36,13 +36,14 @@ def spearman_ceiling(measured: Sequence[float], classes: Sequence[Hashable]) -> 
 
     Projections may also tie different classes. For a fixed grouping into tied blocks, the projected ranks'
     spread depends only on the block sizes, so the best strict order of blocks sorts them by mean measured
-    rank (an exchange argument, as in Smith's rule); the best grouping merges neighbours in that order, and
-    every such merge is tried (checked against all weak orders by tests/validate/test_ceiling.py)."""
+    rank (an exchange argument, as in Smith's rule). Every merge of neighbours in that order is tried; that
+    this reaches the best of all weak orders is not proven here but checked against an enumeration of them
+    (tests/validate/test_ceiling.py). Above ``MERGE_SEARCH_CLASSES`` classes the value is a lower bound."""
     members = _by_class(classes)
     if len(members) < 2:
         return math.nan
-    ranks = _ranks(measured)
-    groups = sorted(members.values(), key=lambda g: sum(ranks[i] for i in g) / len(g))
+    rank = ranks(measured)
+    groups = sorted(members.values(), key=lambda g: sum(rank[i] for i in g) / len(g))
     k = len(groups)
     best = math.nan
     for mask in range(2 ** (k - 1) if k <= MERGE_SEARCH_CLASSES else 1):

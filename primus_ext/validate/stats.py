@@ -25,7 +25,8 @@ def median(values: Sequence[float]) -> float:
     return percentile(values, 50.0)
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
+def ranks(values: Sequence[float]) -> list[float]:
+    """Average ranks (1-based; ties share the mean rank)."""
     order = sorted(range(len(values)), key=lambda i: values[i])
     ranks = [0.0] * len(values)
     i = 0
@@ -55,7 +56,7 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rank correlation (NaN when either side is constant)."""
-    return pearson(_ranks(x), _ranks(y))
+    return pearson(ranks(x), ranks(y))
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
