@@ -9,9 +9,9 @@ DESIGN.md "Upscale": per layer and micro-batch, compute from the cost chain (the
 order - the timing store first - then the analytic roofline) + exposed TP / CP / EP / FSDP comm
 (``projection.comm``); per pipeline chunk the sum over its layers (+ embedding on the first chunk,
 output + loss and MTP on the last); the step is the simulated schedule (``model.pipeline``) with
-send/recv between stages, then the step tail: exposed DP gradient reduction (overlapped with the last
-micro-batch's backward when ``overlap_grad_reduce``), the optimizer step and the exposed parameter
-all-gather (overlapped with the next forward when ``overlap_param_gather``).
+send/recv between stages, then the step tail: exposed DP gradient reduction (when ``overlap_grad_reduce``,
+overlapped as megatron's aligned grad reduce allows: ``comm.aligned_dp_windows``), the optimizer step and
+the exposed parameter all-gather (overlapped with the next forward when ``overlap_param_gather``).
 
 ``evaluate`` is pure arithmetic over memoised lookups: no torch, no I/O, no printing.
 """
