@@ -22,6 +22,12 @@ def write(tmp_path, name, text):
     return path
 
 
+def runs_of(tmp_path, rows: str):
+    """``read_runs`` of ``rows`` (CSV lines under RUN_HEADER) for a small dense model ``M``."""
+    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n"))
+    return read_runs(write(tmp_path, "r.csv", RUN_HEADER + rows), archs)
+
+
 def test_moe_mla_arch_from_columns_and_notes(tmp_path):
     path = write(tmp_path, "a.csv", ARCH_HEADER + 'DSV3,61,7168,18432,128,MLA,129280,256,8,2048,1 (2048),3,yes,'
                  '"q_lora_rank 1536, kv_lora_rank 512, qk_head_dim 128, qk_pos_emb_head_dim 64, v_head_dim 128"\n'
@@ -37,14 +43,13 @@ def test_moe_mla_arch_from_columns_and_notes(tmp_path):
 
 
 def test_runs_map_columns_flags_and_skips(tmp_path):
-    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n"))
-    runs = read_runs(write(tmp_path, "r.csv", RUN_HEADER + (
+    runs = runs_of(tmp_path, (
         'NeMo,2025,M,4096,FP8,H100,64,2,2,2,1,,,16,1,256,"recipe:[recompute_granularity=""full""; '
         'recompute_num_layers=2]",1000,,,,\n'
         "NeMo,2025,M,4096,NVFP4,B200,8,1,1,,1,,,8,1,64,,900,,,,\n"
         "x LoRA,2025,M,4096,BF16,H100,8,1,1,,1,,,8,1,64,,900,,,,\n"
         "NeMo,2025,Unknown,4096,BF16,H100,8,1,1,,1,,,8,1,64,,900,,,,\n"
-        "NeMo,2025,M,4096,BF16,TPU9,8,1,1,,1,,,8,1,64,,900,,,,\n")), archs)
+        "NeMo,2025,M,4096,BF16,TPU9,8,1,1,,1,,,8,1,64,,900,,,,\n"))
     run = runs[0]
     e = run.execution
     assert (e.tp, e.pp, e.vpp, e.dp, e.precision) == (2, 2, 2, 16, "fp8")
@@ -126,12 +131,11 @@ def test_indivisible_layers_get_the_recipe_split_and_history_steps_keep_the_fina
 
 
 def test_fsdp_read_from_flags_but_not_from_its_negation(tmp_path):
-    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n"))
-    runs = read_runs(write(tmp_path, "r.csv", RUN_HEADER + (
+    runs = runs_of(tmp_path, (
         "AMD,2026,M,8192,FP8,MI325X,64,1,1,,1,1,,64,2,512,no FSDP (DDP/distributed optimizer),1000,,,,\n"
         "AMD,2026,M,8192,BF16,MI325X,64,1,1,,1,1,,64,1,256,FSDP,1000,,,,\n"
         "x,2026,M,8192,BF16,H100,64,1,1,,1,1,,64,1,256,recipe:[use_torch_fsdp2=true],1000,,,,\n"
         "NeMo,2025,M,8192,FP8,GB200,64,1,1,,1,1,,64,1,256,FSDP=1 (Megatron FSDP); recipe:[use_mcore_fsdp=1],1000,,,,\n"
-    )), archs)
+    ))
     assert [r.execution.fsdp for r in runs] == ["none", "torch_fsdp2", "torch_fsdp2", "megatron_fsdp"]
     assert runs[0].execution.use_distributed_optimizer
