@@ -3,12 +3,11 @@
 from pathlib import Path
 
 import pytest
+from validate_rows import ARCH_HEADER
 
 from primus_ext.validate.archs import read_archs
 
 VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
-ARCH_HEADER = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
-               "shared_experts,first_k_dense,mla(yes/no),notes\n")
 
 
 def test_shared_deepseek_v3_row_is_node_limited():

@@ -4,28 +4,13 @@ import csv
 from pathlib import Path
 
 import pytest
+from validate_rows import ARCH_HEADER, runs_of, write
 
 from primus_ext.errors import RecipeError
 from primus_ext.validate.archs import read_archs
 from primus_ext.validate.runs import fp8_recipe_of, precision_of, read_runs
 
 VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
-ARCH_HEADER = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
-               "shared_experts,first_k_dense,mla(yes/no),notes\n")
-RUN_HEADER = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
-              "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n")
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def runs_of(tmp_path, rows: str):
-    """``read_runs`` of ``rows`` (CSV lines under RUN_HEADER) for a small dense model ``M``."""
-    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n"))
-    return read_runs(write(tmp_path, "r.csv", RUN_HEADER + rows), archs)
 
 
 def test_moe_mla_arch_from_columns_and_notes(tmp_path):
@@ -118,13 +103,12 @@ def test_indivisible_layers_get_the_recipe_split_and_history_steps_keep_the_fina
 
     # 61 = 16 * 3 + 13: the 13 extra layers go to middle stages 1..13; embedding/loss stages keep 3
     assert balanced_layout(61, 16) == "Ettt|" + "tttt|" * 13 + "ttt|tttL"
-    archs = read_archs(write(tmp_path, "a.csv", ARCH_HEADER + "M,126,1024,4096,16,4,32000,,,,,,no,\n"
-                             "N,61,1024,4096,16,4,32000,,,,,,no,\n"))
-    runs = read_runs(write(tmp_path, "r.csv", RUN_HEADER + (
+    runs = runs_of(tmp_path, (
         "S,2025,M,4096,BF16,H100,128,1,16,,1,,,8,1,64,,900,,,,\n"
         "S,2025,N,4096,BF16,H100,16,1,16,,1,,,1,1,64,,900,,,,\n"
         'T,2025,N,4096,BF16,H100,16,1,16,,1,,,1,1,64,"step2: fuse",900,,,,optimization-history table\n'
-        'T,2025,N,4096,BF16,H100,16,1,16,,1,,,1,1,64,"step5: graphs",950,,,,optimization-history table\n')), archs)
+        'T,2025,N,4096,BF16,H100,16,1,16,,1,,,1,1,64,"step5: graphs",950,,,,optimization-history table\n'),
+        archs="M,126,1024,4096,16,4,32000,,,,,,no,\nN,61,1024,4096,16,4,32000,,,,,,no,\n")
     assert runs[0].execution.account_for_embedding_in_pipeline_split  # 126 + 2 = 128 = 16 * 8
     assert runs[1].execution.pipeline_model_parallel_layout.count("t") == 61
     assert "intermediate" in runs[2].skipped_reason and runs[3].model is not None

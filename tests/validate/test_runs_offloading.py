@@ -1,25 +1,17 @@
 """The reader turns a row's activation CPU offloading into the ExecutionSpec fields megatron-core uses."""
 
-from primus_ext.validate.archs import read_archs
-from primus_ext.validate.runs import read_runs
+from validate_rows import runs_of
 
-ARCH_HEADER = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
-               "shared_experts,first_k_dense,mla(yes/no),notes\n")
-RUN_HEADER = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
-              "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n")
+BRIDGE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
 
 
 def test_cpu_offloading_flags(tmp_path):
-    archs_path = tmp_path / "a.csv"
-    archs_path.write_text(ARCH_HEADER + "M,8,1024,4096,16,4,32000,,,,,,no,\n")
-    runs_path = tmp_path / "r.csv"
-    runs_path.write_text(RUN_HEADER + (
+    first, second, plain = (r.execution for r in runs_of(tmp_path, (
         'NeMo,2025,M,8192,FP8,GB200,64,1,1,,1,,,64,2,256,"megatron_fsdp(FSDP col=64); recipe:[use_megatron_fsdp=True; '
         'cpu_offloading_num_layers=6]",1000,,,,\n'
         'NeMo,2025,M,8192,BF16,GB200,64,1,1,,1,,,64,2,256,"recipe:[cpu_offloading=True; cpu_offloading_num_layers=3; '
         'cpu_offloading_weights=True; cpu_offloading_activations=False]",1000,,,,\n'
-        "NeMo,2025,M,8192,BF16,GB200,64,1,1,,1,,,64,2,256,,1000,,,,\n"))
-    first, second, plain = (r.execution for r in read_runs(runs_path, read_archs(archs_path)))
+        "NeMo,2025,M,8192,BF16,GB200,64,1,1,,1,,,64,2,256,,1000,,,,\n")))
     assert first.cpu_offloading and first.cpu_offloading_num_layers == 6
     assert first.cpu_offloading_activations and not first.cpu_offloading_weights
     assert second.cpu_offloading and second.cpu_offloading_num_layers == 3
@@ -28,45 +20,32 @@ def test_cpu_offloading_flags(tmp_path):
 
 
 def test_megatron_bridge_loss_implementation_by_recipe_family(tmp_path):
-    archs_path = tmp_path / "a.csv"
-    archs_path.write_text(ARCH_HEADER + "Llama3-8B,8,1024,4096,16,4,32000,,,,,,no,\n"
-                          "GPT-OSS-120B,8,1024,4096,16,4,32000,,,,,,no,\n")
-    runs_path = tmp_path / "r.csv"
-    bridge = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
-    runs_path.write_text(RUN_HEADER + (
-        f"{bridge},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
-        f"{bridge},2025,GPT-OSS-120B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+    runs = runs_of(tmp_path, (
+        f"{BRIDGE},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        f"{BRIDGE},2025,GPT-OSS-120B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
         "pytorch/torchtitan,2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
-        f"{bridge},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,recipe:[cross_entropy_fusion_impl=native],"
-        "1000,,,,\n"))
-    impls = [r.execution.cross_entropy_fusion_impl for r in read_runs(runs_path, read_archs(archs_path))]
-    assert impls == ["te", "native", "native", "native"]
+        f"{BRIDGE},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,recipe:[cross_entropy_fusion_impl=native],"
+        "1000,,,,\n"),
+        archs="Llama3-8B,8,1024,4096,16,4,32000,,,,,,no,\nGPT-OSS-120B,8,1024,4096,16,4,32000,,,,,,no,\n")
+    assert [r.execution.cross_entropy_fusion_impl for r in runs] == ["te", "native", "native", "native"]
 
 
 def test_torchtitan_selective_is_op_level_and_the_stated_hbm_is_used(tmp_path):
-    archs_path = tmp_path / "a.csv"
-    archs_path.write_text(ARCH_HEADER + "Llama3.1-8B,8,1024,4096,16,4,32000,,,,,,no,\n")
-    runs_path = tmp_path / "r.csv"
-    runs_path.write_text(RUN_HEADER + (
+    titan, nemo = runs_of(tmp_path, (
         "pytorch/torchtitan benchmarks,2024,Llama3.1-8B,8192,BF16,H100,8,1,1,,1,,,8,2,16,"
         '"FSDP2 (dp_shard=8); selective activation checkpointing",5762,,,,H100 SXM 96GB HBM2e @500W\n'
         'NeMo,2025,Llama3.1-8B,8192,BF16,H100,8,1,1,,1,,,8,2,16,"recipe:[recompute_modules=core_attn]",'
-        "5762,,,,\n"))
-    titan, nemo = read_runs(runs_path, read_archs(archs_path))
+        "5762,,,,\n"), archs="Llama3.1-8B,8,1024,4096,16,4,32000,,,,,,no,\n")
     assert titan.execution.recompute_granularity == "selective" and titan.execution.selective_ac_option == "op"
     assert titan.system.gpu.hbm_bytes == 96 * 10**9
     assert nemo.execution.selective_ac_option == "modules" and nemo.system.gpu.hbm_bytes == 80 * 10**9
 
 
 def test_fp8_param_gather_from_nvidia_fp8_recipes_or_the_row(tmp_path):
-    archs_path = tmp_path / "a.csv"
-    archs_path.write_text(ARCH_HEADER + "Llama3-8B,8,1024,4096,16,4,32000,,,,,,no,\n")
-    runs_path = tmp_path / "r.csv"
-    bridge = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
-    runs_path.write_text(RUN_HEADER + (
-        f"{bridge},2025,Llama3-8B,8192,FP8,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
-        f"{bridge},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+    runs = runs_of(tmp_path, (
+        f"{BRIDGE},2025,Llama3-8B,8192,FP8,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
+        f"{BRIDGE},2025,Llama3-8B,8192,BF16,H100,8,1,1,,1,,,8,1,64,,1000,,,,\n"
         "AMD-AGI/Primus blog,2025,Llama3-8B,8192,FP8,MI300X,8,1,1,,1,,,8,1,64,,1000,,,,\n"
-        "AMD-AGI/Primus blog,2025,Llama3-8B,8192,FP8,MI300X,8,1,1,,1,,,8,1,64,--fp8-param-gather,1000,,,,\n"))
-    flags = [r.execution.fp8_param_gather for r in read_runs(runs_path, read_archs(archs_path))]
-    assert flags == [True, False, False, True]
+        "AMD-AGI/Primus blog,2025,Llama3-8B,8192,FP8,MI300X,8,1,1,,1,,,8,1,64,--fp8-param-gather,1000,,,,\n"),
+        archs="Llama3-8B,8,1024,4096,16,4,32000,,,,,,no,\n")
+    assert [r.execution.fp8_param_gather for r in runs] == [True, False, False, True]
