@@ -35,3 +35,19 @@ def primus_root() -> Path | None:
         if candidate and (Path(candidate) / "primus" / "configs").is_dir():
             return Path(candidate)
     return None
+
+
+def megatron_config_accepts(**kwargs) -> bool:
+    """Whether megatron-core's own ``TransformerConfig`` accepts these arguments (its ``__post_init__``
+    checks raise ValueError / AssertionError): the independent side of the rule-agreement tests."""
+    import warnings
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            TransformerConfig(**kwargs)
+    except (ValueError, AssertionError):
+        return False
+    return True
