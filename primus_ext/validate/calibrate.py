@@ -20,6 +20,7 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.specs import Efficiency
 from primus_ext.validate.run import Projector, RowResult, ValidationReport, _result, summarize
 from primus_ext.validate.runs import RunRow
+from primus_ext.validate.search import nelder_mead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +38,13 @@ class Param:
     def ratio(self, efficiency: Efficiency) -> float:
         value = getattr(efficiency, self.name)
         return value / getattr(efficiency, self.relative_to) if self.relative_to else value
+
+    def coordinate(self, value: float) -> float:
+        """Search coordinate of a value (its log for a log-searched parameter)."""
+        return math.log(value) if self.log else value
+
+    def span(self) -> tuple[float, float]:
+        return self.coordinate(self.low), self.coordinate(self.high)
 
 
 DEFAULT_PARAMS = (
@@ -63,8 +71,13 @@ MIN_FIT_ROWS = 6
 """A GPU type with fewer usable rows keeps its profile defaults: three parameters on fewer rows would
 fit noise."""
 GOLDEN = (math.sqrt(5) - 1) / 2
-SEARCH_ROUNDS = 2
+SEARCH_ROUNDS = 1
+"""Coordinate-wise golden-section rounds: they find the basin from the plain defaults ..."""
 SEARCH_STEPS = 7
+POLISH_EVALS = 300
+"""... and a Nelder-Mead polish of the moved parameters walks its valleys (``search.nelder_mead``): from the
+defaults, one round plus the polish fits the development rows better (mean |log error| 0.102 Blackwell,
+0.117 Hopper) than two rounds, or five rounds of finer steps (0.110, 0.119), did."""
 
 
 def with_efficiency(run: RunRow, efficiency: Efficiency) -> RunRow:
@@ -109,11 +122,41 @@ def _set(base: Efficiency, param: Param, x: float, params: Sequence[Param]) -> E
     return replace(base, **changes)
 
 
+def to_unit(efficiency: Efficiency, params: Sequence[Param]) -> list[float]:
+    """Each parameter's position in its bounds, 0..1 (of its search coordinate; relative ones by ratio)."""
+    out = []
+    for p in params:
+        lo, hi = p.span()
+        out.append((p.coordinate(p.ratio(efficiency)) - lo) / (hi - lo))
+    return out
+
+
+def from_unit(base: Efficiency, params: Sequence[Param], u: Sequence[float]) -> Efficiency:
+    """``base`` with ``params`` at unit-box position ``u`` (inverse of ``to_unit``): absolute parameters are
+    set first, so a relative one is its ratio times its reference's new value."""
+    out = base
+    for p, x in sorted(zip(params, u, strict=True), key=lambda pu: bool(pu[0].relative_to)):
+        lo, hi = p.span()
+        coordinate = lo + min(1.0, max(0.0, x)) * (hi - lo)
+        value = math.exp(coordinate) if p.log else coordinate
+        out = replace(out, **{p.name: value * (getattr(out, p.relative_to) if p.relative_to else 1.0)})
+    return out
+
+
+def fresh_start(efficiency: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS) -> Efficiency:
+    """``efficiency`` with the fitted parameters back at the plain defaults: a fit then depends only on
+    its rows, not on the profile it overwrites (which, in cross-validation, was fitted on the held-out
+    model's rows too)."""
+    defaults = Efficiency()
+    return replace(efficiency, **{p.name: getattr(defaults, p.name) for p in params})
+
+
 def fit_efficiency(
     runs: Sequence[RunRow], projector: Projector, start: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS,
     *, unconstrained: set[str] | None = None,
 ) -> tuple[Efficiency, float]:
-    """Coordinate-wise golden-section search within each parameter's bounds. Returns (fit, loss).
+    """Coordinate-wise golden-section search within each parameter's bounds, then a Nelder-Mead polish of
+    the parameters it moved (in the unit box of their bounds). Returns (fit, loss).
 
     A parameter the rows do not constrain (the loss does not move across its range, e.g. the FP8
     efficiency on a GPU with BF16 rows only) keeps its starting value; its name is added to
@@ -126,7 +169,7 @@ def fit_efficiency(
             def at(x: float, param: Param = param, base: Efficiency = current) -> Efficiency:
                 return _set(base, param, x, params)
 
-            lo, hi = (math.log(param.low), math.log(param.high)) if param.log else (param.low, param.high)
+            lo, hi = param.span()
             if abs(objective(runs, projector, at(lo)) - objective(runs, projector, at(hi))) < 1e-9:
                 continue
             moved.add(param.name)
@@ -141,6 +184,14 @@ def fit_efficiency(
             loss = objective(runs, projector, candidate)
             if loss < best:
                 current, best = candidate, loss
+    free = [p for p in params if p.name in moved]
+    if free and POLISH_EVALS > 0:
+        def loss_at(u: list[float]) -> float:
+            return objective(runs, projector, from_unit(current, free, u))
+
+        u, loss, _ = nelder_mead(loss_at, to_unit(current, free), max_evals=POLISH_EVALS)
+        if loss < best:
+            current, best = from_unit(current, free, u), loss
     if unconstrained is not None:
         unconstrained.update(p.name for p in params if p.name not in moved)
     return current, best
@@ -171,7 +222,7 @@ def fit_by_gpu(
             continue
         if progress:
             progress(f"fitting {name} on {len(members)} rows")
-        start = members[0].system.gpu.efficiency  # type: ignore[union-attr]
+        start = fresh_start(members[0].system.gpu.efficiency, params)  # type: ignore[union-attr]
         kept: set[str] = set()
         efficiency, loss = fit_efficiency(members, projector, start, params, unconstrained=kept)
         models = sorted({m.model_name for m in members})

@@ -124,3 +124,33 @@ def test_fitted_parameters_include_both_link_efficiencies_within_physical_bounds
     bounds = {p.name: (p.low, p.high) for p in DEFAULT_PARAMS}
     assert bounds["scaleup_link"][0] >= 0.6 and bounds["scaleout_link"][1] < 1.0
     assert all(0 < low < high for low, high in bounds.values())
+
+
+def test_fit_depends_on_its_rows_not_on_the_profile_it_starts_from():
+    """fit_by_gpu starts from the plain defaults: a profile already fitted on some rows (in cross-validation:
+    on the held-out model's rows too) cannot steer the fit."""
+    truth = Efficiency(gemm_max=0.62, attention=0.55)
+    runs = rows(truth)
+    near_truth = [replace(r, system=replace(r.system, gpu=replace(r.system.gpu, efficiency=truth))) for r in runs]
+    far = Efficiency(gemm_max=0.31, attention=0.85, moe_layer_overhead_s=4e-3)
+    far_start = [replace(r, system=replace(r.system, gpu=replace(r.system.gpu, efficiency=far))) for r in runs]
+    a, b = fit_by_gpu(near_truth, fake_projector)["hopper"][0], fit_by_gpu(far_start, fake_projector)["hopper"][0]
+    assert a == b
+
+
+def test_polish_walks_the_valley_of_two_parameters_that_trade_off():
+    """Throughput set by gemm_max * attention only: every point of the curve gemm_max * attention = c fits, and
+    the polish reaches it from the defaults where one coordinate pass does not."""
+    from primus_ext.validate import calibrate
+
+    def product(run):
+        eff = run.system.gpu.efficiency
+        return 1000.0 * eff.gemm_max * eff.attention ** 2
+
+    truth = Efficiency(gemm_max=0.9, attention=0.2)
+    runs = [replace(r, measured_tokens_per_sec_per_gpu=product(
+        replace(r, system=replace(r.system, gpu=replace(r.system.gpu, efficiency=truth))))) for r in rows(truth)]
+    fitted, loss = fit_efficiency(runs, product, Efficiency())
+    assert loss < 1e-3
+    assert fitted.gemm_max * fitted.attention ** 2 == pytest.approx(0.9 * 0.2 ** 2, rel=2e-3)
+    assert calibrate.POLISH_EVALS > 0
