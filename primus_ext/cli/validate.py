@@ -4,10 +4,11 @@
         --archs ../shared/validation/model_archs.csv [--hardware ../shared/validation/hardware_specs.csv] \
         [--json OUT] [--cv] [--fit] [--calibrate-from MY_RUN.json]
 
-``--cv`` adds leave-one-model-out cross-validation of the per-GPU calibration (refits per held-out
-model, about a minute); ``--fit`` fits the per-GPU efficiency parameters on all rows and prints the
-``efficiency:`` blocks to paste into the hardware profiles; ``--calibrate-from`` applies the workload
-offset of one measured run of your own and reports the error it leaves.
+``--cv`` adds leave-one-model-out cross-validation of the per-GPU calibration (one fit per held-out
+model, each from the plain defaults: about 10 minutes on 2 cores); ``--fit`` fits the per-GPU efficiency
+parameters on all rows and prints the ``efficiency:`` blocks to paste into the hardware profiles;
+``--calibrate-from`` applies the workload offset of one measured run of your own and reports the error it
+leaves.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--archs", required=True, help="CSV in the layout of shared/validation/model_archs.csv")
     p.add_argument("--hardware", help="CSV in the layout of shared/validation/hardware_specs.csv")
     p.add_argument("--json", dest="json_out", help="write rows and summary as JSON to this file")
-    p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration")
+    p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration "
+                                                            "(one fit per model: ~10 min)")
     p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")
     p.add_argument("--write-profiles", metavar="DIR",
                    help="with --fit: write the profiles with their fitted efficiency block into DIR "

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from primus_ext.specs import ExecutionSpec, ModelSpec
-from primus_ext.specs.execution import Fp8Recipe
+from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp8Recipe
 
 LayerKind = Literal["dense", "moe", "embedding", "output"]
 Recompute = Literal["none", "selective", "full"]
@@ -84,6 +84,10 @@ class RankShape:
     """The fp8 scaling recipe (``ExecutionSpec.fp8_recipe``); ``delayed`` whenever ``precision`` is not fp8."""
     recompute: Recompute = "none"
     recompute_modules: tuple[str, ...] = ()
+    attention_kernel: AttentionKernel = "fused"
+    """``ExecutionSpec.attention_kernel`` (``fused`` for the embedding and output kinds, which do not attend)."""
+    cuda_graph: CudaGraph = "none"
+    """``ExecutionSpec.cuda_graph``: which fixed per-layer overheads remain (``roofline.analytic_cost``)."""
     moe_imbalance: float = DEFAULT_MOE_IMBALANCE
 
     # --- per-rank views ------------------------------------------------------------------------
@@ -124,15 +128,19 @@ class RankShape:
     def key(self) -> str:
         """Stable identifier for caches and the timing store (independent of field order).
 
-        Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``, ``fp8_recipe``) enter the payload only
-        when set (not at their defaults), so the keys of shapes without them, and the measurements stored
-        under those keys, are unchanged."""
+        Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``, ``fp8_recipe``, ``attention_kernel``,
+        ``cuda_graph``) enter the payload only when set (not at their defaults), so the keys of shapes without
+        them, and the measurements stored under those keys, are unchanged."""
         data = asdict(self)
         for name in _KEY_OPTIONAL_ARCH:
             if not data["arch"][name]:
                 del data["arch"][name]
         if data["fp8_recipe"] == "delayed":
             del data["fp8_recipe"]
+        if data["attention_kernel"] == "fused":
+            del data["attention_kernel"]
+        if data["cuda_graph"] == "none":
+            del data["cuda_graph"]
         payload = json.dumps(data, sort_keys=True, default=list)
         return f"{self.kind}-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -245,6 +253,8 @@ def rank_shapes(
         fp8_recipe=execution.fp8_recipe if execution.precision == "fp8" else "delayed",
         recompute=recompute_of(execution),
         recompute_modules=execution.recompute_modules,
+        attention_kernel=execution.attention_kernel,
+        cuda_graph=execution.cuda_graph,
         moe_imbalance=moe_imbalance,
     )
     shapes: dict[LayerKind, RankShape] = {}
@@ -253,7 +263,7 @@ def rank_shapes(
     if model.num_moe_layers:
         shapes["moe"] = RankShape(kind="moe", arch=_layer_arch(model, moe=True), **common)
     vocab = model.padded_vocab_size(execution.tp)
-    edge = dict(common, recompute="none", recompute_modules=())
+    edge = dict(common, recompute="none", recompute_modules=(), attention_kernel="fused")
     shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     return shapes

@@ -11,14 +11,16 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     peak), and never faster than reading its operands from HBM (``gemm_bytes``; memory-bound MoE
     expert GEMMs); backward = data-grad + weight-grad, each the forward GEMM's FLOPs and bytes;
   * core attention: QK^T and AV FLOPs with the causal mask (half the score matrix; sliding windows cut
-    it further) at ``Efficiency.attention`` of peak for 128-wide heads, less for narrower heads
+    it further) at ``Efficiency.attention`` of peak for 128-wide heads (``FLASH2_RATIO`` of that for
+    FlashAttention-2, ``ExecutionSpec.attention_kernel``), less for narrower heads
     (``attention_efficiency``: the softmax cost per score does not shrink with the head dim);
     backward = 2.5x forward (FlashAttention-2, Dao 2023, sec. 3: five matmuls in backward vs two in
     forward);
   * memory-bound ops (norms, residual adds, activation, RoPE, MoE permute/unpermute, cross-entropy)
     at HBM bandwidth * ``Efficiency.hbm``; backward moves ``MEMBOUND_BWD_FACTOR`` times the bytes;
   * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead), plus
-    ``Efficiency.moe_layer_overhead_s`` for an MoE layer (router, dispatcher sync, permutation);
+    ``Efficiency.moe_layer_overhead_s`` for an MoE layer (router, dispatcher sync, permutation); CUDA
+    graphs remove them (``fixed_overhead_s``);
   * FP8 GEMMs reach ``Efficiency.fp8_gemm_max`` of the FP8 peak instead of ``gemm_max``;
   * recompute: the forward time of what is recomputed (full layer, or the selective modules).
 Parameter counts come from ``primus_ext.model.params.layer_params`` (exact megatron-core counts).
@@ -49,6 +51,10 @@ ATTENTION_HALF_HEAD_DIM = 96.0
 """Head dim at which the softmax cost equals the matmul cost in ``attention_efficiency``: from
 FlashAttention-3 forward throughput on H100 BF16 (Shah et al. 2024, fig. 5, seq 4k causal): head dim
 64 runs at ~0.70x the TFLOP/s of head dim 128; (128 + d0) / (2 (64 + d0)) = 0.70 gives d0 = 96."""
+FLASH2_RATIO = 0.35 / 0.75
+"""FlashAttention-2 (``ExecutionSpec.attention_kernel`` "flash2": PyTorch SDPA's flash backend) as a fraction
+of the fused (FlashAttention-3-class) kernel's throughput: FA2 reaches 35 % of H100 BF16 peak, FA3 75 %
+(Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, abstract). Measured on Hopper; applied as is elsewhere."""
 MEMBOUND_BWD_FACTOR = 2.0
 """Backward of an elementwise op reads the saved input and the output grad, writes the input grad."""
 NORM_PASSES = 2
@@ -112,14 +118,16 @@ class _Parts:
         self.dgrad[name] = self.dgrad.get(name, 0.0) + bwd
 
 
-def attention_efficiency(head_dim: float, gpu: GPUSpec) -> float:
+def attention_efficiency(head_dim: float, gpu: GPUSpec, kernel: str = "fused") -> float:
     """Fraction of dense peak of fused attention at per-head matmul width ``head_dim`` (the mean of the
     QK and V widths). Per score element a flash kernel does ``4 * head_dim`` matmul FLOPs but a fixed
     softmax cost (exp on the special-function units, 256x slower than the tensor cores on H100: Shah
     et al. 2024, FlashAttention-3, arXiv:2407.08608, sec. 3.3), so the efficiency grows as
-    ``d / (d + ATTENTION_HALF_HEAD_DIM)``; ``Efficiency.attention`` is the value at head dim 128."""
+    ``d / (d + ATTENTION_HALF_HEAD_DIM)``; ``Efficiency.attention`` is the value at head dim 128 for the
+    ``fused`` kernel, ``FLASH2_RATIO`` of it for ``flash2``."""
     ref = REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + ATTENTION_HALF_HEAD_DIM)
-    return gpu.efficiency.attention * head_dim / (head_dim + ATTENTION_HALF_HEAD_DIM) / ref
+    fused = gpu.efficiency.attention * head_dim / (head_dim + ATTENTION_HALF_HEAD_DIM) / ref
+    return fused * FLASH2_RATIO if kernel == "flash2" else fused
 
 
 def causal_keys(shape: RankShape) -> float:
@@ -158,7 +166,7 @@ def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
         parts.gemm("attn_linear", g(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp))
         width = 2 * a.kv_channels
     core_flops = 2.0 * t * causal_keys(shape) * heads * width
-    core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(width / 2, gpu))
+    core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(width / 2, gpu, shape.attention_kernel))
     parts.other("core_attn", core, ATTENTION_BWD_FACTOR * core)
     rope = membound_seconds(2 * t * heads * width * ACT_BYTES, gpu)
     parts.other("rope", rope, MEMBOUND_BWD_FACTOR * rope)
@@ -253,13 +261,22 @@ def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
     return parts.fwd.get("core_attn", 0.0), parts.dgrad.get("core_attn", 0.0)
 
 
+def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
+    """Seconds per pass of one layer beyond its FLOP / byte cost: ``Efficiency.kernel_overhead_s`` (launches)
+    unless CUDA graphs replay the layer, plus ``Efficiency.moe_layer_overhead_s`` for an MoE layer unless a
+    full-iteration graph removes its host synchronisation too (``ExecutionSpec.cuda_graph``)."""
+    eff = gpu.efficiency
+    if shape.cuda_graph == "full_iteration":
+        return 0.0
+    overhead = eff.kernel_overhead_s if shape.cuda_graph == "none" else 0.0
+    return overhead + (eff.moe_layer_overhead_s if shape.kind == "moe" else 0.0)
+
+
 @lru_cache(maxsize=16384)
 def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
     """The roofline ``LayerCost`` of one layer kind at one per-rank shape on ``gpu``."""
     parts = layer_parts(shape, gpu)
-    overhead = gpu.efficiency.kernel_overhead_s
-    if shape.kind == "moe":
-        overhead += gpu.efficiency.moe_layer_overhead_s
+    overhead = fixed_overhead_s(shape, gpu)
     fwd = sum(parts.fwd.values()) + overhead
     wgrad = sum(parts.wgrad.values())
     bwd = sum(parts.dgrad.values()) + wgrad + overhead
@@ -289,6 +306,7 @@ __all__ = [
     "analytic_cost",
     "attention_efficiency",
     "attention_seconds",
+    "fixed_overhead_s",
     "gemm_efficiency",
     "gemm_seconds",
     "layer_parts",

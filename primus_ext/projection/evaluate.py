@@ -111,7 +111,8 @@ _COMM_FIELDS = (
 _SHAPE_FIELDS = (
     "tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "sequence_parallel", "micro_batch_size", "seq_length", "precision",
-    "recompute_granularity", "recompute_modules", "fp8_recipe",
+    "recompute_granularity", "recompute_modules", "fp8_recipe", "attention_kernel",
+    "cuda_graph",
 )
 """What ``rank_shapes`` reads (tests/projection/test_evaluate_fast.py mutates every other field)."""
 _comm_key = attrgetter(*_COMM_FIELDS)
@@ -356,7 +357,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         comms=tuple(comms),
         bubble_s=max(0.0, sim.makespan - pp_exposed - sim.busy[busiest]),
         optimizer_s=max(opts),
-        overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
+        overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s * (ex.cuda_graph == "none"),
         recompute_s=m * acc_b["recompute"],
     )
     stages = tuple(StageTime(rank=r, busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))

@@ -290,7 +290,8 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     busiest = ranks[rows, busy.argmax(axis=1)]  # (n, F): the rank that sets the steady state
     parts["compute_s"][idx] = m * busiest[:, _F["compute"]]
     parts["recompute_s"][idx] = m * busiest[:, _F["recompute"]]
-    parts["overhead_s"][idx] = m * busiest[:, _F["passes"]] * system.gpu.efficiency.kernel_overhead_s
+    launched = np.array([ex.cuda_graph == "none" for _, ex, *_ in members])  # graphs launch no kernels
+    parts["overhead_s"][idx] = m * busiest[:, _F["passes"]] * system.gpu.efficiency.kernel_overhead_s * launched
     for kind in LAYER_COMM_KINDS:
         parts[f"total_{kind}_s"][idx] = m * busiest[:, _F[f"total_{kind}"]]
         parts[f"exposed_{kind}_s"][idx] = m * busiest[:, _F[f"exposed_{kind}"]]

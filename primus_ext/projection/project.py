@@ -63,6 +63,9 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
     providers = _providers(costs)
     result = _evaluate(model, execution, system, providers, timeline=True)
     notes = list(result.notes)
+    if execution.cuda_graph != "none" and any(src != "analytic" for src in result.sources.values()):
+        notes.append(f"CUDA graphs ({execution.cuda_graph}): fixed launch / MoE costs are removed from analytic "
+                     "layer costs only; measured layers keep what their eager measurement held")
     mem = None
     if memory:
         mem, note = _memory(model, execution, system, providers)

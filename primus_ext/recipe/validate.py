@@ -238,6 +238,10 @@ def _offloading(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
         out.append(Problem(path="cpu_offloading", value=True,
                            message="megatron-core's CPU offloading does not work with activation recompute",
                            fix="set recompute_granularity: null or cpu_offloading: false"))
+    if e.cuda_graph != "none":
+        out.append(Problem(path="cpu_offloading", value=True,
+                           message="megatron-core raises 'CUDA graphs not supported with CPU offloading'",
+                           fix="set cuda_graph_impl: none or cpu_offloading: false"))
 
 
 def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> list[Problem]:

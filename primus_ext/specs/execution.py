@@ -17,6 +17,8 @@ Dispatcher = Literal["alltoall", "allgather", "flex"]
 CPCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 FSDPKind = Literal["none", "torch_fsdp2", "megatron_fsdp"]
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise", "rowwise"]
+AttentionKernel = Literal["fused", "flash2"]
+CudaGraph = Literal["none", "layers", "full_iteration"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +104,21 @@ class ExecutionSpec:
     """Megatron's ``--fp8-param-gather``: parameters kept in fp8 (and all-gathered in fp8), no bf16 copy."""
     grad_reduce_in_bf16: bool = False
     """Keep the DDP gradient buffer (main grads) in bf16 and reduce in bf16 instead of fp32."""
+
+    # --- attention kernel ----------------------------------------------------------------------
+    attention_kernel: AttentionKernel = "fused"
+    """The fused attention kernel class. ``fused``: what Megatron runs through Transformer Engine for
+    ``attention_backend`` auto / fused / flash (cuDNN fused attention, FlashAttention-3 on Hopper), at
+    ``Efficiency.attention``; ``flash2``: FlashAttention-2, PyTorch SDPA's flash backend (torchtitan), at
+    ``roofline.FLASH2_RATIO`` of it."""
+
+    # --- CUDA graphs ----------------------------------------------------------------------------
+    cuda_graph: CudaGraph = "none"
+    """What CUDA graphs replay (megatron-core ``cuda_graph_impl`` / ``cuda_graph_scope``). ``layers``: per-layer
+    graphs (``local`` or ``transformer_engine``): no per-kernel launch overhead in the captured layers; a
+    dropless MoE layer's expert part still runs eagerly (megatron captures whole MoE layers for drop-and-pad
+    only), so its fixed MoE cost stays. ``full_iteration`` (``local`` with scope ``full_iteration``): forward
+    and backward of every micro-batch in one graph: neither cost remains. Graph memory pools are not modelled."""
 
     # --- loss ----------------------------------------------------------------------------------
     cross_entropy_fusion_impl: Literal["native", "te"] = "native"

@@ -24,6 +24,7 @@ from primus_ext.hardware import canonical_name, load_gpu
 from primus_ext.hardware.power import clock_scale, power_capped
 from primus_ext.model.flops import model_flops_per_token
 from primus_ext.model.stages import layout_problems
+from primus_ext.recipe.resolve import graph_mode
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 from primus_ext.validate.csvio import read_rows
@@ -105,6 +106,22 @@ def _flag(flags: str, key: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
+def cuda_graph_of(flags: str) -> str:
+    """The CUDA graph mode a row's recipe flags set (``recipe.resolve.graph_mode``). The last ``cuda_graph_impl``
+    wins (a recipe call may override an earlier one); ``full_iteration`` as an impl is Megatron-Bridge's
+    performance scripts' shorthand for ``local`` + scope ``full_iteration``; NeMo's ``cuda_graphs=True|1`` is
+    ``enable_cuda_graph`` (local per-layer graphs); a recipe call named ``..._full_iter...`` (Megatron-Bridge's
+    full-iteration-graph presets) -> the whole iteration."""
+    impls = re.findall(r"cuda_graph_impl\s*=\s*\"?(\w+)", flags)
+    scopes = [x for x in re.split(r"[+,\[\]' ]+", _flag(flags, "cuda_graph_scope") or "") if x]
+    if impls:
+        impl = impls[-1].lower()
+        return graph_mode("local", ["full_iteration"]) if impl == "full_iteration" else graph_mode(impl, scopes)
+    if re.search(r"\b(cuda_graphs|enable_cuda_graph)\s*=\s*(true|1)\b", flags, re.IGNORECASE):
+        return graph_mode("local", scopes)
+    return "full_iteration" if re.search(r"full_iter", _flag(flags, "calls") or "") else "none"
+
+
 def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple[ExecutionSpec, list[str]]:
     """The execution a row describes, with framework defaults for what it leaves out."""
     flags, notes, source = row["extra_flags"] or "", row["notes"] or "", row["source"] or ""
@@ -176,6 +193,7 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     fp8_params = (pg_flag.lower() == "true" if pg_flag is not None else
                   "fp8-param-gather" in lowered or (nvidia_recipe and precision == "fp8"))
     layout = _flag(flags, "pp_layout")
+    cuda_graph = cuda_graph_of(flags)
     dp = max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1
     execution = ExecutionSpec(
         tensor_model_parallel_size=tp,
@@ -198,6 +216,10 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         # torchtitan's selective activation checkpointing is op-level by default (train_configs
         # selective_ac_option = "op"; the torchtitan rows say "per-op selective AC")
         selective_ac_option="op" if torchtitan and granularity == "selective" else "modules",
+        # torchtitan calls F.scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch
+        # 2.2+ release notes); Megatron-based stacks run Transformer Engine's fused attention
+        attention_kernel="flash2" if torchtitan else "fused",
+        cuda_graph=cuda_graph,  # type: ignore[arg-type]
         cpu_offloading=offloading,
         cpu_offloading_num_layers=offload_layers,
         cpu_offloading_activations=offload_activations,

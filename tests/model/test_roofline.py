@@ -104,3 +104,33 @@ def test_attention_efficiency_by_head_dim():
     shapes = [rank_shapes(m, ExecutionSpec(seq_length=2048))["dense"] for m in (MODEL, narrow)]
     t64, t32 = (layer_parts(s, gpu).fwd["core_attn"] for s in shapes)
     assert t32 / t64 == pytest.approx(attention_efficiency(64, gpu) / attention_efficiency(32, gpu))
+
+
+def test_flash_attention_2_runs_core_attention_at_its_published_fraction_of_the_fused_kernel():
+    """FA2 35 % vs FA3 75 % of H100 peak (Shah et al. 2024): only core attention slows, by that ratio."""
+    from primus_ext.model.roofline import FLASH2_RATIO
+
+    gpu = flat_gpu()
+    fused, flash2 = (rank_shapes(MODEL, ExecutionSpec(seq_length=2048, attention_kernel=k))["dense"]
+                     for k in ("fused", "flash2"))
+    a, b = layer_parts(fused, gpu), layer_parts(flash2, gpu)
+    assert b.fwd["core_attn"] == pytest.approx(a.fwd["core_attn"] / FLASH2_RATIO)
+    assert b.dgrad["core_attn"] == pytest.approx(a.dgrad["core_attn"] / FLASH2_RATIO)
+    assert {k: v for k, v in b.fwd.items() if k != "core_attn"} == {k: v for k, v in a.fwd.items() if k != "core_attn"}
+    assert fused.key() == replace(flash2, attention_kernel="fused").key() != flash2.key()
+    plain, titan = (rank_shapes(MODEL, ExecutionSpec(attention_kernel=kernel)) for kernel in ("fused", "flash2"))
+    # the embedding and output kinds do not attend: one memo entry for both kernels
+    assert (plain["embedding"], plain["output"]) == (titan["embedding"], titan["output"])
+
+
+def test_cuda_graphs_remove_the_launch_and_then_the_moe_fixed_costs():
+    from primus_ext.model.roofline import analytic_cost
+
+    gpu = replace(flat_gpu(), efficiency=Efficiency(kernel_overhead_s=1e-4, moe_layer_overhead_s=1e-3))
+    moe = replace(MODEL, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512, moe_layer_pattern=(True,) * 4)
+    fwd = {mode: {kind: analytic_cost(shape, gpu).fwd_ms for kind, shape in
+                  rank_shapes(moe, ExecutionSpec(seq_length=2048, cuda_graph=mode)).items()}
+           for mode in ("none", "layers", "full_iteration")}
+    assert fwd["none"]["moe"] - fwd["layers"]["moe"] == pytest.approx(0.1)  # ms: launches only
+    assert fwd["layers"]["moe"] - fwd["full_iteration"]["moe"] == pytest.approx(1.0)  # and the MoE host sync
+    assert fwd["none"]["output"] - fwd["layers"]["output"] == pytest.approx(0.1)

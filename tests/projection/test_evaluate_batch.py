@@ -183,3 +183,15 @@ def test_equals_evaluate_across_memo_resets(monkeypatch):
     for start in range(0, len(executions), 9):  # batches and one-by-one calls interleaved
         assert _assert_same(MOE, executions[start:start + 9], system) >= 0
     clear_cost_cache()
+
+
+def test_equals_evaluate_with_mixed_cuda_graph_modes_in_one_batch():
+    """Graph modes change the fixed per-layer costs and the reported launch overhead, configuration by
+    configuration, inside one schedule group."""
+    system = load_system("h100", 8)
+    executions = [replace(BASE, cuda_graph=mode, micro_batch_size=mbs)
+                  for mode in ("none", "layers", "full_iteration") for mbs in (1, 2)]
+    assert _assert_same(MOE, executions, system) == len(executions)
+    steps = {ex.cuda_graph: evaluate(MOE, ex, system).step_time_s for ex in executions if ex.micro_batch_size == 1}
+    assert steps["full_iteration"] < steps["layers"] < steps["none"]
+    assert evaluate(MOE, executions[-1], system).breakdown.overhead_s == 0.0

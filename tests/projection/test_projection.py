@@ -110,6 +110,19 @@ def test_measured_costs_are_used_and_labelled():
     assert p.breakdown.compute_s == pytest.approx(4 * 16 * 0.030 + edges)
 
 
+def test_graphed_measured_layers_keep_their_cost_and_say_so():
+    system = replace(load_system("h100", 1), num_nodes=1)
+    ex = replace(run(dp=1, gbs=4), data_parallel_size=1, cuda_graph="full_iteration")
+    store = FakeStore(rank_shapes(LLAMA, ex)["dense"])
+    measured = project(LLAMA, ex, system, store, memory=False, band=False)
+    eager = project(LLAMA, replace(ex, cuda_graph="none"), system, FakeStore(rank_shapes(LLAMA, replace(
+        ex, cuda_graph="none"))["dense"]), memory=False, band=False)
+    assert any("CUDA graphs (full_iteration)" in n for n in measured.notes)
+    assert not any("CUDA graphs" in n for n in project(LLAMA, ex, system, memory=False, band=False).notes)
+    assert measured.breakdown.overhead_s == 0 < eager.breakdown.overhead_s
+    assert measured.step_time_s < eager.step_time_s  # the analytic embedding / output kinds lose their launches
+
+
 def _analytic_dense(ex, system):
     from primus_ext.model.roofline import analytic_cost
 

@@ -41,6 +41,8 @@ RULES = [
      "cpu_offloading", "pipeline"),
     ("offload_recompute", BASE, {"cpu_offloading": True, "cpu_offloading_num_layers": 1,
                                  "recompute_granularity": "selective"}, "cpu_offloading", "recompute"),
+    ("offload_graphs", BASE, {"cpu_offloading": True, "cpu_offloading_num_layers": 1, "cuda_graph_impl": "local"},
+     "cpu_offloading", "CUDA graphs"),
     ("offload_layers", BASE, {"cpu_offloading": True, "cpu_offloading_num_layers": 999},
      "cpu_offloading_num_layers", "num_layers"),
     ("moe_sp", MOE, {"tensor_model_parallel_size": 2, "sequence_parallel": False}, "sequence_parallel", "MoE"),

@@ -1,5 +1,6 @@
 """The reader turns a row's activation CPU offloading into the ExecutionSpec fields megatron-core uses."""
 
+import pytest
 from validate_rows import runs_of
 
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"
@@ -39,6 +40,7 @@ def test_torchtitan_selective_is_op_level_and_the_stated_hbm_is_used(tmp_path):
     assert titan.execution.recompute_granularity == "selective" and titan.execution.selective_ac_option == "op"
     assert titan.system.gpu.hbm_bytes == 96 * 10**9
     assert nemo.execution.selective_ac_option == "modules" and nemo.system.gpu.hbm_bytes == 80 * 10**9
+    assert titan.execution.attention_kernel == "flash2" and nemo.execution.attention_kernel == "fused"
 
 
 def test_fp8_param_gather_from_nvidia_fp8_recipes_or_the_row(tmp_path):
@@ -49,3 +51,22 @@ def test_fp8_param_gather_from_nvidia_fp8_recipes_or_the_row(tmp_path):
         "AMD-AGI/Primus blog,2025,Llama3-8B,8192,FP8,MI300X,8,1,1,,1,,,8,1,64,--fp8-param-gather,1000,,,,\n"),
         archs="Llama3-8B,8,1024,4096,16,4,32000,,,,,,no,\n")
     assert [r.execution.fp8_param_gather for r in runs] == [True, False, False, True]
+
+
+@pytest.mark.parametrize(("flags", "mode"), [
+    ("", "none"),
+    ("recipe:[cuda_graph_impl=none; cuda_graph_scope=full_iteration]", "none"),
+    ("recipe:[cuda_graph_impl=full_iteration; moe_a2a_overlap=True]", "full_iteration"),
+    ("recipe:[cuda_graph_impl=local; cuda_graph_scope=full_iteration]", "full_iteration"),
+    # a later call overrides an earlier one: TE graphs of attention + router
+    ("recipe:[cuda_graph_impl=full_iteration; cuda_graph_impl=transformer_engine; "
+     "cuda_graph_scope=attn+moe_router+moe_preprocess]", "layers"),
+    ("recipe:[cuda_graph_impl=transformer_engine; cuda_graph_scope=moe_router+moe_preprocess]", "none"),
+    ("GA=8; recipe:[cuda_graphs=True]", "layers"),
+    ("recipe:[sequence_parallel=False; calls=_benchmark_common+_enable_hybridep_full_iteration_mxfp8]",
+     "full_iteration"),
+])
+def test_cuda_graph_mode_of_a_row(flags, mode):
+    from primus_ext.validate.runs import cuda_graph_of
+
+    assert cuda_graph_of(flags) == mode
