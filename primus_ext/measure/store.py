@@ -10,6 +10,8 @@ Usage::
 
 Key of a layer entry: kind + measured shape key (``RankShape.key()``, which includes precision and
 recompute) + target shape key + dtype + device name + library versions (torch, megatron-core, TE).
+Shapes are stored as measured, eagerly with the framework's fused attention: a CUDA-graphed shape reads
+its eager entry, a FlashAttention-2 shape none (``_as_run``).
 ``scale`` < 1 entries are CPU-sized stand-ins for their target: ``cost(target)`` returns them only
 with ``accept_scaled=True``, and their ``source`` always says ``@scale=``. Each entry records how
 and where it was measured (host, date, reps, spread, world, per-rank/distributed, notes); a
@@ -24,7 +26,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,14 @@ class FabricPoint:
     date: str = ""
 
 
+def _as_run(shape: RankShape) -> RankShape:
+    """The shape as the measurement runs it: eagerly (a store entry of a graphed shape is its eager cost, as
+    the projection's notes say) with the framework's fused attention."""
+    if shape.cuda_graph == "none" and shape.attention_kernel == "fused":
+        return shape
+    return replace(shape, cuda_graph="none", attention_kernel="fused")
+
+
 class TimingStore:
     """SQLite-backed store of measured layer costs; implements ``CostProvider``.
 
@@ -151,7 +161,7 @@ class TimingStore:
         """Store a ``runner.Measurement`` (success or failure), replacing an entry with the same key."""
         cost = m.cost
         row: dict[str, Any] = dict(
-            kind=m.target.kind, shape_key=m.shape.key(), target_key=m.target.key(), dtype=m.dtype,
+            kind=m.target.kind, shape_key=_as_run(m.shape).key(), target_key=_as_run(m.target).key(), dtype=m.dtype,
             device=m.device, versions=m.versions, scale=m.scale, status="ok" if cost else "failed",
             reason=m.error, host=m.host, date=m.date, reps=m.reps, warmup=m.warmup, world=m.world,
             mode=m.mode, spec=m.spec, notes=json.dumps(list(m.notes)),
@@ -184,15 +194,18 @@ class TimingStore:
     def entry(self, target: RankShape, *, scale: float = 1.0, ok_only: bool = True) -> dict[str, Any] | None:
         """This machine's row (device and library versions) for ``target`` measured at ``scale``."""
         where = "target_key = ? AND scale = ? AND device = ?" + (" AND status = 'ok'" if ok_only else "")
-        args: tuple[Any, ...] = (target.key(), scale, self.device)
+        args: tuple[Any, ...] = (_as_run(target).key(), scale, self.device)
         if self._versions != "any":
             where, args = where + " AND versions = ?", (*args, self.versions)
         rows = list(self._rows("layer_costs", where, args))
         return max(rows, key=lambda r: r["date"] or "") if rows else None
 
     def cost(self, shape: RankShape) -> LayerCost | None:
-        """``CostProvider``: the cost of exactly ``shape`` on this store's device (see module doc)."""
-        key = shape.key()
+        """``CostProvider``: the cost of exactly ``shape`` on this store's device (see module doc); ``None``
+        for a FlashAttention-2 shape (the measurement runs the framework's fused attention)."""
+        if shape.attention_kernel != "fused":
+            return None
+        key = _as_run(shape).key()
         if key not in self._memo:
             rows = list(self._rows("layer_costs", "shape_key = ? AND device = ? AND status = 'ok'",
                                    (key, self.device)))

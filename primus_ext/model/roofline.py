@@ -264,11 +264,14 @@ def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
 def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
     """Seconds per pass of one layer beyond its FLOP / byte cost: ``Efficiency.kernel_overhead_s`` (launches)
     unless CUDA graphs replay the layer, plus ``Efficiency.moe_layer_overhead_s`` for an MoE layer unless a
-    full-iteration graph removes its host synchronisation too (``ExecutionSpec.cuda_graph``)."""
+    full-iteration graph removes its host synchronisation too (``ExecutionSpec.cuda_graph``). Per-layer
+    graphs capture transformer layers only (megatron-core creates them in ``TransformerLayer``): the
+    embedding and output kinds keep their launches."""
     eff = gpu.efficiency
     if shape.cuda_graph == "full_iteration":
         return 0.0
-    overhead = eff.kernel_overhead_s if shape.cuda_graph == "none" else 0.0
+    graphed = shape.cuda_graph == "layers" and shape.kind in ("dense", "moe")
+    overhead = 0.0 if graphed else eff.kernel_overhead_s
     return overhead + (eff.moe_layer_overhead_s if shape.kind == "moe" else 0.0)
 
 

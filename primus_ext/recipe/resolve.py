@@ -19,6 +19,7 @@ from typing import Any
 
 from primus_ext.errors import Problem
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
+from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.tokenizers import vocab_size_of
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -382,48 +383,12 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         fp8_recipe=_fp8_recipe(a, system),  # type: ignore[arg-type]
         cross_entropy_fusion_impl=a.choice(  # type: ignore[arg-type]
             "cross_entropy_fusion_impl", ("native", "te"), "native") or "native",
-        cuda_graph=_cuda_graph(a),  # type: ignore[arg-type]
+        cuda_graph=cuda_graph_mode(a),  # type: ignore[arg-type]
         moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]
         moe_grouped_gemm=a.bool("moe_grouped_gemm"),
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),
         moe_expert_capacity_factor=capacity if capacity is not None and capacity >= 0 else None,
     )
-
-
-def _cuda_graph(a: ArgReader) -> str:
-    """megatron-core TransformerConfig.__post_init__: the deprecated ``enable_cuda_graph`` means impl ``local``,
-    ``external_cuda_graph`` means ``transformer_engine`` (neither with ``cuda_graph_impl`` nor together); impl
-    ``local`` with scope ``full_iteration`` captures the whole iteration, any other graph is per layer."""
-    impl = a.choice("cuda_graph_impl", ("none", "local", "transformer_engine"), "none")
-    legacy = [k for k in ("enable_cuda_graph", "external_cuda_graph") if a.bool(k)]
-    if legacy and impl != "none":
-        a.bad(legacy[0], f"deprecated alias of cuda_graph_impl, which is also set ({impl})",
-              fix=f"remove {legacy[0]}")
-    elif len(legacy) == 2:
-        a.bad("external_cuda_graph", "cannot be enabled together with enable_cuda_graph",
-              fix="set cuda_graph_impl: local or transformer_engine instead of both")
-    elif legacy:
-        impl = "local" if legacy[0] == "enable_cuda_graph" else "transformer_engine"
-    if impl in (None, "none"):
-        return "none"
-    scope = a.raw("cuda_graph_scope")
-    scopes = [str(x).strip() for x in scope] if isinstance(scope, list | tuple) else str(scope or "").split(",")
-    scopes = [x.strip() for x in scopes if x.strip()]
-    if impl == "transformer_engine" and "full_iteration" in scopes:
-        a.bad("cuda_graph_scope", "a full-iteration graph needs megatron-core's local implementation",
-              fix="set cuda_graph_impl: local")
-    return graph_mode(impl, scopes)
-
-
-def graph_mode(impl: str, scopes: list[str]) -> str:
-    """``ExecutionSpec.cuda_graph`` of a megatron-core ``cuda_graph_impl`` and ``cuda_graph_scope`` list: per-layer
-    graphs count as ``layers`` when they capture the whole layer (empty scope or ``full``) or its attention
-    (``attn``); graphs of the router / preprocessing alone leave the launch-bound rest eager (``none``)."""
-    if impl in ("", "none"):
-        return "none"
-    if impl == "local" and "full_iteration" in scopes:
-        return "full_iteration"
-    return "layers" if not scopes or "full" in scopes or "attn" in scopes else "none"
 
 
 def _dispatcher(a: ArgReader) -> str:

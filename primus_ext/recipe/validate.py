@@ -187,6 +187,12 @@ def _recompute(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
             out.append(Problem(path="recompute_num_layers", value=n,
                                message="must be unset with selective recompute", fix="drop recompute_num_layers"))
         return
+    if e.cuda_graph == "layers":
+        out.append(Problem(path="recompute_granularity", value=g,
+                           message="megatron-core runs full recompute under CUDA graphs only with a "
+                                   "full-iteration graph",
+                           fix="set recompute_granularity: selective, or cuda_graph_impl: local with "
+                               "cuda_graph_scope: full_iteration, or cuda_graph_impl: none"))
     if method is None:
         out.append(Problem(path="recompute_method", message="full recompute needs recompute_method",
                            fix="set recompute_method: block or uniform"))

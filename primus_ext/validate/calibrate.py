@@ -131,15 +131,21 @@ def to_unit(efficiency: Efficiency, params: Sequence[Param]) -> list[float]:
     return out
 
 
-def from_unit(base: Efficiency, params: Sequence[Param], u: Sequence[float]) -> Efficiency:
+def from_unit(base: Efficiency, params: Sequence[Param], u: Sequence[float],
+              tied: Sequence[Param] = ()) -> Efficiency:
     """``base`` with ``params`` at unit-box position ``u`` (inverse of ``to_unit``): absolute parameters are
-    set first, so a relative one is its ratio times its reference's new value."""
+    set first, so a relative one is its ratio times its reference's new value; a parameter of ``tied`` not
+    in ``params`` whose reference moves keeps its ratio to it (as ``_set`` does)."""
     out = base
     for p, x in sorted(zip(params, u, strict=True), key=lambda pu: bool(pu[0].relative_to)):
         lo, hi = p.span()
         coordinate = lo + min(1.0, max(0.0, x)) * (hi - lo)
         value = math.exp(coordinate) if p.log else coordinate
         out = replace(out, **{p.name: value * (getattr(out, p.relative_to) if p.relative_to else 1.0)})
+    names = {p.name for p in params}
+    for p in tied:
+        if p.relative_to and p.name not in names:
+            out = replace(out, **{p.name: p.ratio(base) * getattr(out, p.relative_to)})
     return out
 
 
@@ -187,11 +193,11 @@ def fit_efficiency(
     free = [p for p in params if p.name in moved]
     if free and POLISH_EVALS > 0:
         def loss_at(u: list[float]) -> float:
-            return objective(runs, projector, from_unit(current, free, u))
+            return objective(runs, projector, from_unit(current, free, u, params))
 
         u, loss, _ = nelder_mead(loss_at, to_unit(current, free), max_evals=POLISH_EVALS)
         if loss < best:
-            current, best = from_unit(current, free, u), loss
+            current, best = from_unit(current, free, u, params), loss
     if unconstrained is not None:
         unconstrained.update(p.name for p in params if p.name not in moved)
     return current, best
@@ -228,7 +234,7 @@ def fit_by_gpu(
         models = sorted({m.model_name for m in members})
         gpus = sorted({m.gpu for m in members})
         fitted = ", ".join(p.name for p in params if p.name not in kept)
-        unfitted = f"; {', '.join(sorted(kept))} not constrained by these rows (kept)" if kept else ""
+        unfitted = f"; {', '.join(sorted(kept))} not constrained by these rows (left at the default)" if kept else ""
         efficiency = replace(efficiency, calibration=(
             f"fitted {fitted} on {len(members)} {'/'.join(gpus)} rows ({len(models)} models) of "
             f"{label or 'the validation set'}; mean |log error| {loss:.3f}{unfitted}"))

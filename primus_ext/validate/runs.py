@@ -24,7 +24,7 @@ from primus_ext.hardware import canonical_name, load_gpu
 from primus_ext.hardware.power import clock_scale, power_capped
 from primus_ext.model.flops import model_flops_per_token
 from primus_ext.model.stages import layout_problems
-from primus_ext.recipe.resolve import graph_mode
+from primus_ext.recipe.graphs import graph_mode
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 from primus_ext.validate.csvio import read_rows
@@ -107,18 +107,26 @@ def _flag(flags: str, key: str) -> str | None:
 
 
 def cuda_graph_of(flags: str) -> str:
-    """The CUDA graph mode a row's recipe flags set (``recipe.resolve.graph_mode``). The last ``cuda_graph_impl``
-    wins (a recipe call may override an earlier one); ``full_iteration`` as an impl is Megatron-Bridge's
-    performance scripts' shorthand for ``local`` + scope ``full_iteration``; NeMo's ``cuda_graphs=True|1`` is
-    ``enable_cuda_graph`` (local per-layer graphs); a recipe call named ``..._full_iter...`` (Megatron-Bridge's
-    full-iteration-graph presets) -> the whole iteration."""
+    """The CUDA graph mode a row's recipe flags set (``recipe.graphs.graph_mode``). The last
+    ``cuda_graph_impl`` and ``cuda_graph_scope`` win (a recipe call may override an earlier one);
+    ``full_iteration`` as an impl is Megatron-Bridge's performance scripts' shorthand for ``local`` + scope
+    ``full_iteration``; NeMo's ``cuda_graphs=True|1`` is ``enable_cuda_graph`` (local per-layer graphs),
+    ``external_cuda_graph`` Transformer Engine's; a recipe call named ``..._full_iter...`` (Megatron-Bridge's
+    full-iteration-graph presets) -> the whole iteration; the prose "TE cuda graphs <scopes>" -> Transformer
+    Engine graphs of those scopes."""
     impls = re.findall(r"cuda_graph_impl\s*=\s*\"?(\w+)", flags)
-    scopes = [x for x in re.split(r"[+,\[\]' ]+", _flag(flags, "cuda_graph_scope") or "") if x]
+    scope_texts = re.findall(r"cuda_graph_scope\s*=\s*(\[[^\]]*\]|[^;\]]*)", flags)
+    scopes = [x for x in re.split(r"[+,\[\]'\" ]+", scope_texts[-1] if scope_texts else "") if x]
     if impls:
         impl = impls[-1].lower()
         return graph_mode("local", ["full_iteration"]) if impl == "full_iteration" else graph_mode(impl, scopes)
     if re.search(r"\b(cuda_graphs|enable_cuda_graph)\s*=\s*(true|1)\b", flags, re.IGNORECASE):
         return graph_mode("local", scopes)
+    if re.search(r"\bexternal_cuda_graph\s*=\s*(true|1)\b", flags, re.IGNORECASE):
+        return graph_mode("transformer_engine", scopes)
+    prose = re.search(r"\b(?:te|transformer engine) cuda graphs?\s+([a-z_]+(?:\+[a-z_]+)*)", flags, re.IGNORECASE)
+    if prose:  # an optimization-history row's summary: "TE cuda graphs attn+moe_router+moe_preprocess"
+        return graph_mode("transformer_engine", prose.group(1).lower().split("+"))
     return "full_iteration" if re.search(r"full_iter", _flag(flags, "calls") or "") else "none"
 
 

@@ -2,10 +2,12 @@
 
 ``nelder_mead`` is the downhill simplex of Nelder & Mead (1965, Computer Journal 7(4)) with the
 standard coefficients (reflection 1, expansion 2, contraction 1/2, shrink 1/2; Lagarias et al. 1998,
-SIAM J. Optim. 9(1), eq. 2.1). Points are clipped into [0, 1]^n before ``f`` sees them, so a
-parameter never leaves its physical bounds. It follows the calibration's coordinate-wise search,
-which finds the basin but crawls along valleys where parameters trade off against each other (e.g.
-the BF16 GEMM fraction against the FP8 one, tied by their ratio bound).
+SIAM J. Optim. 9(1), eq. 2.1), contracting inside only (the original method; Lagarias et al.
+also contract outside when the reflected point lies between the second-worst and the worst). Points
+are clipped into [0, 1]^n before ``f`` sees them, so a parameter never leaves its physical bounds. It
+follows the calibration's coordinate-wise search, which finds the basin but crawls along valleys where
+parameters trade off against each other (e.g. the BF16 GEMM fraction against the FP8 one, tied by
+their ratio bound).
 
 Pure Python: no scipy dependency.
 """

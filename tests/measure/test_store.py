@@ -91,3 +91,12 @@ def test_projection_reads_only_the_target_gpus_entries(tmp_path):
     assert store_for_target(path, "h100") is None  # nothing measured on an H100: the roofline decides
     assert store_for_target(path, "h200").cost(TARGET) == COST
     assert store_for_target(path, "h100", device=H200).cost(TARGET) == COST  # an explicit device wins
+
+
+def test_an_eager_fused_attention_measurement_serves_graphed_shapes_but_not_flash_attention_2(tmp_path):
+    graphed, flash2 = replace(TARGET, cuda_graph="layers"), replace(TARGET, attention_kernel="flash2")
+    with TimingStore(tmp_path / "a.sqlite", device=H200, versions=VERSIONS) as store:
+        store.record(_measurement(graphed, cost=COST))  # a graphed target is measured (and stored) eagerly
+        assert store.cost(TARGET) == store.cost(graphed) == COST
+        assert store.entry(graphed) is not None and store.entry(graphed) == store.entry(TARGET)
+        assert store.cost(flash2) is None  # the measurement ran the framework's fused attention

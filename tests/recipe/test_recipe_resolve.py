@@ -159,27 +159,3 @@ def test_moe_pattern_matches_python_and_megatron_int_rule():
         with pytest.raises(PatternError):
             moe_pattern(bad, 4)
 
-
-@pytest.mark.parametrize(("args", "mode"), [
-    ({}, "none"),
-    ({"cuda_graph_impl": "local"}, "layers"),  # scope "full" (megatron-core's default): the whole layer
-    ({"cuda_graph_impl": "local", "cuda_graph_scope": "full_iteration"}, "full_iteration"),
-    ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn", "moe_router"]}, "layers"),
-    ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "moe_router,moe_preprocess"}, "none"),
-    ({"enable_cuda_graph": True, "cuda_graph_scope": "full_iteration"}, "full_iteration"),  # deprecated alias
-    ({"external_cuda_graph": True, "cuda_graph_scope": "full"}, "layers"),
-])
-def test_cuda_graph_mode_follows_megatron_core(args, mode):
-    _, execution, problems = resolve({**BASE, **args})
-    assert not problems and execution.cuda_graph == mode
-
-
-@pytest.mark.parametrize(("args", "key"), [
-    ({"cuda_graph_impl": "full_iteration"}, "cuda_graph_impl"),
-    ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "full_iteration"}, "cuda_graph_scope"),
-    ({"cuda_graph_impl": "local", "enable_cuda_graph": True}, "enable_cuda_graph"),
-    ({"enable_cuda_graph": True, "external_cuda_graph": True}, "external_cuda_graph"),
-])
-def test_cuda_graph_conflicts_megatron_core_asserts_on_are_problems(args, key):
-    _, _, problems = resolve({**BASE, **args})
-    assert [p.path for p in problems] == [key] and problems[0].fix

@@ -63,6 +63,11 @@ def test_fp8_param_gather_from_nvidia_fp8_recipes_or_the_row(tmp_path):
      "cuda_graph_scope=attn+moe_router+moe_preprocess]", "layers"),
     ("recipe:[cuda_graph_impl=transformer_engine; cuda_graph_scope=moe_router+moe_preprocess]", "none"),
     ("GA=8; recipe:[cuda_graphs=True]", "layers"),
+    ('recipe:[cuda_graph_impl=transformer_engine; cuda_graph_scope=["moe_router", "moe_preprocess"]]', "none"),
+    ('recipe:[cuda_graph_impl=transformer_engine; cuda_graph_scope=["attn", "mamba"]]', "layers"),
+    ("recipe:[external_cuda_graph=True]", "layers"),
+    ("final: recompute moe_act+mlp, TE cuda graphs attn+moe_router+moe_preprocess, fp8-param-gather", "layers"),
+    ("step6: CUDA Graphs; pp_layout=Et|(tt|)*30L", "none"),  # an intermediate step's prose: scope unknown
     ("recipe:[sequence_parallel=False; calls=_benchmark_common+_enable_hybridep_full_iteration_mxfp8]",
      "full_iteration"),
 ])
