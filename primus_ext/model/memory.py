@@ -13,7 +13,8 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
   + output layer on the last (with tied embeddings and PP > 1 Megatron keeps a copy of the word
   embeddings there), MTP layers + their embedding copy; fp8 adds TE's cached fp8 weight copies;
 * gradients: Megatron DDP's main-grad buffer, fp32 (bf16 with ``grad_reduce_in_bf16``);
-* optimizer: Adam m, v + fp32 master weights (12 B/param), sharded by the distributed optimizer over
+* optimizer: Adam m, v + fp32 master weights (12 B/param; less with megatron's precision-aware optimizer:
+  ``optimizer_state``), sharded by the distributed optimizer over
   the data-parallel group with CP (dense) and the expert-data-parallel group (experts);
   FSDP shards parameters, gradients and optimizer state (torch_fsdp2: all; megatron_fsdp: by
   ``data_parallel_sharding_strategy``) and adds the gathered layers;
@@ -167,7 +168,8 @@ _SHAPE_FIELDS = (
 _RUN_FIELDS = (
     "data_parallel_size", "use_distributed_optimizer", "fsdp", "data_parallel_sharding_strategy",
     "grad_reduce_in_bf16", "global_batch_size", "pipeline_schedule", "overlap_moe_expert_parallel_comm",
-    "fp8_param_gather", "fp8_recipe",
+    "fp8_param_gather", "fp8_recipe", "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype",
+    "exp_avg_sq_dtype", "store_param_remainders",
 )
 """The other fields the peak depends on (sharding, micro-batch count, schedule, grad precision); the rest of
 an ExecutionSpec (overlap flags, dispatcher, ...) does not change memory."""

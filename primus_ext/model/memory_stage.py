@@ -27,6 +27,7 @@ from primus_ext.model.memory_activations import (
     op_sac_saved_bytes,
 )
 from primus_ext.model.memory_schedule import chunk_in_flight, held_activations, prefix_sums
+from primus_ext.model.optimizer_state import adam_state_bytes
 from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
     expert_layer_params,
@@ -61,8 +62,6 @@ MOE_A2A_BUFFER_COPIES = 2
 FSDP_GATHERED_LAYERS = 2
 """FSDP keeps the current layer's gathered parameters plus one prefetched layer (torch FSDP2 and
 Megatron-FSDP default prefetch of one)."""
-ADAM_BYTES_PER_PARAM = 12
-"""fp32 master weights + Adam m + v (Megatron with bf16 params); 8 when training in fp32."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -339,7 +338,7 @@ def sharding_bytes(e: ExecutionSpec) -> tuple[float, float, float, float, float]
     fp32 = e.precision == "fp32"
     param_b = 4.0 if fp32 else 2.0
     grad_b = 2.0 if (e.grad_reduce_in_bf16 and not fp32) else 4.0
-    opt_b = 8.0 if fp32 else float(ADAM_BYTES_PER_PARAM)
+    opt_b = adam_state_bytes(e)
     return param_b, grad_b, opt_b, float(e.dp * e.cp), float(max(1, e.expert_data_parallel_size))
 
 

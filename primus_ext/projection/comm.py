@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primus_ext.model.collectives import collective_time, p2p_time
+from primus_ext.model.optimizer_state import adam_step_bytes
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.specs import ExecutionSpec, SystemSpec
@@ -37,9 +38,6 @@ from primus_ext.specs import ExecutionSpec, SystemSpec
 ACT_BYTES = 2
 """bf16 activations and parameters on the wire."""
 FP32_BYTES = 4
-ADAM_BYTES_PER_PARAM = 30
-"""Adam step HBM traffic per parameter: read fp32 param, grad, m, v (16) + write param, m, v (12)
-+ write bf16 param copy (2) (Megatron ``optimizer/distrib_optimizer.py`` fp32 main params)."""
 DDP_MIN_BUCKET_PARAMS = 40_000_000
 """Megatron DDP bucket size: max(40M, 1M * DP) parameters (``distributed_data_parallel.py``)."""
 DDP_BUCKET_PARAMS_PER_DP = 1_000_000
@@ -323,7 +321,8 @@ def optimizer_seconds(dense: int, experts: int, ex: ExecutionSpec, pl: Placement
     sharded = ex.use_distributed_optimizer or ex.fsdp != "none"
     owned = dense / pl.dp_cp.size + experts / pl.edp.size if sharded else dense + experts
     gpu = system.gpu
-    return owned * ADAM_BYTES_PER_PARAM / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm)
+    step = adam_step_bytes(ex, FP32_BYTES)  # the optimizer reads fp32 main grads (bf16 buffers are upcast)
+    return owned * step / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm)
 
 
 def describe(group: GroupPlacement) -> str:

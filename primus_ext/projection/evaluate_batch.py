@@ -74,7 +74,9 @@ PARTS = ("compute_s", "bubble_s", "optimizer_s", "recompute_s", "overhead_s",
 
 _DP_FIELDS = attrgetter("fsdp", "data_parallel_sharding_strategy", "grad_reduce_in_bf16", "use_distributed_optimizer",
                         "tensor_model_parallel_size", "context_parallel_size", "data_parallel_size",
-                        "pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
+                        "pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+                        "precision", "fp8_recipe", "use_precision_aware_optimizer", "main_params_dtype",
+                        "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders")
 """What ``dp_times``, ``bucket_fraction`` and ``optimizer_seconds`` read of an execution (with the
 group placement these sizes decide): the step-tail memo's key with the rank's parameters."""
 

@@ -21,6 +21,7 @@ from primus_ext.errors import Problem
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
+from primus_ext.recipe.optimizer import optimizer_dtypes
 from primus_ext.recipe.tokenizers import vocab_size_of
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
@@ -57,6 +58,8 @@ _OTHER_READ = (
     "cpu_offloading_activations", "cpu_offloading_weights", "cross_entropy_fusion_impl",
     "fp8_param_gather", "fp8_recipe", "moe_router_num_groups", "moe_router_group_topk",
     "cuda_graph_impl", "cuda_graph_scope", "enable_cuda_graph", "external_cuda_graph",
+    "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+    "store_param_remainders",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -384,6 +387,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         cross_entropy_fusion_impl=a.choice(  # type: ignore[arg-type]
             "cross_entropy_fusion_impl", ("native", "te"), "native") or "native",
         cuda_graph=cuda_graph_mode(a),  # type: ignore[arg-type]
+        **optimizer_dtypes(a),
         moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]
         moe_grouped_gemm=a.bool("moe_grouped_gemm"),
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),

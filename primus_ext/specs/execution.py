@@ -19,6 +19,7 @@ FSDPKind = Literal["none", "torch_fsdp2", "megatron_fsdp"]
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise", "rowwise"]
 AttentionKernel = Literal["fused", "flash2"]
 CudaGraph = Literal["none", "layers", "full_iteration"]
+OptimizerDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +85,15 @@ class ExecutionSpec:
         "no_shard", "optim", "optim_grads", "optim_grads_params"
     ] = "no_shard"
     """Megatron-FSDP's sharding level (torch FSDP2 always shards params, grads and optimizer)."""
+
+    # --- precision-aware optimizer (megatron-core OptimizerConfig; model.optimizer_state) -----------
+    use_precision_aware_optimizer: bool = False
+    """Optimizer tensors in lower precision (Transformer Engine's FusedAdam; distributed optimizer only)."""
+    main_params_dtype: Literal["fp32", "fp16"] = "fp32"
+    exp_avg_dtype: OptimizerDtype = "fp32"
+    exp_avg_sq_dtype: OptimizerDtype = "fp32"
+    store_param_remainders: bool = True
+    """With bf16 parameters, FusedAdam stores only the low 16 bits of each fp32 master (megatron-core default)."""
 
     # --- overlap -------------------------------------------------------------------------------
     overlap_grad_reduce: bool = False

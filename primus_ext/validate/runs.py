@@ -130,6 +130,22 @@ def cuda_graph_of(flags: str) -> str:
     return "full_iteration" if re.search(r"full_iter", _flag(flags, "calls") or "") else "none"
 
 
+def optimizer_of(flags: str) -> dict[str, object]:
+    """The precision-aware optimizer a row states: ``use_precision_aware_optimizer=True`` with its dtype flags,
+    or the prose "precision-aware optimizer <dtype> moments" (an optimization-history row's summary)."""
+    lowered = flags.lower()
+    prose = re.search(r"precision-aware optimizer(?:\s+(bf16|fp16|fp8) moments)?", lowered)
+    flag = (_flag(flags, "use_precision_aware_optimizer") or "").lower() == "true"
+    if not (prose or flag):
+        return {}
+    out: dict[str, object] = {"use_precision_aware_optimizer": True}
+    moments = prose.group(1) if prose else None
+    for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
+        value = (_flag(flags, key) or moments or "fp32").lower()
+        out[key] = value if value in ("fp32", "fp16", "bf16", "fp8") else "fp32"
+    return out
+
+
 def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple[ExecutionSpec, list[str]]:
     """The execution a row describes, with framework defaults for what it leaves out."""
     flags, notes, source = row["extra_flags"] or "", row["notes"] or "", row["source"] or ""
@@ -228,6 +244,7 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         # 2.2+ release notes); Megatron-based stacks run Transformer Engine's fused attention
         attention_kernel="flash2" if torchtitan else "fused",
         cuda_graph=cuda_graph,  # type: ignore[arg-type]
+        **optimizer_of(flags),  # type: ignore[arg-type]
         cpu_offloading=offloading,
         cpu_offloading_num_layers=offload_layers,
         cpu_offloading_activations=offload_activations,

@@ -75,3 +75,13 @@ def test_cuda_graph_mode_of_a_row(flags, mode):
     from primus_ext.validate.runs import cuda_graph_of
 
     assert cuda_graph_of(flags) == mode
+
+
+def test_precision_aware_optimizer_of_a_row():
+    from primus_ext.validate.runs import optimizer_of
+
+    assert optimizer_of("final: recompute moe_act+mlp, fp8-param-gather, precision-aware optimizer bf16 moments") == {
+        "use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
+    assert optimizer_of("recipe:[use_precision_aware_optimizer=True; exp_avg_sq_dtype=fp16]") == {
+        "use_precision_aware_optimizer": True, "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp16"}
+    assert optimizer_of("recipe:[recompute_modules=core_attn]") == {}

@@ -1,0 +1,55 @@
+"""Adam's per-parameter bytes: the state the (distributed) optimizer keeps and the HBM traffic of its step.
+
+megatron-core 0.16.1 ``OptimizerConfig`` / ``optimizer/__init__.py`` / ``optimizer/distrib_optimizer.py``:
+by default fp32 master weights + fp32 ``exp_avg`` + fp32 ``exp_avg_sq`` (12 B/param beside bf16 parameters,
+8 B when training in fp32, the parameters being their own masters). With ``use_precision_aware_optimizer``
+(Transformer Engine's FusedAdam, distributed optimizer only) the moments take ``exp_avg_dtype`` /
+``exp_avg_sq_dtype``, and FusedAdam keeps the master weights itself whenever ``main_params_dtype`` is not fp32
+or the run is not fp8 with a current-scaling recipe (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``):
+as ``main_params_dtype``, or only the 16 low bits of the fp32 master under bf16 with ``store_param_remainders``
+(an int16 shard, the high half being the bf16 parameter; TE >= 2.1). Otherwise megatron-core keeps the fp32
+master as usual. Pure and torch-free.
+"""
+
+from __future__ import annotations
+
+from primus_ext.specs import ExecutionSpec
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+"""Bytes per element of the optimizer dtypes megatron accepts (fp8 moments are stored as uint8)."""
+
+
+def _te_masters(e: ExecutionSpec) -> bool:
+    """FusedAdam holds the master weights (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``)."""
+    return e.main_params_dtype != "fp32" or e.precision != "fp8" or e.fp8_recipe == "delayed"
+
+
+def master_bytes(e: ExecutionSpec) -> float:
+    """Bytes per parameter of the master weights in the optimizer's shard (0 in fp32 training)."""
+    if e.precision == "fp32":
+        return 0.0
+    if not (e.use_precision_aware_optimizer and _te_masters(e)):
+        return 4.0
+    if e.store_param_remainders and e.precision in ("bf16", "fp8"):  # megatron's config.bf16 (fp8 runs too)
+        return 2.0
+    return float(DTYPE_BYTES[e.main_params_dtype])
+
+
+def moment_bytes(e: ExecutionSpec) -> float:
+    """Bytes per parameter of Adam's two moments."""
+    if not e.use_precision_aware_optimizer:
+        return 8.0
+    return float(DTYPE_BYTES[e.exp_avg_dtype] + DTYPE_BYTES[e.exp_avg_sq_dtype])
+
+
+def adam_state_bytes(e: ExecutionSpec) -> float:
+    """Optimizer state per parameter (sharded by the distributed optimizer / FSDP)."""
+    return master_bytes(e) + moment_bytes(e)
+
+
+def adam_step_bytes(e: ExecutionSpec, grad_bytes: float) -> float:
+    """HBM traffic per parameter of one Adam step: read master (or the fp32 parameter), grad and moments,
+    write master and moments back, and write the bf16 model copy (30 B by default: 16 read + 12 + 2 written)."""
+    master = master_bytes(e) or 4.0  # fp32 training updates the fp32 parameters themselves
+    copy = 0.0 if e.precision == "fp32" else 2.0
+    return 2 * master + grad_bytes + 2 * moment_bytes(e) + copy
