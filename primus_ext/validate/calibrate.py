@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from primus_ext.errors import PrimusExtError
 from primus_ext.specs import Efficiency
-from primus_ext.validate.run import Projector, RowResult, ValidationReport, _result, summarize
+from primus_ext.validate.run import Projector, RowResult, ValidationReport, summarize
 from primus_ext.validate.runs import RunRow
 from primus_ext.validate.search import nelder_mead
 
@@ -275,28 +275,6 @@ def apply_fits(runs: Sequence[RunRow], fits: dict[str, tuple[Efficiency, int, fl
             run = with_efficiency(run, fits[family_of(run)][0])
         out.append(run)
     return out
-
-
-def leave_one_model_out(
-    runs: Sequence[RunRow], projector: Projector, *, params: Sequence[Param] = DEFAULT_PARAMS,
-    progress: Callable[[str], None] | None = None,
-) -> ValidationReport:
-    """Each model's rows projected with efficiencies fitted on the other models' rows only."""
-    rows: list[RowResult] = []
-    models = sorted({r.model_name for r in usable(runs)})
-    for i, model in enumerate(models):
-        if progress:
-            progress(f"[{i + 1}/{len(models)}] leave out {model}")
-        train = [r for r in usable(runs) if r.model_name != model]
-        fits = fit_by_gpu(train, projector, params=params)
-        for run in apply_fits([r for r in usable(runs) if r.model_name == model], fits):
-            try:
-                rows.append(_result(run, projector(run)))
-            except PrimusExtError as err:
-                rows.append(_result(run, None, f"projection refused: {err}"))
-    rows += [_result(r, None) for r in runs if r.model is None]
-    rows.sort(key=lambda r: r.index)
-    return ValidationReport(rows=tuple(rows), summary=summarize(rows), label="leave-one-model-out")
 
 
 def workload_offset(measured_step_s: float, projected_step_s: float) -> float:

@@ -1,0 +1,60 @@
+"""Leave-one-model-out cross-validation of the per-GPU calibration, one process per fold when asked.
+
+    >>> report = leave_one_model_out(runs, analytic_projector, jobs=4)
+
+Each model's rows are projected with efficiencies fitted (``calibrate.fit_by_gpu``, from the plain defaults)
+on the other models' rows only. The folds are independent: ``jobs`` > 1 runs them in forked worker
+processes (the projector must be a module-level function, as ``analytic_projector`` is).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from primus_ext.errors import PrimusExtError
+from primus_ext.validate.calibrate import DEFAULT_PARAMS, Param, apply_fits, fit_by_gpu, usable
+from primus_ext.validate.run import Projector, RowResult, ValidationReport, _result, summarize
+from primus_ext.validate.runs import RunRow
+
+
+def held_out_fold(model: str, runs: Sequence[RunRow], projector: Projector,
+                  params: Sequence[Param] = DEFAULT_PARAMS) -> list[RowResult]:
+    """``model``'s rows projected with the efficiencies fitted on the other models' rows."""
+    train = [r for r in usable(runs) if r.model_name != model]
+    fits = fit_by_gpu(train, projector, params=params)
+    rows = []
+    for run in apply_fits([r for r in usable(runs) if r.model_name == model], fits):
+        try:
+            rows.append(_result(run, projector(run)))
+        except PrimusExtError as err:
+            rows.append(_result(run, None, f"projection refused: {err}"))
+    return rows
+
+
+def leave_one_model_out(
+    runs: Sequence[RunRow], projector: Projector, *, params: Sequence[Param] = DEFAULT_PARAMS,
+    progress: Callable[[str], None] | None = None, jobs: int = 1,
+) -> ValidationReport:
+    """Each model's rows projected with efficiencies fitted on the other models' rows only; ``jobs`` folds at
+    a time (same result whatever ``jobs``)."""
+    models = sorted({r.model_name for r in usable(runs)})
+    rows: list[RowResult] = []
+    if jobs <= 1 or len(models) <= 1:
+        for i, model in enumerate(models):
+            if progress:
+                progress(f"[{i + 1}/{len(models)}] leave out {model}")
+            rows += held_out_fold(model, runs, projector, params)
+    else:
+        fork = "fork" in multiprocessing.get_all_start_methods()  # else spawn: the projector is pickled by name
+        with ProcessPoolExecutor(max_workers=min(jobs, len(models)),
+                                 mp_context=multiprocessing.get_context("fork" if fork else None)) as pool:
+            futures = {pool.submit(held_out_fold, model, runs, projector, params): model for model in models}
+            for i, done in enumerate(as_completed(futures)):
+                rows += done.result()
+                if progress:
+                    progress(f"[{i + 1}/{len(models)}] left out {futures[done]}")
+    rows += [_result(r, None) for r in runs if r.model is None]
+    rows.sort(key=lambda r: r.index)
+    return ValidationReport(rows=tuple(rows), summary=summarize(rows), label="leave-one-model-out")
