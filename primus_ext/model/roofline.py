@@ -261,6 +261,12 @@ def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
     return parts.fwd.get("core_attn", 0.0), parts.dgrad.get("core_attn", 0.0)
 
 
+def launches(shape: RankShape) -> bool:
+    """Whether the layer's kernels are launched one by one (pay ``Efficiency.kernel_overhead_s``): not under a
+    full-iteration graph, nor a per-layer graph of a transformer layer."""
+    return shape.cuda_graph == "none" or (shape.cuda_graph == "layers" and shape.kind not in ("dense", "moe"))
+
+
 def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
     """Seconds per pass of one layer beyond its FLOP / byte cost: ``Efficiency.kernel_overhead_s`` (launches)
     unless CUDA graphs replay the layer, plus ``Efficiency.moe_layer_overhead_s`` for an MoE layer unless a
@@ -268,11 +274,10 @@ def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
     graphs capture transformer layers only (megatron-core creates them in ``TransformerLayer``): the
     embedding and output kinds keep their launches."""
     eff = gpu.efficiency
-    if shape.cuda_graph == "full_iteration":
-        return 0.0
-    graphed = shape.cuda_graph == "layers" and shape.kind in ("dense", "moe")
-    overhead = 0.0 if graphed else eff.kernel_overhead_s
-    return overhead + (eff.moe_layer_overhead_s if shape.kind == "moe" else 0.0)
+    overhead = eff.kernel_overhead_s if launches(shape) else 0.0
+    if shape.kind == "moe" and shape.cuda_graph != "full_iteration":
+        overhead += eff.moe_layer_overhead_s
+    return overhead
 
 
 @lru_cache(maxsize=16384)
@@ -312,6 +317,7 @@ __all__ = [
     "fixed_overhead_s",
     "gemm_efficiency",
     "gemm_seconds",
+    "launches",
     "layer_parts",
     "membound_seconds",
 ]

@@ -31,7 +31,7 @@ from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
-from primus_ext.model.roofline import analytic_cost, attention_seconds
+from primus_ext.model.roofline import analytic_cost, attention_seconds, launches
 from primus_ext.projection.comm import (
     aligned_dp_windows,
     bucket_fraction,
@@ -139,7 +139,7 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
                       attn=attention_seconds(shape, system.gpu), params=(total - experts, experts))
     return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,
                   comm_bwd=comm.bwd, dense_params=total - experts, expert_params=experts,
-                  source=cost.source, analytic=cost.source == "analytic",
+                  source=cost.source, launched=cost.source == "analytic" and launches(shape),
                   fwd=fwd + sum(v[1] for v in comm.fwd.values()), bwd=bwd + sum(v[1] for v in comm.bwd.values()),
                   comm_items=tuple((k, t, e) for part in (comm.fwd, comm.bwd) for k, (t, e) in part.items()))
 
@@ -357,7 +357,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         comms=tuple(comms),
         bubble_s=max(0.0, sim.makespan - pp_exposed - sim.busy[busiest]),
         optimizer_s=max(opts),
-        overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s * (ex.cuda_graph == "none"),
+        overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
         recompute_s=m * acc_b["recompute"],
     )
     stages = tuple(StageTime(rank=r, busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))

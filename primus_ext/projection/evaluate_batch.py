@@ -142,7 +142,7 @@ def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
             out[_F["compute"]], out[_F["recompute"]] = layer.compute_fwd + layer.compute_bwd, layer.recompute
             if row != 5:  # the MTP head shares the output layer's parameters
                 out[_F["dense"]], out[_F["experts"]] = layer.dense_params, layer.expert_params
-            out[_F["passes"]] = 2 * layer.analytic
+            out[_F["passes"]] = 2 * layer.launched
             out[_F["layers"]] = row < 5
             for kind, total, exposed in layer.comm_items:
                 out[_F[f"total_{kind}"]] += total
@@ -292,8 +292,7 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     busiest = ranks[rows, busy.argmax(axis=1)]  # (n, F): the rank that sets the steady state
     parts["compute_s"][idx] = m * busiest[:, _F["compute"]]
     parts["recompute_s"][idx] = m * busiest[:, _F["recompute"]]
-    launched = np.array([ex.cuda_graph == "none" for _, ex, *_ in members])  # graphs launch no kernels
-    parts["overhead_s"][idx] = m * busiest[:, _F["passes"]] * system.gpu.efficiency.kernel_overhead_s * launched
+    parts["overhead_s"][idx] = m * busiest[:, _F["passes"]] * system.gpu.efficiency.kernel_overhead_s
     for kind in LAYER_COMM_KINDS:
         parts[f"total_{kind}_s"][idx] = m * busiest[:, _F[f"total_{kind}"]]
         parts[f"exposed_{kind}_s"][idx] = m * busiest[:, _F[f"exposed_{kind}"]]

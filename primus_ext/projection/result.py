@@ -49,7 +49,8 @@ class Breakdown:
     bubble_s: float
     optimizer_s: float
     overhead_s: float = 0.0
-    """Kernel-launch / framework overhead included in ``compute_s`` (analytic layers only)."""
+    """Kernel-launch / framework overhead included in ``compute_s`` (analytic layers whose kernels are not
+    replayed by CUDA graphs)."""
     recompute_s: float = 0.0
     """Activation recompute included in ``compute_s``."""
 

@@ -30,7 +30,8 @@ class _Layer:
     dense_params: int
     expert_params: int
     source: str
-    analytic: bool
+    launched: bool
+    """An analytic cost that includes ``Efficiency.kernel_overhead_s`` per pass (``roofline.launches``)."""
     fwd: float = 0.0
     """Forward incl. exposed comm."""
     bwd: float = 0.0
@@ -106,7 +107,7 @@ def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) 
         if owns_params:
             dense += n * layer.dense_params
             experts += n * layer.expert_params
-        analytic_passes += 2 * n * layer.analytic
+        analytic_passes += 2 * n * layer.launched
         decoder_layers += n if key[0] in ("dense", "moe") else 0
         for kind, total, exposed in layer.comm_items:
             slot = comm.get(kind)

@@ -194,4 +194,6 @@ def test_equals_evaluate_with_mixed_cuda_graph_modes_in_one_batch():
     assert _assert_same(MOE, executions, system) == len(executions)
     steps = {ex.cuda_graph: evaluate(MOE, ex, system).step_time_s for ex in executions if ex.micro_batch_size == 1}
     assert steps["full_iteration"] < steps["layers"] < steps["none"]
-    assert evaluate(MOE, executions[-1], system).breakdown.overhead_s == 0.0
+    overhead = {ex.cuda_graph: evaluate(MOE, ex, system).breakdown.overhead_s for ex in executions
+                if ex.micro_batch_size == 1}
+    assert overhead["none"] > overhead["layers"] > overhead["full_iteration"] == 0.0  # layers: edges still launch
