@@ -21,6 +21,21 @@ import sys
 from pathlib import Path
 
 
+def _usable_cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="projected vs measured throughput on published runs",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", dest="json_out", help="write rows and summary as JSON to this file")
     p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration "
                                                             "(one fit per model: ~6 min on 2 cores)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                   help="with --cv: folds fitted in parallel processes (default: the CPU count)")
+    p.add_argument("--jobs", type=_positive, default=_usable_cpus(),
+                   help="with --cv: folds fitted in parallel processes (default: the CPUs this process may use)")
     p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")
     p.add_argument("--write-profiles", metavar="DIR",
                    help="with --fit: write the profiles with their fitted efficiency block into DIR "

@@ -97,11 +97,9 @@ def local_target(recipe: Any, *, scale: float, nproc: int, device: str) -> Local
     dp = max(1, nproc // mp)
     # fp8 needs transformer-engine on a GPU: the CPU trainer and measurements run it in bf16, so project bf16
     precision = "bf16" if device == "cpu" and e.precision == "fp8" else e.precision
-    # nor does the CPU trainer capture CUDA graphs or run TE's precision-aware FusedAdam
-    cpu = device == "cpu"
+    # nor does the CPU trainer capture CUDA graphs; the built-in trainer builds plain Adam on any device
     execution = replace(e, seq_length=seq, data_parallel_size=dp, precision=precision,
-                        cuda_graph="none" if cpu else e.cuda_graph,
-                        use_precision_aware_optimizer=e.use_precision_aware_optimizer and not cpu)
+                        cuda_graph="none" if device == "cpu" else e.cuda_graph, use_precision_aware_optimizer=False)
     model = scale_model(recipe.model, e, scale)
     model = replace(model, max_position_embeddings=max(model.max_position_embeddings, seq))
     base = load_system("cpu", 1) if device == "cpu" else recipe.system

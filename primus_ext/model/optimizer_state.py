@@ -24,15 +24,21 @@ def _te_masters(e: ExecutionSpec) -> bool:
     return e.main_params_dtype != "fp32" or e.precision != "fp8" or e.fp8_recipe == "delayed"
 
 
+def _remainders(e: ExecutionSpec) -> bool:
+    """FusedAdam keeps only the 16 low bits of the fp32 master (the bf16 parameter holds the rest)."""
+    return e.store_param_remainders and e.precision in ("bf16", "fp8")  # megatron's config.bf16 (fp8 runs too)
+
+
 def master_bytes(e: ExecutionSpec) -> float:
-    """Bytes per parameter of the master weights in the optimizer's shard (0 in fp32 training)."""
+    """Bytes per parameter of the master weights in the optimizer's shard (0 in fp32 training). Megatron-FSDP
+    keeps its own fp32 main-weight buffer whatever the precision-aware settings (megatron-core 0.16.1
+    ``DistributedOptimizer.__init__`` returns early for it; ``param_and_grad_buffer.py`` preserves fp32
+    weights by default)."""
     if e.precision == "fp32":
         return 0.0
-    if not (e.use_precision_aware_optimizer and _te_masters(e)):
+    if not (e.use_precision_aware_optimizer and _te_masters(e)) or e.fsdp == "megatron_fsdp":
         return 4.0
-    if e.store_param_remainders and e.precision in ("bf16", "fp8"):  # megatron's config.bf16 (fp8 runs too)
-        return 2.0
-    return float(DTYPE_BYTES[e.main_params_dtype])
+    return 2.0 if _remainders(e) else float(DTYPE_BYTES[e.main_params_dtype])
 
 
 def moment_bytes(e: ExecutionSpec) -> float:
@@ -47,9 +53,14 @@ def adam_state_bytes(e: ExecutionSpec) -> float:
     return master_bytes(e) + moment_bytes(e)
 
 
-def adam_step_bytes(e: ExecutionSpec, grad_bytes: float) -> float:
+def adam_step_bytes(e: ExecutionSpec) -> float:
     """HBM traffic per parameter of one Adam step: read master (or the fp32 parameter), grad and moments,
-    write master and moments back, and write the bf16 model copy (30 B by default: 16 read + 12 + 2 written)."""
+    write master and moments back, and write the bf16 model copy (30 B by default: 16 read + 12 + 2 written).
+    The plain path reads fp32 main grads (a bf16 buffer is upcast first); FusedAdam holding the masters
+    reads the buffer as it is, and with remainders also the bf16 parameter to rebuild the fp32 master."""
     master = master_bytes(e) or 4.0  # fp32 training updates the fp32 parameters themselves
     copy = 0.0 if e.precision == "fp32" else 2.0
-    return 2 * master + grad_bytes + 2 * moment_bytes(e) + copy
+    te = e.use_precision_aware_optimizer and _te_masters(e) and e.fsdp != "megatron_fsdp"
+    grad = 2.0 if te and e.grad_reduce_in_bf16 and e.precision != "fp32" else 4.0
+    rebuild = 2.0 if te and _remainders(e) else 0.0
+    return 2 * master + grad + 2 * moment_bytes(e) + copy + rebuild

@@ -321,8 +321,7 @@ def optimizer_seconds(dense: int, experts: int, ex: ExecutionSpec, pl: Placement
     sharded = ex.use_distributed_optimizer or ex.fsdp != "none"
     owned = dense / pl.dp_cp.size + experts / pl.edp.size if sharded else dense + experts
     gpu = system.gpu
-    step = adam_step_bytes(ex, FP32_BYTES)  # the optimizer reads fp32 main grads (bf16 buffers are upcast)
-    return owned * step / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm)
+    return owned * adam_step_bytes(ex) / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm)
 
 
 def describe(group: GroupPlacement) -> str:

@@ -59,7 +59,7 @@ _OTHER_READ = (
     "fp8_param_gather", "fp8_recipe", "moe_router_num_groups", "moe_router_group_topk",
     "cuda_graph_impl", "cuda_graph_scope", "enable_cuda_graph", "external_cuda_graph",
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-    "store_param_remainders",
+    "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -341,6 +341,8 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
     seq = a.int("seq_length", required=True) or 1
     etp = a.int("expert_tensor_parallel_size")
     capacity = a.float("moe_expert_capacity_factor")
+    optimizer = optimizer_dtypes(a)
+    bf16_main_grads = optimizer.pop("bf16_main_grads") and _precision(a) in ("bf16", "fp8")
     return ExecutionSpec(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
@@ -381,13 +383,13 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         overlap_moe_expert_parallel_comm=a.bool("overlap_moe_expert_parallel_comm"),
         moe_shared_expert_overlap=a.bool("moe_shared_expert_overlap"),
         precision=_precision(a),  # type: ignore[arg-type]
-        grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16"),
+        grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16") or bf16_main_grads,
         fp8_param_gather=a.bool("fp8_param_gather"),
         fp8_recipe=_fp8_recipe(a, system),  # type: ignore[arg-type]
         cross_entropy_fusion_impl=a.choice(  # type: ignore[arg-type]
             "cross_entropy_fusion_impl", ("native", "te"), "native") or "native",
         cuda_graph=cuda_graph_mode(a),  # type: ignore[arg-type]
-        **optimizer_dtypes(a),
+        **optimizer,
         moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]
         moe_grouped_gemm=a.bool("moe_grouped_gemm"),
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),

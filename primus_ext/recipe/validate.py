@@ -222,10 +222,12 @@ def _sharding(e: ExecutionSpec, out: list[Problem]) -> None:
                            message="needs overlap_grad_reduce (Megatron-LM arguments.py)",
                            fix="set overlap_grad_reduce: true"))
     if e.use_precision_aware_optimizer and not e.use_distributed_optimizer:
+        fix = ("use Megatron-FSDP (use_megatron_fsdp) or set use_precision_aware_optimizer: false"
+               if e.fsdp == "torch_fsdp2" else
+               "set use_distributed_optimizer: true or use_precision_aware_optimizer: false")
         out.append(Problem(path="use_precision_aware_optimizer", value=True,
                            message="megatron-core supports the precision-aware optimizer only with the "
-                                   "distributed optimizer",
-                           fix="set use_distributed_optimizer: true or use_precision_aware_optimizer: false"))
+                                   "distributed optimizer", fix=fix))
     if e.fsdp == "torch_fsdp2" and e.use_distributed_optimizer:
         out.append(Problem(path="use_distributed_optimizer", value=True,
                            message="torch FSDP2 shards the optimizer itself; Megatron's distributed "

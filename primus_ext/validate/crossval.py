@@ -3,13 +3,16 @@
     >>> report = leave_one_model_out(runs, analytic_projector, jobs=4)
 
 Each model's rows are projected with efficiencies fitted (``calibrate.fit_by_gpu``, from the plain defaults)
-on the other models' rows only. The folds are independent: ``jobs`` > 1 runs them in forked worker
-processes (the projector must be a module-level function, as ``analytic_projector`` is).
+on the other models' rows only. The folds are independent: ``jobs`` > 1 runs them in worker
+processes when the projector can be pickled (a module-level function, as ``analytic_projector`` is; a
+lambda or closure runs the folds serially).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import pickle
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -33,6 +36,14 @@ def held_out_fold(model: str, runs: Sequence[RunRow], projector: Projector,
     return rows
 
 
+def _picklable(obj: object) -> bool:
+    try:
+        pickle.dumps(obj)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
 def leave_one_model_out(
     runs: Sequence[RunRow], projector: Projector, *, params: Sequence[Param] = DEFAULT_PARAMS,
     progress: Callable[[str], None] | None = None, jobs: int = 1,
@@ -41,20 +52,28 @@ def leave_one_model_out(
     a time (same result whatever ``jobs``)."""
     models = sorted({r.model_name for r in usable(runs)})
     rows: list[RowResult] = []
+    if jobs > 1 and not _picklable(projector):
+        jobs = 1  # a lambda or closure cannot reach a worker process
     if jobs <= 1 or len(models) <= 1:
         for i, model in enumerate(models):
             if progress:
                 progress(f"[{i + 1}/{len(models)}] leave out {model}")
             rows += held_out_fold(model, runs, projector, params)
     else:
-        fork = "fork" in multiprocessing.get_all_start_methods()  # else spawn: the projector is pickled by name
-        with ProcessPoolExecutor(max_workers=min(jobs, len(models)),
-                                 mp_context=multiprocessing.get_context("fork" if fork else None)) as pool:
+        # fork on Linux (no re-import per worker); elsewhere the platform's default (spawn on macOS, where fork
+        # is unsafe). Either way each task's arguments are pickled: the projector must be a module-level function.
+        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(models)), mp_context=context)
+        try:
             futures = {pool.submit(held_out_fold, model, runs, projector, params): model for model in models}
             for i, done in enumerate(as_completed(futures)):
                 rows += done.result()
                 if progress:
                     progress(f"[{i + 1}/{len(models)}] left out {futures[done]}")
+        except BaseException:  # a failed fold or Ctrl-C: do not wait for the queued folds
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     rows += [_result(r, None) for r in runs if r.model is None]
     rows.sort(key=lambda r: r.index)
     return ValidationReport(rows=tuple(rows), summary=summarize(rows), label="leave-one-model-out")

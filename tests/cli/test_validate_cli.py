@@ -60,3 +60,10 @@ def test_validate_published_set_runs(tmp_path):
                  "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert len(data["rows"]) == 184 and data["summary"]["n_projected"] >= 100
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2", "many"])
+def test_validate_refuses_a_job_count_below_one(tmp_path, capsys, jobs):
+    with pytest.raises(SystemExit) as exit_:
+        main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--cv", "--jobs", jobs])
+    assert exit_.value.code == 2 and "--jobs" in capsys.readouterr().err

@@ -27,6 +27,8 @@ AWARE = ExecutionSpec(use_distributed_optimizer=True, use_precision_aware_optimi
     ({"precision": "fp8", "fp8_recipe": "mxfp8", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, 4 + 4),
     ({"precision": "fp8", "fp8_recipe": "delayed", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, 2 + 4),
     ({"precision": "fp16", "store_param_remainders": True}, 4 + 8),  # remainders need bf16 parameters
+    # Megatron-FSDP keeps its own fp32 main weights; the moments still take their dtypes
+    ({"fsdp": "megatron_fsdp", "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}, 4 + 4),
 ])
 def test_state_bytes_follow_megatron_cores_optimizer(changes, state):
     assert adam_state_bytes(replace(AWARE, **changes)) == state
@@ -34,9 +36,12 @@ def test_state_bytes_follow_megatron_cores_optimizer(changes, state):
 
 def test_step_traffic_is_thirty_bytes_by_default_and_shrinks_with_the_state():
     plain = replace(AWARE, use_precision_aware_optimizer=False)
-    assert adam_step_bytes(plain, 4) == 30  # read master, grad, m, v; write master, m, v; write bf16 copy
+    assert adam_step_bytes(plain) == 30  # read master, grad, m, v; write master, m, v; write bf16 copy
+    assert adam_step_bytes(replace(plain, grad_reduce_in_bf16=True)) == 30  # upcast to fp32 main grads first
     low = replace(AWARE, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
-    assert adam_step_bytes(low, 4) == 2 * master_bytes(low) + 4 + 2 * 4 + 2 == 18
+    # + the bf16 parameter read to rebuild the fp32 master from its remainder
+    assert adam_step_bytes(low) == 2 * master_bytes(low) + 4 + 2 * 4 + 2 + 2 == 20
+    assert adam_step_bytes(replace(low, grad_reduce_in_bf16=True)) == 18  # FusedAdam reads the bf16 buffer
 
 
 def test_memory_optimizer_share_scales_with_the_state_bytes():

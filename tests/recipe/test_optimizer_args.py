@@ -35,3 +35,16 @@ def test_the_precision_aware_optimizer_needs_the_distributed_one():
     model, e, problems = resolve_specs({**BASE, "use_precision_aware_optimizer": True}, NODE, name="t")
     assert not problems
     assert [p.path for p in check(model, e, NODE)] == ["use_precision_aware_optimizer"]
+
+
+def test_bf16_main_grads_leave_the_gradient_buffer_in_bf16_unless_fp32_accumulation_is_asked():
+    aware = {**BASE, "use_distributed_optimizer": True, "use_precision_aware_optimizer": True}
+    assert not resolve_specs(aware, NODE, name="t")[1].grad_reduce_in_bf16
+    assert resolve_specs({**aware, "main_grads_dtype": "bf16"}, NODE, name="t")[1].grad_reduce_in_bf16
+    forced = {**aware, "main_grads_dtype": "bf16", "accumulate_allreduce_grads_in_fp32": True}
+    assert not resolve_specs(forced, NODE, name="t")[1].grad_reduce_in_bf16
+
+
+def test_the_precision_aware_optimizer_is_adams():
+    args = {**BASE, "use_distributed_optimizer": True, "use_precision_aware_optimizer": True, "optimizer": "sgd"}
+    assert [p.path for p in resolve_specs(args, NODE, name="t")[2]] == ["use_precision_aware_optimizer"]

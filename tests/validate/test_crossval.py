@@ -21,3 +21,20 @@ def test_folds_in_worker_processes_give_the_serial_result():
     parallel = leave_one_model_out(runs, fake_projector, jobs=2, progress=messages.append)
     assert parallel.rows == serial.rows and len(messages) == 4
     assert [r.index for r in held_out_fold("B", runs, fake_projector)] == [3, 4, 5]
+
+
+def test_a_projector_that_cannot_reach_a_worker_runs_the_folds_serially():
+    runs = rows(Efficiency(gemm_max=0.5))
+    report = leave_one_model_out(runs, lambda run: fake_projector(run), jobs=2)  # a lambda: not picklable
+    assert report.rows == leave_one_model_out(runs, fake_projector).rows
+
+
+def broken_projector(run):
+    raise RuntimeError("a broken profile")
+
+
+def test_a_failing_fold_raises_its_error():
+    import pytest
+
+    with pytest.raises(RuntimeError, match="a broken profile"):
+        leave_one_model_out(rows(Efficiency()), broken_projector, jobs=2)
