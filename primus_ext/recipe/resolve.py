@@ -342,7 +342,8 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
     etp = a.int("expert_tensor_parallel_size")
     capacity = a.float("moe_expert_capacity_factor")
     optimizer = optimizer_dtypes(a)
-    bf16_main_grads = optimizer.pop("bf16_main_grads") and _precision(a) in ("bf16", "fp8")
+    precision = _precision(a)
+    bf16_main_grads = optimizer.pop("bf16_main_grads") and precision in ("bf16", "fp8")
     return ExecutionSpec(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
@@ -382,7 +383,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         tp_comm_overlap=a.bool("tp_comm_overlap") and tp > 1,
         overlap_moe_expert_parallel_comm=a.bool("overlap_moe_expert_parallel_comm"),
         moe_shared_expert_overlap=a.bool("moe_shared_expert_overlap"),
-        precision=_precision(a),  # type: ignore[arg-type]
+        precision=precision,  # type: ignore[arg-type]
         grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16") or bf16_main_grads,
         fp8_param_gather=a.bool("fp8_param_gather"),
         fp8_recipe=_fp8_recipe(a, system),  # type: ignore[arg-type]

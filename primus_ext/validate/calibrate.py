@@ -43,6 +43,10 @@ class Param:
         """Search coordinate of a value (its log for a log-searched parameter)."""
         return math.log(value) if self.log else value
 
+    def value(self, coordinate: float) -> float:
+        """Inverse of ``coordinate``."""
+        return math.exp(coordinate) if self.log else coordinate
+
     def span(self) -> tuple[float, float]:
         return self.coordinate(self.low), self.coordinate(self.high)
 
@@ -75,9 +79,10 @@ SEARCH_ROUNDS = 1
 """Coordinate-wise golden-section rounds: they find the basin from the plain defaults ..."""
 SEARCH_STEPS = 7
 POLISH_EVALS = 300
-"""... and a Nelder-Mead polish of the moved parameters walks its valleys (``search.nelder_mead``): from the
-defaults, one round plus the polish fits the development rows better (mean |log error| 0.102 Blackwell,
-0.117 Hopper) than two rounds, or five rounds of finer steps (0.110, 0.119), did."""
+"""... and a Nelder-Mead polish of the moved parameters walks its valleys (``search.nelder_mead``). From the
+defaults, on the development rows (mean |log error| per family, ``primus-ext validate ... --fit``): one round
+plus the polish 0.0970 Blackwell / 0.1054 Hopper; two rounds without it (``SEARCH_ROUNDS = 2``,
+``POLISH_EVALS = 0``) 0.1102 / 0.1140."""
 
 
 def with_efficiency(run: RunRow, efficiency: Efficiency) -> RunRow:
@@ -112,7 +117,7 @@ def clip(efficiency: Efficiency, params: Sequence[Param]) -> Efficiency:
 
 def _set(base: Efficiency, param: Param, x: float, params: Sequence[Param]) -> Efficiency:
     """``base`` with ``param`` at search coordinate ``x``; parameters relative to it keep their ratio."""
-    value = math.exp(x) if param.log else x
+    value = param.value(x)
     if param.relative_to:
         value *= getattr(base, param.relative_to)
     changes = {param.name: value}
@@ -139,8 +144,7 @@ def from_unit(base: Efficiency, params: Sequence[Param], u: Sequence[float],
     out = base
     for p, x in sorted(zip(params, u, strict=True), key=lambda pu: bool(pu[0].relative_to)):
         lo, hi = p.span()
-        coordinate = lo + min(1.0, max(0.0, x)) * (hi - lo)
-        value = math.exp(coordinate) if p.log else coordinate
+        value = p.value(lo + min(1.0, max(0.0, x)) * (hi - lo))
         out = replace(out, **{p.name: value * (getattr(out, p.relative_to) if p.relative_to else 1.0)})
     names = {p.name for p in params}
     for p in tied:
