@@ -91,18 +91,31 @@ def with_efficiency(run: RunRow, efficiency: Efficiency) -> RunRow:
     return replace(run, system=replace(run.system, gpu=gpu))
 
 
-def objective(runs: Sequence[RunRow], projector: Projector, efficiency: Efficiency) -> float:
-    """Mean |log(projected / measured)| over the rows the projector accepts (inf if none)."""
-    total, count = 0.0, 0
+Loss = Callable[[Sequence[tuple[RunRow, float]]], float]
+"""A fit loss over (row, log(projected / measured)) pairs of the rows the projector accepts (never empty)."""
+
+
+def mean_abs_log(errors: Sequence[tuple[RunRow, float]]) -> float:
+    """The calibration's loss: mean |log(projected / measured)|."""
+    return sum(abs(e) for _, e in errors) / len(errors)
+
+
+def _loss_label(loss: Loss) -> str:
+    return "mean |log error|" if loss is mean_abs_log else f"loss {getattr(loss, '__name__', type(loss).__name__)}"
+
+
+def objective(runs: Sequence[RunRow], projector: Projector, efficiency: Efficiency,
+              loss: Loss = mean_abs_log) -> float:
+    """``loss`` of the log errors of the rows the projector accepts (inf if none)."""
+    errors = []
     for run in runs:
         try:
             projected = projector(with_efficiency(run, efficiency))
         except PrimusExtError:
             continue
         if projected > 0:
-            total += abs(math.log(projected / run.measured_tokens_per_sec_per_gpu))
-            count += 1
-    return total / count if count else math.inf
+            errors.append((run, math.log(projected / run.measured_tokens_per_sec_per_gpu)))
+    return loss(errors) if errors else math.inf
 
 
 def clip(efficiency: Efficiency, params: Sequence[Param]) -> Efficiency:
@@ -163,16 +176,19 @@ def fresh_start(efficiency: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS
 
 def fit_efficiency(
     runs: Sequence[RunRow], projector: Projector, start: Efficiency, params: Sequence[Param] = DEFAULT_PARAMS,
-    *, unconstrained: set[str] | None = None,
+    *, unconstrained: set[str] | None = None, loss: Loss = mean_abs_log,
 ) -> tuple[Efficiency, float]:
     """Coordinate-wise golden-section search within each parameter's bounds, then a Nelder-Mead polish of
     the parameters it moved (in the unit box of their bounds). Returns (fit, loss).
 
     A parameter the rows do not constrain (the loss does not move across its range, e.g. the FP8
     efficiency on a GPU with BF16 rows only) keeps its starting value; its name is added to
-    ``unconstrained`` when given."""
+    ``unconstrained`` when given. ``loss``: what is minimised (``objective``)."""
+    def score(efficiency: Efficiency) -> float:
+        return objective(runs, projector, efficiency, loss)
+
     current = clip(start, params)
-    best = objective(runs, projector, current)
+    best = score(current)
     moved: set[str] = set()
     for _ in range(SEARCH_ROUNDS):
         for param in params:
@@ -180,28 +196,28 @@ def fit_efficiency(
                 return _set(base, param, x, params)
 
             lo, hi = param.span()
-            if abs(objective(runs, projector, at(lo)) - objective(runs, projector, at(hi))) < 1e-9:
+            if abs(score(at(lo)) - score(at(hi))) < 1e-9:
                 continue
             moved.add(param.name)
             for _ in range(SEARCH_STEPS):
                 a = hi - GOLDEN * (hi - lo)
                 b = lo + GOLDEN * (hi - lo)
-                if objective(runs, projector, at(a)) <= objective(runs, projector, at(b)):
+                if score(at(a)) <= score(at(b)):
                     hi = b
                 else:
                     lo = a
             candidate = at((lo + hi) / 2)
-            loss = objective(runs, projector, candidate)
-            if loss < best:
-                current, best = candidate, loss
+            value = score(candidate)
+            if value < best:
+                current, best = candidate, value
     free = [p for p in params if p.name in moved]
     if free and POLISH_EVALS > 0:
         def loss_at(u: list[float]) -> float:
-            return objective(runs, projector, from_unit(current, free, u, params))
+            return score(from_unit(current, free, u, params))
 
-        u, loss, _ = nelder_mead(loss_at, to_unit(current, free), max_evals=POLISH_EVALS)
-        if loss < best:
-            current, best = from_unit(current, free, u, params), loss
+        u, value, _ = nelder_mead(loss_at, to_unit(current, free), max_evals=POLISH_EVALS)
+        if value < best:
+            current, best = from_unit(current, free, u, params), value
     if unconstrained is not None:
         unconstrained.update(p.name for p in params if p.name not in moved)
     return current, best
@@ -220,6 +236,7 @@ def family_of(run: RunRow) -> str:
 def fit_by_gpu(
     runs: Sequence[RunRow], projector: Projector, *, label: str = "",
     params: Sequence[Param] = DEFAULT_PARAMS, progress: Callable[[str], None] | None = None,
+    loss: Loss = mean_abs_log,
 ) -> dict[str, tuple[Efficiency, int, float]]:
     """Per GPU family (hopper, blackwell, ...; the profile name when a profile has none): (fitted
     efficiency, rows used, loss). Families with too few rows are absent and keep their defaults."""
@@ -234,21 +251,21 @@ def fit_by_gpu(
             progress(f"fitting {name} on {len(members)} rows")
         start = fresh_start(members[0].system.gpu.efficiency, params)  # type: ignore[union-attr]
         kept: set[str] = set()
-        efficiency, loss = fit_efficiency(members, projector, start, params, unconstrained=kept)
+        efficiency, value = fit_efficiency(members, projector, start, params, unconstrained=kept, loss=loss)
         models = sorted({m.model_name for m in members})
         gpus = sorted({m.gpu for m in members})
         fitted = ", ".join(p.name for p in params if p.name not in kept)
         unfitted = f"; {', '.join(sorted(kept))} not constrained by these rows (left at the default)" if kept else ""
         efficiency = replace(efficiency, calibration=(
             f"fitted {fitted} on {len(members)} {'/'.join(gpus)} rows ({len(models)} models) of "
-            f"{label or 'the validation set'}; mean |log error| {loss:.3f}{unfitted}"))
-        fits[name] = (efficiency, len(members), loss)
+            f"{label or 'the validation set'}; {_loss_label(loss)} {value:.3f}{unfitted}"))
+        fits[name] = (efficiency, len(members), value)
     return fits
 
 
 def fit_pooled(
     runs: Sequence[RunRow], projector: Projector, *, label: str = "", params: Sequence[Param] = DEFAULT_PARAMS,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, loss: Loss = mean_abs_log,
 ) -> tuple[Efficiency, int, float] | None:
     """One efficiency block fitted on the usable rows of every family together, from the plain defaults:
     the prior for GPU families with too few rows of their own (``fit_by_gpu`` leaves them out). The
@@ -262,14 +279,14 @@ def fit_pooled(
     if progress:
         progress(f"fitting the pooled prior on {len(members)} rows")
     kept: set[str] = set()
-    efficiency, loss = fit_efficiency(members, projector, Efficiency(), params, unconstrained=kept)
+    efficiency, value = fit_efficiency(members, projector, Efficiency(), params, unconstrained=kept, loss=loss)
     families = sorted({family_of(m) for m in members})
     fitted = ", ".join(p.name for p in params if p.name not in kept)
     efficiency = replace(efficiency, calibration=(
         f"pooled prior (fewer than {MIN_FIT_ROWS} usable rows of this family): fitted {fitted} on all "
         f"{len(members)} rows of "
-        f"{'/'.join(families)} of {label or 'the validation set'} together; mean |log error| {loss:.3f}"))
-    return efficiency, len(members), loss
+        f"{'/'.join(families)} of {label or 'the validation set'} together; {_loss_label(loss)} {value:.3f}"))
+    return efficiency, len(members), value
 
 
 def apply_fits(runs: Sequence[RunRow], fits: dict[str, tuple[Efficiency, int, float]]) -> list[RunRow]:

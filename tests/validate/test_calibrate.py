@@ -159,3 +159,20 @@ def test_the_polish_keeps_a_tied_parameter_at_its_ratio_when_only_its_reference_
     assert moved.gemm_max == pytest.approx(0.30)
     assert moved.fp8_gemm_max / moved.gemm_max == pytest.approx(0.6 / 0.8)
     assert to_unit(from_unit(start, gemm, [0.25], DEFAULT_PARAMS), gemm) == pytest.approx([0.25])
+
+
+def only_model_a(errors):
+    """A loss that looks at model A's rows alone."""
+    picked = [abs(e) for run, e in errors if run.model_name == "A"]
+    return sum(picked) / len(picked)
+
+
+def test_the_fit_minimises_the_loss_it_is_given():
+    a = rows(Efficiency(gemm_max=0.4), models=("A",))
+    b = [replace(r, index=r.index + 3, model_name="B") for r in rows(Efficiency(gemm_max=0.8), models=("A",))]
+    default_fit, _ = fit_efficiency(a + b, fake_projector, Efficiency())
+    a_fit, a_loss = fit_efficiency(a + b, fake_projector, Efficiency(), loss=only_model_a)
+    assert a_fit.gemm_max * (0.8 + 0.2 * a_fit.attention) == pytest.approx(0.4 * (0.8 + 0.2 * 0.55), rel=0.01)
+    assert a_loss < 0.01 and default_fit.gemm_max > a_fit.gemm_max + 0.1
+    label = fit_by_gpu(a + b, fake_projector, loss=only_model_a)["hopper"][0].calibration
+    assert "loss only_model_a" in label and "mean |log error|" not in label
