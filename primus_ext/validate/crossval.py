@@ -2,10 +2,11 @@
 
     >>> report = leave_one_model_out(runs, analytic_projector, jobs=4)
 
-Each model's rows are projected with efficiencies fitted (``calibrate.fit_by_gpu``, from the plain defaults)
-on the other models' rows only. The folds are independent: ``jobs`` > 1 runs them in worker
-processes when the projector can be pickled (a module-level function, as ``analytic_projector`` is; a
-lambda or closure runs the folds serially).
+Each model's rows are projected with efficiencies fitted (``calibrate.fit_by_gpu``, from the plain defaults,
+or the ``fit`` given: a variant of the calibration to compare, ``benchmarks/calibration_variants.py``) on the
+other models' rows only. The folds are independent: ``jobs`` > 1 runs them in worker processes when the
+projector and the fit can be pickled (module-level functions, as ``analytic_projector`` is, or partials of
+them; a lambda or closure runs the folds serially).
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from primus_ext.errors import PrimusExtError
-from primus_ext.validate.calibrate import DEFAULT_PARAMS, Param, apply_fits, fit_by_gpu, usable
+from primus_ext.specs import Efficiency
+from primus_ext.validate.calibrate import apply_fits, fit_by_gpu, usable
 from primus_ext.validate.run import Projector, RowResult, ValidationReport, _result, summarize
 from primus_ext.validate.runs import RunRow
 
+FoldFit = Callable[[Sequence[RunRow], Projector], dict[str, tuple[Efficiency, int, float]]]
+"""Fits per GPU family from training rows, as ``calibrate.fit_by_gpu`` returns them."""
+
 
 def held_out_fold(model: str, runs: Sequence[RunRow], projector: Projector,
-                  params: Sequence[Param] = DEFAULT_PARAMS) -> list[RowResult]:
-    """``model``'s rows projected with the efficiencies fitted on the other models' rows."""
+                  fit: FoldFit = fit_by_gpu) -> list[RowResult]:
+    """``model``'s rows projected with the efficiencies ``fit`` fitted on the other models' rows."""
     train = [r for r in usable(runs) if r.model_name != model]
-    fits = fit_by_gpu(train, projector, params=params)
+    fits = fit(train, projector)
     rows = []
     for run in apply_fits([r for r in usable(runs) if r.model_name == model], fits):
         try:
@@ -45,27 +50,27 @@ def _picklable(obj: object) -> bool:
 
 
 def leave_one_model_out(
-    runs: Sequence[RunRow], projector: Projector, *, params: Sequence[Param] = DEFAULT_PARAMS,
+    runs: Sequence[RunRow], projector: Projector, *, fit: FoldFit = fit_by_gpu,
     progress: Callable[[str], None] | None = None, jobs: int = 1,
 ) -> ValidationReport:
     """Each model's rows projected with efficiencies fitted on the other models' rows only; ``jobs`` folds at
     a time (same result whatever ``jobs``)."""
     models = sorted({r.model_name for r in usable(runs)})
     rows: list[RowResult] = []
-    if jobs > 1 and not _picklable(projector):
+    if jobs > 1 and not _picklable((projector, fit)):
         jobs = 1  # a lambda or closure cannot reach a worker process
     if jobs <= 1 or len(models) <= 1:
         for i, model in enumerate(models):
             if progress:
                 progress(f"[{i + 1}/{len(models)}] leave out {model}")
-            rows += held_out_fold(model, runs, projector, params)
+            rows += held_out_fold(model, runs, projector, fit)
     else:
         # fork on Linux (no re-import per worker); elsewhere the platform's default (spawn on macOS, where fork
-        # is unsafe). Either way each task's arguments are pickled: the projector must be a module-level function.
+        # is unsafe). Either way each task's arguments are pickled: the projector and the fit must be module-level.
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(models)), mp_context=context)
         try:
-            futures = {pool.submit(held_out_fold, model, runs, projector, params): model for model in models}
+            futures = {pool.submit(held_out_fold, model, runs, projector, fit): model for model in models}
             for i, done in enumerate(as_completed(futures)):
                 rows += done.result()
                 if progress:

@@ -38,3 +38,18 @@ def test_a_failing_fold_raises_its_error():
 
     with pytest.raises(RuntimeError, match="a broken profile"):
         leave_one_model_out(rows(Efficiency()), broken_projector, jobs=2)
+
+
+def fit_recording_models(train, projector, seen):
+    from primus_ext.validate.calibrate import fit_by_gpu
+
+    seen.append(sorted({r.model_name for r in train}))
+    return fit_by_gpu(train, projector)
+
+
+def test_a_given_fit_sees_only_the_other_models_rows():
+    seen: list[list[str]] = []
+    runs = rows(Efficiency(gemm_max=0.5))
+    report = leave_one_model_out(runs, fake_projector, fit=lambda t, p: fit_recording_models(t, p, seen))
+    assert seen == [["B", "C"], ["A", "C"], ["A", "B"]]
+    assert report.rows == leave_one_model_out(runs, fake_projector).rows
