@@ -1,0 +1,130 @@
+"""Leave-one-model-out figures of variants of the per-GPU calibration, against the shipped one.
+
+Run from the repository root::
+
+    python benchmarks/calibration_variants.py                          # every variant (~7 min each on 2 cores)
+    python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
+
+Each variant changes how the efficiencies are fitted, never the projection: the loss it minimises, the
+parameters it fits, or which parameters the GPU families share. Every fold is fitted from the plain
+defaults without the held-out model's rows, as ``primus-ext validate --cv`` does (``baseline`` is exactly
+that). The variants are the ones ``benchmarks/RESULTS.md`` reports as tried and not kept; this script is
+how those figures are reproduced.
+
+    baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS`` per GPU family (shipped)
+    cauchy           Cauchy loss c^2 log(1 + (e / c)^2), c = 0.15: rows far off count less
+    model-balanced   mean |log error| with each row weighted 1 / sqrt(rows of its model)
+    config-once      each distinct configuration (a setup measured on several releases) weighted once
+    kernel-overhead  the launch overhead per layer pass (``Efficiency.kernel_overhead_s``) fitted too
+    shared-moe       the fixed MoE-layer cost (host-side: router, token-count sync) fitted on all families
+                     together first, the other parameters per family with it held
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+from primus_ext.validate.calibrate import (
+    DEFAULT_PARAMS,
+    Param,
+    fit_by_gpu,
+    fit_efficiency,
+    usable,
+    with_efficiency,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+VALIDATION = REPO.parent / "shared" / "validation"
+CAUCHY_SCALE = 0.15
+"""|log error| at which a row's pull on the Cauchy fit starts to fade (~16 %)."""
+KERNEL_OVERHEAD = Param(name="kernel_overhead_s", low=5e-6, high=2e-3, log=True)
+"""5 us (one launch) to 2 ms per layer pass (a host-bound layer)."""
+SHARED = ("moe_layer_overhead_s",)
+
+
+def cauchy(errors: Sequence[tuple[object, float]]) -> float:
+    c = CAUCHY_SCALE
+    return sum(c * c * math.log1p((e / c) ** 2) for _, e in errors) / len(errors)
+
+
+def _weighted(errors: Sequence[tuple[object, float]], key, power: float) -> float:
+    counts = Counter(key(run) for run, _ in errors)
+    weights = [counts[key(run)] ** -power for run, _ in errors]
+    return sum(w * abs(e) for w, (_, e) in zip(weights, errors, strict=True)) / sum(weights)
+
+
+def _model(run) -> str:
+    return run.model_name
+
+
+def _config(run) -> tuple:
+    return (run.model_name, run.gpu, run.num_gpus, run.execution)
+
+
+def model_balanced(errors) -> float:
+    return _weighted(errors, _model, 0.5)
+
+
+def config_once(errors) -> float:
+    return _weighted(errors, _config, 1.0)
+
+
+def shared_then_per_family(train, projector):
+    """``SHARED`` fitted on every family's rows together (all parameters, from the defaults), then the other
+    parameters per family with the shared values held."""
+    from primus_ext.specs import Efficiency
+
+    pooled, _ = fit_efficiency(usable(train), projector, Efficiency())
+    held = {name: getattr(pooled, name) for name in SHARED}
+    rows = [with_efficiency(r, replace(r.system.gpu.efficiency, **held)) for r in usable(train)]
+    return fit_by_gpu(rows, projector, params=[p for p in DEFAULT_PARAMS if p.name not in SHARED])
+
+
+VARIANTS = {
+    "baseline": fit_by_gpu,
+    "cauchy": partial(fit_by_gpu, loss=cauchy),
+    "model-balanced": partial(fit_by_gpu, loss=model_balanced),
+    "config-once": partial(fit_by_gpu, loss=config_once),
+    "kernel-overhead": partial(fit_by_gpu, params=(*DEFAULT_PARAMS, KERNEL_OVERHEAD)),
+    "shared-moe": shared_then_per_family,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
+    parser.add_argument("--jobs", type=int, default=2, help="folds in parallel processes")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        print(f"error: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}", file=sys.stderr)
+        return 2
+    from primus_ext.validate.archs import read_archs
+    from primus_ext.validate.crossval import leave_one_model_out
+    from primus_ext.validate.hardware_csv import read_hardware
+    from primus_ext.validate.run import analytic_projector
+    from primus_ext.validate.runs import read_runs
+
+    runs = read_runs(VALIDATION / "measured_throughput.csv", read_archs(VALIDATION / "model_archs.csv"),
+                     read_hardware(VALIDATION / "hardware_specs.csv"))
+    print(f"{'variant':<16} {'median':>7} {'p90':>7} {'max':>7}   (|error| %, leave-one-model-out, "
+          f"{len(usable(runs))} rows)", flush=True)
+    for name in names:
+        start = time.monotonic()
+        s = leave_one_model_out(runs, analytic_projector, fit=VARIANTS[name], jobs=args.jobs).summary
+        print(f"{name:<16} {s.median_abs_error_pct:>6.1f}  {s.p90_abs_error_pct:>6.1f}  {s.max_abs_error_pct:>6.1f}"
+              f"   ({time.monotonic() - start:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
