@@ -5,8 +5,8 @@ Run from the repository root::
     python benchmarks/calibration_variants.py                          # every variant (~7 min each on 2 cores)
     python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
 
-Each variant changes how the efficiencies are fitted, never the projection: the loss it minimises, the
-parameters it fits, or which parameters the GPU families share. Every fold is fitted from the plain
+Each variant but the last three changes how the efficiencies are fitted, never the projection: the loss it
+minimises, the parameters it fits, or which parameters the GPU families share. Every fold is fitted from the plain
 defaults without the held-out model's rows, as ``primus-ext validate --cv`` does (``baseline`` is exactly
 that). The variants are the ones ``benchmarks/RESULTS.md`` reports as tried and not kept; this script is
 how those figures are reproduced.
@@ -18,6 +18,12 @@ how those figures are reproduced.
     kernel-overhead  the launch overhead per layer pass (``Efficiency.kernel_overhead_s``) fitted too
     shared-moe       the fixed MoE-layer cost (host-side: router, token-count sync) fitted on all families
                      together first, the other parameters per family with it held
+    summed-roofline  a GEMM's math and HBM times added instead of the slower one taken (operand traffic not
+                     overlapped with math near the ridge point); the projection changes, in this process only
+    grouped-size     an MoE grouped GEMM's size efficiency read at the size of the whole launch (all local
+                     experts' tiles fill the GPU together) instead of one expert's GEMM; in this process only
+    expert-launch    20 us more per expert GEMM of a grouped GEMM (Transformer Engine's GroupedLinear issues one
+                     cuBLAS GEMM per local expert on a few streams); in this process only
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -48,6 +55,9 @@ CAUCHY_SCALE = 0.15
 KERNEL_OVERHEAD = Param(name="kernel_overhead_s", low=5e-6, high=2e-3, log=True)
 """5 us (one launch) to 2 ms per layer pass (a host-bound layer)."""
 SHARED = ("moe_layer_overhead_s",)
+EXPERT_LAUNCH_S = 20e-6
+"""One more GEMM launch per local expert: host-side cuBLAS call plus stream switch, the order of the
+per-layer-pass ``Efficiency.kernel_overhead_s`` default (2e-5 s); not fitted (5e-6 s was tried in-sample too)."""
 
 
 def cauchy(errors: Sequence[tuple[object, float]]) -> float:
@@ -88,14 +98,48 @@ def shared_then_per_family(train, projector):
     return fit_by_gpu(rows, projector, params=[p for p in DEFAULT_PARAMS if p.name not in SHARED])
 
 
-VARIANTS = {
-    "baseline": fit_by_gpu,
-    "cauchy": partial(fit_by_gpu, loss=cauchy),
-    "model-balanced": partial(fit_by_gpu, loss=model_balanced),
-    "config-once": partial(fit_by_gpu, loss=config_once),
-    "kernel-overhead": partial(fit_by_gpu, params=(*DEFAULT_PARAMS, KERNEL_OVERHEAD)),
-    "shared-moe": shared_then_per_family,
+def _gemm_seconds(m, n, k, gpu, precision, *, recipe="delayed", count=1.0, summed=False, grouped=False,
+                  launch_s=0.0) -> float:
+    """``roofline.gemm_seconds`` with the math and HBM times added (``summed``), the efficiency read at the
+    size of all ``count`` GEMMs of one grouped launch (``grouped``), or ``launch_s`` more per GEMM of a group."""
+    from primus_ext.model import roofline
+
+    flops = 2.0 * m * n * k
+    if flops <= 0 or count <= 0:
+        return 0.0
+    size = flops * count if grouped else flops
+    math_s = flops / (gpu.peak_tflops(precision) * 1e12 * roofline.gemm_efficiency(size, gpu, precision, recipe))
+    mem_s = roofline.membound_seconds(roofline.gemm_bytes(m, n, k, precision), gpu)
+    per_gemm = math_s + mem_s if summed else max(math_s, mem_s)
+    return count * (per_gemm + (launch_s if count > 1 else 0.0))
+
+
+@contextmanager
+def patched_gemm(**how: float) -> Iterator[None]:
+    """``roofline.gemm_seconds`` (looked up at call time by the roofline layers) replaced while the folds run;
+    forked fold processes inherit it (``main`` runs the folds in this process where they would not fork)."""
+    from primus_ext.model import roofline
+
+    original = roofline.gemm_seconds
+    roofline.gemm_seconds = partial(_gemm_seconds, **how)
+    try:
+        yield
+    finally:
+        roofline.gemm_seconds = original
+
+
+VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
+    "baseline": (fit_by_gpu, nullcontext),
+    "cauchy": (partial(fit_by_gpu, loss=cauchy), nullcontext),
+    "model-balanced": (partial(fit_by_gpu, loss=model_balanced), nullcontext),
+    "config-once": (partial(fit_by_gpu, loss=config_once), nullcontext),
+    "kernel-overhead": (partial(fit_by_gpu, params=(*DEFAULT_PARAMS, KERNEL_OVERHEAD)), nullcontext),
+    "shared-moe": (shared_then_per_family, nullcontext),
+    "summed-roofline": (fit_by_gpu, partial(patched_gemm, summed=True)),
+    "grouped-size": (fit_by_gpu, partial(patched_gemm, grouped=True)),
+    "expert-launch": (fit_by_gpu, partial(patched_gemm, launch_s=EXPERT_LAUNCH_S)),
 }
+"""name -> (the fit each fold runs, the context the folds run in)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(usable(runs))} rows)", flush=True)
     for name in names:
         start = time.monotonic()
-        s = leave_one_model_out(runs, analytic_projector, fit=VARIANTS[name], jobs=args.jobs).summary
+        fit, context = VARIANTS[name]
+        forks = sys.platform.startswith("linux")  # crossval forks its fold processes on Linux only
+        jobs = args.jobs if context is nullcontext or forks else 1
+        with context():
+            s = leave_one_model_out(runs, analytic_projector, fit=fit, jobs=jobs).summary
         print(f"{name:<16} {s.median_abs_error_pct:>6.1f}  {s.p90_abs_error_pct:>6.1f}  {s.max_abs_error_pct:>6.1f}"
               f"   ({time.monotonic() - start:.0f} s)", flush=True)
     return 0
