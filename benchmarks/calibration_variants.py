@@ -117,15 +117,24 @@ def _gemm_seconds(m, n, k, gpu, precision, *, recipe="delayed", count=1.0, summe
 @contextmanager
 def patched_gemm(**how: float) -> Iterator[None]:
     """``roofline.gemm_seconds`` (looked up at call time by the roofline layers) replaced while the folds run;
-    forked fold processes inherit it (``main`` runs the folds in this process where they would not fork)."""
+    forked fold processes inherit it (``main`` runs the folds in this process where they would not fork). The
+    memoised layer costs and projections are forgotten on the way in and out: the plain defaults every fold
+    starts from give the same (shape, GPU) keys in every variant."""
     from primus_ext.model import roofline
+    from primus_ext.projection.evaluate import clear_cost_cache
+
+    def forget() -> None:
+        roofline.analytic_cost.cache_clear()
+        clear_cost_cache()
 
     original = roofline.gemm_seconds
     roofline.gemm_seconds = partial(_gemm_seconds, **how)
+    forget()
     try:
         yield
     finally:
         roofline.gemm_seconds = original
+        forget()
 
 
 VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
