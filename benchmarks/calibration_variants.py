@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/calibration_variants.py                          # every variant (~7 min each on 2 cores)
+    python benchmarks/calibration_variants.py                          # every variant (5-14 min each on 2 cores)
     python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
 
 Each variant but the last three changes how the efficiencies are fitted, never the projection: the loss it
