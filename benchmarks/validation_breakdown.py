@@ -3,14 +3,16 @@
 Run from the repository root::
 
     python benchmarks/validation_breakdown.py                      # every MoE row (GPT-OSS, Qwen3, ...)
+    python benchmarks/validation_breakdown.py --model .            # every row
     python benchmarks/validation_breakdown.py --model 'GPT-OSS' --layers
 
 For each projected row of ``shared/validation/measured_throughput.csv`` whose model matches ``--model`` (a
-regular expression): measured vs projected tok/s/GPU with the shipped (calibrated) profiles, the step split
-into compute (with launch / MoE overhead), pipeline bubble, optimizer and each communication's exposed /
-total seconds. ``--layers`` adds the per-module milliseconds (forward + backward, no overhead) of one
-micro-batch of the row's MoE (else dense) layer, and the fixed overhead per layer pass. In-sample figures:
-the profiles were fitted on these rows (``primus-ext validate --cv`` gives the held-out ones).
+regular expression; without it, the rows of MoE models): measured vs projected tok/s/GPU with the shipped
+(calibrated) profiles, the step split into compute (with launch / MoE overhead), pipeline bubble, optimizer
+and each communication's exposed / total seconds. ``--layers`` adds the per-module milliseconds (forward +
+backward, no overhead) of one micro-batch of the row's MoE (else dense) layer, and the fixed overhead per
+layer pass. In-sample figures: the profiles were fitted on these rows (``primus-ext validate --cv`` gives the
+held-out ones).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 VALIDATION = REPO.parent / "shared" / "validation"
-MOE_MODELS = "GPT-OSS|Qwen3-(30B|235B)|DeepSeek|Mixtral|Nemotron"
 
 
 def _row_line(run, projection) -> str:
@@ -54,13 +55,12 @@ def _layer_line(run) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=MOE_MODELS, help=f"regular expression on the model name "
-                                                            f"(default: {MOE_MODELS!r})")
+    parser.add_argument("--model", help="regular expression on the model name (default: the MoE models)")
     parser.add_argument("--layers", action="store_true", help="per-module milliseconds of one layer too")
     parser.add_argument("--validation", type=Path, default=VALIDATION, help="folder of the three CSVs")
     args = parser.parse_args(argv)
     try:
-        pattern = re.compile(args.model)
+        pattern = re.compile(args.model) if args.model is not None else None
     except re.error as exc:
         print(f"error: --model {args.model!r} is not a regular expression: {exc}", file=sys.stderr)
         return 2
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                      read_hardware(v / "hardware_specs.csv"))
     shown = 0
     for run in runs:
-        if run.model is None or not pattern.search(run.model_name):
+        if run.model is None or not (pattern.search(run.model_name) if pattern else run.model.is_moe):
             continue
         print(_row_line(run, evaluate(run.model, run.execution, run.system)))
         if args.layers:
