@@ -4,12 +4,14 @@ Run from the repository root::
 
     python benchmarks/calibration_variants.py                          # every variant (5-14 min each on 2 cores)
     python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
+    python benchmarks/calibration_variants.py --in-sample --variants baseline,expert-launch   # ~45 s each
 
 Each variant but the last three changes how the efficiencies are fitted, never the projection: the loss it
 minimises, the parameters it fits, or which parameters the GPU families share. Every fold is fitted from the plain
 defaults without the held-out model's rows, as ``primus-ext validate --cv`` does (``baseline`` is exactly
 that). The variants are the ones ``benchmarks/RESULTS.md`` reports as tried and not kept; this script is
-how those figures are reproduced.
+how those figures are reproduced. ``--in-sample`` fits each variant once on all rows instead and prints, per GPU
+family, the fit's mean |log error| over those rows and the fitted GEMM size at half efficiency.
 
     baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS`` per GPU family (shipped)
     cauchy           Cauchy loss c^2 log(1 + (e / c)^2), c = 0.15: rows far off count less
@@ -151,10 +153,30 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
 """name -> (the fit each fold runs, the context the folds run in)."""
 
 
+def _in_sample(runs, names: Sequence[str]) -> int:
+    """Each variant fitted once on every usable row: per family, mean |log error| of the fitted projection over
+    the family's rows (whatever loss the variant minimised) and the fitted ``gemm_half_size_flops``."""
+    from primus_ext.validate.calibrate import family_of, objective
+    from primus_ext.validate.run import analytic_projector
+
+    rows = usable(runs)
+    print(f"{'variant':<16} {'family':<10} {'rows':>4} {'mean |log err|':>15} {'gemm_half_size_flops':>21}",
+          flush=True)
+    for name in names:
+        fit, context = VARIANTS[name]
+        with context():
+            for family, (eff, n, _) in fit(rows, analytic_projector).items():
+                loss = objective([r for r in rows if family_of(r) == family], analytic_projector, eff)
+                print(f"{name:<16} {family:<10} {n:>4} {loss:>15.4f} {eff.gemm_half_size_flops:>21.3g}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
     parser.add_argument("--jobs", type=int, default=2, help="folds in parallel processes")
+    parser.add_argument("--in-sample", action="store_true",
+                        help="fit each variant on all rows; print per-family loss and gemm_half_size_flops")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
@@ -169,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = read_runs(VALIDATION / "measured_throughput.csv", read_archs(VALIDATION / "model_archs.csv"),
                      read_hardware(VALIDATION / "hardware_specs.csv"))
+    if args.in_sample:
+        return _in_sample(runs, names)
     print(f"{'variant':<16} {'median':>7} {'p90':>7} {'max':>7}   (|error| %, leave-one-model-out, "
           f"{len(usable(runs))} rows)", flush=True)
     for name in names:
