@@ -38,7 +38,7 @@ def dp2():
 def tp2():
     # with sequence parallelism: the final norm and layer norms run on sequence shards (CPU shim 4)
     return run_training(tiny_model(), _exe(tensor_model_parallel_size=2, sequence_parallel=True), world_size=2,
-                        iters=3, device="cpu", timeout_s=120)
+                        iters=3, device="cpu", timeout_s=120, time_collectives=True)
 
 
 @pytest.mark.slow
@@ -59,6 +59,21 @@ def test_tp2_halves_split_weights_and_matches_dp2_losses(dp2, tp2):
     # same initial weights, same global batch: megatron's TP(+SP) and DP are exact re-partitionings
     for a, b in zip(dp2.losses, tp2.losses, strict=True):
         assert a == pytest.approx(b, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_tp2_times_its_collectives_within_each_step(dp2, tp2):
+    assert dp2.collective_s_by_rank == ()  # not asked for
+    assert len(tp2.collective_s_by_rank) == 2 and all(len(r) == 3 for r in tp2.collective_s_by_rank)
+    # every TP=2 step all-gathers / reduce-scatters activations: time inside them, less than the step
+    for rank in tp2.collective_s_by_rank:
+        assert all(0 < c < t for c, t in zip(rank, tp2.step_times_s, strict=True))
+    assert len(tp2.median_collective_s) == 2 and tp2.as_dict()["collective_s_by_rank"]
+    # waiting for the peer is part of the time inside collectives, per rank and step
+    assert len(tp2.skew_s_by_rank) == 2 and len(tp2.median_skew_s) == 2
+    for skew, inside in zip(tp2.skew_s_by_rank, tp2.collective_s_by_rank, strict=True):
+        assert all(0 <= s <= c for s, c in zip(skew, inside, strict=True))
+    assert any(s > 0 for rank in tp2.skew_s_by_rank for s in rank)
 
 
 @pytest.mark.slow

@@ -35,6 +35,9 @@ class TrainPlan:
     lr: float = 1.0e-4
     threads_per_rank: int = 1
     """CPU threads per rank (``cores // world`` keeps gloo ranks from oversubscribing)."""
+    time_collectives: bool = False
+    """Also count each rank's seconds blocked inside collectives per step, and the part of them
+    spent waiting for a peer to arrive (``comm_timer.py``)."""
 
     @property
     def num_microbatches(self) -> int:
@@ -116,6 +119,7 @@ def plan_run(
     warmup: int = 1,
     cores: int | None = None,
     seed: int = 1234,
+    time_collectives: bool = False,
 ) -> TrainPlan:
     """Check and resolve a run; raises ``RecipeError`` listing every problem."""
     import os
@@ -127,4 +131,5 @@ def plan_run(
     execution = replace(execution, data_parallel_size=dp)
     cores = cores or os.cpu_count() or 1
     return TrainPlan(model=model, execution=execution, world_size=world_size, iters=iters, warmup=warmup,
-                     device=device, seed=seed, threads_per_rank=max(1, cores // world_size))
+                     device=device, seed=seed, threads_per_rank=max(1, cores // world_size),
+                     time_collectives=time_collectives)

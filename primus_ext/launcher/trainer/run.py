@@ -51,6 +51,11 @@ class TrainResult:
     """megatron's forward-backward function that ran (``forward_backward_no_pipelining``, ...)."""
     params_per_rank: tuple[int, ...]
     peak_memory_bytes: int | None = None
+    collective_s_by_rank: tuple[tuple[float, ...], ...] = ()
+    """Per rank, every iteration: seconds blocked inside collectives, async waits included (empty
+    unless ``time_collectives``)."""
+    skew_s_by_rank: tuple[tuple[float, ...], ...] = ()
+    """Per rank, every iteration: the part of those seconds spent waiting for a peer to arrive."""
 
     @property
     def measured_s(self) -> tuple[float, ...]:
@@ -67,6 +72,16 @@ class TrainResult:
         return (max(vals) - min(vals)) / self.median_step_time_s if len(vals) > 1 else 0.0
 
     @property
+    def median_collective_s(self) -> tuple[float, ...]:
+        """Per rank, the median over measured steps of the seconds blocked inside collectives."""
+        return tuple(statistics.median(r[self.warmup:]) for r in self.collective_s_by_rank)
+
+    @property
+    def median_skew_s(self) -> tuple[float, ...]:
+        """Per rank, the median over measured steps of the seconds waiting for a peer to arrive."""
+        return tuple(statistics.median(r[self.warmup:]) for r in self.skew_s_by_rank)
+
+    @property
     def tokens_per_s_per_gpu(self) -> float:
         return self.tokens_per_step / (self.median_step_time_s * self.world_size)
 
@@ -79,6 +94,8 @@ class TrainResult:
             "num_microbatches": self.num_microbatches, "device": self.device, "backend": self.backend,
             "schedule": self.schedule, "params_per_rank": list(self.params_per_rank),
             "peak_memory_bytes": self.peak_memory_bytes,
+            "collective_s_by_rank": [list(r) for r in self.collective_s_by_rank],
+            "skew_s_by_rank": [list(r) for r in self.skew_s_by_rank],
         }
 
 
@@ -152,6 +169,7 @@ def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0) -> TrainResult:
         num_microbatches=plan.num_microbatches, tokens_per_step=plan.tokens_per_step,
         device=plan.device, backend="gloo" if plan.device == "cpu" else "nccl", schedule=first.schedule,
         params_per_rank=tuple(got[r].params for r in sorted(got)), peak_memory_bytes=first.peak_memory_bytes,
+        collective_s_by_rank=first.collective_s, skew_s_by_rank=first.skew_s,
     )
 
 
@@ -165,12 +183,15 @@ def run_training(
     warmup: int = 1,
     seed: int = 1234,
     timeout_s: float = 600.0,
+    time_collectives: bool = False,
 ) -> TrainResult:
     """Train ``model`` under ``execution`` for ``iters`` steps on ``world_size`` local ranks.
 
     DP is derived (world / (TP*PP*CP)); raises ``RecipeError`` (exit 2) for what the built-in
-    trainer cannot run and ``TrainingFailed`` when a rank fails.
+    trainer cannot run and ``TrainingFailed`` when a rank fails. ``time_collectives`` also records
+    each rank's seconds blocked inside collectives per step (``collective_s_by_rank``) and the part
+    of them spent waiting for a peer to arrive (``skew_s_by_rank``; ``comm_timer.py``).
     """
     plan = plan_run(model, execution, world_size=world_size, iters=iters, device=device, warmup=warmup,
-                    seed=seed)
+                    seed=seed, time_collectives=time_collectives)
     return run_plan(plan, timeout_s=timeout_s)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from primus_ext.launcher.trainer.comm_timer import CollectiveTimer, Event, skew_waits
 from primus_ext.launcher.trainer.plan import QUIET_WARNINGS, TrainPlan
 
 
@@ -33,6 +34,10 @@ class RankResult:
     """Parameters this rank holds."""
     schedule: str = ""
     peak_memory_bytes: int | None = None
+    collective_s: tuple[tuple[float, ...], ...] = ()
+    """Per rank, per iteration: seconds inside collectives (rank 0 only; plan.time_collectives)."""
+    skew_s: tuple[tuple[float, ...], ...] = ()
+    """Per rank, per iteration: the part of ``collective_s`` spent before the last peer arrived."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -139,14 +144,18 @@ def train_rank(rank: int, plan: TrainPlan, port: int) -> RankResult:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         times: list[float] = []
+        comm: list[float] = []
         totals: list[torch.Tensor] = []
-        for _ in range(plan.iters):
+        timer = CollectiveTimer(log_events=True).install() if plan.time_collectives else None
+        for step in range(plan.iters):
             for m in model:
                 m.zero_grad_buffer()
             optimizer.zero_grad()
             dist.barrier()
             _sync(device)
             start = time.perf_counter()
+            if timer:
+                timer.reset(step)
             reports = fwd_bwd(
                 forward_step_func=_forward_step, data_iterator=iterators,
                 model=model if len(model) > 1 else model[0],
@@ -155,11 +164,15 @@ def train_rank(rank: int, plan: TrainPlan, port: int) -> RankResult:
             )
             _ok, _grad_norm, _ = optimizer.step()
             _sync(device)
+            if timer:
+                comm.append(timer.read()[0])
             dist.barrier()
             times.append(time.perf_counter() - start)
             totals.append(_loss_totals(reports))
+        if timer:
+            timer.uninstall()
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-        return _gather(rank, plan, times, totals, params, schedule, peak)
+        return _gather(rank, plan, times, totals, params, schedule, peak, comm, timer.events if timer else [])
     finally:
         ps.destroy_model_parallel()
         if dist.is_initialized():
@@ -174,7 +187,7 @@ def _loss_totals(reports: list[dict[str, torch.Tensor]]) -> torch.Tensor:
 
 
 def _gather(rank: int, plan: TrainPlan, times: list[float], totals: list[torch.Tensor], params: int,
-            schedule: str, peak: int | None) -> RankResult:
+            schedule: str, peak: int | None, comm: list[float], events: list[Event]) -> RankResult:
     """Max step time over ranks; the loss is the token mean over the whole global batch."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
@@ -186,7 +199,16 @@ def _gather(rank: int, plan: TrainPlan, times: list[float], totals: list[torch.T
     sums = torch.stack(totals) if owner else torch.zeros(len(totals), 2, dtype=torch.float64)
     dist.all_reduce(sums)
     losses = tuple((sums[:, 0] / sums[:, 1].clamp(min=1)).tolist())
+    by_rank: tuple[tuple[float, ...], ...] = ()
+    skew: tuple[tuple[float, ...], ...] = ()
+    if plan.time_collectives:
+        parts = [torch.zeros(len(comm), dtype=torch.float64) for _ in range(plan.world_size)]
+        dist.all_gather(parts, torch.tensor(comm, dtype=torch.float64))
+        by_rank = tuple(tuple(p.tolist()) for p in parts)
+        logs: list[list[Event]] = [[] for _ in range(plan.world_size)]
+        dist.all_gather_object(logs, events)
+        skew = tuple(tuple(skew_waits(logs, r, plan.iters)) for r in range(plan.world_size))
     if rank != 0:
         return RankResult(rank=rank, params=params, schedule=schedule, peak_memory_bytes=peak)
     return RankResult(rank=rank, step_times_s=tuple(t.tolist()), losses=losses, params=params,
-                      schedule=schedule, peak_memory_bytes=peak)
+                      schedule=schedule, peak_memory_bytes=peak, collective_s=by_rank, skew_s=skew)
