@@ -158,6 +158,11 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
     print(f"measured  {doc['measured_step_s'] * 1e3:9.2f} ms/step (spread {doc['measured_spread']:.0%}, "
           f"{doc['measured_steps']} steps)\nprojected {doc['projected_step_s'] * 1e3:9.2f} ms/step  "
           f"error {doc['error_pct']:+.1f}%")
+    print(f"collectives priced with: {doc['fabric']}", file=sys.stderr)
+    if doc["measured_collective_s"] is not None and doc["projected_exposed_comm_s"] is not None:
+        print(f"communication: measured {doc['measured_collective_s'] * 1e3:.2f} ms/step inside collectives "
+              f"({doc['measured_skew_s'] * 1e3:.2f} waiting for a peer), projected exposed "
+              f"{doc['projected_exposed_comm_s'] * 1e3:.2f} ms")
     print(f"wrote {folder / 'verify.json'}, {files['html']}", file=sys.stderr)
     return 0
 

@@ -10,7 +10,10 @@ to heads x kv_channels, FFN, experts in multiples of EP, sequence) so it trains 
 from ``nproc`` local ranks. On CPU fp8 becomes bf16 (no transformer-engine). The projection is of
 *that* configuration on *this* machine: layer costs measured here at full (= the scaled model's)
 size, collectives on the local profile (``cpu`` on a CPU, the recipe's GPU type otherwise, with
-``nproc`` GPUs in one node). So measured vs projected compares like with like.
+``nproc`` GPUs in one node) whose scale-up link is replaced by an all-reduce sweep of these ``nproc``
+ranks (from the store, or swept once and stored: ``measure/fabric_fit.py``). So measured vs
+projected compares like with like. The real run also times each rank's collectives and the part
+spent waiting for a peer (``trainer/comm_timer.py``), reported beside the projected communication.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class VerifyResult:
     """``primus_ext.launcher.trainer.TrainResult``."""
     measured: tuple[str, ...]
     """Layer kinds measured for the projection (``kind: ok`` / ``kind: FAILED ...``)."""
+    fabric: str = ""
+    """Where the projection's scale-up link came from (the sweep it used, or why none)."""
 
     @property
     def error_pct(self) -> float:
@@ -56,7 +61,16 @@ class VerifyResult:
                 "projected_tokens_per_s_per_gpu": self.projection.tokens_per_s_per_gpu,
                 "world_size": t.world_size,
                 "layout": f"TP{t.tp} PP{t.pp} DP{t.dp}" + (f" VPP{t.vpp}" if t.vpp > 1 else ""),
-                "schedule": t.schedule, "device": t.device}
+                "schedule": t.schedule, "device": t.device, "fabric": self.fabric, **self.comm_split()}
+
+    def comm_split(self) -> dict[str, float | None]:
+        """Measured seconds per step inside collectives and waiting for a peer (the slowest rank's
+        medians; None where the run was not timed) next to the projection's exposed communication."""
+        t, breakdown = self.training, getattr(self.projection, "breakdown", None)
+        inside, skew = getattr(t, "median_collective_s", ()), getattr(t, "median_skew_s", ())
+        return {"measured_collective_s": max(inside) if inside else None,
+                "measured_skew_s": max(skew) if skew else None,
+                "projected_exposed_comm_s": sum(c.exposed_s for c in breakdown.comms) if breakdown else None}
 
 
 def _shrink(value: int, factor: float, multiple: int) -> int:
@@ -135,10 +149,36 @@ def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store:
 
     # refuse before spending minutes on measurements
     train_plan = plan_run(target.model, target.execution, world_size=target.nproc, iters=iters,
-                          device=target.device, warmup=warmup)
+                          device=target.device, warmup=warmup, time_collectives=True)
     costs = CostPlan(mode="measured", store=store, scale=1.0, device=target.device)
     as_recipe = SimpleNamespace(model=target.model, execution=target.execution, system=target.system)
     measured = measure_missing(as_recipe, costs, progress=progress)
-    projection = project(target.model, target.execution, target.system, cost_provider(costs))
+    system, fabric = _local_fabric(target, store)
+    projection = project(target.model, target.execution, system, cost_provider(costs))
     training = run_plan(train_plan)
-    return VerifyResult(projection=projection, training=training, measured=measured)
+    return VerifyResult(projection=projection, training=training, measured=measured, fabric=fabric)
+
+
+def _local_fabric(target: LocalTarget, store: str | None) -> tuple[SystemSpec, str]:
+    """The target system with its scale-up link from an all-reduce sweep of ``nproc`` local ranks:
+    the store's, else one swept now and stored."""
+    from primus_ext.measure.fabric import fabric_sweep
+    from primus_ext.measure.fabric_fit import scaleup_from_sweep, with_measured_scaleup
+    from primus_ext.measure.runner import device_name
+    from primus_ext.measure.shims import resolve_device
+    from primus_ext.measure.store import TimingStore
+
+    if target.nproc < 2:
+        return target.system, "one rank: no collectives"
+    dev = resolve_device(target.device)
+    with TimingStore(store, device=device_name(dev)) as db:
+        points = [p for p in db.fabric(op="all_reduce") if p.world == target.nproc]
+        if not points:
+            points, failures = fabric_sweep(world=target.nproc, ops=("all_reduce",), device=dev)
+            if failures:
+                return target.system, f"profile links (the fabric sweep failed: {'; '.join(failures)})"
+            db.record_fabric(points)
+    fit = scaleup_from_sweep(points)
+    if fit is None:
+        return target.system, "profile links (no all-reduce points)"
+    return with_measured_scaleup(target.system, fit), fit.describe()
