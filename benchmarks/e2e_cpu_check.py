@@ -2,17 +2,24 @@
 
     python benchmarks/e2e_cpu_check.py [--repeats 3] [--iters 6]
 
-1. Measure a small megatron-core GPT's layers with ONE rank (real modules, this CPU), at the thread
-   share a rank gets in the 2-rank run (cores / 2), into a scratch timing store.
-2. Measure the local fabric with the collective sweep (2 gloo ranks) and build the CPU system profile
-   from it: scale-up bandwidth = the all-reduce bus bandwidth at large messages, latency = the
-   smallest message's time per ring step.
-3. Project 2-rank runs (DP=2, and TP=2) from the stored layer costs.
-4. Train those 2-rank runs for real with the built-in megatron-core trainer (gloo) and compare the
-   median step time; repeat the real run to show the machine's own spread.
+Each trial, for each configuration (DP=2, TP=2), interleaved so that both sides see the same
+machine state:
 
-Prints projected vs measured step time, the signed error, and the spread of the repeats. The machine
-is noisy (2 shared cores): read the error against the spread.
+1. Measure the local fabric with the collective sweep (2 gloo ranks) and fit the CPU profile's
+   scale-up link to it (all-reduce bus bandwidth and latency per ring step, ``fabric_fit.py``).
+2. Measure a small megatron-core GPT's layers with ONE rank (real modules, this CPU), at the thread
+   share a rank gets in the 2-rank run (cores / 2), into a fresh scratch timing store, and project
+   the 2-rank run from it.
+3. Train that 2-rank run for real with the built-in megatron-core trainer (gloo), timing each
+   rank's seconds inside collectives (blocking calls and async waits) and the part of them spent
+   waiting for the other rank to arrive (``comm_timer.py``).
+4. Train the DP=2 run's per-rank work on ONE rank alone (one thread, the other core idle): the
+   one-rank measurement's condition, for the cost of two ranks sharing the machine.
+
+Prints each trial, then the medians over trials: projected vs measured step, the signed error, the
+spread of both sides, the step split into communication (projected exposed vs measured inside
+collectives, and the skew part) and the rest, and a DP=2 rank's rest against the same work on one
+rank alone. The machine is noisy (2 shared cores): read the error against the spread.
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from primus_ext.hardware import load_gpu
+from primus_ext.hardware import load_system
+from primus_ext.measure.fabric_fit import scaleup_from_sweep, with_measured_scaleup
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection import project
 from primus_ext.projection.evaluate import clear_cost_cache
@@ -50,81 +58,119 @@ def executions() -> dict[str, ExecutionSpec]:
 
 
 def cpu_system(points) -> SystemSpec:
-    from primus_ext.measure.fabric import median_busbw
-
-    busbw = median_busbw(points, "all_reduce") * 1e9
-    smallest = min((p for p in points if p.op == "all_reduce"), key=lambda p: p.nbytes)
-    gpu = load_gpu("cpu")
-    eff = replace(gpu.efficiency, scaleup_link=1.0, collective_latency_s=smallest.time_ms * 1e-3 / 2,
-                  calibration="fabric sweep of this machine (benchmarks/e2e_cpu_check.py)")
-    gpu = replace(gpu, scaleup_bandwidth_bytes_per_s=busbw, efficiency=eff, gpus_per_node=2)
-    return SystemSpec(gpu=gpu, num_nodes=1, name="cpu")
+    """The ``cpu`` profile with its scale-up link fitted to this machine's sweep (``fabric_fit.py``)."""
+    fit = scaleup_from_sweep(points)
+    if fit is None:
+        raise SystemExit("the fabric sweep returned no all-reduce points")
+    return with_measured_scaleup(load_system("cpu", 1), fit)
 
 
-def one_rank_diagnostic(iters: int) -> int:
-    """The DP=2 run's per-rank work (GBS / 2) trained by one rank: separates the trainer's own per-step
-    cost from what two ranks sharing the machine add."""
-    from primus_ext.launcher.trainer.run import run_training
+def one_rank_alone(iters: int) -> float:
+    """Median step (s) of the DP=2 run's per-rank work (GBS / 2) trained by ONE rank with one thread,
+    the other core idle: the same work as a DP=2 rank without a second rank sharing the machine."""
+    from primus_ext.launcher.trainer.plan import plan_run
+    from primus_ext.launcher.trainer.run import run_plan
 
     execution = replace(executions()["DP=2"], data_parallel_size=1, global_batch_size=GBS // 2)
-    result = run_training(MODEL, execution, world_size=1, iters=iters, warmup=2, device="cpu")
-    steps = ", ".join(f"{t * 1e3:.0f}" for t in result.measured_s)
-    print(f"one rank, DP=2's per-rank work: median step {result.median_step_time_s * 1e3:.0f} ms ({steps})")
-    return 0
+    plan = plan_run(MODEL, execution, world_size=1, iters=iters, warmup=2, device="cpu", cores=1)
+    seconds = run_plan(plan).median_step_time_s
+    print(f"  one rank alone, DP=2's per-rank work (1 thread): {seconds * 1e3:.0f} ms", flush=True)
+    return seconds
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One interleaved trial of one configuration: a fresh measurement and projection, then a real run."""
+
+    projected_s: float
+    projected_compute_s: float
+    projected_comm_s: float
+    """Exposed communication of the projection."""
+    measured_s: float
+    measured_comm_s: float
+    """Rank 0's median seconds per step inside collectives (blocking calls and async waits)."""
+    measured_skew_s: float
+    """The part of it rank 0 spent waiting for the other rank to arrive (rank skew)."""
+
+
+def trial(label: str, execution: ExecutionSpec, system: SystemSpec, iters: int) -> Trial:
+    from primus_ext.launcher.trainer.run import run_training
+    from primus_ext.measure.runner import MeasureOptions, measure_many
+    from primus_ext.measure.store import TimingStore
+
+    with tempfile.TemporaryDirectory(prefix="primus-ext-e2e-") as tmp:
+        store = TimingStore(Path(tmp) / "store.sqlite")
+        shapes = list(rank_shapes(MODEL, execution).values())
+        opts = MeasureOptions(reps=10, warmup=2, spawn=False)  # ONE rank: per-rank shapes, no comm
+        for m in measure_many(shapes, scale=1.0, device="cpu", opts=opts):
+            store.record(m)
+        clear_cost_cache()
+        proj = project(MODEL, execution, system, store, memory=False, band=False)
+        store.close()
+    result = run_training(MODEL, execution, world_size=2, iters=iters, warmup=2, device="cpu",
+                          time_collectives=True)
+    out = Trial(projected_s=proj.step_time_s, projected_compute_s=proj.breakdown.compute_s,
+                projected_comm_s=sum(c.exposed_s for c in proj.breakdown.comms),
+                measured_s=result.median_step_time_s, measured_comm_s=result.median_collective_s[0],
+                measured_skew_s=result.median_skew_s[0])
+    print(f"  {label}: projected {out.projected_s * 1e3:.0f} ms (compute {out.projected_compute_s * 1e3:.0f}, "
+          f"exposed comm {out.projected_comm_s * 1e3:.0f}) | measured {out.measured_s * 1e3:.0f} ms (rank 0 "
+          f"inside collectives {out.measured_comm_s * 1e3:.0f} of which waiting for the peer "
+          f"{out.measured_skew_s * 1e3:.0f}, the rest "
+          f"{(out.measured_s - out.measured_comm_s) * 1e3:.0f})", flush=True)
+    return out
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values) * 100
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3, help="real 2-rank runs per configuration")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved trials per configuration (fabric sweep, measurement, real run)")
     parser.add_argument("--iters", type=int, default=6, help="training iterations per run (2 are warm-up)")
-    parser.add_argument("--one-rank-diagnostic", action="store_true",
-                        help="only train the DP=2 run's per-rank work on ONE rank and print its step time")
     args = parser.parse_args()
-    if args.one_rank_diagnostic:
-        return one_rank_diagnostic(args.iters)
 
     import torch
 
-    from primus_ext.launcher.trainer.run import run_training
     from primus_ext.measure.fabric import fabric_sweep
-    from primus_ext.measure.runner import MeasureOptions, measure_many
-    from primus_ext.measure.store import TimingStore
 
     start = time.perf_counter()
     cores = os.cpu_count() or 2
     torch.set_num_threads(max(1, cores // 2))  # a rank's share of the node in the 2-rank runs
     print(f"machine: {cores} cores; one-rank measurements use {torch.get_num_threads()} thread(s)")
-    points, failures = fabric_sweep(world=2, ops=("all_reduce", "all_gather", "reduce_scatter", "send_recv"))
-    system = cpu_system(points)
-    print(f"fabric (gloo, 2 ranks): all-reduce busbw {system.gpu.scaleup_bandwidth_bytes_per_s / 1e9:.2f} GB/s, "
-          f"latency {system.gpu.efficiency.collective_latency_s * 1e6:.0f} us per step"
-          + (f"; failed: {failures}" if failures else ""))
-    with tempfile.TemporaryDirectory(prefix="primus-ext-e2e-") as tmp:
-        store = TimingStore(Path(tmp) / "store.sqlite")
-        rows = []
+    trials: dict[str, list[Trial]] = {label: [] for label in executions()}
+    alone: list[float] = []
+    for rep in range(args.repeats):
+        points, failures = fabric_sweep(world=2, ops=("all_reduce", "all_gather", "reduce_scatter", "send_recv"))
+        system = cpu_system(points)
+        print(f"trial {rep + 1}/{args.repeats}: fabric (gloo, 2 ranks) all-reduce busbw "
+              f"{system.gpu.scaleup_bandwidth_bytes_per_s / 1e9:.2f} GB/s, latency "
+              f"{system.gpu.efficiency.collective_latency_s * 1e6:.0f} us per step"
+              + (f"; failed: {failures}" if failures else ""), flush=True)
         for label, execution in executions().items():
-            shapes = list(rank_shapes(MODEL, execution).values())
-            opts = MeasureOptions(reps=10, warmup=2, spawn=False)  # ONE rank: per-rank shapes, no comm
-            for m in measure_many(shapes, scale=1.0, device="cpu", opts=opts):
-                store.record(m)
-            clear_cost_cache()
-            proj = project(MODEL, execution, system, store, memory=False, band=False)
-            measured = []
-            for _ in range(args.repeats):
-                result = run_training(MODEL, execution, world_size=2, iters=args.iters, warmup=2, device="cpu")
-                measured.append(result.median_step_time_s)
-            med = statistics.median(measured)
-            error = (proj.step_time_s - med) / med * 100
-            spread = (max(measured) - min(measured)) / med * 100
-            sources = sorted(set(proj.sources.values()))
-            rows.append((label, proj.step_time_s, med, error, spread, sources))
-            comm = {c.kind: round(c.exposed_s * 1e3, 1) for c in proj.breakdown.comms if c.total_s > 0}
-            print(f"{label}: projected {proj.step_time_s * 1e3:.1f} ms (compute {proj.breakdown.compute_s * 1e3:.1f},"
-                  f" exposed comm ms {comm}) vs measured {med * 1e3:.1f} ms "
-                  f"(repeats: {', '.join(f'{m * 1e3:.1f}' for m in measured)})")
-        print("\nconfig        projected ms  measured ms  error   spread of repeats  cost sources")
-        for label, p, m, e, s, src in rows:
-            print(f"{label:<12} {p * 1e3:12.1f} {m * 1e3:12.1f} {e:+6.1f} %  {s:6.1f} %            {', '.join(src)}")
+            trials[label].append(trial(label, execution, system, args.iters))
+        alone.append(one_rank_alone(args.iters))
+    print("\nmedians over the trials (spread = (max - min) / median):")
+    print("config   projected ms  spread  measured ms  spread  error    | comm: projected  measured  (skew) "
+          "| rest: projected  measured")
+    for label, ts in trials.items():
+        proj, meas = [t.projected_s for t in ts], [t.measured_s for t in ts]
+        p, m = statistics.median(proj), statistics.median(meas)
+        pc = statistics.median(t.projected_comm_s for t in ts)
+        mc = statistics.median(t.measured_comm_s for t in ts)
+        ms = statistics.median(t.measured_skew_s for t in ts)
+        pr = statistics.median(t.projected_s - t.projected_comm_s for t in ts)
+        mr = statistics.median(t.measured_s - t.measured_comm_s for t in ts)
+        print(f"{label:<8} {p * 1e3:12.0f} {_spread(proj):5.1f} % {m * 1e3:11.0f} {_spread(meas):5.1f} % "
+              f"{(p - m) / m * 100:+6.1f} % | {pc * 1e3:15.0f} {mc * 1e3:9.0f} {ms * 1e3:7.0f} | {pr * 1e3:15.0f} "
+              f"{mr * 1e3:9.0f}")
+    dp_rest = statistics.median(t.measured_s - t.measured_comm_s for t in trials["DP=2"])
+    one = statistics.median(alone)
+    print(f"\nsharing the machine: a DP=2 rank's step outside collectives {dp_rest * 1e3:.0f} ms vs the same work "
+          f"on one rank alone {one * 1e3:.0f} ms ({(dp_rest - one) / one * 100:+.0f} %; spread of the one-rank runs "
+          f"{_spread(alone):.0f} %)")
     print(f"\nwall time {time.perf_counter() - start:.0f} s")
     return 0
 
