@@ -108,3 +108,7 @@ def test_plan_refuses_what_the_trainer_cannot_run():
 def test_plan_derives_dp_and_microbatches():
     plan = plan_run(tiny_model(), _exe(global_batch_size=8), world_size=2, iters=2, cores=2)
     assert plan.execution.dp == 2 and plan.num_microbatches == 4 and plan.threads_per_rank == 1
+    # collectives are timed on host clocks: gloo only (an NCCL call returns once enqueued)
+    assert plan_run(tiny_model(), _exe(), world_size=2, iters=2, time_collectives=True).time_collectives
+    on_gpu = plan_run(tiny_model(), _exe(), world_size=2, iters=2, device="cuda", time_collectives=True)
+    assert not on_gpu.time_collectives

@@ -19,7 +19,8 @@ ranks, its sequence number on that group, when the rank arrived and when it bloc
 The n-th call on a group is the same collective on every member, so ``skew_waits`` can pair them
 across ranks: the part of a rank's blocked time before the last peer arrived is skew, the rest is
 transfer. ``time.perf_counter`` is CLOCK_MONOTONIC, one clock for every process of a Linux
-machine: the pairing is valid for local ranks (the built-in trainer's), not across nodes.
+machine: the pairing is valid for local ranks (the built-in trainer's), not across nodes. Host
+clocks time gloo's transfers; an NCCL call returns once enqueued, so the trainer times CPU runs only.
 """
 
 from __future__ import annotations

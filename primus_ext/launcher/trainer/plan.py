@@ -37,7 +37,8 @@ class TrainPlan:
     """CPU threads per rank (``cores // world`` keeps gloo ranks from oversubscribing)."""
     time_collectives: bool = False
     """Also count each rank's seconds blocked inside collectives per step, and the part of them
-    spent waiting for a peer to arrive (``comm_timer.py``)."""
+    spent waiting for a peer to arrive (``comm_timer.py``). CPU (gloo) only: an NCCL call returns
+    once enqueued on the stream, so host clocks would time the launch, not the transfer."""
 
     @property
     def num_microbatches(self) -> int:
@@ -132,4 +133,4 @@ def plan_run(
     cores = cores or os.cpu_count() or 1
     return TrainPlan(model=model, execution=execution, world_size=world_size, iters=iters, warmup=warmup,
                      device=device, seed=seed, threads_per_rank=max(1, cores // world_size),
-                     time_collectives=time_collectives)
+                     time_collectives=time_collectives and device == "cpu")
