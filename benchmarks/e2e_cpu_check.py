@@ -6,7 +6,7 @@ Each trial, for each configuration (DP=2, TP=2), interleaved so that both sides 
 machine state:
 
 1. Measure the local fabric with the collective sweep (2 gloo ranks) and fit the CPU profile's
-   scale-up link to it (all-reduce bus bandwidth and latency per ring step, ``fabric_fit.py``).
+   scale-up link to it (all-reduce bus bandwidth and latency per step, ``fabric_fit.py``).
 2. Measure a small megatron-core GPT's layers with ONE rank (real modules, this CPU), at the thread
    share a rank gets in the 2-rank run (cores / 2), into a fresh scratch timing store, and project
    the 2-rank run from it.

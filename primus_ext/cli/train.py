@@ -159,7 +159,10 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
           f"{doc['measured_steps']} steps)\nprojected {doc['projected_step_s'] * 1e3:9.2f} ms/step  "
           f"error {doc['error_pct']:+.1f}%")
     print(f"collectives priced with: {doc['fabric']}", file=sys.stderr)
-    if doc["measured_collective_s"] is not None and doc["projected_exposed_comm_s"] is not None:
+    if doc["measured_collective_s"] is None:
+        print("communication: not timed (host clocks time gloo collectives; GPU runs only report the step)",
+              file=sys.stderr)
+    elif doc["projected_exposed_comm_s"] is not None:
         print(f"communication: measured {doc['measured_collective_s'] * 1e3:.2f} ms/step inside collectives "
               f"({doc['measured_skew_s'] * 1e3:.2f} waiting for a peer), projected exposed "
               f"{doc['projected_exposed_comm_s'] * 1e3:.2f} ms")

@@ -10,10 +10,11 @@ to heads x kv_channels, FFN, experts in multiples of EP, sequence) so it trains 
 from ``nproc`` local ranks. On CPU fp8 becomes bf16 (no transformer-engine). The projection is of
 *that* configuration on *this* machine: layer costs measured here at full (= the scaled model's)
 size, collectives on the local profile (``cpu`` on a CPU, the recipe's GPU type otherwise, with
-``nproc`` GPUs in one node) whose scale-up link is replaced by an all-reduce sweep of these ``nproc``
-ranks (from the store, or swept once and stored: ``measure/fabric_fit.py``). So measured vs
-projected compares like with like. The real run also times each rank's collectives and the part
-spent waiting for a peer (``trainer/comm_timer.py``), reported beside the projected communication.
+``nproc`` GPUs in one node); on CPU its scale-up link is replaced by an all-reduce sweep of these
+``nproc`` gloo ranks (from the store, or swept once and stored: ``measure/fabric_fit.py``). So
+measured vs projected compares like with like. A CPU run also times each rank's collectives and
+the part spent waiting for a peer (``trainer/comm_timer.py``), reported beside the projected
+communication.
 """
 
 from __future__ import annotations
@@ -64,12 +65,14 @@ class VerifyResult:
                 "schedule": t.schedule, "device": t.device, "fabric": self.fabric, **self.comm_split()}
 
     def comm_split(self) -> dict[str, float | None]:
-        """Measured seconds per step inside collectives and waiting for a peer (the slowest rank's
-        medians; None where the run was not timed) next to the projection's exposed communication."""
+        """Measured seconds per step inside collectives and, of them, waiting for a peer (medians of
+        the rank with the most time inside collectives; None where the run was not timed: GPU runs)
+        next to the projection's exposed communication."""
         t, breakdown = self.training, getattr(self.projection, "breakdown", None)
         inside, skew = getattr(t, "median_collective_s", ()), getattr(t, "median_skew_s", ())
-        return {"measured_collective_s": max(inside) if inside else None,
-                "measured_skew_s": max(skew) if skew else None,
+        rank = max(range(len(inside)), key=inside.__getitem__) if inside and len(skew) == len(inside) else None
+        return {"measured_collective_s": inside[rank] if rank is not None else None,
+                "measured_skew_s": skew[rank] if rank is not None else None,
                 "projected_exposed_comm_s": sum(c.exposed_s for c in breakdown.comms) if breakdown else None}
 
 
@@ -171,6 +174,8 @@ def _local_fabric(target: LocalTarget, store: str | None) -> tuple[SystemSpec, s
     if target.nproc < 2:
         return target.system, "one rank: no collectives"
     dev = resolve_device(target.device)
+    if dev.type != "cpu":  # the sweep's largest message (16 MiB) is short of NVLink / xGMI bandwidth
+        return target.system, "the profile's calibrated links (the local sweep refits CPU runs only)"
     with TimingStore(store, device=device_name(dev)) as db:
         points = [p for p in db.fabric(op="all_reduce") if p.world == target.nproc]
         if not points:

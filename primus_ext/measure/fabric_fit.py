@@ -8,12 +8,17 @@ The collective model (``model/collectives.py``) prices a ring step inside the sc
 ``collective_latency_s`` plus bytes / (bandwidth x ``scaleup_link``). A sweep of the machine the run
 will use measures both directly (nccl-tests conventions, ``fabric.py``):
 
-- the alpha-beta model of a ring all-reduce, t = 2(n-1) x latency + 2(n-1)/n x bytes / bus bandwidth,
-  fitted by alternating medians: latency from the smallest half of the message sizes after their
+- the alpha-beta model of an all-reduce, t = alpha + 2(n-1)/n x bytes / bus bandwidth, fitted by
+  alternating medians: latency from the smallest half of the message sizes after their
   byte term, bus bandwidth from the largest half after their latency term (three rounds converge
   on clean data). Medians, not least squares, so one noisy point does not set either (a CPU sweep
   measured 4 KiB at 1.5 ms and 16 KiB at 0.8 ms); ``scaleup_link`` = 1 since the measurement
-  already includes what the link reaches.
+  already includes what the link reaches;
+- the per-step latency is alpha over the steps the collective model charges an all-reduce: its
+  ``auto`` algorithm always takes the tree's 2 ceil(log2 n) (same bus bandwidth, fewer steps than the
+  ring's 2(n-1)), so the model prices the swept all-reduces at their swept times. The same step
+  latency then prices all-gathers / reduce-scatters (n - 1 steps): exact for 2 ranks, an
+  approximation beyond.
 
 Only the scale-up tier is replaced; inter-node links keep the profile's figures, and the profile's
 ``calibration`` says which parts were measured.
@@ -21,6 +26,7 @@ Only the scale-up tier is replaced; inter-node links keep the profile's figures,
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,7 +41,7 @@ ROUNDS = 3
 class ScaleupFit:
     bus_bandwidth_bytes_per_s: float
     latency_s: float
-    """Per ring step."""
+    """Per latency step of the collective model (an all-reduce of n ranks: 2 ceil(log2 n) steps)."""
     world: int
     """Ranks the sweep ran on."""
     device: str
@@ -44,7 +50,7 @@ class ScaleupFit:
     def describe(self) -> str:
         return (f"scale-up link measured by a fabric sweep of {self.world} x {self.device} ({self.date}): "
                 f"all-reduce bus bandwidth {self.bus_bandwidth_bytes_per_s / 1e9:.2f} GB/s, "
-                f"{self.latency_s * 1e6:.0f} us per ring step")
+                f"{self.latency_s * 1e6:.0f} us per step")
 
 
 def scaleup_from_sweep(points: Sequence) -> ScaleupFit | None:
@@ -59,7 +65,7 @@ def scaleup_from_sweep(points: Sequence) -> ScaleupFit | None:
     half = max(1, len(sizes) // 2)
     small = [p for p in reduce if p.nbytes in sizes[:half]]
     large = [p for p in reduce if p.nbytes in sizes[-half:]]
-    steps, share = 2 * (world - 1), 2 * (world - 1) / world
+    steps, share = 2 * math.ceil(math.log2(world)), 2 * (world - 1) / world  # model/collectives.py: tree
     busbw = max(p.busbw_gbps for p in reduce) * 1e9
     latency = 0.0
     for _ in range(ROUNDS):

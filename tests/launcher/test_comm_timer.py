@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from primus_ext.launcher.trainer.comm_timer import GRAD_BUFFER, MAPPINGS, CollectiveTimer, Event, skew_waits
+from primus_ext.launcher.trainer.comm_timer import BOUND_IN, GRAD_BUFFER, CollectiveTimer, Event, skew_waits
 
 
 @pytest.fixture
@@ -97,11 +97,12 @@ def test_coalesced_block_is_timed_on_exit(world_of_one, monkeypatch):
 def test_uninstall_restores_megatron_bound_collectives():
     import importlib
 
-    mappings, buffer = importlib.import_module(MAPPINGS), importlib.import_module(GRAD_BUFFER)
+    modules = [importlib.import_module(name) for name in BOUND_IN]  # TP mappings and layers
+    buffer = importlib.import_module(GRAD_BUFFER)
 
     def bound():
-        return (mappings.dist_all_gather_func, mappings.dist_reduce_scatter_func, dist.all_gather,
-                buffer._coalescing_manager)
+        return (*(m.dist_all_gather_func for m in modules), *(m.dist_reduce_scatter_func for m in modules),
+                dist.all_gather, dist.batch_isend_irecv, buffer._coalescing_manager)
 
     before = bound()
     timer = CollectiveTimer().install()
@@ -171,3 +172,48 @@ def test_event_intervals_are_the_call_for_sync_and_the_wait_for_async(world_of_o
     assert sync.arrive == sync.block_start and sync.block_end - sync.block_start >= slow
     assert async_.block_start - async_.arrive >= slow  # the overlapped work is not blocked time
     assert slow <= async_.block_end - async_.block_start < 2 * slow + 0.5
+
+
+class _Done:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    def wait(self):
+        time.sleep(self.delay)
+        return True
+
+
+def test_async_coalesced_block_logs_its_wait_and_batched_p2p_waits_are_timed(monkeypatch):
+    import importlib
+
+    buffer = importlib.import_module(GRAD_BUFFER)
+    slow = 0.02
+
+    class AsyncCoalesced:  # the DDP grad reduce with overlap: launched at exit, waited for later
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def __enter__(self):
+            return _Done(slow)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(buffer, "_coalescing_manager", AsyncCoalesced)
+    monkeypatch.setattr(dist, "batch_isend_irecv", lambda ops: [_Done(slow) for _ in ops])
+    timer = CollectiveTimer(log_events=True).install()
+    monkeypatch.setattr(timer, "_group", lambda group: (0, 1))
+    try:
+        timer.reset(step=0)
+        with buffer._coalescing_manager(None, async_ops=True) as handle:
+            pass
+        time.sleep(slow)  # overlapped backward compute
+        handle.wait()
+        for work in dist.batch_isend_irecv(["send", "recv"]):  # pipeline send/recv: timed, not paired
+            assert work.wait()
+        seconds, _ = timer.read()
+    finally:
+        timer.uninstall()
+    (event,) = timer.events
+    assert event.block_start - event.arrive >= slow and event.block_end - event.block_start >= slow
+    assert 3 * slow <= seconds < 3 * slow + 1.0

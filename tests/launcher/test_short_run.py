@@ -54,7 +54,8 @@ def test_verify_reports_the_measured_comm_split_next_to_the_projected():
     projection = SimpleNamespace(step_time_s=0.9, tokens_per_s_per_gpu=1.0, breakdown=SimpleNamespace(comms=comms))
     timed = SimpleNamespace(median_step_time_s=1.0, median_collective_s=(0.2, 0.3), median_skew_s=(0.1, 0.05))
     split = VerifyResult(projection=projection, training=timed, measured=()).comm_split()
-    assert split == pytest.approx({"measured_collective_s": 0.3, "measured_skew_s": 0.1,
+    # one rank's figures: the rank with the most time inside collectives (rank 1), not a max of each
+    assert split == pytest.approx({"measured_collective_s": 0.3, "measured_skew_s": 0.05,
                                    "projected_exposed_comm_s": 0.07})
     untimed = SimpleNamespace(median_step_time_s=1.0, median_collective_s=(), median_skew_s=())
     assert VerifyResult(projection=projection, training=untimed, measured=()).comm_split()["measured_skew_s"] is None

@@ -3,6 +3,8 @@ the collective model then prices the swept messages at the swept times."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from primus_ext.hardware import load_system
@@ -39,19 +41,21 @@ def test_one_noisy_small_message_does_not_set_the_latency():
 def test_uses_the_widest_world_and_needs_all_reduce_points():
     points = [_point(n, world=2, time_s=1.0) for n in SIZES] + [_point(n, world=4) for n in SIZES]
     fit = scaleup_from_sweep(points)
-    assert fit.world == 4 and fit.latency_s == pytest.approx(ALPHA, rel=0.05)
+    # 4 ranks, ring: 6 steps of ALPHA swept; the collective model charges an all-reduce 2 log2(4) = 4
+    assert fit.world == 4 and fit.latency_s == pytest.approx(ALPHA * 6 / 4, rel=0.05)
     assert scaleup_from_sweep([_point(n, op="all_gather") for n in SIZES]) is None
     assert scaleup_from_sweep([]) is None
 
 
-def test_the_measured_system_prices_the_swept_messages_at_their_swept_times():
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_the_measured_system_prices_the_swept_messages_at_their_swept_times(world):
     cpu = load_system("cpu", 1)
-    points = [_point(n) for n in SIZES]
+    points = [_point(n, world) for n in SIZES]
     measured = with_measured_scaleup(cpu, scaleup_from_sweep(points))
-    group = place_group(2, 1, measured.scaleup_domain)
-    for p in points:
-        assert collective_time("all_reduce", p.nbytes, group, measured, algorithm="ring") == pytest.approx(
-            p.time_ms * 1e-3, rel=0.08)
+    measured = replace(measured, gpu=replace(measured.gpu, scaleup_domain=world, gpus_per_node=world))
+    group = place_group(world, 1, measured.scaleup_domain)
+    for p in points:  # the model's own algorithm choice (auto), as the projection prices them
+        assert collective_time("all_reduce", p.nbytes, group, measured) == pytest.approx(p.time_ms * 1e-3, rel=0.02)
     # only the scale-up tier changed, and the profile says how
     assert measured.gpu.nic_bandwidth_bytes_per_s == cpu.gpu.nic_bandwidth_bytes_per_s
     assert measured.gpu.efficiency.scaleup_link == 1.0

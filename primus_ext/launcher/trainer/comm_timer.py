@@ -6,9 +6,10 @@ breakdown (compute vs exposed communication) each rank can also count the second
 block it: transfer plus the wait for the slower peer, which a one-rank layer measurement cannot
 see. ``CollectiveTimer.install()`` wraps the ``torch.distributed`` functions megatron-core calls
 through the module (``torch.distributed.all_reduce(...)`` in the tensor-parallel mappings, the
-loss all-reduces), the two functions the mappings bind at import for sequence parallelism
-(``dist_all_gather_func``, ``dist_reduce_scatter_func``) and the coalescing manager the DDP grad
-buffer binds; ``uninstall()`` restores them all.
+loss all-reduces, the batched pipeline send/recv), the two functions the tensor-parallel mappings
+and layers bind at import for sequence parallelism (``dist_all_gather_func``,
+``dist_reduce_scatter_func``) and the coalescing manager the DDP grad buffer binds; ``uninstall()``
+restores them all.
 
 A call with ``async_op=True`` is timed twice: its launch, and the ``wait()`` on the handle it
 returns (megatron's backward all-reduce of the input gradient, overlapped with the weight-gradient
@@ -33,13 +34,16 @@ from dataclasses import dataclass
 
 TIMED = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
          "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all_single", "broadcast", "send", "recv",
-         "barrier")
-"""The ``torch.distributed`` functions timed (those megatron-core calls on the module at run time)."""
-POINT_TO_POINT = frozenset({"send", "recv"})
+         "barrier", "batch_isend_irecv")
+"""The ``torch.distributed`` functions timed (those megatron-core calls on the module at run time).
+``isend`` / ``irecv`` are not wrapped: ``P2POp`` accepts only the original functions, so megatron's
+unbatched pipeline path (``overlap_p2p_comm``) goes untimed; its batched path is timed."""
+POINT_TO_POINT = frozenset({"send", "recv", "batch_isend_irecv"})
 """Not logged for skew pairing: a point-to-point call has no group-wide sequence."""
-MAPPINGS = "megatron.core.tensor_parallel.mappings"
+BOUND_IN = ("megatron.core.tensor_parallel.mappings", "megatron.core.tensor_parallel.layers")
 BOUND = ("dist_all_gather_func", "dist_reduce_scatter_func")
-"""Collectives megatron-core's tensor-parallel mappings bind as module globals at import."""
+"""Collectives megatron-core's tensor-parallel mappings and layers bind as module globals at import
+(sequence parallelism's all-gathers and reduce-scatters, the async input-gradient reduce-scatter)."""
 GRAD_BUFFER = "megatron.core.distributed.param_and_grad_buffer"
 """Binds ``torch.distributed._coalescing_manager`` at import: the DDP grad reduce / param gather run
 their collectives when its block exits (or on the returned handle's ``wait()``), both timed."""
@@ -111,6 +115,8 @@ class CollectiveTimer:
                 end = time.perf_counter()
                 self.seconds += end - start
                 self.calls += 1
+            if name == "batch_isend_irecv":
+                return [_TimedWork(work, self, None) for work in out]
             is_async = bool(kwargs.get("async_op")) and out is not None
             set_wait = None
             if self.log_events and paired:
@@ -125,13 +131,14 @@ class CollectiveTimer:
 
         class Timed:
             def __init__(self, group: object = None, *args, **kwargs) -> None:
-                self._group = group
+                self._group, self._async = group, bool(kwargs.get("async_ops"))
                 self._ctx = manager(group, *args, **kwargs)
+                self._work: _TimedWork | None = None
 
             def __enter__(self):
                 cm = self._ctx.__enter__()
-                self._cm = cm
-                return cm if cm is None else _TimedWork(cm, timer, None)
+                self._work = None if cm is None else _TimedWork(cm, timer, None)
+                return self._work
 
             def __exit__(self, *exc):
                 start = time.perf_counter()
@@ -140,8 +147,10 @@ class CollectiveTimer:
                 finally:
                     end = time.perf_counter()
                     timer.seconds += end - start
-                    if timer.log_events:  # the coalesced collectives launch here
-                        timer._log(self._group, start, start, end)
+                    if timer.log_events:  # the coalesced collectives launch here; async: blocked in wait()
+                        set_wait = timer._log(self._group, start, start, start if self._async else end)
+                        if self._async and self._work is not None:
+                            self._work._set_wait = set_wait
 
         return Timed
 
@@ -152,8 +161,9 @@ class CollectiveTimer:
 
         targets = [(dist, name, self._wrap) for name in TIMED]
         try:
-            mappings = importlib.import_module(MAPPINGS)
-            targets += [(mappings, name, self._wrap) for name in BOUND]
+            for module_name in BOUND_IN:
+                module = importlib.import_module(module_name)
+                targets += [(module, name, self._wrap) for name in BOUND]
             targets.append((importlib.import_module(GRAD_BUFFER), "_coalescing_manager", self._wrap_coalescing))
         except ImportError:  # megatron-core absent: only torch.distributed is timed
             pass
