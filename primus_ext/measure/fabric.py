@@ -9,7 +9,8 @@ Conventions follow nccl-tests (PERFORMANCE.md): ``nbytes`` is the size of the fu
 (all-gather's output, reduce-scatter's input), algorithm bandwidth = nbytes / time, bus bandwidth
 = algbw x (2(n-1)/n for all-reduce, (n-1)/n for all-gather / reduce-scatter / all-to-all, 1 for
 send/recv). Times are rank 0's median over ``reps`` after ``warmup``; an op the backend lacks
-is reported in ``failures`` with the reason, the sweep goes on. Later issues fit link models to it.
+is reported in ``failures`` with the reason, the sweep goes on. ``fabric_fit.py`` fits the
+projection's scale-up link to it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import datetime as dt
 import os
 import pickle
 import socket
-import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -128,9 +128,3 @@ def fabric_sweep(*, world: int | None = None, ops: Sequence[str] = OPS, sizes: S
                                           out_path), nprocs=world, join=True, start_method="spawn")
         return pickle.loads(Path(out_path).read_bytes())
 
-
-def median_busbw(points: Sequence[FabricPoint], op: str) -> float:
-    """Median bus bandwidth (GB/s) of ``op`` over the largest half of the message sizes."""
-    sel = sorted((p for p in points if p.op == op), key=lambda p: p.nbytes)
-    sel = sel[len(sel) // 2:]
-    return statistics.median(p.busbw_gbps for p in sel) if sel else 0.0

@@ -30,7 +30,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TIMED = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
          "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all_single", "broadcast", "send", "recv",
@@ -95,9 +95,7 @@ class CollectiveTimer:
                                  block_end=end))
 
         def set_wait(s: float, e: float) -> None:
-            old = self.events[index]
-            self.events[index] = Event(step=old.step, group=old.group, seq=old.seq, arrive=old.arrive,
-                                       block_start=s, block_end=e)
+            self.events[index] = replace(self.events[index], block_start=s, block_end=e)
 
         return set_wait
 
