@@ -72,6 +72,15 @@ def _summary_lines(report, *, data_bounds: bool = True) -> list[str]:
     return lines
 
 
+def _model_lines(report) -> list[str]:
+    """Per model, worst first: rows, median signed error (bias), median and max |error|."""
+    lines = [f"  {'error by model':<26} {'rows':>4} {'median':>8} {'median |err|':>13} {'max |err|':>10}"]
+    for name, m in report.summary.by_model.items():
+        lines.append(f"  {name:<26} {m.n:>4} {m.median_error_pct:>+7.1f}% {m.median_abs_error_pct:>12.1f}% "
+                     f"{m.max_abs_error_pct:>9.1f}%")
+    return lines
+
+
 def _progress(message: str) -> None:
     print(f"  .. {message}", file=sys.stderr, flush=True)
 
@@ -94,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     runs = read_runs(args.measurements, archs, gpus)
     report = validate_runs(runs, analytic_projector, label="analytic projection, profile efficiencies")
     print("\n".join(_summary_lines(report)))
+    print("\n".join(_model_lines(report)))
     print(f"\nworst {args.worst} rows (signed error = projected vs measured):")
     for r in report.worst(args.worst):
         print(f"  #{r.index:<4} {r.model:<20} {r.gpu:<7} {r.num_gpus:>5} GPUs {r.precision:<5} "
@@ -150,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cv:
         cv = leave_one_model_out(runs, analytic_projector, progress=_progress, jobs=args.jobs)
         print("\n" + "\n".join(_summary_lines(cv)))
+        print("\n".join(_model_lines(cv)))
         out["cross_validation"] = cv.to_dict()
         cv_offset = one_run_offset(cv)
         print("\n" + "\n".join(_summary_lines(cv_offset, data_bounds=False)[:2]))

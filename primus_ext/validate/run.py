@@ -46,6 +46,16 @@ class RowResult:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelErrors:
+    """One model's projected rows: how many, the median signed error (its bias), the median and max |error|."""
+
+    n: int
+    median_error_pct: float
+    median_abs_error_pct: float
+    max_abs_error_pct: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Summary:
     n_projected: int
     n_skipped: int
@@ -58,6 +68,8 @@ class Summary:
     """The best rho any projection reaches that gives rows of one configuration one value."""
     p90_floor_abs_error_pct: float = math.nan
     """A lower bound of the p90 any such projection can have (``ceiling.p90_floor``)."""
+    by_model: dict[str, ModelErrors] = field(default_factory=dict)
+    """Per model, worst median |error| first: which models the error comes from."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +110,7 @@ class ValidationReport:
                 "kendall_by_group": self.summary.kendall_by_group,
                 "spearman_ceiling_by_group": self.summary.spearman_ceiling_by_group,
                 "p90_floor_abs_error_pct": self.summary.p90_floor_abs_error_pct,
+                "by_model": {name: vars(m) for name, m in self.summary.by_model.items()},
             },
         }
 
@@ -159,7 +172,21 @@ def summarize(rows: Sequence[RowResult]) -> Summary:
         spearman_ceiling_by_group=ceiling,
         p90_floor_abs_error_pct=p90_floor([r.measured_tokens_per_sec_per_gpu for r in scored],
                                           [_config(r) for r in scored]),
+        by_model=errors_by_model(scored),
     )
+
+
+def errors_by_model(rows: Sequence[RowResult]) -> dict[str, ModelErrors]:
+    """``ModelErrors`` of each model's projected rows, the model with the largest median |error| first."""
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.error_pct is not None:
+            by[r.model].append(r.error_pct)
+    out = {name: ModelErrors(n=len(errs), median_error_pct=percentile(errs, 50),
+                             median_abs_error_pct=percentile([abs(e) for e in errs], 50),
+                             max_abs_error_pct=max(abs(e) for e in errs))
+           for name, errs in by.items()}
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1].median_abs_error_pct, kv[0])))
 
 
 def _config(row: RowResult) -> str:

@@ -41,9 +41,13 @@ def test_validate_json_layout(tmp_path, capsys):
     assert set(summary) >= {"median_abs_error_pct", "p90_abs_error_pct", "max_abs_error_pct",
                             "spearman_by_group", "kendall_by_group"}
     assert "M | H100 | bf16" in summary["spearman_by_group"]
+    errors = [r["error_pct"] for r in data["rows"][:3]]
+    assert summary["by_model"]["M"]["n"] == 3
+    assert summary["by_model"]["M"]["median_error_pct"] == pytest.approx(sorted(errors)[1])
     # the user's run: 64 * 4096 / (0.8 s * 16) = 20480 tok/s/GPU anchors the group
     assert data["calibrated_from_user_run"]["summary"]["n_projected"] == 3
-    assert "worst" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "worst" in printed and "error by model" in printed
 
 
 def test_validate_bad_file_exits_2(tmp_path, capsys):

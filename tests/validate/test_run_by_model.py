@@ -1,0 +1,31 @@
+"""``run.errors_by_model``: each model's bias and spread, worst first, skipped rows left out."""
+
+import pytest
+
+from primus_ext.validate.run import RowResult, errors_by_model, summarize
+
+
+def _row(i: int, model: str, error: float | None) -> RowResult:
+    return RowResult(index=i, model=model, gpu="H100", num_gpus=8, precision="bf16",
+                     measured_tokens_per_sec_per_gpu=100.0,
+                     projected_tokens_per_sec_per_gpu=None if error is None else 100.0 + error,
+                     error_pct=error, skipped_reason="" if error is not None else "no arch")
+
+
+def test_errors_by_model_bias_spread_and_order():
+    rows = [_row(0, "a", +4.0), _row(1, "a", -2.0), _row(2, "a", +10.0),
+            _row(3, "b", -30.0), _row(4, "b", -20.0), _row(5, "c", None)]
+    by = errors_by_model(rows)
+    assert list(by) == ["b", "a"]  # worst median |error| first; "c" has no projected row
+    assert by["a"].n == 3
+    assert by["a"].median_error_pct == pytest.approx(4.0)  # the bias keeps its sign
+    assert by["a"].median_abs_error_pct == pytest.approx(4.0)
+    assert by["a"].max_abs_error_pct == pytest.approx(10.0)
+    assert by["b"].median_error_pct == pytest.approx(-25.0)
+    assert by["b"].median_abs_error_pct == pytest.approx(25.0)
+
+
+def test_summary_carries_the_by_model_table():
+    rows = [_row(0, "a", 5.0), _row(1, "b", -1.0), _row(2, "b", None)]
+    s = summarize(rows)
+    assert set(s.by_model) == {"a", "b"} and s.by_model["b"].n == 1
