@@ -6,26 +6,36 @@ Run from the repository root::
     python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
     python benchmarks/calibration_variants.py --in-sample --variants baseline,expert-launch   # ~45 s each
 
-Each variant but the last three changes how the efficiencies are fitted, never the projection: the loss it
-minimises, the parameters it fits, or which parameters the GPU families share. Every fold is fitted from the plain
-defaults without the held-out model's rows, as ``primus-ext validate --cv`` does (``baseline`` is exactly
-that). The variants are the ones ``benchmarks/RESULTS.md`` reports as tried and not kept; this script is
-how those figures are reproduced. ``--in-sample`` fits each variant once on all rows instead and prints, per GPU
-family, the fit's mean |log error| over those rows and the fitted GEMM size at half efficiency.
+Each variant but ``summed-roofline``, ``grouped-size`` and ``expert-launch`` changes how the efficiencies are
+fitted, never the projection: the loss it minimises, the parameters it fits or their bounds, or which parameters
+the GPU families share. Every fold is fitted from the plain defaults without the held-out model's rows, as
+``primus-ext validate --cv`` does (``baseline`` is exactly that). The variants are the ones
+``benchmarks/RESULTS.md`` reports as tried and not kept; this script is how those figures are reproduced.
+``--in-sample`` fits each variant once on all rows instead and prints, per GPU family, the fit's mean |log error|
+over those rows and the fitted GEMM size at half efficiency.
 
-    baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS`` per GPU family (shipped)
+    baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS``: ``scaleout_link`` on all families
+                     together, the others per GPU family (shipped)
     cauchy           Cauchy loss c^2 log(1 + (e / c)^2), c = 0.15: rows far off count less
     model-balanced   mean |log error| with each row weighted 1 / sqrt(rows of its model)
     config-once      each distinct configuration (a setup measured on several releases) weighted once
     kernel-overhead  the launch overhead per layer pass (``Efficiency.kernel_overhead_s``) fitted too
     shared-moe       the fixed MoE-layer cost (host-side: router, token-count sync) fitted on all families
-                     together first, the other parameters per family with it held
+                     together first (with ``scaleout_link``), the other parameters per family with them held
     summed-roofline  a GEMM's math and HBM times added instead of the slower one taken (operand traffic not
                      overlapped with math near the ridge point); the projection changes, in this process only
     grouped-size     an MoE grouped GEMM's size efficiency read at the size of the whole launch (all local
                      experts' tiles fill the GPU together) instead of one expert's GEMM; in this process only
     expert-launch    20 us more per expert GEMM of a grouped GEMM (Transformer Engine's GroupedLinear issues one
                      cuBLAS GEMM per local expert on a few streams); in this process only
+    fp8-ratio-85     the large FP8 GEMM's fraction of the FP8 peak at least 0.85 of the BF16 one (default bound
+                     0.55): large cuBLAS GEMMs reach similar fractions of peak in both precisions
+    fp8-ratio-1      the same fraction in FP8 and BF16 (the bound at 0.999)
+    hbm              the HBM bandwidth fraction of memory-bound kernels (``Efficiency.hbm``, default 0.80)
+                     fitted too, within 0.4-0.95
+    per-family-scaleout
+                     the scale-out (NIC) link efficiency fitted per family like the others (shipped until
+                     2026-12-04; ``calibrate.SHARED_ACROSS_FAMILIES`` now fits it on all families together)
 """
 
 from __future__ import annotations
@@ -56,6 +66,8 @@ CAUCHY_SCALE = 0.15
 """|log error| at which a row's pull on the Cauchy fit starts to fade (~16 %)."""
 KERNEL_OVERHEAD = Param(name="kernel_overhead_s", low=5e-6, high=2e-3, log=True)
 """5 us (one launch) to 2 ms per layer pass (a host-bound layer)."""
+HBM = Param(name="hbm", low=0.4, high=0.95)
+"""Fraction of the HBM datasheet bandwidth memory-bound kernels reach (STREAM-like copies reach ~0.9)."""
 SHARED = ("moe_layer_overhead_s",)
 EXPERT_LAUNCH_S = 20e-6
 """One more GEMM launch per local expert: host-side cuBLAS call plus stream switch, the order of the
@@ -89,15 +101,15 @@ def config_once(errors) -> float:
     return _weighted(errors, _config, 1.0)
 
 
-def shared_then_per_family(train, projector):
-    """``SHARED`` fitted on every family's rows together (all parameters, from the defaults), then the other
+def shared_then_per_family(train, projector, shared: Sequence[str] = SHARED):
+    """``shared`` fitted on every family's rows together (all parameters, from the defaults), then the other
     parameters per family with the shared values held."""
     from primus_ext.specs import Efficiency
 
     pooled, _ = fit_efficiency(usable(train), projector, Efficiency())
-    held = {name: getattr(pooled, name) for name in SHARED}
+    held = {name: getattr(pooled, name) for name in shared}
     rows = [with_efficiency(r, replace(r.system.gpu.efficiency, **held)) for r in usable(train)]
-    return fit_by_gpu(rows, projector, params=[p for p in DEFAULT_PARAMS if p.name not in SHARED])
+    return fit_by_gpu(rows, projector, params=[p for p in DEFAULT_PARAMS if p.name not in shared])
 
 
 def _gemm_seconds(m, n, k, gpu, precision, *, recipe="delayed", count=1.0, summed=False, grouped=False,
@@ -139,6 +151,11 @@ def patched_gemm(**how: float) -> Iterator[None]:
         forget()
 
 
+def _fp8_ratio_floor(low: float) -> tuple[Param, ...]:
+    """``DEFAULT_PARAMS`` with the FP8 / BF16 large-GEMM fraction ratio bounded below by ``low``."""
+    return tuple(replace(p, low=low) if p.name == "fp8_gemm_max" else p for p in DEFAULT_PARAMS)
+
+
 VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "baseline": (fit_by_gpu, nullcontext),
     "cauchy": (partial(fit_by_gpu, loss=cauchy), nullcontext),
@@ -149,6 +166,10 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "summed-roofline": (fit_by_gpu, partial(patched_gemm, summed=True)),
     "grouped-size": (fit_by_gpu, partial(patched_gemm, grouped=True)),
     "expert-launch": (fit_by_gpu, partial(patched_gemm, launch_s=EXPERT_LAUNCH_S)),
+    "fp8-ratio-85": (partial(fit_by_gpu, params=_fp8_ratio_floor(0.85)), nullcontext),
+    "fp8-ratio-1": (partial(fit_by_gpu, params=_fp8_ratio_floor(0.999)), nullcontext),
+    "per-family-scaleout": (partial(fit_by_gpu, shared=()), nullcontext),
+    "hbm": (partial(fit_by_gpu, params=(*DEFAULT_PARAMS, HBM)), nullcontext),
 }
 """name -> (the fit each fold runs, the context the folds run in)."""
 

@@ -5,7 +5,7 @@
         [--json OUT] [--cv [--jobs N]] [--fit] [--calibrate-from MY_RUN.json]
 
 ``--cv`` adds leave-one-model-out cross-validation of the per-GPU calibration (one fit per held-out
-model, each from the plain defaults, ``--jobs`` folds at a time: 6 minutes on 2 cores, 10 on one);
+model, each from the plain defaults, ``--jobs`` folds at a time: 10 minutes on 2 cores, 19 on one);
 ``--fit`` fits the per-GPU efficiency parameters on all rows and prints the ``efficiency:`` blocks to paste
 into the hardware profiles; ``--calibrate-from`` applies the workload offset of one measured run of your own
 and reports the error it leaves.
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", help="CSV in the layout of shared/validation/hardware_specs.csv")
     p.add_argument("--json", dest="json_out", help="write rows and summary as JSON to this file")
     p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration "
-                                                            "(one fit per model: ~6 min on 2 cores)")
+                                                            "(one fit per model: ~10 min on 2 cores)")
     p.add_argument("--jobs", type=_positive, default=_usable_cpus(),
                    help="with --cv: folds fitted in parallel processes (default: the CPUs this process may use)")
     p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")

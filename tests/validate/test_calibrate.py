@@ -176,3 +176,40 @@ def test_the_fit_minimises_the_loss_it_is_given():
     assert a_loss < 0.01 and default_fit.gemm_max > a_fit.gemm_max + 0.1
     label = fit_by_gpu(a + b, fake_projector, loss=only_model_a)["hopper"][0].calibration
     assert "loss only_model_a" in label and "mean |log error|" not in label
+
+
+def link_projector(run):
+    """``fake_projector`` slowed by a scale-out term: the NIC efficiency matters to every row."""
+    eff = run.system.gpu.efficiency
+    return fake_projector(run) / (1.0 + 0.5 / eff.scaleout_link)
+
+
+def _two_families(truth_h: Efficiency, truth_b: Efficiency) -> list[RunRow]:
+    def measured(run: RunRow, truth: Efficiency) -> RunRow:
+        truth_run = replace(run, system=replace(run.system, gpu=replace(run.system.gpu, efficiency=truth)))
+        return replace(run, measured_tokens_per_sec_per_gpu=link_projector(truth_run))
+
+    b200 = load_system("b200", 2)
+    b200 = replace(b200, gpu=replace(b200.gpu, efficiency=Efficiency()))
+    hopper = [measured(r, truth_h) for r in rows(Efficiency())]
+    blackwell = [measured(replace(r, index=100 + r.index, gpu="B200", system=b200), truth_b)
+                 for r in rows(Efficiency())]
+    return hopper + blackwell
+
+
+def test_the_nic_efficiency_is_fitted_once_on_every_family_and_held_in_each():
+    runs = _two_families(Efficiency(gemm_max=0.5, scaleout_link=0.6), Efficiency(gemm_max=0.7, scaleout_link=0.8))
+    fits = fit_by_gpu(runs, link_projector)
+    hopper, blackwell = fits["hopper"][0], fits["blackwell"][0]
+    assert hopper.scaleout_link == blackwell.scaleout_link  # one value for the same NICs
+    assert "scaleout_link" not in hopper.calibration.split(" on ")[0]  # not among the family's own parameters
+    assert "fitted on the rows of blackwell/hopper together" in blackwell.calibration
+    # per family (the old way) each family's rows pick their own value
+    apart = fit_by_gpu(runs, link_projector, shared=())
+    assert apart["hopper"][0].scaleout_link != apart["blackwell"][0].scaleout_link
+    assert "together" not in apart["hopper"][0].calibration
+
+
+def test_one_family_fits_the_nic_efficiency_itself():
+    fits = fit_by_gpu(rows(Efficiency(gemm_max=0.5)), link_projector)
+    assert list(fits) == ["hopper"] and "together" not in fits["hopper"][0].calibration
