@@ -4,7 +4,8 @@ Run from the repository root::
 
     python benchmarks/calibration_variants.py                          # every variant (5-14 min each on 2 cores)
     python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
-    python benchmarks/calibration_variants.py --in-sample --variants baseline,expert-launch   # ~45 s each
+    python benchmarks/calibration_variants.py --in-sample --variants baseline,expert-launch   # ~1.5 min each
+    python benchmarks/calibration_variants.py --per-family-nic --variants cauchy  # as measured before 2026-12-04
 
 Each variant but ``summed-roofline``, ``grouped-size`` and ``expert-launch`` changes how the efficiencies are
 fitted, never the projection: the loss it minimises, the parameters it fits or their bounds, or which parameters
@@ -21,7 +22,7 @@ over those rows and the fitted GEMM size at half efficiency.
     config-once      each distinct configuration (a setup measured on several releases) weighted once
     kernel-overhead  the launch overhead per layer pass (``Efficiency.kernel_overhead_s``) fitted too
     shared-moe       the fixed MoE-layer cost (host-side: router, token-count sync) fitted on all families
-                     together first (with ``scaleout_link``), the other parameters per family with them held
+                     together as well, as ``scaleout_link`` is (``calibrate.fit_by_gpu``'s ``shared``)
     summed-roofline  a GEMM's math and HBM times added instead of the slower one taken (operand traffic not
                      overlapped with math near the ridge point); the projection changes, in this process only
     grouped-size     an MoE grouped GEMM's size efficiency read at the size of the whole launch (all local
@@ -53,11 +54,10 @@ from pathlib import Path
 
 from primus_ext.validate.calibrate import (
     DEFAULT_PARAMS,
+    SHARED_ACROSS_FAMILIES,
     Param,
     fit_by_gpu,
-    fit_efficiency,
     usable,
-    with_efficiency,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,6 @@ KERNEL_OVERHEAD = Param(name="kernel_overhead_s", low=5e-6, high=2e-3, log=True)
 """5 us (one launch) to 2 ms per layer pass (a host-bound layer)."""
 HBM = Param(name="hbm", low=0.4, high=0.95)
 """Fraction of the HBM datasheet bandwidth memory-bound kernels reach (STREAM-like copies reach ~0.9)."""
-SHARED = ("moe_layer_overhead_s",)
 EXPERT_LAUNCH_S = 20e-6
 """One more GEMM launch per local expert: host-side cuBLAS call plus stream switch, the order of the
 per-layer-pass ``Efficiency.kernel_overhead_s`` default (2e-5 s); not fitted (5e-6 s was tried in-sample too)."""
@@ -99,17 +98,6 @@ def model_balanced(errors) -> float:
 
 def config_once(errors) -> float:
     return _weighted(errors, _config, 1.0)
-
-
-def shared_then_per_family(train, projector, shared: Sequence[str] = SHARED):
-    """``shared`` fitted on every family's rows together (all parameters, from the defaults), then the other
-    parameters per family with the shared values held."""
-    from primus_ext.specs import Efficiency
-
-    pooled, _ = fit_efficiency(usable(train), projector, Efficiency())
-    held = {name: getattr(pooled, name) for name in shared}
-    rows = [with_efficiency(r, replace(r.system.gpu.efficiency, **held)) for r in usable(train)]
-    return fit_by_gpu(rows, projector, params=[p for p in DEFAULT_PARAMS if p.name not in shared])
 
 
 def _gemm_seconds(m, n, k, gpu, precision, *, recipe="delayed", count=1.0, summed=False, grouped=False,
@@ -162,7 +150,7 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "model-balanced": (partial(fit_by_gpu, loss=model_balanced), nullcontext),
     "config-once": (partial(fit_by_gpu, loss=config_once), nullcontext),
     "kernel-overhead": (partial(fit_by_gpu, params=(*DEFAULT_PARAMS, KERNEL_OVERHEAD)), nullcontext),
-    "shared-moe": (shared_then_per_family, nullcontext),
+    "shared-moe": (partial(fit_by_gpu, shared=(*SHARED_ACROSS_FAMILIES, "moe_layer_overhead_s")), nullcontext),
     "summed-roofline": (fit_by_gpu, partial(patched_gemm, summed=True)),
     "grouped-size": (fit_by_gpu, partial(patched_gemm, grouped=True)),
     "expert-launch": (fit_by_gpu, partial(patched_gemm, launch_s=EXPERT_LAUNCH_S)),
@@ -174,7 +162,17 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
 """name -> (the fit each fold runs, the context the folds run in)."""
 
 
-def _in_sample(runs, names: Sequence[str]) -> int:
+def _fit_of(name: str, per_family_nic: bool) -> tuple[Callable, Callable[[], AbstractContextManager]]:
+    """The variant's fit and context; ``per_family_nic``: with the NIC efficiency fitted per family, as every
+    variant was until 2026-12-04 (``shared-moe`` then shares the MoE cost alone)."""
+    fit, context = VARIANTS[name]
+    if per_family_nic:
+        keep = tuple(n for n in getattr(fit, "keywords", {}).get("shared", ()) if n not in SHARED_ACROSS_FAMILIES)
+        fit = partial(fit, shared=keep)
+    return fit, context
+
+
+def _in_sample(runs, names: Sequence[str], per_family_nic: bool = False) -> int:
     """Each variant fitted once on every usable row: per family, mean |log error| of the fitted projection over
     the family's rows (whatever loss the variant minimised) and the fitted ``gemm_half_size_flops``."""
     from primus_ext.validate.calibrate import family_of, objective
@@ -184,7 +182,7 @@ def _in_sample(runs, names: Sequence[str]) -> int:
     print(f"{'variant':<16} {'family':<10} {'rows':>4} {'mean |log err|':>15} {'gemm_half_size_flops':>21}",
           flush=True)
     for name in names:
-        fit, context = VARIANTS[name]
+        fit, context = _fit_of(name, per_family_nic)
         with context():
             for family, (eff, n, _) in fit(rows, analytic_projector).items():
                 loss = objective([r for r in rows if family_of(r) == family], analytic_projector, eff)
@@ -198,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="folds in parallel processes")
     parser.add_argument("--in-sample", action="store_true",
                         help="fit each variant on all rows; print per-family loss and gemm_half_size_flops")
+    parser.add_argument("--per-family-nic", action="store_true",
+                        help="fit the NIC efficiency per family, as every variant was until 2026-12-04")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
@@ -213,12 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     runs = read_runs(VALIDATION / "measured_throughput.csv", read_archs(VALIDATION / "model_archs.csv"),
                      read_hardware(VALIDATION / "hardware_specs.csv"))
     if args.in_sample:
-        return _in_sample(runs, names)
+        return _in_sample(runs, names, args.per_family_nic)
     print(f"{'variant':<16} {'median':>7} {'p90':>7} {'max':>7}   (|error| %, leave-one-model-out, "
           f"{len(usable(runs))} rows)", flush=True)
     for name in names:
         start = time.monotonic()
-        fit, context = VARIANTS[name]
+        fit, context = _fit_of(name, args.per_family_nic)
         forks = sys.platform.startswith("linux")  # crossval forks its fold processes on Linux only
         jobs = args.jobs if context is nullcontext or forks else 1
         with context():

@@ -82,9 +82,9 @@ SEARCH_ROUNDS = 1
 SEARCH_STEPS = 7
 POLISH_EVALS = 300
 """... and a Nelder-Mead polish of the moved parameters walks its valleys (``search.nelder_mead``). From the
-defaults, on the development rows (mean |log error| per family, ``primus-ext validate ... --fit``): one round
-plus the polish 0.0970 Blackwell / 0.1054 Hopper; two rounds without it (``SEARCH_ROUNDS = 2``,
-``POLISH_EVALS = 0``) 0.1102 / 0.1140."""
+defaults, on the development rows (mean |log error| per family, ``primus-ext validate ... --fit``, 2026-12-03, all
+eight parameters per family): one round plus the polish 0.0970 Blackwell / 0.1054 Hopper; two rounds without it
+(``SEARCH_ROUNDS = 2``, ``POLISH_EVALS = 0``) 0.1102 / 0.1140."""
 
 
 def with_efficiency(run: RunRow, efficiency: Efficiency) -> RunRow:
@@ -236,12 +236,56 @@ def family_of(run: RunRow) -> str:
 
 
 SHARED_ACROSS_FAMILIES = ("scaleout_link",)
-"""Parameters of the machine rather than of the GPU generation, fitted once on the rows of every family together
-and held in each family's fit. ``scaleout_link``: the DGX H100, DGX B200 and GB200 NVL72 systems of the rows
-all reach other nodes through ConnectX-7 400 Gb/s NICs (one per GPU) and NCCL, so the fraction of the NIC rate
-a collective reaches is the same physics on each. Fitted per family, it followed whichever model's rows leaned
-on the scale-out fabric: cross-validated over the development rows, sharing it moves the median |error| from
-10.4 % to 9.4 % and the mean |log error| from 0.155 to 0.152 (``benchmarks/calibration_variants.py``)."""
+"""Parameters of the machine rather than of the GPU generation, fitted on the rows of every family together.
+``scaleout_link``: the DGX H100, DGX B200 and GB200 NVL72 systems of the development rows all reach other nodes
+through ConnectX-7 400 Gb/s NICs (one per GPU) and NCCL, so the fraction of the NIC rate a collective reaches is
+the same physics on each. Fitted per family, it followed whichever model's rows leaned on the scale-out fabric
+(held out, the GPT-OSS fold moved Blackwell's to 0.93, the Qwen3-30B fold Hopper's to 0.68)."""
+SHARED_SEARCH_STEPS = 12
+"""Golden-section steps of the one-dimensional fit of a shared parameter (0.618^12 = 0.3 % of its range)."""
+
+
+def _fit_families(families: dict[str, list[RunRow]], projector: Projector, own: Sequence[Param],
+                  held: dict[str, float], loss: Loss,
+                  progress: Callable[[str], None] | None) -> dict[str, tuple[Efficiency, float, set[str]]]:
+    """Each family's ``own`` parameters fitted from the plain defaults with ``held`` values fixed:
+    family -> (efficiency, loss, parameters its rows do not constrain)."""
+    out = {}
+    for name, members in families.items():
+        if progress:
+            progress(f"fitting {name} on {len(members)} rows")
+        start = replace(fresh_start(members[0].system.gpu.efficiency, own), **held)  # type: ignore[union-attr]
+        kept: set[str] = set()
+        efficiency, value = fit_efficiency(members, projector, start, own, unconstrained=kept, loss=loss)
+        out[name] = (efficiency, value, kept)
+    return out
+
+
+def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficiency, float, set[str]]],
+                param: Param, projector: Projector, loss: Loss) -> float:
+    """``param`` fitted alone on the rows of every family together, each row with its family's fitted
+    efficiency otherwise (golden-section search within the parameter's bounds)."""
+    def score(x: float) -> float:
+        errors = []
+        for name, members in families.items():
+            efficiency = replace(fits[name][0], **{param.name: param.value(x)})
+            for run in members:
+                try:
+                    projected = projector(with_efficiency(run, efficiency))
+                except PrimusExtError:
+                    continue
+                if projected > 0:
+                    errors.append((run, math.log(projected / run.measured_tokens_per_sec_per_gpu)))
+        return loss(errors) if errors else math.inf
+
+    lo, hi = param.span()
+    for _ in range(SHARED_SEARCH_STEPS):
+        a, b = hi - GOLDEN * (hi - lo), lo + GOLDEN * (hi - lo)
+        if score(a) <= score(b):
+            hi = b
+        else:
+            lo = a
+    return param.value((lo + hi) / 2)
 
 
 def fit_by_gpu(
@@ -250,31 +294,32 @@ def fit_by_gpu(
     loss: Loss = mean_abs_log, shared: Sequence[str] = SHARED_ACROSS_FAMILIES,
 ) -> dict[str, tuple[Efficiency, int, float]]:
     """Per GPU family (hopper, blackwell, ...; the profile name when a profile has none): (fitted
-    efficiency, rows used, loss). Families with too few rows are absent and keep their defaults. The
-    ``shared`` parameters are taken from one fit of every parameter on all rows together (from the plain
-    defaults) when more than one family is fitted, and held in the per-family fits."""
+    efficiency, rows used, loss). Families with too few rows are absent and keep their defaults.
+
+    When more than one family is fitted, the ``shared`` parameters are fitted on the rows of those families
+    together: the families are fitted with them at their defaults, each shared parameter is then fitted alone
+    on all their rows with each family's other parameters held, and the families are fitted again with the
+    shared values held."""
     by_gpu: dict[str, list[RunRow]] = defaultdict(list)
     for run in usable(runs):
         by_gpu[family_of(run)].append(run)
     families = {name: members for name, members in sorted(by_gpu.items()) if len(members) >= MIN_FIT_ROWS}
-    held: dict[str, float] = {}
+    common = [p for p in params if p.name in shared] if len(families) > 1 else []
+    own = [p for p in params if p not in common]
+    held = {p.name: getattr(Efficiency(), p.name) for p in common}
+    fits = _fit_families(families, projector, own, held, loss, progress)
     note = ""
-    if len(families) > 1 and any(p.name in shared for p in params):
-        if progress:
-            progress(f"fitting {', '.join(shared)} on all {len(usable(runs))} rows together")
-        pooled = fit_pooled(runs, projector, params=params, loss=loss)
-        assert pooled is not None  # two families of >= MIN_FIT_ROWS rows each
-        held = {p.name: getattr(pooled[0], p.name) for p in params if p.name in shared}
-        note = (f"; {', '.join(f'{k} {v:.4g}' for k, v in held.items())} fitted on the rows of "
-                f"{'/'.join(sorted(by_gpu))} together (same NICs)")
-    own = [p for p in params if p.name not in held]
-    fits = {}
-    for name, members in families.items():
-        if progress:
-            progress(f"fitting {name} on {len(members)} rows")
-        start = replace(fresh_start(members[0].system.gpu.efficiency, own), **held)  # type: ignore[union-attr]
-        kept: set[str] = set()
-        efficiency, value = fit_efficiency(members, projector, start, own, unconstrained=kept, loss=loss)
+    if common:
+        for param in common:
+            if progress:
+                progress(f"fitting {param.name} on the rows of {'/'.join(families)} together")
+            held[param.name] = _fit_shared(families, fits, param, projector, loss)
+        fits = _fit_families(families, projector, own, held, loss, progress)
+        note = (f"; {', '.join(f'{k} {v:.4g}' for k, v in held.items())} fitted on the "
+                f"{sum(len(m) for m in families.values())} rows of {'/'.join(families)} together")
+    out = {}
+    for name, (efficiency, value, kept) in fits.items():
+        members = families[name]
         models = sorted({m.model_name for m in members})
         gpus = sorted({m.gpu for m in members})
         fitted = ", ".join(p.name for p in own if p.name not in kept)
@@ -282,8 +327,8 @@ def fit_by_gpu(
         efficiency = replace(efficiency, calibration=(
             f"fitted {fitted} on {len(members)} {'/'.join(gpus)} rows ({len(models)} models) of "
             f"{label or 'the validation set'}; {_loss_label(loss)} {value:.3f}{unfitted}{note}"))
-        fits[name] = (efficiency, len(members), value)
-    return fits
+        out[name] = (efficiency, len(members), value)
+    return out
 
 
 def fit_pooled(

@@ -179,37 +179,65 @@ def test_the_fit_minimises_the_loss_it_is_given():
 
 
 def link_projector(run):
-    """``fake_projector`` slowed by a scale-out term: the NIC efficiency matters to every row."""
+    """``fake_projector`` slowed, on multi-node rows (more than 8 GPUs) only, by a scale-out term: the NIC
+    efficiency is told apart from the GEMM efficiency by the single-node rows."""
     eff = run.system.gpu.efficiency
-    return fake_projector(run) / (1.0 + 0.5 / eff.scaleout_link)
+    nic = 1.0 + 0.5 / eff.scaleout_link if run.num_gpus > 8 else 1.0
+    return fake_projector(run) / nic
 
 
-def _two_families(truth_h: Efficiency, truth_b: Efficiency) -> list[RunRow]:
-    def measured(run: RunRow, truth: Efficiency) -> RunRow:
-        truth_run = replace(run, system=replace(run.system, gpu=replace(run.system.gpu, efficiency=truth)))
-        return replace(run, measured_tokens_per_sec_per_gpu=link_projector(truth_run))
+def _family(truth: Efficiency, gpu: str = "h100", offset: int = 0, models=("A", "B", "C")) -> list[RunRow]:
+    """``rows`` on ``gpu`` (plain default efficiency), measured as ``link_projector`` with ``truth``; the
+    first row of each model runs on one node (8 GPUs)."""
+    system = load_system(gpu, 2)
+    system = replace(system, gpu=replace(system.gpu, efficiency=Efficiency()))
+    out = []
+    for r in rows(Efficiency(), models=models):
+        run = replace(r, index=offset + r.index, gpu=gpu.upper(), system=system,
+                      num_gpus=8 if r.execution.micro_batch_size == 1 else 16)
+        truth_run = replace(run, system=replace(system, gpu=replace(system.gpu, efficiency=truth)))
+        out.append(replace(run, measured_tokens_per_sec_per_gpu=link_projector(truth_run)))
+    return out
 
-    b200 = load_system("b200", 2)
-    b200 = replace(b200, gpu=replace(b200.gpu, efficiency=Efficiency()))
-    hopper = [measured(r, truth_h) for r in rows(Efficiency())]
-    blackwell = [measured(replace(r, index=100 + r.index, gpu="B200", system=b200), truth_b)
-                 for r in rows(Efficiency())]
-    return hopper + blackwell
+
+def _two_families() -> list[RunRow]:
+    return (_family(Efficiency(gemm_max=0.5, scaleout_link=0.6))
+            + _family(Efficiency(gemm_max=0.7, scaleout_link=0.8), "b200", offset=100))
 
 
-def test_the_nic_efficiency_is_fitted_once_on_every_family_and_held_in_each():
-    runs = _two_families(Efficiency(gemm_max=0.5, scaleout_link=0.6), Efficiency(gemm_max=0.7, scaleout_link=0.8))
-    fits = fit_by_gpu(runs, link_projector)
-    hopper, blackwell = fits["hopper"][0], fits["blackwell"][0]
-    assert hopper.scaleout_link == blackwell.scaleout_link  # one value for the same NICs
-    assert "scaleout_link" not in hopper.calibration.split(" on ")[0]  # not among the family's own parameters
-    assert "fitted on the rows of blackwell/hopper together" in blackwell.calibration
-    # per family (the old way) each family's rows pick their own value
-    apart = fit_by_gpu(runs, link_projector, shared=())
-    assert apart["hopper"][0].scaleout_link != apart["blackwell"][0].scaleout_link
+def test_per_family_fits_recover_each_familys_nic_efficiency():
+    apart = fit_by_gpu(_two_families(), link_projector, shared=())
+    assert apart["hopper"][0].scaleout_link == pytest.approx(0.6, abs=0.03)
+    assert apart["blackwell"][0].scaleout_link == pytest.approx(0.8, abs=0.03)
     assert "together" not in apart["hopper"][0].calibration
 
 
-def test_one_family_fits_the_nic_efficiency_itself():
-    fits = fit_by_gpu(rows(Efficiency(gemm_max=0.5)), link_projector)
-    assert list(fits) == ["hopper"] and "together" not in fits["hopper"][0].calibration
+def test_the_nic_efficiency_is_fitted_once_on_every_family_and_held_in_each():
+    fits = fit_by_gpu(_two_families(), link_projector)
+    hopper, blackwell = fits["hopper"][0], fits["blackwell"][0]
+    assert hopper.scaleout_link == blackwell.scaleout_link  # one value for the same NICs
+    assert 0.62 < hopper.scaleout_link < 0.78  # between the two families' own values
+    assert "scaleout_link" not in hopper.calibration.split(";")[0]  # not among the family's own parameters
+    assert "fitted on the 18 rows of blackwell/hopper together" in blackwell.calibration
+    # each family's GEMM efficiency still comes from its own rows
+    assert hopper.gemm_max < blackwell.gemm_max
+
+
+def test_the_shared_fit_ignores_families_too_small_to_fit():
+    small = _family(Efficiency(gemm_max=0.5, scaleout_link=0.3), "mi300x", offset=200, models=("A",))[:2]
+    with_small = fit_by_gpu(_two_families() + small, link_projector)
+    assert "cdna3" not in with_small
+    assert with_small["hopper"][0].scaleout_link == fit_by_gpu(_two_families(), link_projector)[
+        "hopper"][0].scaleout_link
+
+
+def test_no_shared_step_without_the_shared_parameter_or_a_second_family():
+    from primus_ext.validate.calibrate import DEFAULT_PARAMS
+
+    without = [p for p in DEFAULT_PARAMS if p.name != "scaleout_link"]
+    fits = fit_by_gpu(_two_families(), link_projector, params=without)
+    assert "together" not in fits["hopper"][0].calibration
+    assert fits["hopper"][0].scaleout_link == Efficiency().scaleout_link  # neither fitted nor shared
+    one = fit_by_gpu(_family(Efficiency(gemm_max=0.5, scaleout_link=0.6)), link_projector)
+    assert list(one) == ["hopper"] and "together" not in one["hopper"][0].calibration
+    assert one["hopper"][0].scaleout_link == pytest.approx(0.6, abs=0.03)  # fitted by the family itself

@@ -53,3 +53,20 @@ def test_a_given_fit_sees_only_the_other_models_rows():
     report = leave_one_model_out(runs, fake_projector, fit=lambda t, p: fit_recording_models(t, p, seen))
     assert seen == [["B", "C"], ["A", "C"], ["A", "B"]]
     assert report.rows == leave_one_model_out(runs, fake_projector).rows
+
+
+def test_the_shared_nic_fit_of_a_fold_never_projects_the_held_out_model():
+    """Two families: each fold also fits the NIC efficiency on all families' training rows together; the
+    held-out model's rows are projected once each, after the fit, and never during it."""
+    from test_calibrate import _two_families, link_projector
+
+    runs = _two_families()
+    calls: list[str] = []
+
+    def spy(run):
+        calls.append(run.model_name)
+        return link_projector(run)
+
+    rows_a = held_out_fold("A", runs, spy)
+    assert len(rows_a) == 6 and calls.count("A") == 6 and calls[-6:] == ["A"] * 6
+    assert all(r.error_pct is not None for r in rows_a)
