@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/calibration_variants.py                          # every variant (5-14 min each on 2 cores)
+    python benchmarks/calibration_variants.py                          # every variant (6-20 min each on 2 cores)
     python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
     python benchmarks/calibration_variants.py --in-sample --variants baseline,expert-launch   # ~1.5 min each
     python benchmarks/calibration_variants.py --per-family-nic --variants cauchy  # as measured before 2026-12-04
