@@ -106,9 +106,8 @@ def _loss_label(loss: Loss) -> str:
     return "mean |log error|" if loss is mean_abs_log else f"loss {getattr(loss, '__name__', type(loss).__name__)}"
 
 
-def objective(runs: Sequence[RunRow], projector: Projector, efficiency: Efficiency,
-              loss: Loss = mean_abs_log) -> float:
-    """``loss`` of the log errors of the rows the projector accepts (inf if none)."""
+def log_errors(runs: Sequence[RunRow], projector: Projector, efficiency: Efficiency) -> list[tuple[RunRow, float]]:
+    """(row, log(projected / measured)) of each row the projector accepts with ``efficiency``."""
     errors = []
     for run in runs:
         try:
@@ -117,6 +116,13 @@ def objective(runs: Sequence[RunRow], projector: Projector, efficiency: Efficien
             continue
         if projected > 0:
             errors.append((run, math.log(projected / run.measured_tokens_per_sec_per_gpu)))
+    return errors
+
+
+def objective(runs: Sequence[RunRow], projector: Projector, efficiency: Efficiency,
+              loss: Loss = mean_abs_log) -> float:
+    """``loss`` of the log errors of the rows the projector accepts (inf if none)."""
+    errors = log_errors(runs, projector, efficiency)
     return loss(errors) if errors else math.inf
 
 
@@ -266,16 +272,8 @@ def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficie
     """``param`` fitted alone on the rows of every family together, each row with its family's fitted
     efficiency otherwise (golden-section search within the parameter's bounds)."""
     def score(x: float) -> float:
-        errors = []
-        for name, members in families.items():
-            efficiency = replace(fits[name][0], **{param.name: param.value(x)})
-            for run in members:
-                try:
-                    projected = projector(with_efficiency(run, efficiency))
-                except PrimusExtError:
-                    continue
-                if projected > 0:
-                    errors.append((run, math.log(projected / run.measured_tokens_per_sec_per_gpu)))
+        errors = [error for name, members in families.items()
+                  for error in log_errors(members, projector, replace(fits[name][0], **{param.name: param.value(x)}))]
         return loss(errors) if errors else math.inf
 
     lo, hi = param.span()
