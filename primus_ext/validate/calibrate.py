@@ -268,15 +268,18 @@ def _fit_families(families: dict[str, list[RunRow]], projector: Projector, own: 
 
 
 def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficiency, float, set[str]]],
-                param: Param, projector: Projector, loss: Loss) -> float:
+                param: Param, projector: Projector, loss: Loss) -> float | None:
     """``param`` fitted alone on the rows of every family together, each row with its family's fitted
-    efficiency otherwise (golden-section search within the parameter's bounds)."""
+    efficiency otherwise (golden-section search within the parameter's bounds); ``None`` when the rows do not
+    constrain it (the loss is the same at both bounds, e.g. no row leaves its node)."""
     def score(x: float) -> float:
         errors = [error for name, members in families.items()
                   for error in log_errors(members, projector, replace(fits[name][0], **{param.name: param.value(x)}))]
         return loss(errors) if errors else math.inf
 
     lo, hi = param.span()
+    if abs(score(lo) - score(hi)) < 1e-9:
+        return None
     for _ in range(SHARED_SEARCH_STEPS):
         a, b = hi - GOLDEN * (hi - lo), lo + GOLDEN * (hi - lo)
         if score(a) <= score(b):
@@ -308,13 +311,20 @@ def fit_by_gpu(
     fits = _fit_families(families, projector, own, held, loss, progress)
     note = ""
     if common:
+        fitted_shared = {}
         for param in common:
             if progress:
                 progress(f"fitting {param.name} on the rows of {'/'.join(families)} together")
-            held[param.name] = _fit_shared(families, fits, param, projector, loss)
-        fits = _fit_families(families, projector, own, held, loss, progress)
-        note = (f"; {', '.join(f'{k} {v:.4g}' for k, v in held.items())} fitted on the "
-                f"{sum(len(m) for m in families.values())} rows of {'/'.join(families)} together")
+            value = _fit_shared(families, fits, param, projector, loss)
+            if value is not None:
+                fitted_shared[param.name] = held[param.name] = value
+        if fitted_shared:
+            fits = _fit_families(families, projector, own, held, loss, progress)
+            note = (f"; {', '.join(f'{k} {v:.4g}' for k, v in fitted_shared.items())} fitted on the "
+                    f"{sum(len(m) for m in families.values())} rows of {'/'.join(families)} together")
+        unshared = sorted(set(held) - set(fitted_shared))
+        if unshared:
+            note += f"; {', '.join(unshared)} not constrained by these rows (left at the default)"
     out = {}
     for name, (efficiency, value, kept) in fits.items():
         members = families[name]

@@ -241,3 +241,14 @@ def test_no_shared_step_without_the_shared_parameter_or_a_second_family():
     one = fit_by_gpu(_family(Efficiency(gemm_max=0.5, scaleout_link=0.6)), link_projector)
     assert list(one) == ["hopper"] and "together" not in one["hopper"][0].calibration
     assert one["hopper"][0].scaleout_link == pytest.approx(0.6, abs=0.03)  # fitted by the family itself
+
+
+def test_a_shared_parameter_no_row_constrains_keeps_its_default_and_says_so():
+    hopper = rows(Efficiency(gemm_max=0.5))
+    b200 = load_system("b200", 2)
+    b200 = replace(b200, gpu=replace(b200.gpu, efficiency=Efficiency()))
+    blackwell = [replace(r, index=100 + r.index, gpu="B200", system=b200) for r in rows(Efficiency(gemm_max=0.7))]
+    fits = fit_by_gpu(hopper + blackwell, fake_projector)  # fake_projector ignores the NIC
+    assert fits["hopper"][0].scaleout_link == Efficiency().scaleout_link
+    assert "scaleout_link not constrained by these rows (left at the default)" in fits["hopper"][0].calibration
+    assert "together" not in fits["hopper"][0].calibration
