@@ -13,13 +13,13 @@ def _row(i: int, model: str, error: float | None) -> RowResult:
 
 
 def test_errors_by_model_bias_spread_and_order():
-    rows = [_row(0, "a", +4.0), _row(1, "a", -2.0), _row(2, "a", +10.0),
+    rows = [_row(0, "a", -4.0), _row(1, "a", -2.0), _row(2, "a", +10.0),
             _row(3, "b", -30.0), _row(4, "b", -20.0), _row(5, "c", None)]
     by = errors_by_model(rows)
     assert list(by) == ["b", "a"]  # worst median |error| first; "c" has no projected row
     assert by["a"].n == 3
-    assert by["a"].median_error_pct == pytest.approx(4.0)  # the bias keeps its sign
-    assert by["a"].median_abs_error_pct == pytest.approx(4.0)
+    assert by["a"].median_error_pct == pytest.approx(-2.0)  # the signed median: the bias
+    assert by["a"].median_abs_error_pct == pytest.approx(4.0)  # the median of |error|, not |median|
     assert by["a"].max_abs_error_pct == pytest.approx(10.0)
     assert by["b"].median_error_pct == pytest.approx(-25.0)
     assert by["b"].median_abs_error_pct == pytest.approx(25.0)
