@@ -268,13 +268,15 @@ def _fit_families(families: dict[str, list[RunRow]], projector: Projector, own: 
 
 
 def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficiency, float, set[str]]],
-                param: Param, projector: Projector, loss: Loss) -> float | None:
+                param: Param, projector: Projector, loss: Loss, held: dict[str, float]) -> float | None:
     """``param`` fitted alone on the rows of every family together, each row with its family's fitted
-    efficiency otherwise (golden-section search within the parameter's bounds); ``None`` when the rows do not
-    constrain it (the loss is the same at both bounds, e.g. no row leaves its node)."""
+    efficiency and the ``held`` shared values otherwise (golden-section search within the parameter's bounds);
+    ``None`` when the rows do not constrain it (the loss is the same at both bounds, e.g. no row leaves its
+    node)."""
     def score(x: float) -> float:
+        values = {**held, param.name: param.value(x)}
         errors = [error for name, members in families.items()
-                  for error in log_errors(members, projector, replace(fits[name][0], **{param.name: param.value(x)}))]
+                  for error in log_errors(members, projector, replace(fits[name][0], **values))]
         return loss(errors) if errors else math.inf
 
     lo, hi = param.span()
@@ -315,7 +317,7 @@ def fit_by_gpu(
         for param in common:
             if progress:
                 progress(f"fitting {param.name} on the rows of {'/'.join(families)} together")
-            value = _fit_shared(families, fits, param, projector, loss)
+            value = _fit_shared(families, fits, param, projector, loss, held)  # sees the shared values fitted so far
             if value is not None:
                 fitted_shared[param.name] = held[param.name] = value
         if fitted_shared:
