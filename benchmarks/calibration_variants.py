@@ -34,9 +34,6 @@ over those rows and the fitted GEMM size at half efficiency.
     fp8-ratio-1      the same fraction in FP8 and BF16 (the bound at 0.999)
     hbm              the HBM bandwidth fraction of memory-bound kernels (``Efficiency.hbm``, default 0.80)
                      fitted too, within 0.4-0.95
-    per-family-scaleout
-                     the scale-out (NIC) link efficiency fitted per family like the others (shipped until
-                     2026-12-04; ``calibrate.SHARED_ACROSS_FAMILIES`` now fits it on all families together)
 """
 
 from __future__ import annotations
@@ -156,7 +153,6 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "expert-launch": (fit_by_gpu, partial(patched_gemm, launch_s=EXPERT_LAUNCH_S)),
     "fp8-ratio-85": (partial(fit_by_gpu, params=_fp8_ratio_floor(0.85)), nullcontext),
     "fp8-ratio-1": (partial(fit_by_gpu, params=_fp8_ratio_floor(0.999)), nullcontext),
-    "per-family-scaleout": (partial(fit_by_gpu, shared=()), nullcontext),
     "hbm": (partial(fit_by_gpu, params=(*DEFAULT_PARAMS, HBM)), nullcontext),
 }
 """name -> (the fit each fold runs, the context the folds run in)."""
