@@ -64,7 +64,8 @@ def _summary_lines(report, *, data_bounds: bool = True) -> list[str]:
     floor = f"   (p90 floor of the data >= {s.p90_floor_abs_error_pct:.1f} %)" if data_bounds else ""
     lines = [f"{report.label or 'projection'}: {s.n_projected} rows projected, {s.n_skipped} skipped",
              f"  |error| median {s.median_abs_error_pct:.1f} %   p90 {s.p90_abs_error_pct:.1f} %   "
-             f"max {s.max_abs_error_pct:.1f} %{floor}"]
+             f"max {s.max_abs_error_pct:.1f} %{floor}",
+             f"  mean |log error| {s.mean_abs_log_error:.4f}   {s.n_above_20_pct} rows above 20 %"]
     for group, rho in s.spearman_by_group.items():
         ceiling = s.spearman_ceiling_by_group.get(group, math.nan)
         bound = f"  (ceiling {ceiling:+.2f})" if data_bounds else ""

@@ -68,6 +68,10 @@ class Summary:
     """The best rho any projection reaches that gives rows of one configuration one value."""
     p90_floor_abs_error_pct: float = math.nan
     """A lower bound of the p90 any such projection can have (``ceiling.p90_floor``)."""
+    mean_abs_log_error: float = math.nan
+    """Mean |log(projected / measured)|: what the calibration minimises (``calibrate.mean_abs_log``)."""
+    n_above_20_pct: int = 0
+    """Rows whose |error| exceeds 20 % (the p90 target of issue 6)."""
     by_model: dict[str, ModelErrors] = field(default_factory=dict)
     """Per model, worst median |error| first: which models the error comes from."""
 
@@ -110,6 +114,8 @@ class ValidationReport:
                 "kendall_by_group": self.summary.kendall_by_group,
                 "spearman_ceiling_by_group": self.summary.spearman_ceiling_by_group,
                 "p90_floor_abs_error_pct": self.summary.p90_floor_abs_error_pct,
+                "mean_abs_log_error": self.summary.mean_abs_log_error,
+                "n_above_20_pct": self.summary.n_above_20_pct,
                 "by_model": {name: vars(m) for name, m in self.summary.by_model.items()},
             },
         }
@@ -172,6 +178,9 @@ def summarize(rows: Sequence[RowResult]) -> Summary:
         spearman_ceiling_by_group=ceiling,
         p90_floor_abs_error_pct=p90_floor([r.measured_tokens_per_sec_per_gpu for r in scored],
                                           [_config(r) for r in scored]),
+        mean_abs_log_error=(sum(abs(math.log1p(r.error_pct / 100.0)) for r in scored) / len(scored)  # type: ignore[operator]
+                            if scored else math.nan),
+        n_above_20_pct=sum(1 for e in errors if e > 20.0),
         by_model=errors_by_model(scored),
     )
 

@@ -1,6 +1,7 @@
 """``primus-ext validate`` end to end on a small CSV pair (and on the shipped set when present)."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,14 @@ def test_validate_json_layout(tmp_path, capsys):
     assert "M | H100 | bf16" in summary["spearman_by_group"]
     errors = [r["error_pct"] for r in data["rows"][:3]]
     assert summary["by_model"]["M"]["n"] == 3
+    assert summary["mean_abs_log_error"] == pytest.approx(
+        sum(abs(math.log1p(e / 100)) for e in errors) / 3)
+    assert summary["n_above_20_pct"] == sum(1 for e in errors if abs(e) > 20)
     assert summary["by_model"]["M"]["median_error_pct"] == pytest.approx(sorted(errors)[1])
     # the user's run: 64 * 4096 / (0.8 s * 16) = 20480 tok/s/GPU anchors the group
     assert data["calibrated_from_user_run"]["summary"]["n_projected"] == 3
     printed = capsys.readouterr().out
-    assert "worst" in printed and "error by model" in printed
+    assert "worst" in printed and "error by model" in printed and "mean |log error|" in printed
 
 
 def test_validate_bad_file_exits_2(tmp_path, capsys):

@@ -29,3 +29,13 @@ def test_summary_carries_the_by_model_table():
     rows = [_row(0, "a", 5.0), _row(1, "b", -1.0), _row(2, "b", None)]
     s = summarize(rows)
     assert set(s.by_model) == {"a", "b"} and s.by_model["b"].n == 1
+
+
+def test_summary_mean_abs_log_error_and_rows_above_20_pct():
+    import math
+
+    rows = [_row(0, "a", 25.0), _row(1, "a", -20.0), _row(2, "b", 100.0), _row(3, "b", None)]
+    s = summarize(rows)
+    expected = (math.log(1.25) + abs(math.log(0.8)) + math.log(2.0)) / 3
+    assert s.mean_abs_log_error == pytest.approx(expected)
+    assert s.n_above_20_pct == 2  # 25 % and 100 %; exactly 20 % is not above
