@@ -9,7 +9,8 @@ Kinds: ``dense`` / ``moe`` -> a one-layer ``TransformerBlock`` (no final norm) f
 spec (MHA/GQA or MLA, MoE with shared experts); ``embedding`` -> ``LanguageModelEmbedding``;
 ``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
 The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
-local spec (torch modules), with the shims of ``shims.py``.
+local spec (torch modules), with the shims of ``shims.py`` and, on a GPU, PyTorch's fused SDPA for
+the core attention (``attention.py``).
 
 Per-rank shapes. When the process group has the run's TP/EP sizes (``distributed=True``, ranks
 spawned by ``spawn.py``) the config carries the *global* sizes and megatron divides them. In a
@@ -36,6 +37,8 @@ from typing import Any
 
 import torch
 
+from primus_ext.measure.attention import NOTE as SDPA_NOTE
+from primus_ext.measure.attention import sdpa_core_attention_class
 from primus_ext.measure.shims import mla_core_attention_class, resolve_device
 from primus_ext.model.rank_shape import RankShape
 
@@ -236,7 +239,7 @@ def _recompute_kwargs(shape: RankShape, use_te: bool, notes: list[str]) -> dict[
     return {}
 
 
-def _layer_spec(shape: RankShape, config, use_te: bool):
+def _layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     a = shape.arch
@@ -252,6 +255,8 @@ def _layer_spec(shape: RankShape, config, use_te: bool):
     attn_sub = sub.self_attention.submodules
     if a.multi_latent_attention:
         attn_sub.core_attention = mla_core_attention_class()
+    if sdpa:
+        attn_sub.core_attention = sdpa_core_attention_class(attn_sub.core_attention)
     if shape.cp > 1 and config.context_parallel_size == 1:
         attn_sub.core_attention = cp_core_attention_class(attn_sub.core_attention, shape.cp)
     if config.sequence_parallel:
@@ -340,6 +345,9 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     dev = resolve_device(device)
     use_te = te_available(dev)
     config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te, dtype=dtype)
+    sdpa = dev.type == "cuda" and not use_te and shape.kind in ("dense", "moe")
+    if sdpa:
+        notes.append(SDPA_NOTE)
     dtype = config.params_dtype
     a = shape.arch
     tokens_seq = shape.local_seq
@@ -350,7 +358,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     extra = 0
 
     if shape.kind in ("dense", "moe"):
-        module = TransformerBlock(config, _layer_spec(shape, config, use_te), post_layer_norm=False)
+        module = TransformerBlock(config, _layer_spec(shape, config, use_te, sdpa=sdpa), post_layer_norm=False)
         rope = None
         if not a.multi_latent_attention:
             rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(tokens_seq).to(dev)
@@ -382,7 +390,8 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     module = module.to(device=dev, dtype=dtype)  # what Float16Module does: params in bf16/fp16
     return BuiltLayer(shape=shape, module=module, device=dev, dtype=dtype, config=config,
                       distributed=distributed, make_inputs=make_inputs, recompute_targets=targets,
-                      notes=tuple(notes), spec_kind="te" if use_te else "local", extra_params=extra,
+                      notes=tuple(notes), spec_kind="te" if use_te else "local+sdpa" if sdpa else "local",
+                      extra_params=extra,
                       param_names={n: p.numel() for n, p in module.named_parameters()})
 
 
