@@ -52,6 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --fit: write the profiles with their fitted efficiency block into DIR "
                         "(use it as $PRIMUS_EXT_PROFILES, or primus_ext/hardware/profiles to ship them)")
     p.add_argument("--calibrate-from", help="one measured run of your own (CSV/JSON) -> workload offset")
+    p.add_argument("--store", metavar="FILE",
+                   help="also project the rows from the measured layers of this timing store (SQLite, or the "
+                        ".jsonl of `bench --export`): the hybrid method, beside the analytic roofline on the same rows")
+    p.add_argument("--store-device", metavar="NAME", help="with --store: whose entries (default: its one device)")
+    p.add_argument("--store-gpu", metavar="PROFILE",
+                   help="with --store: the hardware profile of that device (default: read from its name)")
     p.add_argument("--worst", type=int, default=10, help="how many worst rows to print (default 10)")
     p.set_defaults(func=run)
 
@@ -80,6 +86,35 @@ def _model_lines(report) -> list[str]:
         lines.append(f"  {name:<26} {m.n:>4} {m.median_error_pct:>+7.1f}% {m.median_abs_error_pct:>12.1f}% "
                      f"{m.max_abs_error_pct:>9.1f}%")
     return lines
+
+
+def _hybrid(args: argparse.Namespace, runs, report) -> dict:
+    """``--store``: the rows the store covers, projected from its measured layers and analytically."""
+    from primus_ext.errors import PrimusExtError
+    from primus_ext.hardware import load_gpu
+    from primus_ext.validate.measured import measured_projector, open_store, profile_of
+    from primus_ext.validate.run import ValidationReport, summarize, validate_runs
+
+    store = open_store(args.store, args.store_device)
+    profile = args.store_gpu or profile_of(store.device)
+    if profile is None:
+        raise PrimusExtError(f"--store {args.store}: no hardware profile is named by its device {store.device!r}: "
+                             "name it with --store-gpu")
+    hybrid = validate_runs(runs, measured_projector(store, load_gpu(profile)),
+                           label=f"hybrid (layers measured on {store.device}, analytic communication)")
+    covered = {r.index for r in hybrid.rows if r.error_pct is not None}
+    same_rows = tuple(r for r in report.rows if r.index in covered)
+    analytic = ValidationReport(rows=same_rows, summary=summarize(same_rows), label="analytic, same rows")
+    print("\n" + "\n".join(_summary_lines(hybrid, data_bounds=False)))
+    print("\n".join(_model_lines(hybrid)))
+    print("\n".join(_summary_lines(analytic, data_bounds=False)))
+    refused: dict[str, int] = {}
+    for r in hybrid.rows:
+        if r.error_pct is None and r.skipped_reason.startswith("projection refused"):
+            refused[r.skipped_reason] = refused.get(r.skipped_reason, 0) + 1
+    for reason, count in sorted(refused.items(), key=lambda kv: -kv[1]):
+        print(f"  {count:>3} x {reason}")
+    return {"hybrid": hybrid.to_dict(), "hybrid_analytic_same_rows_summary": analytic.to_dict()["summary"]}
 
 
 def _progress(message: str) -> None:
@@ -118,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  {count:>3} x {reason}")
     out = report.to_dict()
+    if args.store:
+        out.update(_hybrid(args, runs, report))
     offset = one_run_offset(report)
     print("\n" + "\n".join(_summary_lines(offset, data_bounds=False)[:2]))
     out["one_run_offset_summary"] = offset.to_dict()["summary"]
