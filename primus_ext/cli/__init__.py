@@ -5,13 +5,16 @@ Every module in this package whose name does not start with ``_`` is a subcomman
 Subcommand modules import heavy libraries (torch, megatron) inside their ``func`` only, so that
 ``primus-ext --help`` stays fast.
 
-Domain errors (``PrimusExtError``) are printed without a traceback and exit with code 2.
+Domain errors (``PrimusExtError``) are printed without a traceback and exit with code 2. A reader of
+stdout that leaves early (``primus-ext validate ... | head``) silences the rest of the output; the
+command still finishes and writes its files.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -37,12 +40,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _QuietOnceReaderGone:
+    """``sys.stdout`` that turns into /dev/null when the pipe's reader has closed it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._silence()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._silence()
+
+    def _silence(self) -> None:
+        self.reader_gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the interpreter's own flush at exit lands here
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    stdout = sys.stdout
+    sys.stdout = _QuietOnceReaderGone(stdout)
     try:
         return int(args.func(args) or 0)
     except PrimusExtError as err:
@@ -51,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":  # pragma: no cover
