@@ -4,9 +4,9 @@ Three steps, the middle one on the GPU machine (the validation CSVs stay here)::
 
     python benchmarks/gpu_hopper_check.py shapes --out gpu_job/shapes.jsonl          # here
     python benchmarks/gpu_hopper_check.py measure --shapes gpu_job/shapes.jsonl \\
-        --out "$OUT" --budget-s 300                                                 # on the GPU
+        --out "$OUT" --budget-s 330                                                 # on the GPU
     primus-ext validate ../shared/validation/measured_throughput.csv --archs ... --hardware ... \\
-        --store benchmarks/stores/h200-layers.jsonl                                   # here
+        --store OUT/layers.jsonl                                                      # here
 
 ``shapes`` writes the per-rank layer shapes (dense / MoE / embedding / output) of every projectable
 H100/H200 row. ``measure`` reads the GPU's kernel ceilings (bf16 and fp8 GEMM, fused attention, HBM
@@ -27,10 +27,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # primus_ext from this checkout, installed or not (the GPU machine: not)
 VALIDATION = REPO.parent / "shared" / "validation"
 HOPPER = ("H100", "H200")
-KIND_ORDER = {"dense": 0, "moe": 1, "output": 2, "embedding": 3}
-"""Measured first: the layers that dominate a step."""
+KIND_ORDER = {"embedding": 0, "output": 1, "dense": 2, "moe": 3}
+"""The cheap kinds first: a row is projected only when every kind of it is measured."""
 
 
 def _runs():
@@ -91,9 +92,11 @@ def kernel_ceilings() -> dict:
             a8 = a.to(torch.float8_e4m3fn)
             b8 = b.t().contiguous().t().to(torch.float8_e4m3fn)  # column-major, as cuBLASLt wants
             one = torch.ones((), device=dev)
-            ms = _timed(lambda a8=a8, b8=b8, one=one: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
-                                                                       out_dtype=torch.bfloat16))
-            out["gemm_fp8"].append({"m": m, "n": n, "k": k, "ms": ms, "tflops": 2 * m * n * k / ms / 1e9})
+            for fast in (False, True):  # TE's forward GEMMs accumulate fast, its backward ones do not
+                ms = _timed(lambda a8=a8, b8=b8, one=one, fast=fast: torch._scaled_mm(
+                    a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast))
+                out["gemm_fp8"].append({"m": m, "n": n, "k": k, "fast_accum": fast, "ms": ms,
+                                        "tflops": 2 * m * n * k / ms / 1e9})
         except (RuntimeError, TypeError) as err:  # the recipe's scaled GEMM may be missing in this torch
             out["gemm_fp8"].append({"m": m, "n": n, "k": k, "error": f"{type(err).__name__}: {err}"[:200]})
         del a, b
@@ -138,22 +141,26 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(json.dumps(kernels), flush=True)
     shapes = [shape_from_dict(json.loads(line)) for line in Path(args.shapes).read_text().splitlines()]
     opts = MeasureOptions(warmup=args.warmup, reps=args.reps, timeout_s=60.0, spawn=False)
-    left: list[str] = []
-    with TimingStore(Path(args.store), device=env["device"]) as store, parallel_context(device=dev):
-        for i, shape in enumerate(shapes):
-            if time.monotonic() - t0 > args.budget_s:
-                left.append(shape.key())
-                continue
-            m = measure_one(shape, 1.0, dev, opts)
-            store.record(m)
-            cost = m.cost
-            line = (f"[{time.monotonic() - t0:6.1f}s] {i + 1}/{len(shapes)} {shape.kind:<9} "
-                    + (f"fwd {cost.fwd_ms:8.2f} ms bwd {cost.bwd_ms:8.2f} ms" if cost else f"FAILED {m.error}"))
-            print(line[:300], flush=True)
-            if i % 8 == 7 or i == len(shapes) - 1:
-                store.export(out / "layers.jsonl")
-        store.export(out / "layers.jsonl")
+    left = [shape.key() for shape in shapes]
     (out / "left.json").write_text(json.dumps(left))
+    with TimingStore(Path(args.store), device=env["device"]) as store:
+        try:
+            with parallel_context(device=dev):
+                for i, shape in enumerate(shapes):
+                    if time.monotonic() - t0 > args.budget_s:
+                        break
+                    m = measure_one(shape, 1.0, dev, opts)
+                    store.record(m)
+                    left.remove(shape.key())
+                    cost = m.cost
+                    line = (f"[{time.monotonic() - t0:6.1f}s] {i + 1}/{len(shapes)} {shape.kind:<9} "
+                            + (f"fwd {cost.fwd_ms:8.2f} ms bwd {cost.bwd_ms:8.2f} ms" if cost else f"FAILED {m.error}"))
+                    print(line[:300], flush=True)
+                    store.export(out / "layers.jsonl")  # each shape: a run cut short keeps what it measured
+                    (out / "left.json").write_text(json.dumps(left))
+        finally:
+            store.export(out / "layers.jsonl")
+            (out / "left.json").write_text(json.dumps(left))
     print(f"measured {len(shapes) - len(left)} of {len(shapes)} shapes in {time.monotonic() - t0:.0f} s; "
           f"{len(left)} left for lack of time", flush=True)
     return 0

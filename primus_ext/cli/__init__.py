@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
+        sys.stdout.flush()  # what a block-buffered pipe still holds, while a gone reader is still tolerated
         sys.stdout = stdout
 
 

@@ -88,19 +88,32 @@ def _model_lines(report) -> list[str]:
     return lines
 
 
-def _hybrid(args: argparse.Namespace, runs, report) -> dict:
-    """``--store``: the rows the store covers, projected from its measured layers and analytically."""
+def _open_measured(args: argparse.Namespace):
+    """``--store``'s timing store and the profile of the GPU that measured it (``(None, None)`` without)."""
     from primus_ext.errors import PrimusExtError
     from primus_ext.hardware import load_gpu
-    from primus_ext.validate.measured import measured_projector, open_store, profile_of
-    from primus_ext.validate.run import ValidationReport, summarize, validate_runs
+    from primus_ext.validate.measured import open_store, profile_of
 
+    if not args.store:
+        given = [flag for flag, value in (("--store-device", args.store_device), ("--store-gpu", args.store_gpu))
+                 if value]
+        if given:
+            raise PrimusExtError(f"{' and '.join(given)} without --store: name the timing store to read")
+        return None, None
     store = open_store(args.store, args.store_device)
     profile = args.store_gpu or profile_of(store.device)
     if profile is None:
         raise PrimusExtError(f"--store {args.store}: no hardware profile is named by its device {store.device!r}: "
                              "name it with --store-gpu")
-    hybrid = validate_runs(runs, measured_projector(store, load_gpu(profile)),
+    return store, load_gpu(profile)
+
+
+def _hybrid(runs, report, store, gpu) -> dict:
+    """``--store``: the rows the store covers, projected from its measured layers and analytically."""
+    from primus_ext.validate.measured import measured_projector
+    from primus_ext.validate.run import ValidationReport, summarize, validate_runs
+
+    hybrid = validate_runs(runs, measured_projector(store, gpu),
                            label=f"hybrid (layers measured on {store.device}, analytic communication)")
     covered = {r.index for r in hybrid.rows if r.error_pct is not None}
     same_rows = tuple(r for r in report.rows if r.index in covered)
@@ -134,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.validate.run import analytic_projector, validate_runs
     from primus_ext.validate.runs import read_runs
 
+    store, store_gpu = _open_measured(args)  # bad --store input fails before the projection runs
     archs = read_archs(args.archs)
     gpus = read_hardware(args.hardware) if args.hardware else None
     runs = read_runs(args.measurements, archs, gpus)
@@ -153,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
     for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  {count:>3} x {reason}")
     out = report.to_dict()
-    if args.store:
-        out.update(_hybrid(args, runs, report))
+    if store is not None:
+        out.update(_hybrid(runs, report, store, store_gpu))
     offset = one_run_offset(report)
     print("\n" + "\n".join(_summary_lines(offset, data_bounds=False)[:2]))
     out["one_run_offset_summary"] = offset.to_dict()["summary"]

@@ -69,7 +69,8 @@ class BuiltLayer:
     """Sub-modules whose forward megatron re-runs in backward under the shape's recompute."""
     notes: tuple[str, ...] = ()
     spec_kind: str = "local"
-    """``local`` (torch modules) or ``te`` (transformer-engine)."""
+    """``local`` (torch modules), ``local+sdpa`` (the local spec with fused SDPA attention, a GPU without
+    TE) or ``te`` (transformer-engine)."""
     param_names: dict[str, int] = field(default_factory=dict)
     extra_params: int = 0
     """Parameters of experts built only to carry the per-rank token slots (not the rank's)."""
@@ -88,6 +89,12 @@ def te_available(device: torch.device) -> bool:
     except ImportError:
         return False
     return True
+
+
+def uses_sdpa(device: torch.device, use_te: bool) -> bool:
+    """Core attention through ``attention.sdpa_core_attention_class``: on a GPU without TE (on CPU the
+    local spec's own attention is what a CPU training run executes)."""
+    return device.type == "cuda" and not use_te
 
 
 def _activation(name: str) -> tuple[Callable[..., torch.Tensor], bool]:
@@ -255,10 +262,11 @@ def _layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
     attn_sub = sub.self_attention.submodules
     if a.multi_latent_attention:
         attn_sub.core_attention = mla_core_attention_class()
+    cp = shape.cp if shape.cp > 1 and config.context_parallel_size == 1 else 1
     if sdpa:
-        attn_sub.core_attention = sdpa_core_attention_class(attn_sub.core_attention)
-    if shape.cp > 1 and config.context_parallel_size == 1:
-        attn_sub.core_attention = cp_core_attention_class(attn_sub.core_attention, shape.cp)
+        attn_sub.core_attention = sdpa_core_attention_class(attn_sub.core_attention, cp)
+    elif cp > 1:
+        attn_sub.core_attention = cp_core_attention_class(attn_sub.core_attention, cp)
     if config.sequence_parallel:
         from primus_ext.measure.shims import SPTorchNorm
 
@@ -345,7 +353,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     dev = resolve_device(device)
     use_te = te_available(dev)
     config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te, dtype=dtype)
-    sdpa = dev.type == "cuda" and not use_te and shape.kind in ("dense", "moe")
+    sdpa = uses_sdpa(dev, use_te) and shape.kind in ("dense", "moe")
     if sdpa:
         notes.append(SDPA_NOTE)
     dtype = config.params_dtype

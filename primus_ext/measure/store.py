@@ -245,6 +245,8 @@ class TimingStore:
             for line in f:
                 if line.strip():
                     row = json.loads(line)
+                    if not isinstance(row, dict):
+                        raise ValueError(f"{path}: line {n + 1}: not a JSON object")
                     table = row.pop("table", None)
                     if table not in _TABLES:
                         raise ValueError(f"{path}: line {n + 1}: unknown table {table!r}")

@@ -19,10 +19,13 @@ HBM bandwidth and FP8 GEMMs by the FP8 peak; rows of another family are refused.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from primus_ext.errors import PrimusExtError
+from primus_ext.measure.store import TimingStore
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost
@@ -30,6 +33,8 @@ from primus_ext.specs import GPUSpec
 from primus_ext.validate.run import Projector
 from primus_ext.validate.runs import RunRow
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3)."""
 _PRECISION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"}
 """A store entry's ``dtype`` (torch's name, or ``fp8`` under TE) as a ``RankShape.precision``."""
 
@@ -38,7 +43,7 @@ def _ratio(new: float | None, old: float | None) -> float:
     return new / old if new and old else 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CarriedCosts:
     """``CostProvider``: measured entries of ``store`` (taken on ``measured_on``) carried to ``target``.
 
@@ -58,11 +63,13 @@ class CarriedCosts:
             return None
         dtype = self.measured_dtype(shape) if self.measured_dtype else shape.precision
         as_run = replace(shape, precision=dtype) if dtype and dtype != shape.precision else shape
-        if as_run == shape and self.target == self.measured_on:
+        same_gpu = self.target.name == self.measured_on.name  # a profile and its CSV twin differ in sources
+        if as_run == shape and same_gpu:
             return measured
-        old, new = analytic_cost(as_run, self.measured_on), analytic_cost(shape, self.target)
+        old = analytic_cost(as_run, self.measured_on)
+        new = analytic_cost(shape, self.measured_on if same_gpu else self.target)
         how = []
-        if self.target != self.measured_on:
+        if not same_gpu:
             how.append(f"to {self.target.name}")
         if as_run != shape:
             how.append(f"{dtype} measurement to {shape.precision}")
@@ -77,7 +84,7 @@ class CarriedCosts:
         )
 
 
-def store_dtype(store) -> Callable[[RankShape], str | None]:
+def store_dtype(store: TimingStore) -> Callable[[RankShape], str | None]:
     """``measured_dtype`` for a ``TimingStore``: the dtype of the entry ``store.cost`` returns."""
 
     def dtype(shape: RankShape) -> str | None:
@@ -87,17 +94,18 @@ def store_dtype(store) -> Callable[[RankShape], str | None]:
     return dtype
 
 
-def measured_projector(store, measured_on: GPUSpec) -> Projector:
+def measured_projector(store: CostProvider, measured_on: GPUSpec) -> Projector:
     """A projector over ``store``'s measured layers (see module docstring); refuses uncovered rows."""
     from primus_ext.projection import evaluate
 
     def project(run: RunRow) -> float:
         assert run.model is not None and run.execution is not None and run.system is not None
         gpu = run.system.gpu
-        if gpu != measured_on and (not gpu.family or gpu.family != measured_on.family):
+        if gpu.name != measured_on.name and (not gpu.family or gpu.family != measured_on.family):
             raise PrimusExtError(f"layers measured on {measured_on.name} ({measured_on.family or 'no family'}): "
                                  f"no carry-over to {gpu.name} ({gpu.family or 'no family'})")
-        costs = CarriedCosts(store, measured_on, gpu, store_dtype(store) if hasattr(store, "entry") else None)
+        dtype = store_dtype(store) if isinstance(store, TimingStore) else None
+        costs = CarriedCosts(store=store, measured_on=measured_on, target=gpu, measured_dtype=dtype)
         missing = sorted({s.kind for s in rank_shapes(run.model, run.execution).values() if costs.cost(s) is None})
         if missing:
             raise PrimusExtError(f"no measured {', '.join(missing)} layer in the store for this configuration")
@@ -106,22 +114,18 @@ def measured_projector(store, measured_on: GPUSpec) -> Projector:
     return project
 
 
-def _load(file, device: str):
-    from primus_ext.measure.store import TimingStore
-
-    store = TimingStore(":memory:" if file.suffix == ".jsonl" else file, device=device, versions="any")
-    if file.suffix == ".jsonl":
+def _load(file: Path, device: str) -> TimingStore:
+    with file.open("rb") as fh:
+        sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    store = TimingStore(file if sqlite else ":memory:", device=device, versions="any")
+    if not sqlite:
         store.import_(file)
     return store
 
 
-def open_store(path: str, device: str | None = None):
-    """A ``TimingStore`` over ``path`` (SQLite, or a ``.jsonl`` export read into memory), any library
-    versions, on ``device`` (default: the one device whose measured entries it holds)."""
-    import json
-    import sqlite3
-    from pathlib import Path
-
+def open_store(path: str, device: str | None = None) -> TimingStore:
+    """A ``TimingStore`` over ``path`` (an SQLite store, or the JSON lines of ``bench --export`` read into
+    memory), any library versions, on ``device`` (default: the one device whose measured entries it holds)."""
     file = Path(path)
     if not file.is_file():
         raise PrimusExtError(f"--store {path}: no such file (a timing store from `primus-ext bench --out` or "
@@ -130,7 +134,7 @@ def open_store(path: str, device: str | None = None):
         probe = _load(file, device or "")
         devices = sorted({r["device"] for r in probe.layer_rows() if r["status"] == "ok"})
         probe.close()
-    except (ValueError, KeyError, TypeError, sqlite3.Error, json.JSONDecodeError) as err:
+    except (ValueError, KeyError, TypeError, AttributeError, sqlite3.Error, UnicodeDecodeError) as err:
         raise PrimusExtError(f"--store {path}: not a timing store ({type(err).__name__}: {err})") from None
     if not devices:
         raise PrimusExtError(f"--store {path}: holds no measured layer")

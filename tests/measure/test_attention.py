@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from measure_archs import GQA, MLA
 
-from primus_ext.measure.attention import sdpa_core_attention_class
-from primus_ext.measure.build import build_layer, cp_core_attention_class
+from primus_ext.measure.attention import sdpa_core_attention_class, window_keep_mask
+from primus_ext.measure.build import build_layer, uses_sdpa
 from primus_ext.model.rank_shape import RankShape
 
 CASES = {
     "gqa": RankShape(kind="dense", arch=GQA, seq_length=64, micro_batch_size=2),
     "mla": RankShape(kind="dense", arch=MLA, seq_length=64),
-    "gqa-cp2": RankShape(kind="dense", arch=GQA, seq_length=64, cp=2),  # rectangular load-balanced mask
+    "gqa-cp2": RankShape(kind="dense", arch=GQA, seq_length=64, cp=2),  # load-balanced chunks, whole keys
+    "gqa-cp4": RankShape(kind="dense", arch=GQA, seq_length=128, cp=4),
+    "gqa-window": RankShape(kind="dense", arch=replace(GQA, window_size=(8, 0)), seq_length=64),
 }
 
 
+def _cpu_window_mask(sq, skv, window_size):
+    """megatron's get_sliding_window_causal_mask, whose tensor is hard-wired to CUDA, on the CPU."""
+    ones = torch.ones(sq, skv, dtype=torch.bool)
+    return ~torch.tril(torch.triu(ones, diagonal=skv - sq - window_size[0]), diagonal=skv - sq + window_size[1])
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_sdpa_matches_unfused_local_attention(world1, name):
+def test_sdpa_matches_unfused_local_attention(world1, name, monkeypatch):
+    import megatron.core.fusions.fused_softmax as fused_softmax
+
+    monkeypatch.setattr(fused_softmax, "get_sliding_window_causal_mask", _cpu_window_mask)
     shape = CASES[name]
     built = build_layer(shape, device=world1, dtype=torch.float32)
     local = built.module.layers[0].self_attention.core_attention
+    assert (local.scale_mask_softmax.window_size is not None) == (shape.arch.window_size is not None)
     heads, groups = local.num_attention_heads_per_partition, local.num_query_groups_per_partition
     a = shape.arch
     qk_dim = a.qk_head_dim + a.qk_pos_emb_head_dim if a.multi_latent_attention else a.kv_channels
@@ -33,17 +47,24 @@ def test_sdpa_matches_unfused_local_attention(world1, name):
     k, v = torch.randn(sq, b, kv_heads, qk_dim), torch.randn(sq, b, kv_heads, v_dim)
     mask = built.make_inputs()["attention_mask"]
     want = local(q, k, v, mask)
-    # the same module state with the fused kernel; build.py's order: the CP stand-in wraps it
-    if shape.cp > 1:
-        local.__class__ = cp_core_attention_class(sdpa_core_attention_class(type(local).__bases__[0]), shape.cp)
-    else:
-        local.__class__ = sdpa_core_attention_class(type(local))
+    # the same module state with the fused kernel (build.py puts the CP stand-in inside it)
+    base = type(local).__bases__[0] if shape.cp > 1 else type(local)
+    local.__class__ = sdpa_core_attention_class(base, shape.cp)
     got = local(q, k, v, mask)
     assert got.shape == want.shape == (sq, b, heads * v_dim)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_build_uses_sdpa_only_on_gpu_without_te(world1):
+def test_window_mask_keeps_the_last_w_plus_one_keys():
+    keep = window_keep_mask(6, 6, (2, 0), torch.device("cpu"))
+    assert keep[5].tolist() == [False, False, False, True, True, True]
+    assert keep[0].tolist() == [True] + [False] * 5
+
+
+def test_sdpa_only_on_gpu_without_te(world1):
+    assert uses_sdpa(torch.device("cuda"), use_te=False)
+    assert not uses_sdpa(torch.device("cuda"), use_te=True)
+    assert not uses_sdpa(torch.device("cpu"), use_te=False)
     built = build_layer(CASES["gqa"], device=world1)
     assert built.spec_kind == "local"
     assert "SDPA" not in type(built.module.layers[0].self_attention.core_attention).__name__

@@ -51,8 +51,12 @@ def test_carried_costs_scale_by_the_roofline_ratio(tmp_path, runs):
     h100, h200 = load_gpu("h100"), load_gpu("h200")
     dense_bf16 = rank_shapes(runs[0].model, runs[0].execution)["dense"]
     measured = store.cost(dense_bf16)
-    assert CarriedCosts(store, h200, h200, store_dtype(store)).cost(dense_bf16) == measured
-    on_h100 = CarriedCosts(store, h200, h100, store_dtype(store)).cost(dense_bf16)
+    assert CarriedCosts(store=store, measured_on=h200, target=h200, measured_dtype=store_dtype(store)).cost(
+        dense_bf16) == measured
+    twin = replace(h200, sources=("a hardware CSV",))  # the same GPU read from another file: not carried
+    assert CarriedCosts(store=store, measured_on=h200, target=twin).cost(dense_bf16) == measured
+    on_h100 = CarriedCosts(store=store, measured_on=h200, target=h100, measured_dtype=store_dtype(store)).cost(
+        dense_bf16)
     ratio = analytic_cost(dense_bf16, h100).fwd_ms / analytic_cost(dense_bf16, h200).fwd_ms
     assert on_h100.fwd_ms == pytest.approx(measured.fwd_ms * ratio)
     hbm_ratio = h200.hbm_bandwidth_bytes_per_s / h100.hbm_bandwidth_bytes_per_s
@@ -60,9 +64,10 @@ def test_carried_costs_scale_by_the_roofline_ratio(tmp_path, runs):
     assert f"to {h100.name}" in on_h100.source
     dense_fp8 = rank_shapes(runs[1].model, runs[1].execution)["dense"]
     assert dense_fp8.precision == "fp8"
-    carried = CarriedCosts(store, h200, h200, store_dtype(store)).cost(dense_fp8)
+    carried = CarriedCosts(store=store, measured_on=h200, target=twin, measured_dtype=store_dtype(store)).cost(
+        dense_fp8)
     assert carried.fwd_ms < store.cost(dense_fp8).fwd_ms  # fp8 GEMMs from a bf16 measurement
-    assert "bf16 measurement to fp8" in carried.source
+    assert "bf16 measurement to fp8" in carried.source and "to h200" not in carried.source
 
 
 def test_projector_uses_measured_layers_and_refuses_what_it_cannot_cover(tmp_path, runs):
@@ -97,9 +102,15 @@ def test_open_store_reads_exports_and_picks_the_device(tmp_path, runs):
     assert open_store(str(tmp_path / "s.sqlite"), H200).device == H200
     with pytest.raises(PrimusExtError, match="no such file"):
         open_store(str(tmp_path / "none.jsonl"))
-    write(tmp_path, "bad.jsonl", "{not json\n")
-    with pytest.raises(PrimusExtError, match="not a timing store"):
-        open_store(str(tmp_path / "bad.jsonl"))
+    (tmp_path / "s.jsonl").rename(tmp_path / "export.json")  # any name: the content says what it is
+    assert open_store(str(tmp_path / "export.json")).device == H200
+    for bad in ("{not json\n", '"a string"\n', "\x00\xff binary\n"):
+        write(tmp_path, "bad.jsonl", bad)
+        with pytest.raises(PrimusExtError, match="not a timing store"):
+            open_store(str(tmp_path / "bad.jsonl"))
+    write(tmp_path, "empty.sqlite", "")
+    with pytest.raises(PrimusExtError, match="holds no measured layer"):
+        open_store(str(tmp_path / "empty.sqlite"))
     assert profile_of(H200) == "h200" and profile_of("NVIDIA H100 80GB HBM3") == "h100"
     assert profile_of("Some GPU") is None
 
@@ -118,5 +129,9 @@ def test_cli_prints_and_writes_the_hybrid_report(tmp_path, runs, capsys):
     assert data["hybrid_analytic_same_rows_summary"]["n_projected"] == 2
     printed = capsys.readouterr().out
     assert "hybrid (layers measured on NVIDIA H200" in printed and "analytic, same rows" in printed
+    capsys.readouterr()
     assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--store",
                  str(tmp_path / "s.jsonl"), "--store-gpu", "nosuchgpu"]) == 2
+    assert "projected" not in capsys.readouterr().out  # refused before any projection ran
+    assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--store-gpu", "h200"]) == 2
+    assert "--store-gpu without --store" in capsys.readouterr().err
