@@ -5,7 +5,7 @@ Run from the repository root::
     python benchmarks/calibration_variants.py                          # every variant (6-20 min each on 2 cores)
     python benchmarks/calibration_variants.py --variants baseline,cauchy --jobs 2
     python benchmarks/calibration_variants.py --in-sample --variants baseline,expert-launch   # ~1.5 min each
-    python benchmarks/calibration_variants.py --per-family-nic --variants cauchy  # as measured before 2026-12-04
+    python benchmarks/calibration_variants.py --per-family-nic --variants cauchy  # nothing shared, as before 2026-12-04
 
 Each variant but ``summed-roofline``, ``grouped-size`` and ``expert-launch`` changes how the efficiencies are
 fitted, never the projection: the loss it minimises, the parameters it fits or their bounds, or which parameters
@@ -15,14 +15,14 @@ the GPU families share. Every fold is fitted from the plain defaults without the
 ``--in-sample`` fits each variant once on all rows instead and prints, per GPU family, the fit's mean |log error|
 over those rows and the fitted GEMM size at half efficiency.
 
-    baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS``: ``scaleout_link`` on all families
-                     together, the others per GPU family (shipped)
+    baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS``: ``scaleout_link`` and
+                     ``moe_layer_overhead_s`` on all families together, the others per GPU family (shipped)
     cauchy           Cauchy loss c^2 log(1 + (e / c)^2), c = 0.15: rows far off count less
     model-balanced   mean |log error| with each row weighted 1 / sqrt(rows of its model)
     config-once      each distinct configuration (a setup measured on several releases) weighted once
     kernel-overhead  the launch overhead per layer pass (``Efficiency.kernel_overhead_s``) fitted too
-    shared-moe       the fixed MoE-layer cost (host-side: router, token-count sync) fitted on all families
-                     together as well, as ``scaleout_link`` is (``calibrate.fit_by_gpu``'s ``shared``)
+    per-family-moe   the fixed MoE-layer cost fitted per GPU family, only ``scaleout_link`` shared (the shipped fit
+                     until the MoE cost was shared, 2026-12-04)
     summed-roofline  a GEMM's math and HBM times added instead of the slower one taken (operand traffic not
                      overlapped with math near the ridge point); the projection changes, in this process only
     grouped-size     an MoE grouped GEMM's size efficiency read at the size of the whole launch (all local
@@ -51,7 +51,6 @@ from pathlib import Path
 
 from primus_ext.validate.calibrate import (
     DEFAULT_PARAMS,
-    SHARED_ACROSS_FAMILIES,
     Param,
     fit_by_gpu,
     usable,
@@ -147,7 +146,7 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "model-balanced": (partial(fit_by_gpu, loss=model_balanced), nullcontext),
     "config-once": (partial(fit_by_gpu, loss=config_once), nullcontext),
     "kernel-overhead": (partial(fit_by_gpu, params=(*DEFAULT_PARAMS, KERNEL_OVERHEAD)), nullcontext),
-    "shared-moe": (partial(fit_by_gpu, shared=(*SHARED_ACROSS_FAMILIES, "moe_layer_overhead_s")), nullcontext),
+    "per-family-moe": (partial(fit_by_gpu, shared=("scaleout_link",)), nullcontext),
     "summed-roofline": (fit_by_gpu, partial(patched_gemm, summed=True)),
     "grouped-size": (fit_by_gpu, partial(patched_gemm, grouped=True)),
     "expert-launch": (fit_by_gpu, partial(patched_gemm, launch_s=EXPERT_LAUNCH_S)),
@@ -159,13 +158,10 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
 
 
 def _fit_of(name: str, per_family_nic: bool) -> tuple[Callable, Callable[[], AbstractContextManager]]:
-    """The variant's fit and context; ``per_family_nic``: with the NIC efficiency fitted per family, as every
-    variant was until 2026-12-04 (``shared-moe`` then shares the MoE cost alone)."""
+    """The variant's fit and context; ``per_family_nic``: with nothing shared across families (every parameter
+    fitted per family), as every variant was until 2026-12-04."""
     fit, context = VARIANTS[name]
-    if per_family_nic:
-        keep = tuple(n for n in getattr(fit, "keywords", {}).get("shared", ()) if n not in SHARED_ACROSS_FAMILIES)
-        fit = partial(fit, shared=keep)
-    return fit, context
+    return (partial(fit, shared=()) if per_family_nic else fit), context
 
 
 def _in_sample(runs, names: Sequence[str], per_family_nic: bool = False) -> int:
@@ -192,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="folds in parallel processes")
     parser.add_argument("--in-sample", action="store_true",
                         help="fit each variant on all rows; print per-family loss and gemm_half_size_flops")
+    parser.add_argument("--by-model", action="store_true", help="print each variant's error by held-out model")
     parser.add_argument("--per-family-nic", action="store_true",
-                        help="fit the NIC efficiency per family, as every variant was until 2026-12-04")
+                        help="fit every parameter per family (none shared), as every variant was until 2026-12-04")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
@@ -210,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                      read_hardware(VALIDATION / "hardware_specs.csv"))
     if args.in_sample:
         return _in_sample(runs, names, args.per_family_nic)
-    print(f"{'variant':<16} {'median':>7} {'p90':>7} {'max':>7}   (|error| %, leave-one-model-out, "
-          f"{len(usable(runs))} rows)", flush=True)
+    print(f"{'variant':<16} {'median':>7} {'p90':>7} {'max':>7} {'mean|log|':>10} {'>20%':>5}   (|error| %, "
+          f"leave-one-model-out, {len(usable(runs))} rows)", flush=True)
     for name in names:
         start = time.monotonic()
         fit, context = _fit_of(name, args.per_family_nic)
@@ -220,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         with context():
             s = leave_one_model_out(runs, analytic_projector, fit=fit, jobs=jobs).summary
         print(f"{name:<16} {s.median_abs_error_pct:>6.1f}  {s.p90_abs_error_pct:>6.1f}  {s.max_abs_error_pct:>6.1f}"
-              f"   ({time.monotonic() - start:.0f} s)", flush=True)
+              f"  {s.mean_abs_log_error:>9.4f} {s.n_above_20_pct:>5}   ({time.monotonic() - start:.0f} s)", flush=True)
+        if args.by_model:
+            for model, m in s.by_model.items():
+                print(f"    {model:<26} {m.n:>3} rows  median {m.median_error_pct:+6.1f} %  "
+                      f"median |err| {m.median_abs_error_pct:5.1f} %  max {m.max_abs_error_pct:5.1f} %", flush=True)
     return 0
 
 
