@@ -10,7 +10,7 @@ spec (MHA/GQA or MLA, MoE with shared experts); ``embedding`` -> ``LanguageModel
 ``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
 The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
 local spec (torch modules), with the shims of ``shims.py`` and, on a GPU, PyTorch's fused SDPA for
-the core attention (``attention.py``).
+the core attention (``attention.py``) and its grouped GEMM for the experts (``grouped.py``).
 
 Per-rank shapes. When the process group has the run's TP/EP sizes (``distributed=True``, ranks
 spawned by ``spawn.py``) the config carries the *global* sizes and megatron divides them. In a
@@ -39,6 +39,8 @@ import torch
 
 from primus_ext.measure.attention import NOTE as SDPA_NOTE
 from primus_ext.measure.attention import sdpa_core_attention_class
+from primus_ext.measure.grouped import NOTE as GROUPED_NOTE
+from primus_ext.measure.grouped import apply_torch_grouped_gemm, grouped_unavailable
 from primus_ext.measure.shims import mla_core_attention_class, resolve_device
 from primus_ext.model.rank_shape import RankShape
 
@@ -69,8 +71,8 @@ class BuiltLayer:
     """Sub-modules whose forward megatron re-runs in backward under the shape's recompute."""
     notes: tuple[str, ...] = ()
     spec_kind: str = "local"
-    """``local`` (torch modules), ``local+sdpa`` (the local spec with fused SDPA attention, a GPU without
-    TE) or ``te`` (transformer-engine)."""
+    """``local`` (torch modules), ``local+torch`` (the local spec with PyTorch's fused attention and grouped
+    expert GEMMs, a GPU without TE) or ``te`` (transformer-engine)."""
     param_names: dict[str, int] = field(default_factory=dict)
     extra_params: int = 0
     """Parameters of experts built only to carry the per-rank token slots (not the rank's)."""
@@ -91,9 +93,10 @@ def te_available(device: torch.device) -> bool:
     return True
 
 
-def uses_sdpa(device: torch.device, use_te: bool) -> bool:
-    """Core attention through ``attention.sdpa_core_attention_class``: on a GPU without TE (on CPU the
-    local spec's own attention is what a CPU training run executes)."""
+def uses_torch_stand_ins(device: torch.device, use_te: bool) -> bool:
+    """PyTorch's fused kernels in place of TE's: core attention through ``attention.py`` and MoE experts
+    through ``grouped.py``, on a GPU without TE (on CPU the local spec's own modules are what a CPU
+    training run executes)."""
     return device.type == "cuda" and not use_te
 
 
@@ -138,7 +141,7 @@ def _moe_routing(shape: RankShape, local_experts: int) -> tuple[int, int, list[s
 
 
 def transformer_config(shape: RankShape, *, distributed: bool, device: torch.device, use_te: bool,
-                       dtype: torch.dtype | None = None):
+                       dtype: torch.dtype | None = None, grouped: bool = False):
     """The megatron ``TransformerConfig`` (``MLATransformerConfig`` for MLA) for ``shape``."""
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
@@ -199,7 +202,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
                 if a.moe_shared_expert_intermediate_size else None
             ),
             moe_token_dispatcher_type="alltoall" if device.type == "cuda" else "allgather",
-            moe_grouped_gemm=use_te,
+            moe_grouped_gemm=use_te or grouped,
             moe_router_force_load_balancing=True,
             moe_router_pre_softmax=topk == 1,  # megatron requires it for top-1; cost unchanged
         )
@@ -235,9 +238,9 @@ def _recompute_kwargs(shape: RankShape, use_te: bool, notes: list[str]) -> dict[
         return dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     if shape.recompute == "selective":
         modules = list(shape.recompute_modules) or ["core_attn"]
-        if not use_te and "moe_act" in modules:
-            modules.remove("moe_act")
-            notes.append("moe_act recompute needs grouped GEMM (transformer-engine): measured without it")
+        if not use_te and "moe_act" in modules:  # needs grouped experts, and its output-discarding checkpoint
+            modules.remove("moe_act")             # reads TE's FP8 state (megatron-core 0.16.1)
+            notes.append("moe_act recompute needs transformer-engine: measured without it")
         if not shape.arch.multi_latent_attention and "mla_up_proj" in modules:
             modules.remove("mla_up_proj")
         if shape.kind != "moe":
@@ -256,7 +259,7 @@ def _layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
             num_experts=experts, moe_grouped_gemm=True, qk_layernorm=a.qk_layernorm,
             multi_latent_attention=a.multi_latent_attention)
     spec = specs.get_gpt_layer_local_spec(
-        num_experts=experts, moe_grouped_gemm=False, qk_layernorm=a.qk_layernorm,
+        num_experts=experts, moe_grouped_gemm=config.moe_grouped_gemm, qk_layernorm=a.qk_layernorm,
         multi_latent_attention=a.multi_latent_attention, normalization=a.normalization)
     sub = spec.submodules
     attn_sub = sub.self_attention.submodules
@@ -341,10 +344,13 @@ def _causal_mask(seq: int, device: torch.device) -> torch.Tensor:
 
 
 def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
-                dtype: torch.dtype | None = None, distributed: bool = False) -> BuiltLayer:
+                dtype: torch.dtype | None = None, distributed: bool = False,
+                stand_ins: bool | None = None) -> BuiltLayer:
     """Build the module for ``shape`` (call inside ``parallel_context``; see module docstring).
 
     ``dtype`` overrides the precision's parameter/activation dtype (bf16 for bf16/fp8, fp16, fp32).
+    ``stand_ins``: PyTorch's fused attention and grouped expert GEMMs in the local spec (default: on a GPU
+    without TE, ``uses_torch_stand_ins``; ``True`` on CPU runs the same modules there, for tests).
     """
     from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
@@ -352,10 +358,20 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
 
     dev = resolve_device(device)
     use_te = te_available(dev)
-    config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te, dtype=dtype)
-    sdpa = uses_sdpa(dev, use_te) and shape.kind in ("dense", "moe")
+    stand_ins = uses_torch_stand_ins(dev, use_te) if stand_ins is None else stand_ins and not use_te
+    sdpa = stand_ins and shape.kind in ("dense", "moe")
+    why_not = grouped_unavailable(shape, dtype or _DTYPES[shape.precision], dev) if stand_ins else None
+    grouped = stand_ins and shape.kind == "moe" and why_not is None
+    if grouped:
+        apply_torch_grouped_gemm()
+    config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te, dtype=dtype,
+                                       grouped=grouped)
     if sdpa:
         notes.append(SDPA_NOTE)
+    if grouped:
+        notes.append(GROUPED_NOTE)
+    elif stand_ins and shape.kind == "moe":
+        notes.append(f"experts: one GEMM per local expert (SequentialMLP), no grouped GEMM: {why_not}")
     dtype = config.params_dtype
     a = shape.arch
     tokens_seq = shape.local_seq
@@ -398,7 +414,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     module = module.to(device=dev, dtype=dtype)  # what Float16Module does: params in bf16/fp16
     return BuiltLayer(shape=shape, module=module, device=dev, dtype=dtype, config=config,
                       distributed=distributed, make_inputs=make_inputs, recompute_targets=targets,
-                      notes=tuple(notes), spec_kind="te" if use_te else "local+sdpa" if sdpa else "local",
+                      notes=tuple(notes), spec_kind="te" if use_te else "local+torch" if stand_ins else "local",
                       extra_params=extra,
                       param_names={n: p.numel() for n, p in module.named_parameters()})
 

@@ -9,7 +9,7 @@ import torch
 from measure_archs import GQA, MLA
 
 from primus_ext.measure.attention import sdpa_core_attention_class, window_keep_mask
-from primus_ext.measure.build import build_layer, uses_sdpa
+from primus_ext.measure.build import build_layer, uses_torch_stand_ins
 from primus_ext.model.rank_shape import RankShape
 
 CASES = {
@@ -61,10 +61,10 @@ def test_window_mask_keeps_the_last_w_plus_one_keys():
     assert keep[0].tolist() == [True] + [False] * 5
 
 
-def test_sdpa_only_on_gpu_without_te(world1):
-    assert uses_sdpa(torch.device("cuda"), use_te=False)
-    assert not uses_sdpa(torch.device("cuda"), use_te=True)
-    assert not uses_sdpa(torch.device("cpu"), use_te=False)
+def test_stand_ins_only_on_gpu_without_te(world1):
+    assert uses_torch_stand_ins(torch.device("cuda"), use_te=False)
+    assert not uses_torch_stand_ins(torch.device("cuda"), use_te=True)
+    assert not uses_torch_stand_ins(torch.device("cpu"), use_te=False)
     built = build_layer(CASES["gqa"], device=world1)
     assert built.spec_kind == "local"
     assert "SDPA" not in type(built.module.layers[0].self_attention.core_attention).__name__
