@@ -207,7 +207,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
             moe_router_pre_softmax=topk == 1,  # megatron requires it for top-1; cost unchanged
         )
     if shape.kind in ("dense", "moe"):
-        kw.update(_recompute_kwargs(shape, use_te, notes))
+        kw.update(_recompute_kwargs(shape, use_te or grouped, notes))
     if a.multi_latent_attention:
         kw.update(multi_latent_attention=True, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
                   qk_head_dim=a.qk_head_dim, qk_pos_emb_head_dim=a.qk_pos_emb_head_dim,
@@ -233,14 +233,14 @@ def _world1_notes(shape: RankShape, use_te: bool) -> list[str]:
     return notes
 
 
-def _recompute_kwargs(shape: RankShape, use_te: bool, notes: list[str]) -> dict[str, Any]:
+def _recompute_kwargs(shape: RankShape, grouped_experts: bool, notes: list[str]) -> dict[str, Any]:
     if shape.recompute == "full":
         return dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     if shape.recompute == "selective":
         modules = list(shape.recompute_modules) or ["core_attn"]
-        if not use_te and "moe_act" in modules:  # needs grouped experts, and its output-discarding checkpoint
-            modules.remove("moe_act")             # reads TE's FP8 state (megatron-core 0.16.1)
-            notes.append("moe_act recompute needs transformer-engine: measured without it")
+        if not grouped_experts and "moe_act" in modules:  # megatron-core refuses it for per-expert GEMMs
+            modules.remove("moe_act")
+            notes.append("moe_act recompute needs grouped expert GEMMs: measured without it")
         if not shape.arch.multi_latent_attention and "mla_up_proj" in modules:
             modules.remove("mla_up_proj")
         if shape.kind != "moe":

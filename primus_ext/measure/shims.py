@@ -18,7 +18,17 @@ The five CPU workarounds (verified facts: ``shared/notes/megatron-core-on-cpu.md
    its parameters ``sequence_parallel`` (put into the spec by ``build.py`` for the local spec).
 5. Activation recompute saves/restores the CUDA RNG state: no-ops on CPU.
 
-Shims 1, 2, 5 are applied only when no CUDA device is used, so nothing leaks onto a GPU run; a
+Two more found by this project (megatron-core 0.16.1):
+
+7. Output-discarding recompute (``layernorm``, ``moe_act``, ``mla_up_proj``) goes through
+   ``CheckpointWithoutOutput``, whose ``fp8`` flag is ``fp8 is not None`` (true for the default
+   ``False``), so it always calls Transformer Engine's ``FP8GlobalStateManager`` /
+   ``activation_recompute_forward`` / ``fp8_autocast``: without TE they are given their FP8-off
+   behaviour (not enabled, no recipe, null contexts) in ``tensor_parallel.random`` (any device).
+8. The sliding-window mask (``get_sliding_window_causal_mask``) is built with ``device="cuda"``: on CPU
+   it is built on ``torch.cuda.current_device()`` (that is, the CPU, by shim 2).
+
+Shims 1, 2, 5, 8 are applied only when no CUDA device is used, so nothing leaks onto a GPU run; a
 later GPU run in the same process is refused by ``apply_cpu_shims`` being irreversible, which is
 why callers decide the device first (``resolve_device``). ``MLACoreAttention`` repairs the
 local spec's MLA core attention (megatron's ``DotProductAttention`` rejects the ``k_channels`` /
@@ -59,16 +69,38 @@ def apply_no_te_shims() -> None:
     3. The MoE router names ``te_general_gemm``: define it as ``None``.
     6. ``multi_latent_attention`` believes TE is present (its TE import resolves to mocks) and
        calls ``isinstance(linear_proj, <mock>)``: tell it ``HAVE_TE = False``.
+    7. ``CheckpointWithoutOutput`` calls TE's FP8 state: give ``tensor_parallel.random`` its FP8-off stand-ins.
     """
     if _APPLIED["no_te"] or te_importable():
         return
+    import megatron.core.tensor_parallel.random as tp_random
     import megatron.core.transformer.moe.moe_utils as moe_utils
     import megatron.core.transformer.multi_latent_attention as mla
 
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
     mla.HAVE_TE = False
+    if not tp_random.HAVE_TE:
+        tp_random.FP8GlobalStateManager = _FP8Off
+        tp_random.activation_recompute_forward = _null_context
+        tp_random.fp8_autocast = _null_context
     _APPLIED["no_te"] = True
+
+
+class _FP8Off:
+    """What Transformer Engine's ``FP8GlobalStateManager`` answers outside any FP8 region."""
+
+    @staticmethod
+    def is_fp8_enabled() -> bool:
+        return False
+
+    @staticmethod
+    def get_fp8_recipe() -> None:
+        return None
+
+
+def _null_context(*_args: object, **_kwargs: object) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
 
 
 def apply_cpu_shims(device: str | torch.device | None = None) -> bool:
@@ -92,6 +124,16 @@ def apply_cpu_shims(device: str | torch.device | None = None) -> bool:
 
     tp_random._get_cuda_rng_state = _no_rng_state
     tp_random._set_cuda_rng_state = _no_rng_state
+    import megatron.core.fusions.fused_softmax as fused_softmax
+    import megatron.core.transformer.utils as transformer_utils
+
+    from primus_ext.measure.attention import window_keep_mask
+
+    def window_mask_here(sq: int, skv: int, window_size: tuple[int, int]) -> torch.Tensor:  # workaround 8
+        return ~window_keep_mask(sq, skv, window_size, torch.device(torch.cuda.current_device()))
+
+    transformer_utils.get_sliding_window_causal_mask = window_mask_here
+    fused_softmax.get_sliding_window_causal_mask = window_mask_here
     _APPLIED["cpu"] = True
     return True
 

@@ -21,17 +21,8 @@ CASES = {
 }
 
 
-def _cpu_window_mask(sq, skv, window_size):
-    """megatron's get_sliding_window_causal_mask, whose tensor is hard-wired to CUDA, on the CPU."""
-    ones = torch.ones(sq, skv, dtype=torch.bool)
-    return ~torch.tril(torch.triu(ones, diagonal=skv - sq - window_size[0]), diagonal=skv - sq + window_size[1])
-
-
 @pytest.mark.parametrize("name", list(CASES))
-def test_sdpa_matches_unfused_local_attention(world1, name, monkeypatch):
-    import megatron.core.fusions.fused_softmax as fused_softmax
-
-    monkeypatch.setattr(fused_softmax, "get_sliding_window_causal_mask", _cpu_window_mask)
+def test_sdpa_matches_unfused_local_attention(world1, name):
     shape = CASES[name]
     built = build_layer(shape, device=world1, dtype=torch.float32)
     local = built.module.layers[0].self_attention.core_attention
