@@ -39,7 +39,6 @@ import torch
 
 from primus_ext.measure.attention import NOTE as SDPA_NOTE
 from primus_ext.measure.attention import sdpa_core_attention_class
-from primus_ext.measure.grouped import NOTE as GROUPED_NOTE
 from primus_ext.measure.grouped import apply_torch_grouped_gemm, grouped_unavailable
 from primus_ext.measure.shims import mla_core_attention_class, resolve_device
 from primus_ext.model.rank_shape import RankShape
@@ -362,14 +361,15 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     sdpa = stand_ins and shape.kind in ("dense", "moe")
     why_not = grouped_unavailable(shape, dtype or _DTYPES[shape.precision], dev) if stand_ins else None
     grouped = stand_ins and shape.kind == "moe" and why_not is None
-    if grouped:
-        apply_torch_grouped_gemm()
+    grouped_note = apply_torch_grouped_gemm() if grouped else ""
     config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te, dtype=dtype,
                                        grouped=grouped)
     if sdpa:
         notes.append(SDPA_NOTE)
     if grouped:
-        notes.append(GROUPED_NOTE)
+        notes.append(grouped_note)
+        if config.recompute_granularity == "selective" and "moe_act" in config.recompute_modules:
+            notes.append("moe_act recompute (a function, no module to time) is inside bwd_ms, not recompute_ms")
     elif stand_ins and shape.kind == "moe":
         notes.append(f"experts: one GEMM per local expert (SequentialMLP), no grouped GEMM: {why_not}")
     dtype = config.params_dtype

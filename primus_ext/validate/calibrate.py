@@ -243,7 +243,7 @@ def family_of(run: RunRow) -> str:
 
 SHARED_ACROSS_FAMILIES = ("scaleout_link", "moe_layer_overhead_s")
 """Parameters of the machine and software stack rather than of the GPU generation, fitted on the rows of every
-family together.
+family together (one pass, in ``DEFAULT_PARAMS`` order: the MoE cost before the NIC fraction).
 
 - ``scaleout_link``: the DGX H100, DGX B200 and GB200 NVL72 systems of the development rows all reach other nodes
   through ConnectX-7 400 Gb/s NICs (one per GPU) and NCCL, so the fraction of the NIC rate a collective reaches is
@@ -252,7 +252,7 @@ family together.
 - ``moe_layer_overhead_s``: the fixed cost of an MoE layer pass beyond its FLOPs and bytes is host-side work of
   the same Megatron / Transformer Engine code on both families (router top-k, the dropless dispatcher's
   token-count copy to the host, permutation and grouped-GEMM launches). Fitted per family it took 1.47 ms on
-  Hopper and 0.68 ms on Blackwell, each absorbing what its own MoE rows missed; shared, 0.50 ms, and held out the
+  Hopper and 0.68 ms on Blackwell, each absorbing what its own MoE rows missed; shared, 0.52 ms, and held out the
   error fell (leave-one-model-out p90 36.0 -> 33.8 %, mean |log error| 0.148 -> 0.136; benchmarks/RESULTS.md)."""
 SHARED_SEARCH_STEPS = 12
 """Golden-section steps of the one-dimensional fit of a shared parameter (0.618^12 = 0.3 % of its range)."""

@@ -74,3 +74,21 @@ def test_a_device_whose_grouped_gemm_fails_gets_the_per_expert_layout(monkeypatc
     finally:
         grouped._probe.cache_clear()
     assert reason == "torch._grouped_mm failed on cpu: CUDA error: no kernel image is available"
+
+
+def test_moe_act_recompute_runs_on_grouped_experts(world1):
+    shape = RankShape(kind="moe", arch=MOE, seq_length=64, ep=2, recompute="selective", recompute_modules=("moe_act",))
+    built = build_layer(shape, device=world1, stand_ins=True)
+    assert built.config.recompute_modules == ["moe_act"]  # megatron allows it with grouped experts
+    assert any("inside bwd_ms" in n for n in built.notes)
+    inputs = built.make_inputs()
+    built.module(**inputs).float().sum().backward()  # megatron's output-discarding checkpoint (shim 7)
+    assert torch.isfinite(inputs["hidden_states"].grad).all()
+    per_expert = build_layer(shape, device=world1)  # no grouped experts: megatron refuses moe_act
+    assert "moe_act" not in (per_expert.config.recompute_modules or [])
+
+
+def test_unaligned_expert_widths_are_not_grouped():
+    odd = RankShape(kind="moe", arch=replace(MOE, moe_ffn_hidden_size=250), seq_length=64)
+    assert "multiples of 8" in grouped_unavailable(odd, torch.bfloat16)
+    assert grouped_unavailable(RankShape(kind="moe", arch=MOE, seq_length=64), torch.bfloat16) is None
