@@ -359,8 +359,9 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     use_te = te_available(dev)
     stand_ins = uses_torch_stand_ins(dev, use_te) if stand_ins is None else stand_ins and not use_te
     sdpa = stand_ins and shape.kind in ("dense", "moe")
-    why_not = grouped_unavailable(shape, dtype or _DTYPES[shape.precision], dev) if stand_ins else None
-    grouped = stand_ins and shape.kind == "moe" and why_not is None
+    moe_stand_in = stand_ins and shape.kind == "moe"
+    why_not = grouped_unavailable(shape, dtype or _DTYPES[shape.precision], dev) if moe_stand_in else None
+    grouped = moe_stand_in and why_not is None
     grouped_note = apply_torch_grouped_gemm() if grouped else ""
     config, notes = transformer_config(shape, distributed=distributed, device=dev, use_te=use_te, dtype=dtype,
                                        grouped=grouped)
@@ -370,7 +371,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
         notes.append(grouped_note)
         if config.recompute_granularity == "selective" and "moe_act" in config.recompute_modules:
             notes.append("moe_act recompute (a function, no module to time) is inside bwd_ms, not recompute_ms")
-    elif stand_ins and shape.kind == "moe":
+    elif moe_stand_in:
         notes.append(f"experts: one GEMM per local expert (SequentialMLP), no grouped GEMM: {why_not}")
     dtype = config.params_dtype
     a = shape.arch
