@@ -174,7 +174,7 @@ def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: f
 def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: float) -> dict[str, float]:
     a = shape.arch
     k, experts = a.moe_router_topk, a.num_experts
-    gated = a.activation in ("swiglu", "geglu")
+    gated = a.gated
     parts: dict[str, float] = {}
     # top-k ids (int64) + probs (fp32); permutation indices (int64); routing map (bool) + probs map.
     router = (INDEX_BYTES + FP32_BYTES + INDEX_BYTES) * ts * k + (1 + e) * ts * experts
@@ -221,7 +221,7 @@ def _parts_none(shape: RankShape, impl: ActivationImpl) -> tuple[tuple[str, floa
         parts.update(_moe(shape, impl, e, lin_e, ts))
     else:
         ffn = a.ffn_hidden_size / shape.tp
-        gated = a.activation in ("swiglu", "geglu")
+        gated = a.gated
         parts["mlp_act"] = _act_bytes(impl, gated, e, shape.tokens, ffn)
         parts["mlp_fc2_in"] = lin_e * shape.tokens * ffn
     return tuple(parts.items())

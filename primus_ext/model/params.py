@@ -53,7 +53,7 @@ def norm_params(arch: LayerArch, size: int) -> int:
 def _mlp_params(arch: LayerArch, ffn: int, split: int, *, bias: bool) -> int:
     """MLP (fc1 column-parallel, fc2 row-parallel) at intermediate size ``ffn`` split ``split`` ways."""
     h = arch.hidden_size
-    fc1_out = ffn * (2 if arch.activation in ("swiglu", "geglu") else 1) // split
+    fc1_out = ffn * (2 if arch.gated else 1) // split
     params = h * fc1_out + (ffn // split) * h
     if bias:
         params += fc1_out + h  # column bias split, row bias full

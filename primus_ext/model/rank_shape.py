@@ -16,6 +16,7 @@ from typing import Literal
 
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp8Recipe
+from primus_ext.specs.model import GATED_ACTIVATIONS
 
 LayerKind = Literal["dense", "moe", "embedding", "output"]
 Recompute = Literal["none", "selective", "full"]
@@ -58,6 +59,11 @@ class LayerArch:
     moe_router_group_topk: int = 0
     """Groups a token may route to (``ModelSpec.moe_router_group_topk``); 0 = unrestricted."""
     vocab_size: int = 0
+
+    @property
+    def gated(self) -> bool:
+        """True when the MLP's first projection is doubled (gate + up), as ``ModelSpec.gated``."""
+        return self.activation in GATED_ACTIVATIONS
     """Padded vocabulary (embedding / output kinds only)."""
 
 

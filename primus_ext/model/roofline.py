@@ -175,7 +175,7 @@ def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
 def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     a, t = shape.arch, shape.tokens
     g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
-    gate = 2 if a.activation in ("swiglu", "geglu") else 1
+    gate = 2 if a.gated else 1
     if shape.kind == "dense":
         ffn = a.ffn_hidden_size / shape.tp
         parts.gemm("mlp", g(t, gate * ffn, a.hidden_size))

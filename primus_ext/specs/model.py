@@ -14,6 +14,11 @@ Activation = Literal["swiglu", "gelu", "squared_relu", "geglu"]
 Normalization = Literal["RMSNorm", "LayerNorm"]
 
 
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+"""Activations of gated linear units: the MLP's first projection makes a gate and a value half (Shazeer 2020,
+"GLU Variants Improve Transformer")."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """A decoder-only transformer (dense or MoE, MHA/GQA or MLA)."""
@@ -99,7 +104,7 @@ class ModelSpec:
     @property
     def gated(self) -> bool:
         """True when the MLP's first projection is doubled (gate + up)."""
-        return self.activation in ("swiglu", "geglu")
+        return self.activation in GATED_ACTIVATIONS
 
     def padded_vocab_size(self, tensor_parallel: int = 1) -> int:
         """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by * TP``."""
