@@ -59,6 +59,19 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     return 0
 
 
+GEMM_SHAPES = (
+    (8192, 8192, 8192),                      # the square reference (KINDS.md: ~790 TFLOP/s bf16 here)
+    (8192, 28672 // 8, 8192),                # Llama-3-70B fc1 half at TP8 (ffn 28672), 8k tokens
+    (8192, 8192, 28672 // 8),                # its fc2
+    (8192, 8 * 128, 4096),                   # Llama-3.1-8B's K (or V) projection: 8 groups x 128, hidden 4096
+    (4096, 2 * 768, 2048),                   # a Qwen3-30B-A3B expert's fc1 (gated 2 x 768, hidden 2048)
+    (8192, (128 + 2 * 8) * 128 // 8, 16384),  # Llama-3.1-405B QKV at TP8 (128 heads, 8 groups, hidden 16384)
+)
+"""(M tokens, N outputs, K inputs) of the GEMM ceilings: the sizes the rows' per-rank layers run."""
+ATTENTION_SHAPES = ((8, 8192, 128), (32, 4096, 128), (64, 2048, 128))
+"""(heads, sequence, head dim) of the causal attention ceilings: few heads at long context to many at short."""
+
+
 def _timed(fn, reps: int = 10, warmup: int = 3) -> float:
     """Mean milliseconds of ``fn`` over ``reps`` CUDA-event-timed calls after ``warmup``."""
     import torch
@@ -80,10 +93,11 @@ def kernel_ceilings() -> dict:
     import torch
     import torch.nn.functional as F
 
+    from primus_ext.model.roofline import ATTENTION_BWD_FACTOR
+
     dev = torch.device("cuda")
     out: dict = {"gemm_bf16": [], "gemm_fp8": [], "sdpa": [], "copy": {}}
-    for m, n, k in ((8192, 8192, 8192), (8192, 28672 // 8, 8192), (8192, 8192, 28672 // 8),
-                    (8192, 1024, 4096), (4096, 512, 2048), (8192, 16384 // 8 * 3, 16384)):
+    for m, n, k in GEMM_SHAPES:
         a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
         ms = _timed(lambda a=a, b=b: a @ b)
@@ -100,7 +114,7 @@ def kernel_ceilings() -> dict:
         except (RuntimeError, TypeError) as err:  # the recipe's scaled GEMM may be missing in this torch
             out["gemm_fp8"].append({"m": m, "n": n, "k": k, "error": f"{type(err).__name__}: {err}"[:200]})
         del a, b
-    for heads, seq, dim in ((8, 8192, 128), (32, 4096, 128), (64, 2048, 128)):
+    for heads, seq, dim in ATTENTION_SHAPES:
         q, k, v = (torch.randn(1, heads, seq, dim, device=dev, dtype=torch.bfloat16, requires_grad=True)
                    for _ in range(3))
         flops = 4 * heads * seq * seq * dim / 2  # causal: half the score rectangle, QK^T and PV
@@ -111,7 +125,8 @@ def kernel_ceilings() -> dict:
 
         total = _timed(both)
         out["sdpa"].append({"heads": heads, "seq": seq, "dim": dim, "fwd_ms": fwd, "fwd_bwd_ms": total,
-                            "fwd_tflops": flops / fwd / 1e9, "fwd_bwd_tflops": 3.5 * flops / total / 1e9})
+                            "fwd_tflops": flops / fwd / 1e9,
+                            "fwd_bwd_tflops": (1 + ATTENTION_BWD_FACTOR) * flops / total / 1e9})
     x = torch.empty(2 * 1024**3, device=dev, dtype=torch.uint8)
     y = torch.empty_like(x)
     ms = _timed(lambda: y.copy_(x))
