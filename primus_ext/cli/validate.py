@@ -18,6 +18,7 @@ import json
 import math
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 
@@ -88,6 +89,13 @@ def _model_lines(report) -> list[str]:
     return lines
 
 
+def _reason_lines(report, only: str = "") -> list[str]:
+    """The skipped rows' reasons (those starting with ``only``), most frequent first, with their counts."""
+    counts = Counter(r.skipped_reason for r in report.rows
+                     if r.error_pct is None and r.skipped_reason.startswith(only))
+    return [f"  {count:>3} x {reason}" for reason, count in counts.most_common()]
+
+
 def _open_measured(args: argparse.Namespace):
     """``--store``'s timing store and the profile of the GPU that measured it (``(None, None)`` without)."""
     from primus_ext.errors import PrimusExtError
@@ -121,12 +129,7 @@ def _hybrid(runs, report, store, gpu) -> dict:
     print("\n" + "\n".join(_summary_lines(hybrid, data_bounds=False)))
     print("\n".join(_model_lines(hybrid)))
     print("\n".join(_summary_lines(analytic, data_bounds=False)))
-    refused: dict[str, int] = {}
-    for r in hybrid.rows:
-        if r.error_pct is None and r.skipped_reason.startswith("projection refused"):
-            refused[r.skipped_reason] = refused.get(r.skipped_reason, 0) + 1
-    for reason, count in sorted(refused.items(), key=lambda kv: -kv[1]):
-        print(f"  {count:>3} x {reason}")
+    print("\n".join(_reason_lines(hybrid, only="projection refused")))
     return {"hybrid": hybrid.to_dict(), "hybrid_analytic_same_rows_summary": analytic.to_dict()["summary"]}
 
 
@@ -159,13 +162,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  #{r.index:<4} {r.model:<20} {r.gpu:<7} {r.num_gpus:>5} GPUs {r.precision:<5} "
               f"measured {r.measured_tokens_per_sec_per_gpu:>9.0f}  projected "
               f"{r.projected_tokens_per_sec_per_gpu:>9.0f}  {r.error_pct:+6.1f} %")
-    skipped: dict[str, int] = {}
-    for r in report.rows:
-        if r.error_pct is None:
-            skipped[r.skipped_reason] = skipped.get(r.skipped_reason, 0) + 1
     print("\nskipped rows:")
-    for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]):
-        print(f"  {count:>3} x {reason}")
+    print("\n".join(_reason_lines(report)))
     out = report.to_dict()
     if store is not None:
         out.update(_hybrid(runs, report, store, store_gpu))
