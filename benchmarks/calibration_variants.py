@@ -63,7 +63,8 @@ CAUCHY_SCALE = 0.15
 KERNEL_OVERHEAD = Param(name="kernel_overhead_s", low=5e-6, high=2e-3, log=True)
 """5 us (one launch) to 2 ms per layer pass (a host-bound layer)."""
 HBM = Param(name="hbm", low=0.4, high=0.95)
-"""Fraction of the HBM datasheet bandwidth memory-bound kernels reach (STREAM-like copies reach ~0.9)."""
+"""Fraction of the HBM datasheet bandwidth memory-bound kernels reach (a device copy on an H200 moved 4.3 of the
+datasheet's 4.8 TB/s, ~0.9: /work/.library/device/KINDS.md, 2026-10-28)."""
 EXPERT_LAUNCH_S = 20e-6
 """One more GEMM launch per local expert: host-side cuBLAS call plus stream switch, the order of the
 per-layer-pass ``Efficiency.kernel_overhead_s`` default (2e-5 s); not fitted (5e-6 s was tried in-sample too)."""
