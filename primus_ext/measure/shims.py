@@ -18,7 +18,7 @@ The five CPU workarounds (verified facts: ``shared/notes/megatron-core-on-cpu.md
    its parameters ``sequence_parallel`` (put into the spec by ``build.py`` for the local spec).
 5. Activation recompute saves/restores the CUDA RNG state: no-ops on CPU.
 
-Two more found by this project (megatron-core 0.16.1):
+Three more found by this project (megatron-core 0.16.1):
 
 7. Output-discarding recompute (``layernorm``, ``moe_act``, ``mla_up_proj``) goes through
    ``CheckpointWithoutOutput``, whose ``fp8`` flag is ``fp8 is not None`` (true for the default
@@ -27,6 +27,11 @@ Two more found by this project (megatron-core 0.16.1):
    behaviour (not enabled, no recipe, null contexts) in ``tensor_parallel.random`` (any device).
 8. The sliding-window mask (``get_sliding_window_causal_mask``) is built with ``device="cuda"``: on CPU
    it is built on ``torch.cuda.current_device()`` (that is, the CPU, by shim 2).
+9. A biased expert (GPT-OSS: ``add_bias_linear`` under per-token probability scaling) adds its fc2 bias
+   in place (``mlp.py``: ``output += ...``) to what the local spec's ``RowParallelLinear`` returns, which
+   on one TP rank is its input passed through ``_ReduceFromModelParallelRegion`` as-is; autograd forbids
+   in-place writes to that, so without TE (any device) the Function is bypassed on one-rank groups,
+   where it is the identity forward and backward.
 
 Shims 1, 2, 5, 8 are applied only when no CUDA device is used, so nothing leaks onto a GPU run; a
 later GPU run in the same process is refused by ``apply_cpu_shims`` being irreversible, which is
@@ -70,6 +75,7 @@ def apply_no_te_shims() -> None:
     6. ``multi_latent_attention`` believes TE is present (its TE import resolves to mocks) and
        calls ``isinstance(linear_proj, <mock>)``: tell it ``HAVE_TE = False``.
     7. ``CheckpointWithoutOutput`` calls TE's FP8 state: give ``tensor_parallel.random`` its FP8-off stand-ins.
+    9. A one-rank tensor-parallel all-reduce returns a tensor biased experts modify in place: bypass it.
     """
     if _APPLIED["no_te"] or te_importable():
         return
@@ -84,7 +90,27 @@ def apply_no_te_shims() -> None:
         tp_random.FP8GlobalStateManager = _FP8Off
         tp_random.activation_recompute_forward = _null_context
         tp_random.fp8_autocast = _null_context
+    _bypass_one_rank_reduce()
     _APPLIED["no_te"] = True
+
+
+def _bypass_one_rank_reduce() -> None:
+    """Shim 9: ``_ReduceFromModelParallelRegion`` (all-reduce forward, copy backward) skipped for a group of
+    one, so its output is an ordinary tensor the biased expert's in-place bias add may modify."""
+    from megatron.core.tensor_parallel import mappings
+
+    function = mappings._ReduceFromModelParallelRegion
+    if getattr(function, "_one_rank_bypass", False):
+        return
+    reduce = function.apply
+
+    def apply(input_: torch.Tensor, group: object) -> torch.Tensor:
+        if group is not None and group.size() == 1:
+            return input_
+        return reduce(input_, group)
+
+    function.apply = staticmethod(apply)
+    function._one_rank_bypass = True
 
 
 class _FP8Off:

@@ -61,3 +61,31 @@ def test_output_discarding_recompute_and_sliding_windows_run_without_te_on_cpu(w
     assert torch.isfinite(inputs["hidden_states"].grad).all()
     timing = time_layer(built, warmup=1, reps=2)
     assert timing.recompute.median_ms > 0  # the norm's forward re-ran inside backward
+
+
+def test_biased_experts_run_without_te_on_one_rank(world1):
+    """Shim 9: a biased expert's in-place fc2 bias add (GPT-OSS) on the one-rank TP all-reduce's output."""
+    from dataclasses import replace
+
+    import torch
+    from measure_archs import MOE
+
+    from primus_ext.measure.build import build_layer
+
+    shape = replace(_moe_shape(), arch=replace(MOE, add_bias_linear=True, moe_shared_expert_intermediate_size=0))
+    built = build_layer(shape, device=world1)
+    experts = built.module.layers[0].mlp.experts
+    assert any(name.endswith("linear_fc2.bias") for name, _ in experts.named_parameters())
+    inputs = built.make_inputs()
+    built.module(**inputs).float().sum().backward()
+    assert torch.isfinite(inputs["hidden_states"].grad).all()
+    fc2_bias = next(p for name, p in experts.named_parameters() if name.endswith("linear_fc2.bias"))
+    assert fc2_bias.grad is not None and fc2_bias.grad.abs().sum() > 0
+
+
+def _moe_shape():
+    from measure_archs import MOE
+
+    from primus_ext.model.rank_shape import RankShape
+
+    return RankShape(kind="moe", arch=MOE, seq_length=64, ep=1)
