@@ -18,6 +18,7 @@ over those rows and the fitted GEMM size at half efficiency.
     baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS``: ``scaleout_link`` and
                      ``moe_layer_overhead_s`` on all families together, the others per GPU family (shipped)
     cauchy           Cauchy loss c^2 log(1 + (e / c)^2), c = 0.15: rows far off count less
+    squared          mean squared log error: rows far off count more (the tail the p90 target measures)
     model-balanced   mean |log error| with each row weighted 1 / sqrt(rows of its model)
     config-once      each distinct configuration (a setup measured on several releases) weighted once
     kernel-overhead  the launch overhead per layer pass (``Efficiency.kernel_overhead_s``) fitted too
@@ -89,6 +90,10 @@ def _config(run) -> tuple:
     return (run.model_name, run.gpu, run.num_gpus, run.execution)
 
 
+def squared(errors: Sequence[tuple[object, float]]) -> float:
+    return sum(e * e for _, e in errors) / len(errors)
+
+
 def model_balanced(errors) -> float:
     return _weighted(errors, _model, 0.5)
 
@@ -144,6 +149,7 @@ def _fp8_ratio_floor(low: float) -> tuple[Param, ...]:
 VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "baseline": (fit_by_gpu, nullcontext),
     "cauchy": (partial(fit_by_gpu, loss=cauchy), nullcontext),
+    "squared": (partial(fit_by_gpu, loss=squared), nullcontext),
     "model-balanced": (partial(fit_by_gpu, loss=model_balanced), nullcontext),
     "config-once": (partial(fit_by_gpu, loss=config_once), nullcontext),
     "kernel-overhead": (partial(fit_by_gpu, params=(*DEFAULT_PARAMS, KERNEL_OVERHEAD)), nullcontext),
