@@ -5,8 +5,9 @@ Usage (inside ``shims.parallel_context``)::
     built = build_layer(shape, device="cpu")
     out = built.module(**built.make_inputs())
 
-Kinds: ``dense`` / ``moe`` -> a one-layer ``TransformerBlock`` (no final norm) from the GPT layer
-spec (MHA/GQA or MLA, MoE with shared experts); ``embedding`` -> ``LanguageModelEmbedding``;
+Kinds: ``dense`` / ``moe`` -> a one-layer ``TransformerBlock`` (no final norm; one period of an alternating
+sliding-window pattern, ``window_layers``) from the GPT layer spec (MHA/GQA or MLA, MoE with shared experts);
+``embedding`` -> ``LanguageModelEmbedding``;
 ``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
 The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
 local spec (torch modules), with the shims of ``shims.py`` and, on a GPU, PyTorch's fused SDPA for
@@ -74,12 +75,25 @@ class BuiltLayer:
     expert GEMMs, a GPU without TE) or ``te`` (transformer-engine)."""
     param_names: dict[str, int] = field(default_factory=dict)
     extra_params: int = 0
-    """Parameters of experts built only to carry the per-rank token slots (not the rank's)."""
+    """Parameters of experts built only to carry the per-rank token slots (not the rank's), all layers."""
+    layers: int = 1
+    """Transformer layers in ``module``: one period of a sliding-window pattern (``window_layers``); what is
+    measured on the block is divided by it, the mean per layer."""
 
     @property
     def param_count(self) -> int:
-        """Parameters the rank holds for this layer: the module's, less ``extra_params``."""
-        return sum(p.numel() for p in self.module.parameters()) - self.extra_params
+        """Parameters the rank holds for one layer: the module's, less ``extra_params``, per layer."""
+        return (sum(p.numel() for p in self.module.parameters()) - self.extra_params) // self.layers
+
+
+def window_layers(shape: RankShape) -> int:
+    """Layers built for a transformer layer of ``shape``: one, or the period of an alternating sliding-window
+    pattern (``window_attn_skip_freq``: windowed layers with every N-th attending fully, e.g. GPT-OSS's
+    window / full pairs), so the block's mean per layer carries both attentions, as the roofline averages."""
+    a = shape.arch
+    if shape.kind in ("dense", "moe") and a.window_size and a.window_attn_skip_freq > 1:
+        return a.window_attn_skip_freq
+    return 1
 
 
 def te_available(device: torch.device) -> bool:
@@ -152,8 +166,9 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     notes: list[str] = []
     if shape.precision == "fp8" and not use_te:
         notes.append("fp8 needs transformer-engine: measured in bf16")
+    layers = window_layers(shape)
     kw: dict[str, Any] = dict(
-        num_layers=1,
+        num_layers=layers,
         hidden_size=a.hidden_size,
         num_attention_heads=_div(a.num_attention_heads, split, "num_attention_heads"),
         kv_channels=a.kv_channels,
@@ -165,6 +180,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         add_qkv_bias=a.add_qkv_bias,
         qk_layernorm=a.qk_layernorm,
         window_size=a.window_size,
+        window_attn_skip_freq=layers if layers > 1 else None,
         hidden_dropout=DROPOUT,
         attention_dropout=DROPOUT,
         use_cpu_initialization=device.type == "cpu",
@@ -179,6 +195,9 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     )
     if not distributed:
         notes += _world1_notes(shape, use_te)
+    if layers > 1:
+        notes.append(f"{layers} layers timed ({layers - 1} with window {a.window_size[0]}, 1 with full attention): "
+                     "costs are their mean per layer (peak memory: the block's)")
     if use_te and shape.precision == "fp8":
         # delayed scaling runs the same per-tensor fp8 GEMMs as tensorwise; tensorwise needs no amax history
         # to warm up over a few timed passes. torchao's rowwise recipe has no TE equivalent.
@@ -387,8 +406,8 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
         rope = None
         if not a.multi_latent_attention:
             rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(tokens_seq).to(dev)
-        targets = _recompute_targets(module.layers[0], config)
-        extra = _extra_expert_params(module.layers[0], shape, distributed)
+        targets = tuple(t for layer in module.layers for t in _recompute_targets(layer, config))
+        extra = sum(_extra_expert_params(layer, shape, distributed) for layer in module.layers)
 
         def make_inputs() -> dict[str, torch.Tensor | None]:
             x = torch.randn(tokens_seq // sp_split, mbs, a.hidden_size, device=dev, dtype=dtype)
@@ -416,7 +435,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     return BuiltLayer(shape=shape, module=module, device=dev, dtype=dtype, config=config,
                       distributed=distributed, make_inputs=make_inputs, recompute_targets=targets,
                       notes=tuple(notes), spec_kind="te" if use_te else "local+torch" if stand_ins else "local",
-                      extra_params=extra,
+                      extra_params=extra, layers=config.num_layers if shape.kind in ("dense", "moe") else 1,
                       param_names={n: p.numel() for n, p in module.named_parameters()})
 
 

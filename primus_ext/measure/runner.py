@@ -153,10 +153,12 @@ def measure_built(built: BuiltLayer, target: RankShape, scale: float, opts: Meas
                   world: int = 1) -> Measurement:
     timing = time_layer(built, warmup=opts.warmup, reps=opts.reps, timeout_s=opts.timeout_s,
                         split_wgrad=opts.split_wgrad)
+    n = built.layers  # a window pattern's period: per-layer means (the peak stays the block's)
     cost = LayerCost(
-        fwd_ms=timing.fwd.median_ms, bwd_ms=timing.bwd.median_ms, wgrad_ms=timing.wgrad_ms,
-        recompute_ms=timing.recompute.median_ms, params=built.param_count,
-        saved_bytes=saved_bytes(built), peak_bytes=peak_bytes(built),
+        fwd_ms=timing.fwd.median_ms / n, bwd_ms=timing.bwd.median_ms / n,
+        wgrad_ms=None if timing.wgrad_ms is None else timing.wgrad_ms / n,
+        recompute_ms=timing.recompute.median_ms / n, params=built.param_count,
+        saved_bytes=saved_bytes(built) // n, peak_bytes=peak_bytes(built),
         fwd_spread=timing.fwd.spread, bwd_spread=timing.bwd.spread,
         source=source_label(built.device, scale))
     return Measurement(

@@ -65,3 +65,27 @@ def test_inputs_are_per_rank_sized(world1):
     inputs = build_layer(shape, device=world1).make_inputs()
     assert tuple(inputs["hidden_states"].shape) == (64, 3, GQA.hidden_size)
     assert inputs["attention_mask"].dtype.is_floating_point is False
+
+
+def test_window_pattern_builds_one_period_and_measures_its_mean(world1):
+    """GPT-OSS-style alternation (window on layer 1, full attention on layer 2): both layers built and timed,
+    costs per layer; without the pattern one windowed layer would stand for every layer."""
+    from dataclasses import replace
+
+    from primus_ext.measure.runner import MeasureOptions, measure_built
+
+    arch = replace(GQA, window_size=(8, 0), window_attn_skip_freq=2)
+    shape = RankShape(kind="dense", arch=arch, seq_length=64, recompute="selective", recompute_modules=("layernorm",))
+    built = build_layer(shape, device=world1)
+    assert built.layers == len(built.module.layers) == 2
+    windows = [layer.self_attention.core_attention.scale_mask_softmax.window_size for layer in built.module.layers]
+    assert windows == [(8, 0), None]
+    assert built.param_count == layer_params(shape, impl="local")
+    assert len(built.recompute_targets) == 4  # both norms of both layers
+    assert any("2 layers timed" in note for note in built.notes)
+    plain = build_layer(replace(shape, arch=replace(arch, window_attn_skip_freq=0)), device=world1)
+    assert plain.layers == 1 and len(plain.module.layers) == 1
+    opts = MeasureOptions(warmup=1, reps=2)
+    block, one = measure_built(built, shape, 1.0, opts).cost, measure_built(plain, shape, 1.0, opts).cost
+    assert block.params == one.params
+    assert abs(block.saved_bytes - one.saved_bytes) <= 0.1 * one.saved_bytes
