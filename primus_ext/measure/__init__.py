@@ -5,8 +5,9 @@
 Modules (import the one you need; only ``store`` is torch-free):
 
 - ``shims``   CPU / no-TE workarounds for megatron-core, ``parallel_context`` (gloo or NCCL, any TP/EP)
-- ``build``   ``build_layer(shape)`` -> the real module (TransformerBlock of one layer, embedding,
-              output + loss) at per-rank sizes, or global sizes split by megatron on real ranks
+- ``build``   ``build_layer(shape)`` -> the real module (TransformerBlock of one layer or one
+              window-pattern period, embedding, output + loss) at per-rank sizes, or global sizes split
+              by megatron on real ranks
 - ``attention`` fused SDPA core attention for the local spec on a GPU without TE (windows, CP stand-in)
 - ``grouped`` megatron's GroupedMLP on ``torch._grouped_mm`` for the local spec on a GPU without TE
 - ``timing``  forward / backward medians and spread, recompute timed inside backward, wgrad split

@@ -5,9 +5,9 @@ Usage (inside ``shims.parallel_context``)::
     built = build_layer(shape, device="cpu")
     out = built.module(**built.make_inputs())
 
-Kinds: ``dense`` / ``moe`` -> a one-layer ``TransformerBlock`` (no final norm; one period of an alternating
-sliding-window pattern, ``window_layers``) from the GPT layer spec (MHA/GQA or MLA, MoE with shared experts);
-``embedding`` -> ``LanguageModelEmbedding``;
+Kinds: ``dense`` / ``moe`` -> a ``TransformerBlock`` (no final norm) of one layer, or of one period of an
+alternating sliding-window pattern (``window_layers``), from the GPT layer spec (MHA/GQA or MLA, MoE with
+shared experts); ``embedding`` -> ``LanguageModelEmbedding``;
 ``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
 The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
 local spec (torch modules), with the shims of ``shims.py`` and, on a GPU, PyTorch's fused SDPA for
@@ -87,13 +87,10 @@ class BuiltLayer:
 
 
 def window_layers(shape: RankShape) -> int:
-    """Layers built for a transformer layer of ``shape``: one, or the period of an alternating sliding-window
-    pattern (``window_attn_skip_freq``: windowed layers with every N-th attending fully, e.g. GPT-OSS's
-    window / full pairs), so the block's mean per layer carries both attentions, as the roofline averages."""
-    a = shape.arch
-    if shape.kind in ("dense", "moe") and a.window_size and a.window_attn_skip_freq > 1:
-        return a.window_attn_skip_freq
-    return 1
+    """Layers built for ``shape``: one period of its sliding-window pattern (``RankShape.window_pattern``; GPT-OSS:
+    a windowed and a full-attention layer), so the block's mean per layer carries both attentions, as the
+    roofline averages; else one."""
+    return max(1, shape.window_pattern)
 
 
 def te_available(device: torch.device) -> bool:
@@ -180,7 +177,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         add_qkv_bias=a.add_qkv_bias,
         qk_layernorm=a.qk_layernorm,
         window_size=a.window_size,
-        window_attn_skip_freq=layers if layers > 1 else None,
+        window_attn_skip_freq=shape.window_pattern or None,
         hidden_dropout=DROPOUT,
         attention_dropout=DROPOUT,
         use_cpu_initialization=device.type == "cpu",

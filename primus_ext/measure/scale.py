@@ -44,7 +44,8 @@ def estimate_fwd_flops(shape: RankShape) -> float:
     q_dim = a.qk_head_dim + a.qk_pos_emb_head_dim if a.multi_latent_attention else a.kv_channels
     v_dim = a.v_head_dim if a.multi_latent_attention else a.kv_channels
     heads = a.num_attention_heads // shape.tp
-    return flops + 2.0 * shape.micro_batch_size * shape.local_seq**2 * heads * (q_dim + v_dim)
+    flops += 2.0 * shape.micro_batch_size * shape.local_seq**2 * heads * (q_dim + v_dim)
+    return flops * max(1, shape.window_pattern)  # build.window_layers: one period of a window pattern runs
 
 
 def default_scale(shapes: Iterable[RankShape], device_type: str, *,

@@ -119,6 +119,16 @@ class RankShape:
         return self.arch.num_experts // self.ep if self.arch.num_experts else 0
 
     @property
+    def window_pattern(self) -> int:
+        """Period of the sliding-window pattern a transformer layer of this shape follows: 0 when none (no
+        window, or every layer windowed), else ``window_attn_skip_freq`` (every N-th layer attends fully, e.g.
+        GPT-OSS's window / full pairs: N = 2; N = 1: none windowed). ``measure.build`` times one period."""
+        a = self.arch
+        if self.kind in ("dense", "moe") and a.window_size and a.window_attn_skip_freq >= 1:
+            return a.window_attn_skip_freq
+        return 0
+
+    @property
     def routed_tokens_per_rank(self) -> float:
         """Token-expert pairs one expert rank computes per micro-batch (each at ffn/ETP width).
 
@@ -147,6 +157,8 @@ class RankShape:
             del data["attention_kernel"]
         if data["cuda_graph"] == "none":
             del data["cuda_graph"]
+        if self.window_pattern:  # measured on one period of the pattern since 2026-12-04: entries that timed
+            data["window_period_timed"] = True  # one windowed layer for all are not reused
         payload = json.dumps(data, sort_keys=True, default=list)
         return f"{self.kind}-" + hashlib.sha256(payload.encode()).hexdigest()[:16]
 

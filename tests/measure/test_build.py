@@ -89,3 +89,37 @@ def test_window_pattern_builds_one_period_and_measures_its_mean(world1):
     block, one = measure_built(built, shape, 1.0, opts).cost, measure_built(plain, shape, 1.0, opts).cost
     assert block.params == one.params
     assert abs(block.saved_bytes - one.saved_bytes) <= 0.1 * one.saved_bytes
+
+
+def test_window_pattern_costs_are_per_layer_and_keyed_apart(world1, monkeypatch):
+    """The block's timings are divided by its layers (a fixed fake timing: exact halves); entries timed before
+    the pattern was built (one windowed layer) are not reused: the shape's store key changed."""
+    from dataclasses import replace
+
+    from primus_ext.measure import runner
+    from primus_ext.measure.timing import Stats, Timing
+
+    def stats(ms: float) -> Stats:
+        return Stats(median_ms=ms, p10_ms=ms, p90_ms=ms, n=3)
+
+    fake = Timing(fwd=stats(10.0), bwd=stats(20.0), recompute=stats(4.0), wgrad_ms=6.0)
+    monkeypatch.setattr(runner, "time_layer", lambda *_a, **_k: fake)
+    arch = replace(GQA, window_size=(8, 0), window_attn_skip_freq=2)
+    shape = RankShape(kind="dense", arch=arch, seq_length=64)
+    cost = runner.measure_built(build_layer(shape, device=world1), shape, 1.0, runner.MeasureOptions()).cost
+    assert (cost.fwd_ms, cost.bwd_ms, cost.recompute_ms, cost.wgrad_ms) == (5.0, 10.0, 2.0, 3.0)
+    assert shape.window_pattern == 2
+    assert RankShape(kind="dense", arch=replace(arch, window_attn_skip_freq=0), seq_length=64).window_pattern == 0
+    assert RankShape(kind="output", arch=arch, seq_length=64).window_pattern == 0
+    assert '"window_period_timed"' not in RankShape(kind="dense", arch=GQA, seq_length=64).key()  # others keep keys
+    assert shape.key() != replace(shape, arch=replace(arch, window_size=None)).key()
+
+
+def test_window_skip_freq_one_means_full_attention_everywhere(world1):
+    """megatron: layer_number % 1 == 0, no layer windowed; the measurement follows (it used to window it)."""
+    from dataclasses import replace
+
+    shape = RankShape(kind="dense", arch=replace(GQA, window_size=(8, 0), window_attn_skip_freq=1), seq_length=64)
+    built = build_layer(shape, device=world1)
+    assert built.layers == 1
+    assert built.module.layers[0].self_attention.core_attention.scale_mask_softmax.window_size is None
