@@ -6,7 +6,7 @@ Usage (inside ``shims.parallel_context``)::
     out = built.module(**built.make_inputs())
 
 Kinds: ``dense`` / ``moe`` -> a ``TransformerBlock`` (no final norm) of one layer, or of one period of an
-alternating sliding-window pattern (``window_layers``), from the GPT layer spec (MHA/GQA or MLA, MoE with
+alternating sliding-window pattern (``RankShape.timed_layers``), from the GPT layer spec (MHA/GQA or MLA, MoE with
 shared experts); ``embedding`` -> ``LanguageModelEmbedding``;
 ``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
 The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
@@ -77,20 +77,13 @@ class BuiltLayer:
     extra_params: int = 0
     """Parameters of experts built only to carry the per-rank token slots (not the rank's), all layers."""
     layers: int = 1
-    """Transformer layers in ``module``: one period of a sliding-window pattern (``window_layers``); what is
+    """Transformer layers in ``module``: one period of a sliding-window pattern (``RankShape.timed_layers``); what is
     measured on the block is divided by it, the mean per layer."""
 
     @property
     def param_count(self) -> int:
         """Parameters the rank holds for one layer: the module's, less ``extra_params``, per layer."""
         return (sum(p.numel() for p in self.module.parameters()) - self.extra_params) // self.layers
-
-
-def window_layers(shape: RankShape) -> int:
-    """Layers built for ``shape``: one period of its sliding-window pattern (``RankShape.window_pattern``; GPT-OSS:
-    a windowed and a full-attention layer), so the block's mean per layer carries both attentions, as the
-    roofline averages; else one."""
-    return max(1, shape.window_pattern)
 
 
 def te_available(device: torch.device) -> bool:
@@ -163,7 +156,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     notes: list[str] = []
     if shape.precision == "fp8" and not use_te:
         notes.append("fp8 needs transformer-engine: measured in bf16")
-    layers = window_layers(shape)
+    layers = shape.timed_layers
     kw: dict[str, Any] = dict(
         num_layers=layers,
         hidden_size=a.hidden_size,

@@ -45,7 +45,7 @@ def estimate_fwd_flops(shape: RankShape) -> float:
     v_dim = a.v_head_dim if a.multi_latent_attention else a.kv_channels
     heads = a.num_attention_heads // shape.tp
     flops += 2.0 * shape.micro_batch_size * shape.local_seq**2 * heads * (q_dim + v_dim)
-    return flops * max(1, shape.window_pattern)  # build.window_layers: one period of a window pattern runs
+    return flops * shape.timed_layers  # a window pattern's whole period is built and run
 
 
 def default_scale(shapes: Iterable[RankShape], device_type: str, *,

@@ -59,12 +59,12 @@ class LayerArch:
     moe_router_group_topk: int = 0
     """Groups a token may route to (``ModelSpec.moe_router_group_topk``); 0 = unrestricted."""
     vocab_size: int = 0
+    """Padded vocabulary (embedding / output kinds only)."""
 
     @property
     def gated(self) -> bool:
         """True when the MLP's first projection is doubled (gate + up), as ``ModelSpec.gated``."""
         return self.activation in GATED_ACTIVATIONS
-    """Padded vocabulary (embedding / output kinds only)."""
 
 
 _KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk")
@@ -127,6 +127,11 @@ class RankShape:
         if self.kind in ("dense", "moe") and a.window_size and a.window_attn_skip_freq >= 1:
             return a.window_attn_skip_freq
         return 0
+
+    @property
+    def timed_layers(self) -> int:
+        """Layers a measurement of this shape builds and times: one period of its window pattern, else one."""
+        return max(1, self.window_pattern)
 
     @property
     def routed_tokens_per_rank(self) -> float:
