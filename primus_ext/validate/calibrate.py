@@ -22,7 +22,7 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.specs import Efficiency
 from primus_ext.validate.run import Projector, RowResult, ValidationReport, summarize
 from primus_ext.validate.runs import RunRow
-from primus_ext.validate.search import nelder_mead
+from primus_ext.validate.search import golden_section, nelder_mead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +76,6 @@ DEFAULT_PARAMS = (
 MIN_FIT_ROWS = 6
 """A GPU type with fewer usable rows keeps its profile defaults: three parameters on fewer rows would
 fit noise."""
-GOLDEN = (math.sqrt(5) - 1) / 2
 SEARCH_ROUNDS = 1
 """Coordinate-wise golden-section rounds: they find the basin from the plain defaults ..."""
 SEARCH_STEPS = 7
@@ -207,14 +206,7 @@ def fit_efficiency(
             if abs(score(at(lo)) - score(at(hi))) < 1e-9:
                 continue
             moved.add(param.name)
-            for _ in range(SEARCH_STEPS):
-                a = hi - GOLDEN * (hi - lo)
-                b = lo + GOLDEN * (hi - lo)
-                if score(at(a)) <= score(at(b)):
-                    hi = b
-                else:
-                    lo = a
-            candidate = at((lo + hi) / 2)
+            candidate = at(golden_section(lambda x, at=at: score(at(x)), lo, hi, SEARCH_STEPS))
             value = score(candidate)
             if value < best:
                 current, best = candidate, value
@@ -289,13 +281,7 @@ def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficie
     lo, hi = param.span()
     if abs(score(lo) - score(hi)) < 1e-9:
         return None
-    for _ in range(SHARED_SEARCH_STEPS):
-        a, b = hi - GOLDEN * (hi - lo), lo + GOLDEN * (hi - lo)
-        if score(a) <= score(b):
-            hi = b
-        else:
-            lo = a
-    return param.value((lo + hi) / 2)
+    return param.value(golden_section(score, lo, hi, SHARED_SEARCH_STEPS))
 
 
 def fit_by_gpu(

@@ -1,4 +1,6 @@
-"""Derivative-free minimisation in the unit box: the polish step of the efficiency calibration.
+"""Derivative-free minimisation: the efficiency calibration's one-dimensional search and its polish step.
+
+``golden_section`` narrows a bracket of one coordinate by the golden ratio (Kiefer 1953, Proc. AMS 4(3)).
 
 ``nelder_mead`` is the downhill simplex of Nelder & Mead (1965, Computer Journal 7(4)) with the
 standard coefficients (reflection 1, expansion 2, contraction 1/2, shrink 1/2; Lagarias et al. 1998,
@@ -14,9 +16,22 @@ Pure Python: no scipy dependency.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 REFLECT, EXPAND, CONTRACT, SHRINK = 1.0, 2.0, 0.5, 0.5
+GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def golden_section(f: Callable[[float], float], lo: float, hi: float, steps: int) -> float:
+    """The middle of ``[lo, hi]`` after ``steps`` golden-section narrowings towards a minimum of ``f``."""
+    for _ in range(steps):
+        a, b = hi - GOLDEN * (hi - lo), lo + GOLDEN * (hi - lo)
+        if f(a) <= f(b):
+            hi = b
+        else:
+            lo = a
+    return (lo + hi) / 2
 
 
 def _clip(x: Sequence[float]) -> list[float]:
