@@ -90,8 +90,10 @@ def _auto_tune(args: argparse.Namespace) -> tuple[int, str]:
             argv += [flag, str(value)]
     argv += ["--analytic"] if args.analytic else []
     argv += [x for root in args.config_root for x in ("--config-root", root)]
-    code = tune_cli.run(parser.parse_args(argv))
-    return code, target if Path(target).exists() else args.config
+    namespace = parser.parse_args(argv)
+    code = tune_cli.run(namespace)
+    # only a file this run wrote is the tuned recipe (a leftover from an earlier run is not)
+    return code, target if getattr(namespace, "written", None) else args.config
 
 
 def _device(args: argparse.Namespace) -> str:

@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget < 1 or not 0.0 <= args.margin < 1.0:
         raise RecipeError(problems=[Problem(path="--budget/--margin", value=(args.budget, args.margin),
                                             message="budget must be >= 1 and margin in [0, 1)")])
+    _check_outputs(args)
     recipe = load_recipe(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                          validate=False)
     space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin))
@@ -111,8 +112,35 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse unwritable ``--out`` / ``--json`` paths before the search spends its budget."""
+    from pathlib import Path
+
+    from primus_ext.errors import Problem, RecipeError
+
+    problems = []
+    if args.resume and not Path(args.resume).is_file():
+        problems.append(Problem(path="--resume", value=args.resume, message="no such log file",
+                                fix="give the --log file of the search to continue"))
+    for flag, value in (("--out", args.out), ("--json", None if args.json == "-" else args.json),
+                        ("--log", args.log)):
+        if not value:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            problems.append(Problem(path=flag, value=value, message="is a folder, not a file",
+                                    fix="give a file name, e.g. tuned.yaml"))
+        elif not path.resolve().parent.is_dir():
+            problems.append(Problem(path=flag, value=value, message=f"folder {path.resolve().parent} does not exist",
+                                    fix="create the folder first, or write elsewhere"))
+    if problems:
+        raise RecipeError(problems=problems)
+
+
 def _write(args: argparse.Namespace, recipe: Any, tuned: Any) -> None:
-    """Rewrite, then reload the written file to check it resolves to the tuned execution."""
+    """Rewrite, then reload the written file to check it resolves to the tuned execution. A probe copy is written
+    beside the target (relative ``extends`` and presets resolve from the target's folder, as they will for the
+    real file) and removed again; ``args.written`` names the file written."""
     from pathlib import Path
 
     from primus_ext.errors import Problem, RecipeError
@@ -122,21 +150,28 @@ def _write(args: argparse.Namespace, recipe: Any, tuned: Any) -> None:
     changes = execution_changes(recipe, tuned)
     cluster = {"cluster": recipe.system.name, "nodes": recipe.system.num_nodes}
     target = args.recipe if args.apply else args.out
-    preview = rewrite(args.recipe, changes, out=target, cluster=cluster, dry_run=True)
+    preview = rewrite(args.recipe, changes, out=target, cluster=cluster, dry_run=True, module=recipe.module)
     if not preview.changed:
         print(f"{target}: already the tuned configuration, nothing to write")
         return
-    probe = Path(args.recipe).with_name(f".{Path(target).name}.check.yaml")  # presets resolve from here
+    probe = Path(target).with_name(f".{Path(target).name}.check.yaml")
     try:
-        rewrite(args.recipe, changes, out=probe, cluster=cluster)
+        rewrite(args.recipe, changes, out=probe, cluster=cluster, module=recipe.module)
         reloaded = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root)
+    except RecipeError as err:
+        reloaded, failure = None, "; ".join(f"{p.path}: {p.message}" for p in err.problems[:3])
     finally:
         for leftover in (probe, Path(str(probe) + ".bak")):
             leftover.unlink(missing_ok=True)
-    if reloaded.execution != tuned:
-        raise RecipeError(problems=[Problem(path=str(target), message="the rewritten recipe does not resolve to the "
-                                            "tuned configuration; nothing was written",
-                                            fix="report this; write the keys of the diff by hand", value=None)])
-    result = rewrite(args.recipe, changes, out=target, cluster=cluster)
+    if reloaded is None or reloaded.execution != tuned:
+        moved = Path(target).resolve().parent != Path(args.recipe).resolve().parent
+        why = f" (reloading it failed: {failure})" if reloaded is None else ""
+        raise RecipeError(problems=[Problem(
+            path=str(target), value=None,
+            message=f"the rewritten recipe does not resolve to the tuned configuration{why}; nothing was written",
+            fix=("write the tuned copy in the recipe's folder: its relative extends / presets resolve from there"
+                 if moved else "report this; write the keys of the diff by hand"))])
+    result = rewrite(args.recipe, changes, out=target, cluster=cluster, module=recipe.module)
     sys.stdout.write(result.diff)
     print(f"wrote {result.path}" + (f" (backup {result.backup})" if result.backup else ""))
+    args.written = result.path

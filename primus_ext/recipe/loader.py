@@ -73,6 +73,9 @@ class Recipe:
     problems: tuple[Problem, ...] = ()
     """Legality problems, when loaded with ``validate=False`` (empty otherwise: they raise)."""
     exp_name: str = ""
+    module: str = ""
+    """The experiment's training module (``pre_trainer``); empty for a flat Megatron YAML. A tuned
+    configuration is written to its ``overrides``."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view: the three specs, the cluster, warnings and unknown keys."""
@@ -148,7 +151,8 @@ def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, st
     return load_preset(found, state.env, state.problems, state.warnings), found.stem
 
 
-def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str]:
+def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str, str]:
+    """Merged arguments of the experiment's training module: (arguments, model preset name, module name)."""
     for key in data:
         if key not in EXPERIMENT_KEYS:
             state.warnings.append(f"unknown top-level key `{key}` in {display(state.path)} (ignored)")
@@ -156,17 +160,17 @@ def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str]:
     if not isinstance(modules, dict) or not modules:
         state.problems.append(Problem(path="modules", value=modules, message="expected a mapping of modules",
                                       fix="write modules: {pre_trainer: {framework: megatron, ...}}"))
-        return Layer(), ""
+        return Layer(), "", ""
     name = "pre_trainer" if "pre_trainer" in modules else next(iter(modules)) if len(modules) == 1 else None
     if name is None:
         state.problems.append(Problem(path="modules", value=sorted(map(str, modules)),
                                       message="no pre_trainer module", fix="name the training module pre_trainer"))
-        return Layer(), ""
+        return Layer(), "", ""
     module = modules[name]
     if not isinstance(module, dict):
         state.problems.append(Problem(path=f"modules.{name}", value=module, message="expected a mapping",
                                       fix="give framework, config, model and overrides"))
-        return Layer(), ""
+        return Layer(), "", ""
     for key in module:
         if key not in MODULE_KEYS:
             state.warnings.append(f"unknown key `{key}` in modules.{name} (ignored; expected {sorted(MODULE_KEYS)})")
@@ -193,7 +197,7 @@ def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str]:
                                       fix="use Megatron argument names"))
         overrides = {k: v for k, v in overrides.items() if isinstance(k, str)}
     args.update(Layer(values=dict(overrides), origins={k: f"{prefix}{k}" for k in overrides}))
-    return args, model_name
+    return args, model_name, name
 
 
 def _flat_args(state: _State, layer: Layer) -> Layer:
@@ -279,13 +283,19 @@ def load_recipe(
     data = dict(top.values)
     block = data.pop("primus_ext", None)
     if "modules" in data:
-        args, model_name = _primus_args(state, data)
+        args, model_name, module = _primus_args(state, data)
     else:
         top.values.pop("primus_ext", None)
         top.origins.pop("primus_ext", None)
-        args, model_name = _flat_args(state, top), state.path.stem
+        args, model_name, module = _flat_args(state, top), state.path.stem, ""
     args.update(parse_overrides(overrides, state.problems))
     system = _system(state, block, cluster, nodes)
+    if system is None:  # a bad cluster / node count: still list every argument problem with it
+        from primus_ext.hardware import load_system
+
+        _, _, arg_problems, _ = resolve_all(args.values, load_system(DEFAULT_CLUSTER, DEFAULT_NODES),
+                                            name=model_name or "model")
+        state.problems += _repoint(arg_problems, args.values, args.origins)
     state.fail_if_problems()
     assert system is not None
     unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
@@ -316,4 +326,5 @@ def load_recipe(
         origins=MappingProxyType(dict(args.origins)),
         problems=() if validate else tuple(legality),
         exp_name=exp_name if isinstance(exp_name, str) else "",
+        module=module,
     )

@@ -32,10 +32,13 @@ from typing import Any
 import yaml as pyyaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import YAMLError
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.recipe.resolve import VPP_KEYS
 from primus_ext.recipe.templates import TEMPLATE
+from primus_ext.recipe.yaml_edit import Assignment, edit_text, render
 from primus_ext.specs import ExecutionSpec
 
 BACKUP_SUFFIX = ".bak"
@@ -85,6 +88,7 @@ def megatron_args(e: ExecutionSpec, args: Mapping[str, Any], num_layers: int) ->
         "tp_comm_overlap": e.tp_comm_overlap,
         "overlap_moe_expert_parallel_comm": e.overlap_moe_expert_parallel_comm,
         "moe_shared_expert_overlap": e.moe_shared_expert_overlap,
+        "fp8_param_gather": e.fp8_param_gather,
     }
     # virtual pipeline: the spelling the recipe uses; per-stage layer counts only for even splits
     vpp = e.vpp if e.vpp > 1 else None
@@ -127,18 +131,24 @@ def _yaml() -> YAML:
     return yaml
 
 
-def _target(data: Any, path: str) -> CommentedMap:
-    """The mapping the keys go to: ``modules.pre_trainer.overrides`` or the top level."""
+def _target(data: Any, path: str, module: str = "") -> tuple[CommentedMap, tuple[str, ...]]:
+    """The mapping the keys go to and its key path: ``modules.<module>.overrides`` of an experiment (created when
+    missing, also when the file's ``modules`` come from an ``extends`` parent: ``module`` names it), else the top
+    level."""
     if not isinstance(data, CommentedMap):
         raise RecipeError(problems=[Problem(path=path, message="the recipe is not a YAML mapping")])
     modules = data.get("modules")
+    if modules is None and not module:
+        return data, ()
     if modules is None:
-        return data
-    name = "pre_trainer" if "pre_trainer" in modules else next(iter(modules))
-    module = modules[name]
-    if module.get("overrides") is None:
-        module["overrides"] = CommentedMap()
-    return module["overrides"]
+        modules = data["modules"] = CommentedMap()
+    name = module or ("pre_trainer" if "pre_trainer" in modules else next(iter(modules)))
+    if modules.get(name) is None:
+        modules[name] = CommentedMap()
+    entry = modules[name]
+    if entry.get("overrides") is None:
+        entry["overrides"] = CommentedMap()
+    return entry["overrides"], ("modules", name, "overrides")
 
 
 def _same(text_value: Any, new: Any) -> bool:
@@ -164,7 +174,10 @@ def _render(value: Any) -> str:
     return str(value)
 
 
-def _set(target: CommentedMap, key: str, value: Any, changed: dict[str, Any], label: str) -> None:
+def _set(target: CommentedMap, key: str, value: Any, changed: dict[str, Any], label: str,
+         edits: list[Assignment], path: tuple[str, ...]) -> None:
+    """Set ``key`` unless it already reads as ``value``; a key absent from the file is written even when the value
+    is null / false, since a preset or an ``extends`` parent may set it."""
     if key in target:
         old = target[key]
         template = TEMPLATE.fullmatch(old.strip()) if isinstance(old, str) else None
@@ -177,50 +190,76 @@ def _set(target: CommentedMap, key: str, value: Any, changed: dict[str, Any], la
             return
         else:
             target[key] = value
-    elif value is None or value is False:
-        return  # absent already means unset / false for every key we write
     else:
         target[key] = value
+    edits.append((path, key, target[key] if isinstance(target[key], str) and "${" in target[key] else render(value)))
     changed[label] = value
 
 
+def _load(yaml: YAML, text: str, path: str) -> Any:
+    try:
+        return yaml.load(text)
+    except DuplicateKeyError as err:
+        raise RecipeError(problems=[Problem(path=path, message=f"duplicate key: {' '.join(str(err.problem).split())}"
+                                            f" {' '.join(str(err.problem_mark).split())}",
+                                            fix="remove one of the two entries (PyYAML keeps the last one)")]) from None
+    except YAMLError as err:
+        raise RecipeError(problems=[Problem(path=path, message=f"invalid YAML: {' '.join(str(err).split())}",
+                                            fix="fix the YAML syntax at the marked line")]) from None
+
+
 def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe",
-                  cluster: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+                  cluster: Mapping[str, Any] | None = None, module: str = "") -> tuple[str, dict[str, Any]]:
     """``text`` (a recipe) with ``changes`` applied; returns (new text, keys actually changed).
 
     ``cluster`` (``{"cluster": "mi355x", "nodes": 4}``) updates the recipe's own ``primus_ext:`` block
-    when it has one, so the tuned file loads for the cluster it was tuned for."""
+    when it has one, so the tuned file loads for the cluster it was tuned for. ``module``: the experiment's
+    module (``pre_trainer``) when the file's ``modules`` come from an ``extends`` parent (``Recipe.module``).
+    Lines are edited in place (``yaml_edit``): untouched lines keep every byte; files it cannot edit that way
+    (flow-style mappings) are dumped by ruamel."""
     yaml = _yaml()
-    data = yaml.load(text)
-    target = _target(data, path)
+    data = _load(yaml, text, path)
+    target, target_path = _target(data, path, module)
     changed: dict[str, Any] = {}
+    edits: list[Assignment] = []
     block = data.get("primus_ext")
     if cluster and isinstance(block, CommentedMap):
         for key, value in cluster.items():
-            _set(block, key, value, changed, f"primus_ext.{key}")
+            _set(block, key, value, changed, f"primus_ext.{key}", edits, ("primus_ext",))
     for key, value in changes.items():
-        _set(target, key, value, changed, key)
+        _set(target, key, value, changed, key, edits, target_path)
     if not changed:
         return text, {}
+    edited = edit_text(text, edits)
+    if edited is not None:
+        return edited, changed
     buffer = io.StringIO()
     yaml.dump(data, buffer)
     return buffer.getvalue(), changed
 
 
-def atomic_write(path: Path, text: str, *, backup: bool = True) -> str | None:
-    """Replace ``path`` with ``text`` atomically, after copying the old file to ``path.bak``."""
+def read_text(path: Path) -> str:
+    """The file's text with its line endings as they are (no universal-newline translation)."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        return fh.read()
+
+
+def atomic_write(path: Path, text: str, *, backup: bool = True, mode_from: Path | None = None) -> str | None:
+    """Replace ``path`` with ``text`` atomically, after copying the old file to ``path.bak``. A new file takes the
+    permissions of ``mode_from`` (the recipe it was derived from) when given."""
     saved = None
     if backup and path.exists():
         saved = str(path) + BACKUP_SUFFIX
         shutil.copy2(path, saved)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        if path.exists():
-            shutil.copymode(path, tmp)
+        model = path if path.exists() else mode_from
+        if model is not None and model.exists():
+            shutil.copymode(model, tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -229,18 +268,32 @@ def atomic_write(path: Path, text: str, *, backup: bool = True) -> str | None:
     return saved
 
 
+def _writable(target: Path) -> Path:
+    """The file to write for ``target``: a symlink's destination (the link stays a link); a folder, or a file in a
+    folder that does not exist, is a ``RecipeError``."""
+    real = Path(os.path.realpath(target))
+    if real.is_dir():
+        raise RecipeError(problems=[Problem(path=str(target), message="is a folder, not a file",
+                                            fix="give a file name, e.g. tuned.yaml")])
+    if not real.parent.is_dir():
+        raise RecipeError(problems=[Problem(path=str(target), message=f"folder {real.parent} does not exist",
+                                            fix="create the folder first, or write elsewhere")])
+    return real
+
+
 def rewrite(path: str | Path, changes: Mapping[str, Any], *, out: str | Path | None = None,
-            cluster: Mapping[str, Any] | None = None, dry_run: bool = False) -> RewriteResult:
+            cluster: Mapping[str, Any] | None = None, dry_run: bool = False, module: str = "") -> RewriteResult:
     """Apply ``changes`` to the recipe at ``path``, writing ``out`` (a tuned copy) or ``path`` itself.
-    The diff is against the recipe at ``path``."""
+    The diff is against the recipe at ``path``; ``module``: see ``apply_changes``."""
     source = Path(path)
     target = Path(out) if out is not None else source
-    original = source.read_text(encoding="utf-8")
-    text, changed = apply_changes(original, changes, path=str(source), cluster=cluster)
-    before = target.read_text(encoding="utf-8") if target.exists() else None
+    real = _writable(target)
+    original = read_text(source)
+    text, changed = apply_changes(original, changes, path=str(source), cluster=cluster, module=module)
+    before = read_text(real) if real.exists() else None
     diff = "".join(difflib.unified_diff(original.splitlines(keepends=True), text.splitlines(keepends=True),
                                         fromfile=str(source), tofile=str(target)))
     backup = None
     if not dry_run and text != before:
-        backup = atomic_write(target, text)
+        backup = atomic_write(real, text, mode_from=source)
     return RewriteResult(path=str(target), changed=changed, diff=diff, backup=backup)
