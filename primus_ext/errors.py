@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_VALUE_CHARS = 200
+"""An offending value is shown up to this many characters (a pasted 10 kB expression would bury the message)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Problem:
@@ -26,7 +29,10 @@ class Problem:
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}"
         if self.value is not None:
-            text += f" (got {self.value!r})"
+            shown = repr(self.value)
+            if len(shown) > MAX_VALUE_CHARS:
+                shown = f"{shown[:MAX_VALUE_CHARS]}... ({len(shown)} characters)"
+            text += f" (got {shown})"
         if self.fix:
             text += f"; fix: {self.fix}"
         return text

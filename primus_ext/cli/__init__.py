@@ -74,7 +74,13 @@ class _QuietOnceReaderGone:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # `key=value` overrides may also follow the options (argparse alone stops collecting them there)
+    if extra and isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in x and not x.startswith("-") for x in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

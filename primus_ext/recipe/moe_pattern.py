@@ -127,7 +127,10 @@ def parse_pattern_expression(text: str) -> int | list[int]:
     """``"([0]*3+[1]*58)"`` -> list; ``"2"`` -> int. Raises ``PatternError``."""
     if len(text) > 10_000:
         raise PatternError("expression too long")
-    return _Parser(text).parse()
+    try:
+        return _Parser(text).parse()
+    except RecursionError:  # the parser recurses per bracket: a few hundred nested ones exhaust the stack
+        raise PatternError("expression nested too deeply") from None
 
 
 def moe_pattern(freq: object, num_layers: int) -> tuple[bool, ...]:

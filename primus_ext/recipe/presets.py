@@ -30,6 +30,36 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 """Recipes are small; a larger file is refused rather than parsed."""
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader (no object construction from tags) that also notes duplicate keys: PyYAML, like
+    Primus, keeps the last value silently; we say so."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[str] = []
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key = key_node.value
+                if key in seen:
+                    self.duplicates.append(f"`{key}` (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load(text: str, duplicates: list[str] | None = None) -> Any:
+    """``yaml.safe_load`` that appends the duplicate keys it meets to ``duplicates``."""
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        if duplicates is not None:
+            duplicates += loader.duplicates
+        loader.dispose()
+
+
 def display(path: Path) -> str:
     """A path as the user would write it: relative to the working directory when inside it."""
     try:
@@ -60,8 +90,8 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def read_yaml(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
-    """Safe-load one YAML mapping; any failure becomes a Problem and ``None``."""
+def read_yaml(path: Path, problems: list[Problem], warnings: list[str] | None = None) -> dict[str, Any] | None:
+    """Safe-load one YAML mapping; any failure becomes a Problem and ``None``; duplicate keys a warning."""
     label = display(path)
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
@@ -71,8 +101,9 @@ def read_yaml(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError) as err:
         problems.append(Problem(path=label, message=f"cannot read: {err}", fix="check the path"))
         return None
+    duplicates: list[str] = []
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text, duplicates)
     except yaml.YAMLError as err:
         problems.append(Problem(path=label, message=f"invalid YAML: {' '.join(str(err).split())}",
                                 fix="fix the YAML syntax at the marked line"))
@@ -80,6 +111,9 @@ def read_yaml(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
     except (ValueError, RecursionError, OverflowError) as err:  # bad timestamps, absurd nesting
         problems.append(Problem(path=label, message=f"invalid YAML value: {err}"))
         return None
+    if duplicates and warnings is not None:
+        warnings.append(f"{label}: duplicate key {', '.join(duplicates)}: the last value is used, as PyYAML does; "
+                        "remove the other one")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -111,7 +145,7 @@ def load_preset(
         problems.append(Problem(path=f"{label}:extends", message=f"inheritance cycle {chain}",
                                 fix="remove one of the extends entries"))
         return Layer()
-    data = read_yaml(path, problems)
+    data = read_yaml(path, problems, warnings)
     if data is None:
         return Layer()
     try:

@@ -68,15 +68,23 @@ def _join(path: str, key: object) -> str:
     return f"{path}{key}" if not path or path.endswith(":") else f"{path}.{key}"
 
 
-def expand_templates(data: Any, env: Mapping[str, str], problems: list[Problem], *, path: str) -> Any:
-    """Recursively expand templates in every string of a YAML document (keys are left alone)."""
+def expand_templates(data: Any, env: Mapping[str, str], problems: list[Problem], *, path: str,
+                     _done: dict[int, Any] | None = None) -> Any:
+    """Recursively expand templates in every string of a YAML document (keys are left alone).
+
+    A mapping or list reached twice (a YAML alias) is expanded once and shared, as the loader shares it: nine levels
+    of ten aliases each would otherwise be walked 10^9 times."""
     if isinstance(data, str):
         return expand_string(data, env, problems, path=path)
+    if not isinstance(data, dict | list):
+        return data
+    done = {} if _done is None else _done
+    if id(data) in done:
+        return done[id(data)]
     if isinstance(data, dict):
-        return {
-            key: expand_templates(value, env, problems, path=_join(path, key))
-            for key, value in data.items()
-        }
-    if isinstance(data, list):
-        return [expand_templates(item, env, problems, path=f"{path}[{i}]") for i, item in enumerate(data)]
-    return data
+        out: Any = {key: expand_templates(value, env, problems, path=_join(path, key), _done=done)
+                    for key, value in data.items()}
+    else:
+        out = [expand_templates(item, env, problems, path=f"{path}[{i}]", _done=done) for i, item in enumerate(data)]
+    done[id(data)] = out
+    return out

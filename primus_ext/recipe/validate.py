@@ -171,6 +171,7 @@ def _ep_overlap(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
         (e.pp == 1 or e.vpp > 1, "needs virtual pipeline stages when PP > 1"),
         (e.precision in ("bf16", "fp16", "fp8"), "needs bf16/fp16 parameters"),
         (m.mtp_num_layers <= 1, "supports at most one MTP layer"),
+        (m.mtp_num_layers == 0 or e.pp > 1, "with an MTP layer needs PP > 1"),
     ]
     for ok, message in needs:
         if not ok:
@@ -228,6 +229,11 @@ def _sharding(e: ExecutionSpec, out: list[Problem]) -> None:
         out.append(Problem(path="use_precision_aware_optimizer", value=True,
                            message="megatron-core supports the precision-aware optimizer only with the "
                                    "distributed optimizer", fix=fix))
+    if e.fp8_param_gather and e.precision != "fp8":
+        out.append(Problem(path="fp8_param_gather", value=True,
+                           message="megatron-core raises 'fp8_param must be used together with fp8 mode' "
+                                   "(transformer_config.py)",
+                           fix="set fp8 (e.g. fp8: hybrid) or fp8_param_gather: false"))
     if e.fsdp == "torch_fsdp2" and e.use_distributed_optimizer:
         out.append(Problem(path="use_distributed_optimizer", value=True,
                            message="torch FSDP2 shards the optimizer itself; Megatron's distributed "

@@ -133,27 +133,31 @@ class TrialLog:
 def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> list[Trial]:
     """Trials of a log. ``expect``: header fields that must match (same recipe, cluster, space)."""
     trials: list[Trial] = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read the log: {err}",
+                                            fix="give the --log file of the search to continue")]) from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            if "header" in item:
+                mismatch = {k: (item["header"].get(k), v) for k, v in (expect or {}).items()
+                            if item["header"].get(k) != v}
+                if mismatch:
+                    raise RecipeError(problems=[Problem(
+                        path=f"{path}:{number}", value=str(mismatch),
+                        message="the log was written for another recipe, cluster or space (logged, now)",
+                        fix="resume with the same recipe, --cluster, --nodes, --margin and --pin")])
                 continue
-            try:
-                item = json.loads(line)
-                if "header" in item:
-                    mismatch = {k: (item["header"].get(k), v) for k, v in (expect or {}).items()
-                                if item["header"].get(k) != v}
-                    if mismatch:
-                        raise RecipeError(problems=[Problem(
-                            path=f"{path}:{number}", value=str(mismatch),
-                            message="the log was written for another recipe, cluster or space (logged, now)",
-                            fix="resume with the same recipe, --cluster, --nodes, --margin and --pin")])
-                    continue
-                trials.append(Trial.from_dict(item["trial"]))
-            except (KeyError, TypeError, ValueError) as err:
-                if isinstance(err, json.JSONDecodeError) and number > 1 and not line.endswith("\n"):
-                    break  # a write interrupted mid-line: keep what came before
-                raise RecipeError(problems=[Problem(path=f"{path}:{number}", message=f"unreadable trial line: {err}",
-                                                    fix="remove the line or start a fresh log")]) from None
+            trials.append(Trial.from_dict(item["trial"]))
+        except (KeyError, TypeError, ValueError) as err:
+            if isinstance(err, json.JSONDecodeError) and number > 1 and not line.endswith("\n"):
+                break  # a write interrupted mid-line: keep what came before
+            raise RecipeError(problems=[Problem(path=f"{path}:{number}", message=f"unreadable trial line: {err}",
+                                                fix="remove the line or start a fresh log")]) from None
     return trials
 
 

@@ -411,6 +411,7 @@ class Space:
             pipeline_schedule=schedule,
             micro_batch_size=config["mbs"],
             precision=config["precision"],
+            fp8_param_gather=b.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
             **self.pipeline_split(pp, vpp),
             **rec,
             **shard,

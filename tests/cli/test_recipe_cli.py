@@ -85,3 +85,11 @@ def test_config_root_reads_primus_examples(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["model"]["name"] == "llama3.1_8B" and data["model"]["vocab_size"] == 128256
     assert any("module_base.yaml" in w for w in data["warnings"])
+
+
+def test_overrides_may_follow_the_options(capsys):
+    path = str(Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml")
+    assert main(["recipe", "show", path, "--nodes", "2", "--json", "micro_batch_size=4"]) == 0
+    assert json.loads(capsys.readouterr().out)["execution"]["micro_batch_size"] == 4
+    with pytest.raises(SystemExit):
+        main(["recipe", "show", path, "--nodes", "2", "--bogus"])

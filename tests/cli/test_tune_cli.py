@@ -77,3 +77,29 @@ def test_llm_strategy_key_never_reaches_output_log_or_json(recipe, tmp_path, cap
     assert secret not in everything
     assert "[redacted]" in everything and "fell back to tpe" in everything
     assert any(json.loads(line).get("trial", {}).get("origin") == "llm" for line in log.read_text().splitlines())
+
+
+@pytest.mark.parametrize("flag", ["--out", "--json", "--log"])
+def test_unwritable_outputs_exit_2_before_the_search(recipe, tmp_path, capsys, flag):
+    for bad in (tmp_path / "missing" / "x.yaml", tmp_path):
+        code = main(["tune", str(recipe), "--cluster", "mi355x", "--nodes", "8", "--budget", "2", "--no-regret",
+                     "--analytic", flag, str(bad)])
+        assert code == 2 and flag in capsys.readouterr().err
+    assert main(["tune", str(recipe), "--resume", str(tmp_path / "none.jsonl")]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_tuned_copy_elsewhere_is_checked_where_it_lands(tmp_path, capsys):
+    """A copy in another folder loses the recipe's relative extends: refused, nothing written."""
+    base = tmp_path / "recipes"
+    shutil.copytree(RECIPES, base)
+    child = base / "child.yaml"
+    child.write_text("extends: [mixtral_8x22B-pretrain.yaml]\n")
+    (tmp_path / "elsewhere").mkdir()
+    out = tmp_path / "elsewhere" / "tuned.yaml"
+    argv = ["tune", str(child), "--cluster", "mi355x", "--nodes", "8", "--strategy", "exhaustive", *PINS,
+            "--analytic", "--no-regret", "--out"]
+    assert main([*argv, str(out)]) == 2
+    assert "recipe's folder" in capsys.readouterr().err and list((tmp_path / "elsewhere").iterdir()) == []
+    assert main([*argv, str(base / "tuned.yaml")]) == 0  # beside it, the copy resolves (and is checked)
+    assert load_recipe(base / "tuned.yaml").execution.micro_batch_size in (1, 2)

@@ -149,3 +149,7 @@ def test_parse_reply_caps_size_and_batch(small):
     assert len(parsed) == 2 and "only the first 2" in problems[0].message and rationale
     assert parse_reply("x" * 60_000, ctx.space, 4)[2][0].path == "reply"
     assert parse_reply("[1, 2]", ctx.space, 4)[1] == []
+    # an integer past Python's 4300-digit parse limit is a bad reply, not a crash
+    for text in ('{"rationale": "x", "configs": [{"tp": ' + "9" * 5000 + '}]}',
+                  '{"rationale": ' + "9" * 5000 + ', "configs": []}'):
+        assert parse_reply(text, ctx.space, 4)[2][0].path == "reply"

@@ -32,6 +32,16 @@ def test_to_execution_derives_dp_sp_schedule(mixtral):
     assert space.config_of(e) == config                      # round trip
 
 
+def test_bf16_candidates_drop_fp8_parameters(mixtral):
+    """megatron-core refuses fp8_param without fp8: a bf16 candidate of an fp8 recipe must not keep it."""
+    base = dataclasses.replace(mixtral.execution, precision="fp8", fp8_param_gather=True)
+    space = build_space(mixtral.model, base, mixtral.system, parse_pins(["precision=bf16,fp8"]))
+    config = space.config_of(base)
+    assert space.to_execution(config).fp8_param_gather
+    bf16 = space.to_execution({**config, "precision": "bf16"})
+    assert not bf16.fp8_param_gather and check(mixtral.model, bf16, mixtral.system) == []
+
+
 def test_every_candidate_value_respects_world_divisibility(tiny):
     model, execution, system = tiny
     space = build_space(model, execution, system)

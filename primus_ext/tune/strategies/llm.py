@@ -109,7 +109,7 @@ def parse_reply(text: str, space: Space, max_configs: int) -> tuple[str, list[Co
         body = fenced.group(1)
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as err:
+    except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError; so is an int over 4300 digits
         return "", [], [Problem(path="reply", message=f"not a JSON object ({str(err)[:80]})",
                                 fix='reply with {"rationale": str, "configs": [...]} only')]
     if not isinstance(data, dict) or set(data) - {"rationale", "configs"} or not isinstance(data.get("configs"), list):
