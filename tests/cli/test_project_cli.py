@@ -1,6 +1,7 @@
 """``primus-ext project``: text report, JSON document, domain errors exit 2."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,13 @@ def test_memory_block_and_memory_only(capsys):
     pytest.importorskip("primus_ext.report.memory_table")
     assert main(["project", RECIPE, "--memory-only", "--cluster", "h100"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_missing_store_is_an_error_not_a_new_empty_file(tmp_path, capsys):
+    from primus_ext.cli import main
+
+    store = tmp_path / "typo.sqlite"
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml")
+    for argv in (["project", recipe, "--store", str(store)], ["tune", recipe, "--store", str(store), "--budget", "2"]):
+        assert main(argv) == 2 and "no such file" in capsys.readouterr().err
+    assert not store.exists()
