@@ -30,7 +30,7 @@ from primus_ext.measure.build import BuiltLayer, UnsupportedLayer, build_layer
 from primus_ext.measure.saved import peak_bytes, saved_bytes
 from primus_ext.measure.shims import ParallelLayout, parallel_context, resolve_device
 from primus_ext.measure.timing import MeasureTimeout, time_layer
-from primus_ext.model.costs import LayerCost
+from primus_ext.model.costs import SP_UNSPLIT_TAG, LayerCost
 from primus_ext.model.rank_shape import RankShape
 
 MEASURE_ERRORS: tuple[type[BaseException], ...] = (
@@ -126,9 +126,10 @@ def device_tag(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def source_label(device: torch.device, scale: float) -> str:
+def source_label(device: torch.device, scale: float, *, sequence_unsplit: bool = False) -> str:
     tag = f"measured:{device_tag(device)}"
-    return tag if scale >= 1.0 else f"{tag}@scale={scale:g}"
+    tag = tag if scale >= 1.0 else f"{tag}@scale={scale:g}"
+    return tag + SP_UNSPLIT_TAG if sequence_unsplit else tag
 
 
 def _dtype_name(built_or_shape: BuiltLayer | RankShape) -> str:
@@ -149,6 +150,11 @@ def layout_for(shape: RankShape, device: torch.device) -> ParallelLayout:
     return ParallelLayout(tp=shape.tp, ep=ep, etp=etp, world=world)
 
 
+def _sequence_unsplit(built: BuiltLayer) -> bool:
+    shape = built.shape
+    return not built.distributed and shape.sequence_parallel and shape.tp > 1 and shape.kind != "embedding"
+
+
 def measure_built(built: BuiltLayer, target: RankShape, scale: float, opts: MeasureOptions,
                   world: int = 1) -> Measurement:
     timing = time_layer(built, warmup=opts.warmup, reps=opts.reps, timeout_s=opts.timeout_s,
@@ -160,7 +166,7 @@ def measure_built(built: BuiltLayer, target: RankShape, scale: float, opts: Meas
         recompute_ms=timing.recompute.median_ms / n, params=built.param_count,
         saved_bytes=saved_bytes(built) // n, peak_bytes=peak_bytes(built),
         fwd_spread=timing.fwd.spread, bwd_spread=timing.bwd.spread,
-        source=source_label(built.device, scale))
+        source=source_label(built.device, scale, sequence_unsplit=_sequence_unsplit(built)))
     return Measurement(
         target=target, shape=built.shape, scale=scale, device=device_name(built.device),
         dtype=_dtype_name(built), versions=library_versions(), host=socket.gethostname(),

@@ -8,7 +8,11 @@ Usage::
 Counting rule: every tensor autograd packs is mapped to its storage; each distinct storage counts
 once with the storage's ``nbytes`` read *after* the forward (a view keeps its whole storage alive;
 megatron's ``CheckpointWithoutOutput`` shrinks recomputed outputs to 0 bytes after packing, which
-reading late accounts for). Excluded: parameters (they are weights, not activations) and the
+reading late accounts for: they are freed before backward and re-materialised there). Storages are
+told apart by identity (the ``StorageImpl``, held until counted), not by their address at pack time:
+a storage shrunk to 0 returns its memory to the allocator, which hands the address to a later saved
+tensor. After the forward, live storages at one address (distinct storages aliasing one memory, e.g.
+through DLPack) count once. Excluded: parameters (they are weights, not activations) and the
 non-differentiable inputs (causal mask, rotary table, token ids, labels), which a model holds once
 per micro-batch, not per layer, and module buffers (model state, e.g. the CP emulation's mask).
 The layer's differentiable input (the previous layer's output) counts: the layer keeps it, no
@@ -24,7 +28,8 @@ from primus_ext.measure.timing import run_backward
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+    """Identity of ``t``'s storage (shared by its views), unique while the storage is held."""
+    return t.untyped_storage()._cdata
 
 
 def saved_bytes(built: BuiltLayer) -> int:
@@ -34,19 +39,24 @@ def saved_bytes(built: BuiltLayer) -> int:
     excluded = {_storage_key(p) for p in module.parameters()}
     excluded |= {_storage_key(t) for t in inputs.values()
                  if isinstance(t, torch.Tensor) and not t.requires_grad}
-    seen: dict[int, torch.Tensor] = {}
+    seen: dict[int, tuple[torch.Tensor, torch.UntypedStorage]] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         key = _storage_key(t)
-        if key and key not in excluded and key not in seen:
-            seen[key] = t
+        if key not in excluded and key not in seen:
+            seen[key] = (t, t.untyped_storage())  # holding the storage pins its identity: no other takes the key
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = module(**inputs)
     out = out[0] if isinstance(out, tuple) else out
     buffers = {_storage_key(b) for b in module.buffers()}  # after the forward: some are built lazily
-    total = sum(t.untyped_storage().nbytes() for key, t in seen.items() if key not in buffers)
+    held: dict[int, int] = {}  # address -> bytes of the live storages
+    for key, (t, _) in seen.items():
+        storage = t.untyped_storage()  # what the saved tensor holds now: 0 bytes once a recompute freed it
+        if key not in buffers and storage.nbytes():
+            held[storage.data_ptr()] = max(held.get(storage.data_ptr(), 0), storage.nbytes())
+    total = sum(held.values())
     seen.clear()
     run_backward(out, torch.ones_like(out))
     for p in module.parameters():

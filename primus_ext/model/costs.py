@@ -43,3 +43,9 @@ class CostProvider(Protocol):
     def cost(self, shape: RankShape) -> LayerCost | None:
         """The cost, or ``None`` when this provider has no entry for the shape."""
         ...
+
+
+SP_UNSPLIT_TAG = ";sp-unsplit"
+"""Suffix of ``LayerCost.source`` for a sequence-parallel shape measured in a one-rank world (``measure/build.py``:
+norms and residuals on the whole sequence): its saved bytes compare with the formula without the SP split
+(``memory.estimate_memory(measured_sequence_split=False)``)."""

@@ -130,6 +130,7 @@ def estimate_memory(
     activation_bytes: Mapping[str, int] | None = None,
     measured_impl: str = "te",
     measured_scale: float = 1.0,
+    measured_sequence_split: bool | None = None,
     margin: float = 0.0,
 ) -> Memory:
     """Per-stage peak memory of one GPU for ``model`` run as ``execution`` on ``system``.
@@ -138,12 +139,16 @@ def estimate_memory(
     ``output``) for one micro-batch at the configured recompute, taken by ``measured_impl`` (``te`` on a
     GPU, ``local`` = megatron-core's local spec on CPU) on the shape ``RankShape.scaled(measured_scale)``.
     Each kind's measured / formula ratio at that shape and implementation rescales the TE formula at the
-    target shape. ``margin``: fraction of HBM kept free (fits only when peak <= capacity*(1-margin)).
+    target shape. ``measured_sequence_split``: whether the measured modules ran sequence parallelism's split
+    (real TP ranks; ``False`` for a one-rank world, the ``;sp-unsplit`` of ``measure.runner.source_label``);
+    ``None``: split unless CP > 1 (``memory_activations.as_measured``). ``margin``: fraction of HBM kept
+    free (fits only when peak <= capacity*(1-margin)).
     Raises ``RecipeError`` when the layer split is illegal.
     """
     measured = None
     if activation_bytes:
-        measured = Measured(saved_bytes=dict(activation_bytes), impl=measured_impl, scale=measured_scale)
+        measured = Measured(saved_bytes=dict(activation_bytes), impl=measured_impl, scale=measured_scale,
+                            sequence_split=measured_sequence_split)
     ctx = stage_context(model, execution, measured)
     stages = []
     for rank in range(execution.pp):

@@ -32,7 +32,7 @@ mla_up_proj) replaces the named parts by what the checkpoint keeps. Pure and tor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.model.rank_shape import RankShape
@@ -243,8 +243,8 @@ def _selective(shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) 
             parts["attn_qkv"] = e * shape.tokens * d * (heads + groups + heads + 2 * groups)
     elif "core_attn" in modules:
         parts.pop("attn_softmax_stats", None)  # flash: q, k, v stay saved as the checkpoint's inputs
-    if "mla_up_proj" in modules and a.multi_latent_attention and "attn_scores" not in parts:
-        parts.pop("attn_qkv", None)
+    if "mla_up_proj" in modules and a.multi_latent_attention:
+        _mla_up_proj(shape, impl, parts, e, sp)
     input_norm_separate = not impl.fused_input_norm or a.multi_latent_attention
     mlp_norm_separate = not impl.fused_input_norm or shape.kind == "moe"
     if "layernorm" in modules:
@@ -265,6 +265,48 @@ def _selective(shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) 
         if "shared_experts" in modules:
             parts["shared_experts"] = 0.0
     return parts
+
+
+def _mla_up_proj(shape: RankShape, impl: ActivationImpl, parts: dict[str, float], e: int, sp: int) -> None:
+    """Parts changed by recomputing MLA's up-projections and RoPE (megatron-core 0.16.1
+    multi_latent_attention.py: ``CheckpointWithoutOutput`` over ``qkv_up_proj_and_rope_apply``, its
+    outputs q, k, v resized to 0 once core attention ran). Whatever core attention kept of q, k, v goes
+    with them: TE's flash attention saves them, the local bmm views of them, the core_attn checkpoint keeps
+    them as inputs; the local CP stand-in's repeated k, v (``build.cp_core_attention_class``) are new
+    tensors and stay. The checkpoint keeps its inputs: q_compressed and kv_compressed (saved anyway by the
+    up-projections), k_pos_emb and rotary_pos_emb."""
+    a = shape.arch
+    parts.pop("attn_qkv", None)
+    if "attn_scores" in parts and shape.cp > 1:  # local attention, core_attn not recomputed
+        parts["attn_qkv"] = e * shape.tokens * shape.local_heads * shape.cp * (
+            a.qk_head_dim + a.qk_pos_emb_head_dim + a.v_head_dim)
+    if impl.rope_cache:
+        # local: the rotary table (fp32) instead of RoPE's cached cos/sin, run without grad in the
+        # checkpoint; k_pos_emb is a view of the kv down-projection's output, keeping it whole (already kept
+        # unless torch's RMSNorm took kv_compressed as an fp32 copy), or gathered anew under sequence parallelism
+        rot, kl = a.qk_pos_emb_head_dim, a.kv_lora_rank
+        parts["rope_cache"] = FP32_BYTES * shape.local_seq * rot
+        if sp > 1:
+            parts["mla_k_pos_emb"] = e * shape.tokens * rot
+        elif a.qk_layernorm and a.normalization != "LayerNorm":
+            parts["mla_k_pos_emb"] = e * shape.tokens * (kl + rot)
+
+
+def as_measured(shape: RankShape, impl: ActivationImpl, *, sequence_split: bool | None = None) -> RankShape:
+    """``shape`` as ``primus_ext.measure.build`` builds it, for the formula a measurement compares with.
+
+    ``sequence_split``: the module ran sequence parallelism's split (real TP ranks); in a one-rank world
+    norms and residuals take the whole sequence. ``None``: split unless CP > 1, which
+    ``measure.runner.layout_for`` always measures in a one-rank world. The local spec (CPU, per-expert
+    GEMMs) runs without ``moe_act``, which megatron-core refuses there (``build._recompute_kwargs``; no
+    module left: selective recomputes nothing)."""
+    split = shape.cp == 1 if sequence_split is None else sequence_split
+    if shape.sequence_parallel and not split:
+        shape = replace(shape, sequence_parallel=False)
+    if impl == LOCAL and shape.recompute == "selective" and "moe_act" in shape.recompute_modules:
+        modules = tuple(m for m in shape.recompute_modules if m != "moe_act")
+        shape = replace(shape, recompute_modules=modules, recompute="selective" if modules else "none")
+    return shape
 
 
 def op_sac_saved_bytes(shape: RankShape) -> float:

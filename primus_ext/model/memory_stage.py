@@ -21,6 +21,7 @@ from primus_ext.model.memory_activations import (
     LOCAL,
     TE,
     activation_bytes_per_layer,
+    as_measured,
     element_bytes,
     linear_input_fraction,
     loss_saved_bytes,
@@ -186,15 +187,18 @@ class Measured:
     impl: str = "te"
     """``te`` (Transformer-Engine spec, GPU) or ``local`` (megatron-core local spec, CPU)."""
     scale: float = 1.0
+    sequence_split: bool | None = None
+    """The module ran sequence parallelism's split: see ``memory_activations.as_measured``."""
 
 
 def _scale(shape: RankShape, measured: Measured | None) -> float:
-    """Measured / formula at the measured shape and implementation: the correction carried over to the
-    TE formula at the target shape (so a CPU local-spec measurement does not import the s x s scores)."""
+    """Measured / formula at the shape as measured and its implementation: the correction carried over to
+    the TE formula at the target shape (so a CPU local-spec measurement does not import the s x s scores)."""
     if measured is None or shape.kind not in measured.saved_bytes:
         return 1.0
     impl = LOCAL if measured.impl == "local" else TE
-    formula = activation_bytes_per_layer(shape.scaled(measured.scale), impl=impl)
+    built = as_measured(shape.scaled(measured.scale), impl, sequence_split=measured.sequence_split)
+    formula = activation_bytes_per_layer(built, impl=impl)
     return measured.saved_bytes[shape.kind] / formula if formula else 1.0
 
 
@@ -347,6 +351,19 @@ def biggest_layer_params(ctx: StageContext) -> int:
     return max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
 
 
+def dp_sharded(e: ExecutionSpec) -> tuple[bool, bool, bool]:
+    """(optimizer state, gradients, parameters) sharded over the data-parallel group. DDP: the optimizer, by
+    the distributed optimizer. Megatron-FSDP (megatron-core 0.16.1 megatron_fsdp/param_and_grad_buffer.py
+    ``_init_each_parameter_group_buffers``): ``optim`` distributes the main weights, which the optimizer
+    steps (so its state), ``optim_grads`` the gradients too, ``optim_grads_params`` the parameters too,
+    ``no_shard`` nothing; ``use_distributed_optimizer`` adds nothing (``DistributedOptimizer.__init__``
+    returns early under Megatron-FSDP). torch FSDP2 (``fully_shard``): all three."""
+    if e.fsdp == "none":
+        return e.use_distributed_optimizer, False, False
+    strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
+    return strategy != "no_shard", strategy in ("optim_grads", "optim_grads_params"), strategy == "optim_grads_params"
+
+
 def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, float], total_params: float,
                 expert: float, router: float, edge: float, biggest: float,
                 weight: tuple[float, float]) -> tuple[float, float, float, float, float]:
@@ -360,17 +377,15 @@ def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, fl
     dense_params = total_params - expert
     params = (total_params - edge - router) * sum(weight) + edge * param_b + router * ROUTER_PARAM_BYTES
     grads = total_params * grad_b
-    shard_opt = e.use_distributed_optimizer or e.fsdp != "none"
+    shard_opt, shard_grads, shard_params = dp_sharded(e)
     opt_dense = dense_params / (dp_dense if shard_opt else 1) * opt_b
     opt_expert = expert / (dp_expert if shard_opt else 1) * opt_b
     fsdp_gather = 0.0
-    if e.fsdp != "none":
-        strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
-        if strategy in ("optim_grads", "optim_grads_params"):
-            grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
-        if strategy == "optim_grads_params":
-            params = (dense_params / dp_dense + expert / dp_expert) * fsdp_shard_bytes(e, param_b)
-            fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
+    if shard_grads:
+        grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
+    if shard_params:
+        params = (dense_params / dp_dense + expert / dp_expert) * fsdp_shard_bytes(e, param_b)
+        fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
     return params, grads, opt_dense, opt_expert, fsdp_gather
 
 

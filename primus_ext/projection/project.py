@@ -15,6 +15,7 @@ import importlib.util
 import re
 from dataclasses import replace
 
+from primus_ext.model.costs import SP_UNSPLIT_TAG
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection.evaluate import Costs, _evaluate, _lookup, _providers
 from primus_ext.projection.result import Projection
@@ -35,6 +36,7 @@ def _scaled_system(system: SystemSpec, factor: float) -> SystemSpec:
 _SCALE = re.compile(r"@scale=([0-9.eE+-]+)")
 
 
+
 def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, providers: tuple) -> tuple[object, str]:
     if importlib.util.find_spec("primus_ext.model.memory") is None:
         return None, "memory model (primus_ext.model.memory) not available in this checkout"
@@ -43,18 +45,20 @@ def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, prov
     # Measured saved bytes rescale the formula by their measured/formula ratio at the shape and the
     # implementation they were taken on: CPU runs use megatron-core's local spec, GPU runs the TE spec;
     # a reduced-scale entry says so in its source ("...@scale=0.0625").
-    by_scale: dict[tuple[str, float], dict[str, int]] = {}
+    # A one-rank run of a sequence-parallel shape ran unsplit; its source says so (";sp-unsplit").
+    by_scale: dict[tuple[str, float, bool | None], dict[str, int]] = {}
     for kind, shape in rank_shapes(model, execution).items():
         cost = _lookup(shape, providers, system)
         if cost.source != "analytic" and cost.saved_bytes:
             scale = _SCALE.search(cost.source)
             impl = "local" if "cpu" in cost.source.lower() else "te"
-            by_scale.setdefault((impl, float(scale.group(1)) if scale else 1.0), {})[kind] = cost.saved_bytes
+            split = False if SP_UNSPLIT_TAG in cost.source else None
+            by_scale.setdefault((impl, float(scale.group(1)) if scale else 1.0, split), {})[kind] = cost.saved_bytes
     if not by_scale:
         return estimate_memory(model, execution, system), ""
-    (impl, scale), measured = max(by_scale.items(), key=lambda item: len(item[1]))
+    (impl, scale, split), measured = max(by_scale.items(), key=lambda item: len(item[1]))
     return estimate_memory(model, execution, system, activation_bytes=measured, measured_impl=impl,
-                           measured_scale=scale), ""
+                           measured_scale=scale, measured_sequence_split=split), ""
 
 
 def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None, *,

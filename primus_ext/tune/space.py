@@ -386,7 +386,9 @@ class Space:
             use_distributed_optimizer=sharding == "distopt" or (sharding == "fsdp" and fsdp_kind == "megatron_fsdp"),
             fsdp=fsdp_kind if sharding == "fsdp" else "none",
             data_parallel_sharding_strategy=(
-                (b.data_parallel_sharding_strategy if b.fsdp == "megatron_fsdp" else "optim_grads_params")
+                (b.data_parallel_sharding_strategy
+                 if b.fsdp == "megatron_fsdp" and b.data_parallel_sharding_strategy != "no_shard"
+                 else "optim_grads_params")  # "fsdp" shards: a no_shard recipe's own strategy would not
                 if sharding == "fsdp" and fsdp_kind == "megatron_fsdp" else "no_shard"),
             overlap_grad_reduce=overlap in ("grad", "grad+param"),
             overlap_param_gather=overlap == "grad+param",

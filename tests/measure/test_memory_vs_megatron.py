@@ -60,6 +60,17 @@ ONE_RANK = {
         "qk_pos_emb_head_dim", "v_head_dim", "qk_layernorm")})),
     "output": _shape("output", replace(GQA, vocab_size=1024)),
 }
+MLA_UP_PROJ = {  # CheckpointWithoutOutput frees q, k, v and core attention's views of them: to within 1 %
+    "mla-up_proj": _shape("dense", MLA, recompute="selective", recompute_modules=("mla_up_proj",)),
+    "mla-core_attn-up_proj": _shape("dense", MLA, recompute="selective",
+                                    recompute_modules=("core_attn", "mla_up_proj")),
+    "mla-cp2-up_proj": _shape("dense", MLA, seq_length=256, cp=2, recompute="selective",
+                              recompute_modules=("mla_up_proj",)),
+    "mla-layernorm-up_proj": _shape("dense", replace(MLA, normalization="LayerNorm"), recompute="selective",
+                                    recompute_modules=("layernorm", "mla_up_proj")),
+    "mla-no-q-lora-no-qk-norm-up_proj": _shape("dense", replace(MLA, q_lora_rank=None, qk_layernorm=False),
+                                               recompute="selective", recompute_modules=("mla_up_proj",)),
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,12 +96,22 @@ def test_activation_bytes_match_saved_tensors(name, one_rank_world):
     assert formula == pytest.approx(measured, rel=TOLERANCE), (name, formula, measured)
 
 
+@pytest.mark.parametrize("name", sorted(MLA_UP_PROJ))
+def test_mla_up_proj_recompute_matches_saved_tensors(name, one_rank_world):
+    shape = MLA_UP_PROJ[name]
+    measured = _measured(shape)
+    formula = activation_bytes_per_layer(shape, impl=LOCAL)
+    assert formula == pytest.approx(measured, rel=0.01), (name, formula, measured)
+
+
 SEQUENCE_PARALLEL = {
     "dense-tp2-sp-none": _shape("dense", GQA, tp=2, sequence_parallel=True),
     "dense-tp2-sp-selective": _shape("dense", GQA, tp=2, sequence_parallel=True, recompute="selective"),
     "dense-tp2-sp-full": _shape("dense", GQA, tp=2, sequence_parallel=True, recompute="full"),
     "dense-tp2-no-sp": _shape("dense", GQA, tp=2),
     "mla-tp2-sp": _shape("dense", MLA, tp=2, sequence_parallel=True),
+    "mla-tp2-sp-up_proj": _shape("dense", MLA, tp=2, sequence_parallel=True, recompute="selective",
+                                 recompute_modules=("mla_up_proj",)),
     "moe-tp2-sp-etp1": _shape("moe", MOE, tp=2, etp=1, sequence_parallel=True),
     "output-tp2-sp": _shape("output", replace(GQA, vocab_size=1024), tp=2, sequence_parallel=True),
 }

@@ -1,11 +1,13 @@
-"""Bytes saved for backward: positive, linear in seq and MBS, and the unfused attention's s^2 term."""
+"""Bytes saved for backward: positive, linear in seq and MBS, and the unfused attention's s^2 term; storages
+told apart by identity, not by an address a freed storage handed back to the allocator."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from measure_archs import GQA, MLA, MOE
 
-from primus_ext.measure.build import build_layer
+from primus_ext.measure.build import BuiltLayer, build_layer
 from primus_ext.measure.saved import saved_bytes
 from primus_ext.model.rank_shape import RankShape
 
@@ -60,3 +62,39 @@ def test_context_parallel_rank_attends_to_the_whole_sequence(world1):
     assert saved_bytes(cp2) - one == scores + keys_values
     assert cp2.param_count == build_layer(RankShape(kind="dense", arch=GQA, seq_length=s), device="cpu").param_count
     assert any(n.startswith("CP=2: local queries attend to the whole sequence") for n in cp2.notes)
+
+
+class _ReusedAddress(torch.nn.Module):
+    """Saves ``n`` floats at one address, optionally frees that storage (as ``CheckpointWithoutOutput`` does
+    with ``resize_(0)``), then saves ``n`` floats in another storage at the same address, and a view of it.
+    ``torch.frombuffer`` over one host buffer pins the address (the allocator only tends to reuse it)."""
+
+    def __init__(self, n: int, free_first: bool):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(n))
+        self.memory = bytearray(4 * n)
+        self.free_first = free_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.numel()
+        first = torch.frombuffer(self.memory, dtype=torch.float32)
+        self.weight * first  # packs ``first``; the product is not part of the output
+        if self.free_first:
+            first.set_()  # the saved storage holds nothing at backward
+        second = torch.frombuffer(self.memory, dtype=torch.float32)
+        assert second.data_ptr() == torch.frombuffer(self.memory, dtype=torch.float32).data_ptr()
+        out = self.weight * second  # packs ``second``: another storage at that address
+        half = self.weight[: n // 2] * second[n // 2 :]  # packs a view of ``second``'s storage
+        out = torch.cat([out[: n // 2] + half, out[n // 2 :]])  # add and cat save nothing
+        return out * x  # packs ``out`` and the differentiable input ``x``
+
+
+@pytest.mark.parametrize("free_first", [True, False])
+def test_freed_storage_address_reused_counts_the_new_storage_once(free_first):
+    """``second`` (and its view) once, ``out`` and ``x``: 3 x n floats. A freed ``first`` counts 0 and must
+    not hide ``second``; a live ``first`` aliases ``second``'s memory and counts with it."""
+    n = 1024
+    built = BuiltLayer(shape=RankShape(kind="dense", arch=GQA), module=_ReusedAddress(n, free_first),
+                       device=torch.device("cpu"), dtype=torch.float32, config=None, distributed=False,
+                       make_inputs=lambda: {"x": torch.ones(n, requires_grad=True)})
+    assert saved_bytes(built) == 3 * 4 * n

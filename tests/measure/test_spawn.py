@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 import torch.multiprocessing as mp
@@ -48,3 +49,21 @@ def test_measure_many_runs_tp2_on_real_ranks():
     assert (m.mode, m.world) == ("distributed", 2)
     assert m.cost.fwd_ms > 0 and m.cost.bwd_ms > 0 and m.cost.saved_bytes > 0
     assert m.cost.source == "measured:cpu"
+
+
+def test_one_rank_sequence_parallel_measurement_says_it_ran_unsplit(world1):
+    """``--no-spawn`` (or TP beyond the node, or CP > 1) measures a TP=2 + SP shape in one rank: norms and
+    residuals take the whole sequence, and the source says so (the scale stays parseable)."""
+    import re
+
+    from primus_ext.measure.runner import measure_one
+    from primus_ext.model.costs import SP_UNSPLIT_TAG
+    from primus_ext.model.memory_activations import LOCAL, activation_bytes_per_layer
+
+    shape = RankShape(kind="dense", arch=GQA, seq_length=128, micro_batch_size=1, tp=2, sequence_parallel=True)
+    m = measure_one(shape, 0.5, world1, MeasureOptions(warmup=1, reps=2))  # as measure_many in a one-rank world
+    assert m.ok, m.error
+    assert m.mode == "per-rank" and m.cost.source == "measured:cpu@scale=0.5" + SP_UNSPLIT_TAG
+    assert float(re.search(r"@scale=([0-9.eE+-]+)", m.cost.source).group(1)) == 0.5
+    unsplit = activation_bytes_per_layer(replace(m.shape, sequence_parallel=False), impl=LOCAL)
+    assert m.cost.saved_bytes == pytest.approx(unsplit, rel=0.01)

@@ -82,6 +82,29 @@ def test_fsdp_shards_params_grads_and_optimizer():
     assert optim_only.params_bytes == ddp.params_bytes and optim_only.grads_bytes == ddp.grads_bytes
 
 
+@pytest.mark.parametrize("dist_opt", [False, True])
+def test_megatron_fsdp_shards_what_its_strategy_names(dist_opt):
+    """megatron-core 0.16.1 megatron_fsdp/param_and_grad_buffer.py ``_init_each_parameter_group_buffers``:
+    no_shard keeps main weights (so Adam's state), grads and params whole; optim shards the main weights,
+    optim_grads the grads too, optim_grads_params the params too. The distributed optimizer adds nothing
+    under Megatron-FSDP (``DistributedOptimizer.__init__`` returns early)."""
+    exe = _exe(data_parallel_size=8, global_batch_size=64)
+    ddp = estimate_memory(TINY, exe, H100).stages[0]
+    small = load_system("h100", 1)
+    expected = {"no_shard": (1, 1, 1), "optim": (1, 1, 8), "optim_grads": (1, 8, 8), "optim_grads_params": (8, 8, 8)}
+    for strategy, (p_div, g_div, o_div) in expected.items():
+        e = replace(exe, fsdp="megatron_fsdp", data_parallel_sharding_strategy=strategy,
+                    use_distributed_optimizer=dist_opt)
+        stage = estimate_memory(TINY, e, H100).stages[0]
+        assert stage.optimizer_bytes == pytest.approx(ddp.optimizer_bytes / o_div), strategy
+        assert stage.grads_bytes == pytest.approx(ddp.grads_bytes / g_div), strategy
+        if p_div == 1:
+            assert stage.params_bytes == ddp.params_bytes, strategy
+        else:
+            assert stage.params_bytes == pytest.approx(ddp.params_bytes / p_div), strategy
+        assert peak_bytes(TINY, e, small) == estimate_memory(TINY, e, small).peak_bytes  # the pre-filter agrees
+
+
 # --- activations: Korthikanti et al. ------------------------------------------------------------
 @pytest.mark.parametrize("tp,sp", [(1, False), (4, True)])
 def test_dense_layer_matches_korthikanti_without_dropout(tp, sp):
@@ -117,6 +140,21 @@ def test_recompute_orders_activations():
                                                      recompute_modules=("core_attn", "mlp", "moe", "layernorm")))
             full = activation_bytes_per_layer(shape, recompute="full")
             assert full < sel < none, (model.name, kind)
+
+
+def test_te_mla_up_proj_recompute_frees_flash_attention_qkv_only():
+    """TE spec: ``CheckpointWithoutOutput`` resizes q, k, v (its outputs) to 0 once core attention ran, and
+    TE's flash attention saved those very tensors; its inputs (q/kv_compressed) stay, saved by the fused
+    norm-linear anyway, and TE's fused RoPE keeps no per-layer cos/sin (megatron-core 0.16.1
+    multi_latent_attention.py ``qkv_up_proj_and_rope_apply``)."""
+    mla = replace(GQA, multi_latent_attention=True, q_lora_rank=512, kv_lora_rank=256, qk_head_dim=64,
+                  qk_pos_emb_head_dim=32, v_head_dim=64, qk_layernorm=True, num_query_groups=16)
+    shape = rank_shapes(mla, _exe())["dense"]
+    none = activation_parts(shape, impl=TE, recompute="none")
+    for modules, dropped in ((("mla_up_proj",), {"attn_qkv"}),
+                             (("core_attn", "mla_up_proj"), {"attn_qkv", "attn_softmax_stats"})):
+        sel = activation_parts(replace(shape, recompute="selective", recompute_modules=modules), impl=TE)
+        assert set(none) - set(sel) == dropped and all(sel[k] == none[k] for k in sel), modules
 
 
 def test_fp8_saves_quantised_gemm_inputs():
@@ -230,3 +268,45 @@ def test_cpu_local_measurement_at_reduced_scale_carries_only_its_ratio():
                            measured_scale=0.25).stages[0].detail["activations.per_microbatch"]
     dense_part = GQA.num_layers * activation_bytes_per_layer(shape)
     assert more - analytic == pytest.approx(0.1 * dense_part, rel=1e-3)
+
+
+def _per_microbatch(model, exe, **measured) -> float:
+    return estimate_memory(model, exe, H100, **measured).stages[0].detail["activations.per_microbatch"]
+
+
+@pytest.mark.parametrize(("cp", "split"), [(2, None), (1, False)])
+def test_one_rank_sequence_parallel_measurement_compares_with_the_unsplit_formula(cp, split):
+    """A TP=2 + SP shape measured in a one-rank world (``runner.layout_for``: always under CP > 1, else when
+    TP exceeds the node) runs norms and residuals on the whole sequence (``build.py``): a measurement equal
+    to the local formula of that unsplit shape carries a ratio of 1, leaving the TE estimate unchanged."""
+    from primus_ext.model.memory_activations import LOCAL
+
+    exe = _exe(tensor_model_parallel_size=2, context_parallel_size=cp, sequence_parallel=True, micro_batch_size=2,
+               seq_length=256 * cp)
+    shape = rank_shapes(GQA, exe)["dense"]
+    unsplit = activation_bytes_per_layer(replace(shape, sequence_parallel=False), impl=LOCAL)
+    assert unsplit > activation_bytes_per_layer(shape, impl=LOCAL)
+    measured = _per_microbatch(GQA, exe, activation_bytes={"dense": unsplit}, measured_impl="local",
+                               measured_sequence_split=split)
+    assert measured == pytest.approx(_per_microbatch(GQA, exe))
+    if cp == 1:  # real TP ranks (the default under CP = 1) split the sequence: compared with the SP formula
+        split_bytes = activation_bytes_per_layer(shape, impl=LOCAL)
+        assert _per_microbatch(GQA, exe, activation_bytes={"dense": split_bytes},
+                               measured_impl="local") == pytest.approx(_per_microbatch(GQA, exe))
+
+
+@pytest.mark.parametrize(("modules", "as_built"), [(("moe_act", "layernorm"), ("layernorm",)), (("moe_act",), None)])
+def test_cpu_measurement_without_moe_act_compares_with_the_formula_without_it(modules, as_built):
+    """megatron-core refuses ``moe_act`` recompute without grouped expert GEMMs, so the CPU (local spec)
+    build drops it (``build._recompute_kwargs``; nothing left: no recompute): a measurement equal to the local
+    formula of the shape as built leaves the estimate unchanged."""
+    from primus_ext.model.memory_activations import LOCAL
+
+    exe = _exe(recompute_granularity="selective", recompute_modules=modules)
+    shape = rank_shapes(MOE, exe)["moe"]
+    built = replace(shape, recompute_modules=as_built) if as_built else replace(shape, recompute="none",
+                                                                                 recompute_modules=())
+    local = activation_bytes_per_layer(built, impl=LOCAL)
+    assert local != activation_bytes_per_layer(shape, impl=LOCAL)
+    measured = _per_microbatch(MOE, exe, activation_bytes={"moe": local}, measured_impl="local")
+    assert measured == pytest.approx(_per_microbatch(MOE, exe))

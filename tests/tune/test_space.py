@@ -42,6 +42,14 @@ def test_bf16_candidates_drop_fp8_parameters(mixtral):
     assert not bf16.fp8_param_gather and check(mixtral.model, bf16, mixtral.system) == []
 
 
+def test_fsdp_candidates_shard_even_when_the_recipe_runs_no_shard(mixtral):
+    base = dataclasses.replace(mixtral.execution, fsdp="megatron_fsdp", data_parallel_sharding_strategy="no_shard",
+                               use_distributed_optimizer=True)
+    space = build_space(mixtral.model, base, mixtral.system)
+    assert space.to_execution({**space.config_of(base), "sharding": "fsdp"}).data_parallel_sharding_strategy == \
+        "optim_grads_params"
+
+
 def test_every_candidate_value_respects_world_divisibility(tiny):
     model, execution, system = tiny
     space = build_space(model, execution, system)
