@@ -21,8 +21,9 @@ Orders (megatron-core ``pipeline_parallel/schedules.py``):
   * ``zb-h1``: Qi et al. 2023 (arXiv:2401.10241) "ZB-H1": backward split into input-grad B and
     weight-grad W; B has priority, F keeps 1F1B's budget (at most PP-r micro-batches between F and B
     on rank r), W fills otherwise idle time but rank r defers at most r of them (the paper's memory
-    bound, also what ``model.memory`` assumes). Simulated greedily in time order; on uniform stages
-    it reproduces the paper's bubble (p-1)(F+B-W) and its figure's op order.
+    bound, also what ``model.memory`` assumes). The order is chosen greedily in time order on the
+    compute times (on uniform stages the paper's figure's order and bubble (p-1)(F+B-W)), then run
+    fixed with the send/recv times like the other schedules (``_zb_h1_structure``).
 
 The closed forms (p-1)/m and (p-1)/(v*m) are tests of this simulator (tests/model/test_pipeline.py),
 not its implementation. Pure and torch-free; the fixed orders are memoised per structure.
@@ -81,9 +82,9 @@ class ScheduleResult:
     finish: tuple[float, ...]
     """Per rank: end of its last op."""
     events: tuple[Event, ...] = ()
-    critical_p2p: float | None = None
-    """Send/recv seconds on the critical path (what p2p adds to the makespan); ``None`` when the schedule
-    (zb-h1) does not trace it."""
+    critical_p2p: float = 0.0
+    """Send/recv seconds on the critical path (what p2p adds to the makespan): at most every stage boundary
+    crossed once per micro-batch and direction."""
 
     @property
     def bubble_time(self) -> float:
@@ -141,10 +142,15 @@ class _Structure:
 
 @lru_cache(maxsize=256)
 def _structure(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int = 0) -> _Structure:
-    orders = [rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
+    return _place([rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)], pp, vpp, m)
+
+
+def _place(orders: list, pp: int, vpp: int, m: int) -> _Structure:
+    """Per-rank (kind, micro-batch, chunk) orders -> a topological ``_Structure`` (sweeping the ranks, each
+    as far as its inputs are placed). A weight-grad W has no input of its own: its B precedes it on its rank."""
     stages = pp * vpp
     # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
-    placed = [0] * (2 * stages * m)
+    placed = [0] * (3 * stages * m)
     ops: list[tuple[int, int, int, int]] = []
     steps: list[tuple[int, int, int, int]] = []
     pointers = [0] * pp
@@ -161,6 +167,8 @@ def _structure(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int 
                 if kind == FWD:
                     dep_stage, cslot = stage - 1, stage - 1
                     dep = placed[dep_stage * m + mb] if stage > 0 else -1
+                elif kind == WGRAD:
+                    dep, cslot = -1, -1
                 elif stage < stages - 1:
                     dep_stage, cslot = stage + 1, stage
                     dep = placed[(stages + dep_stage) * m + mb]
@@ -202,6 +210,12 @@ def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p
     pp, vpp = len(times), len(times[0])
     st = _structure(schedule, pp, vpp, m, group, extra)
     durs = [c.fwd for row in times for c in row] + [c.bwd for row in times for c in row]
+    return _replay(schedule, st, times, m, durs, p2p, timeline)
+
+
+def _replay(schedule: str, st: _Structure, times: tuple[tuple[ChunkTimes, ...], ...], m: int, durs: list[float],
+            p2p: tuple[float, ...], timeline: bool) -> ScheduleResult:
+    """Run a fixed op order: every op starts when its rank is free and its input arrived."""
     comms = (*p2p, 0.0)  # slot -1 -> 0
     fin = [0.0]
     append = fin.append
@@ -222,18 +236,41 @@ def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p
                           events=events, critical_p2p=_critical_p2p(st, fin, durs, comms) if any(p2p) else 0.0)
 
 
-# --------------------------------------------------------------------------- zero bubble (greedy)
-def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...], timeline: bool) -> ScheduleResult:
-    pp = len(times)
+# --------------------------------------------------------------------------- zero bubble
+_READY_TOLERANCE = 1e-12
+"""Relative slack of the ZB-H1 order's "input already there" test: two sums of the same op times that differ
+in rounding only count as simultaneous (an input one ulp late must not hand the slot to a W)."""
+
+
+def _zb_h1_split(times: tuple[tuple[ChunkTimes, ...], ...]) -> tuple[list[float], list[float], list[float]]:
+    """Per rank (F, B, W) seconds: the backward split into input-grad B and weight-grad W."""
     f = [row[0].fwd for row in times]
     w = [min(row[0].wgrad, row[0].bwd) for row in times]
     b = [row[0].bwd - w[r] for r, row in enumerate(times)]
-    comm = (*p2p, 0.0)
+    return f, b, w
+
+
+@lru_cache(maxsize=256)
+def _zb_h1_structure(times: tuple[tuple[ChunkTimes, ...], ...], m: int) -> _Structure:
+    """ZB-H1's per-rank op order (Qi et al. 2023, arXiv:2401.10241, sec. 3 "ZB-H1"), chosen greedily in time
+    order on the compute times alone (no send/recv): B has priority, F keeps 1F1B's budget (at most PP-r
+    micro-batches between F and B on rank r), W fills otherwise idle time but rank r defers at most r of
+    them (the paper's memory bound, also what ``model.memory`` assumes). On uniform stages this is the
+    paper's figure 3 order with its bubble (p-1)(F+B-W).
+
+    The order is then fixed and ops wait for their inputs (``_replay``), as the schedule runs: the zero-bubble
+    runtime executes a precomputed per-rank op list, and a rank blocks on its recv. Choosing the order with
+    the send/recv times instead would make the step jump when a B's input arrives an epsilon after the rank
+    frees up (a whole W would start first); with the order fixed the step is continuous and non-decreasing
+    in the p2p time, and the p2p on its critical path is at most every boundary crossed once per micro-batch
+    and direction."""
+    pp = len(times)
+    f, b, w = _zb_h1_split(times)
     f_end = [[None] * m for _ in range(pp)]
     b_end = [[None] * m for _ in range(pp)]
     next_f, next_b, w_done = [0] * pp, [0] * pp, [0] * pp
     free = [0.0] * pp
-    events: list[Event] = []
+    orders: list[list[tuple[int, int, int]]] = [[] for _ in range(pp)]
     heap = [(0.0, r) for r in range(pp)]
     waiting: set[int] = set()
     done = 0
@@ -243,23 +280,21 @@ def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, 
             continue
         arrivals = []  # (time, kind)
         if next_b[r] < m:
-            mb = next_b[r]
-            src = f_end[r][mb] if r == pp - 1 else b_end[r + 1][mb]
+            src = f_end[r][next_b[r]] if r == pp - 1 else b_end[r + 1][next_b[r]]
             if src is not None:
-                arrivals.append((src + (comm[r] if r < pp - 1 else 0.0), BWD))
+                arrivals.append((src, BWD))
         if next_f[r] < m and next_f[r] - next_b[r] < pp - r:
-            mb = next_f[r]
-            src = 0.0 if r == 0 else f_end[r - 1][mb]
+            src = 0.0 if r == 0 else f_end[r - 1][next_f[r]]
             if src is not None:
-                arrivals.append((src + (comm[r - 1] if r > 0 else 0.0), FWD))
-        ready = sorted(k for a, k in arrivals if a <= t)
+                arrivals.append((src, FWD))
+        ready = sorted(k for a, k in arrivals if a <= t + _READY_TOLERANCE * max(1.0, t))
         pending_w = next_b[r] - w_done[r]
         # at most r deferred W on rank r (ZB-H1's memory bound: PP micro-batches held)
         kind = ready[0] if ready and pending_w <= r else (WGRAD if pending_w else None)
         if kind is None:
             future = [a for a, _ in arrivals]
             if future:
-                free[r] = min(future)
+                free[r] = max(t, min(future))
                 heapq.heappush(heap, (free[r], r))
             waiting.add(r)
             continue
@@ -274,8 +309,7 @@ def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, 
         else:
             mb, dur = w_done[r], w[r]
             w_done[r] += 1
-        if timeline:
-            events.append(Event(rank=r, chunk=0, microbatch=mb, kind=KIND_NAMES[kind], start=t, end=t + dur))
+        orders[r].append((kind, mb, 0))
         free[r] = t + dur
         heapq.heappush(heap, (free[r], r))
         done += 1
@@ -283,9 +317,12 @@ def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, 
             free[other] = t  # re-check at the current time: a new input may now be known
             heapq.heappush(heap, (free[other], other))
         waiting.clear()
-    busy = tuple(m * (row[0].fwd + row[0].bwd) for row in times)
-    return ScheduleResult(schedule="zb-h1", num_microbatches=m, makespan=max(free), busy=busy,
-                          finish=tuple(free), events=tuple(events))
+    return _place(orders, pp, 1, m)
+
+
+def _zb_h1(times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...], timeline: bool) -> ScheduleResult:
+    f, b, w = _zb_h1_split(times)
+    return _replay("zb-h1", _zb_h1_structure(times, m), times, m, f + b + w, p2p, timeline)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -374,8 +411,10 @@ def _simulate_cached(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m
 
 
 def clear_schedule_cache() -> None:
-    """Forget memoised schedule results (op orders stay: they depend on the structure only)."""
+    """Forget memoised schedule results (op orders stay: they depend on the structure only; ZB-H1's, chosen on
+    the op times, go too)."""
     _simulate_cached.cache_clear()
+    _zb_h1_structure.cache_clear()
 
 
 def simulate(

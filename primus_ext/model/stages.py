@@ -86,6 +86,28 @@ def parse_layout(layout: str) -> list[list[str]]:
     return stages
 
 
+def virtual_stages(execution: ExecutionSpec) -> int:
+    """Model chunks per pipeline rank (the effective VPP): ``virtual_pipeline_model_parallel_size``, or, when it
+    is unset, the layout's stage count over PP, as megatron-core derives it (0.16.1
+    ``transformer_config.py`` ``__post_init__``: ``virtual_pipeline_model_parallel_size =
+    pipeline_model_parallel_layout.virtual_pipeline_model_parallel_size`` when that is > 1). The split
+    (``pipeline_plan``), the schedule and the step tail all read it from here."""
+    layout = execution.pipeline_model_parallel_layout
+    if execution.virtual_pipeline_model_parallel_size is not None or not layout:
+        return execution.vpp
+    return _layout_vpp(layout, execution.pp)
+
+
+@lru_cache(maxsize=1024)
+def _layout_vpp(layout: str, pp: int) -> int:
+    """Stages per rank of ``layout`` (1 when it does not parse or split over PP: ``layout_problems`` says why)."""
+    try:
+        stages = len(parse_layout(layout))
+    except ValueError:
+        return 1
+    return stages // pp if stages >= pp and stages % pp == 0 else 1
+
+
 def _layout_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Problem]) -> list[list[str]] | None:
     path = "pipeline_model_parallel_layout"
     try:
@@ -194,6 +216,7 @@ def _plan(model: ModelSpec, execution: ExecutionSpec) -> tuple[tuple[StagePlan, 
         if flat is None or problems:
             return (), problems
         vpp = len(flat) // pp
+        assert vpp == virtual_stages(execution), "the layout's VPP and the execution's disagree"
         per_chunk = {(i % pp, i // pp): stage for i, stage in enumerate(flat)}
         decoder = {k: v.count("decoder") for k, v in per_chunk.items()}
     else:

@@ -18,8 +18,12 @@ Volumes (bf16 activations, per micro-batch, T = MBS * seq / CP tokens, h hidden)
   * FSDP (torch FSDP2, Megatron-FSDP ``optim_grads_params``): per layer and micro-batch, params
     all-gathered for forward and backward, grads reduce-scattered in backward, prefetched behind the
     neighbouring layer's compute.
+Recompute: the backward of a recomputed layer re-runs its forward first, collectives included
+(``recomputed_parts``); FSDP gathers nothing more (the backward's gather serves the recompute).
 Hiding: a collective overlapped with compute ``c`` leaves ``max(0, t - c) + (1 - overlap) * min(t, c)``
-exposed, ``overlap`` = ``Efficiency.overlap`` (the hidden share still slows kernels a bit).
+exposed, ``overlap`` = ``Efficiency.overlap`` (the hidden share still slows kernels a bit). Forward comm
+hides behind the forward, the recomputed forward's behind the recompute, the backward's behind the backward
+(FSDP's prefetch behind the whole backward, recompute included).
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from primus_ext.model.collectives import collective_time, p2p_time
+from primus_ext.model.memory_stage import dp_sharded
 from primus_ext.model.optimizer_state import adam_step_bytes
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
+from primus_ext.model.roofline import DEFAULT_SELECTIVE
 from primus_ext.specs import ExecutionSpec, SystemSpec
 
 ACT_BYTES = 2
@@ -70,19 +76,65 @@ def _pair(op_sp: bool, nbytes: float, group: GroupPlacement, system: SystemSpec)
     return collective_time("all_reduce", nbytes, group, system)
 
 
+RECOMPUTED_COMM = {
+    "core_attn": ("cp",),
+    "mlp": ("mlp",),
+    "moe": ("etp", "shared", "ep"),
+    "shared_experts": ("shared",),
+}
+"""Megatron ``--recompute-modules`` name -> the communicating parts of a layer its checkpointed forward re-runs
+(megatron-core 0.16.1; ``tensor_parallel/random.py`` ``CheckpointFunction.backward`` re-runs the wrapped
+function, collectives included):
+  * ``core_attn``: ``attention.py`` ``_checkpointed_attention_forward`` wraps ``self.core_attention``, TE's
+    ``DotProductAttention`` given the CP group and ``cp_comm_type`` (``extensions/transformer_engine.py``
+    ``TEDotProductAttention``), which runs the CP exchange (p2p ring / all-to-all / all-gather) inside: the
+    CP forward again; the QKV / output projections (the TP pair) lie outside;
+  * ``mlp``: ``transformer_layer.py`` checkpoints ``self.mlp`` of a dense layer only (``if not
+    self.is_moe_layer``): its TP pair (fc1's gather, fc2's reduce);
+  * ``moe``: ``moe/moe_layer.py`` checkpoints ``custom_forward``: router, dispatch and combine (EP), the
+    experts (their ETP pair) and the shared experts (their TP pair);
+  * ``shared_experts``: ``moe_layer.py`` ``shared_experts_compute`` checkpoints the shared experts' MLP;
+  * ``moe_act``, ``layernorm``, ``mla_up_proj``: element-wise / up-projection work, nothing communicated.
+Modules re-run once however many names cover them (as ``roofline.analytic_cost`` counts their compute)."""
+_PARTS = {"dense": frozenset(("attn", "mlp", "cp")), "moe": frozenset(("attn", "etp", "shared", "cp", "ep"))}
+"""The communicating parts of a decoder layer of each kind."""
+
+
+def recomputed_parts(shape: RankShape) -> frozenset[str]:
+    """The communicating parts (``_tp_parts`` keys, ``cp``, ``ep``) a recomputed layer's backward re-runs:
+    all of them under full recompute (``CheckpointFunction`` around the whole layer: ``transformer_block.py``
+    ``_checkpointed_forward``), ``RECOMPUTED_COMM`` of the modules under selective."""
+    parts = _PARTS.get(shape.kind)
+    if parts is None or shape.recompute == "none":
+        return frozenset()
+    if shape.recompute == "full":
+        return parts
+    return parts.intersection(p for m in (shape.recompute_modules or DEFAULT_SELECTIVE)
+                              for p in RECOMPUTED_COMM.get(m, ()))
+
+
+def _tp_parts(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> dict[str, float]:
+    """TP/ETP seconds of one forward pass of a decoder layer, by the module that communicates: ``attn`` (the
+    attention's pair), ``mlp`` (a dense MLP's), ``etp`` (the routed experts'), ``shared`` (shared experts')."""
+    a = shape.arch
+    act = shape.tokens * a.hidden_size * ACT_BYTES
+    sp = ex.sequence_parallel
+    if shape.kind == "dense":
+        pair = _pair(sp, act, pl.tp, system)
+        return {"attn": pair, "mlp": pair}
+    return {"attn": _pair(sp, act, pl.tp, system),
+            "etp": _pair(sp, act, pl.etp, system) if shape.etp > 1 else 0.0,
+            "shared": _pair(sp, act, pl.tp, system) if a.moe_shared_expert_intermediate_size and shape.tp > 1
+            else 0.0}
+
+
 def _tp(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
     """TP/ETP seconds of one pass (forward; backward moves the same)."""
     a = shape.arch
     act = shape.tokens * a.hidden_size * ACT_BYTES
     sp = ex.sequence_parallel
-    if shape.kind == "dense":
-        return 2 * _pair(sp, act, pl.tp, system)
-    if shape.kind == "moe":
-        total = _pair(sp, act, pl.tp, system)
-        total += _pair(sp, act, pl.etp, system) if shape.etp > 1 else 0.0
-        if a.moe_shared_expert_intermediate_size and shape.tp > 1:
-            total += _pair(sp, act, pl.tp, system)
-        return total
+    if shape.kind in ("dense", "moe"):
+        return sum(_tp_parts(shape, ex, pl, system).values())
     if shape.kind == "embedding":
         return collective_time("reduce_scatter" if sp else "all_reduce", act, pl.tp, system)
     return collective_time("all_gather", act, pl.tp, system) if sp else 0.0  # output: gather SP input
@@ -189,39 +241,47 @@ def layer_comm(
     *,
     fwd_s: float,
     bwd_s: float,
+    recompute_s: float = 0.0,
     attn: tuple[float, float] = (0.0, 0.0),
     params: tuple[int, int] = (0, 0),
 ) -> LayerComm:
     """Communication of one layer for one micro-batch, with what overlap leaves exposed.
 
-    ``fwd_s``/``bwd_s``: the layer's compute (what TP/EP/FSDP overlap can hide behind); ``attn``: core
-    attention (fwd, bwd) seconds, what the CP ring hides behind; ``params``: (dense, expert) params of
-    the layer for FSDP.
+    ``fwd_s``/``bwd_s``: the layer's forward / backward compute (what TP/EP/FSDP overlap can hide behind),
+    ``bwd_s`` without the recompute; ``recompute_s``: the recomputed forward's compute, what its comm (added
+    to the backward's, ``recomputed_parts``) hides behind; ``attn``: core attention (fwd, bwd) seconds, what
+    the CP ring hides behind; ``params``: (dense, expert) params of the layer for FSDP.
     """
     ovl = system.gpu.efficiency.overlap
     fwd: dict[str, tuple[float, float]] = {}
     bwd: dict[str, tuple[float, float]] = {}
+    redo = recomputed_parts(shape)
     if shape.tp > 1 or shape.etp > 1:
         tf, tb = _tp(shape, ex, pl, system), _tp_bwd(shape, ex, pl, system)
+        tr = sum(t for part, t in _tp_parts(shape, ex, pl, system).items() if part in redo) if redo else 0.0
         if ex.tp_comm_overlap and ex.sequence_parallel:
-            fwd["tp"], bwd["tp"] = (tf, hide(tf, fwd_s, ovl)), (tb, hide(tb, bwd_s, ovl))
+            fwd["tp"] = (tf, hide(tf, fwd_s, ovl))
+            bwd["tp"] = (tb + tr, hide(tb, bwd_s, ovl) + hide(tr, recompute_s, ovl))
         else:
-            fwd["tp"], bwd["tp"] = (tf, tf), (tb, tb)
+            fwd["tp"], bwd["tp"] = (tf, tf), (tb + tr, tb + tr)
     if shape.cp > 1:
         cf, cb = _cp(shape, ex, pl, system)
-        if ex.cp_comm_type == "p2p":
-            fwd["cp"], bwd["cp"] = (cf, hide(cf, attn[0], ovl)), (cb, hide(cb, attn[1], ovl))
+        cr = cf if "cp" in redo else 0.0
+        if ex.cp_comm_type == "p2p":  # the recomputed ring hides behind the recomputed core attention
+            fwd["cp"] = (cf, hide(cf, attn[0], ovl))
+            bwd["cp"] = (cb + cr, hide(cb, attn[1], ovl) + hide(cr, attn[0], ovl))
         else:
-            fwd["cp"], bwd["cp"] = (cf, cf), (cb, cb)
+            fwd["cp"], bwd["cp"] = (cf, cf), (cb + cr, cb + cr)
     if shape.kind == "moe" and shape.ep > 1:
         e = _ep(shape, ex, pl, system)
+        er = e if "ep" in redo else 0.0
         if ex.overlap_moe_expert_parallel_comm:
-            fwd["ep"], bwd["ep"] = (e, hide(e, fwd_s, ovl)), (e, hide(e, bwd_s, ovl))
+            fwd["ep"], bwd["ep"] = (e, hide(e, fwd_s, ovl)), (e + er, hide(e, bwd_s, ovl) + hide(er, recompute_s, ovl))
         else:
-            fwd["ep"], bwd["ep"] = (e, e), (e, e)
+            fwd["ep"], bwd["ep"] = (e, e), (e + er, e + er)
     if fsdp_per_layer(ex) and (pl.dp_cp.size > 1 or pl.edp.size > 1):
         gf, gb = _fsdp(params[0], params[1], ex, pl, system)
-        fwd["fsdp"], bwd["fsdp"] = (gf, hide(gf, fwd_s, ovl)), (gb, hide(gb, bwd_s, ovl))
+        fwd["fsdp"], bwd["fsdp"] = (gf, hide(gf, fwd_s, ovl)), (gb, hide(gb, bwd_s + recompute_s, ovl))
     return LayerComm(fwd=fwd, bwd=bwd)
 
 
@@ -236,8 +296,7 @@ def dp_times(dense: int, experts: int, ex: ExecutionSpec, pl: Placements, system
     if fsdp_per_layer(ex):
         return 0.0, 0.0
     gb = grad_bytes_per_param(ex)
-    sharded = ex.use_distributed_optimizer or (ex.fsdp != "none" and ex.data_parallel_sharding_strategy != "no_shard")
-    if sharded:
+    if dp_sharded(ex)[0]:  # sharded optimizer: reduce-scatter the grads, all-gather the updated params
         grad = (collective_time("reduce_scatter", dense * gb, pl.dp_cp, system)
                 + collective_time("reduce_scatter", experts * gb, pl.edp, system))
         param = (collective_time("all_gather", dense * ACT_BYTES, pl.dp_cp, system)
@@ -318,8 +377,7 @@ def overlapped_exposed_many(total: np.ndarray, window: np.ndarray, first_or_last
 
 def optimizer_seconds(dense: int, experts: int, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
     """Adam step of this rank's (sharded) parameters, memory-bound on HBM."""
-    sharded = ex.use_distributed_optimizer or ex.fsdp != "none"
-    owned = dense / pl.dp_cp.size + experts / pl.edp.size if sharded else dense + experts
+    owned = dense / pl.dp_cp.size + experts / pl.edp.size if dp_sharded(ex)[0] else dense + experts
     gpu = system.gpu
     return owned * adam_step_bytes(ex) / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm)
 

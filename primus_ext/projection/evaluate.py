@@ -32,6 +32,7 @@ from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds, launches
+from primus_ext.model.stages import virtual_stages
 from primus_ext.projection.comm import (
     aligned_dp_windows,
     bucket_fraction,
@@ -135,8 +136,9 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
     wgrad = (cost.wgrad_ms if cost.wgrad_ms is not None else cost.bwd_ms / 2) * 1e-3
     total = layer_params(shape)
     experts = expert_layer_params(shape)
-    comm = layer_comm(shape, ex, group_placements(ex, system), system, fwd_s=fwd, bwd_s=bwd,
-                      attn=attention_seconds(shape, system.gpu), params=(total - experts, experts))
+    comm = layer_comm(shape, ex, group_placements(ex, system), system, fwd_s=fwd, bwd_s=cost.bwd_ms * 1e-3,
+                      recompute_s=recompute, attn=attention_seconds(shape, system.gpu),
+                      params=(total - experts, experts))
     return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,
                   comm_bwd=comm.bwd, dense_params=total - experts, expert_params=experts,
                   source=cost.source, launched=cost.source == "analytic" and launches(shape),
@@ -247,7 +249,7 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
             chunks.clear()
         distinct, rank_rows = _counts_entry(ctx, ex)
     mtp_kind = "moe" if model.is_moe else "dense"
-    pp, vpp = ex.pp, ex.vpp
+    pp, vpp = ex.pp, virtual_stages(ex)
     entries = []
     for row_id, row in distinct:
         entry = rows.get((row_id, layer_id))
@@ -289,7 +291,7 @@ def schedule_of(ex: ExecutionSpec) -> tuple[int, str]:
             path="global_batch_size", value=ex.global_batch_size,
             message=f"not a positive multiple of MBS*DP = {ex.micro_batch_size}*{ex.dp}",
             fix="choose GBS as a multiple of micro_batch_size * data_parallel_size")])
-    pp, vpp = ex.pp, ex.vpp
+    pp, vpp = ex.pp, virtual_stages(ex)
     schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" else "1f1b")
     if schedule == "interleaved" and interleaving_problem(pp, m):
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
@@ -301,16 +303,15 @@ def schedule_of(ex: ExecutionSpec) -> tuple[int, str]:
 def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
               timeline: bool, ctx: _Context | None = None) -> Projection:
     m, schedule = schedule_of(ex)
-    pp = ex.pp
+    pp, vpp = ex.pp, virtual_stages(ex)
     st = _stages(model, ex, system, providers, ctx)
     pl = group_placements(ex, system)
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
     sim = simulate(schedule, times_t, m, p2p, timeline=timeline,
                    moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm)
-    if sim.critical_p2p is not None:
-        pp_exposed = min(sim.critical_p2p, max(0.0, sim.makespan - max(sim.busy)))
-    else:
-        pp_exposed = sim.makespan - simulate(schedule, times_t, m).makespan if any(p2p) else 0.0  # zb-h1
+    # the send/recv seconds on the critical path (every schedule runs a fixed order: in [0, the pp total]),
+    # at most the idle time of the busiest rank: bubble = makespan - this - busiest >= 0, the breakdown adds up
+    pp_exposed = min(sim.critical_p2p, max(0.0, sim.makespan - max(sim.busy)))
 
     ovl = system.gpu.efficiency.overlap
     tails, opts, params_exp, grads, params = [], [], [], [], []
@@ -323,7 +324,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
                                 optimizer_seconds(dense, experts, ex, pl, system))
         grad_t, param_t, share, opt = tail_of[id(acc)]
         grad_w, grad_s, param_w, param_s = aligned_dp_windows(acc["bwd1"], acc["fwd1"], grad_t, param_t, share,
-                                                              ex.vpp, pp, r)
+                                                              vpp, pp, r)
         grad_exp = overlapped_exposed(grad_t, grad_w, grad_s, ovl) if ex.overlap_grad_reduce else grad_t
         param_exp = overlapped_exposed(param_t, param_w, param_s, ovl) if ex.overlap_param_gather else param_t
         grads.append((grad_t, grad_exp))

@@ -17,7 +17,8 @@ layer split's counts per chunk) and its schedule structure. Configurations shari
   * the step tail (DP gradient reduction and parameter gather, optimizer) from ``projection.comm``'s
     functions per (rank parameters, DP layout), memoised within the call, and their overlap as arrays;
   * the breakdown of the busiest rank, tok/s/GPU, TFLOP/s/GPU, MFU.
-The zero-bubble schedule (a greedy event simulation) goes through ``evaluate`` one by one.
+The zero-bubble schedule (its op order chosen on each configuration's op times) goes through ``evaluate`` one by
+one.
 
 tests/projection/test_evaluate_batch.py checks every number against ``evaluate`` over a sample of a tuner
 space; benchmarks/projection_speed.py measures the rate.
@@ -37,6 +38,7 @@ from primus_ext.model.collectives import p2p_time
 from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.pipeline_batch import simulate_many
 from primus_ext.model.placement import group_placements
+from primus_ext.model.stages import virtual_stages
 from primus_ext.projection.comm import (
     aligned_dp_windows_many,
     bucket_fraction,
@@ -177,7 +179,7 @@ def _counts(ctx: _Context, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ..
 def _p2p(memo: dict, nbytes: float, ex: ExecutionSpec, system: SystemSpec) -> np.ndarray:
     """Send/recv seconds per virtual-stage boundary (``evaluate._stages``' p2p): within or across domains."""
     pl = group_placements(ex, system)
-    pp, vpp = ex.pp, ex.vpp
+    pp, vpp = ex.pp, virtual_stages(ex)
     key = (nbytes, pp, vpp, pl.pp_boundary_crosses, pl.pp.crosses)
     found = memo.get(key)
     if found is None:
@@ -219,7 +221,7 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
     for i, ex in enumerate(executions):
         try:
             m, schedule = schedule_of(ex)
-            if schedule == "zb-h1":  # greedy event simulation: one by one
+            if schedule == "zb-h1":  # op order chosen per configuration: one by one
                 projection = evaluate(model, ex, system, costs)
                 _store(out, parts, present, i, projection)
                 sources[i] = projection.sources
@@ -230,7 +232,7 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
         except PrimusExtError as err:
             problems[i] = err
             continue
-        pp, vpp = ex.pp, ex.vpp
+        pp, vpp = ex.pp, virtual_stages(ex)
         extra = int(schedule == "interleaved" and ex.overlap_moe_expert_parallel_comm)
         p2p = _p2p(memo["p2p"], nbytes, ex, system) if pp > 1 else None
         groups.setdefault((schedule, pp, vpp, m, extra), []).append(

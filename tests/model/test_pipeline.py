@@ -107,3 +107,33 @@ def test_moe_overlap_adds_one_interleaved_warmup_forward():
     assert [o[0] for o in extra].index(1) == first_b + 1
     r = simulate("interleaved", uniform_times(4, 2, 0.5, 1.0), 8, moe_a2a_overlap_warmup=True)
     assert r.makespan >= simulate("interleaved", uniform_times(4, 2, 0.5, 1.0), 8).makespan - 1e-9
+
+
+@pytest.mark.parametrize("pp,m", [(4, 8), (8, 16)])
+def test_zero_bubble_is_continuous_in_the_p2p_time(pp, m):
+    # ZB-H1 runs a fixed op order (Qi et al. 2023): a B arriving an epsilon late waits, it does not lose its
+    # slot to a whole W (before: +7 time units for p2p = 1e-6 at PP=8)
+    times = uniform_times(pp, 1, 1.0, 2.0, 1.0)
+    base = simulate("zb-h1", times, m)
+    order = [(e.rank, e.kind, e.microbatch) for e in simulate("zb-h1", times, m, timeline=True).events]
+    previous = base.makespan
+    for eps in (1e-9, 1e-6, 1e-3, 0.01, 0.1, 0.5):
+        r = simulate("zb-h1", times, m, (eps,) * (pp - 1))
+        total = 2 * m * eps * (pp - 1)
+        assert previous <= r.makespan <= base.makespan + r.critical_p2p + 1e-9
+        assert 0.0 <= r.critical_p2p <= total + 1e-12
+        previous = r.makespan
+    assert simulate("zb-h1", times, m, (1e-9,) * (pp - 1)).makespan == pytest.approx(base.makespan, abs=1e-7)
+    late = simulate("zb-h1", times, m, (1e-6,) * (pp - 1), timeline=True).events
+    assert [(e.rank, e.kind, e.microbatch) for e in late] == order
+
+
+def test_zero_bubble_p2p_on_uneven_stages_stays_bounded():
+    times = (ChunkTimes(fwd=1.2, bwd=2.0, wgrad=0.9), ChunkTimes(fwd=1.0, bwd=2.4, wgrad=1.1),
+             ChunkTimes(fwd=0.8, bwd=1.9, wgrad=0.7), ChunkTimes(fwd=1.5, bwd=2.6, wgrad=1.2))
+    times = tuple((c,) for c in times)
+    base = simulate("zb-h1", times, 12)
+    for eps in (1e-7, 0.05, 0.3):
+        r = simulate("zb-h1", times, 12, (eps, 2 * eps, eps))
+        assert 0.0 <= r.makespan - base.makespan <= r.critical_p2p + 1e-9
+        assert r.critical_p2p <= 2 * 12 * 4 * eps + 1e-12

@@ -1,5 +1,7 @@
 """Pipeline split: checked against megatron-core's own layer-count / offset functions."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -95,3 +97,16 @@ def test_matches_megatron_functions():
                 assert get_num_layers_to_build(cfg, vp_stage=vp, pp_rank=stage.rank) == len(chunk.layers), c
                 if chunk.layers:
                     assert get_transformer_layer_offset(cfg, vp_stage=vp, pp_rank=stage.rank) == chunk.layers[0], c
+
+
+def test_layout_sets_vpp_when_unset_like_megatron():
+    # megatron-core transformer_config.py: VPP unset -> the layout's stages per rank
+    from primus_ext.model.stages import virtual_stages
+
+    layout = "Et*2|t*2|t*2|t*2L"
+    unset = ExecutionSpec(pipeline_model_parallel_size=2, pipeline_model_parallel_layout=layout)
+    assert virtual_stages(unset) == 2 == len(pipeline_plan(model(8), unset)[0].chunks)
+    assert virtual_stages(replace(unset, virtual_pipeline_model_parallel_size=2)) == 2
+    assert virtual_stages(replace(unset, pipeline_model_parallel_layout="Et*4|t*4L")) == 1
+    assert virtual_stages(replace(unset, pipeline_model_parallel_layout="Et*8|L?")) == 1  # layout_problems says why
+    assert virtual_stages(ExecutionSpec(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4)) == 4
