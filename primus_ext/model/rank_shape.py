@@ -90,6 +90,9 @@ class RankShape:
     """The fp8 scaling recipe (``ExecutionSpec.fp8_recipe``); ``delayed`` whenever ``precision`` is not fp8."""
     recompute: Recompute = "none"
     recompute_modules: tuple[str, ...] = ()
+    selective_ac: Literal["modules", "op"] = "modules"
+    """``ExecutionSpec.selective_ac_option`` when ``recompute`` is selective (``op``: torchtitan's op-level
+    selective checkpointing; ``roofline.op_sac_recompute_s``), else ``modules``."""
     attention_kernel: AttentionKernel = "fused"
     """``ExecutionSpec.attention_kernel`` (``fused`` for the embedding and output kinds, which do not attend)."""
     cuda_graph: CudaGraph = "none"
@@ -150,8 +153,8 @@ class RankShape:
         """Stable identifier for caches and the timing store (independent of field order).
 
         Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``, ``fp8_recipe``, ``attention_kernel``,
-        ``cuda_graph``) enter the payload only when set (not at their defaults), so the keys of shapes without
-        them, and the measurements stored under those keys, are unchanged."""
+        ``cuda_graph``, ``selective_ac``) enter the payload only when set (not at their defaults), so the keys of
+        shapes without them, and the measurements stored under those keys, are unchanged."""
         data = asdict(self)
         for name in _KEY_OPTIONAL_ARCH:
             if not data["arch"][name]:
@@ -162,6 +165,8 @@ class RankShape:
             del data["attention_kernel"]
         if data["cuda_graph"] == "none":
             del data["cuda_graph"]
+        if data["selective_ac"] == "modules":
+            del data["selective_ac"]
         if self.window_pattern:  # measured on one period of the pattern since 2026-12-04: entries that timed
             data["window_period_timed"] = True  # one windowed layer for all are not reused
         payload = json.dumps(data, sort_keys=True, default=list)
@@ -276,6 +281,7 @@ def rank_shapes(
         fp8_recipe=execution.fp8_recipe if execution.precision == "fp8" else "delayed",
         recompute=recompute_of(execution),
         recompute_modules=execution.recompute_modules,
+        selective_ac=execution.selective_ac_option if execution.recompute_granularity == "selective" else "modules",
         attention_kernel=execution.attention_kernel,
         cuda_graph=execution.cuda_graph,
         moe_imbalance=moe_imbalance,
@@ -286,7 +292,7 @@ def rank_shapes(
     if model.num_moe_layers:
         shapes["moe"] = RankShape(kind="moe", arch=_layer_arch(model, moe=True), **common)
     vocab = model.padded_vocab_size(execution.tp)
-    edge = dict(common, recompute="none", recompute_modules=(), attention_kernel="fused")
+    edge = dict(common, recompute="none", recompute_modules=(), selective_ac="modules", attention_kernel="fused")
     shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     return shapes

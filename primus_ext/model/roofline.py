@@ -22,7 +22,8 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     ``Efficiency.moe_layer_overhead_s`` for an MoE layer (router, dispatcher sync, permutation); CUDA
     graphs remove them (``fixed_overhead_s``);
   * FP8 GEMMs reach ``Efficiency.fp8_gemm_max`` of the FP8 peak instead of ``gemm_max``;
-  * recompute: the forward time of what is recomputed (full layer, or the selective modules).
+  * recompute: the forward time of what is recomputed (full layer, or the selective modules; torchtitan's
+    op-level selective checkpointing: ``op_sac_recompute_s``).
 Parameter counts come from ``primus_ext.model.params.layer_params`` (exact megatron-core counts).
 Pure and torch-free; ``AnalyticCosts.cost`` is memoised on (shape, GPU).
 """
@@ -253,6 +254,32 @@ def layer_parts(shape: RankShape, gpu: GPUSpec) -> _Parts:
     return parts
 
 
+_ELEMENTWISE = ("layernorm", "rope", "mlp_act", "moe_act", "moe_permute", "residual", "shared_experts")
+"""Memory-bound parts (and the shared experts' activation, which ``_mlp`` books under their name)."""
+
+
+def op_sac_recompute_s(shape: RankShape, gpu: GPUSpec) -> float:
+    """Recompute seconds of torchtitan's op-level selective activation checkpointing (``selective_ac_option =
+    "op"``; torchtitan ``_apply_ac_to_transformer_block``): of the block's ``aten.mm`` calls every other one
+    is saved, counted in call order from the first, so a Llama block (wq, wk, wv, wo, w1, w3, w2) re-runs
+    wk, wo and w3 (a non-gated MLP: wk, wo, fc2); SDPA's outputs are saved (no attention recompute); the
+    element-wise ops (norms, RoPE, activation, residual adds) re-run (the all-gathers feeding wk and w3 too:
+    ``projection.comm.op_sac_gathers``). Other layer kinds (MoE, MLA): half the forward
+    GEMM time, the same every-other rule without their exact call order."""
+    parts = layer_parts(shape, gpu)
+    redo = sum(parts.fwd.get(name, 0.0) for name in _ELEMENTWISE)
+    a, t, tp = shape.arch, shape.tokens, shape.tp
+    if shape.kind != "dense" or a.multi_latent_attention:
+        gemms = sum(v for k, v in parts.fwd.items() if k not in _ELEMENTWISE and k != "core_attn")
+        return redo + gemms / 2
+    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
+    ffn = a.ffn_hidden_size / tp
+    redo += g(t, a.num_query_groups * a.kv_channels / tp, a.hidden_size)          # wk
+    redo += g(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp)       # wo
+    redo += g(t, ffn, a.hidden_size) if a.gated else g(t, a.hidden_size, ffn)     # w3 (gated) / fc2
+    return redo
+
+
 def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
     """(forward, backward) seconds of core attention: what a CP ring can hide its KV exchange behind."""
     parts = _Parts({}, {}, {})
@@ -290,6 +317,8 @@ def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
     bwd = sum(parts.dgrad.values()) + wgrad + overhead
     if shape.recompute == "full":
         recompute = fwd
+    elif shape.recompute == "selective" and shape.selective_ac == "op":
+        recompute = op_sac_recompute_s(shape, gpu)
     elif shape.recompute == "selective":
         names = {p for m in (shape.recompute_modules or DEFAULT_SELECTIVE) for p in _SELECTIVE.get(m, ())}
         recompute = sum(parts.fwd.get(n, 0.0) for n in names)
@@ -320,4 +349,5 @@ __all__ = [
     "launches",
     "layer_parts",
     "membound_seconds",
+    "op_sac_recompute_s",
 ]

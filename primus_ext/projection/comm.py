@@ -105,12 +105,26 @@ def recomputed_parts(shape: RankShape) -> frozenset[str]:
     all of them under full recompute (``CheckpointFunction`` around the whole layer: ``transformer_block.py``
     ``_checkpointed_forward``), ``RECOMPUTED_COMM`` of the modules under selective."""
     parts = _PARTS.get(shape.kind)
-    if parts is None or shape.recompute == "none":
-        return frozenset()
+    if parts is None or shape.recompute == "none" or op_sac(shape):
+        return frozenset()  # op-level checkpointing: whole parts are not re-run (``op_sac_gathers``)
     if shape.recompute == "full":
         return parts
     return parts.intersection(p for m in (shape.recompute_modules or DEFAULT_SELECTIVE)
                               for p in RECOMPUTED_COMM.get(m, ()))
+
+
+def op_sac(shape: RankShape) -> bool:
+    """torchtitan's op-level selective checkpointing (``roofline.op_sac_recompute_s``)."""
+    return shape.recompute == "selective" and shape.selective_ac == "op"
+
+
+def op_sac_gathers(parts: dict[str, float]) -> float:
+    """TP seconds op-level checkpointing re-runs under sequence parallelism: the all-gather half of the attention
+    and MLP pairs. Its save list (torchtitan ``_save_list``) keeps matmul, SDPA and reduce-scatter outputs, not
+    all-gathers, and the partitioner re-runs a collective marked for recompute
+    (``torch/_functorch/partitioners.py`` ``force_save_collectives`` / ``must_recompute``): the re-run wk and w3
+    need their gathered inputs again, wo reads the saved SDPA output, and no CP exchange is repeated."""
+    return 0.5 * (parts.get("attn", 0.0) + parts.get("mlp", 0.0))
 
 
 def _tp_parts(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> dict[str, float]:
@@ -259,6 +273,8 @@ def layer_comm(
     if shape.tp > 1 or shape.etp > 1:
         tf, tb = _tp(shape, ex, pl, system), _tp_bwd(shape, ex, pl, system)
         tr = sum(t for part, t in _tp_parts(shape, ex, pl, system).items() if part in redo) if redo else 0.0
+        if op_sac(shape) and ex.sequence_parallel:
+            tr = op_sac_gathers(_tp_parts(shape, ex, pl, system))
         if ex.tp_comm_overlap and ex.sequence_parallel:
             fwd["tp"] = (tf, hide(tf, fwd_s, ovl))
             bwd["tp"] = (tb + tr, hide(tb, bwd_s, ovl) + hide(tr, recompute_s, ovl))

@@ -12,6 +12,7 @@ from primus_ext.model.roofline import (
     analytic_cost,
     attention_efficiency,
     gemm_efficiency,
+    gemm_seconds,
     layer_parts,
 )
 from primus_ext.specs import Efficiency, ExecutionSpec, ModelSpec
@@ -135,3 +136,22 @@ def test_cuda_graphs_remove_the_launch_and_then_the_moe_fixed_costs():
     assert fwd["layers"]["moe"] - fwd["full_iteration"]["moe"] == pytest.approx(1.0)  # and the MoE host sync
     assert fwd["none"]["output"] == fwd["layers"]["output"]  # per-layer graphs capture transformer layers only
     assert fwd["layers"]["output"] - fwd["full_iteration"]["output"] == pytest.approx(0.1)
+
+
+def test_op_level_selective_checkpointing_reruns_every_other_matmul():
+    """torchtitan's op SAC on a Llama block (wq, wk, wv, wo, w1, w3, w2): wk, wo and w3 re-run with the element-wise
+    ops; attention is saved. Module-level selective (Megatron) re-runs core attention instead."""
+    gpu = flat_gpu()
+    ex = ExecutionSpec(tensor_model_parallel_size=2, seq_length=2048, micro_batch_size=2,
+                       recompute_granularity="selective", selective_ac_option="op")
+    shape = rank_shapes(MODEL, ex)["dense"]
+    assert shape.selective_ac == "op" and rank_shapes(MODEL, replace(ex, recompute_granularity=None))[
+        "dense"].selective_ac == "modules"
+    t, h = shape.tokens, MODEL.hidden_size
+    mms = (gemm_seconds(t, 4 * 64 / 2, h, gpu, "bf16") + gemm_seconds(t, h, 16 * 64 / 2, gpu, "bf16")
+           + gemm_seconds(t, 4096 / 2, h, gpu, "bf16"))  # wk (4 groups x 64), wo (16 heads x 64), w3; per TP rank
+    parts = layer_parts(shape, gpu)
+    elementwise = sum(parts.fwd[k] for k in ("layernorm", "rope", "mlp_act", "residual"))
+    assert analytic_cost(shape, gpu).recompute_ms * 1e-3 == pytest.approx(mms + elementwise, rel=1e-9)
+    modules = analytic_cost(replace(shape, selective_ac="modules"), gpu).recompute_ms
+    assert modules * 1e-3 == pytest.approx(parts.fwd["core_attn"])

@@ -99,3 +99,16 @@ def test_both_paths_charge_the_recomputed_comm():
     for kind in ("tp", "cp", "ep"):
         assert batch.parts[f"total_{kind}_s"][0] == pytest.approx(got.breakdown.comm(kind).total_s, rel=1e-12)
         assert batch.parts[f"exposed_{kind}_s"][0] == pytest.approx(got.breakdown.comm(kind).exposed_s, rel=1e-12)
+
+
+def test_op_level_selective_checkpointing_regathers_only():
+    """torchtitan's op SAC saves SDPA's outputs and the reduce-scatters: no CP exchange again (unlike Megatron's
+    core_attn recompute under CP), only the all-gathers feeding the re-run matmuls (half of each TP pair)."""
+    ex = replace(_selective(), selective_ac_option="op")
+    assert recomputed_parts(rank_shapes(MOE, ex)["moe"]) == frozenset()
+    assert recomputed_parts(rank_shapes(MOE, _selective())["moe"]) == frozenset({"cp"})
+    dense = ExecutionSpec(tensor_model_parallel_size=4, data_parallel_size=8, sequence_parallel=True,
+                          seq_length=4096, micro_batch_size=1, global_batch_size=32)
+    plain, op = _comm(dense, "dense"), _comm(replace(dense, recompute_granularity="selective",
+                                                    selective_ac_option="op"), "dense", recompute=1e-3)
+    assert op.bwd["tp"][0] == pytest.approx(plain.bwd["tp"][0] + plain.fwd["tp"][0] / 2)
