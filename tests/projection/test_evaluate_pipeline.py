@@ -6,19 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from projection_specs import LLAMA
+from projection_specs import MOE8 as MOE
 
 from primus_ext.errors import InfeasibleConfig
 from primus_ext.hardware import load_system
 from primus_ext.projection import evaluate
 from primus_ext.projection.evaluate_batch import evaluate_many
-from primus_ext.specs import ExecutionSpec, ModelSpec
-
-LLAMA = ModelSpec(name="llama-ish", num_layers=16, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
-                  num_query_groups=8, kv_channels=128, vocab_size=128256)
-MOE = ModelSpec(name="moe-ish", num_layers=8, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
-                num_query_groups=4, kv_channels=128, vocab_size=32000, num_experts=64, moe_router_topk=4,
-                moe_ffn_hidden_size=1024, moe_shared_expert_intermediate_size=1024,
-                moe_layer_pattern=(False,) + (True,) * 7)
+from primus_ext.specs import ExecutionSpec
 
 
 def test_layout_with_two_stages_per_rank_and_vpp_unset_runs_interleaved():

@@ -4,20 +4,15 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from projection_specs import LLAMA
+from projection_specs import MOE8 as MOE
 
 from primus_ext.hardware import load_system
 from primus_ext.model.costs import LayerCost
 from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection import evaluate, project
-from primus_ext.specs import ExecutionSpec, ModelSpec
-
-LLAMA = ModelSpec(name="llama-ish", num_layers=16, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
-                  num_query_groups=8, kv_channels=128, vocab_size=128256)
-MOE = ModelSpec(name="moe-ish", num_layers=8, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
-                num_query_groups=4, kv_channels=128, vocab_size=32000, num_experts=64, moe_router_topk=4,
-                moe_ffn_hidden_size=1024, moe_shared_expert_intermediate_size=1024,
-                moe_layer_pattern=(False,) + (True,) * 7)
+from primus_ext.specs import ExecutionSpec
 
 
 def run(tp=1, pp=1, dp=8, gbs=64, **kw):
