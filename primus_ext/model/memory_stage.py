@@ -28,7 +28,7 @@ from primus_ext.model.memory_activations import (
     op_sac_saved_bytes,
 )
 from primus_ext.model.memory_schedule import chunk_in_flight, held_activations, prefix_sums
-from primus_ext.model.optimizer_state import adam_state_bytes
+from primus_ext.model.optimizer_state import adam_state_bytes, dp_sharded
 from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
     expert_layer_params,
@@ -349,19 +349,6 @@ def sharding_bytes(e: ExecutionSpec) -> tuple[float, float, float, float, float]
 def biggest_layer_params(ctx: StageContext) -> int:
     """Parameters of the largest transformer layer on a rank (what FSDP gathers at a time)."""
     return max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
-
-
-def dp_sharded(e: ExecutionSpec) -> tuple[bool, bool, bool]:
-    """(optimizer state, gradients, parameters) sharded over the data-parallel group. DDP: the optimizer, by
-    the distributed optimizer. Megatron-FSDP (megatron-core 0.16.1 megatron_fsdp/param_and_grad_buffer.py
-    ``_init_each_parameter_group_buffers``): ``optim`` distributes the main weights, which the optimizer
-    steps (so its state), ``optim_grads`` the gradients too, ``optim_grads_params`` the parameters too,
-    ``no_shard`` nothing; ``use_distributed_optimizer`` adds nothing (``DistributedOptimizer.__init__``
-    returns early under Megatron-FSDP). torch FSDP2 (``fully_shard``): all three."""
-    if e.fsdp == "none":
-        return e.use_distributed_optimizer, False, False
-    strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
-    return strategy != "no_shard", strategy in ("optim_grads", "optim_grads_params"), strategy == "optim_grads_params"
 
 
 def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, float], total_params: float,

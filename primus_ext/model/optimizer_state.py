@@ -8,7 +8,8 @@ by default fp32 master weights + fp32 ``exp_avg`` + fp32 ``exp_avg_sq`` (12 B/pa
 or the run is not fp8 with a current-scaling recipe (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``):
 as ``main_params_dtype``, or only the 16 low bits of the fp32 master under bf16 with ``store_param_remainders``
 (an int16 shard, the high half being the bf16 parameter; TE >= 2.1). Otherwise megatron-core keeps the fp32
-master as usual. Pure and torch-free.
+master as usual. ``dp_sharded``: which of optimizer state, gradients and parameters the data-parallel group
+shards (the memory model and the step tail's reduce / gather follow the same rule). Pure and torch-free.
 """
 
 from __future__ import annotations
@@ -64,3 +65,16 @@ def adam_step_bytes(e: ExecutionSpec) -> float:
     grad = 2.0 if te and e.grad_reduce_in_bf16 and e.precision != "fp32" else 4.0
     rebuild = 2.0 if te and _remainders(e) else 0.0
     return 2 * master + grad + 2 * moment_bytes(e) + copy + rebuild
+
+
+def dp_sharded(e: ExecutionSpec) -> tuple[bool, bool, bool]:
+    """(optimizer state, gradients, parameters) sharded over the data-parallel group. DDP: the optimizer, by
+    the distributed optimizer. Megatron-FSDP (megatron-core 0.16.1 megatron_fsdp/param_and_grad_buffer.py
+    ``_init_each_parameter_group_buffers``): ``optim`` distributes the main weights, which the optimizer
+    steps (so its state), ``optim_grads`` the gradients too, ``optim_grads_params`` the parameters too,
+    ``no_shard`` nothing; ``use_distributed_optimizer`` adds nothing (``DistributedOptimizer.__init__``
+    returns early under Megatron-FSDP). torch FSDP2 (``fully_shard``): all three."""
+    if e.fsdp == "none":
+        return e.use_distributed_optimizer, False, False
+    strategy = "optim_grads_params" if e.fsdp == "torch_fsdp2" else e.data_parallel_sharding_strategy
+    return strategy != "no_shard", strategy in ("optim_grads", "optim_grads_params"), strategy == "optim_grads_params"

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primus_ext.model.collectives import collective_time, p2p_time
-from primus_ext.model.memory_stage import dp_sharded
-from primus_ext.model.optimizer_state import adam_step_bytes
+from primus_ext.model.optimizer_state import adam_step_bytes, dp_sharded
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.roofline import DEFAULT_SELECTIVE
