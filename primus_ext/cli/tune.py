@@ -159,7 +159,7 @@ def _write(args: argparse.Namespace, recipe: Any, tuned: Any) -> None:
     if not preview.changed:
         print(f"{target}: already the tuned configuration, nothing to write")
         return
-    probe = Path(target).with_name(f".{Path(target).name}.check.yaml")
+    probe = Path(os.path.realpath(target)).with_name(f".{Path(target).name}.check.yaml")  # where it is written
     try:
         rewrite(args.recipe, changes, out=probe, cluster=cluster, module=recipe.module)
         reloaded = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root)

@@ -254,8 +254,8 @@ def layer_parts(shape: RankShape, gpu: GPUSpec) -> _Parts:
     return parts
 
 
-_ELEMENTWISE = ("layernorm", "rope", "mlp_act", "moe_act", "moe_permute", "residual", "shared_experts")
-"""Memory-bound parts (and the shared experts' activation, which ``_mlp`` books under their name)."""
+_ELEMENTWISE = ("layernorm", "rope", "mlp_act", "moe_act", "moe_permute", "residual")
+"""Memory-bound parts (the shared experts' activation is booked with their GEMMs, under ``shared_experts``)."""
 
 
 def op_sac_recompute_s(shape: RankShape, gpu: GPUSpec) -> float:

@@ -235,7 +235,8 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
         return edited, changed
     buffer = io.StringIO()
     yaml.dump(data, buffer)
-    return buffer.getvalue(), changed
+    dumped = buffer.getvalue().replace("\r\n", "\n").replace("\r", "")  # ruamel keeps a CR inside comments
+    return (dumped.replace("\n", "\r\n") if "\r\n" in text else dumped), changed
 
 
 def read_text(path: Path) -> str:

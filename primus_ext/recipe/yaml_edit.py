@@ -89,8 +89,19 @@ class _Text:
         return last
 
     def result(self) -> str:
+        """The text with every op made. Inserts at one position keep a nested mapping's new keys above a new
+        block of an outer one (deeper indentation first), else their order; they go before a replacement
+        starting there."""
+        merged: dict[int, list[tuple[int, int, list[str]]]] = {}
+        ops = []
+        for i, (start, end, new) in enumerate(self.ops):
+            if start == end:
+                merged.setdefault(start, []).append((-_indent(new[0]) if new else 0, i, new))
+            else:
+                ops.append((start, end, new))
+        ops += [(at, at, [line for *_, new in sorted(group) for line in new]) for at, group in merged.items()]
         lines = list(self.lines)
-        for start, end, new in sorted(self.ops, key=lambda op: (op[0], op[1]), reverse=True):
+        for start, end, new in sorted(ops, key=lambda op: (op[0], op[1]), reverse=True):
             lines[start:end] = new
         text = self.eol.join(lines)
         return text + self.eol if self.final_eol else text

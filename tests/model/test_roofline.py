@@ -155,3 +155,18 @@ def test_op_level_selective_checkpointing_reruns_every_other_matmul():
     assert analytic_cost(shape, gpu).recompute_ms * 1e-3 == pytest.approx(mms + elementwise, rel=1e-9)
     modules = analytic_cost(replace(shape, selective_ac="modules"), gpu).recompute_ms
     assert modules * 1e-3 == pytest.approx(parts.fwd["core_attn"])
+
+
+def test_op_level_checkpointing_halves_every_gemm_of_other_layer_kinds():
+    """MoE layers: half of the forward GEMMs (shared experts' included) and the element-wise ops."""
+    from primus_ext.model.roofline import op_sac_recompute_s
+
+    gpu = flat_gpu()
+    moe = replace(MODEL, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512,
+                  moe_shared_expert_intermediate_size=512, moe_layer_pattern=(True,) * 4)
+    ex = ExecutionSpec(seq_length=2048, micro_batch_size=1, recompute_granularity="selective", selective_ac_option="op")
+    shape = rank_shapes(moe, ex)["moe"]
+    fwd = layer_parts(shape, gpu).fwd
+    elementwise = sum(fwd[k] for k in ("layernorm", "rope", "moe_act", "moe_permute", "residual"))
+    gemms = sum(v for k, v in fwd.items() if k in ("attn_linear", "router", "moe", "shared_experts"))
+    assert op_sac_recompute_s(shape, gpu) == pytest.approx(elementwise + gemms / 2, rel=1e-12)

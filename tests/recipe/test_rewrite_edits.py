@@ -133,3 +133,19 @@ def test_render_and_comment_start():
     assert [render(v) for v in (2, True, None, "full", ["core_attn", "mlp"], "a: b")] == \
         ["2", "true", "null", "full", "[core_attn, mlp]", "'a: b'"]
     assert comment_start("a: 'x # y'  # z") == 12 and comment_start("a: b#c") == 6 and comment_start("# c") == 0
+
+
+def test_inserts_at_one_line_keep_each_key_in_its_block():
+    """A child recipe ending in its primus_ext block: the cluster key goes into that block, the new modules
+    block after it, whichever is edited first."""
+    text = "extends: [exp.yaml]\nprimus_ext:\n  cluster: mi300x\n"
+    want = text + "  nodes: 4\nmodules:\n  pre_trainer:\n    overrides:\n      micro_batch_size: 2\n"
+    cluster = (("primus_ext",), "nodes", "4")
+    overrides = (("modules", "pre_trainer", "overrides"), "micro_batch_size", "2")
+    assert edit_text(text, [cluster, overrides]) == want and edit_text(text, [overrides, cluster]) == want
+
+
+def test_dump_fallback_keeps_crlf():
+    text = "modules:\r\n  pre_trainer:\r\n    overrides: {micro_batch_size: 1}  # keep\r\n"
+    new, _ = apply_changes(text, {"micro_batch_size": 2})
+    assert new == text.replace("micro_batch_size: 1", "micro_batch_size: 2")
