@@ -95,11 +95,11 @@ def virtual_stages(execution: ExecutionSpec) -> int:
     layout = execution.pipeline_model_parallel_layout
     if execution.virtual_pipeline_model_parallel_size is not None or not layout:
         return execution.vpp
-    return _layout_vpp(layout, execution.pp)
+    return layout_vpp(layout, execution.pp)
 
 
 @lru_cache(maxsize=1024)
-def _layout_vpp(layout: str, pp: int) -> int:
+def layout_vpp(layout: str, pp: int) -> int:
     """Stages per rank of ``layout`` (1 when it does not parse or split over PP: ``layout_problems`` says why)."""
     try:
         stages = len(parse_layout(layout))

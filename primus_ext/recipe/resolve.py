@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.errors import Problem
+from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
@@ -231,16 +232,6 @@ def _layout_ok(a: ArgReader, layout: str) -> bool:
     return True
 
 
-def _layout_vpp(layout: str, pp: int) -> int | None:
-    from primus_ext.model.stages import parse_layout
-
-    try:
-        stages = len(parse_layout(layout))
-    except ValueError:
-        return None  # reported by the layout check
-    return stages // pp if stages % pp == 0 and stages // pp > 1 else None
-
-
 PRIMUS_ZB_ALGORITHMS = ("zero-bubble", "zero-bubble-heuristic", "zbv-formatted", "v-half", "v-min")
 """Primus-pipeline ``pp_algorithm`` values that run a zero-bubble schedule (modules/megatron/primus_pipeline.yaml)."""
 
@@ -331,7 +322,8 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         layout = None
     vpp = _vpp(a, model.num_layers, pp)
     if vpp is None and layout:
-        vpp = _layout_vpp(layout, pp)  # Megatron derives VPP from the layout's stage count
+        vpp = layout_vpp(layout, pp)  # Megatron derives VPP from the layout's stage count
+        vpp = vpp if vpp > 1 else None
     schedule = _schedule(a, pp, vpp)
     granularity = a.choice("recompute_granularity", ("full", "selective"))
     if granularity is None and a.bool("recompute_activations"):
