@@ -271,9 +271,9 @@ def layer_comm(
     redo = recomputed_parts(shape)
     if shape.tp > 1 or shape.etp > 1:
         tf, tb = _tp(shape, ex, pl, system), _tp_bwd(shape, ex, pl, system)
-        tr = sum(t for part, t in _tp_parts(shape, ex, pl, system).items() if part in redo) if redo else 0.0
-        if op_sac(shape) and ex.sequence_parallel:
-            tr = op_sac_gathers(_tp_parts(shape, ex, pl, system))
+        parts = _tp_parts(shape, ex, pl, system) if redo or op_sac(shape) else {}
+        tr = (op_sac_gathers(parts) if op_sac(shape) and ex.sequence_parallel
+              else sum(t for part, t in parts.items() if part in redo))
         if ex.tp_comm_overlap and ex.sequence_parallel:
             fwd["tp"] = (tf, hide(tf, fwd_s, ovl))
             bwd["tp"] = (tb + tr, hide(tb, bwd_s, ovl) + hide(tr, recompute_s, ovl))
