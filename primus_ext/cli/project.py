@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -71,7 +70,6 @@ def _costs(args: argparse.Namespace, recipe: Any) -> Any:
         for line in measure_missing(recipe, plan, progress=progress):
             print(f"  {line}", file=sys.stderr)
         return cost_provider(plan)
-    from primus_ext.errors import PrimusExtError
     from primus_ext.measure.store import default_store_path, store_for_target
 
     path = args.store
@@ -79,8 +77,6 @@ def _costs(args: argparse.Namespace, recipe: Any) -> Any:
         if not default_store_path().exists():
             return None
         path = default_store_path()
-    elif not os.path.isfile(path):  # reading only: never create an empty store under a mistyped name
-        raise PrimusExtError(f"--store {path}: no such file (a timing store written by `primus-ext bench`)")
     return store_for_target(path, recipe.system.gpu.name, device=args.device, accept_scaled=args.accept_scaled)
 
 

@@ -59,10 +59,6 @@ def _costs(args: argparse.Namespace, gpu_name: str) -> Any:
         return None
     from primus_ext.measure.store import default_store_path, store_for_target
 
-    if args.store and not os.path.isfile(args.store):  # reading only: never create an empty store
-        from primus_ext.errors import PrimusExtError
-
-        raise PrimusExtError(f"--store {args.store}: no such file (a timing store written by `primus-ext bench`)")
     path = args.store or (default_store_path() if default_store_path().exists() else None)
     return None if path is None else store_for_target(path, gpu_name)
 

@@ -277,7 +277,12 @@ def device_for(store: TimingStore, gpu_name: str) -> str | None:
 def store_for_target(path: str | os.PathLike[str], gpu_name: str, *, device: str | None = None,
                      accept_scaled: bool = False) -> TimingStore | None:
     """A ``CostProvider`` over ``path`` restricted to the target GPU's entries (``device`` given
-    explicitly wins); ``None`` when the store holds nothing measured on that GPU."""
+    explicitly wins); ``None`` when the store holds nothing measured on that GPU. Reading only: a missing file is
+    a ``PrimusExtError``, never a new empty store under a mistyped name."""
+    if not os.path.isfile(path):
+        from primus_ext.errors import PrimusExtError
+
+        raise PrimusExtError(f"--store {os.fspath(path)}: no such file (a timing store written by `primus-ext bench`)")
     if device is None:
         probe = TimingStore(path, device="?", versions="any")
         device = device_for(probe, gpu_name)
