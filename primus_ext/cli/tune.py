@@ -114,26 +114,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Refuse unwritable ``--out`` / ``--json`` paths before the search spends its budget."""
-    from pathlib import Path
-
-    from primus_ext.errors import Problem, RecipeError
+    """Refuse unwritable ``--out`` / ``--json`` / ``--log`` paths before the search spends its budget (a missing
+    ``--resume`` log: ``agent.read_log``)."""
+    from primus_ext.errors import RecipeError
+    from primus_ext.recipe.rewrite import output_problem
 
     problems = []
-    if args.resume and not Path(args.resume).is_file():
-        problems.append(Problem(path="--resume", value=args.resume, message="no such log file",
-                                fix="give the --log file of the search to continue"))
-    for flag, value in (("--out", args.out), ("--json", None if args.json == "-" else args.json),
-                        ("--log", args.log)):
-        if not value:
-            continue
-        path = Path(value)
-        if path.is_dir():
-            problems.append(Problem(path=flag, value=value, message="is a folder, not a file",
-                                    fix="give a file name, e.g. tuned.yaml"))
-        elif not path.resolve().parent.is_dir():
-            problems.append(Problem(path=flag, value=value, message=f"folder {path.resolve().parent} does not exist",
-                                    fix="create the folder first, or write elsewhere"))
+    outputs = (("--out", args.out), ("--json", None if args.json == "-" else args.json), ("--log", args.log))
+    problems += [p for flag, value in outputs if value and (p := output_problem(value, flag)) is not None]
     if problems:
         raise RecipeError(problems=problems)
 

@@ -269,17 +269,28 @@ def atomic_write(path: Path, text: str, *, backup: bool = True, mode_from: Path 
     return saved
 
 
-def _writable(target: Path) -> Path:
-    """The file to write for ``target``: a symlink's destination (the link stays a link); a folder, or a file in a
-    folder that does not exist, is a ``RecipeError``."""
+def output_problem(target: str | Path, label: str | None = None) -> Problem | None:
+    """Why ``target`` cannot be written as a file (a folder, or in a folder that does not exist), else ``None``;
+    a symlink is judged by its destination. ``label``: the problem's path (the command-line flag)."""
     real = Path(os.path.realpath(target))
+    where = label or str(target)
+    value = str(target) if label else None
     if real.is_dir():
-        raise RecipeError(problems=[Problem(path=str(target), message="is a folder, not a file",
-                                            fix="give a file name, e.g. tuned.yaml")])
+        return Problem(path=where, value=value, message="is a folder, not a file",
+                       fix="give a file name, e.g. tuned.yaml")
     if not real.parent.is_dir():
-        raise RecipeError(problems=[Problem(path=str(target), message=f"folder {real.parent} does not exist",
-                                            fix="create the folder first, or write elsewhere")])
-    return real
+        return Problem(path=where, value=value, message=f"folder {real.parent} does not exist",
+                       fix="create the folder first, or write elsewhere")
+    return None
+
+
+def _writable(target: Path) -> Path:
+    """The file to write for ``target``: a symlink's destination (the link stays a link); ``output_problem``
+    is a ``RecipeError``."""
+    problem = output_problem(target)
+    if problem is not None:
+        raise RecipeError(problems=[problem])
+    return Path(os.path.realpath(target))
 
 
 def rewrite(path: str | Path, changes: Mapping[str, Any], *, out: str | Path | None = None,
