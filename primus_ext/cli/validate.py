@@ -138,6 +138,7 @@ def _progress(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_ext.hardware import yaml_number
     from primus_ext.validate.archs import read_archs
     from primus_ext.validate.calibrate import (
         DEFAULT_PARAMS,
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"# {name}: {n} rows, mean |log error| {loss:.3f}")
             print("efficiency:")
             for key, value in values.items():
-                print(f"  {key}: {value:.4g}")
+                print(f"  {key}: {yaml_number(value)}")
             print(f"  calibration: {eff.calibration!r}")
             out.setdefault("fits", {})[name] = {**values, "rows": n, "loss": loss}
         if args.write_profiles:

@@ -92,6 +92,12 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         for key in eff_data
         if key not in known
     ]
+    problems += [
+        Problem(path=f"{source}:efficiency.{key}", value=value, message="efficiency parameter is not a number",
+                fix="write a number YAML reads as one (5.0e+10, not 5e+10: YAML 1.1 needs the dot)")
+        for key, value in eff_data.items()
+        if key in known and key != "calibration" and (isinstance(value, bool) or not isinstance(value, int | float))
+    ]
     if problems:
         raise RecipeError(problems=problems, source=source)
     return GPUSpec(
@@ -136,6 +142,16 @@ def load_system(cluster: str, num_nodes: int = 1) -> SystemSpec:
     return SystemSpec(gpu=gpu, num_nodes=num_nodes, name=canonical_name(cluster))
 
 
+def yaml_number(value: float) -> str:
+    """``value`` to 4 significant digits as YAML 1.1 (PyYAML's ``safe_load``) reads back a number: its float
+    form needs a dot in the mantissa, so ``5e+10`` (a string there) is written ``5.0e+10``."""
+    text = f"{value:.4g}"
+    mantissa, e, exponent = text.partition("e")
+    if e and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"
+    return text
+
+
 EFFICIENCY_HEADER = "# --- calibrated efficiency (written by `primus-ext validate --fit --write-profiles`) ---"
 
 
@@ -145,7 +161,7 @@ def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folde
     text = _find(canonical_name(name)).read_text(encoding="utf-8")
     text = text.split(EFFICIENCY_HEADER)[0].rstrip() + "\n"
     lines = [EFFICIENCY_HEADER, "efficiency:"]
-    lines += [f"  {key}: {getattr(efficiency, key):.4g}" for key in fields]
+    lines += [f"  {key}: {yaml_number(getattr(efficiency, key))}" for key in fields]
     lines.append(f"  calibration: {json.dumps(efficiency.calibration)}")
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{canonical_name(name)}.yaml"
@@ -156,4 +172,5 @@ def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folde
     return target
 
 
-__all__ = ["canonical_name", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system", "write_efficiency"]
+__all__ = ["canonical_name", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system", "write_efficiency",
+           "yaml_number"]

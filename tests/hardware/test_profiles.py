@@ -63,3 +63,28 @@ def test_user_profiles_take_precedence(tmp_path, monkeypatch):
         load_gpu("bad")
     assert "gemm_maxx" in str(err.value) and "hbm_gb" in str(err.value)
     load_gpu.cache_clear()
+
+
+def test_written_efficiency_reads_back_as_numbers(tmp_path, monkeypatch):
+    """``5e+10`` is a string to YAML 1.1: the writer must give the mantissa a dot, the loader must refuse a string."""
+    from dataclasses import replace
+
+    from primus_ext.hardware import write_efficiency, yaml_number
+
+    assert yaml_number(5e10) == "5.0e+10" and yaml_number(4.99e10) == "4.99e+10"
+    assert yaml_number(1e-5) == "1.0e-05" and yaml_number(0.6) == "0.6" and yaml_number(1.0) == "1"
+    efficiency = replace(load_gpu("h100").efficiency, gemm_half_size_flops=5e10, moe_layer_overhead_s=1e-5)
+    write_efficiency("h100", efficiency, ["gemm_half_size_flops", "moe_layer_overhead_s", "gemm_max"], tmp_path)
+    monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(tmp_path))
+    load_gpu.cache_clear()
+    try:
+        back = load_gpu("h100").efficiency
+        assert back.gemm_half_size_flops == 5e10 and back.moe_layer_overhead_s == 1e-5
+        text = (tmp_path / "h100.yaml").read_text().replace("5.0e+10", "5e+10")
+        (tmp_path / "h100.yaml").write_text(text)
+        load_gpu.cache_clear()
+        with pytest.raises(RecipeError) as err:
+            load_gpu("h100")
+        assert "efficiency.gemm_half_size_flops" in str(err.value) and "not a number" in str(err.value)
+    finally:
+        load_gpu.cache_clear()
