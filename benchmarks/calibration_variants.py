@@ -35,6 +35,10 @@ over those rows and the fitted GEMM size at half efficiency.
     fp8-ratio-1      the same fraction in FP8 and BF16 (the bound at 0.999)
     hbm              the HBM bandwidth fraction of memory-bound kernels (``Efficiency.hbm``, default 0.80)
                      fitted too, within 0.4-0.95
+    wide-bounds      attention up to 0.90 of peak and NVLink up to 0.95 of its rate (the bounds until 2026-12-04,
+                     seventh session; shipped since: 0.65 / 0.85, from FlashAttention-3 and nccl-tests figures)
+    wide-attention   attention up to 0.90 only
+    wide-nvlink      NVLink up to 0.95 only
 """
 
 from __future__ import annotations
@@ -141,6 +145,11 @@ def patched_gemm(**how: float) -> Iterator[None]:
         forget()
 
 
+def _bounded(**high: float) -> tuple[Param, ...]:
+    """``DEFAULT_PARAMS`` with the named parameters' upper bounds set to ``high``."""
+    return tuple(replace(p, high=high[p.name]) if p.name in high else p for p in DEFAULT_PARAMS)
+
+
 def _fp8_ratio_floor(low: float) -> tuple[Param, ...]:
     """``DEFAULT_PARAMS`` with the FP8 / BF16 large-GEMM fraction ratio bounded below by ``low``."""
     return tuple(replace(p, low=low) if p.name == "fp8_gemm_max" else p for p in DEFAULT_PARAMS)
@@ -160,6 +169,9 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "fp8-ratio-85": (partial(fit_by_gpu, params=_fp8_ratio_floor(0.85)), nullcontext),
     "fp8-ratio-1": (partial(fit_by_gpu, params=_fp8_ratio_floor(0.999)), nullcontext),
     "hbm": (partial(fit_by_gpu, params=(*DEFAULT_PARAMS, HBM)), nullcontext),
+    "wide-bounds": (partial(fit_by_gpu, params=_bounded(attention=0.90, scaleup_link=0.95)), nullcontext),
+    "wide-attention": (partial(fit_by_gpu, params=_bounded(attention=0.90)), nullcontext),
+    "wide-nvlink": (partial(fit_by_gpu, params=_bounded(scaleup_link=0.95)), nullcontext),
 }
 """name -> (the fit each fold runs, the context the folds run in)."""
 
