@@ -209,6 +209,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
                 _div(a.moe_shared_expert_intermediate_size, split, "shared expert ffn")
                 if a.moe_shared_expert_intermediate_size else None
             ),
+            moe_shared_expert_gate=a.moe_shared_expert_gate,
             moe_token_dispatcher_type="alltoall" if device.type == "cuda" else "allgather",
             moe_grouped_gemm=use_te or grouped,
             moe_router_force_load_balancing=True,

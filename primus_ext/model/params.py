@@ -21,7 +21,8 @@ Every count follows the module that megatron-core builds (file:class in the comm
   differ, hence ``impl``.
 * MoE (transformer/moe): ``TopKRouter.weight`` [experts, hidden] (fp32) + bias with add_bias_linear;
   ``num_experts / EP`` local experts, each an MLP at ``moe_ffn_hidden_size / ETP``; shared experts
-  (``SharedExpertMLP``, bias not allowed) at ``moe_shared_expert_intermediate_size / TP``.
+  (``SharedExpertMLP``, bias not allowed) at ``moe_shared_expert_intermediate_size / TP``, plus its whole
+  ``1 x hidden`` ``gate_weight`` with ``moe_shared_expert_gate``.
 * embedding: ``VocabParallelEmbedding`` [padded_vocab / TP, hidden] (+ learned absolute positions, not
   split: ``position_embedding_params``). output: ``ColumnParallelLinear`` [padded_vocab / TP, hidden], no
   bias; the ``output`` kind also holds the decoder block's final layernorm. Tied-embedding copies are
@@ -117,7 +118,8 @@ def shared_expert_params(shape: RankShape) -> int:
     arch = shape.arch
     if not arch.moe_shared_expert_intermediate_size:
         return 0
-    return _mlp_params(arch, arch.moe_shared_expert_intermediate_size, shape.tp, bias=False)
+    gate = arch.hidden_size if arch.moe_shared_expert_gate else 0  # SharedExpertMLP.gate_weight, 1 x hidden, whole
+    return _mlp_params(arch, arch.moe_shared_expert_intermediate_size, shape.tp, bias=False) + gate
 
 
 def mlp_params(shape: RankShape) -> int:

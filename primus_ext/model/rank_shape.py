@@ -54,6 +54,8 @@ class LayerArch:
     moe_router_topk: int = 0
     moe_ffn_hidden_size: int = 0
     moe_shared_expert_intermediate_size: int = 0
+    moe_shared_expert_gate: bool = False
+    """``ModelSpec.moe_shared_expert_gate``: a ``1 x hidden`` gate weight beside the shared experts."""
     moe_router_num_groups: int = 0
     """Group-limited routing (``ModelSpec.moe_router_num_groups``); 0 = none or a dense kind."""
     moe_router_group_topk: int = 0
@@ -67,7 +69,7 @@ class LayerArch:
         return self.activation in GATED_ACTIVATIONS
 
 
-_KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk")
+_KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate")
 """``LayerArch`` fields left out of ``RankShape.key()`` while 0 (added after timing stores existed)."""
 
 
@@ -250,6 +252,7 @@ def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
         moe_router_topk=model.moe_router_topk if moe else 0,
         moe_ffn_hidden_size=model.expert_ffn_hidden_size if moe else 0,
         moe_shared_expert_intermediate_size=(model.moe_shared_expert_intermediate_size or 0) if moe else 0,
+        moe_shared_expert_gate=bool(moe and model.moe_shared_expert_intermediate_size and model.moe_shared_expert_gate),
         moe_router_num_groups=(model.moe_router_num_groups or 0) if moe else 0,
         moe_router_group_topk=(model.moe_router_group_topk or 0) if moe else 0,
         vocab_size=vocab,

@@ -60,6 +60,9 @@ class ModelSpec:
     """Intermediate size of one routed expert (defaults to ffn_hidden_size)."""
     moe_shared_expert_intermediate_size: int | None = None
     """Total intermediate size of the shared experts (num_shared * moe_ffn_hidden_size)."""
+    moe_shared_expert_gate: bool = False
+    """A sigmoid gate on the shared experts' output (megatron-core ``moe_shared_expert_gate``, Qwen2-MoE):
+    one ``1 x hidden`` weight per MoE layer (``SharedExpertMLP.gate_weight``)."""
     moe_layer_pattern: tuple[bool, ...] = ()
     """Per decoder layer: True where the layer is MoE. Resolved from Megatron's ``moe_layer_freq``
     (an int N = every N-th layer, or a list / ``"([0]*3+[1]*58)"`` expression). Empty for dense."""

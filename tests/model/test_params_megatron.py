@@ -33,6 +33,7 @@ CASES = {
     "moe-shared": RankShape(kind="moe", arch=MOE),
     "moe-tp2-etp1": RankShape(kind="moe", arch=MOE, tp=2, etp=1),
     "moe-no-shared": RankShape(kind="moe", arch=replace(MOE, moe_shared_expert_intermediate_size=0)),
+    "moe-shared-gate-tp2": RankShape(kind="moe", arch=replace(MOE, moe_shared_expert_gate=True), tp=2, etp=1),
     "first-k-dense-of-moe-model": RankShape(kind="dense", arch=replace(GQA, ffn_hidden_size=512)),
     "mla-q-lora": RankShape(kind="dense", arch=MLA),
     "mla-no-q-lora-tp2": RankShape(kind="dense", arch=replace(MLA, q_lora_rank=None), tp=2),

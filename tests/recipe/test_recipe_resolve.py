@@ -159,3 +159,18 @@ def test_moe_pattern_matches_python_and_megatron_int_rule():
         with pytest.raises(PatternError):
             moe_pattern(bad, 4)
 
+
+
+def test_shared_expert_gate_is_read_and_counted():
+    """``moe_shared_expert_gate`` adds megatron-core's ``1 x hidden`` gate weight to every MoE layer, whole on each
+    TP rank (the real module's count: tests/model/test_params_megatron.py)."""
+    from primus_ext.model.params import layer_params
+    from primus_ext.model.rank_shape import rank_shapes
+
+    shared = {**MOE, "moe_shared_expert_intermediate_size": 1024}
+    plain, gated = resolve(shared), resolve({**shared, "moe_shared_expert_gate": True})
+    assert gated[0].moe_shared_expert_gate and not plain[0].moe_shared_expert_gate
+    assert not resolve({**BASE, "moe_shared_expert_gate": True})[0].moe_shared_expert_gate  # dense: no experts
+    with_gate, without = rank_shapes(gated[0], gated[1])["moe"], rank_shapes(plain[0], plain[1])["moe"]
+    assert layer_params(with_gate) - layer_params(without) == gated[0].hidden_size
+    assert with_gate.key() != without.key()
