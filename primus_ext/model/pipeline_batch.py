@@ -9,7 +9,7 @@ seconds per virtual-stage boundary. Every configuration runs the recurrence of `
 over the structure's op order (``pipeline._structure``; long runs: below): an op ends at max(its rank is
 free, its input arrived + p2p) + its duration; the critical p2p follows the binding input, the rank's own
 predecessor on a tie (the forward propagation ``pipeline_periodic`` uses, equal to
-``pipeline._critical_p2p``'s walk back).
+``pipeline_ops.critical_p2p``'s walk back).
 
 Compiled with numba (the op loop is ~2 ns per op instead of ~250 ns in Python) and run over every
 configuration of a group in one call; tests/model/test_pipeline_batch.py checks it against

@@ -14,7 +14,7 @@ crosses the ranks, c ~ PP),
 every later op of the invariant region repeats too (induction over the max-plus recurrence), so the
 simulation jumps over whole periods and simulates only the drain. The same holds for the send/recv
 seconds on the critical path, propagated forward (``cp``): an op inherits the critical p2p of its
-binding input, i.e. of the walk back from it that ``pipeline._critical_p2p`` does.
+binding input, i.e. of the walk back from it that ``pipeline_ops.critical_p2p`` does.
 
 The result equals the op-by-op simulation up to float rounding of the extrapolated sums; when no
 period is found the loop simply runs to the end (the full simulation). ``timeline=True`` and the tests
@@ -32,7 +32,7 @@ PERIOD_TOLERANCE = 1e-12
 
 @dataclass(frozen=True)
 class Periodic:
-    """Shift structure of one op order (positions 1-based as in ``pipeline._Structure``)."""
+    """Shift structure of one op order (positions 1-based as in ``pipeline_ops.Structure``)."""
 
     steps: tuple[tuple[int, int, int, int], ...]
     """(rank predecessor, input, duration slot, p2p slot); a missing input is the predecessor with slot -1."""
@@ -48,7 +48,7 @@ class Periodic:
 
 
 def periodic_structure(ops: tuple, steps: tuple, last: tuple[int, ...], pp: int, vpp: int, group: int) -> Periodic:
-    """Find the shift-invariant run of a ``pipeline._Structure`` (``start > end`` when there is none)."""
+    """Find the shift-invariant run of a ``pipeline_ops.Structure`` (``start > end`` when there is none)."""
     g = 1 if vpp == 1 else group
     shift = 2 * pp * vpp * g
     fast = tuple((p, d, ds, cs) if d > 0 else (p, p, ds, -1) for p, d, ds, cs in steps)
@@ -99,7 +99,7 @@ def stretch(per: Periodic, k: int) -> Periodic:
 def _run(fin: list[float], cp: list[float], steps, durs: list[float], comms: tuple[float, ...], base: int = 0) -> None:
     """Append the finish time and critical p2p of each op (positions offset by ``base``): the op starts
     when its rank is free and its input arrived; the critical p2p follows the binding input, the rank's
-    own predecessor on a tie (as ``pipeline._critical_p2p`` walks back)."""
+    own predecessor on a tie (as ``pipeline_ops.critical_p2p`` walks back)."""
     append, cappend = fin.append, cp.append
     if base:
         steps = [(p - base, d - base, ds, cs) for p, d, ds, cs in steps]

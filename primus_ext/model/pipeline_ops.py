@@ -1,0 +1,164 @@
+"""Pipeline ops and their replay: the types of ``model.pipeline`` and the core every schedule runs on.
+
+A schedule is a per-rank op order (kind, micro-batch, chunk); ``place`` turns the orders into a topological
+``Structure`` (each op's same-rank predecessor and input dependency), and ``replay`` runs it: every op starts
+when its rank is free and its input arrived (upstream forward + p2p, or downstream backward + p2p).
+Pure and torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FWD, BWD, WGRAD = 0, 1, 2
+KIND_NAMES = ("F", "B", "W")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkTimes:
+    """One micro-batch through one model chunk, seconds."""
+
+    fwd: float
+    bwd: float
+    """Whole backward: input-grad + weight-grad (+ recompute)."""
+    wgrad: float = 0.0
+    """Weight-grad part of ``bwd`` (split off by zero-bubble schedules)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One op on the timeline (for the Gantt chart)."""
+
+    rank: int
+    chunk: int
+    microbatch: int
+    kind: str
+    """``F`` forward, ``B`` backward (input-grad only under zb-h1), ``W`` weight-grad."""
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleResult:
+    """Simulated pipeline: makespan, per-rank busy / finish times and (optionally) the timeline."""
+
+    schedule: str
+    num_microbatches: int
+    makespan: float
+    busy: tuple[float, ...]
+    """Per rank: sum of its op times."""
+    finish: tuple[float, ...]
+    """Per rank: end of its last op."""
+    events: tuple[Event, ...] = ()
+    critical_p2p: float = 0.0
+    """Send/recv seconds on the critical path (what p2p adds to the makespan): at most every stage boundary
+    crossed once per micro-batch and direction."""
+
+    @property
+    def bubble_time(self) -> float:
+        """Idle time of the busiest rank within the makespan."""
+        return self.makespan - max(self.busy)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Bubble over useful work of the busiest rank ((p-1)/m for uniform 1F1B)."""
+        return self.bubble_time / max(self.busy) if max(self.busy) > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Topologically ordered ops; positions are 1-based so that 0 is a zero-time sentinel."""
+
+    ops: tuple[tuple[int, int, int, int], ...]
+    """(kind, rank, chunk, micro-batch) per op, in a topological order."""
+    steps: tuple[tuple[int, int, int, int], ...]
+    """Per op: (same-rank predecessor, input dependency, duration slot, p2p slot); 0 / -1 = none."""
+    last: tuple[int, ...]
+    """Per rank: position of its last op."""
+
+
+def place(orders: list, pp: int, vpp: int, m: int) -> Structure:
+    """Per-rank (kind, micro-batch, chunk) orders -> a topological ``Structure`` (sweeping the ranks, each
+    as far as its inputs are placed). A weight-grad W has no input of its own: its B precedes it on its rank."""
+    stages = pp * vpp
+    # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
+    placed = [0] * (3 * stages * m)
+    ops: list[tuple[int, int, int, int]] = []
+    steps: list[tuple[int, int, int, int]] = []
+    pointers = [0] * pp
+    last = [0] * pp
+    lengths = [len(o) for o in orders]
+    remaining = sum(lengths)
+    while remaining:
+        progressed = False
+        for r in range(pp):
+            order, ptr, prev = orders[r], pointers[r], last[r]
+            while ptr < lengths[r]:
+                kind, mb, chunk = order[ptr]
+                stage = chunk * pp + r
+                if kind == FWD:
+                    dep_stage, cslot = stage - 1, stage - 1
+                    dep = placed[dep_stage * m + mb] if stage > 0 else -1
+                elif kind == WGRAD:
+                    dep, cslot = -1, -1
+                elif stage < stages - 1:
+                    dep_stage, cslot = stage + 1, stage
+                    dep = placed[(stages + dep_stage) * m + mb]
+                else:
+                    cslot = -1
+                    dep = placed[stage * m + mb]
+                if dep == 0:
+                    break
+                ops.append((kind, r, chunk, mb))
+                position = len(ops)
+                placed[(kind * stages + stage) * m + mb] = position
+                steps.append((prev, max(dep, 0), (kind * pp + r) * vpp + chunk, cslot))
+                prev = position
+                ptr += 1
+            remaining -= ptr - pointers[r]
+            progressed = progressed or ptr != pointers[r]
+            pointers[r], last[r] = ptr, prev
+        assert progressed, "pipeline order deadlocks"
+    return Structure(tuple(ops), tuple(steps), tuple(last))
+
+
+def critical_p2p(st: Structure, fin: list[float], durs: list[float], comms: tuple[float, ...]) -> float:
+    """Send/recv time on the critical path (walk back from the last op along binding inputs)."""
+    i = max(st.last, key=lambda pos: fin[pos])
+    total = 0.0
+    while i > 0:
+        p, d, ds, cs = st.steps[i - 1]
+        start = fin[i] - durs[ds]
+        if d > 0 and abs(fin[d] + comms[cs] - start) <= 1e-12 * max(1.0, start) and fin[d] + comms[cs] > fin[p]:
+            total += comms[cs]
+            i = d
+        else:
+            i = p
+    return total
+
+
+def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ...], m: int, durs: list[float],
+            p2p: tuple[float, ...], timeline: bool) -> ScheduleResult:
+    """Run a fixed op order: every op starts when its rank is free and its input arrived."""
+    comms = (*p2p, 0.0)  # slot -1 -> 0
+    fin = [0.0]
+    append = fin.append
+    for p, d, ds, cs in st.steps:  # the hot loop: finish = max(rank free, input arrived) + duration
+        t = fin[p]
+        a = fin[d] + comms[cs]
+        append((a if a > t else t) + durs[ds])
+    finish = tuple(fin[pos] for pos in st.last)
+    busy = tuple(m * sum(c.fwd + c.bwd for c in row) for row in times)
+    events: tuple[Event, ...] = ()
+    if timeline:
+        events = tuple(
+            Event(rank=r, chunk=c, microbatch=mb, kind=KIND_NAMES[k], start=fin[i + 1] - durs[st.steps[i][2]],
+                  end=fin[i + 1])
+            for i, (k, r, c, mb) in enumerate(st.ops)
+        )
+    return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy, finish=finish,
+                          events=events, critical_p2p=critical_p2p(st, fin, durs, comms) if any(p2p) else 0.0)
+
+
+__all__ = ["BWD", "FWD", "KIND_NAMES", "WGRAD", "ChunkTimes", "Event", "ScheduleResult", "Structure", "critical_p2p",
+           "place", "replay"]
