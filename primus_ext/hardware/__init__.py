@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from functools import cache
 from pathlib import Path
@@ -144,7 +145,10 @@ def load_system(cluster: str, num_nodes: int = 1) -> SystemSpec:
 
 def yaml_number(value: float) -> str:
     """``value`` to 4 significant digits as YAML 1.1 (PyYAML's ``safe_load``) reads back a number: its float
-    form needs a dot in the mantissa, so ``5e+10`` (a string there) is written ``5.0e+10``."""
+    form needs a dot in the mantissa, so ``5e+10`` (a string there) is written ``5.0e+10``. A fitted efficiency
+    is finite; ``ValueError`` for inf / nan rather than a profile that fails to load."""
+    if not math.isfinite(value):
+        raise ValueError(f"efficiency value {value!r} is not finite")
     text = f"{value:.4g}"
     mantissa, e, exponent = text.partition("e")
     if e and "." not in mantissa:

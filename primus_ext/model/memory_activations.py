@@ -192,6 +192,8 @@ def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: float) 
     if a.moe_shared_expert_intermediate_size:
         shared = a.moe_shared_expert_intermediate_size / shape.tp
         parts["shared_experts"] = _act_bytes(impl, gated, e, shape.tokens, shared) + lin_e * shape.tokens * shared
+        if a.moe_shared_expert_gate:  # output * sigmoid(h @ gate_weight): keeps the output and the gate score
+            parts["shared_experts"] += e * ts * a.hidden_size + e * ts
     return parts
 
 

@@ -57,7 +57,7 @@ _OTHER_READ = (
     "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
     "zero_bubble_v_schedule", "pp_algorithm", "cpu_offloading", "cpu_offloading_num_layers",
     "cpu_offloading_activations", "cpu_offloading_weights", "cross_entropy_fusion_impl",
-    "fp8_param_gather", "fp8_recipe", "moe_router_num_groups", "moe_router_group_topk",
+    "fp8_param_gather", "fp8_recipe", "moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate",
     "cuda_graph_impl", "cuda_graph_scope", "enable_cuda_graph", "external_cuda_graph",
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",

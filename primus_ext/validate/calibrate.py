@@ -64,19 +64,21 @@ DEFAULT_PARAMS = (
     # unfused row-wise quantisation kernels); >= 0.3 of the per-tensor rate: with FP8 at twice the BF16 peak
     # and fp8_gemm_max >= 0.55 gemm_max, never below 0.33x the BF16 GEMM
     Param(name="fp8_rowwise_ratio", low=0.30, high=1.0),
-    # fused (flash) attention's fraction of dense peak over forward + backward (1 : 2.5 FLOPs); <= 0.65: on H100
-    # BF16 FlashAttention-3 reaches at most 75 % of peak forward and 1.5-1.75x FlashAttention-2's backward,
-    # ~0.5-0.55 (Shah et al. 2024, arXiv:2407.08608, abstract and sec. 4.1), so 3.5 / (1/0.75 + 2.5/0.55) =
-    # 0.59 together. Wider (0.90), held-out folds parked a mispricing there (the Llama3.1-8B fold fitted 0.73).
+    # fused (flash) attention's fraction of dense peak over forward + backward (1 : 2.5 FLOPs) at 128-wide heads;
+    # <= 0.65: on H100 BF16 FlashAttention-3 reaches at most 75 % of peak forward (its best case, wider heads)
+    # and 1.5-1.75x FlashAttention-2's backward, ~0.5-0.55 (Shah et al. 2024, arXiv:2407.08608, abstract and
+    # sec. 4.1), so at most 3.5 / (1/0.75 + 2.5/0.55) = 0.60 together. (``roofline.attention_efficiency`` scales
+    # it up for wider heads, e.g. x1.09 for MLA's 160-wide mean.) Wider (0.90), held-out folds parked a
+    # mispricing there (the Llama3.1-8B fold fitted 0.73).
     Param(name="attention", low=0.15, high=0.65),
     Param(name="gemm_half_size_flops", low=1e8, high=5e10, log=True),  # GEMM size at half efficiency
     Param(name="moe_layer_overhead_s", low=1e-5, high=5e-3, log=True),  # fixed s per MoE layer per pass
     Param(name="scaleout_link", low=0.30, high=0.95),  # NIC bus-bandwidth fraction
-    # NVLink / xGMI bus-bandwidth fraction, 0.6-0.85: nccl-tests all-gather / reduce-scatter / all-to-all bus
-    # bandwidth on 8-GPU NVSwitch boards reaches ~0.7-0.85 of the per-direction link rate for multi-MB messages
-    # (nccl-tests PERFORMANCE.md busbw; stas00/ml-engineering network benchmarks on H100 / MI300X); only
-    # in-switch (NVLS) all-reduce goes beyond, and the TP / EP / CP traffic is all-gather, reduce-scatter and
-    # all-to-all.
+    # NVLink / xGMI bus-bandwidth fraction, 0.6-0.85: nccl-tests all-gather / reduce-scatter / all-to-all and
+    # ring all-reduce bus bandwidth on 8-GPU NVSwitch boards reaches ~0.7-0.85 of the per-direction link rate for
+    # multi-MB messages (nccl-tests PERFORMANCE.md busbw; stas00/ml-engineering network benchmarks on H100 /
+    # MI300X). Only in-switch (NVLS) all-reduce goes beyond; it is not modelled (an all-reduce inside the domain,
+    # TP without sequence parallelism or DP, is priced as a ring at this fraction).
     # Wider (0.95), held-out folds parked a mispricing there (the Llama3.1-8B fold fitted the bound).
     Param(name="scaleup_link", low=0.60, high=0.85),
 )

@@ -73,6 +73,8 @@ def test_written_efficiency_reads_back_as_numbers(tmp_path, monkeypatch):
 
     assert yaml_number(5e10) == "5.0e+10" and yaml_number(4.99e10) == "4.99e+10"
     assert yaml_number(1e-5) == "1.0e-05" and yaml_number(0.6) == "0.6" and yaml_number(1.0) == "1"
+    with pytest.raises(ValueError):
+        yaml_number(float("nan"))
     efficiency = replace(load_gpu("h100").efficiency, gemm_half_size_flops=5e10, moe_layer_overhead_s=1e-5)
     write_efficiency("h100", efficiency, ["gemm_half_size_flops", "moe_layer_overhead_s", "gemm_max"], tmp_path)
     monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(tmp_path))

@@ -152,3 +152,16 @@ def test_activation_bytes_with_sequence_parallel_tp2_gloo():
             assert formula == pytest.approx(results[rank][name], rel=TOLERANCE), (rank, name)
     sp, no_sp = results[0]["dense-tp2-sp-none"], results[0]["dense-tp2-no-sp"]
     assert sp < no_sp  # SP shards the norms and linear inputs
+
+
+def test_shared_expert_gate_bytes_match_saved_tensors(one_rank_world):
+    """``moe_shared_expert_gate`` keeps the shared experts' output and the gate score for the backward: the formula's
+    difference with and without the gate equals the measured one (a few % of the layer: below ``TOLERANCE``)."""
+    plain, gated = _shape("moe", MOE), _shape("moe", replace(MOE, moe_shared_expert_gate=True))
+    measured = _measured(gated) - _measured(plain)
+    formula = activation_bytes_per_layer(gated, impl=LOCAL) - activation_bytes_per_layer(plain, impl=LOCAL)
+    assert measured > 0 and formula == pytest.approx(measured, rel=1e-6), (formula, measured)
+    recomputed = _shape("moe", replace(MOE, moe_shared_expert_gate=True), recompute="selective",
+                        recompute_modules=("moe",))
+    assert activation_bytes_per_layer(recomputed, impl=LOCAL) == pytest.approx(_measured(recomputed), rel=TOLERANCE)
+

@@ -80,6 +80,7 @@ def _rank_counts(rank: int, port: int, queue) -> None:
 _DISTRIBUTED = {
     "dense": RankShape(kind="dense", arch=GQA, tp=2, etp=1),
     "moe-tp2-ep2-etp1": RankShape(kind="moe", arch=MOE, tp=2, ep=2, etp=1),
+    "moe-shared-gate": RankShape(kind="moe", arch=replace(MOE, moe_shared_expert_gate=True), tp=2, ep=2, etp=1),
     "mla": RankShape(kind="dense", arch=MLA, tp=2, etp=1),
 }
 

@@ -163,7 +163,8 @@ def test_moe_pattern_matches_python_and_megatron_int_rule():
 
 def test_shared_expert_gate_is_read_and_counted():
     """``moe_shared_expert_gate`` adds megatron-core's ``1 x hidden`` gate weight to every MoE layer, whole on each
-    TP rank (the real module's count: tests/model/test_params_megatron.py)."""
+    TP rank (the real modules' counts, megatron splitting over a 2-rank gloo group too:
+    tests/model/test_params_megatron.py)."""
     from primus_ext.model.params import layer_params
     from primus_ext.model.rank_shape import rank_shapes
 

@@ -73,6 +73,7 @@ def transformer_config(plan: TrainPlan, *, cpu: bool, use_te: bool):
             moe_router_topk=m.moe_router_topk,
             moe_ffn_hidden_size=m.expert_ffn_hidden_size,
             moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+            moe_shared_expert_gate=m.moe_shared_expert_gate,
             moe_layer_freq=[int(x) for x in m.moe_layer_pattern] or 1,
             moe_token_dispatcher_type="allgather" if cpu else e.moe_token_dispatcher_type,
             moe_grouped_gemm=use_te and e.moe_grouped_gemm,
