@@ -83,7 +83,13 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
     problems = [
         Problem(path=f"{source}:{key}", message="required profile field missing", fix=f"add {key}")
         for key in _REQUIRED
-        if not isinstance(data.get(key), int | float)
+        if data.get(key) is None
+    ]
+    problems += [
+        Problem(path=f"{source}:{key}", value=data[key], message="profile field is not a number",
+                fix="write a number YAML reads as one (1.0e+3, not 1e+3: YAML 1.1 needs the dot)")
+        for key in _REQUIRED
+        if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], int | float))
     ]
     eff_data = data.get("efficiency") or {}
     known = {f.name for f in dataclasses.fields(Efficiency)}
@@ -159,13 +165,32 @@ def yaml_number(value: float) -> str:
 EFFICIENCY_HEADER = "# --- calibrated efficiency (written by `primus-ext validate --fit --write-profiles`) ---"
 
 
+def _without_efficiency(text: str) -> str:
+    """The profile text without its efficiency block: the calibrated block after ``EFFICIENCY_HEADER``, or a
+    hand-written top-level ``efficiency:`` mapping (its indented lines), which would otherwise be a duplicate key."""
+    text = text.split(EFFICIENCY_HEADER)[0]
+    lines, out, inside = text.splitlines(), [], False
+    for line in lines:
+        if line.startswith("efficiency:"):
+            inside = True
+            continue
+        if inside and (not line.strip() or line[:1] in (" ", "\t")):
+            continue
+        inside = False
+        out.append(line)
+    return "\n".join(out).rstrip() + "\n"
+
+
 def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folder: Path) -> Path:
     """Copy profile ``name`` into ``folder`` with ``fields`` of ``efficiency`` as its efficiency block
-    (replacing an earlier calibrated block; the datasheet part and its comments are kept verbatim)."""
-    text = _find(canonical_name(name)).read_text(encoding="utf-8")
-    text = text.split(EFFICIENCY_HEADER)[0].rstrip() + "\n"
+    (replacing an earlier block; the datasheet part and its comments are kept verbatim). Other fields of
+    ``efficiency`` that differ from the ``Efficiency()`` defaults (a user's hand-set ``hbm``, say) are kept too."""
+    text = _without_efficiency(_find(canonical_name(name)).read_text(encoding="utf-8"))
+    defaults = Efficiency()
+    kept = [f.name for f in dataclasses.fields(Efficiency) if f.name not in fields and f.name != "calibration"
+            and getattr(efficiency, f.name) != getattr(defaults, f.name)]
     lines = [EFFICIENCY_HEADER, "efficiency:"]
-    lines += [f"  {key}: {yaml_number(getattr(efficiency, key))}" for key in fields]
+    lines += [f"  {key}: {yaml_number(getattr(efficiency, key))}" for key in (*fields, *kept)]
     lines.append(f"  calibration: {json.dumps(efficiency.calibration)}")
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{canonical_name(name)}.yaml"

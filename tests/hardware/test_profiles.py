@@ -90,3 +90,36 @@ def test_written_efficiency_reads_back_as_numbers(tmp_path, monkeypatch):
         assert "efficiency.gemm_half_size_flops" in str(err.value) and "not a number" in str(err.value)
     finally:
         load_gpu.cache_clear()
+
+
+def test_writer_replaces_a_hand_written_efficiency_block(tmp_path, monkeypatch):
+    """A user's profile with its own ``efficiency:`` block gets one block back (no duplicate key), with the fitted
+    values and the user's other settings."""
+    from dataclasses import replace
+
+    from primus_ext.hardware import write_efficiency
+
+    mine, out = tmp_path / "mine", tmp_path / "out"
+    mine.mkdir()
+    (mine / "mybox.yaml").write_text(
+        "bf16_dense_tflops: 100\nfp8_dense_tflops: 200\nhbm_gb: 10\nhbm_tbps: 1\n"
+        "scaleup_gbps_per_direction: 50\nscaleup_domain: 4\nnic_gbit_per_gpu: 100\n"
+        "efficiency:\n  gemm_max: 0.5\n  hbm: 0.9\ntdp_w: 300\n"
+    )
+    monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(mine))
+    load_gpu.cache_clear()
+    try:
+        fitted = replace(load_gpu("mybox").efficiency, gemm_max=0.6)
+        text = write_efficiency("mybox", fitted, ["gemm_max"], out).read_text()
+        assert text.count("efficiency:") == 1 and "tdp_w: 300" in text
+        monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(out))
+        load_gpu.cache_clear()
+        back = load_gpu("mybox")
+        assert (back.efficiency.gemm_max, back.efficiency.hbm, back.tdp_w) == (0.6, 0.9, 300.0)
+        (out / "mybox.yaml").write_text(text.replace("hbm_tbps: 1\n", "hbm_tbps: 1e+3\n"))
+        load_gpu.cache_clear()
+        with pytest.raises(RecipeError) as err:
+            load_gpu("mybox")
+        assert "hbm_tbps" in str(err.value) and "not a number" in str(err.value)
+    finally:
+        load_gpu.cache_clear()
