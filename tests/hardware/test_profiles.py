@@ -9,6 +9,9 @@ from primus_ext.errors import RecipeError
 from primus_ext.hardware import canonical_name, list_profiles, load_gpu, load_system
 
 SPECS = Path(__file__).resolve().parents[3] / "shared" / "validation" / "hardware_specs.csv"
+MYBOX = ("bf16_dense_tflops: 100\nfp8_dense_tflops: 200\nhbm_gb: 10\nhbm_tbps: 1\n"
+         "scaleup_gbps_per_direction: 50\nscaleup_domain: 4\nnic_gbit_per_gpu: 100\n")
+"""The datasheet part of a user's profile (every required field)."""
 
 
 def test_all_profiles_load():
@@ -49,11 +52,7 @@ def test_unknown_profile_is_a_clean_error():
 
 
 def test_user_profiles_take_precedence(tmp_path, monkeypatch):
-    (tmp_path / "mybox.yaml").write_text(
-        "bf16_dense_tflops: 100\nfp8_dense_tflops: 200\nhbm_gb: 10\nhbm_tbps: 1\n"
-        "scaleup_gbps_per_direction: 50\nscaleup_domain: 4\nnic_gbit_per_gpu: 100\n"
-        "efficiency: {gemm_max: 0.5}\n"
-    )
+    (tmp_path / "mybox.yaml").write_text(MYBOX + "efficiency: {gemm_max: 0.5}\n")
     monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(tmp_path))
     load_gpu.cache_clear()
     gpu = load_gpu("mybox")
@@ -101,11 +100,7 @@ def test_writer_replaces_a_hand_written_efficiency_block(tmp_path, monkeypatch):
 
     mine, out = tmp_path / "mine", tmp_path / "out"
     mine.mkdir()
-    (mine / "mybox.yaml").write_text(
-        "bf16_dense_tflops: 100\nfp8_dense_tflops: 200\nhbm_gb: 10\nhbm_tbps: 1\n"
-        "scaleup_gbps_per_direction: 50\nscaleup_domain: 4\nnic_gbit_per_gpu: 100\n"
-        "efficiency:\n  gemm_max: 0.5\n  hbm: 0.9\ntdp_w: 300\n"
-    )
+    (mine / "mybox.yaml").write_text(MYBOX + "efficiency:\n  gemm_max: 0.5\n  hbm: 0.9\ntdp_w: 300\n")
     monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(mine))
     load_gpu.cache_clear()
     try:
