@@ -182,7 +182,9 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         moe_router_topk=a.int("moe_router_topk") or 2,
         moe_ffn_hidden_size=(a.int("moe_ffn_hidden_size") or ffn) if experts else None,
         moe_shared_expert_intermediate_size=a.int("moe_shared_expert_intermediate_size") if experts else None,
-        moe_shared_expert_gate=bool(experts) and a.bool("moe_shared_expert_gate"),
+        # megatron-core builds the gate only beside shared experts
+        moe_shared_expert_gate=bool(experts and a.int("moe_shared_expert_intermediate_size"))
+        and a.bool("moe_shared_expert_gate"),
         moe_layer_pattern=pattern,
         # group-limited routing (megatron-core TransformerConfig names; DeepSeek-V3: 8 groups, top-4)
         moe_router_num_groups=(a.int("moe_router_num_groups", minimum=0) or None) if experts else None,

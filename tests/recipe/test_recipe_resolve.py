@@ -172,6 +172,7 @@ def test_shared_expert_gate_is_read_and_counted():
     plain, gated = resolve(shared), resolve({**shared, "moe_shared_expert_gate": True})
     assert gated[0].moe_shared_expert_gate and not plain[0].moe_shared_expert_gate
     assert not resolve({**BASE, "moe_shared_expert_gate": True})[0].moe_shared_expert_gate  # dense: no experts
+    assert not resolve({**MOE, "moe_shared_expert_gate": True})[0].moe_shared_expert_gate  # no shared experts
     with_gate, without = rank_shapes(gated[0], gated[1])["moe"], rank_shapes(plain[0], plain[1])["moe"]
     assert layer_params(with_gate) - layer_params(without) == gated[0].hidden_size
     assert with_gate.key() != without.key()
