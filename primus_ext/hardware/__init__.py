@@ -78,6 +78,11 @@ _REQUIRED = (
 )
 
 
+def _is_number(value: Any) -> bool:
+    """What YAML loaded as a number (a bool is an int to Python, not a number here; ``5e+10`` is a string)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
     """Build a ``GPUSpec`` from a profile mapping (datasheet units as in the YAML files)."""
     problems = [
@@ -89,7 +94,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         Problem(path=f"{source}:{key}", value=data[key], message="profile field is not a number",
                 fix="write a number YAML reads as one (1.0e+3, not 1e+3: YAML 1.1 needs the dot)")
         for key in _REQUIRED
-        if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], int | float))
+        if data.get(key) is not None and not _is_number(data[key])
     ]
     eff_data = data.get("efficiency") or {}
     known = {f.name for f in dataclasses.fields(Efficiency)}
@@ -103,7 +108,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         Problem(path=f"{source}:efficiency.{key}", value=value, message="efficiency parameter is not a number",
                 fix="write a number YAML reads as one (5.0e+10, not 5e+10: YAML 1.1 needs the dot)")
         for key, value in eff_data.items()
-        if key in known and key != "calibration" and (isinstance(value, bool) or not isinstance(value, int | float))
+        if key in known and key != "calibration" and not _is_number(value)
     ]
     if problems:
         raise RecipeError(problems=problems, source=source)
