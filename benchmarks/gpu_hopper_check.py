@@ -20,6 +20,7 @@ on the same rows. Figures, not assertions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -134,6 +135,25 @@ def kernel_ceilings() -> dict:
     return out
 
 
+@contextlib.contextmanager
+def _parallel(parallel_context, dev):
+    """megatron's one-rank parallel state: nccl, or gloo where nccl cannot start (a sandboxed GPU machine).
+
+    One rank runs no collective, so the backend changes no timing.
+    """
+    try:
+        ctx = parallel_context(device=dev)
+        ctx.__enter__()
+    except Exception as err:  # any start failure: try the other backend, once
+        print(f"nccl did not start ({type(err).__name__}: {err}); gloo instead", flush=True)
+        ctx = parallel_context(device=dev, backend="gloo")
+        ctx.__enter__()
+    try:
+        yield
+    finally:
+        ctx.__exit__(None, None, None)
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     import torch
 
@@ -160,7 +180,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     (out / "left.json").write_text(json.dumps(left))
     with TimingStore(Path(args.store), device=env["device"]) as store:
         try:
-            with parallel_context(device=dev):
+            with _parallel(parallel_context, dev):
                 for i, shape in enumerate(shapes):
                     if time.monotonic() - t0 > args.budget_s:
                         break

@@ -219,8 +219,10 @@ def parallel_context(
     rank: int = 0,
     master_port: int | None = None,
     seed: int = 1234,
+    backend: str | None = None,
 ) -> Iterator[torch.device]:
-    """Initialise torch.distributed (gloo on CPU, nccl on GPU) and megatron's parallel_state.
+    """Initialise torch.distributed (gloo on CPU, nccl on GPU unless ``backend`` says otherwise) and
+    megatron's parallel_state.
 
     With the default layout this is a one-rank world in the current process. For multi-rank
     layouts every rank calls it (``spawn.py``) with the same ``master_port``. Torn down on exit.
@@ -238,7 +240,7 @@ def parallel_context(
     if dev.type == "cuda":
         dev = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(dev)
-    dist.init_process_group("gloo" if cpu else "nccl", rank=rank, world_size=layout.world)
+    dist.init_process_group(backend or ("gloo" if cpu else "nccl"), rank=rank, world_size=layout.world)
     try:
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=layout.tp,

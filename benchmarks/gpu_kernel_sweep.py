@@ -1,0 +1,179 @@
+"""Kernel ceilings of one Hopper GPU by size: the physical curves behind the roofline's fitted efficiencies.
+
+Run on the GPU machine (no megatron needed; ~2 min on an H200)::
+
+    python benchmarks/gpu_kernel_sweep.py --out "$OUT/sweep.json"
+    python benchmarks/gpu_kernel_sweep.py --out /tmp/sweep.json --device cpu --small   # dry run here
+
+Measures, each the mean of CUDA-event-timed calls after warm-up:
+
+- dense GEMMs ``M x N x K`` (M tokens; N, K the per-rank weight sizes of the validation rows) in bf16,
+  FP8 with one scale per tensor (TE's delayed / current scaling; fast and exact accumulation) and FP8
+  with row-wise scales (``fp8_rowwise_ratio`` of the Hopper profile is fitted; this is its kernel value);
+- grouped GEMMs of MoE experts (``torch._grouped_mm``, bf16) by tokens per expert;
+- causal attention forward and forward + backward with each SDPA backend PyTorch offers (flash =
+  FlashAttention-2, cuDNN = the kernel family TE's fused attention calls, memory-efficient) and with the
+  default choice, by head dim (64, 128, MLA's 192 / 128) and sequence.
+
+Prints one line per measurement and writes them all to ``--out`` (rewritten after each group, so a run
+cut short keeps what it measured). Figures, not assertions: `RESULTS.md` reads them against the
+calibrated Hopper profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # primus_ext from this checkout, installed or not (the GPU machine: not)
+
+from primus_ext.model.roofline import ATTENTION_BWD_FACTOR  # noqa: E402
+
+GEMM_NK = ((1024, 4096), (1536, 2048), (3072, 4096), (4096, 4096), (6144, 4096), (14336, 4096),
+           (4096, 14336), (3584, 8192), (8192, 3584), (8192, 8192), (2304, 16384), (6656, 16384))
+"""(N, K) per-rank weights: Llama-3.1-8B KV / 8B fc1 / 70B fc1 at TP8 / 405B QKV and fc1 at TP8, and
+Qwen3-30B-A3B's gated expert fc1 (2 x 768 by 2048)."""
+GEMM_M = (1024, 2048, 4096, 8192, 16384)
+GROUPED = ((2 * 768, 2048), (2 * 1536, 4096), (2 * 2048, 7168))
+"""Expert fc1 (gated) of Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3: (N, K)."""
+GROUPED_EXPERTS = (4, 16)
+GROUPED_TOKENS = (128, 512, 2048, 8192)
+ATTENTION = ((64, 64, 4096), (64, 128, 2048), (32, 128, 4096), (16, 128, 8192), (8, 128, 16384),
+             (32, 64, 4096), (16, 192, 4096), (32, 128, 4096, 8), (16, 128, 8192, 2))
+"""(heads, head dim, sequence[, key-value heads]); head dim 192 is MLA's query-key width with a value width
+of 128; with key-value heads, grouped-query attention through ``enable_gqa`` (as ``measure/attention.py``)."""
+
+
+def timed(fn, device: torch.device, reps: int, warmup: int = 3) -> float:
+    """Mean milliseconds of ``fn``."""
+    for _ in range(warmup):
+        fn()
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / reps
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def _try(rows: list, row: dict, fn, flops: float, device: torch.device, reps: int) -> None:
+    try:
+        ms = timed(fn, device, reps)
+        row.update(ms=ms, tflops=flops / ms / 1e9)
+    except Exception as err:  # a kernel missing on this build: record it, keep sweeping
+        row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def gemms(device: torch.device, scale: int, reps: int) -> list:
+    rows: list = []
+    for n, k in GEMM_NK:
+        for m in GEMM_M:
+            m, n, k = m // scale, n // scale, k // scale
+            a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+            b = torch.randn(n, k, device=device, dtype=torch.bfloat16).t()  # column-major: weights as stored
+            flops = 2.0 * m * n * k
+            base = {"op": "gemm", "m": m, "n": n, "k": k}
+            _try(rows, {**base, "dtype": "bf16"}, lambda a=a, b=b: a @ b, flops, device, reps)
+            a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+            one = torch.ones((), device=device)
+            for fast in (False, True):
+                _try(rows, {**base, "dtype": "fp8_tensorwise", "fast_accum": fast},
+                     lambda a8=a8, b8=b8, one=one, fast=fast: torch._scaled_mm(
+                         a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast),
+                     flops, device, reps)
+            sa = torch.ones(m, 1, device=device, dtype=torch.float32)
+            sb = torch.ones(1, n, device=device, dtype=torch.float32)
+            _try(rows, {**base, "dtype": "fp8_rowwise", "fast_accum": True},
+                 lambda a8=a8, b8=b8, sa=sa, sb=sb: torch._scaled_mm(
+                     a8, b8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=True),
+                 flops, device, reps)
+    return rows
+
+
+def grouped(device: torch.device, scale: int, reps: int) -> list:
+    rows: list = []
+    for n, k in GROUPED:
+        for experts in GROUPED_EXPERTS:
+            for tokens in GROUPED_TOKENS:
+                n_, k_, t_ = n // scale, k // scale, max(16, tokens // scale)
+                a = torch.randn(experts * t_, k_, device=device, dtype=torch.bfloat16)
+                w = torch.randn(experts, n_, k_, device=device, dtype=torch.bfloat16).transpose(-2, -1)
+                offs = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * t_
+                _try(rows, {"op": "grouped_gemm", "experts": experts, "tokens_per_expert": t_, "n": n_, "k": k_,
+                            "dtype": "bf16"},
+                     lambda a=a, w=w, offs=offs: torch._grouped_mm(a, w, offs=offs),
+                     2.0 * experts * t_ * n_ * k_, device, reps)
+    return rows
+
+
+def attention(device: torch.device, scale: int, reps: int) -> list:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    rows: list = []
+    for heads, dim, seq, *groups in ATTENTION:
+        seq, kv = seq // scale, groups[0] if groups else heads
+        vdim = 128 if dim == 192 else dim
+        q = torch.randn(1, heads, seq, dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(1, kv, seq, dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(1, kv, seq, vdim, device=device, dtype=torch.bfloat16, requires_grad=True)
+        flops = 2.0 * heads * seq * seq * (dim + vdim) / 2  # causal: half the score rectangle, QK^T and PV
+        for name, backend in backends.items():
+            def fwd(q=q, k=k, v=v, backend=backend, kv=kv, heads=heads):
+                with contextlib.nullcontext() if backend is None else sdpa_kernel([backend]):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads)
+
+            def both(fwd=fwd):
+                fwd().sum().backward()
+
+            base = {"op": "attention", "backend": name, "heads": heads, "kv_heads": kv, "dim": dim, "vdim": vdim,
+                    "seq": seq}
+            _try(rows, {**base, "pass": "fwd"}, fwd, flops, device, reps)
+            _try(rows, {**base, "pass": "fwd+bwd"}, both, (1 + ATTENTION_BWD_FACTOR) * flops, device, reps)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--small", action="store_true", help="sizes / 16: a dry run of the script on a CPU")
+    args = p.parse_args(argv)
+    device, scale = torch.device(args.device), 16 if args.small else 1
+    out = Path(args.out)
+    result: dict = {"torch": torch.__version__,
+                    "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    if device.type == "cuda":
+        result["cudnn"] = torch.backends.cudnn.version()
+        result["sdpa_enabled"] = {n: getattr(torch.backends.cuda, f"{n}_sdp_enabled")()
+                                  for n in ("flash", "mem_efficient", "math", "cudnn")}
+    print(json.dumps(result), flush=True)
+    for name, fn in (("attention", attention), ("gemm", gemms), ("grouped", grouped)):
+        t0 = time.monotonic()
+        result[name] = fn(device, scale, args.reps)
+        result[f"{name}_s"] = time.monotonic() - t0
+        out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
