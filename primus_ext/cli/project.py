@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nodes", type=int, help="node count; default from the recipe, else 1")
     parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
                         help="folder searched for model/module presets (repeatable)")
-    parser.add_argument("--store", metavar="FILE", help="timing store (SQLite) with measured layer costs")
+    parser.add_argument("--store", metavar="FILE",
+                        help="timing store with measured layer costs (SQLite, or its JSON-lines export)")
     parser.add_argument("--device", help="whose measurements to read from the store (default: this machine)")
     parser.add_argument("--accept-scaled", action="store_true",
                         help="also use down-scaled (CPU-sized) store entries for their target shapes")

@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="LOG", help="continue the search logged in LOG (and keep logging to it)")
     p.add_argument("--no-regret", action="store_true", help="skip the exhaustive reference for the regret")
     p.add_argument("--top", type=int, default=10, help="rows of the ranking to print")
-    p.add_argument("--store", metavar="FILE", help="timing store (SQLite) with measured layer costs")
+    p.add_argument("--store", metavar="FILE",
+                   help="timing store with measured layer costs (SQLite, or its JSON-lines export)")
     p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
     p.set_defaults(func=run)
 

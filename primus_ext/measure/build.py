@@ -42,6 +42,7 @@ from primus_ext.measure.attention import NOTE as SDPA_NOTE
 from primus_ext.measure.attention import sdpa_core_attention_class
 from primus_ext.measure.grouped import apply_torch_grouped_gemm, grouped_unavailable
 from primus_ext.measure.shims import mla_core_attention_class, resolve_device
+from primus_ext.model.costs import STAND_IN_SPEC
 from primus_ext.model.rank_shape import RankShape
 
 DROPOUT = 0.0
@@ -425,7 +426,7 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     module = module.to(device=dev, dtype=dtype)  # what Float16Module does: params in bf16/fp16
     return BuiltLayer(shape=shape, module=module, device=dev, dtype=dtype, config=config,
                       distributed=distributed, make_inputs=make_inputs, recompute_targets=targets,
-                      notes=tuple(notes), spec_kind="te" if use_te else "local+torch" if stand_ins else "local",
+                      notes=tuple(notes), spec_kind="te" if use_te else STAND_IN_SPEC if stand_ins else "local",
                       extra_params=extra, layers=config.num_layers if shape.kind in ("dense", "moe") else 1,
                       param_names={n: p.numel() for n, p in module.named_parameters()})
 

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from primus_ext.model.costs import LayerCost
+from primus_ext.model.costs import MEASURED_AS_TAG, STAND_IN_SPEC, STAND_IN_TAG, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
 CACHE_ENV = "PRIMUS_EXT_CACHE"
@@ -58,6 +58,20 @@ _FABRIC_KEY = ("device", "world", "backend", "op", "nbytes", "versions")
 _TABLES = {"layer_costs": (_LAYER_COLUMNS, _LAYER_KEY), "fabric": (_FABRIC_COLUMNS, _FABRIC_KEY)}
 _COST_FIELDS = ("fwd_ms", "bwd_ms", "wgrad_ms", "recompute_ms", "params", "saved_bytes", "peak_bytes",
                 "fwd_spread", "bwd_spread", "source")
+
+
+_PRECISION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"}
+"""An entry's ``dtype`` (torch's name, or ``fp8`` under TE) as a ``RankShape.precision``."""
+
+
+def _layer_cost(row: dict[str, Any], precision: str) -> LayerCost:
+    """An entry as a ``LayerCost`` whose source says what the projection must know of how it ran: in another
+    precision than the shape's (``MEASURED_AS_TAG``), or with PyTorch stand-ins for TE (``STAND_IN_TAG``)."""
+    cost = LayerCost(**{f: row[f] for f in _COST_FIELDS})
+    ran = _PRECISION_OF_DTYPE.get(str(row.get("dtype")), precision)
+    tags = (f"{MEASURED_AS_TAG}{ran}" if ran != precision else "") + (
+        STAND_IN_TAG if row.get("spec") == STAND_IN_SPEC else "")
+    return replace(cost, source=cost.source + tags) if tags else cost
 
 
 def default_store_path() -> Path:
@@ -213,7 +227,7 @@ class TimingStore:
                 rows = list(self._rows("layer_costs", "target_key = ? AND device = ? AND status = 'ok'",
                                        (key, self.device)))
             best = self._best(rows)
-            self._memo[key] = None if best is None else LayerCost(**{f: best[f] for f in _COST_FIELDS})
+            self._memo[key] = None if best is None else _layer_cost(best, shape.precision)
         return self._memo[key]
 
     def layer_rows(self) -> list[dict[str, Any]]:
@@ -274,20 +288,41 @@ def device_for(store: TimingStore, gpu_name: str) -> str | None:
     return None
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3)."""
+
+
+def open_store_file(path: str | os.PathLike[str], **kwargs: Any) -> TimingStore:
+    """``TimingStore(path, **kwargs)`` over an SQLite store, or over a JSON-lines ``export`` read into memory
+    (what a GPU machine sends back). A file that is neither is a ``PrimusExtError``."""
+    from primus_ext.errors import PrimusExtError
+
+    with open(path, "rb") as fh:
+        sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    store = TimingStore(path if sqlite else ":memory:", **kwargs)
+    if not sqlite:
+        try:
+            store.import_(path)
+        except (ValueError, KeyError, TypeError, AttributeError, sqlite3.Error, UnicodeDecodeError) as err:
+            store.close()
+            raise PrimusExtError(f"--store {os.fspath(path)}: not a timing store or its JSON-lines export "
+                                 f"({type(err).__name__}: {err})") from None
+    return store
+
+
 def store_for_target(path: str | os.PathLike[str], gpu_name: str, *, device: str | None = None,
                      accept_scaled: bool = False) -> TimingStore | None:
-    """A ``CostProvider`` over ``path`` restricted to the target GPU's entries (``device`` given
-    explicitly wins); ``None`` when the store holds nothing measured on that GPU. Reading only: a missing file is
-    a ``PrimusExtError``, never a new empty store under a mistyped name."""
+    """A ``CostProvider`` over ``path`` (a store or its export) restricted to the target GPU's entries
+    (``device`` given explicitly wins); ``None`` when the store holds nothing measured on that GPU. Reading
+    only: a missing file is a ``PrimusExtError``, never a new empty store under a mistyped name."""
     if not os.path.isfile(path):
         from primus_ext.errors import PrimusExtError
 
         raise PrimusExtError(f"--store {os.fspath(path)}: no such file (a timing store written by `primus-ext bench`)")
+    store = open_store_file(path, device=device or "?", accept_scaled=accept_scaled)
     if device is None:
-        probe = TimingStore(path, device="?", versions="any")
-        device = device_for(probe, gpu_name)
-        probe.close()
-        if device is None:
+        store._device = device_for(store, gpu_name)  # an export lives in this one in-memory store: no reopening
+        if store._device is None:
+            store.close()
             return None
-    return TimingStore(path, device=device, accept_scaled=accept_scaled)
-
+    return store

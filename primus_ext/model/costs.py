@@ -49,3 +49,15 @@ SP_UNSPLIT_TAG = ";sp-unsplit"
 """Suffix of ``LayerCost.source`` for a sequence-parallel shape measured in a one-rank world (``measure/build.py``:
 norms and residuals on the whole sequence): its saved bytes compare with the formula without the SP split
 (``memory.estimate_memory(measured_sequence_split=False)``)."""
+
+MEASURED_AS_TAG = ";as-"
+"""Suffix ``;as-<precision>`` of ``LayerCost.source``: the entry ran in another precision than its shape's (an
+FP8 shape measured in bf16 on a GPU without transformer-engine). The projection carries it to the shape's
+precision by the roofline's ratio (``model.carry.carry_cost``) and says so in the source."""
+STAND_IN_SPEC = "local+torch"
+"""A store entry's ``spec`` when megatron's local spec ran on a GPU with PyTorch's fused attention and grouped
+GEMM standing in for transformer-engine's (``measure/build.py``)."""
+STAND_IN_TAG = ";stand-ins"
+"""Suffix of ``LayerCost.source`` for a GPU measurement of megatron's local spec with PyTorch stand-ins
+(transformer-engine absent: ``measure/build.py``): its saved bytes are neither the TE spec's nor the CPU local
+spec's (fused SwiGLU and flash attention, unfused norms), so the memory model keeps its TE formula."""

@@ -24,6 +24,7 @@ from functools import lru_cache
 from operator import attrgetter
 
 from primus_ext.errors import InfeasibleConfig, Problem
+from primus_ext.model.carry import carry_cost
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.flops import model_flops_per_step
@@ -97,8 +98,8 @@ def _lookup(shape: RankShape, providers: tuple[CostProvider, ...], system: Syste
         if shape not in table:
             table[shape] = provider.cost(shape)
         found = table[shape]
-        if found is not None:
-            return found
+        if found is not None:  # an entry that ran in another precision: carried by the roofline's ratio
+            return carry_cost(found, shape, measured_on=system.gpu, target=system.gpu)
     return analytic_cost(shape, system.gpu)
 
 

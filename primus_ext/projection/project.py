@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from primus_ext.model.costs import SP_UNSPLIT_TAG
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.carry import carry_cost
+from primus_ext.model.costs import SP_UNSPLIT_TAG, STAND_IN_TAG, CostProvider, LayerCost
+from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.projection.evaluate import Costs, _evaluate, _lookup, _providers
 from primus_ext.projection.result import Projection
-from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 
 EFFICIENCY_RANGE = 0.10
 """Relative range assumed for each uncalibrated efficiency parameter (DESIGN.md "Sources of error")."""
@@ -36,6 +37,19 @@ def _scaled_system(system: SystemSpec, factor: float) -> SystemSpec:
 _SCALE = re.compile(r"@scale=([0-9.eE+-]+)")
 
 
+@dataclass(frozen=True, kw_only=True)
+class _AtNominal:
+    """``provider``'s entries carried (``model.carry``) at the GPU's nominal efficiencies: the band's scaled
+    efficiencies move what is analytic, not the roofline ratio a measured entry was carried by."""
+
+    provider: CostProvider
+    gpu: GPUSpec
+
+    def cost(self, shape: RankShape) -> LayerCost | None:
+        found = self.provider.cost(shape)
+        return None if found is None else carry_cost(found, shape, measured_on=self.gpu, target=self.gpu)
+
+
 
 def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, providers: tuple) -> tuple[object, str]:
     if importlib.util.find_spec("primus_ext.model.memory") is None:
@@ -47,18 +61,24 @@ def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, prov
     # a reduced-scale entry says so in its source ("...@scale=0.0625").
     # A one-rank run of a sequence-parallel shape ran unsplit; its source says so (";sp-unsplit").
     by_scale: dict[tuple[str, float, bool | None], dict[str, int]] = {}
+    stand_ins = False
     for kind, shape in rank_shapes(model, execution).items():
         cost = _lookup(shape, providers, system)
+        if STAND_IN_TAG in cost.source:  # TE absent on the measuring GPU: neither formula's implementation
+            stand_ins = True
+            continue
         if cost.source != "analytic" and cost.saved_bytes:
             scale = _SCALE.search(cost.source)
             impl = "local" if "cpu" in cost.source.lower() else "te"
             split = False if SP_UNSPLIT_TAG in cost.source else None
             by_scale.setdefault((impl, float(scale.group(1)) if scale else 1.0, split), {})[kind] = cost.saved_bytes
+    note = ("activation memory: the TE formula (saved bytes measured with PyTorch stand-ins for transformer-engine "
+            "are not used)") if stand_ins else ""
     if not by_scale:
-        return estimate_memory(model, execution, system), ""
+        return estimate_memory(model, execution, system), note
     (impl, scale, split), measured = max(by_scale.items(), key=lambda item: len(item[1]))
     return estimate_memory(model, execution, system, activation_bytes=measured, measured_impl=impl,
-                           measured_scale=scale, measured_sequence_split=split), ""
+                           measured_scale=scale, measured_sequence_split=split), note
 
 
 def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None, *,
@@ -77,8 +97,9 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
             notes.append(note)
     interval = None
     if band:
-        low = _evaluate(model, execution, _scaled_system(system, 1 - EFFICIENCY_RANGE), providers, False)
-        high = _evaluate(model, execution, _scaled_system(system, 1 + EFFICIENCY_RANGE), providers, False)
+        nominal = tuple(_AtNominal(provider=p, gpu=system.gpu) for p in providers)
+        low = _evaluate(model, execution, _scaled_system(system, 1 - EFFICIENCY_RANGE), nominal, False)
+        high = _evaluate(model, execution, _scaled_system(system, 1 + EFFICIENCY_RANGE), nominal, False)
         spread = 0.0
         for shape in rank_shapes(model, execution).values():
             cost = _lookup(shape, providers, system)

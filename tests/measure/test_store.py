@@ -93,6 +93,22 @@ def test_projection_reads_only_the_target_gpus_entries(tmp_path):
     assert store_for_target(path, "h100", device=H200).cost(TARGET) == COST  # an explicit device wins
 
 
+def test_projection_reads_an_export_as_it_came_back_from_the_gpu_machine(tmp_path):
+    import pytest
+
+    from primus_ext.errors import PrimusExtError
+    from primus_ext.measure.store import store_for_target
+
+    with TimingStore(tmp_path / "t.sqlite", device=H200, versions=VERSIONS) as store:
+        _fill(store)
+        store.export(tmp_path / "h200.jsonl")
+    assert store_for_target(tmp_path / "h200.jsonl", "h200").cost(TARGET) == COST
+    assert store_for_target(tmp_path / "h200.jsonl", "h100") is None
+    (tmp_path / "notes.txt").write_text("not a store\n")
+    with pytest.raises(PrimusExtError, match="not a timing store or its JSON-lines export"):
+        store_for_target(tmp_path / "notes.txt", "h200")
+
+
 def test_an_eager_fused_attention_measurement_serves_graphed_shapes_but_not_flash_attention_2(tmp_path):
     graphed, flash2 = replace(TARGET, cuda_graph="layers"), replace(TARGET, attention_kernel="flash2")
     with TimingStore(tmp_path / "a.sqlite", device=H200, versions=VERSIONS) as store:
@@ -100,3 +116,16 @@ def test_an_eager_fused_attention_measurement_serves_graphed_shapes_but_not_flas
         assert store.cost(TARGET) == store.cost(graphed) == COST
         assert store.entry(graphed) is not None and store.entry(graphed) == store.entry(TARGET)
         assert store.cost(flash2) is None  # the measurement ran the framework's fused attention
+
+
+def test_an_entry_says_when_it_ran_in_another_precision_or_with_stand_ins(tmp_path):
+    """An FP8 shape measured in bf16 without TE, on the local spec with PyTorch stand-ins: both said in the
+    source, which the projection reads (``model.carry``, the memory model)."""
+    from primus_ext.model.costs import MEASURED_AS_TAG, STAND_IN_SPEC, STAND_IN_TAG
+
+    fp8 = replace(TARGET, precision="fp8")
+    with TimingStore(tmp_path / "a.sqlite", device=H200, versions=VERSIONS) as store:
+        store.record(replace(_measurement(fp8, cost=COST), spec=STAND_IN_SPEC))
+        store.record(replace(_measurement(TARGET, cost=COST), spec="te"))
+        assert store.cost(fp8).source == f"measured:{H200}{MEASURED_AS_TAG}bf16{STAND_IN_TAG}"
+        assert store.cost(TARGET) == COST  # ran as its shape says, on the TE spec: nothing to add

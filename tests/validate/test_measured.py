@@ -15,7 +15,7 @@ from primus_ext.measure.runner import Measurement
 from primus_ext.measure.store import TimingStore
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.model.roofline import analytic_cost
-from primus_ext.validate.measured import CarriedCosts, measured_projector, open_store, profile_of, store_dtype
+from primus_ext.validate.measured import CarriedCosts, measured_projector, open_store, profile_of
 from primus_ext.validate.run import analytic_projector, validate_runs
 
 H200 = "NVIDIA H200"
@@ -51,12 +51,10 @@ def test_carried_costs_scale_by_the_roofline_ratio(tmp_path, runs):
     h100, h200 = load_gpu("h100"), load_gpu("h200")
     dense_bf16 = rank_shapes(runs[0].model, runs[0].execution)["dense"]
     measured = store.cost(dense_bf16)
-    assert CarriedCosts(store=store, measured_on=h200, target=h200, measured_dtype=store_dtype(store)).cost(
-        dense_bf16) == measured
+    assert CarriedCosts(store=store, measured_on=h200, target=h200).cost(dense_bf16) == measured
     twin = replace(h200, sources=("a hardware CSV",))  # the same GPU read from another file: not carried
     assert CarriedCosts(store=store, measured_on=h200, target=twin).cost(dense_bf16) == measured
-    on_h100 = CarriedCosts(store=store, measured_on=h200, target=h100, measured_dtype=store_dtype(store)).cost(
-        dense_bf16)
+    on_h100 = CarriedCosts(store=store, measured_on=h200, target=h100).cost(dense_bf16)
     ratio = analytic_cost(dense_bf16, h100).fwd_ms / analytic_cost(dense_bf16, h200).fwd_ms
     assert on_h100.fwd_ms == pytest.approx(measured.fwd_ms * ratio)
     hbm_ratio = h200.hbm_bandwidth_bytes_per_s / h100.hbm_bandwidth_bytes_per_s
@@ -64,10 +62,11 @@ def test_carried_costs_scale_by_the_roofline_ratio(tmp_path, runs):
     assert f"to {h100.name}" in on_h100.source
     dense_fp8 = rank_shapes(runs[1].model, runs[1].execution)["dense"]
     assert dense_fp8.precision == "fp8"
-    carried = CarriedCosts(store=store, measured_on=h200, target=twin, measured_dtype=store_dtype(store)).cost(
-        dense_fp8)
+    assert store.cost(dense_fp8).source == f"measured:{H200};as-bf16"  # the store says how the entry ran
+    carried = CarriedCosts(store=store, measured_on=h200, target=twin).cost(dense_fp8)
     assert carried.fwd_ms < store.cost(dense_fp8).fwd_ms  # fp8 GEMMs from a bf16 measurement
     assert "bf16 measurement to fp8" in carried.source and "to h200" not in carried.source
+    assert ";as-" not in carried.source  # carried once: the projection's lookup leaves it as it is
 
 
 def test_projector_uses_measured_layers_and_refuses_what_it_cannot_cover(tmp_path, runs):
