@@ -67,12 +67,20 @@ SOFTMAX_CE_PASSES = 3
 
 def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16", recipe: str = "delayed") -> float:
     """Fraction of the precision's dense peak a GEMM of ``flops`` reaches; ``recipe``: the fp8 scaling recipe
-    (row-wise scaled FP8 GEMMs reach ``fp8_rowwise_ratio`` of the per-tensor ones)."""
+    (row-wise scaled FP8 GEMMs reach ``fp8_rowwise_ratio`` of the per-tensor ones).
+
+    ``gemm_half_size_flops`` is the BF16 size at half efficiency: a fixed time per GEMM, ``F_half / rate``.
+    An FP8 GEMM keeps that time at its own large-GEMM rate, so its half size grows by the FP8 / BF16 rate
+    ratio: FP8 speeds small GEMMs far less than large ones. Measured on an H200 (`benchmarks/
+    gpu_kernel_sweep.py`, 2026-12-04): FP8 / BF16 throughput 1.8-1.95 at M >= 4096 tokens, 0.7-1.4 at
+    <= 17 GFLOP (e.g. 1024 x 1536 x 2048, a Qwen3-30B-A3B expert's fc1: 0.71-0.83)."""
     eff = gpu.efficiency
     top = eff.gemm_max
+    half = eff.gemm_half_size_flops
     if precision == "fp8" and gpu.fp8_dense_tflops > 0:
         top = eff.fp8_gemm_max * (eff.fp8_rowwise_ratio if recipe == "rowwise" else 1.0)
-    return top * flops / (flops + eff.gemm_half_size_flops)
+        half *= top * gpu.fp8_dense_tflops / (eff.gemm_max * gpu.bf16_dense_tflops)
+    return top * flops / (flops + half)
 
 
 def gemm_bytes(m: float, n: float, k: float, precision: str) -> float:

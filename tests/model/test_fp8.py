@@ -46,7 +46,12 @@ def test_rowwise_gemms_are_charged_at_their_own_efficiency():
     gpu = replace(h100, efficiency=replace(h100.efficiency, fp8_rowwise_ratio=1.0))
     slow = replace(h100, efficiency=replace(h100.efficiency, fp8_rowwise_ratio=0.5))
     flops = 1e12
-    assert gemm_efficiency(flops, slow, "fp8", "rowwise") == pytest.approx(0.5 * gemm_efficiency(flops, slow, "fp8"))
+    def seconds(gpu, recipe="tensorwise"):
+        return flops / (gpu.fp8_dense_tflops * 1e12 * gemm_efficiency(flops, gpu, "fp8", recipe))
+
+    eff = slow.efficiency  # one fixed time per GEMM, whatever its rate (gemm_efficiency's docstring)
+    fixed = eff.gemm_half_size_flops / (eff.gemm_max * slow.bf16_dense_tflops * 1e12)
+    assert seconds(slow, "rowwise") - fixed == pytest.approx(2 * (seconds(slow) - fixed))
     assert gemm_efficiency(flops, slow, "bf16", "rowwise") == gemm_efficiency(flops, slow, "bf16")
     e = ExecutionSpec(precision="fp8", fp8_recipe="rowwise", micro_batch_size=4, seq_length=4096)
     shape = rank_shapes(MODEL, e)["dense"]

@@ -34,6 +34,23 @@ def test_gemm_efficiency_half_point():
     assert gemm_efficiency(1e15, gpu) == pytest.approx(eff.gemm_max, rel=1e-4)
 
 
+def test_fp8_speeds_small_gemms_less_than_large_ones():
+    """One fixed time per GEMM in both precisions (H200 kernel sweep: FP8 / BF16 1.8-1.95x large, <= 1.4x small)."""
+    gpu = load_gpu("h100")
+    eff = gpu.efficiency
+
+    def seconds(flops, precision):
+        return flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu, precision))
+
+    fixed = eff.gemm_half_size_flops / (eff.gemm_max * gpu.bf16_dense_tflops * 1e12)
+    for precision in ("bf16", "fp8"):
+        top = eff.gemm_max if precision == "bf16" else eff.fp8_gemm_max
+        assert seconds(1e9, precision) == pytest.approx(1e9 / (gpu.peak_tflops(precision) * 1e12 * top) + fixed)
+    large = seconds(1e14, "bf16") / seconds(1e14, "fp8")
+    small = seconds(1e10, "bf16") / seconds(1e10, "fp8")
+    assert large > 1.7 and small < 0.8 * large
+
+
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_gemm_flops_equal_model_formula(tp):
     gpu = flat_gpu()
