@@ -76,17 +76,9 @@ ATTENTION_SHAPES = ((8, 8192, 128), (32, 4096, 128), (64, 2048, 128))
 def _timed(fn, reps: int = 10, warmup: int = 3) -> float:
     """Mean milliseconds of ``fn`` over ``reps`` CUDA-event-timed calls after ``warmup``."""
     import torch
+    from gpu_kernel_sweep import timed  # the benchmarks folder is on the path of a script run from it
 
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+    return timed(fn, torch.device("cuda"), reps, warmup)
 
 
 def kernel_ceilings() -> dict:
