@@ -83,9 +83,10 @@ def _try(rows: list, row: dict, fn, flops: float, device: torch.device, reps: in
 
 def gemms(device: torch.device, scale: int, reps: int) -> list:
     rows: list = []
-    for n, k in GEMM_NK:
-        for m in GEMM_M:
-            m, n, k = m // scale, n // scale, k // scale
+    for n_full, k_full in GEMM_NK:
+        n, k = n_full // scale, k_full // scale
+        for m_full in GEMM_M:
+            m = m_full // scale
             a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
             b = torch.randn(n, k, device=device, dtype=torch.bfloat16).t()  # column-major: weights as stored
             flops = 2.0 * m * n * k
@@ -141,8 +142,8 @@ def attention(device: torch.device, scale: int, reps: int) -> list:
                 with contextlib.nullcontext() if backend is None else sdpa_kernel([backend]):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads)
 
-            def both(fwd=fwd):
-                fwd().sum().backward()
+            def both(fwd=fwd, inputs=(q, k, v)):
+                torch.autograd.grad(fwd().sum(), inputs)  # no .grad accumulated across repetitions
 
             base = {"op": "attention", "backend": name, "heads": heads, "kv_heads": kv, "dim": dim, "vdim": vdim,
                     "seq": seq}

@@ -65,9 +65,12 @@ _PRECISION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
 
 
 def _layer_cost(row: dict[str, Any], precision: str) -> LayerCost:
-    """An entry as a ``LayerCost`` whose source says what the projection must know of how it ran: in another
-    precision than the shape's (``MEASURED_AS_TAG``), or with PyTorch stand-ins for TE (``STAND_IN_TAG``)."""
+    """An entry as a ``LayerCost`` whose source says what the projection must know of how a GPU ran it: in
+    another precision than the shape's (``MEASURED_AS_TAG``), or with PyTorch stand-ins for TE
+    (``STAND_IN_TAG``). CPU entries (reduced-scale stand-ins, labelled ``measured:cpu``) are left as they are."""
     cost = LayerCost(**{f: row[f] for f in _COST_FIELDS})
+    if str(row.get("device", "")).startswith("cpu"):
+        return cost  # a CPU stand-in for a GPU run: its timings are not carried, its saved bytes are the local spec's
     ran = _PRECISION_OF_DTYPE.get(str(row.get("dtype")), precision)
     tags = (f"{MEASURED_AS_TAG}{ran}" if ran != precision else "") + (
         STAND_IN_TAG if row.get("spec") == STAND_IN_SPEC else "")
@@ -199,11 +202,15 @@ class TimingStore:
         for values in cur:
             yield dict(zip(names, values, strict=True))
 
-    def _best(self, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """Prefer this process's library versions, then the largest scale, then the newest."""
+    def _best(self, rows: list[dict[str, Any]], precision: str) -> dict[str, Any] | None:
+        """Prefer this process's library versions, then an entry that ran in the shape's precision on the real
+        spec (a TE measurement over a bf16 stand-in run of an FP8 shape), then the largest scale, then the
+        newest."""
         if not rows:
             return None
-        return max(rows, key=lambda r: (r["versions"] == self._versions, r["scale"], r["date"] or ""))
+        return max(rows, key=lambda r: (r["versions"] == self._versions,
+                                        _PRECISION_OF_DTYPE.get(str(r.get("dtype")), precision) == precision,
+                                        r.get("spec") != STAND_IN_SPEC, r["scale"], r["date"] or ""))
 
     def entry(self, target: RankShape, *, scale: float = 1.0, ok_only: bool = True) -> dict[str, Any] | None:
         """This machine's row (device and library versions) for ``target`` measured at ``scale``."""
@@ -226,7 +233,7 @@ class TimingStore:
             if not rows and self.accept_scaled:
                 rows = list(self._rows("layer_costs", "target_key = ? AND device = ? AND status = 'ok'",
                                        (key, self.device)))
-            best = self._best(rows)
+            best = self._best(rows, shape.precision)
             self._memo[key] = None if best is None else _layer_cost(best, shape.precision)
         return self._memo[key]
 
@@ -297,13 +304,16 @@ def open_store_file(path: str | os.PathLike[str], **kwargs: Any) -> TimingStore:
     (what a GPU machine sends back). A file that is neither is a ``PrimusExtError``."""
     from primus_ext.errors import PrimusExtError
 
-    with open(path, "rb") as fh:
-        sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    try:
+        with open(path, "rb") as fh:
+            sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError as err:
+        raise PrimusExtError(f"--store {os.fspath(path)}: cannot be read ({err.strerror or err})") from None
     store = TimingStore(path if sqlite else ":memory:", **kwargs)
     if not sqlite:
         try:
             store.import_(path)
-        except (ValueError, KeyError, TypeError, AttributeError, sqlite3.Error, UnicodeDecodeError) as err:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, sqlite3.Error) as err:
             store.close()
             raise PrimusExtError(f"--store {os.fspath(path)}: not a timing store or its JSON-lines export "
                                  f"({type(err).__name__}: {err})") from None

@@ -79,7 +79,8 @@ def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16", recipe:
     half = eff.gemm_half_size_flops
     if precision == "fp8" and gpu.fp8_dense_tflops > 0:
         top = eff.fp8_gemm_max * (eff.fp8_rowwise_ratio if recipe == "rowwise" else 1.0)
-        half *= top * gpu.fp8_dense_tflops / (eff.gemm_max * gpu.bf16_dense_tflops)
+        base = eff.gemm_max * gpu.bf16_dense_tflops
+        half *= top * gpu.fp8_dense_tflops / base if base > 0 else 1.0
     return top * flops / (flops + half)
 
 

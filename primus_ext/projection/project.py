@@ -24,7 +24,7 @@ from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 
 EFFICIENCY_RANGE = 0.10
 """Relative range assumed for each uncalibrated efficiency parameter (DESIGN.md "Sources of error")."""
-_SCALED = ("gemm_max", "attention", "hbm", "scaleup_link", "scaleout_link", "overlap")
+_SCALED = ("gemm_max", "fp8_gemm_max", "attention", "hbm", "scaleup_link", "scaleout_link", "overlap")
 
 
 def _scaled_system(system: SystemSpec, factor: float) -> SystemSpec:
@@ -48,7 +48,6 @@ class _AtNominal:
     def cost(self, shape: RankShape) -> LayerCost | None:
         found = self.provider.cost(shape)
         return None if found is None else carry_cost(found, shape, measured_on=self.gpu, target=self.gpu)
-
 
 
 def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, providers: tuple) -> tuple[object, str]:
@@ -97,7 +96,7 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
             notes.append(note)
     interval = None
     if band:
-        nominal = tuple(_AtNominal(provider=p, gpu=system.gpu) for p in providers)
+        nominal = tuple(_AtNominal(provider=p, gpu=system.gpu) for p in providers) if providers else ()
         low = _evaluate(model, execution, _scaled_system(system, 1 - EFFICIENCY_RANGE), nominal, False)
         high = _evaluate(model, execution, _scaled_system(system, 1 + EFFICIENCY_RANGE), nominal, False)
         spread = 0.0

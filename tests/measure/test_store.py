@@ -129,3 +129,23 @@ def test_an_entry_says_when_it_ran_in_another_precision_or_with_stand_ins(tmp_pa
         store.record(replace(_measurement(TARGET, cost=COST), spec="te"))
         assert store.cost(fp8).source == f"measured:{H200}{MEASURED_AS_TAG}bf16{STAND_IN_TAG}"
         assert store.cost(TARGET) == COST  # ran as its shape says, on the TE spec: nothing to add
+
+
+def test_a_real_fp8_measurement_wins_over_a_newer_bf16_stand_in_run(tmp_path):
+    from primus_ext.model.costs import STAND_IN_SPEC
+
+    fp8 = replace(TARGET, precision="fp8")
+    te_cost = replace(COST, fwd_ms=0.5)
+    with TimingStore(tmp_path / "a.sqlite", device=H200, versions=VERSIONS) as store:
+        store.record(replace(_measurement(fp8, cost=te_cost), dtype="fp8", spec="te", date="2026-01-01T00:00:00+00:00"))
+        store.record(replace(_measurement(fp8, cost=COST), spec=STAND_IN_SPEC))  # newer, bf16, stand-ins
+        assert store.cost(fp8) == te_cost
+
+
+def test_cpu_entries_are_not_tagged(tmp_path):
+    """A CPU run builds FP8 shapes in bf16 too, but its timings stand in for a GPU's as they are."""
+    fp8 = replace(TARGET, precision="fp8")
+    cpu_cost = replace(COST, source="measured:cpu")
+    with TimingStore(tmp_path / "a.sqlite", device="cpu:test", versions=VERSIONS) as store:
+        store.record(replace(_measurement(fp8, device="cpu:test", cost=cpu_cost), spec="local+torch"))
+        assert store.cost(fp8) == cpu_cost
