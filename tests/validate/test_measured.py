@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from validate_rows import ARCH_HEADER, RUN_HEADER, SMALL_DENSE, runs_of, write
@@ -134,3 +135,24 @@ def test_cli_prints_and_writes_the_hybrid_report(tmp_path, runs, capsys):
     assert "projected" not in capsys.readouterr().out  # refused before any projection ran
     assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--store-gpu", "h200"]) == 2
     assert "--store-gpu without --store" in capsys.readouterr().err
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "stores" / "h200-validation-hopper-rows.jsonl"
+VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
+
+
+@pytest.mark.skipif(not VALIDATION.exists(), reason="shared/validation not present")
+def test_the_committed_h200_store_still_serves_the_hopper_rows():
+    """The H200 run of 2026-12-04 (RESULTS.md): its store keys must keep matching the rows' per-rank shapes, or
+    every row would be refused as uncovered and the hybrid figures could not be reproduced without a GPU."""
+    from primus_ext.validate.archs import read_archs
+    from primus_ext.validate.hardware_csv import read_hardware
+    from primus_ext.validate.runs import read_runs
+
+    archs = read_archs(VALIDATION / "model_archs.csv")
+    runs = read_runs(VALIDATION / "measured_throughput.csv", archs, read_hardware(VALIDATION / "hardware_specs.csv"))
+    report = validate_runs(runs, measured_projector(open_store(str(COMMITTED)), load_gpu("h200")))
+    assert report.summary.n_projected == 32  # every Hopper row but the FlashAttention-2 (torchtitan) ones
+    assert report.summary.median_abs_error_pct < 20.0
+    projected = [r for r in report.rows if r.skipped_reason is None]
+    assert {r.gpu for r in projected} <= {"H100", "H200"}
