@@ -193,6 +193,33 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Per layer kind: measured / calibrated-roofline time of every entry of a store, both in the dtype it ran."""
+    import statistics
+    from dataclasses import replace
+
+    from primus_ext.hardware import load_gpu
+    from primus_ext.measure.store import shape_from_dict
+    from primus_ext.model.roofline import analytic_cost
+
+    gpu = load_gpu(args.gpu)
+    ratios: dict[str, list[tuple[float, float]]] = {}
+    for line in Path(args.store).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("table") != "layer_costs" or row.get("status") != "ok":
+            continue
+        shape = shape_from_dict(json.loads(row["shape_json"]))
+        ran = "bf16" if row["dtype"] == "bfloat16" else shape.precision
+        model = analytic_cost(replace(shape, precision=ran), gpu)
+        ratios.setdefault(shape.kind, []).append((row["fwd_ms"] / model.fwd_ms, row["bwd_ms"] / model.bwd_ms))
+    print(f"measured / analytic on {gpu.name}: median (min .. max)")
+    for kind, pairs in sorted(ratios.items(), key=lambda kv: KIND_ORDER[kv[0]]):
+        fwd, bwd = [p[0] for p in pairs], [p[1] for p in pairs]
+        print(f"  {kind:<9} {len(pairs):3d} layers  fwd {statistics.median(fwd):.2f} ({min(fwd):.2f} .. "
+              f"{max(fwd):.2f})  bwd {statistics.median(bwd):.2f} ({min(bwd):.2f} .. {max(bwd):.2f})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -207,8 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--warmup", type=int, default=2)
     m.add_argument("--skip-kernels", action="store_true")
     m.add_argument("--device", default="cuda", help="cpu for a dry run of the script (with small shapes)")
+    c = sub.add_parser("compare", help="measured layers against the calibrated roofline, per kind")
+    c.add_argument("--store", default=str(REPO / "benchmarks" / "stores" / "h200-validation-hopper-rows.jsonl"))
+    c.add_argument("--gpu", default="h200", help="hardware profile the store was measured on")
     args = p.parse_args(argv)
-    return {"shapes": cmd_shapes, "measure": cmd_measure}[args.cmd](args)
+    return {"shapes": cmd_shapes, "measure": cmd_measure, "compare": cmd_compare}[args.cmd](args)
 
 
 if __name__ == "__main__":

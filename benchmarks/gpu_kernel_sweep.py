@@ -39,9 +39,13 @@ from primus_ext.model.roofline import ATTENTION_BWD_FACTOR  # noqa: E402
 
 GEMM_NK = ((1024, 4096), (1536, 2048), (3072, 4096), (4096, 4096), (6144, 4096), (14336, 4096),
            (4096, 14336), (3584, 8192), (8192, 3584), (8192, 8192), (2304, 16384), (6656, 16384))
-"""(N, K) per-rank weights: Llama-3.1-8B KV / 8B fc1 / 70B fc1 at TP8 / 405B QKV and fc1 at TP8, and
-Qwen3-30B-A3B's gated expert fc1 (2 x 768 by 2048)."""
+"""(N, K) per-rank weights of validation-row layers: Llama-3.1-8B's K (or V), its Q / O, fused QKV, fc1 half and
+fc2 (TP1); Qwen3-30B-A3B's and Qwen3-235B-A22B's gated expert fc1 (2 x 768 by 2048, 2 x 1536 by 4096);
+Llama-3-70B's fc1 half and fc2 at TP8 (28672 / 8) and an 8192-square projection; Llama-3.1-405B's QKV and fc1
+half at TP8 ((128 + 2 x 8) x 128 / 8 and 53248 / 8, by 16384)."""
 GEMM_M = (1024, 2048, 4096, 8192, 16384)
+PEAK_BF16_TFLOPS = 989.0
+"""H100 / H200 SXM dense BF16 peak, TFLOP/s (NVIDIA datasheet 1979 with sparsity, halved; profiles/h200.yaml)."""
 GROUPED = ((2 * 768, 2048), (2 * 1536, 4096), (2 * 2048, 7168))
 """Expert fc1 (gated) of Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3: (N, K)."""
 GROUPED_EXPERTS = (4, 16)
@@ -152,13 +156,56 @@ def attention(device: torch.device, scale: int, reps: int) -> list:
     return rows
 
 
+def summarize(result: dict) -> list[str]:
+    """The figures `RESULTS.md` quotes, from a sweep's JSON: ranges and ratios per kernel family."""
+    import statistics
+
+    def rate(row: dict) -> float:
+        return row.get("tflops", float("nan"))
+
+    gemm = {(r["m"], r["n"], r["k"], r["dtype"], r.get("fast_accum")): rate(r) for r in result["gemm"]}
+    large = [key for key in gemm if key[0] >= 4096]
+    lines = []
+    for dtype in ("bf16", "fp8_tensorwise", "fp8_rowwise"):
+        v = [gemm[key] for key in large if key[3] == dtype]
+        lines.append(f"{dtype} GEMM, M >= 4096: {min(v):.0f} .. {max(v):.0f} TFLOP/s")
+    sizes = (("large (M >= 4096)", lambda f, m: m >= 4096), ("small (<= 17 GFLOP)", lambda f, m: f <= 17.2e9))
+    for label, pick in sizes:
+        for fast in (False, True):
+            ratio = [gemm[(m, n, k, "fp8_tensorwise", fast)] / v
+                     for (m, n, k, d, _), v in gemm.items() if d == "bf16" and pick(2.0 * m * n * k, m)]
+            lines.append(f"fp8 / bf16, {label}, {'fast' if fast else 'exact'} accumulation: median "
+                         f"{statistics.median(ratio):.2f} ({min(ratio):.2f} .. {max(ratio):.2f})")
+    row = [v / gemm[(m, n, k, "fp8_tensorwise", True)] for (m, n, k, d, _), v in gemm.items() if d == "fp8_rowwise"]
+    lines.append(f"fp8 row-wise / per-tensor: median {statistics.median(row):.2f} ({min(row):.2f} .. {max(row):.2f})")
+    for tokens in GROUPED_TOKENS:
+        v = [rate(r) for r in result["grouped"] if r["tokens_per_expert"] == tokens]
+        lines.append(f"grouped GEMM bf16, {tokens} tokens per expert: {min(v):.0f} .. {max(v):.0f} TFLOP/s")
+    att = {(r["backend"], r["heads"], r["kv_heads"], r["dim"], r["seq"], r["pass"]): rate(r)
+           for r in result["attention"]}
+    full = [(h, s) for (b, h, kv, d, s, p) in att if b == "cudnn" and d == 128 and kv == h and p == "fwd+bwd"]
+    for h, seq in sorted(full, key=lambda hs: hs[1]):
+        cudnn, flash = att[("cudnn", h, h, 128, seq, "fwd+bwd")], att[("flash", h, h, 128, seq, "fwd+bwd")]
+        lines.append(f"attention fwd+bwd, 128-wide, {seq} tokens: cuDNN {cudnn / PEAK_BF16_TFLOPS:.2f} of peak, "
+                     f"flash / cuDNN {flash / cudnn:.2f}")
+    d64, d128 = att[("cudnn", 32, 32, 64, 4096, "fwd+bwd")], att[("cudnn", 32, 32, 128, 4096, "fwd+bwd")]
+    lines.append(f"attention fwd+bwd, 64- / 128-wide heads at 4096 tokens (cuDNN): {d64 / d128:.3f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="where to write the sweep's JSON (required unless --summarize)")
+    p.add_argument("--summarize", metavar="JSON", help="print the figures RESULTS.md quotes from a sweep's JSON")
     p.add_argument("--device", default="cuda")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--small", action="store_true", help="sizes / 16: a dry run of the script on a CPU")
     args = p.parse_args(argv)
+    if args.summarize:
+        print("\n".join(summarize(json.loads(Path(args.summarize).read_text()))))
+        return 0
+    if not args.out:
+        p.error("--out is required (or --summarize JSON)")
     device, scale = torch.device(args.device), 16 if args.small else 1
     out = Path(args.out)
     result: dict = {"torch": torch.__version__,

@@ -72,8 +72,9 @@ def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16", recipe:
     ``gemm_half_size_flops`` is the BF16 size at half efficiency: a fixed time per GEMM, ``F_half / rate``.
     An FP8 GEMM keeps that time at its own large-GEMM rate, so its half size grows by the FP8 / BF16 rate
     ratio: FP8 speeds small GEMMs far less than large ones. Measured on an H200 (`benchmarks/
-    gpu_kernel_sweep.py`, 2026-12-04): FP8 / BF16 throughput 1.8-1.95 at M >= 4096 tokens, 0.7-1.4 at
-    <= 17 GFLOP (e.g. 1024 x 1536 x 2048, a Qwen3-30B-A3B expert's fc1: 0.71-0.83)."""
+    gpu_kernel_sweep.py`, 2026-12-04): FP8 / BF16 throughput median 1.86 (1.47-2.17) at M >= 4096
+    tokens, 0.98 (0.71-1.41) at <= 17 GFLOP (1024 x 1536 x 2048, a Qwen3-30B-A3B expert's fc1: 0.71-0.83);
+    `python benchmarks/gpu_kernel_sweep.py --summarize benchmarks/kernels/h200-2026-12-04-sweep.json`."""
     eff = gpu.efficiency
     top = eff.gemm_max
     half = eff.gemm_half_size_flops
