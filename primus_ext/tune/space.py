@@ -1,9 +1,10 @@
-"""The tuner's search space: axes, their candidate values, and configuration -> ``ExecutionSpec``.
+"""The tuner's search space: axes and their candidate values around one recipe.
 
 A *configuration* is a plain JSON mapping ``{axis: value}`` over the axes below (what the strategies
-and the LLM propose, what the trials log stores). The space builds an ``ExecutionSpec`` from it by
-changing the recipe's execution only where an axis says so; everything else (GBS, sequence length,
-dispatcher, zero-bubble, ...) stays as the recipe wrote it. DP is derived (world / (TP*PP*CP)),
+and the LLM propose, what the trials log stores). The space builds an ``ExecutionSpec`` from it
+(``primus_ext.tune.configure``, memoised here) by changing the recipe's execution only where an axis
+says so; everything else (GBS, sequence length, dispatcher, zero-bubble, ...) stays as the recipe
+wrote it. DP is derived (world / (TP*PP*CP)),
 sequence parallelism is on whenever TP > 1, and the pipeline split is Megatron's even split when the
 layers divide, else a generated ``pipeline_model_parallel_layout``.
 
@@ -24,7 +25,13 @@ from typing import Any
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
-from primus_ext.tune.config_keys import fast_replace
+from primus_ext.tune.configure import (
+    RECOMPUTE_CHOICES,
+    config_of,
+    pipeline_split,
+    recompute_layers,
+    to_execution,
+)
 
 Config = dict[str, Any]
 
@@ -40,11 +47,9 @@ MIN_TOKENS_PER_CP_RANK = 4096
 (below it the attention GEMMs get too small to pay for the KV exchange; NVIDIA's published recipes
 use CP > 1 only from 8k-token sequences, shared/validation/measured_throughput.csv). Pin ``cp`` to
 override."""
-RECOMPUTE_CHOICES = ("none", "selective", "block25", "block50", "block75", "full")
-"""``blockNN``: full recompute of NN % of each model chunk's layers (method block); ``full``: every
-layer (method uniform, 1 layer per unit)."""
 RECOMPUTE_DEFAULT = ("none", "selective", "block50", "full")
-"""Explored by default, plus the recipe's; ``--pin recompute=...`` opens the others."""
+"""Explored by default, plus the recipe's (of ``configure.RECOMPUTE_CHOICES``); ``--pin recompute=...``
+opens the others."""
 SHARDING_CHOICES = ("ddp", "distopt", "fsdp")
 """Plain data parallel, Megatron's distributed optimizer, or FSDP (the recipe's FSDP kind, else
 Megatron-FSDP sharding optimizer state, grads and parameters)."""
@@ -86,40 +91,6 @@ DOMAIN_DEPENDS: dict[str, tuple[str, ...]] = {
 }
 """The earlier axes each axis's candidates read (``Space.domain``): what its memo is keyed on
 (``tests/tune/test_space.py`` checks the memo against the computation over whole spaces)."""
-
-
-def _recompute_layers(choice: str, layers_per_chunk: int) -> int | None:
-    """Layers per chunk recomputed by a ``blockNN`` choice; None when it collapses to none/full."""
-    share = int(choice[5:]) / 100
-    n = round(share * layers_per_chunk)
-    return n if 0 < n < layers_per_chunk else None
-
-
-def balanced_layout(model: ModelSpec, pp: int, vpp: int) -> str | None:
-    """A ``pipeline_model_parallel_layout`` spreading the decoder layers over PP*VPP chunks.
-
-    The embedding goes first in chunk 0; the MTP layers and the loss last in the final chunk, which
-    counts the output layer + loss as one layer and each MTP layer as two (a full layer plus its own
-    output head). Layers go one by one to the least loaded chunk (lowest index on ties), so chunk
-    sizes differ by at most one layer-equivalent. None when there are fewer layers than chunks.
-    """
-    chunks = pp * vpp
-    if model.num_layers < chunks - 1:
-        return None
-    load = [0] * chunks
-    load[-1] = 1 + 2 * model.mtp_num_layers
-    counts = [0] * chunks
-    for _ in range(model.num_layers):
-        i = min(range(chunks), key=lambda c: (load[c], c))
-        load[i] += 1
-        counts[i] += 1
-    parts = []
-    for i, count in enumerate(counts):
-        text = ("E" if i == 0 else "") + ("t" if count == 1 else f"t*{count}" if count else "")
-        if i == chunks - 1:
-            text += "m" * model.mtp_num_layers + "L"
-        parts.append(text)
-    return "|".join(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,7 +197,7 @@ class Space:
         if name == "recompute":
             chunk = max(1, m.num_layers // (g("pp") * g("vpp")))
             cands = self._choices(name, RECOMPUTE_DEFAULT, RECOMPUTE_CHOICES)
-            return tuple(c for c in cands if not c.startswith("block") or _recompute_layers(c, chunk))
+            return tuple(c for c in cands if not c.startswith("block") or recompute_layers(c, chunk))
         if name == "sharding":
             return self._choices(name, SHARDING_DEFAULT, SHARDING_CHOICES)
         if name == "dp_overlap":
@@ -335,113 +306,20 @@ class Space:
         return problems
 
     def pipeline_split(self, pp: int, vpp: int) -> dict[str, Any]:
-        """Layout fields for (PP, VPP): the recipe's own when unchanged, else even or generated."""
+        """Layout fields for (PP, VPP): the recipe's own when unchanged, else even or generated (memoised)."""
         key = (pp, vpp)
         if key not in self._memo:
-            self._memo[key] = self._pipeline_split(pp, vpp)
+            self._memo[key] = pipeline_split(self.model, self.base, pp, vpp)
         return self._memo[key]
-
-    def _pipeline_split(self, pp: int, vpp: int) -> dict[str, Any]:
-        b, m = self.base, self.model
-        if (pp, vpp) == (b.pp, b.vpp):
-            return dict(
-                pipeline_model_parallel_layout=b.pipeline_model_parallel_layout,
-                decoder_first_pipeline_num_layers=b.decoder_first_pipeline_num_layers,
-                decoder_last_pipeline_num_layers=b.decoder_last_pipeline_num_layers,
-                account_for_embedding_in_pipeline_split=b.account_for_embedding_in_pipeline_split,
-                account_for_loss_in_pipeline_split=b.account_for_loss_in_pipeline_split,
-            )
-        even = m.num_layers % (pp * vpp) == 0
-        layout = None if even or pp == 1 else balanced_layout(m, pp, vpp)
-        return dict(
-            pipeline_model_parallel_layout=layout,
-            decoder_first_pipeline_num_layers=None,
-            decoder_last_pipeline_num_layers=None,
-            account_for_embedding_in_pipeline_split=False,
-            account_for_loss_in_pipeline_split=False,
-        )
 
     def to_execution(self, config: Mapping[str, Any]) -> ExecutionSpec:
         """The recipe's execution with this configuration applied (not legality-checked)."""
-        b = self.base
-        tp, pp, vpp, cp = config["tp"], config["pp"], config["vpp"], config["cp"]
-        recompute = config["recompute"]
-        chunk = max(1, self.model.num_layers // (pp * vpp))
-        if recompute == "none":
-            rec: dict[str, Any] = dict(recompute_granularity=None, recompute_method=None, recompute_num_layers=None,
-                                       recompute_modules=())
-        elif recompute == "selective":
-            modules = b.recompute_modules if b.recompute_granularity == "selective" else ()
-            rec = dict(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None,
-                       recompute_modules=modules)
-        elif recompute == "full":
-            rec = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
-                       recompute_modules=())
-        else:
-            rec = dict(recompute_granularity="full", recompute_method="block",
-                       recompute_num_layers=_recompute_layers(recompute, chunk) or chunk, recompute_modules=())
-        sharding, overlap = config["sharding"], config["dp_overlap"]
-        fsdp_kind = b.fsdp if b.fsdp != "none" else "megatron_fsdp"
-        shard: dict[str, Any] = dict(
-            use_distributed_optimizer=sharding == "distopt" or (sharding == "fsdp" and fsdp_kind == "megatron_fsdp"),
-            fsdp=fsdp_kind if sharding == "fsdp" else "none",
-            data_parallel_sharding_strategy=(
-                (b.data_parallel_sharding_strategy
-                 if b.fsdp == "megatron_fsdp" and b.data_parallel_sharding_strategy != "no_shard"
-                 else "optim_grads_params")  # "fsdp" shards: a no_shard recipe's own strategy would not
-                if sharding == "fsdp" and fsdp_kind == "megatron_fsdp" else "no_shard"),
-            overlap_grad_reduce=overlap in ("grad", "grad+param"),
-            overlap_param_gather=overlap == "grad+param",
-        )
-        if shard["fsdp"] == "torch_fsdp2":
-            shard["use_distributed_optimizer"] = False
-        schedule = "zb-h1" if b.pipeline_schedule == "zb-h1" and pp > 1 else "interleaved" if vpp > 1 else "1f1b"
-        return fast_replace(b, dict(
-            tensor_model_parallel_size=tp,
-            pipeline_model_parallel_size=pp,
-            virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
-            context_parallel_size=cp,
-            expert_model_parallel_size=config["ep"],
-            expert_tensor_parallel_size=(
-                None if not self.model.is_moe or (b.expert_tensor_parallel_size is None and config["etp"] == tp)
-                else config["etp"]),
-            data_parallel_size=max(1, self.world // (tp * pp * cp)),
-            sequence_parallel=tp > 1,
-            tp_comm_overlap=config["tp_comm_overlap"],
-            overlap_moe_expert_parallel_comm=config["ep_overlap"],
-            moe_shared_expert_overlap=b.moe_shared_expert_overlap and not config["ep_overlap"],
-            pipeline_schedule=schedule,
-            micro_batch_size=config["mbs"],
-            precision=config["precision"],
-            fp8_param_gather=b.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
-            **self.pipeline_split(pp, vpp),
-            **rec,
-            **shard,
-        ))
+        return to_execution(self.model, self.base, self.world, config,
+                            self.pipeline_split(config["pp"], config["vpp"]))
 
     def config_of(self, execution: ExecutionSpec) -> Config:
         """The configuration nearest to an execution (the recipe's own, for seeding and reports)."""
-        e = execution
-        chunk = max(1, self.model.num_layers // (e.pp * e.vpp))
-        if e.recompute_granularity is None:
-            recompute = "none"
-        elif e.recompute_granularity == "selective":
-            recompute = "selective"
-        elif e.recompute_method == "block":
-            n = e.recompute_num_layers or 0
-            recompute = "none" if n <= 0 else "full" if n >= chunk else min(
-                (c for c in RECOMPUTE_CHOICES if c.startswith("block")),
-                key=lambda c: abs(int(c[5:]) / 100 * chunk - n))
-        else:
-            recompute = "full"
-        sharding = "fsdp" if e.fsdp != "none" else "distopt" if e.use_distributed_optimizer else "ddp"
-        overlap = "grad+param" if e.overlap_param_gather else "grad" if e.overlap_grad_reduce else "none"
-        return {
-            "tp": e.tp, "etp": e.etp if self.model.is_moe else None, "tp_comm_overlap": e.tp_comm_overlap,
-            "pp": e.pp, "vpp": e.vpp, "cp": e.cp, "ep": e.ep, "ep_overlap": e.overlap_moe_expert_parallel_comm,
-            "mbs": e.micro_batch_size, "recompute": recompute, "sharding": sharding, "dp_overlap": overlap,
-            "precision": e.precision,
-        }
+        return config_of(self.model, execution)
 
 
 def parse_pins(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:

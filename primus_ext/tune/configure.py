@@ -1,0 +1,164 @@
+"""Configuration <-> ``ExecutionSpec``: what a point of the tuner's space means for the recipe.
+
+A configuration (``{axis: value}``, ``primus_ext.tune.space``) changes the recipe's execution only where
+an axis says so. These are pure functions of the model, the recipe's execution and the world size; the
+``Space`` memoises them (``Space.to_execution``, ``Space.config_of``, ``Space.pipeline_split``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from primus_ext.specs import ExecutionSpec, ModelSpec
+from primus_ext.tune.config_keys import fast_replace
+
+Config = dict[str, Any]
+
+RECOMPUTE_CHOICES = ("none", "selective", "block25", "block50", "block75", "full")
+"""``blockNN``: full recompute of NN % of each model chunk's layers (method block); ``full``: every
+layer (method uniform, 1 layer per unit)."""
+
+
+def recompute_layers(choice: str, layers_per_chunk: int) -> int | None:
+    """Layers per chunk recomputed by a ``blockNN`` choice; None when it collapses to none/full."""
+    share = int(choice[5:]) / 100
+    n = round(share * layers_per_chunk)
+    return n if 0 < n < layers_per_chunk else None
+
+
+def balanced_layout(model: ModelSpec, pp: int, vpp: int) -> str | None:
+    """A ``pipeline_model_parallel_layout`` spreading the decoder layers over PP*VPP chunks.
+
+    The embedding goes first in chunk 0; the MTP layers and the loss last in the final chunk, which
+    counts the output layer + loss as one layer and each MTP layer as two (a full layer plus its own
+    output head). Layers go one by one to the least loaded chunk (lowest index on ties), so chunk
+    sizes differ by at most one layer-equivalent. None when there are fewer layers than chunks.
+    """
+    chunks = pp * vpp
+    if model.num_layers < chunks - 1:
+        return None
+    load = [0] * chunks
+    load[-1] = 1 + 2 * model.mtp_num_layers
+    counts = [0] * chunks
+    for _ in range(model.num_layers):
+        i = min(range(chunks), key=lambda c: (load[c], c))
+        load[i] += 1
+        counts[i] += 1
+    parts = []
+    for i, count in enumerate(counts):
+        text = ("E" if i == 0 else "") + ("t" if count == 1 else f"t*{count}" if count else "")
+        if i == chunks - 1:
+            text += "m" * model.mtp_num_layers + "L"
+        parts.append(text)
+    return "|".join(parts)
+
+
+def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int) -> dict[str, Any]:
+    """Layout fields for (PP, VPP): the recipe's own when unchanged, else even or generated."""
+    if (pp, vpp) == (base.pp, base.vpp):
+        return dict(
+            pipeline_model_parallel_layout=base.pipeline_model_parallel_layout,
+            decoder_first_pipeline_num_layers=base.decoder_first_pipeline_num_layers,
+            decoder_last_pipeline_num_layers=base.decoder_last_pipeline_num_layers,
+            account_for_embedding_in_pipeline_split=base.account_for_embedding_in_pipeline_split,
+            account_for_loss_in_pipeline_split=base.account_for_loss_in_pipeline_split,
+        )
+    even = model.num_layers % (pp * vpp) == 0
+    layout = None if even or pp == 1 else balanced_layout(model, pp, vpp)
+    return dict(
+        pipeline_model_parallel_layout=layout,
+        decoder_first_pipeline_num_layers=None,
+        decoder_last_pipeline_num_layers=None,
+        account_for_embedding_in_pipeline_split=False,
+        account_for_loss_in_pipeline_split=False,
+    )
+
+
+def _recompute_fields(model: ModelSpec, base: ExecutionSpec, recompute: str, chunk: int) -> dict[str, Any]:
+    if recompute == "none":
+        return dict(recompute_granularity=None, recompute_method=None, recompute_num_layers=None,
+                    recompute_modules=())
+    if recompute == "selective":
+        modules = base.recompute_modules if base.recompute_granularity == "selective" else ()
+        return dict(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None,
+                    recompute_modules=modules)
+    if recompute == "full":
+        return dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+                    recompute_modules=())
+    return dict(recompute_granularity="full", recompute_method="block",
+                recompute_num_layers=recompute_layers(recompute, chunk) or chunk, recompute_modules=())
+
+
+def _sharding_fields(base: ExecutionSpec, sharding: str, overlap: str) -> dict[str, Any]:
+    fsdp_kind = base.fsdp if base.fsdp != "none" else "megatron_fsdp"
+    shard: dict[str, Any] = dict(
+        use_distributed_optimizer=sharding == "distopt" or (sharding == "fsdp" and fsdp_kind == "megatron_fsdp"),
+        fsdp=fsdp_kind if sharding == "fsdp" else "none",
+        data_parallel_sharding_strategy=(
+            (base.data_parallel_sharding_strategy
+             if base.fsdp == "megatron_fsdp" and base.data_parallel_sharding_strategy != "no_shard"
+             else "optim_grads_params")  # "fsdp" shards: a no_shard recipe's own strategy would not
+            if sharding == "fsdp" and fsdp_kind == "megatron_fsdp" else "no_shard"),
+        overlap_grad_reduce=overlap in ("grad", "grad+param"),
+        overlap_param_gather=overlap == "grad+param",
+    )
+    if shard["fsdp"] == "torch_fsdp2":
+        shard["use_distributed_optimizer"] = False
+    return shard
+
+
+def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapping[str, Any],
+                 split: Mapping[str, Any] | None = None) -> ExecutionSpec:
+    """The recipe's execution ``base`` with this configuration applied (not legality-checked);
+    ``split``: the layout fields of (PP, VPP) when already known (``pipeline_split``)."""
+    tp, pp, vpp, cp = config["tp"], config["pp"], config["vpp"], config["cp"]
+    chunk = max(1, model.num_layers // (pp * vpp))
+    schedule = "zb-h1" if base.pipeline_schedule == "zb-h1" and pp > 1 else "interleaved" if vpp > 1 else "1f1b"
+    return fast_replace(base, dict(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+        context_parallel_size=cp,
+        expert_model_parallel_size=config["ep"],
+        expert_tensor_parallel_size=(
+            None if not model.is_moe or (base.expert_tensor_parallel_size is None and config["etp"] == tp)
+            else config["etp"]),
+        data_parallel_size=max(1, world // (tp * pp * cp)),
+        sequence_parallel=tp > 1,
+        tp_comm_overlap=config["tp_comm_overlap"],
+        overlap_moe_expert_parallel_comm=config["ep_overlap"],
+        moe_shared_expert_overlap=base.moe_shared_expert_overlap and not config["ep_overlap"],
+        pipeline_schedule=schedule,
+        micro_batch_size=config["mbs"],
+        precision=config["precision"],
+        fp8_param_gather=base.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
+        **(split if split is not None else pipeline_split(model, base, pp, vpp)),
+        **_recompute_fields(model, base, config["recompute"], chunk),
+        **_sharding_fields(base, config["sharding"], config["dp_overlap"]),
+    ))
+
+
+def config_of(model: ModelSpec, execution: ExecutionSpec) -> Config:
+    """The configuration nearest to an execution (the recipe's own, for seeding and reports)."""
+    e = execution
+    chunk = max(1, model.num_layers // (e.pp * e.vpp))
+    if e.recompute_granularity is None:
+        recompute = "none"
+    elif e.recompute_granularity == "selective":
+        recompute = "selective"
+    elif e.recompute_method == "block":
+        n = e.recompute_num_layers or 0
+        recompute = "none" if n <= 0 else "full" if n >= chunk else min(
+            (c for c in RECOMPUTE_CHOICES if c.startswith("block")),
+            key=lambda c: abs(int(c[5:]) / 100 * chunk - n))
+    else:
+        recompute = "full"
+    sharding = "fsdp" if e.fsdp != "none" else "distopt" if e.use_distributed_optimizer else "ddp"
+    overlap = "grad+param" if e.overlap_param_gather else "grad" if e.overlap_grad_reduce else "none"
+    return {
+        "tp": e.tp, "etp": e.etp if model.is_moe else None, "tp_comm_overlap": e.tp_comm_overlap,
+        "pp": e.pp, "vpp": e.vpp, "cp": e.cp, "ep": e.ep, "ep_overlap": e.overlap_moe_expert_parallel_comm,
+        "mbs": e.micro_batch_size, "recompute": recompute, "sharding": sharding, "dp_overlap": overlap,
+        "precision": e.precision,
+    }
