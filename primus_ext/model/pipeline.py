@@ -246,6 +246,26 @@ def interleaving_problem(pp: int, num_microbatches: int, group: int | None = Non
     return ""
 
 
+def unpaired_passes(schedule: str, pp: int, vpp: int, num_microbatches: int, rank: int,
+                    group: int | None = None) -> int:
+    """Forward chunk passes rank ``rank`` runs without a partner under Megatron's combined 1F1B
+    (``overlap_moe_expert_parallel_comm``), and as many backward ones: their EP all-to-all has no other
+    micro-batch's compute to hide behind.
+
+    megatron-core ``pipeline_parallel/combined_1f1b.py``: without pipelining the first micro-batch's forward
+    and the last one's backward run alone, every other forward beside the previous micro-batch's backward; the
+    interleaved schedule pairs forward k + warm-up with backward k in its steady state, so its warm-up forwards
+    ((PP-r-1)*2 + (VPP-1)*group + 1, the +1 the extra one the overlap schedules) and as many cool-down backwards
+    run alone. Other schedules have no combined 1F1B (megatron-core asserts VPP > 1 when PP > 1): nothing pairs.
+    """
+    total = num_microbatches * vpp
+    if pp == 1 and vpp == 1:
+        return min(1, total)
+    if schedule == "interleaved" and vpp > 1:
+        return min((pp - rank - 1) * 2 + (vpp - 1) * (group or pp) + 1, total)
+    return total
+
+
 def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0) -> tuple[tuple[ChunkTimes, ...], ...]:
     """Equal chunk times on every rank (tests, quick estimates)."""
     chunk = ChunkTimes(fwd=fwd, bwd=bwd, wgrad=wgrad)
@@ -254,5 +274,5 @@ def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0)
 
 __all__ = [
     "ChunkTimes", "Event", "ScheduleResult", "interleaving_problem", "rank_order", "schedule_table", "simulate",
-    "uniform_times",
+    "uniform_times", "unpaired_passes",
 ]

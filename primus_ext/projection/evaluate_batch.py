@@ -36,6 +36,7 @@ import numpy as np
 from primus_ext.errors import PrimusExtError
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.pipeline import unpaired_passes
 from primus_ext.model.pipeline_batch import simulate_many
 from primus_ext.model.placement import group_placements
 from primus_ext.model.stages import virtual_stages
@@ -268,6 +269,13 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, extra=extra)
     ranks = vals.reshape(n, pp, vpp, len(FIELDS)).sum(axis=2)  # (n, PP, F)
     busy = m * (ranks[:, :, _F["fwd"]] + ranks[:, :, _F["bwd"]])
+    # the EP all-to-all the passes without a partner leave exposed (``comm.unpaired_ep_seconds``)
+    ep_overlap = np.array([ex.overlap_moe_expert_parallel_comm for _, ex, *_ in members], dtype=bool)
+    passes = np.array([unpaired_passes(schedule, pp, vpp, m, r) for r in range(pp)], dtype=np.float64)
+    hidden = ranks[:, :, _F["total_ep"]] - ranks[:, :, _F["exposed_ep"]]
+    alone = np.where(ep_overlap[:, None], passes[None, :] * hidden / vpp, 0.0)  # (n, PP)
+    busy = busy + alone
+    finish = finish + alone
     makespan = finish.max(axis=1)
     pp_exposed = np.minimum(critical, np.maximum(0.0, makespan - busy.max(axis=1)))
 
@@ -291,7 +299,8 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     step = tail + opt.max(axis=1) + param_exp.max(axis=1)
 
     rows = np.arange(n)
-    busiest = ranks[rows, busy.argmax(axis=1)]  # (n, F): the rank that sets the steady state
+    busiest_rank = busy.argmax(axis=1)
+    busiest = ranks[rows, busiest_rank]  # (n, F): the rank that sets the steady state
     parts["compute_s"][idx] = m * busiest[:, _F["compute"]]
     parts["recompute_s"][idx] = m * busiest[:, _F["recompute"]]
     parts["overhead_s"][idx] = m * busiest[:, _F["passes"]] * system.gpu.efficiency.kernel_overhead_s
@@ -299,6 +308,7 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
         parts[f"total_{kind}_s"][idx] = m * busiest[:, _F[f"total_{kind}"]]
         parts[f"exposed_{kind}_s"][idx] = m * busiest[:, _F[f"exposed_{kind}"]]
         present[kind][idx] = busiest[:, _F[f"has_{kind}"]] > 0
+    parts["exposed_ep_s"][idx] += alone[rows, busiest_rank]
     if pp > 1:
         parts["total_pp_s"][idx] = 2 * m * p2p.sum(axis=1)
         parts["exposed_pp_s"][idx] = pp_exposed

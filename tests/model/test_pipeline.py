@@ -4,7 +4,8 @@ import itertools
 
 import pytest
 
-from primus_ext.model.pipeline import ChunkTimes, rank_order, schedule_table, simulate, uniform_times
+from primus_ext.model.pipeline import ChunkTimes, rank_order, schedule_table, simulate, uniform_times, unpaired_passes
+from primus_ext.model.pipeline_ops import BWD, FWD
 
 
 @pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 16), (8, 32)])
@@ -137,3 +138,29 @@ def test_zero_bubble_p2p_on_uneven_stages_stays_bounded():
         r = simulate("zb-h1", times, 12, (eps, 2 * eps, eps))
         assert 0.0 <= r.makespan - base.makespan <= r.critical_p2p + 1e-9
         assert r.critical_p2p <= 2 * 12 * 4 * eps + 1e-12
+
+
+@pytest.mark.parametrize(("pp", "vpp", "m"), [(2, 2, 4), (4, 2, 8), (4, 3, 8), (8, 4, 16), (8, 2, 24)])
+def test_unpaired_passes_are_the_warmup_forwards_of_the_overlap_schedule(pp, vpp, m):
+    """Under EP overlap the interleaved schedule's steady state runs each forward beside a backward; the rest,
+    the warm-up forwards (one extra) and as many cool-down backwards, run alone. The count is read off the op
+    order megatron-core runs: every pair is a forward directly followed by a backward (while the warm-up leaves
+    a steady state of two or more pairs: with one or none the order looks the same, see the next test)."""
+    for rank in range(pp):
+        order = rank_order("interleaved", rank, pp, vpp, m, pp, extra_warmup=1)
+        pairs = sum(1 for a, b in itertools.pairwise(order) if a[0] == FWD and b[0] == BWD)
+        assert sum(1 for op in order if op[0] == BWD) == m * vpp
+        assert unpaired_passes("interleaved", pp, vpp, m, rank) == m * vpp - pairs
+
+
+def test_unpaired_passes_when_the_warm_up_takes_every_forward():
+    # PP=4, VPP=2, 4 micro-batches: rank 0's warm-up 3*2 + 4 + 1 = 11 > 8 passes, nothing pairs; rank 2's
+    # 1*2 + 4 + 1 = 7 leaves one steady-state pair (megatron-core get_pp_rank_microbatches)
+    assert unpaired_passes("interleaved", 4, 2, 4, 0) == 8
+    assert unpaired_passes("interleaved", 4, 2, 4, 2) == 7
+
+
+def test_unpaired_passes_without_pipelining_and_without_combined_1f1b():
+    assert unpaired_passes("1f1b", 1, 1, 8, 0) == 1      # first forward, last backward
+    assert unpaired_passes("1f1b", 1, 1, 1, 0) == 1
+    assert unpaired_passes("1f1b", 4, 1, 8, 0) == 8      # megatron-core has no combined 1F1B here

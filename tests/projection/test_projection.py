@@ -78,6 +78,29 @@ def test_moe_expert_parallel_comm_and_its_overlap():
     assert hidden.breakdown.comm("ep").exposed_s < ep_hgx.exposed_s
 
 
+def test_ep_overlap_leaves_the_unpaired_passes_exposed():
+    """Combined 1F1B without pipelining: the first micro-batch's forward and the last one's backward have no
+    partner (megatron-core combined_1f1b.py), so their all-to-all stays exposed: with M micro-batches the
+    exposed EP time is M - 1 steady-state micro-batches plus one whole one; with one micro-batch nothing hides."""
+    system = load_system("h100", 2)
+    plain = run(dp=16, gbs=16, expert_model_parallel_size=16, sequence_parallel=False)
+
+    def ep(gbs, overlap=True):
+        p = evaluate(MOE, replace(plain, global_batch_size=gbs, overlap_moe_expert_parallel_comm=overlap), system)
+        assert p.breakdown.total_s == pytest.approx(p.step_time_s)
+        return p.num_microbatches, p.breakdown.comm("ep")
+
+    m1, one = ep(16)
+    assert m1 == 1 and one.exposed_s == pytest.approx(one.total_s) and one.total_s == ep(16, False)[1].total_s
+    t = one.total_s                                       # one micro-batch's all-to-all
+    m4, four = ep(64)
+    x = (four.exposed_s - t) / (m4 - 1)                   # what a paired micro-batch leaves exposed
+    assert 0 < x < t
+    m16, sixteen = ep(256)
+    assert sixteen.exposed_s == pytest.approx(t + (m16 - 1) * x)
+    assert sixteen.exposed_s / sixteen.total_s < four.exposed_s / four.total_s < 1
+
+
 class FakeStore:
     """A CostProvider that knows only the dense layer, labelled as measured."""
 
