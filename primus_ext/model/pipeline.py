@@ -6,7 +6,8 @@
     >>> r.makespan, r.bubble_fraction                              # 33.0, (4-1)/8
 
 Input: per pipeline rank and model chunk, the time of one micro-batch's forward, backward (input-grad
-+ weight-grad) and weight-grad part; the send/recv time between consecutive virtual stages. Each rank
++ weight-grad) and weight-grad part, and how much longer a forward / backward without a partner
+micro-batch takes under EP overlap (``unpaired_ops``); the send/recv time between consecutive virtual stages. Each rank
 runs its ops in the schedule's order; an op starts when its rank is free and its input arrived
 (upstream forward + p2p, or downstream backward + p2p). P2P runs on its own stream (Megatron's
 batched isend/irecv), so it delays only the dependent op. Uneven stages are just unequal times.
@@ -45,6 +46,8 @@ from primus_ext.model.pipeline_ops import (
     Event,
     ScheduleResult,
     Structure,
+    duration_slot,
+    durations,
     place,
     replay,
 )
@@ -83,17 +86,50 @@ def rank_order(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int,
     return order + bwd[total - warm:]
 
 
+def unpaired_ops(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int,
+                 extra: int = 0) -> frozenset[tuple[int, int, int]]:
+    """The (kind, micro-batch, chunk) ops of rank ``rank`` that run without a partner micro-batch when
+    ``extra`` (``overlap_moe_expert_parallel_comm``): its first ``unpaired_passes`` forwards and last as many
+    backwards; none otherwise."""
+    if not extra:
+        return frozenset()
+    order = rank_order(schedule, rank, pp, vpp, m, group, extra)
+    n = unpaired_passes(schedule, pp, vpp, m, rank, group)
+    forwards = [op for op in order if op[0] == FWD]
+    backwards = [op for op in order if op[0] == BWD]
+    return frozenset(forwards[:n] + backwards[len(backwards) - n:])
+
+
+@lru_cache(maxsize=256)
+def unpaired_counts(schedule: str, pp: int, vpp: int, m: int, group: int,
+                    extra: int = 0) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per rank and chunk: (forwards, backwards) that run without a partner micro-batch (``unpaired_ops``)."""
+    out = []
+    for r in range(pp):
+        ops = unpaired_ops(schedule, r, pp, vpp, m, group, extra)
+        out.append(tuple((sum(1 for k, _, c in ops if k == FWD and c == chunk),
+                          sum(1 for k, _, c in ops if k == BWD and c == chunk)) for chunk in range(vpp)))
+    return tuple(out)
+
+
+def unpaired_seconds(times: tuple[tuple[ChunkTimes, ...], ...], counts: tuple) -> tuple[float, ...]:
+    """Per rank: what its unpaired passes add to its busy time (``unpaired_counts``)."""
+    return tuple(sum(nf * c.fwd_unpaired + nb * c.bwd_unpaired for c, (nf, nb) in zip(row, n_row, strict=True))
+                 for row, n_row in zip(times, counts, strict=True))
+
+
 @lru_cache(maxsize=256)
 def _structure(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int = 0) -> Structure:
-    return place([rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)], pp, vpp, m)
+    unpaired = [unpaired_ops(schedule, r, pp, vpp, m, group, extra) for r in range(pp)] if extra else None
+    return place([rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)], pp, vpp, m, unpaired)
 
 
 def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
            group: int, timeline: bool, extra: int = 0) -> ScheduleResult:
     pp, vpp = len(times), len(times[0])
     st = _structure(schedule, pp, vpp, m, group, extra)
-    durs = [c.fwd for row in times for c in row] + [c.bwd for row in times for c in row]
-    return replay(schedule, st, times, m, durs, p2p, timeline)
+    unpaired = unpaired_seconds(times, unpaired_counts(schedule, pp, vpp, m, group, extra)) if extra else ()
+    return replay(schedule, st, times, m, durations(times), p2p, timeline, unpaired)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -102,6 +138,7 @@ def _positional(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int
     reverse rank): periodic in the steady state, unlike ``_structure``'s sweep order. ``None`` when that
     order is not topological."""
     orders = [rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
+    unpaired = [unpaired_ops(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
     length = max(map(len, orders))
     forward, backward = range(pp), range(pp - 1, -1, -1)
     keyed = [(r, *orders[r][t]) for t in range(length) for ranks, want in ((forward, FWD), (backward, BWD))
@@ -124,7 +161,8 @@ def _positional(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int
             return None
         ops.append((kind, r, chunk, mb))
         placed[(kind * stages + stage) * m + mb] = len(ops)
-        steps.append((last[r], max(dep, 0), (kind * pp + r) * vpp + chunk, cslot))
+        steps.append((last[r], max(dep, 0), duration_slot(kind, r, chunk, pp, vpp, (kind, mb, chunk) in unpaired[r]),
+                      cslot))
         last[r] = len(ops)
     return Structure(tuple(ops), tuple(steps), tuple(last))
 
@@ -153,12 +191,14 @@ def _periodic(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) 
 def _fixed_fast(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
                 group: int, extra: int = 0) -> ScheduleResult:
     """``_fixed`` without the timeline, extrapolating the periodic steady state (``pipeline_periodic``)."""
-    per = _periodic(schedule, len(times), len(times[0]), m, group, extra)
-    durs = [c.fwd for row in times for c in row] + [c.bwd for row in times for c in row]
-    finish, critical = simulate_periodic(per, durs, (*p2p, 0.0))
-    busy = tuple(m * sum(c.fwd + c.bwd for c in row) for row in times)
+    pp, vpp = len(times), len(times[0])
+    per = _periodic(schedule, pp, vpp, m, group, extra)
+    finish, critical = simulate_periodic(per, durations(times), (*p2p, 0.0))
+    unpaired = unpaired_seconds(times, unpaired_counts(schedule, pp, vpp, m, group, extra)) if extra else ()
+    busy = tuple(m * sum(c.fwd + c.bwd for c in row) + (unpaired[r] if unpaired else 0.0)
+                 for r, row in enumerate(times))
     return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy, finish=finish,
-                          critical_p2p=critical if any(p2p) else 0.0)
+                          critical_p2p=critical if any(p2p) else 0.0, unpaired=unpaired)
 
 
 def _worth_extrapolating(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> bool:
@@ -203,8 +243,9 @@ def simulate(
     ``times[rank][chunk]``: per-micro-batch chunk times; ``p2p[s]``: send/recv seconds between virtual
     stage s and s+1 (virtual stage = chunk * PP + rank), defaults to 0. ``timeline=True`` returns every
     op as an ``Event`` (not memoised); otherwise the result is memoised on the inputs.
-    ``moe_a2a_overlap_warmup``: Megatron's extra interleaved warm-up forward under
-    ``overlap_moe_expert_parallel_comm``.
+    ``moe_a2a_overlap_warmup``: ``overlap_moe_expert_parallel_comm``'s combined 1F1B: Megatron's extra
+    interleaved warm-up forward, and the passes without a partner micro-batch (``unpaired_ops``) take their
+    chunk's ``fwd_unpaired`` / ``bwd_unpaired`` longer.
     """
     pp = len(times)
     if pp == 0 or num_microbatches < 1:
@@ -219,7 +260,7 @@ def simulate(
     stages = pp * vpp
     p2p = tuple(p2p) + (0.0,) * (stages - 1 - len(p2p))
     group = microbatch_group_size_per_vp_stage or pp
-    extra = 1 if moe_a2a_overlap_warmup and schedule == "interleaved" and vpp > 1 else 0
+    extra = 1 if moe_a2a_overlap_warmup and schedule != "zb-h1" else 0
     if vpp == 1 and schedule == "interleaved":
         schedule = "1f1b"
     if schedule == "interleaved":
@@ -274,5 +315,5 @@ def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0)
 
 __all__ = [
     "ChunkTimes", "Event", "ScheduleResult", "interleaving_problem", "rank_order", "schedule_table", "simulate",
-    "uniform_times", "unpaired_passes",
+    "uniform_times", "unpaired_counts", "unpaired_ops", "unpaired_passes", "unpaired_seconds",
 ]

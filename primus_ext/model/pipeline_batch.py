@@ -4,7 +4,8 @@
     >>> finish, critical_p2p = simulate_many("interleaved", pp, vpp, m, durations, p2p)
 
 ``durations[k]``: configuration k's per-micro-batch op times in ``pipeline``'s slot order (forwards of
-rank 0 chunk 0, rank 0 chunk 1, ..., then the backwards in the same order); ``p2p[k]``: its send/recv
+rank 0 chunk 0, rank 0 chunk 1, ..., then the backwards in the same order; under EP overlap the weight-grads
+and the unpaired forwards and backwards follow); ``p2p[k]``: its send/recv
 seconds per virtual-stage boundary. Every configuration runs the recurrence of ``pipeline._fixed``
 over the structure's op order (``pipeline._structure``; long runs: below): an op ends at max(its rank is
 free, its input arrived + p2p) + its duration; the critical p2p follows the binding input, the rank's own
@@ -31,7 +32,11 @@ import numpy as np
 from numba import njit
 
 from primus_ext.model.pipeline import _periodic, _structure, _worth_extrapolating
+from primus_ext.model.pipeline_ops import UNPAIRED_SLOT_KINDS
 from primus_ext.model.pipeline_periodic import PERIOD_TOLERANCE
+
+DURATION_KINDS = UNPAIRED_SLOT_KINDS + 2
+"""Duration slot blocks with ``extra``: forwards, backwards, weight-grads, unpaired forwards and backwards."""
 
 
 @lru_cache(maxsize=256)
@@ -197,14 +202,15 @@ def _simulate(schedule: str, pp: int, vpp: int, m: int, durations: np.ndarray, p
     stages = pp * vpp
     durations = np.ascontiguousarray(durations, dtype=np.float64)
     n = durations.shape[0]
-    if durations.shape != (n, 2 * stages) or p2p.shape != (n, stages - 1):
-        raise ValueError(f"need durations (n, {2 * stages}) and p2p (n, {stages - 1}); got {durations.shape}, "
+    slots = DURATION_KINDS * stages if extra else 2 * stages
+    if durations.shape != (n, slots) or p2p.shape != (n, stages - 1):
+        raise ValueError(f"need durations (n, {slots}) and p2p (n, {stages - 1}); got {durations.shape}, "
                          f"{p2p.shape}")
     comms = np.zeros((n, stages))
     comms[:, :stages - 1] = p2p
     group = group or pp
     if vpp == 1:  # one chunk: the 1F1B order whatever the name (as ``pipeline.simulate``)
-        schedule, extra = "1f1b", 0
+        schedule = "1f1b"
     finish = np.zeros((n, pp))
     critical = np.zeros(n)
     simulated = np.zeros(n, dtype=np.int64)
@@ -225,9 +231,11 @@ def simulate_many(schedule: str, pp: int, vpp: int, m: int, durations: np.ndarra
     """Per configuration: the finish time of every rank's last op (``(n, PP)``) and the send/recv seconds
     on the critical path (``(n,)``; the path ends at the first rank finishing last).
 
-    ``durations``: ``(n, 2 * PP * VPP)``; ``p2p``: ``(n, PP * VPP - 1)`` (boundary s between virtual stages
-    s and s + 1, virtual stage = chunk * PP + rank). ``schedule``: ``1f1b`` or ``interleaved``;
-    ``extra``: Megatron's extra interleaved warm-up forward (``overlap_moe_expert_parallel_comm``)."""
+    ``durations``: ``(n, 2 * PP * VPP)``, forwards then backwards, or with ``extra`` ``(n, 5 * PP * VPP)``, in
+    ``pipeline_ops.duration_slot``'s order (weight-grads, unpaired forwards and backwards after them);
+    ``p2p``: ``(n, PP * VPP - 1)`` (boundary s between virtual stages s and s + 1, virtual stage = chunk * PP +
+    rank). ``schedule``: ``1f1b`` or ``interleaved``; ``extra``: ``overlap_moe_expert_parallel_comm``'s combined
+    1F1B (Megatron's extra interleaved warm-up forward, the passes without a partner in their own slots)."""
     finish, critical, _ = _simulate(schedule, pp, vpp, m, durations, p2p, group, extra)
     return finish, critical
 

@@ -23,6 +23,12 @@ class ChunkTimes:
     """Whole backward: input-grad + weight-grad (+ recompute)."""
     wgrad: float = 0.0
     """Weight-grad part of ``bwd`` (split off by zero-bubble schedules)."""
+    fwd_unpaired: float = 0.0
+    """Seconds more a forward takes when it runs without a partner micro-batch: under
+    ``overlap_moe_expert_parallel_comm`` the EP all-to-all that ``fwd`` counts as hidden behind another
+    micro-batch's pass stays exposed (``pipeline.unpaired_passes``)."""
+    bwd_unpaired: float = 0.0
+    """The same for a backward."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +59,9 @@ class ScheduleResult:
     critical_p2p: float = 0.0
     """Send/recv seconds on the critical path (what p2p adds to the makespan): at most every stage boundary
     crossed once per micro-batch and direction."""
+    unpaired: tuple[float, ...] = ()
+    """Per rank: what its passes without a partner micro-batch add to its busy time (EP overlap: their
+    all-to-all stays exposed); empty when none."""
 
     @property
     def bubble_time(self) -> float:
@@ -63,6 +72,24 @@ class ScheduleResult:
     def bubble_fraction(self) -> float:
         """Bubble over useful work of the busiest rank ((p-1)/m for uniform 1F1B)."""
         return self.bubble_time / max(self.busy) if max(self.busy) > 0 else 0.0
+
+
+UNPAIRED_SLOT_KINDS = 3
+"""Duration slots: forwards, backwards and weight-grads (``kind * PP * VPP + rank * VPP + chunk``), then the
+forwards and backwards that run without a partner micro-batch, ``UNPAIRED_SLOT_KINDS`` kinds further on."""
+
+
+def duration_slot(kind: int, rank: int, chunk: int, pp: int, vpp: int, unpaired: bool = False) -> int:
+    """Index of an op's duration in ``durations``' list."""
+    return ((kind + (UNPAIRED_SLOT_KINDS if unpaired else 0)) * pp + rank) * vpp + chunk
+
+
+def durations(times: tuple[tuple[ChunkTimes, ...], ...]) -> list[float]:
+    """Op durations by slot (``duration_slot``): forwards, backwards, weight-grads, unpaired forwards and
+    backwards, each rank-major then chunk."""
+    chunks = [c for row in times for c in row]
+    return ([c.fwd for c in chunks] + [c.bwd for c in chunks] + [c.wgrad for c in chunks]
+            + [c.fwd + c.fwd_unpaired for c in chunks] + [c.bwd + c.bwd_unpaired for c in chunks])
 
 
 @dataclass(frozen=True)
@@ -77,9 +104,10 @@ class Structure:
     """Per rank: position of its last op."""
 
 
-def place(orders: list, pp: int, vpp: int, m: int) -> Structure:
+def place(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None) -> Structure:
     """Per-rank (kind, micro-batch, chunk) orders -> a topological ``Structure`` (sweeping the ranks, each
-    as far as its inputs are placed). A weight-grad W has no input of its own: its B precedes it on its rank."""
+    as far as its inputs are placed). A weight-grad W has no input of its own: its B precedes it on its rank.
+    ``unpaired[r]``: rank r's ops that run without a partner micro-batch (their own duration slots)."""
     stages = pp * vpp
     # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
     placed = [0] * (3 * stages * m)
@@ -112,7 +140,8 @@ def place(orders: list, pp: int, vpp: int, m: int) -> Structure:
                 ops.append((kind, r, chunk, mb))
                 position = len(ops)
                 placed[(kind * stages + stage) * m + mb] = position
-                steps.append((prev, max(dep, 0), (kind * pp + r) * vpp + chunk, cslot))
+                alone = unpaired is not None and (kind, mb, chunk) in unpaired[r]
+                steps.append((prev, max(dep, 0), duration_slot(kind, r, chunk, pp, vpp, alone), cslot))
                 prev = position
                 ptr += 1
             remaining -= ptr - pointers[r]
@@ -138,8 +167,9 @@ def critical_p2p(st: Structure, fin: list[float], durs: list[float], comms: tupl
 
 
 def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ...], m: int, durs: list[float],
-            p2p: tuple[float, ...], timeline: bool) -> ScheduleResult:
-    """Run a fixed op order: every op starts when its rank is free and its input arrived."""
+            p2p: tuple[float, ...], timeline: bool, unpaired: tuple[float, ...] = ()) -> ScheduleResult:
+    """Run a fixed op order: every op starts when its rank is free and its input arrived. ``unpaired``: per
+    rank what its passes without a partner add to its chunks' ``fwd`` / ``bwd`` (``ScheduleResult.unpaired``)."""
     comms = (*p2p, 0.0)  # slot -1 -> 0
     fin = [0.0]
     append = fin.append
@@ -148,7 +178,8 @@ def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ..
         a = fin[d] + comms[cs]
         append((a if a > t else t) + durs[ds])
     finish = tuple(fin[pos] for pos in st.last)
-    busy = tuple(m * sum(c.fwd + c.bwd for c in row) for row in times)
+    busy = tuple(m * sum(c.fwd + c.bwd for c in row) + (unpaired[r] if unpaired else 0.0)
+                 for r, row in enumerate(times))
     events: tuple[Event, ...] = ()
     if timeline:
         events = tuple(
@@ -157,8 +188,9 @@ def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ..
             for i, (k, r, c, mb) in enumerate(st.ops)
         )
     return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy, finish=finish,
-                          events=events, critical_p2p=critical_p2p(st, fin, durs, comms) if any(p2p) else 0.0)
+                          events=events, critical_p2p=critical_p2p(st, fin, durs, comms) if any(p2p) else 0.0,
+                          unpaired=unpaired)
 
 
-__all__ = ["BWD", "FWD", "KIND_NAMES", "WGRAD", "ChunkTimes", "Event", "ScheduleResult", "Structure", "critical_p2p",
-           "place", "replay"]
+__all__ = ["BWD", "FWD", "KIND_NAMES", "UNPAIRED_SLOT_KINDS", "WGRAD", "ChunkTimes", "Event", "ScheduleResult",
+           "Structure", "critical_p2p", "duration_slot", "durations", "place", "replay"]

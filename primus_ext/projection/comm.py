@@ -25,20 +25,19 @@ exposed, ``overlap`` = ``Efficiency.overlap`` (the hidden share still slows kern
 hides behind the forward, the recomputed forward's behind the recompute, the backward's behind the backward
 (FSDP's prefetch behind the whole backward, recompute included). The EP all-to-all under
 ``overlap_moe_expert_parallel_comm`` hides behind the other micro-batch of a combined 1F1B pass; the passes
-that run without a partner (warm-up forwards, cool-down backwards) leave it exposed (``unpaired_ep_seconds``).
+that run without a partner (warm-up forwards, cool-down backwards) leave it exposed: the layer's
+``fwd_unpaired`` / ``bwd_unpaired`` in ``projection.evaluate``, their own op times in ``model.pipeline``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from primus_ext.model.collectives import collective_time, p2p_time
 from primus_ext.model.optimizer_state import adam_step_bytes, dp_sharded
-from primus_ext.model.pipeline import unpaired_passes
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.roofline import DEFAULT_SELECTIVE
@@ -302,20 +301,6 @@ def layer_comm(
         gf, gb = _fsdp(params[0], params[1], ex, pl, system)
         fwd["fsdp"], bwd["fsdp"] = (gf, hide(gf, fwd_s, ovl)), (gb, hide(gb, bwd_s + recompute_s, ovl))
     return LayerComm(fwd=fwd, bwd=bwd)
-
-
-def unpaired_ep_seconds(ex: ExecutionSpec, schedule: str, num_microbatches: int, vpp: int,
-                        ep_per_rank: Sequence[Sequence[float] | None]) -> list[float]:
-    """Per pipeline rank: the EP all-to-all seconds ``layer_comm`` counted as hidden that the passes running
-    without a partner leave exposed (``overlap_moe_expert_parallel_comm`` hides one micro-batch's all-to-all
-    behind another's compute; ``model.pipeline.unpaired_passes`` counts the forward and backward chunk passes
-    that have none). ``ep_per_rank[r]``: rank r's EP (total, exposed) seconds per micro-batch over its chunks,
-    None without EP; a chunk pass gets 1/``vpp`` (model chunks per rank) of the hidden part. Zeros without the
-    overlap."""
-    if not ex.overlap_moe_expert_parallel_comm:
-        return [0.0] * len(ep_per_rank)
-    return [unpaired_passes(schedule, ex.pp, vpp, num_microbatches, r) * (ep[0] - ep[1]) / vpp if ep else 0.0
-            for r, ep in enumerate(ep_per_rank)]
 
 
 def pp_bytes(shape: RankShape, ex: ExecutionSpec) -> float:

@@ -43,7 +43,6 @@ from primus_ext.projection.comm import (
     optimizer_seconds,
     overlapped_exposed,
     pp_bytes,
-    unpaired_ep_seconds,
 )
 from primus_ext.projection.result import Breakdown, CommTime, Projection, StageTime
 from primus_ext.projection.stage_sums import _chunk_counts, _distinct_rows, _Layer, _split_key, _stage
@@ -141,11 +140,15 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
     comm = layer_comm(shape, ex, group_placements(ex, system), system, fwd_s=fwd, bwd_s=cost.bwd_ms * 1e-3,
                       recompute_s=recompute, attn=attention_seconds(shape, system.gpu),
                       params=(total - experts, experts))
+    ep_f, ep_b = comm.fwd.get("ep", (0.0, 0.0)), comm.bwd.get("ep", (0.0, 0.0))
+    overlap = ex.overlap_moe_expert_parallel_comm  # a pass without a partner leaves its hidden all-to-all exposed
     return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,
                   comm_bwd=comm.bwd, dense_params=total - experts, expert_params=experts,
                   source=cost.source, launched=cost.source == "analytic" and launches(shape),
                   fwd=fwd + sum(v[1] for v in comm.fwd.values()), bwd=bwd + sum(v[1] for v in comm.bwd.values()),
-                  comm_items=tuple((k, t, e) for part in (comm.fwd, comm.bwd) for k, (t, e) in part.items()))
+                  comm_items=tuple((k, t, e) for part in (comm.fwd, comm.bwd) for k, (t, e) in part.items()),
+                  fwd_unpaired=ep_f[0] - ep_f[1] if overlap else 0.0,
+                  bwd_unpaired=ep_b[0] - ep_b[1] if overlap else 0.0)
 
 
 @dataclass(frozen=True)
@@ -311,13 +314,11 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
     sim = simulate(schedule, times_t, m, p2p, timeline=timeline,
                    moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm)
-    alone = unpaired_ep_seconds(ex, schedule, m, vpp, [acc["comm"].get("ep") for acc in stage_acc])
-    busy_r = [b + x for b, x in zip(sim.busy, alone, strict=True)]
-    finish_r = [f + x for f, x in zip(sim.finish, alone, strict=True)]
-    makespan = max(finish_r)
+    # the EP all-to-all the passes without a partner micro-batch leave exposed (in the simulated op times)
+    alone = sim.unpaired or (0.0,) * pp
     # the send/recv seconds on the critical path (every schedule runs a fixed order: in [0, the pp total]),
     # at most the idle time of the busiest rank: bubble = makespan - this - busiest >= 0, the breakdown adds up
-    pp_exposed = min(sim.critical_p2p, max(0.0, makespan - max(busy_r)))
+    pp_exposed = min(sim.critical_p2p, max(0.0, sim.makespan - max(sim.busy)))
 
     ovl = system.gpu.efficiency.overlap
     tails, opts, params_exp, grads, params = [], [], [], [], []
@@ -335,13 +336,13 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         param_exp = overlapped_exposed(param_t, param_w, param_s, ovl) if ex.overlap_param_gather else param_t
         grads.append((grad_t, grad_exp))
         params.append((param_t, param_exp))
-        tails.append(finish_r[r] + grad_exp)
+        tails.append(sim.finish[r] + grad_exp)
         params_exp.append(param_exp)
         opts.append(opt)
     tail = max(tails)
     step = tail + max(opts) + max(params_exp)
 
-    busiest = max(range(pp), key=lambda r: busy_r[r])
+    busiest = max(range(pp), key=lambda r: sim.busy[r])
     acc_b = stage_acc[busiest]
     comms = [CommTime(kind=k, total_s=m * v[0], exposed_s=m * v[1] + (alone[busiest] if k == "ep" else 0.0),
                       group=describe(getattr(pl, k, pl.dp_cp)))
@@ -353,7 +354,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
                               group=describe(pl.pp)))
     worst_grad = max(range(pp), key=lambda r: grads[r][0])
     if grads[worst_grad][0] > 0:
-        comms.append(CommTime(kind="dp_grad", total_s=grads[worst_grad][0], exposed_s=tail - makespan,
+        comms.append(CommTime(kind="dp_grad", total_s=grads[worst_grad][0], exposed_s=tail - sim.makespan,
                               group=describe(pl.dp_cp)))
     worst_param = max(range(pp), key=lambda r: params[r][1])
     if params[worst_param][0] > 0:
@@ -363,12 +364,12 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     breakdown = Breakdown(
         compute_s=m * acc_b["compute"],
         comms=tuple(comms),
-        bubble_s=max(0.0, makespan - pp_exposed - busy_r[busiest]),
+        bubble_s=max(0.0, sim.makespan - pp_exposed - sim.busy[busiest]),
         optimizer_s=max(opts),
         overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
         recompute_s=m * acc_b["recompute"],
     )
-    stages = tuple(StageTime(rank=r, busy_s=busy_r[r], finish_s=finish_r[r], **st.static[r]) for r in range(pp))
+    stages = tuple(StageTime(rank=r, busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))
     flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size)
     world = ex.world_size
     tflops = flops / step / world / 1e12

@@ -9,9 +9,9 @@ The arithmetic of ``evaluate`` laid out as arrays over configurations. Per confi
 looks up what the context memoises (per-rank layer costs and communication: the cost table; the
 layer split's counts per chunk) and its schedule structure. Configurations sharing a structure
 (schedule, PP, VPP, micro-batches) then go through together:
-  * chunk sums: counts per chunk (PP*VPP x 8 layer kinds) times the layer kinds' values (8 x 16 fields:
-    fwd, bwd, compute, recompute, params, analytic passes, layers, total / exposed per layer comm kind),
-    one batched matrix product;
+  * chunk sums: counts per chunk (PP*VPP x 8 layer kinds) times the layer kinds' values (8 x 22 fields:
+    fwd, bwd, compute, recompute, params, analytic passes, layers, what a pass without a partner micro-batch
+    adds under EP overlap, total / exposed per layer comm kind), one batched matrix product;
   * the schedule: ``model.pipeline_batch.simulate_many`` (compiled op loop; long runs extrapolate the
     periodic steady state as ``evaluate`` does);
   * the step tail (DP gradient reduction and parameter gather, optimizer) from ``projection.comm``'s
@@ -36,7 +36,7 @@ import numpy as np
 from primus_ext.errors import PrimusExtError
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.flops import model_flops_per_step
-from primus_ext.model.pipeline import unpaired_passes
+from primus_ext.model.pipeline import unpaired_counts
 from primus_ext.model.pipeline_batch import simulate_many
 from primus_ext.model.placement import group_placements
 from primus_ext.model.stages import virtual_stages
@@ -62,7 +62,7 @@ from primus_ext.projection.evaluate import (
 from primus_ext.projection.result import Projection
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
-FIELDS = ("fwd", "bwd", "compute", "recompute", "dense", "experts", "passes", "layers",
+FIELDS = ("fwd", "bwd", "compute", "recompute", "dense", "experts", "passes", "layers", "fwd_unpaired", "bwd_unpaired",
           *(f"{part}_{kind}" for kind in LAYER_COMM_KINDS for part in ("total", "exposed", "has")))
 """Per-micro-batch values summed over a chunk's layers (``stage_sums._chunk``'s sums)."""
 _F = {name: k for k, name in enumerate(FIELDS)}
@@ -142,6 +142,7 @@ def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
                 continue
             out = found[row]
             out[_F["fwd"]], out[_F["bwd"]] = layer.fwd, layer.bwd
+            out[_F["fwd_unpaired"]], out[_F["bwd_unpaired"]] = layer.fwd_unpaired, layer.bwd_unpaired
             out[_F["compute"]], out[_F["recompute"]] = layer.compute_fwd + layer.compute_bwd, layer.recompute
             if row != 5:  # the MTP head shares the output layer's parameters
                 out[_F["dense"]], out[_F["experts"]] = layer.dense_params, layer.expert_params
@@ -234,7 +235,7 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
             problems[i] = err
             continue
         pp, vpp = ex.pp, virtual_stages(ex)
-        extra = int(schedule == "interleaved" and ex.overlap_moe_expert_parallel_comm)
+        extra = int(ex.overlap_moe_expert_parallel_comm)  # combined 1F1B (zero-bubble went through evaluate)
         p2p = _p2p(memo["p2p"], nbytes, ex, system) if pp > 1 else None
         groups.setdefault((schedule, pp, vpp, m, extra), []).append(
             (i, ex, _values(ctx, layer_id, layers), counts, rank_rows, p2p))
@@ -264,18 +265,23 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     n = len(members)
     idx = np.array([row[0] for row in members])
     vals = np.matmul(np.stack([row[3] for row in members]), np.stack([row[2] for row in members]))  # (n, PP*VPP, F)
-    durations = np.concatenate((vals[:, :, _F["fwd"]], vals[:, :, _F["bwd"]]), axis=1)
+    fwd, bwd = vals[:, :, _F["fwd"]], vals[:, :, _F["bwd"]]
+    if extra:  # EP overlap: the passes without a partner in their own slots (``pipeline_ops.duration_slot``)
+        durations = np.concatenate((fwd, bwd, np.zeros_like(fwd), fwd + vals[:, :, _F["fwd_unpaired"]],
+                                    bwd + vals[:, :, _F["bwd_unpaired"]]), axis=1)
+    else:
+        durations = np.concatenate((fwd, bwd), axis=1)
     p2p = np.stack([row[5] for row in members]) if pp > 1 else np.zeros((n, pp * vpp - 1))
     finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, extra=extra)
     ranks = vals.reshape(n, pp, vpp, len(FIELDS)).sum(axis=2)  # (n, PP, F)
     busy = m * (ranks[:, :, _F["fwd"]] + ranks[:, :, _F["bwd"]])
-    # the EP all-to-all the passes without a partner leave exposed (``comm.unpaired_ep_seconds``)
-    ep_overlap = np.array([ex.overlap_moe_expert_parallel_comm for _, ex, *_ in members], dtype=bool)
-    passes = np.array([unpaired_passes(schedule, pp, vpp, m, r) for r in range(pp)], dtype=np.float64)
-    hidden = ranks[:, :, _F["total_ep"]] - ranks[:, :, _F["exposed_ep"]]
-    alone = np.where(ep_overlap[:, None], passes[None, :] * hidden / vpp, 0.0)  # (n, PP)
-    busy = busy + alone
-    finish = finish + alone
+    alone = np.zeros((n, pp))  # what the passes without a partner add per rank (``ScheduleResult.unpaired``)
+    if extra:
+        counts = np.array(unpaired_counts(schedule, pp, vpp, m, pp, extra), dtype=np.float64)  # (PP, VPP, 2)
+        chunks = vals.reshape(n, pp, vpp, len(FIELDS))
+        alone = (chunks[:, :, :, _F["fwd_unpaired"]] * counts[None, :, :, 0]
+                 + chunks[:, :, :, _F["bwd_unpaired"]] * counts[None, :, :, 1]).sum(axis=2)
+        busy = busy + alone
     makespan = finish.max(axis=1)
     pp_exposed = np.minimum(critical, np.maximum(0.0, makespan - busy.max(axis=1)))
 

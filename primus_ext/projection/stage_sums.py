@@ -38,6 +38,9 @@ class _Layer:
     """Backward incl. recompute and exposed comm."""
     comm_items: tuple[tuple[str, float, float], ...] = ()
     """(kind, total, exposed) of ``comm_fwd`` then ``comm_bwd``: what the stage sums iterate."""
+    fwd_unpaired: float = 0.0
+    """What a forward without a partner micro-batch adds under EP overlap: the EP all-to-all counted hidden."""
+    bwd_unpaired: float = 0.0
 
 
 _SPLIT_FIELDS = (
@@ -92,7 +95,7 @@ def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) 
         items.append((("embedding", False), 1, True))
     if out:
         items.append((("output", False), 1, True))
-    fwd = bwd = wgrad = compute = recompute = 0.0
+    fwd = bwd = wgrad = compute = recompute = fwd_unpaired = bwd_unpaired = 0.0
     dense = experts = analytic_passes = decoder_layers = 0
     comm: dict[str, list[float]] = {}
     for key, n, owns_params in items:
@@ -102,6 +105,8 @@ def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) 
         fwd += n * layer.fwd
         bwd += n * layer.bwd
         wgrad += n * layer.wgrad
+        fwd_unpaired += n * layer.fwd_unpaired
+        bwd_unpaired += n * layer.bwd_unpaired
         compute += n * (layer.compute_fwd + layer.compute_bwd)
         recompute += n * layer.recompute
         if owns_params:
@@ -116,7 +121,8 @@ def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) 
             slot[0] += n * total
             slot[1] += n * exposed
     return (fwd, bwd, compute, recompute, dense, experts, analytic_passes, decoder_layers,
-            tuple((k, t, e) for k, (t, e) in comm.items()), ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd)))
+            tuple((k, t, e) for k, (t, e) in comm.items()),
+            ChunkTimes(fwd=fwd, bwd=bwd, wgrad=min(wgrad, bwd), fwd_unpaired=fwd_unpaired, bwd_unpaired=bwd_unpaired))
 
 
 def _stage(row: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str, chunks: dict,

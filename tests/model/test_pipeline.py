@@ -164,3 +164,28 @@ def test_unpaired_passes_without_pipelining_and_without_combined_1f1b():
     assert unpaired_passes("1f1b", 1, 1, 8, 0) == 1      # first forward, last backward
     assert unpaired_passes("1f1b", 1, 1, 1, 0) == 1
     assert unpaired_passes("1f1b", 4, 1, 8, 0) == 8      # megatron-core has no combined 1F1B here
+
+
+def test_unpaired_passes_take_their_longer_time_in_the_schedule():
+    """Without pipelining the first forward and the last backward run alone: the step grows by exactly their
+    extra time; interleaved, the warm-up forwards and cool-down backwards are the longer ops of the timeline."""
+    m, f, b, xf, xb = 6, 1.0, 2.0, 0.25, 0.5
+    chunk = ChunkTimes(fwd=f, bwd=b, fwd_unpaired=xf, bwd_unpaired=xb)
+    plain = simulate("1f1b", ((chunk,),), m)
+    alone = simulate("1f1b", ((chunk,),), m, moe_a2a_overlap_warmup=True)
+    assert plain.makespan == pytest.approx(m * (f + b))
+    assert alone.makespan == pytest.approx(m * (f + b) + xf + xb) == pytest.approx(alone.busy[0])
+    pp, vpp, m = 4, 2, 8
+    times = tuple(tuple(chunk for _ in range(vpp)) for _ in range(pp))
+    for timeline in (True, False):
+        result = simulate("interleaved", times, m, moe_a2a_overlap_warmup=True, timeline=timeline)
+        for r in range(pp):
+            n = unpaired_passes("interleaved", pp, vpp, m, r)
+            assert result.busy[r] == pytest.approx(m * vpp * (f + b) + n * (xf + xb))
+        if timeline:
+            longer = [e for e in result.events if e.end - e.start > (f if e.kind == "F" else b) + 1e-12]
+            assert len(longer) == 2 * sum(unpaired_passes("interleaved", pp, vpp, m, r) for r in range(pp))
+            assert max(e.end for e in result.events) == pytest.approx(result.makespan)
+            fast = result
+        else:
+            assert result.makespan == pytest.approx(fast.makespan)

@@ -14,13 +14,30 @@ from primus_ext.model.pipeline_batch import simulate_many, simulated_ops
 
 CASES = [("1f1b", 1, 1, 6, 0), ("1f1b", 4, 1, 16, 0), ("1f1b", 8, 1, 40, 0), ("interleaved", 4, 2, 16, 0),
          ("interleaved", 4, 3, 12, 0), ("interleaved", 8, 4, 32, 0), ("interleaved", 4, 4, 16, 1),
-         ("interleaved", 2, 8, 10, 0)]
+         ("interleaved", 2, 8, 10, 0), ("1f1b", 1, 1, 6, 1), ("1f1b", 4, 1, 16, 1)]
 
 
 def _times(row: np.ndarray, pp: int, vpp: int) -> tuple[tuple[ChunkTimes, ...], ...]:
+    """Chunk times from a durations row: forwards, backwards (and with EP overlap weight-grads, unpaired
+    forwards and backwards: ``pipeline_ops.duration_slot``)."""
     stages = pp * vpp
-    return tuple(tuple(ChunkTimes(fwd=row[r * vpp + c], bwd=row[stages + r * vpp + c]) for c in range(vpp))
-                 for r in range(pp))
+
+    def chunk(i: int) -> ChunkTimes:
+        fwd, bwd = row[i], row[stages + i]
+        if len(row) == 2 * stages:
+            return ChunkTimes(fwd=fwd, bwd=bwd)
+        return ChunkTimes(fwd=fwd, bwd=bwd, wgrad=row[2 * stages + i], fwd_unpaired=row[3 * stages + i] - fwd,
+                          bwd_unpaired=row[4 * stages + i] - bwd)
+
+    return tuple(tuple(chunk(r * vpp + c) for c in range(vpp)) for r in range(pp))
+
+
+def _with_unpaired(durations: np.ndarray, rng: random.Random) -> np.ndarray:
+    """Forwards and backwards + zero weight-grads + unpaired passes up to 0.5 s longer (the EP overlap's slots)."""
+    n, two = durations.shape
+    stages = two // 2
+    extra = np.array([[rng.choice((0.0, rng.uniform(0.0, 0.5))) for _ in range(two)] for _ in range(n)])
+    return np.concatenate((durations, np.zeros((n, stages)), durations + extra), axis=1)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-pp{c[1]}v{c[2]}m{c[3]}x{c[4]}")
@@ -33,7 +50,9 @@ def test_equals_reference_simulator(case):
     durations = np.array([[rng.uniform(0.5, 2.0) for _ in range(2 * stages)] for _ in range(n - 2)]
                          + [[1.0] * stages + [2.0] * stages] * 2)
     p2p = np.array([[rng.choice((0.0, 0.01, 0.4)) for _ in range(stages - 1)] for _ in range(n - 1)]
-                   + [[0.0] * (stages - 1)])
+                   + [[0.0] * (stages - 1)]).reshape(n, stages - 1)
+    if extra:
+        durations = _with_unpaired(durations, rng)
     finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, extra=extra)
     assert finish.shape == (n, pp) and critical.shape == (n,)
     for k in range(n):
@@ -43,7 +62,7 @@ def test_equals_reference_simulator(case):
 
 
 LONG = [("1f1b", 4, 1, 64, 0), ("1f1b", 8, 1, 200, 0), ("interleaved", 4, 2, 64, 0), ("interleaved", 8, 4, 96, 1),
-        ("interleaved", 4, 2, 64, 1)]
+        ("interleaved", 4, 2, 64, 1), ("1f1b", 1, 1, 64, 1)]
 
 
 def _long_inputs(pp: int, vpp: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,6 +83,8 @@ def _long_inputs(pp: int, vpp: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_long_runs_extrapolate_and_equal_the_op_by_op_simulation(case):
     schedule, pp, vpp, m, extra = case
     durations, p2p = _long_inputs(pp, vpp, pp * 100 + vpp * 10 + m)
+    if extra:
+        durations = _with_unpaired(durations, random.Random(m))
     finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, extra=extra)
     ops = simulated_ops(schedule, pp, vpp, m, durations, p2p, extra=extra)
     # every configuration extrapolated the periodic steady state: under half of its ops simulated
@@ -85,10 +106,12 @@ def test_random_structures_equal_the_reference():
         m = group * rng.randint(1, 8) if vpp > 1 else rng.randint(1, 80)
         if vpp > 1 and interleaving_problem(pp, m, group):
             continue
-        extra = rng.randint(0, 1) if vpp > 1 else 0
+        extra = rng.randint(0, 1) if vpp > 1 or pp == 1 else 0
         schedule, stages = ("interleaved" if vpp > 1 else "1f1b"), pp * vpp
         durations = np.array([[rng.randint(1, 40) / 64 for _ in range(2 * stages)], [1.0] * stages + [2.0] * stages,
                               [rng.uniform(0.01, 3.0) for _ in range(2 * stages)]])
+        if extra:
+            durations = _with_unpaired(durations, rng)
         p2p = np.array([[rng.choice((0.0, 0.125, rng.uniform(0.0, 0.5))) for _ in range(stages - 1)]
                         for _ in range(3)]).reshape(3, stages - 1)
         finish, critical = simulate_many(schedule, pp, vpp, m, durations, p2p, group=group, extra=extra)

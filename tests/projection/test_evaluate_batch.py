@@ -85,7 +85,7 @@ def test_equals_evaluate_with_mtp_zero_bubble_and_refusals():
             BASE, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
             data_parallel_size=32 // pp, global_batch_size=64 * 32 // pp, overlap_grad_reduce=bool(flags & 1),
             overlap_param_gather=bool(flags & 2), tp_comm_overlap=bool(flags & 4),
-            overlap_moe_expert_parallel_comm=bool(flags & 4) and vpp is not None,
+            overlap_moe_expert_parallel_comm=bool(flags & 4) and (vpp is not None or pp == 1),
             use_distributed_optimizer=flags != 1, grad_reduce_in_bf16=flags == 5,
             recompute_granularity="full" if flags == 3 else None,
             recompute_method="block" if flags == 3 else None, recompute_num_layers=1 if flags == 3 else None))
