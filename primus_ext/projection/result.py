@@ -81,7 +81,8 @@ class StageTime:
     bwd_s: tuple[float, ...]
     """Per chunk, one micro-batch's backward incl. recompute and exposed layer comm."""
     busy_s: float
-    """Compute + exposed layer comm over all micro-batches."""
+    """Compute + exposed layer comm over all micro-batches (incl. the EP all-to-all the passes without a
+    partner micro-batch leave exposed under EP overlap: more than M x the per-chunk times then)."""
     finish_s: float
     """End of this rank's last backward in the simulated schedule."""
     embedding: bool = False

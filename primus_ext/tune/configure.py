@@ -2,7 +2,8 @@
 
 A configuration (``{axis: value}``, ``primus_ext.tune.space``) changes the recipe's execution only where
 an axis says so. These are pure functions of the model, the recipe's execution and the world size; the
-``Space`` memoises them (``Space.to_execution``, ``Space.config_of``, ``Space.pipeline_split``).
+``Space`` delegates to them (``Space.to_execution``, ``Space.config_of``) and memoises the pipeline split
+per (PP, VPP) (``Space.pipeline_split``: layout generation is the slow part of building an execution).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int) -> 
     )
 
 
-def _recompute_fields(model: ModelSpec, base: ExecutionSpec, recompute: str, chunk: int) -> dict[str, Any]:
+def _recompute_fields(base: ExecutionSpec, recompute: str, chunk: int) -> dict[str, Any]:
     if recompute == "none":
         return dict(recompute_granularity=None, recompute_method=None, recompute_num_layers=None,
                     recompute_modules=())
@@ -134,7 +135,7 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
         precision=config["precision"],
         fp8_param_gather=base.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
         **(split if split is not None else pipeline_split(model, base, pp, vpp)),
-        **_recompute_fields(model, base, config["recompute"], chunk),
+        **_recompute_fields(base, config["recompute"], chunk),
         **_sharding_fields(base, config["sharding"], config["dp_overlap"]),
     ))
 

@@ -22,6 +22,7 @@ def test_to_execution_derives_dp_sp_schedule(mixtral):
     assert e.global_batch_size == mixtral.execution.global_batch_size  # fixed
     assert space.config_of(e) == config                      # round trip
 
+
 def test_bf16_candidates_drop_fp8_parameters(mixtral):
     """megatron-core refuses fp8_param without fp8: a bf16 candidate of an fp8 recipe must not keep it."""
     base = dataclasses.replace(mixtral.execution, precision="fp8", fp8_param_gather=True)
@@ -31,12 +32,14 @@ def test_bf16_candidates_drop_fp8_parameters(mixtral):
     bf16 = space.to_execution({**config, "precision": "bf16"})
     assert not bf16.fp8_param_gather and check(mixtral.model, bf16, mixtral.system) == []
 
+
 def test_fsdp_candidates_shard_even_when_the_recipe_runs_no_shard(mixtral):
     base = dataclasses.replace(mixtral.execution, fsdp="megatron_fsdp", data_parallel_sharding_strategy="no_shard",
                                use_distributed_optimizer=True)
     space = build_space(mixtral.model, base, mixtral.system)
     assert space.to_execution({**space.config_of(base), "sharding": "fsdp"}).data_parallel_sharding_strategy == \
         "optim_grads_params"
+
 
 @pytest.mark.parametrize(("pp", "vpp"), [(8, 4), (16, 1), (4, 3), (2, 8)])
 def test_balanced_layout_is_legal_for_deepseek(deepseek, pp, vpp):
