@@ -68,11 +68,15 @@ def _single_rank_ops(projection: Any) -> list[Any]:
     stage = projection.stages[0] if projection.stages else None
     fwd = sum(stage.fwd_s) if stage else 0.0
     bwd = sum(stage.bwd_s) if stage else 0.0
-    for mb in range(projection.num_microbatches):
+    m = projection.num_microbatches
+    # what passes without a partner micro-batch add (EP overlap), drawn on the last backward
+    alone = max(0.0, stage.busy_s - m * (fwd + bwd)) if stage else 0.0
+    for mb in range(m):
         ops.append(SimpleNamespace(rank=0, chunk=0, microbatch=mb, kind="F", start=t, end=t + fwd))
         t += fwd
-        ops.append(SimpleNamespace(rank=0, chunk=0, microbatch=mb, kind="B", start=t, end=t + bwd))
-        t += bwd
+        last = bwd + (alone if mb == m - 1 else 0.0)
+        ops.append(SimpleNamespace(rank=0, chunk=0, microbatch=mb, kind="B", start=t, end=t + last))
+        t += last
     return ops
 
 

@@ -53,6 +53,27 @@ def test_segments_cover_the_step_on_every_rank(projection):
     assert totals_by_kind(segments, 0)["bubble"] > totals_by_kind(segments, 3)["bubble"]
 
 
+@pytest.mark.parametrize(("pp", "vpp"), [(4, 2), (1, None)])
+def test_segments_span_the_step_under_ep_overlap(pp, vpp):
+    """Passes without a partner micro-batch run longer (their EP all-to-all exposed): the Gantt still ends at the
+    step time, from the simulated timeline and from the stage times alone (PP=1 without a timeline)."""
+    from dataclasses import replace
+
+    model = ModelSpec(name="moe", num_layers=8, hidden_size=2048, ffn_hidden_size=5504, num_attention_heads=16,
+                      num_query_groups=4, kv_channels=128, vocab_size=32000, num_experts=16, moe_router_topk=2,
+                      moe_ffn_hidden_size=1024, moe_layer_pattern=(True,) * 8)
+    execution = ExecutionSpec(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+                              data_parallel_size=16 // pp, expert_model_parallel_size=16 // pp, micro_batch_size=1,
+                              global_batch_size=8 * 16 // pp, seq_length=2048, precision="bf16",
+                              use_distributed_optimizer=True, overlap_moe_expert_parallel_comm=True)
+    p = project(model, execution, load_system("h100", 2), None)
+    assert p.breakdown.comm("ep").exposed_s > 0
+    for q in (p, replace(p, timeline=())) if pp == 1 else (p,):
+        segments = step_segments(q)
+        end = max(s.end_s for s in segments)
+        assert end == pytest.approx(q.step_time_s, rel=1e-9)
+
+
 def test_breakdown_parts_add_up_to_the_step(projection):
     total_ms = sum(p["ms"] for p in breakdown_parts(projection.breakdown))
     assert total_ms == pytest.approx(projection.breakdown.total_s * 1e3, rel=1e-9)
