@@ -252,17 +252,19 @@ def _plan_memo(model: ModelSpec, split: ExecutionSpec) -> tuple[tuple[StagePlan,
     return stages, tuple(problems)
 
 
+LAYOUT_FIELDS = ("pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
+                 "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
+                 "account_for_loss_in_pipeline_split")
+"""How a recipe places its layers on the (PP, VPP) stages, beyond the two sizes."""
+
+
 def _split_only(execution: ExecutionSpec) -> ExecutionSpec:
     """The execution reduced to the fields the layer split depends on (the memo key): the tuner asks
     for the same split under thousands of batch / overlap / sharding variants."""
     return ExecutionSpec(
         pipeline_model_parallel_size=execution.pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=execution.virtual_pipeline_model_parallel_size,
-        pipeline_model_parallel_layout=execution.pipeline_model_parallel_layout,
-        decoder_first_pipeline_num_layers=execution.decoder_first_pipeline_num_layers,
-        decoder_last_pipeline_num_layers=execution.decoder_last_pipeline_num_layers,
-        account_for_embedding_in_pipeline_split=execution.account_for_embedding_in_pipeline_split,
-        account_for_loss_in_pipeline_split=execution.account_for_loss_in_pipeline_split,
+        **{name: getattr(execution, name) for name in LAYOUT_FIELDS},
     )
 
 

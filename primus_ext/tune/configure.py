@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.tune.config_keys import fast_replace
 
@@ -58,13 +59,7 @@ def balanced_layout(model: ModelSpec, pp: int, vpp: int) -> str | None:
 def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int) -> dict[str, Any]:
     """Layout fields for (PP, VPP): the recipe's own when unchanged, else even or generated."""
     if (pp, vpp) == (base.pp, base.vpp):
-        return dict(
-            pipeline_model_parallel_layout=base.pipeline_model_parallel_layout,
-            decoder_first_pipeline_num_layers=base.decoder_first_pipeline_num_layers,
-            decoder_last_pipeline_num_layers=base.decoder_last_pipeline_num_layers,
-            account_for_embedding_in_pipeline_split=base.account_for_embedding_in_pipeline_split,
-            account_for_loss_in_pipeline_split=base.account_for_loss_in_pipeline_split,
-        )
+        return {name: getattr(base, name) for name in LAYOUT_FIELDS}
     even = model.num_layers % (pp * vpp) == 0
     layout = None if even or pp == 1 else balanced_layout(model, pp, vpp)
     return dict(

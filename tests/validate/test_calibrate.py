@@ -38,6 +38,18 @@ def rows(truth: Efficiency, models=("A", "B", "C"), per_model=3):
     return out
 
 
+def product(run):
+    """Throughput set by gemm_max * attention^2 only: a valley of equally good fits."""
+    eff = run.system.gpu.efficiency
+    return 1000.0 * eff.gemm_max * eff.attention ** 2
+
+
+def product_rows():
+    truth = Efficiency(gemm_max=0.9, attention=0.2)
+    return [replace(r, measured_tokens_per_sec_per_gpu=product(
+        replace(r, system=replace(r.system, gpu=replace(r.system.gpu, efficiency=truth))))) for r in rows(truth)]
+
+
 def test_fit_recovers_the_true_gemm_efficiency():
     truth = Efficiency(gemm_max=0.62, attention=0.55)
     runs = rows(truth)
@@ -136,13 +148,7 @@ def test_polish_walks_the_valley_of_two_parameters_that_trade_off(monkeypatch):
     the polish reaches it from the defaults where one coordinate pass does not."""
     from primus_ext.validate import calibrate
 
-    def product(run):
-        eff = run.system.gpu.efficiency
-        return 1000.0 * eff.gemm_max * eff.attention ** 2
-
-    truth = Efficiency(gemm_max=0.9, attention=0.2)
-    runs = [replace(r, measured_tokens_per_sec_per_gpu=product(
-        replace(r, system=replace(r.system, gpu=replace(r.system.gpu, efficiency=truth))))) for r in rows(truth)]
+    runs = product_rows()
     fitted, loss = fit_efficiency(runs, product, Efficiency())
     assert loss < 1e-4
     assert fitted.gemm_max * fitted.attention ** 2 == pytest.approx(0.9 * 0.2 ** 2, rel=2e-4)
@@ -155,13 +161,7 @@ def test_polish_restarts_continue_where_one_simplex_stopped(monkeypatch):
     restarts stop once they no longer gain (``POLISH_RESTARTS``, ``RESTART_GAIN``)."""
     from primus_ext.validate import calibrate
 
-    def product(run):
-        eff = run.system.gpu.efficiency
-        return 1000.0 * eff.gemm_max * eff.attention ** 2
-
-    truth = Efficiency(gemm_max=0.9, attention=0.2)
-    runs = [replace(r, measured_tokens_per_sec_per_gpu=product(
-        replace(r, system=replace(r.system, gpu=replace(r.system.gpu, efficiency=truth))))) for r in rows(truth)]
+    runs = product_rows()
     monkeypatch.setattr(calibrate, "POLISH_EVALS", 30)
     monkeypatch.setattr(calibrate, "POLISH_RESTARTS", 0)
     once = fit_efficiency(runs, product, Efficiency())[1]
