@@ -93,12 +93,6 @@ POLISH_EVALS = 300
 defaults, on the development rows (mean |log error| per family, ``primus-ext validate ... --fit``, 2026-12-03, all
 eight parameters per family): one round plus the polish 0.0970 Blackwell / 0.1054 Hopper; two rounds without it
 (``SEARCH_ROUNDS = 2``, ``POLISH_EVALS = 0``) 0.1102 / 0.1140."""
-POLISH_RESTARTS = 3
-"""Nelder-Mead restarts from the polish's best point (a fresh simplex: one collapsed onto a ridge stops early),
-while a restart lowers the loss by more than ``RESTART_GAIN``. On the development rows (``validate --fit``,
-2026-12-04, ninth session) the first polish stopped Blackwell in a worse basin (mean |log error| 0.1043: GEMM half
-size at its bound, NVLink 0.69); restarted, 0.1010 (half size 3.7e10, NVLink 0.60); Hopper 0.1039 -> 0.1037."""
-RESTART_GAIN = 1e-5
 
 
 def with_efficiency(run: RunRow, efficiency: Efficiency) -> RunRow:
@@ -231,11 +225,6 @@ def fit_efficiency(
             return score(from_unit(current, free, u, params))
 
         u, value, _ = nelder_mead(loss_at, to_unit(current, free), max_evals=POLISH_EVALS)
-        for _ in range(POLISH_RESTARTS):  # a fresh simplex around the best point, while it still improves
-            again, lower, _ = nelder_mead(loss_at, u, max_evals=POLISH_EVALS)
-            if lower >= value - RESTART_GAIN:
-                break
-            u, value = again, lower
         if value < best:
             current, best = from_unit(current, free, u, params), value
     if unconstrained is not None:

@@ -156,20 +156,6 @@ def test_polish_walks_the_valley_of_two_parameters_that_trade_off(monkeypatch):
     assert fit_efficiency(runs, product, Efficiency())[1] > 10 * loss  # the coordinate pass alone stops short
 
 
-def test_polish_restarts_continue_where_one_simplex_stopped(monkeypatch):
-    """A polish cut short (few evaluations) restarts from its best point with a fresh simplex and gets closer;
-    restarts stop once they no longer gain (``POLISH_RESTARTS``, ``RESTART_GAIN``)."""
-    from primus_ext.validate import calibrate
-
-    runs = product_rows()
-    monkeypatch.setattr(calibrate, "POLISH_EVALS", 30)
-    monkeypatch.setattr(calibrate, "POLISH_RESTARTS", 0)
-    once = fit_efficiency(runs, product, Efficiency())[1]
-    monkeypatch.setattr(calibrate, "POLISH_RESTARTS", 6)
-    restarted = fit_efficiency(runs, product, Efficiency())[1]
-    assert restarted < 0.5 * once
-
-
 def test_the_polish_keeps_a_tied_parameter_at_its_ratio_when_only_its_reference_moves():
     from primus_ext.validate.calibrate import DEFAULT_PARAMS, from_unit, to_unit
 
