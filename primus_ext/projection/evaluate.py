@@ -297,7 +297,9 @@ def schedule_of(ex: ExecutionSpec) -> tuple[int, str]:
             message=f"not a positive multiple of MBS*DP = {ex.micro_batch_size}*{ex.dp}",
             fix="choose GBS as a multiple of micro_batch_size * data_parallel_size")])
     pp, vpp = ex.pp, virtual_stages(ex)
-    schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" else "1f1b")
+    # without pipelining megatron-core runs forward_backward_no_pipelining (combined 1F1B under EP overlap)
+    # whatever the zero-bubble setting: the 1F1B order, which is also the zero-bubble one on one rank
+    schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" and pp > 1 else "1f1b")
     if schedule == "interleaved" and interleaving_problem(pp, m):
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
                                                  message=interleaving_problem(pp, m),

@@ -69,7 +69,8 @@ def _single_rank_ops(projection: Any) -> list[Any]:
     fwd = sum(stage.fwd_s) if stage else 0.0
     bwd = sum(stage.bwd_s) if stage else 0.0
     m = projection.num_microbatches
-    # what passes without a partner micro-batch add (EP overlap), drawn on the last backward
+    # what passes without a partner micro-batch add (EP overlap): the first forward's and the last backward's
+    # exposed all-to-all, both drawn on the last backward (right in total; the simulated timeline places them)
     alone = max(0.0, stage.busy_s - m * (fwd + bwd)) if stage else 0.0
     for mb in range(m):
         ops.append(SimpleNamespace(rank=0, chunk=0, microbatch=mb, kind="F", start=t, end=t + fwd))

@@ -62,13 +62,8 @@ def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int) -> 
         return {name: getattr(base, name) for name in LAYOUT_FIELDS}
     even = model.num_layers % (pp * vpp) == 0
     layout = None if even or pp == 1 else balanced_layout(model, pp, vpp)
-    return dict(
-        pipeline_model_parallel_layout=layout,
-        decoder_first_pipeline_num_layers=None,
-        decoder_last_pipeline_num_layers=None,
-        account_for_embedding_in_pipeline_split=False,
-        account_for_loss_in_pipeline_split=False,
-    )
+    return {name: layout if name == "pipeline_model_parallel_layout" else
+            False if name.startswith("account_for") else None for name in LAYOUT_FIELDS}
 
 
 def _recompute_fields(base: ExecutionSpec, recompute: str, chunk: int) -> dict[str, Any]:

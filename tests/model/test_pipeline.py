@@ -4,7 +4,15 @@ import itertools
 
 import pytest
 
-from primus_ext.model.pipeline import ChunkTimes, rank_order, schedule_table, simulate, uniform_times, unpaired_passes
+from primus_ext.model.pipeline import (
+    ChunkTimes,
+    rank_order,
+    schedule_table,
+    simulate,
+    uniform_times,
+    unpaired_ops,
+    unpaired_passes,
+)
 from primus_ext.model.pipeline_ops import BWD, FWD
 
 
@@ -189,3 +197,22 @@ def test_unpaired_passes_take_their_longer_time_in_the_schedule():
             fast = result
         else:
             assert result.makespan == pytest.approx(fast.makespan)
+
+
+def test_the_unpaired_passes_are_the_warm_up_forwards_and_the_cool_down_backwards():
+    """Rank 0 of PP4 / VPP2 / 8 micro-batches: its first warm-up-many forwards and its last as many backwards
+    (megatron-core's cool-down), not any other backwards."""
+    pp, vpp, m = 4, 2, 8
+    order = rank_order("interleaved", 0, pp, vpp, m, pp, extra_warmup=1)
+    n = unpaired_passes("interleaved", pp, vpp, m, 0)
+    forwards = [op for op in order if op[0] == FWD]
+    backwards = [op for op in order if op[0] == BWD]
+    assert unpaired_ops("interleaved", 0, pp, vpp, m, pp, 1) == frozenset(forwards[:n] + backwards[-n:])
+    assert {(mb, c) for k, mb, c in unpaired_ops("interleaved", 0, pp, vpp, m, pp, 1) if k == BWD} == {
+        (1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 1), (7, 1), (4, 0), (5, 0), (6, 0), (7, 0)}
+    chunk = ChunkTimes(fwd=1.0, bwd=2.0, fwd_unpaired=0.25, bwd_unpaired=0.5)
+    times = tuple(tuple(chunk for _ in range(vpp)) for _ in range(pp))
+    result = simulate("interleaved", times, m, moe_a2a_overlap_warmup=True, timeline=True)
+    long_b = {(e.microbatch, e.chunk) for e in result.events if e.rank == 0 and e.kind == "B" and e.end - e.start > 2.0}
+    assert long_b == {(mb, c) for k, mb, c in unpaired_ops("interleaved", 0, pp, vpp, m, pp, 1) if k == BWD}
+    assert unpaired_ops("interleaved", 0, pp, vpp, m, pp, 0) == frozenset()

@@ -101,6 +101,17 @@ def test_ep_overlap_leaves_the_unpaired_passes_exposed():
     assert sixteen.exposed_s / sixteen.total_s < four.exposed_s / four.total_s < 1
 
 
+def test_zero_bubble_without_pipelining_runs_the_combined_1f1b():
+    """PP=1 runs megatron-core's no-pipelining schedule whatever the zero-bubble setting: under EP overlap its
+    first forward and last backward leave their all-to-all exposed as with 1F1B."""
+    system = load_system("h100", 2)
+    ex = run(dp=16, gbs=64, expert_model_parallel_size=16, sequence_parallel=False,
+             overlap_moe_expert_parallel_comm=True)
+    plain, zb = evaluate(MOE, ex, system), evaluate(MOE, replace(ex, pipeline_schedule="zb-h1"), system)
+    assert zb.step_time_s == pytest.approx(plain.step_time_s)
+    assert zb.breakdown.comm("ep").exposed_s == pytest.approx(plain.breakdown.comm("ep").exposed_s)
+
+
 class FakeStore:
     """A CostProvider that knows only the dense layer, labelled as measured."""
 
