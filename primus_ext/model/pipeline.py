@@ -46,6 +46,7 @@ from primus_ext.model.pipeline_ops import (
     Event,
     ScheduleResult,
     Structure,
+    busy_times,
     duration_slot,
     durations,
     place,
@@ -195,9 +196,8 @@ def _fixed_fast(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int
     per = _periodic(schedule, pp, vpp, m, group, extra)
     finish, critical = simulate_periodic(per, durations(times), (*p2p, 0.0))
     unpaired = unpaired_seconds(times, unpaired_counts(schedule, pp, vpp, m, group, extra)) if extra else ()
-    busy = tuple(m * sum(c.fwd + c.bwd for c in row) + (unpaired[r] if unpaired else 0.0)
-                 for r, row in enumerate(times))
-    return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy, finish=finish,
+    return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish),
+                          busy=busy_times(times, m, unpaired), finish=finish,
                           critical_p2p=critical if any(p2p) else 0.0, unpaired=unpaired)
 
 
@@ -301,7 +301,7 @@ def unpaired_passes(schedule: str, pp: int, vpp: int, num_microbatches: int, ran
     """
     total = num_microbatches * vpp
     if pp == 1 and vpp == 1:
-        return min(1, total)
+        return 1
     if schedule == "interleaved" and vpp > 1:
         return min((pp - rank - 1) * 2 + (vpp - 1) * (group or pp) + 1, total)
     return total

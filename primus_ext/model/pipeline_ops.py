@@ -151,6 +151,13 @@ def place(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None)
     return Structure(tuple(ops), tuple(steps), tuple(last))
 
 
+def busy_times(times: tuple[tuple[ChunkTimes, ...], ...], m: int,
+               unpaired: tuple[float, ...] = ()) -> tuple[float, ...]:
+    """Per rank: the sum of its op times, ``m`` passes of each chunk plus what its unpaired passes add."""
+    return tuple(m * sum(c.fwd + c.bwd for c in row) + (unpaired[r] if unpaired else 0.0)
+                 for r, row in enumerate(times))
+
+
 def critical_p2p(st: Structure, fin: list[float], durs: list[float], comms: tuple[float, ...]) -> float:
     """Send/recv time on the critical path (walk back from the last op along binding inputs)."""
     i = max(st.last, key=lambda pos: fin[pos])
@@ -178,8 +185,7 @@ def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ..
         a = fin[d] + comms[cs]
         append((a if a > t else t) + durs[ds])
     finish = tuple(fin[pos] for pos in st.last)
-    busy = tuple(m * sum(c.fwd + c.bwd for c in row) + (unpaired[r] if unpaired else 0.0)
-                 for r, row in enumerate(times))
+    busy = busy_times(times, m, unpaired)
     events: tuple[Event, ...] = ()
     if timeline:
         events = tuple(
@@ -193,4 +199,4 @@ def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ..
 
 
 __all__ = ["BWD", "FWD", "KIND_NAMES", "UNPAIRED_SLOT_KINDS", "WGRAD", "ChunkTimes", "Event", "ScheduleResult",
-           "Structure", "critical_p2p", "duration_slot", "durations", "place", "replay"]
+           "Structure", "busy_times", "critical_p2p", "duration_slot", "durations", "place", "replay"]

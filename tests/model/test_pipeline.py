@@ -151,10 +151,20 @@ def test_zero_bubble_p2p_on_uneven_stages_stays_bounded():
 @pytest.mark.parametrize(("pp", "vpp", "m"), [(2, 2, 4), (4, 2, 8), (4, 3, 8), (8, 4, 16), (8, 2, 24)])
 def test_unpaired_passes_are_the_warmup_forwards_of_the_overlap_schedule(pp, vpp, m):
     """Under EP overlap the interleaved schedule's steady state runs each forward beside a backward; the rest,
-    the warm-up forwards (one extra) and as many cool-down backwards, run alone. The count is read off the op
-    order megatron-core runs: every pair is a forward directly followed by a backward (while the warm-up leaves
-    a steady state of two or more pairs: with one or none the order looks the same, see the next test)."""
+    the warm-up forwards (one extra) and as many cool-down backwards, run alone. The count is megatron-core's own
+    warm-up (``get_pp_rank_microbatches`` with the overlap, every pass when all are in the warm-up), and it is read
+    off the op order too: every pair is a forward directly followed by a backward (while the warm-up leaves a
+    steady state of two or more pairs: with one or none the order looks the same, see the next test)."""
+    from types import SimpleNamespace
+
+    from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
+
     for rank in range(pp):
+        comm = SimpleNamespace(pp_group=SimpleNamespace(size=lambda: pp, rank=lambda r=rank: r),
+                               virtual_pipeline_model_parallel_size=vpp)
+        total, _, warmup, _ = get_pp_rank_microbatches(m, vpp, pp, overlap_moe_expert_parallel_comm=True,
+                                                       p2p_communicator=comm)
+        assert unpaired_passes("interleaved", pp, vpp, m, rank) == min(warmup, total)
         order = rank_order("interleaved", rank, pp, vpp, m, pp, extra_warmup=1)
         pairs = sum(1 for a, b in itertools.pairwise(order) if a[0] == FWD and b[0] == BWD)
         assert sum(1 for op in order if op[0] == BWD) == m * vpp
