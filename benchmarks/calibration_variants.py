@@ -16,7 +16,8 @@ the GPU families share. Every fold is fitted from the plain defaults without the
 over those rows and the fitted GEMM size at half efficiency.
 
     baseline         mean |log error|, the eight ``calibrate.DEFAULT_PARAMS``: ``scaleout_link`` and
-                     ``moe_layer_overhead_s`` on all families together, the others per GPU family (shipped)
+                     ``moe_layer_overhead_s`` on all families together, the others per GPU family but those a
+                     family's profile states as measured (Hopper's attention since 2026-12-04) (shipped)
     cauchy           Cauchy loss c^2 log(1 + (e / c)^2), c = 0.15: rows far off count less
     squared          mean squared log error: rows far off count more (the tail the p90 target measures)
     model-balanced   mean |log error| with each row weighted 1 / sqrt(rows of its model)
@@ -39,6 +40,8 @@ over those rows and the fitted GEMM size at half efficiency.
                      seventh session; shipped since: 0.65 / 0.85, from FlashAttention-3 and nccl-tests figures)
     wide-attention   attention up to 0.90 only
     wide-nvlink      NVLink up to 0.95 only
+    fixed-nvlink     NVLink not fitted: every fold keeps the plain default 0.75 of the link rate (nccl-tests
+                     bus bandwidth inside an NVSwitch domain, 0.7-0.85), one degree of freedom fewer per family
 """
 
 from __future__ import annotations
@@ -172,6 +175,8 @@ VARIANTS: dict[str, tuple[Callable, Callable[[], AbstractContextManager]]] = {
     "wide-bounds": (partial(fit_by_gpu, params=_bounded(attention=0.90, scaleup_link=0.95)), nullcontext),
     "wide-attention": (partial(fit_by_gpu, params=_bounded(attention=0.90)), nullcontext),
     "wide-nvlink": (partial(fit_by_gpu, params=_bounded(scaleup_link=0.95)), nullcontext),
+    "fixed-nvlink": (partial(fit_by_gpu, params=tuple(p for p in DEFAULT_PARAMS if p.name != "scaleup_link")),
+                     nullcontext),
 }
 """name -> (the fit each fold runs, the context the folds run in)."""
 

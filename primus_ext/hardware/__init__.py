@@ -83,6 +83,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+_NOT_NUMBERS = frozenset({"calibration", "measured"})
+"""Efficiency fields that are not numbers: how the block was obtained, which values were measured."""
+
+
 def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
     """Build a ``GPUSpec`` from a profile mapping (datasheet units as in the YAML files)."""
     problems = [
@@ -108,8 +112,16 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         Problem(path=f"{source}:efficiency.{key}", value=value, message="efficiency parameter is not a number",
                 fix="write a number YAML reads as one (5.0e+10, not 5e+10: YAML 1.1 needs the dot)")
         for key, value in eff_data.items()
-        if key in known and key != "calibration" and not _is_number(value)
+        if key in known and key not in _NOT_NUMBERS and not _is_number(value)
     ]
+    measured = eff_data.get("measured", [])
+    numeric = sorted(known - _NOT_NUMBERS)
+    if not isinstance(measured, list) or not all(isinstance(m, str) and m in numeric for m in measured):
+        problems.append(Problem(path=f"{source}:efficiency.measured", value=measured,
+                                message="not a list of efficiency parameter names",
+                                fix=f"list names of {', '.join(numeric)}, e.g. [attention]"))
+    else:
+        eff_data = {**eff_data, "measured": tuple(measured)}
     if problems:
         raise RecipeError(problems=problems, source=source)
     return GPUSpec(
@@ -127,6 +139,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         sources=str(data.get("gpu", "")) + " profile " + source,
         efficiency=Efficiency(**eff_data),
     )
+
 
 
 @cache
@@ -195,7 +208,9 @@ def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folde
     kept = [f.name for f in dataclasses.fields(Efficiency) if f.name not in fields and f.name != "calibration"
             and getattr(efficiency, f.name) != getattr(defaults, f.name)]
     lines = [EFFICIENCY_HEADER, "efficiency:"]
-    lines += [f"  {key}: {yaml_number(getattr(efficiency, key))}" for key in (*fields, *kept)]
+    for key in (*fields, *kept):
+        value = getattr(efficiency, key)
+        lines.append(f"  {key}: {json.dumps(list(value)) if key == 'measured' else yaml_number(value)}")
     lines.append(f"  calibration: {json.dumps(efficiency.calibration)}")
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{canonical_name(name)}.yaml"

@@ -49,6 +49,9 @@ class Efficiency:
     """Alpha term of a collective step inside the scale-up domain, seconds."""
     network_latency_s: float = 5.0e-6
     """Additional alpha per step across scale-up domains, seconds."""
+    measured: tuple[str, ...] = ()
+    """Parameters whose values were measured on the hardware (kernel microbenchmarks) rather than fitted to
+    end-to-end runs: ``validate --fit`` and its cross-validation keep them as the profile states them."""
     calibration: str = "uncalibrated defaults"
     """How these values were obtained (fit set, date, command)."""
 

@@ -262,17 +262,25 @@ SHARED_SEARCH_STEPS = 12
 def _fit_families(families: dict[str, list[RunRow]], projector: Projector, own: Sequence[Param],
                   held: dict[str, float], loss: Loss,
                   progress: Callable[[str], None] | None) -> dict[str, tuple[Efficiency, float, set[str]]]:
-    """Each family's ``own`` parameters fitted from the plain defaults with ``held`` values fixed:
-    family -> (efficiency, loss, parameters its rows do not constrain)."""
+    """Each family's ``own`` parameters fitted from the plain defaults with ``held`` values fixed, except the
+    ones its profile states as measured (``Efficiency.measured``), kept as stated: family -> (efficiency, loss,
+    parameters its rows do not constrain)."""
     out = {}
     for name, members in families.items():
         if progress:
             progress(f"fitting {name} on {len(members)} rows")
-        start = replace(fresh_start(members[0].system.gpu.efficiency, own), **held)  # type: ignore[union-attr]
+        profile = members[0].system.gpu.efficiency  # type: ignore[union-attr]
+        mine = [p for p in own if p.name not in profile.measured]
+        start = replace(fresh_start(profile, mine), **_unmeasured(held, profile))
         kept: set[str] = set()
-        efficiency, value = fit_efficiency(members, projector, start, own, unconstrained=kept, loss=loss)
+        efficiency, value = fit_efficiency(members, projector, start, mine, unconstrained=kept, loss=loss)
         out[name] = (efficiency, value, kept)
     return out
+
+
+def _unmeasured(values: dict[str, float], efficiency: Efficiency) -> dict[str, float]:
+    """``values`` without the parameters ``efficiency`` states as measured (never overwritten by a fit)."""
+    return {k: v for k, v in values.items() if k not in efficiency.measured}
 
 
 def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficiency, float, set[str]]],
@@ -284,7 +292,8 @@ def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficie
     def score(x: float) -> float:
         values = {**held, param.name: param.value(x)}
         errors = [error for name, members in families.items()
-                  for error in log_errors(members, projector, replace(fits[name][0], **values))]
+                  for error in log_errors(members, projector,
+                                          replace(fits[name][0], **_unmeasured(values, fits[name][0])))]
         return loss(errors) if errors else math.inf
 
     lo, hi = param.span()
@@ -334,8 +343,10 @@ def fit_by_gpu(
         members = families[name]
         models = sorted({m.model_name for m in members})
         gpus = sorted({m.gpu for m in members})
-        fitted = ", ".join(p.name for p in own if p.name not in kept)
+        measured = [p.name for p in own if p.name in efficiency.measured]
+        fitted = ", ".join(p.name for p in own if p.name not in kept and p.name not in measured)
         unfitted = f"; {', '.join(sorted(kept))} not constrained by these rows (left at the default)" if kept else ""
+        unfitted += "".join(f"; {m} {getattr(efficiency, m):.4g} as measured (not fitted)" for m in measured)
         efficiency = replace(efficiency, calibration=(
             f"fitted {fitted} on {len(members)} {'/'.join(gpus)} rows ({len(models)} models) of "
             f"{label or 'the validation set'}; {_loss_label(loss)} {value:.3f}{unfitted}{note}"))

@@ -118,3 +118,38 @@ def test_writer_replaces_a_hand_written_efficiency_block(tmp_path, monkeypatch):
         assert "hbm_tbps" in str(err.value) and "not a number" in str(err.value)
     finally:
         load_gpu.cache_clear()
+
+
+def test_measured_efficiency_names_read_back_and_bad_ones_are_listed(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from primus_ext.hardware import write_efficiency
+
+    efficiency = replace(load_gpu("h100").efficiency, attention=0.41, measured=("attention",))
+    write_efficiency("h100", efficiency, ["gemm_max", "attention"], tmp_path)
+    monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(tmp_path))
+    load_gpu.cache_clear()
+    try:
+        back = load_gpu("h100").efficiency
+        assert back.measured == ("attention",) and back.attention == 0.41
+        text = (tmp_path / "h100.yaml").read_text()
+        for bad in ('["atention"]', '["calibration"]', '"attention"'):
+            (tmp_path / "h100.yaml").write_text(text.replace('["attention"]', bad))
+            load_gpu.cache_clear()
+            with pytest.raises(RecipeError) as err:
+                load_gpu("h100")
+            assert "efficiency.measured" in str(err.value) and "[attention]" in str(err.value)
+    finally:
+        load_gpu.cache_clear()
+
+
+def test_profiles_of_a_family_state_the_same_measured_values():
+    """The calibration fits one block per GPU family from its first row's profile: what a family's profiles
+    state as measured must agree."""
+    by_family: dict[str, set] = {}
+    for name in list_profiles():
+        eff = load_gpu(name).efficiency
+        stated = tuple((m, getattr(eff, m)) for m in eff.measured)
+        by_family.setdefault(load_gpu(name).family or name, set()).add(stated)
+    assert all(len(v) == 1 for v in by_family.values()), by_family
+    assert by_family["hopper"] == {(("attention", 0.4327),)}

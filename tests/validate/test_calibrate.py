@@ -258,3 +258,35 @@ def test_a_shared_parameter_no_row_constrains_keeps_its_default_and_says_so():
     assert fits["hopper"][0].scaleout_link == Efficiency().scaleout_link
     assert "scaleout_link not constrained by these rows (left at the default)" in fits["hopper"][0].calibration
     assert "together" not in fits["hopper"][0].calibration
+
+
+def _stated(runs: list[RunRow], efficiency: Efficiency, gpu: str | None = None) -> list[RunRow]:
+    """``runs`` (those on ``gpu`` when given) with their profile's efficiency set to ``efficiency``."""
+    return [replace(r, system=replace(r.system, gpu=replace(r.system.gpu, efficiency=efficiency)))
+            if gpu is None or r.gpu == gpu else r for r in runs]
+
+
+def test_a_measured_parameter_is_kept_as_the_profile_states_it():
+    """``Efficiency.measured`` (a kernel microbenchmark's value): the fit moves the other parameters around it and
+    says so."""
+    truth = Efficiency(gemm_max=0.62, attention=0.55)
+    stated = Efficiency(attention=0.3, measured=("attention",))
+    fitted = fit_by_gpu(_stated(rows(truth), stated), fake_projector)["hopper"][0]
+    assert fitted.attention == 0.3 and fitted.measured == ("attention",)
+    # gemm_max takes up what attention cannot (throughput ~ gemm_max * (0.8 + 0.2 attention))
+    assert fitted.gemm_max * (0.8 + 0.2 * 0.3) == pytest.approx(0.62 * (0.8 + 0.2 * 0.55), rel=0.01)
+    assert "attention 0.3 as measured (not fitted)" in fitted.calibration
+    assert "attention" not in fitted.calibration.split(" on ")[0]  # not among the fitted parameters
+    unstated = fit_by_gpu(rows(truth), fake_projector)["hopper"][0]
+    assert unstated.attention != 0.3 and "as measured" not in unstated.calibration
+
+
+def test_a_shared_parameter_measured_in_one_family_is_not_overwritten_there():
+    def fits(value: float) -> dict:
+        stated = Efficiency(scaleout_link=value, measured=("scaleout_link",))
+        return fit_by_gpu(_stated(_two_families(), stated, gpu="B200"), link_projector)
+
+    at_8, at_9 = fits(0.8), fits(0.9)
+    assert at_8["blackwell"][0].scaleout_link == 0.8 and at_9["blackwell"][0].scaleout_link == 0.9
+    # the shared value is Hopper's rows' alone: whatever Blackwell's profile states does not pull it
+    assert at_8["hopper"][0].scaleout_link == at_9["hopper"][0].scaleout_link
