@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.validate.hardware_csv import read_hardware
     from primus_ext.validate.run import analytic_projector, validate_runs
     from primus_ext.validate.runs import read_runs
+    from primus_ext.validate.stated import with_measured
 
     store, store_gpu = _open_measured(args)  # bad --store input fails before the projection runs
     archs = read_archs(args.archs)
@@ -186,8 +187,10 @@ def run(args: argparse.Namespace) -> int:
             print("efficiency:")
             for key, value in values.items():
                 print(f"  {key}: {yaml_number(value)}")
+            if eff.measured:
+                print(f"  measured: {json.dumps(list(eff.measured))}")
             print(f"  calibration: {eff.calibration!r}")
-            out.setdefault("fits", {})[name] = {**values, "rows": n, "loss": loss}
+            out.setdefault("fits", {})[name] = {**values, "measured": list(eff.measured), "rows": n, "loss": loss}
         if args.write_profiles:
             from primus_ext.hardware import list_profiles, load_gpu, write_efficiency
 
@@ -206,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
                 family = load_gpu(profile).family or profile
                 chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None
                 if chosen is not None:
+                    chosen = with_measured(chosen, load_gpu(profile).efficiency)
                     path = write_efficiency(profile, chosen, names, Path(args.write_profiles))
                     print(f"wrote {path}")
     if args.cv:

@@ -87,6 +87,29 @@ _NOT_NUMBERS = frozenset({"calibration", "measured"})
 """Efficiency fields that are not numbers: how the block was obtained, which values were measured."""
 
 
+def _measured_problems(eff_data: dict[str, Any], known: set[str], source: str) -> list[Problem]:
+    """``efficiency.measured``: a list of numeric efficiency names, each stated in the block, each once."""
+    measured = eff_data.get("measured")
+    measured = [] if measured is None else measured  # ``measured:`` left empty: nothing measured
+    path = f"{source}:efficiency.measured"
+    numeric = sorted(known - _NOT_NUMBERS)
+    if not isinstance(measured, list):
+        return [Problem(path=path, value=measured, message="not a list of efficiency parameter names",
+                        fix="write a YAML list, e.g. [attention]")]
+    problems = []
+    for i, name in enumerate(measured):
+        if not isinstance(name, str) or name not in numeric:
+            problems.append(Problem(path=f"{path}[{i}]", value=name, message="not an efficiency parameter name",
+                                    fix=f"use one of {', '.join(numeric)}"))
+        elif name not in eff_data:
+            problems.append(Problem(path=f"{path}[{i}]", value=name,
+                                    message=f"{name} is listed as measured but its value is not stated",
+                                    fix=f"state efficiency.{name} (the measured value) or drop it from the list"))
+        elif name in measured[:i]:
+            problems.append(Problem(path=f"{path}[{i}]", value=name, message="listed twice", fix="list it once"))
+    return problems
+
+
 def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
     """Build a ``GPUSpec`` from a profile mapping (datasheet units as in the YAML files)."""
     problems = [
@@ -114,14 +137,10 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         for key, value in eff_data.items()
         if key in known and key not in _NOT_NUMBERS and not _is_number(value)
     ]
-    measured = eff_data.get("measured", [])
-    numeric = sorted(known - _NOT_NUMBERS)
-    if not isinstance(measured, list) or not all(isinstance(m, str) and m in numeric for m in measured):
-        problems.append(Problem(path=f"{source}:efficiency.measured", value=measured,
-                                message="not a list of efficiency parameter names",
-                                fix=f"list names of {', '.join(numeric)}, e.g. [attention]"))
-    else:
-        eff_data = {**eff_data, "measured": tuple(measured)}
+    measured_problems = _measured_problems(eff_data, known, source)
+    problems += measured_problems
+    if not measured_problems:
+        eff_data = {**eff_data, "measured": tuple(eff_data.get("measured") or ())}  # YAML list -> hashable spec
     if problems:
         raise RecipeError(problems=problems, source=source)
     return GPUSpec(
@@ -139,7 +158,6 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         sources=str(data.get("gpu", "")) + " profile " + source,
         efficiency=Efficiency(**eff_data),
     )
-
 
 
 @cache

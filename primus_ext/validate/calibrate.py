@@ -23,6 +23,7 @@ from primus_ext.specs import Efficiency
 from primus_ext.validate.run import Projector, RowResult, ValidationReport, summarize
 from primus_ext.validate.runs import RunRow
 from primus_ext.validate.search import golden_section, nelder_mead
+from primus_ext.validate.stated import check_measured, unmeasured
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,16 +272,14 @@ def _fit_families(families: dict[str, list[RunRow]], projector: Projector, own: 
             progress(f"fitting {name} on {len(members)} rows")
         profile = members[0].system.gpu.efficiency  # type: ignore[union-attr]
         mine = [p for p in own if p.name not in profile.measured]
-        start = replace(fresh_start(profile, mine), **_unmeasured(held, profile))
+        # every calibration parameter not measured starts at its plain default, fitted here or not (a parameter
+        # a variant leaves out must not keep a profile value fitted on the held-out rows)
+        reset = [p for p in {p.name: p for p in (*DEFAULT_PARAMS, *own)}.values() if p.name not in profile.measured]
+        start = replace(fresh_start(profile, reset), **unmeasured(held, profile))
         kept: set[str] = set()
         efficiency, value = fit_efficiency(members, projector, start, mine, unconstrained=kept, loss=loss)
         out[name] = (efficiency, value, kept)
     return out
-
-
-def _unmeasured(values: dict[str, float], efficiency: Efficiency) -> dict[str, float]:
-    """``values`` without the parameters ``efficiency`` states as measured (never overwritten by a fit)."""
-    return {k: v for k, v in values.items() if k not in efficiency.measured}
 
 
 def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficiency, float, set[str]]],
@@ -293,7 +292,7 @@ def _fit_shared(families: dict[str, list[RunRow]], fits: dict[str, tuple[Efficie
         values = {**held, param.name: param.value(x)}
         errors = [error for name, members in families.items()
                   for error in log_errors(members, projector,
-                                          replace(fits[name][0], **_unmeasured(values, fits[name][0])))]
+                                          replace(fits[name][0], **unmeasured(values, fits[name][0])))]
         return loss(errors) if errors else math.inf
 
     lo, hi = param.span()
@@ -318,13 +317,13 @@ def fit_by_gpu(
     for run in usable(runs):
         by_gpu[family_of(run)].append(run)
     families = {name: members for name, members in sorted(by_gpu.items()) if len(members) >= MIN_FIT_ROWS}
+    check_measured(families)
     common = [p for p in params if p.name in shared] if len(families) > 1 else []
     own = [p for p in params if p not in common]
     held = {p.name: getattr(Efficiency(), p.name) for p in common}
     fits = _fit_families(families, projector, own, held, loss, progress)
-    note = ""
+    fitted_shared: dict[str, float] = {}
     if common:
-        fitted_shared = {}
         for param in common:
             if progress:
                 progress(f"fitting {param.name} on the rows of {'/'.join(families)} together")
@@ -333,23 +332,26 @@ def fit_by_gpu(
                 fitted_shared[param.name] = held[param.name] = value
         if fitted_shared:
             fits = _fit_families(families, projector, own, held, loss, progress)
-            note = (f"; {', '.join(f'{k} {v:.4g}' for k, v in fitted_shared.items())} fitted on the "
-                    f"{sum(len(m) for m in families.values())} rows of {'/'.join(families)} together")
-        unshared = sorted(set(held) - set(fitted_shared))
-        if unshared:
-            note += f"; {', '.join(unshared)} not constrained by these rows (left at the default)"
+    rows = sum(len(m) for m in families.values())
     out = {}
     for name, (efficiency, value, kept) in fits.items():
         members = families[name]
         models = sorted({m.model_name for m in members})
         gpus = sorted({m.gpu for m in members})
-        measured = [p.name for p in own if p.name in efficiency.measured]
+        measured = efficiency.measured
         fitted = ", ".join(p.name for p in own if p.name not in kept and p.name not in measured)
         unfitted = f"; {', '.join(sorted(kept))} not constrained by these rows (left at the default)" if kept else ""
         unfitted += "".join(f"; {m} {getattr(efficiency, m):.4g} as measured (not fitted)" for m in measured)
+        together = {k: v for k, v in fitted_shared.items() if k not in measured}
+        if together:
+            unfitted += (f"; {', '.join(f'{k} {v:.4g}' for k, v in together.items())} fitted on the {rows} rows of "
+                         f"{'/'.join(families)} together")
+        unshared = sorted(k for k in held if k not in fitted_shared and k not in measured)
+        if unshared:
+            unfitted += f"; {', '.join(unshared)} not constrained by these rows (left at the default)"
         efficiency = replace(efficiency, calibration=(
             f"fitted {fitted} on {len(members)} {'/'.join(gpus)} rows ({len(models)} models) of "
-            f"{label or 'the validation set'}; {_loss_label(loss)} {value:.3f}{unfitted}{note}"))
+            f"{label or 'the validation set'}; {_loss_label(loss)} {value:.3f}{unfitted}"))
         out[name] = (efficiency, len(members), value)
     return out
 

@@ -4,9 +4,10 @@
 
 Each model's rows are projected with efficiencies fitted (``calibrate.fit_by_gpu``, from the plain defaults,
 or the ``fit`` given: a variant of the calibration to compare, ``benchmarks/calibration_variants.py``) on the
-other models' rows only. The folds are independent: ``jobs`` > 1 runs them in worker processes when the
-projector and the fit can be pickled (module-level functions, as ``analytic_projector`` is, or partials of
-them; a lambda or closure runs the folds serially).
+other models' rows only; the values a profile states as measured (``Efficiency.measured``) are kept as stated.
+The folds are independent: ``jobs`` > 1 runs them in worker processes when the projector and the fit can be
+pickled (module-level functions, as ``analytic_projector`` is, or partials of them; a lambda or closure runs the
+folds serially).
 """
 
 from __future__ import annotations

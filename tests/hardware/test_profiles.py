@@ -133,12 +133,21 @@ def test_measured_efficiency_names_read_back_and_bad_ones_are_listed(tmp_path, m
         back = load_gpu("h100").efficiency
         assert back.measured == ("attention",) and back.attention == 0.41
         text = (tmp_path / "h100.yaml").read_text()
-        for bad in ('["atention"]', '["calibration"]', '"attention"'):
+        cases = {'"attention"': ("efficiency.measured:", "not a list"),
+                 '["atention"]': ("efficiency.measured[0]", "not an efficiency parameter name"),
+                 '["calibration"]': ("efficiency.measured[0]", "not an efficiency parameter name"),
+                 '["attention", "attention"]': ("efficiency.measured[1]", "listed twice"),
+                 '["attention", "hbm"]': ("efficiency.measured[1]", "hbm is listed as measured but its value is not")}
+        for bad, (path, message) in cases.items():
             (tmp_path / "h100.yaml").write_text(text.replace('["attention"]', bad))
             load_gpu.cache_clear()
             with pytest.raises(RecipeError) as err:
                 load_gpu("h100")
-            assert "efficiency.measured" in str(err.value) and "[attention]" in str(err.value)
+            assert path in str(err.value) and message in str(err.value), (bad, str(err.value))
+        for empty in ("[]", ""):  # nothing measured
+            (tmp_path / "h100.yaml").write_text(text.replace('["attention"]', empty))
+            load_gpu.cache_clear()
+            assert load_gpu("h100").efficiency.measured == ()
     finally:
         load_gpu.cache_clear()
 

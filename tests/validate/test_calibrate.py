@@ -290,3 +290,39 @@ def test_a_shared_parameter_measured_in_one_family_is_not_overwritten_there():
     assert at_8["blackwell"][0].scaleout_link == 0.8 and at_9["blackwell"][0].scaleout_link == 0.9
     # the shared value is Hopper's rows' alone: whatever Blackwell's profile states does not pull it
     assert at_8["hopper"][0].scaleout_link == at_9["hopper"][0].scaleout_link
+    hopper, blackwell = at_8["hopper"][0].calibration, at_8["blackwell"][0].calibration
+    assert "scaleout_link 0.8 as measured (not fitted)" in blackwell and "scaleout_link 0.6" not in blackwell
+    assert f"scaleout_link {at_8['hopper'][0].scaleout_link:.4g} fitted on the 18 rows" in hopper
+
+
+def test_profiles_of_one_family_stating_different_measured_values_are_refused():
+    from primus_ext.errors import RecipeError
+
+    runs = _stated(_two_families(), Efficiency(attention=0.4, measured=("attention",)), gpu="B200")
+    b300 = load_system("b300", 2)
+    b300 = replace(b300, gpu=replace(b300.gpu, efficiency=Efficiency(attention=0.5, measured=("attention",))))
+    runs += [replace(r, index=300 + r.index, gpu="B300", system=b300) for r in runs if r.gpu == "B200"]
+    with pytest.raises(RecipeError) as err:
+        fit_by_gpu(runs, link_projector)
+    assert "blackwell" in str(err.value) and "efficiency.measured" in str(err.value)
+
+
+def test_a_parameter_left_out_of_the_fit_starts_at_its_plain_default_not_the_profile():
+    """A calibration variant that does not fit a parameter must not keep the profile's value of it (fitted on
+    every row, the held-out model's too, in cross-validation)."""
+    from primus_ext.validate.calibrate import DEFAULT_PARAMS
+
+    without = [p for p in DEFAULT_PARAMS if p.name != "scaleup_link"]
+    profiled = _stated(rows(Efficiency(gemm_max=0.5)), Efficiency(scaleup_link=0.62))
+    assert fit_by_gpu(profiled, fake_projector, params=without)["hopper"][0].scaleup_link == Efficiency().scaleup_link
+
+
+def test_a_pooled_prior_written_into_a_profile_keeps_what_the_profile_measured():
+    from primus_ext.validate.stated import with_measured
+
+    pooled = Efficiency(attention=0.5, gemm_max=0.45, calibration="pooled prior")
+    profile = Efficiency(attention=0.41, measured=("attention",))
+    written = with_measured(pooled, profile)
+    assert written.attention == 0.41 and written.gemm_max == 0.45 and written.measured == ("attention",)
+    assert written.calibration == "pooled prior; attention 0.41 as measured (kept from the profile)"
+    assert with_measured(pooled, Efficiency()) == pooled
