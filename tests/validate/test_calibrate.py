@@ -315,14 +315,3 @@ def test_a_parameter_left_out_of_the_fit_starts_at_its_plain_default_not_the_pro
     without = [p for p in DEFAULT_PARAMS if p.name != "scaleup_link"]
     profiled = _stated(rows(Efficiency(gemm_max=0.5)), Efficiency(scaleup_link=0.62))
     assert fit_by_gpu(profiled, fake_projector, params=without)["hopper"][0].scaleup_link == Efficiency().scaleup_link
-
-
-def test_a_pooled_prior_written_into_a_profile_keeps_what_the_profile_measured():
-    from primus_ext.validate.stated import with_measured
-
-    pooled = Efficiency(attention=0.5, gemm_max=0.45, calibration="pooled prior")
-    profile = Efficiency(attention=0.41, measured=("attention",))
-    written = with_measured(pooled, profile)
-    assert written.attention == 0.41 and written.gemm_max == 0.45 and written.measured == ("attention",)
-    assert written.calibration == "pooled prior; attention 0.41 as measured (kept from the profile)"
-    assert with_measured(pooled, Efficiency()) == pooled
