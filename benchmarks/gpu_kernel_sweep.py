@@ -1,9 +1,10 @@
-"""Kernel ceilings of one Hopper GPU by size: the physical curves behind the roofline's fitted efficiencies.
+"""Kernel ceilings of one GPU by size: the physical curves behind the roofline's fitted efficiencies.
 
 Run on the GPU machine (no megatron needed; ~2 min on an H200)::
 
     python benchmarks/gpu_kernel_sweep.py --out "$OUT/sweep.json"
     python benchmarks/gpu_kernel_sweep.py --out /tmp/sweep.json --device cpu --small   # dry run here
+    primus-ext profile pin sweep.json [--out primus_ext/hardware/profiles]   # then, anywhere: pin what it measured
 
 Measures, each the mean of CUDA-event-timed calls after warm-up:
 
@@ -13,7 +14,8 @@ Measures, each the mean of CUDA-event-timed calls after warm-up:
 - grouped GEMMs of MoE experts (``torch._grouped_mm``, bf16) by tokens per expert;
 - causal attention forward and forward + backward with each SDPA backend PyTorch offers (flash =
   FlashAttention-2, cuDNN = the kernel family TE's fused attention calls, memory-efficient) and with the
-  default choice, by head dim (64, 128, MLA's 192 / 128) and sequence.
+  default choice, by head dim (64, 128, MLA's 192 / 128) and sequence;
+- an HBM copy (device to device, bytes read + written).
 
 Prints one line per measurement and writes them all to ``--out`` (rewritten after each group, so a run
 cut short keeps what it measured). Figures, not assertions: `RESULTS.md` reads them against the
@@ -44,8 +46,6 @@ fc2 (TP1); Qwen3-30B-A3B's and Qwen3-235B-A22B's gated expert fc1 (2 x 768 by 20
 Llama-3-70B's fc1 half and fc2 at TP8 (28672 / 8) and an 8192-square projection; Llama-3.1-405B's QKV and fc1
 half at TP8 ((128 + 2 x 8) x 128 / 8 and 53248 / 8, by 16384)."""
 GEMM_M = (1024, 2048, 4096, 8192, 16384)
-PEAK_BF16_TFLOPS = 989.0
-"""H100 / H200 SXM dense BF16 peak, TFLOP/s (NVIDIA datasheet 1979 with sparsity, halved; profiles/h200.yaml)."""
 GROUPED = ((2 * 768, 2048), (2 * 1536, 4096), (2 * 2048, 7168))
 """Expert fc1 (gated) of Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3: (N, K)."""
 GROUPED_EXPERTS = (4, 16)
@@ -156,9 +156,28 @@ def attention(device: torch.device, scale: int, reps: int) -> list:
     return rows
 
 
+def hbm_copy(device: torch.device, scale: int, reps: int) -> dict:
+    """TB/s of a device-to-device copy of 2 GiB, bytes read + written (``hbm`` of a profile is its fraction)."""
+    x = torch.empty(2 * 1024**3 // scale, device=device, dtype=torch.uint8)
+    y = torch.empty_like(x)
+    ms = timed(lambda: y.copy_(x), device, reps)
+    return {"bytes": x.numel(), "ms": ms, "tbps_read_plus_write": 2 * x.numel() / ms / 1e9}
+
+
+def _peak_bf16(device: str) -> float:
+    """Dense BF16 peak (TFLOP/s, datasheet) of the profile the sweep's device name names; NaN without one."""
+    from primus_ext.hardware import load_gpu, profile_of_device
+
+    name = profile_of_device(device)
+    return load_gpu(name).bf16_dense_tflops if name else float("nan")
+
+
 def summarize(result: dict) -> list[str]:
-    """The figures `RESULTS.md` quotes, from a sweep's JSON: ranges and ratios per kernel family."""
+    """The figures `RESULTS.md` quotes, from a sweep's JSON: ranges and ratios per kernel family (fractions of
+    peak over the datasheet peak of the profile the device name names)."""
     import statistics
+
+    peak = _peak_bf16(result.get("device", ""))
 
     def rate(row: dict) -> float:
         return row.get("tflops", float("nan"))
@@ -186,8 +205,8 @@ def summarize(result: dict) -> list[str]:
     full = [(h, s) for (b, h, kv, d, s, p) in att if b == "cudnn" and d == 128 and kv == h and p == "fwd+bwd"]
     for h, seq in sorted(full, key=lambda hs: hs[1]):
         cudnn, flash = att[("cudnn", h, h, 128, seq, "fwd+bwd")], att[("flash", h, h, 128, seq, "fwd+bwd")]
-        lines.append(f"attention fwd+bwd, 128-wide, {seq} tokens: cuDNN {cudnn / PEAK_BF16_TFLOPS:.2f} of peak, "
-                     f"flash / cuDNN {flash / cudnn:.2f}")
+        lines.append(f"attention fwd+bwd, 128-wide, {seq} tokens: cuDNN {cudnn:.0f} TFLOP/s = {cudnn / peak:.2f} "
+                     f"of peak, flash / cuDNN {flash / cudnn:.2f}")
     d64, d128 = att[("cudnn", 32, 32, 64, 4096, "fwd+bwd")], att[("cudnn", 32, 32, 128, 4096, "fwd+bwd")]
     lines.append(f"attention fwd+bwd, 64- / 128-wide heads at 4096 tokens (cuDNN): {d64 / d128:.3f}")
     return lines
@@ -215,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         result["sdpa_enabled"] = {n: getattr(torch.backends.cuda, f"{n}_sdp_enabled")()
                                   for n in ("flash", "mem_efficient", "math", "cudnn")}
     print(json.dumps(result), flush=True)
-    for name, fn in (("attention", attention), ("gemm", gemms), ("grouped", grouped)):
+    for name, fn in (("attention", attention), ("gemm", gemms), ("grouped", grouped), ("hbm", hbm_copy)):
         t0 = time.monotonic()
         result[name] = fn(device, scale, args.reps)
         result[f"{name}_s"] = time.monotonic() - t0

@@ -99,8 +99,8 @@ def _reason_lines(report, only: str = "") -> list[str]:
 def _open_measured(args: argparse.Namespace):
     """``--store``'s timing store and the profile of the GPU that measured it (``(None, None)`` without)."""
     from primus_ext.errors import PrimusExtError
-    from primus_ext.hardware import load_gpu
-    from primus_ext.validate.measured import open_store, profile_of
+    from primus_ext.hardware import load_gpu, profile_of_device
+    from primus_ext.validate.measured import open_store
 
     if not args.store:
         given = [flag for flag, value in (("--store-device", args.store_device), ("--store-gpu", args.store_gpu))
@@ -109,7 +109,7 @@ def _open_measured(args: argparse.Namespace):
             raise PrimusExtError(f"{' and '.join(given)} without --store: name the timing store to read")
         return None, None
     store = open_store(args.store, args.store_device)
-    profile = args.store_gpu or profile_of(store.device)
+    profile = args.store_gpu or profile_of_device(store.device)
     if profile is None:
         raise PrimusExtError(f"--store {args.store}: no hardware profile is named by its device {store.device!r}: "
                              "name it with --store-gpu")

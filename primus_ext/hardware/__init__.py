@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,19 @@ def list_profiles() -> list[str]:
 def canonical_name(name: str) -> str:
     key = name.strip().lower()
     return ALIASES.get(key, key)
+
+
+def profile_of_device(device: str) -> str | None:
+    """The profile a device name names (CUDA's ``"NVIDIA H200"`` -> ``h200``, ROCm's ``"AMD Instinct MI300X"`` ->
+    ``mi300x``), if exactly one: a profile name that is one of the name's words."""
+    words = set(re.split(r"[^a-z0-9]+", device.lower()))
+    found = [p for p in list_profiles() if p in words]
+    return found[0] if len(found) == 1 else None
+
+
+def family_profiles(family: str) -> list[str]:
+    """The profiles of GPU family ``family`` (``hopper`` -> ``h100``, ``h200``), by name."""
+    return [name for name in list_profiles() if load_gpu(name).family == family]
 
 
 def _find(name: str) -> Path:
@@ -217,11 +231,17 @@ def _without_efficiency(text: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folder: Path) -> Path:
+def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folder: Path, *,
+                     notes: dict[str, str] | None = None) -> Path:
     """Copy profile ``name`` into ``folder`` with ``fields`` of ``efficiency`` as its efficiency block
     (replacing an earlier block; the datasheet part and its comments are kept verbatim). Other fields of
-    ``efficiency`` that differ from the ``Efficiency()`` defaults (a user's hand-set ``hbm``, say) are kept too."""
+    ``efficiency`` that differ from the ``Efficiency()`` defaults (a user's hand-set ``hbm``, say) are kept too.
+    ``notes``: comment lines to place above the block, each replacing the lines that start with its key (the
+    source of a measured value, which later refits keep: they rewrite the block only)."""
     text = _without_efficiency(_find(canonical_name(name)).read_text(encoding="utf-8"))
+    if notes:
+        kept_lines = [line for line in text.splitlines() if not any(line.startswith(k) for k in notes)]
+        text = "\n".join([*kept_lines, *notes.values()]) + "\n"
     defaults = Efficiency()
     kept = [f.name for f in dataclasses.fields(Efficiency) if f.name not in fields and f.name != "calibration"
             and getattr(efficiency, f.name) != getattr(defaults, f.name)]
@@ -239,5 +259,5 @@ def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folde
     return target
 
 
-__all__ = ["canonical_name", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system", "write_efficiency",
-           "yaml_number"]
+__all__ = ["canonical_name", "family_profiles", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system",
+           "profile_of_device", "write_efficiency", "yaml_number"]

@@ -88,14 +88,3 @@ def open_store(path: str, device: str | None = None) -> TimingStore:
     if device is not None and device not in devices:
         raise PrimusExtError(f"--store-device {device!r}: the store holds {', '.join(devices)}")
     return open_store_file(file, device=device or devices[0], versions="any")
-
-
-def profile_of(device: str) -> str | None:
-    """The hardware profile a CUDA device name names (``"NVIDIA H200"`` -> ``h200``), if exactly one."""
-    import re
-
-    from primus_ext.hardware import list_profiles
-
-    words = set(re.split(r"[^a-z0-9]+", device.lower()))
-    found = [p for p in list_profiles() if p in words]
-    return found[0] if len(found) == 1 else None

@@ -161,19 +161,3 @@ def test_profiles_of_a_family_state_the_same_measured_values():
         stated = tuple((m, getattr(eff, m)) for m in eff.measured)
         by_family.setdefault(load_gpu(name).family or name, set()).add(stated)
     assert all(len(v) == 1 for v in by_family.values()), by_family
-
-
-def test_hoppers_measured_attention_is_the_committed_kernel_sweeps():
-    """The stated value is reproducible from its source: cuDNN causal attention, forward + backward, 128-wide
-    heads (as many KV heads as query heads), 4096 tokens, in benchmarks/kernels/h200-2026-12-04-sweep.json, over
-    the BF16 dense peak."""
-    import json
-
-    sweep = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "h200-2026-12-04-sweep.json"
-    (tflops,) = [r["tflops"] for r in json.loads(sweep.read_text())["attention"]
-                 if (r["backend"], r["dim"], r["seq"], r["pass"]) == ("cudnn", 128, 4096, "fwd+bwd")
-                 and r["heads"] == r["kv_heads"]]
-    for name in ("h100", "h200"):
-        gpu = load_gpu(name)
-        assert gpu.efficiency.measured == ("attention",)
-        assert gpu.efficiency.attention == round(tflops / gpu.bf16_dense_tflops, 4)

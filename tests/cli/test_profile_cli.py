@@ -1,0 +1,61 @@
+"""``primus-ext profile pin``: a kernel sweep's efficiencies into the GPU family's profiles, end to end."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from primus_ext.cli import main
+from primus_ext.hardware import load_gpu
+
+H200_SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "h200-2026-12-04-sweep.json"
+
+
+def _sweep(tmp_path: Path, device: str) -> Path:
+    row = {"op": "attention", "backend": "cudnn", "heads": 32, "kv_heads": 32, "dim": 128, "vdim": 128,
+           "seq": 4096, "pass": "fwd+bwd", "ms": 1.0, "tflops": 1000.0}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"device": device, "attention": [row]}))
+    return path
+
+
+def test_dry_run_prints_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "pin", str(H200_SWEEP)]) == 0
+    out = capsys.readouterr().out
+    assert "family hopper: h100, h200" in out and "attention  0.4327" in out and "nothing written" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pin_writes_the_family_and_names_the_next_step(tmp_path, capsys, monkeypatch):
+    out_dir = tmp_path / "profiles"
+    assert main(["profile", "pin", str(_sweep(tmp_path, "NVIDIA GB200")), "--out", str(out_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "validate" in printed and "--fit" in printed
+    assert {p.stem for p in out_dir.glob("*.yaml")} >= {"b200", "gb200"}
+    monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(out_dir))
+    load_gpu.cache_clear()
+    try:
+        assert load_gpu("b200").efficiency.attention == load_gpu("gb200").efficiency.attention == 0.4
+        assert load_gpu("b200").efficiency.measured == ("attention",)
+    finally:
+        load_gpu.cache_clear()
+
+
+@pytest.mark.parametrize("device, extra, message", [
+    ("NVIDIA Graphics Device", [], "names no hardware profile"),
+    ("NVIDIA H200", ["--gpu", "b200"], "not on a GPU of family blackwell"),
+    ("NVIDIA B200", ["--attention-tokens", "2048"], "no cudnn fwd+bwd row"),
+    ("NVIDIA B200", ["--gpu", "tpu-v9"], "unknown GPU"),
+])
+def test_bad_input_exits_2_without_writing(tmp_path, capsys, device, extra, message):
+    out_dir = tmp_path / "profiles"
+    assert main(["profile", "pin", str(_sweep(tmp_path, device)), "--out", str(out_dir), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out_dir.exists()
+
+
+def test_gpu_names_the_profile_of_an_unrecognised_device(tmp_path, capsys):
+    assert main(["profile", "pin", str(_sweep(tmp_path, "NVIDIA Graphics Device")), "--gpu", "B200"]) == 0
+    assert "family blackwell" in capsys.readouterr().out
