@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         result["sdpa_enabled"] = {n: getattr(torch.backends.cuda, f"{n}_sdp_enabled")()
                                   for n in ("flash", "mem_efficient", "math", "cudnn")}
     print(json.dumps(result), flush=True)
-    for name, fn in (("attention", attention), ("gemm", gemms), ("grouped", grouped), ("hbm", hbm_copy)):
+    for name, fn in (("hbm", hbm_copy), ("attention", attention), ("gemm", gemms), ("grouped", grouped)):
         t0 = time.monotonic()
         result[name] = fn(device, scale, args.reps)
         result[f"{name}_s"] = time.monotonic() - t0

@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  calibration: {eff.calibration!r}")
             out.setdefault("fits", {})[name] = {**values, "measured": list(eff.measured), "rows": n, "loss": loss}
         if args.write_profiles:
-            from primus_ext.hardware import list_profiles, load_gpu, write_efficiency
+            from primus_ext.hardware import list_profiles, load_gpu, profile_text, write_profiles
 
             names = [p.name for p in DEFAULT_PARAMS]
             # families without enough rows of their own get the prior, unless their profile holds a calibration
@@ -205,13 +205,14 @@ def run(args: argparse.Namespace) -> int:
                 print(f"# pooled prior for {', '.join(others)}: {pooled[1]} rows, mean |log error| {pooled[2]:.3f}")
                 out["pooled_prior"] = {**{n: getattr(pooled[0], n) for n in names}, "rows": pooled[1],
                                        "loss": pooled[2], "profiles": others}
+            texts = {}
             for profile in list_profiles():
                 family = load_gpu(profile).family or profile
                 chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None
                 if chosen is not None:
-                    chosen = with_measured(chosen, load_gpu(profile).efficiency)
-                    path = write_efficiency(profile, chosen, names, Path(args.write_profiles))
-                    print(f"wrote {path}")
+                    texts[profile] = profile_text(profile, with_measured(chosen, load_gpu(profile).efficiency), names)
+            for path in write_profiles(texts, Path(args.write_profiles)):
+                print(f"wrote {path}")
     if args.cv:
         cv = leave_one_model_out(runs, analytic_projector, progress=_progress, jobs=args.jobs)
         print("\n" + "\n".join(_summary_lines(cv)))

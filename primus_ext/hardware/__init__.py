@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from primus_ext.errors import Problem, RecipeError
+from primus_ext.errors import PrimusExtError, Problem, RecipeError
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -231,13 +231,12 @@ def _without_efficiency(text: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folder: Path, *,
-                     notes: dict[str, str] | None = None) -> Path:
-    """Copy profile ``name`` into ``folder`` with ``fields`` of ``efficiency`` as its efficiency block
-    (replacing an earlier block; the datasheet part and its comments are kept verbatim). Other fields of
-    ``efficiency`` that differ from the ``Efficiency()`` defaults (a user's hand-set ``hbm``, say) are kept too.
-    ``notes``: comment lines to place above the block, each replacing the lines that start with its key (the
-    source of a measured value, which later refits keep: they rewrite the block only)."""
+def profile_text(name: str, efficiency: Efficiency, fields: list[str], *, notes: dict[str, str] | None = None) -> str:
+    """Profile ``name``'s text with ``fields`` of ``efficiency`` as its efficiency block (replacing an earlier block;
+    the datasheet part and its comments are kept verbatim). Other fields of ``efficiency`` that differ from the
+    ``Efficiency()`` defaults (a user's hand-set ``hbm``, say) are kept too. ``notes``: comment lines to place above
+    the block, each replacing the lines that start with its key (the source of a measured value, which later refits
+    keep: they rewrite the block only)."""
     text = _without_efficiency(_find(canonical_name(name)).read_text(encoding="utf-8"))
     if notes:
         kept_lines = [line for line in text.splitlines() if not any(line.startswith(k) for k in notes)]
@@ -250,14 +249,42 @@ def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folde
         value = getattr(efficiency, key)
         lines.append(f"  {key}: {json.dumps(list(value)) if key == 'measured' else yaml_number(value)}")
     lines.append(f"  calibration: {json.dumps(efficiency.calibration)}")
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{canonical_name(name)}.yaml"
-    tmp = target.with_suffix(".yaml.tmp")
-    tmp.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(target)
-    load_gpu.cache_clear()
-    return target
+    return text + "\n".join(lines) + "\n"
+
+
+def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
+    """Write profile texts (name -> YAML) into ``folder``: every file is written beside its target first and only
+    then moved into place, so a full disk or a bad folder leaves the profiles as they were (one family's profiles
+    must agree on what they state as measured). A failure is a ``PrimusExtError`` naming the path."""
+    targets = {name: folder / f"{canonical_name(name)}.yaml" for name in texts}
+    temps: list[Path] = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for target in targets.values():
+            if target.exists() and not target.is_file():
+                raise IsADirectoryError(21, "not a file", str(target))
+        for name, text in texts.items():
+            tmp = targets[name].with_suffix(".yaml.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            temps.append(tmp)
+        for tmp in temps:
+            tmp.replace(tmp.with_suffix(""))
+    except OSError as err:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+        raise PrimusExtError(f"cannot write profiles into {folder}: {err.strerror or err} "
+                             f"({err.filename or folder}); nothing was written") from None
+    finally:
+        load_gpu.cache_clear()
+    return list(targets.values())
+
+
+def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folder: Path, *,
+                     notes: dict[str, str] | None = None) -> Path:
+    """Copy profile ``name`` into ``folder`` with ``fields`` of ``efficiency`` as its efficiency block
+    (``profile_text``, ``write_profiles``)."""
+    return write_profiles({name: profile_text(name, efficiency, fields, notes=notes)}, folder)[0]
 
 
 __all__ = ["canonical_name", "family_profiles", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system",
-           "profile_of_device", "write_efficiency", "yaml_number"]
+           "profile_of_device", "profile_text", "write_efficiency", "write_profiles", "yaml_number"]

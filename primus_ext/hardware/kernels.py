@@ -9,9 +9,12 @@ and writes them into every profile of the GPU's family:
     >>> pin_measured(found, device=sweep["device"], source="sweep.json", family="blackwell",
     ...              folder=Path("profiles"))                  # b200.yaml, gb200.yaml, ...
 
-The family's profiles all get the values: a family shares its calibrated fractions (its fit is one block,
-``validate.stated.check_measured``), and each value is a fraction of its own profile's peak. ``primus-ext
-validate --fit`` then keeps them and fits the other fractions around them. CLI: ``primus-ext profile pin``.
+Every profile of the family gets the fraction measured on the sweep's GPU, unchanged: a family shares one block
+of efficiency fractions (its fit is one block, ``validate.stated.check_measured``), so a B200's attention fraction
+is stated for the GB200 too (there, of the GB200's own peak), and an H200's HBM copy fraction for the H100's
+HBM3 too; the comment names the GPU that measured it. ``primus-ext validate --fit --write-profiles`` then keeps
+the values and fits the other fractions of a family with validation rows around them (a family on the pooled
+prior keeps the prior's other values). CLI: ``primus-ext profile pin``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.hardware import _find, canonical_name, family_profiles, load_gpu, write_efficiency
+from primus_ext.hardware import _find, canonical_name, family_profiles, load_gpu, profile_text, write_profiles
 from primus_ext.specs.system import Efficiency, GPUSpec
 
 PINNABLE = ("attention", "hbm")
@@ -45,8 +48,20 @@ calls on NVIDIA GPUs (the other backends of the sweep: ``flash``, ``efficient``,
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelRate:
+    """What one kernel of the sweep reached."""
+
+    name: str
+    """The ``Efficiency`` field it measures."""
+    rate: float
+    """TFLOP/s (attention) or TB/s (hbm)."""
+    what: str
+    """The kernel and shape."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelEfficiency:
-    """One efficiency a sweep measured."""
+    """One efficiency a sweep measured, as a fraction of the measuring GPU's datasheet peak."""
 
     name: str
     """The ``Efficiency`` field it sets."""
@@ -57,11 +72,18 @@ class KernelEfficiency:
     peak: float
     """The datasheet peak it is a fraction of, same unit."""
     what: str
-    """The kernel and shape, for the profile's calibration note."""
+    """The kernel, its shape, its rate and the peak, for the profile's comment."""
 
 
-def _problem(path: str, message: str, fix: str = "", value: Any = None) -> RecipeError:
-    return RecipeError(problems=[Problem(path=path, message=message, fix=fix, value=value)], source="kernel sweep")
+def _problem(path: str, message: str, fix: str = "", value: Any = None) -> Problem:
+    return Problem(path=path, message=message, fix=fix, value=value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_SWEEP_FIX = "pass the JSON `benchmarks/gpu_kernel_sweep.py --out` wrote"
 
 
 def read_sweep(path: Path) -> dict[str, Any]:
@@ -69,45 +91,76 @@ def read_sweep(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
-        raise _problem(str(path), f"cannot read the sweep ({err.strerror or err})",
-                       "pass the JSON `benchmarks/gpu_kernel_sweep.py --out` wrote") from None
+        problem = _problem(str(path), f"cannot read the sweep ({err.strerror or err})", _SWEEP_FIX)
+        raise RecipeError(problems=[problem], source="kernel sweep") from None
     except (ValueError, UnicodeDecodeError) as err:
-        raise _problem(str(path), f"not JSON ({err})", "pass the JSON `benchmarks/gpu_kernel_sweep.py --out` wrote") \
+        raise RecipeError(problems=[_problem(str(path), f"not JSON ({err})", _SWEEP_FIX)], source="kernel sweep") \
             from None
     if not isinstance(data, dict) or not isinstance(data.get("device"), str):
-        raise _problem(f"{path}:device", "not a kernel sweep: no device name",
-                       "pass the JSON `benchmarks/gpu_kernel_sweep.py --out` wrote")
+        problem = _problem(f"{path}:device", "not a kernel sweep: no device name", _SWEEP_FIX)
+        raise RecipeError(problems=[problem], source="kernel sweep")
     if data["device"] == "cpu":
-        raise _problem(f"{path}:device", "the sweep ran on the CPU (a --small dry run): it measured no GPU",
-                       "run `python benchmarks/gpu_kernel_sweep.py --out sweep.json` on the GPU", "cpu")
+        problem = _problem(f"{path}:device", "the sweep ran on the CPU (a --small dry run): it measured no GPU",
+                           "run `python benchmarks/gpu_kernel_sweep.py --out sweep.json` on the GPU", "cpu")
+        raise RecipeError(problems=[problem], source="kernel sweep")
     return data
 
 
-def _attention(sweep: dict[str, Any], gpu: GPUSpec, tokens: int, backend: str) -> KernelEfficiency:
+def _attention(sweep: dict[str, Any], tokens: int, backend: str) -> KernelRate | Problem:
     rows = [r for r in sweep.get("attention") or [] if isinstance(r, dict)]
     mha = [r for r in rows if r.get("dim") == 128 and r.get("pass") == "fwd+bwd" and r.get("heads") == r.get("kv_heads")
-           and isinstance(r.get("tflops"), int | float) and math.isfinite(r["tflops"])]
+           and _number(r.get("tflops")) and r["tflops"] > 0]
     picked = [r for r in mha if r.get("backend") == backend and r.get("seq") == tokens]
     if not picked:
-        have = sorted({(r.get("backend"), r.get("seq")) for r in mha}, key=str)
-        raise _problem("attention", f"no {backend} fwd+bwd row with 128-wide heads at {tokens} tokens",
-                       "pick one the sweep has with --attention-backend / --attention-tokens: "
-                       + (", ".join(f"{b} at {s}" for b, s in have) or "none (the sweep has no attention rows)"))
+        have = sorted({(str(r.get("backend")), str(r.get("seq"))) for r in mha})
+        return _problem("attention", f"no {backend} fwd+bwd row with 128-wide heads at {tokens} tokens",
+                        "pick one the sweep has with --attention-backend / --attention-tokens: "
+                        + (", ".join(f"{b} at {s}" for b, s in have) or "none (the sweep has no attention rows)"))
     tflops = statistics.median(r["tflops"] for r in picked)
-    return KernelEfficiency(name="attention", value=round(tflops / gpu.bf16_dense_tflops, 4), measured=tflops,
-                            peak=gpu.bf16_dense_tflops,
-                            what=f"{backend} causal attention fwd+bwd, 128-wide heads, {tokens} tokens: "
-                                 f"{tflops:.0f} TFLOP/s of {gpu.bf16_dense_tflops:.0f}")
+    return KernelRate(name="attention", rate=tflops,
+                      what=f"{backend} causal attention fwd+bwd, 128-wide heads, {tokens} tokens")
 
 
-def _hbm(sweep: dict[str, Any], gpu: GPUSpec) -> KernelEfficiency:
+def _hbm(sweep: dict[str, Any]) -> KernelRate | Problem:
     copy = sweep.get("hbm") or sweep.get("copy")  # gpu_kernel_sweep.py's key; gpu_hopper_check.py's
     rate = copy.get("tbps_read_plus_write") if isinstance(copy, dict) else None
-    if not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
-        raise _problem("hbm", "the sweep has no HBM copy", "rerun the sweep (its hbm group), or pin attention only")
-    peak = gpu.hbm_bandwidth_bytes_per_s / 1e12
-    return KernelEfficiency(name="hbm", value=round(rate / peak, 4), measured=rate, peak=peak,
-                            what=f"device copy, read + write: {rate:.2f} TB/s of {peak:.2f}")
+    if not _number(rate) or rate <= 0:
+        return _problem("hbm", "the sweep has no HBM copy", "rerun the sweep (its hbm group), or pin attention only")
+    return KernelRate(name="hbm", rate=float(rate), what="device copy, read + write")
+
+
+def sweep_rates(sweep: dict[str, Any], names: tuple[str, ...] = ("attention",), *,
+                attention_tokens: int = ATTENTION_TOKENS, attention_backend: str = ATTENTION_BACKEND) -> tuple[
+                    tuple[KernelRate, ...], list[Problem]]:
+    """What the sweep measured for ``names`` (whatever GPU it ran on), and a problem for each it lacks."""
+    rates, problems = [], []
+    for name in dict.fromkeys(names):
+        if name == "attention":
+            got = _attention(sweep, attention_tokens, attention_backend)
+        elif name == "hbm":
+            got = _hbm(sweep)
+        else:
+            got = _problem(name, "not an efficiency a sweep measures", f"use {' or '.join(PINNABLE)}", name)
+        (problems if isinstance(got, Problem) else rates).append(got)
+    return tuple(rates), problems
+
+
+def as_fractions(rates: tuple[KernelRate, ...], gpu: GPUSpec) -> tuple[KernelEfficiency, ...]:
+    """``rates`` as fractions of ``gpu``'s datasheet peaks (BF16 dense for attention, HBM for hbm); a value
+    outside (0, 1] (a sweep of another GPU) is refused."""
+    found, problems = [], []
+    for r in rates:
+        peak, unit = ((gpu.bf16_dense_tflops, "TFLOP/s") if r.name == "attention"
+                      else (gpu.hbm_bandwidth_bytes_per_s / 1e12, "TB/s"))
+        eff = KernelEfficiency(name=r.name, value=round(r.rate / peak, 4), measured=r.rate, peak=peak,
+                               what=f"{r.what}: {r.rate:.4g} {unit} of {gpu.name}'s {peak:.4g}")
+        if not 0.0 < eff.value <= 1.0:
+            problems.append(_problem(r.name, f"{eff.what}: not a fraction in (0, 1] of the profile's peak",
+                                     "check that the sweep ran on this profile's GPU", eff.value))
+        found.append(eff)
+    if problems:
+        raise RecipeError(problems=problems, source="kernel sweep")
+    return tuple(found)
 
 
 def sweep_efficiencies(sweep: dict[str, Any], gpu: GPUSpec, names: tuple[str, ...] = ("attention",), *,
@@ -115,24 +168,11 @@ def sweep_efficiencies(sweep: dict[str, Any], gpu: GPUSpec, names: tuple[str, ..
                        attention_backend: str = ATTENTION_BACKEND) -> tuple[KernelEfficiency, ...]:
     """The efficiencies ``names`` as fractions of ``gpu``'s datasheet peaks; every one the sweep lacks is
     listed in one error."""
-    found, problems = [], []
-    for name in dict.fromkeys(names):
-        try:
-            if name == "attention":
-                found.append(_attention(sweep, gpu, attention_tokens, attention_backend))
-            elif name == "hbm":
-                found.append(_hbm(sweep, gpu))
-            else:
-                raise _problem(name, "not an efficiency a sweep measures", f"use {' or '.join(PINNABLE)}", name)
-        except RecipeError as err:
-            problems += err.problems
-    for eff in found:
-        if not 0.0 < eff.value <= 1.0:
-            problems.append(Problem(path=eff.name, value=eff.value, message=f"{eff.what}: not a fraction in (0, 1] "
-                                    "of the profile's peak", fix="check that the sweep ran on this profile's GPU"))
+    rates, problems = sweep_rates(sweep, names, attention_tokens=attention_tokens,
+                                  attention_backend=attention_backend)
     if problems:
         raise RecipeError(problems=problems, source="kernel sweep")
-    return tuple(found)
+    return as_fractions(rates, gpu)
 
 
 def _stated_order(name: str) -> list[str]:
@@ -145,38 +185,50 @@ def _stated_order(name: str) -> list[str]:
 PIN_NOTE = "# pinned efficiency.{name}:"
 """Start of the comment line a pin writes above a profile's efficiency block: the value's source, kept by later
 refits (they rewrite the block only) and replaced by the next pin of the same parameter."""
-_PINNED_AFTER = re.compile(r"; (?P<name>\w+) \S+ as measured \(pinned after the fit above[^)]*\)")
+_MEASURED_NOTE = re.compile(r"; (?P<name>\w+) \S+ as measured \([^)]*\)")
+"""A calibration's remark on a measured value (the fit's, ``with_measured``'s or a pin's)."""
 
 
 def pinned(efficiency: Efficiency, found: tuple[KernelEfficiency, ...]) -> Efficiency:
-    """``efficiency`` with ``found`` stated as measured. Its calibration note says so: the other values were
-    fitted beside the earlier ones until ``validate --fit`` refits them (which keeps the measured values)."""
+    """``efficiency`` with ``found`` stated as measured; its calibration remarks on each (an earlier remark on the
+    same parameter replaced): a changed value was pinned after the others were fitted beside the old one, until
+    ``validate --fit`` refits them (which keeps the measured values)."""
     names = {e.name for e in found}
-    calibration = _PINNED_AFTER.sub(lambda m: "" if m["name"] in names else m[0], efficiency.calibration)
-    calibration += "".join(f"; {e.name} {e.value:.4g} as measured (pinned after the fit above: refit the rest)"
-                           for e in found)
+    moved = {e.name for e in found if e.name not in efficiency.measured or getattr(efficiency, e.name) != e.value}
+    calibration = _MEASURED_NOTE.sub(lambda m: "" if m["name"] in moved else m[0], efficiency.calibration)
+    for e in found:
+        if e.name in moved:  # the same value again keeps its remark where the fit wrote it
+            after_fit = not calibration.startswith("uncalibrated")
+            calibration += (f"; {e.name} {e.value:.4g} as measured "
+                            f"({'pinned after the values above were fitted' if after_fit else 'not fitted'})")
     return replace(efficiency, **{e.name: e.value for e in found},
                    measured=(*[m for m in efficiency.measured if m not in names], *[e.name for e in found]),
                    calibration=calibration)
 
 
+def _one_line(text: str) -> str:
+    """``text`` without control characters: a device name or path cannot break out of its comment line."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
+
+
 def pin_note(eff: KernelEfficiency, device: str, source: str) -> str:
     """The comment line citing where ``eff`` was measured."""
-    return f"{PIN_NOTE.format(name=eff.name)} {eff.value:.4g} measured on {device}, {eff.what} ({source})"
+    return _one_line(f"{PIN_NOTE.format(name=eff.name)} {eff.value:.4g} measured on {device}, {eff.what} ({source})")
 
 
 def pin_measured(found: tuple[KernelEfficiency, ...], *, device: str, source: str, family: str,
                  folder: Path) -> list[Path]:
     """Write every profile of ``family`` into ``folder`` with ``found`` pinned as measured and a comment citing
-    ``device`` and ``source`` (the sweep file) beside each; the paths written, all blocks built before any is."""
+    ``device`` and ``source`` (the sweep file) beside each; the paths written. All or none is written
+    (``hardware.write_profiles``): a family's profiles must agree on their measured values."""
     notes = {PIN_NOTE.format(name=e.name): pin_note(e, device, source) for e in found}
-    blocks = []
+    texts = {}
     for name in family_profiles(family):
         stated = _stated_order(name)
         fields = [*stated, *(e.name for e in found if e.name not in stated), "measured"]
-        blocks.append((name, pinned(load_gpu(name).efficiency, found), fields))
-    return [write_efficiency(name, eff, fields, folder, notes=notes) for name, eff, fields in blocks]
+        texts[name] = profile_text(name, pinned(load_gpu(name).efficiency, found), fields, notes=notes)
+    return write_profiles(texts, folder)
 
 
-__all__ = ["ATTENTION_BACKEND", "ATTENTION_TOKENS", "PINNABLE", "PIN_NOTE", "KernelEfficiency", "pin_measured",
-           "pin_note", "pinned", "read_sweep", "sweep_efficiencies"]
+__all__ = ["ATTENTION_BACKEND", "ATTENTION_TOKENS", "PINNABLE", "PIN_NOTE", "KernelEfficiency", "KernelRate",
+           "as_fractions", "pin_measured", "pin_note", "pinned", "read_sweep", "sweep_efficiencies", "sweep_rates"]

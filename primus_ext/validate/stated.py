@@ -43,7 +43,8 @@ def with_measured(fitted: Efficiency, profile: Efficiency) -> Efficiency:
     """``fitted`` as written into ``profile``: the values ``profile`` states as measured, and their names, kept
     (a pooled prior is fitted without them)."""
     extra = [m for m in profile.measured if m not in fitted.measured]
-    note = "".join(f"; {m} {getattr(profile, m):.4g} as measured (kept from the profile)" for m in extra)
+    note = "".join(f"; {m} {getattr(profile, m):.4g} as measured (kept from the profile, in place of the prior's "
+                   "value)" for m in extra)
     return replace(fitted, **{m: getattr(profile, m) for m in profile.measured}, measured=profile.measured,
                    calibration=fitted.calibration + note)
 

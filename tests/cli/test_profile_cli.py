@@ -11,9 +11,9 @@ from primus_ext.hardware import load_gpu
 H200_SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels" / "h200-2026-12-04-sweep.json"
 
 
-def _sweep(tmp_path: Path, device: str) -> Path:
+def _sweep(tmp_path: Path, device: str, tflops: float = 1000.0) -> Path:
     row = {"op": "attention", "backend": "cudnn", "heads": 32, "kv_heads": 32, "dim": 128, "vdim": 128,
-           "seq": 4096, "pass": "fwd+bwd", "ms": 1.0, "tflops": 1000.0}
+           "seq": 4096, "pass": "fwd+bwd", "ms": 1.0, "tflops": tflops}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps({"device": device, "attention": [row]}))
     return path
@@ -44,6 +44,7 @@ def test_pin_writes_the_family_and_names_the_next_step(tmp_path, capsys, monkeyp
 
 @pytest.mark.parametrize("device, extra, message", [
     ("NVIDIA Graphics Device", [], "names no hardware profile"),
+    ("NVIDIA Graphics Device", ["--attention-tokens", "2048"], "2 problem(s)"),  # every problem at once
     ("NVIDIA H200", ["--gpu", "b200"], "not on a GPU of family blackwell"),
     ("NVIDIA B200", ["--attention-tokens", "2048"], "no cudnn fwd+bwd row"),
     ("NVIDIA B200", ["--gpu", "tpu-v9"], "unknown GPU"),
@@ -59,3 +60,47 @@ def test_bad_input_exits_2_without_writing(tmp_path, capsys, device, extra, mess
 def test_gpu_names_the_profile_of_an_unrecognised_device(tmp_path, capsys):
     assert main(["profile", "pin", str(_sweep(tmp_path, "NVIDIA Graphics Device")), "--gpu", "B200"]) == 0
     assert "family blackwell" in capsys.readouterr().out
+
+
+def test_an_unwritable_out_exits_2(tmp_path, capsys):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["profile", "pin", str(H200_SWEEP), "--out", str(blocked)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write profiles" in err and "Traceback" not in err
+
+
+ARCH = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
+        "shared_experts,first_k_dense,mla(yes/no),notes\nM,8,1024,4096,16,4,32000,,,,,,no,\n")
+RUN_HEADER = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
+              "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n")
+
+
+def test_a_refit_keeps_the_pinned_value_and_its_source(tmp_path, monkeypatch):
+    """pin, then `validate --fit --write-profiles` into the same folder (six H100 rows: a Hopper fit): the value
+    stays as measured, its comment stays above the refitted block, and the fit says it did not fit it."""
+    out_dir = tmp_path / "profiles"
+    assert main(["profile", "pin", str(_sweep(tmp_path, "NVIDIA H200", tflops=400.0)), "--out", str(out_dir)]) == 0
+    (tmp_path / "a.csv").write_text(ARCH)
+    configs = ((1, 1, 1, 20000), (2, 1, 1, 18000), (2, 2, 1, 15000), (4, 1, 1, 14000), (1, 1, 2, 21000),
+               (4, 2, 1, 12000))
+    (tmp_path / "r.csv").write_text(RUN_HEADER + "".join(
+        f"S,2025,M,4096,BF16,H100,16,{tp},{pp},,1,,,{16 // (tp * pp)},{mbs},64,,{tps},,,,\n"
+        for tp, pp, mbs, tps in configs))
+    monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(out_dir))
+    load_gpu.cache_clear()
+    try:
+        before = load_gpu("h100").efficiency
+        assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--fit",
+                     "--write-profiles", str(out_dir)]) == 0
+        load_gpu.cache_clear()
+        for name in ("h100", "h200"):
+            eff = load_gpu(name).efficiency
+            assert eff.attention == round(400 / 989, 4) and eff.measured == ("attention",)
+            assert eff.calibration.startswith("fitted ") and "on 6 H100 rows" in eff.calibration
+            assert eff.calibration.endswith(f"; attention {eff.attention:.4g} as measured (not fitted)")
+            text = (out_dir / f"{name}.yaml").read_text()
+            assert text.count(f"# pinned efficiency.attention: {eff.attention:.4g} measured on NVIDIA H200") == 1
+        assert load_gpu("h100").efficiency.gemm_max != before.gemm_max  # the rest was refitted
+    finally:
+        load_gpu.cache_clear()

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from primus_ext.errors import RecipeError
-from primus_ext.hardware import canonical_name, list_profiles, load_gpu, load_system
+from primus_ext.hardware import canonical_name, family_profiles, list_profiles, load_gpu, load_system, profile_of_device
 
 SPECS = Path(__file__).resolve().parents[3] / "shared" / "validation" / "hardware_specs.csv"
 MYBOX = ("bf16_dense_tflops: 100\nfp8_dense_tflops: 200\nhbm_gb: 10\nhbm_tbps: 1\n"
@@ -161,3 +161,10 @@ def test_profiles_of_a_family_state_the_same_measured_values():
         stated = tuple((m, getattr(eff, m)) for m in eff.measured)
         by_family.setdefault(load_gpu(name).family or name, set()).add(stated)
     assert all(len(v) == 1 for v in by_family.values()), by_family
+
+
+def test_profile_of_a_device_name():
+    assert profile_of_device("NVIDIA H200") == "h200" and profile_of_device("NVIDIA H100 80GB HBM3") == "h100"
+    assert profile_of_device("NVIDIA GB200") == "gb200" and profile_of_device("AMD Instinct MI300X") == "mi300x"
+    assert profile_of_device("Some GPU") is None
+    assert set(family_profiles("hopper")) == {"h100", "h200"}

@@ -15,5 +15,6 @@ def test_a_pooled_prior_written_into_a_profile_keeps_what_the_profile_measured()
     profile = Efficiency(attention=0.41, measured=("attention",))
     written = with_measured(pooled, profile)
     assert written.attention == 0.41 and written.gemm_max == 0.45 and written.measured == ("attention",)
-    assert written.calibration == "pooled prior; attention 0.41 as measured (kept from the profile)"
+    assert written.calibration == ("pooled prior; attention 0.41 as measured (kept from the profile, in place of the "
+                                   "prior's value)")
     assert with_measured(pooled, Efficiency()) == pooled
