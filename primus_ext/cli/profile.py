@@ -20,15 +20,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-
-def _tokens(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of tokens >= 1, not {text!r}")
-    return value
+from primus_ext.cli._args import positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pin.add_argument("--gpu", help="the profile of the GPU that ran it (default: read from the sweep's device name)")
     pin.add_argument("--pin", nargs="+", choices=PINNABLE, default=["attention"], metavar="NAME",
                      help=f"efficiencies to pin: {', '.join(PINNABLE)} (default: attention)")
-    pin.add_argument("--attention-tokens", type=_tokens, default=ATTENTION_TOKENS,
+    pin.add_argument("--attention-tokens", type=positive_int, default=ATTENTION_TOKENS,
                      help=f"sequence length the attention value is read at (default {ATTENTION_TOKENS})")
     pin.add_argument("--attention-backend", default=ATTENTION_BACKEND,
                      help=f"SDPA backend the attention value is read from (default {ATTENTION_BACKEND})")

@@ -21,20 +21,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from primus_ext.cli._args import positive_int
+
 
 def _usable_cpus() -> int:
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity else os.cpu_count() or 1
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", dest="json_out", help="write rows and summary as JSON to this file")
     p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration "
                                                             "(one fit per model: ~10 min on 2 cores)")
-    p.add_argument("--jobs", type=_positive, default=_usable_cpus(),
+    p.add_argument("--jobs", type=positive_int, default=_usable_cpus(),
                    help="with --cv: folds fitted in parallel processes (default: the CPUs this process may use)")
     p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")
     p.add_argument("--write-profiles", metavar="DIR",
