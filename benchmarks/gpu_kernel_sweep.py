@@ -1,6 +1,6 @@
 """Kernel ceilings of one GPU by size: the physical curves behind the roofline's fitted efficiencies.
 
-Run on the GPU machine (no megatron needed; ~2 min on an H200)::
+Run on the GPU machine (no megatron needed; ~20 s on an H200: the committed sweep timed its groups in 9 s)::
 
     python benchmarks/gpu_kernel_sweep.py --out "$OUT/sweep.json"
     python benchmarks/gpu_kernel_sweep.py --out /tmp/sweep.json --device cpu --small   # dry run here

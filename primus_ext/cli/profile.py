@@ -1,6 +1,6 @@
 """``primus-ext profile pin``: state kernel efficiencies measured on a GPU in its family's hardware profiles.
 
-    python benchmarks/gpu_kernel_sweep.py --out sweep.json                 # on the GPU (~2 min)
+    python benchmarks/gpu_kernel_sweep.py --out sweep.json                 # on the GPU (~20 s on an H200)
     primus-ext profile pin sweep.json                                      # what it would pin (writes nothing)
     primus-ext profile pin sweep.json --out primus_ext/hardware/profiles   # write them (or a $PRIMUS_EXT_PROFILES dir)
     primus-ext validate ... --fit --write-profiles primus_ext/hardware/profiles   # refit the rest around them
