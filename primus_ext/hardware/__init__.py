@@ -14,6 +14,7 @@ precedence over the shipped ones.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -262,7 +263,7 @@ def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
         folder.mkdir(parents=True, exist_ok=True)
         for target in targets.values():
             if target.exists() and not target.is_file():
-                raise IsADirectoryError(21, "not a file", str(target))
+                raise IsADirectoryError(errno.EISDIR, "not a file", str(target))
         for name, text in texts.items():
             tmp = targets[name].with_suffix(".yaml.tmp")
             tmp.write_text(text, encoding="utf-8")
@@ -279,12 +280,5 @@ def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
     return list(targets.values())
 
 
-def write_efficiency(name: str, efficiency: Efficiency, fields: list[str], folder: Path, *,
-                     notes: dict[str, str] | None = None) -> Path:
-    """Copy profile ``name`` into ``folder`` with ``fields`` of ``efficiency`` as its efficiency block
-    (``profile_text``, ``write_profiles``)."""
-    return write_profiles({name: profile_text(name, efficiency, fields, notes=notes)}, folder)[0]
-
-
 __all__ = ["canonical_name", "family_profiles", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system",
-           "profile_of_device", "profile_text", "write_efficiency", "write_profiles", "yaml_number"]
+           "profile_of_device", "profile_text", "write_profiles", "yaml_number"]

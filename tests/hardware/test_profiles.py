@@ -68,14 +68,15 @@ def test_written_efficiency_reads_back_as_numbers(tmp_path, monkeypatch):
     """``5e+10`` is a string to YAML 1.1: the writer must give the mantissa a dot, the loader must refuse a string."""
     from dataclasses import replace
 
-    from primus_ext.hardware import write_efficiency, yaml_number
+    from primus_ext.hardware import profile_text, write_profiles, yaml_number
 
     assert yaml_number(5e10) == "5.0e+10" and yaml_number(4.99e10) == "4.99e+10"
     assert yaml_number(1e-5) == "1.0e-05" and yaml_number(0.6) == "0.6" and yaml_number(1.0) == "1"
     with pytest.raises(ValueError):
         yaml_number(float("nan"))
     efficiency = replace(load_gpu("h100").efficiency, gemm_half_size_flops=5e10, moe_layer_overhead_s=1e-5)
-    write_efficiency("h100", efficiency, ["gemm_half_size_flops", "moe_layer_overhead_s", "gemm_max"], tmp_path)
+    fields = ["gemm_half_size_flops", "moe_layer_overhead_s", "gemm_max"]
+    write_profiles({"h100": profile_text("h100", efficiency, fields)}, tmp_path)
     monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(tmp_path))
     load_gpu.cache_clear()
     try:
@@ -96,7 +97,7 @@ def test_writer_replaces_a_hand_written_efficiency_block(tmp_path, monkeypatch):
     values and the user's other settings."""
     from dataclasses import replace
 
-    from primus_ext.hardware import write_efficiency
+    from primus_ext.hardware import profile_text, write_profiles
 
     mine, out = tmp_path / "mine", tmp_path / "out"
     mine.mkdir()
@@ -105,7 +106,7 @@ def test_writer_replaces_a_hand_written_efficiency_block(tmp_path, monkeypatch):
     load_gpu.cache_clear()
     try:
         fitted = replace(load_gpu("mybox").efficiency, gemm_max=0.6)
-        text = write_efficiency("mybox", fitted, ["gemm_max"], out).read_text()
+        text = write_profiles({"mybox": profile_text("mybox", fitted, ["gemm_max"])}, out)[0].read_text()
         assert text.count("efficiency:") == 1 and "tdp_w: 300" in text
         monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(out))
         load_gpu.cache_clear()
@@ -123,10 +124,10 @@ def test_writer_replaces_a_hand_written_efficiency_block(tmp_path, monkeypatch):
 def test_measured_efficiency_names_read_back_and_bad_ones_are_listed(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from primus_ext.hardware import write_efficiency
+    from primus_ext.hardware import profile_text, write_profiles
 
     efficiency = replace(load_gpu("h100").efficiency, attention=0.41, measured=("attention",))
-    write_efficiency("h100", efficiency, ["gemm_max", "attention"], tmp_path)
+    write_profiles({"h100": profile_text("h100", efficiency, ["gemm_max", "attention"])}, tmp_path)
     monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(tmp_path))
     load_gpu.cache_clear()
     try:
