@@ -81,6 +81,12 @@ def _costs(args: argparse.Namespace, recipe: Any) -> Any:
     return store_for_target(path, recipe.system.gpu.name, device=args.device, accept_scaled=args.accept_scaled)
 
 
+def _recipe_fields(recipe: Any) -> dict[str, Any]:
+    """What the JSON says of the recipe: its file, the preset files read, the Primus root, the warnings."""
+    return {"recipe": recipe.source, "preset_files": list(recipe.preset_files), "config_root": recipe.config_root,
+            "warnings": list(recipe.warnings)}
+
+
 def _emit(text: str, out: str | None) -> None:
     if out in (None, "-"):
         print(text)
@@ -102,9 +108,14 @@ def run(args: argparse.Namespace) -> int:
 
         memory = estimate_memory(model, execution, system)
         if args.json:
-            _emit(json.dumps(memory_to_dict(memory), indent=2, default=str), args.json)
+            _emit(json.dumps({**memory_to_dict(memory), **_recipe_fields(recipe)}, indent=2, default=str), args.json)
         else:
+            from primus_ext.cli.recipe import presets_line
+
             print(format_memory_table(memory))
+            print(presets_line(recipe))
+            for warning in recipe.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
         return 0
 
     from primus_ext.projection import project
@@ -113,11 +124,13 @@ def run(args: argparse.Namespace) -> int:
     costs = _costs(args, recipe)
     projection = project(model, execution, system, costs)
     if args.json:
-        doc = projection_to_dict(projection, timeline=args.timeline)
-        doc["recipe"] = recipe.source
+        doc = {**projection_to_dict(projection, timeline=args.timeline), **_recipe_fields(recipe)}
         _emit(json.dumps(doc, indent=2, default=str), args.json)
     else:
+        from primus_ext.cli.recipe import presets_line
+
         print(format_projection(projection))
+        print(presets_line(recipe))
         for warning in recipe.warnings:
             print(f"warning: {warning}", file=sys.stderr)
     return 0

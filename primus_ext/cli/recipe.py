@@ -109,6 +109,22 @@ def format_recipe(recipe: Any) -> str:
         "",
         _table("system", system_rows),
     ]
+    parts += ["", presets_line(recipe)]
     if recipe.warnings:
         parts += ["", "warnings:"] + [f"  - {w}" for w in recipe.warnings]
     return "\n".join(parts)
+
+
+def presets_line(recipe: Any) -> str:
+    """The files read, lowest precedence first, grouped by folder; and the Primus checkout found."""
+    groups: list[tuple[str, list[str]]] = []
+    for path in recipe.preset_files or (recipe.source,):
+        folder, _, name = str(path).rpartition("/")
+        if groups and groups[-1][0] == folder:
+            groups[-1][1].append(name)
+        else:
+            groups.append((folder, [name]))
+    root = f", presets of the Primus checkout at {recipe.config_root}" if recipe.config_root else ""
+    lines = [f"read (lowest precedence first{root}):"]
+    lines += [f"  {folder + '/' if folder else ''}: {', '.join(names)}" for folder, names in groups]
+    return "\n".join(lines)

@@ -71,10 +71,12 @@ MAX_INT = 2**31 - 1
 class ArgReader:
     """Typed reads from the raw mapping; every malformed value becomes a Problem."""
 
-    def __init__(self, args: Mapping[str, Any], problems: list[Problem]) -> None:
+    def __init__(self, args: Mapping[str, Any], problems: list[Problem], *, primus: bool = False) -> None:
         self.args = args
         self.problems = problems
         self.warnings: list[str] = []
+        self.primus = primus
+        """The arguments of a Primus experiment (Primus's argument patches apply)."""
 
     def raw(self, key: str) -> Any:
         value = self.args.get(key)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 from functools import cache
 
-from primus_ext.recipe.catalogue_data import MCORE_CONFIG_KEYS, PRIMUS_PRESET_KEYS
+from primus_ext.recipe.catalogue_data import MCORE_CONFIG_KEYS, NO_EFFECT, PRIMUS_PRESET_KEYS
+from primus_ext.recipe.key_effects import ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, RENAMED, UNMODELLED
 from primus_ext.recipe.resolve import READ_KEYS
 
 SIMILARITY_CUTOFF = 0.75
@@ -20,9 +21,34 @@ typos such as ``tensor_parallel_sise`` -> ``tensor_model_parallel_size``)."""
 
 
 @cache
+def key_class(key: str) -> str | None:
+    """``modelled``, ``architecture``, ``architecture parameter``, ``not modelled``, ``no effect`` or ``renamed``;
+    ``None`` for an unknown key."""
+    if key in READ_KEYS:
+        return "modelled"
+    if key in ARCHITECTURE_KEYS:
+        return "architecture"
+    if key in ARCHITECTURE_PARAMS:
+        return "architecture parameter"
+    if key in UNMODELLED:
+        return "not modelled"
+    if key in NO_EFFECT:
+        return "no effect"
+    if key in RENAMED:
+        return "renamed"
+    return None
+
+
+@cache
 def known_keys() -> frozenset[str]:
-    """Megatron / Primus arguments: Primus preset keys, megatron-core config fields, resolver keys."""
-    return PRIMUS_PRESET_KEYS | MCORE_CONFIG_KEYS | READ_KEYS
+    """Megatron / Primus arguments: every key with a class (modelled, refused, not modelled, no effect)."""
+    return READ_KEYS | ARCHITECTURE_KEYS | ARCHITECTURE_PARAMS | frozenset(UNMODELLED) | NO_EFFECT | frozenset(RENAMED)
+
+
+@cache
+def catalogued_keys() -> frozenset[str]:
+    """The keys collected from Primus's presets and megatron-core's configs (each must have a class)."""
+    return PRIMUS_PRESET_KEYS | MCORE_CONFIG_KEYS
 
 
 @cache
@@ -32,6 +58,8 @@ def _sorted_keys() -> tuple[str, ...]:
 
 def did_you_mean(key: str) -> str | None:
     """The closest known key, when one is close enough to be a typo of ``key``."""
+    if key in RENAMED:
+        return RENAMED[key]
     matches = difflib.get_close_matches(key, _sorted_keys(), n=1, cutoff=SIMILARITY_CUTOFF)
     return matches[0] if matches else None
 

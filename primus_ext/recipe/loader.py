@@ -1,18 +1,24 @@
 """Load a recipe: Primus experiment YAML (or flat Megatron YAML) -> validated, frozen specs.
 
-Precedence, lowest first: module preset (``config:``) < model preset (``model:``) <
-``modules.pre_trainer.overrides`` < command-line ``key=value``. A flat Megatron-style YAML (argument
-names at top level, no ``modules``) is the whole argument set; command-line values still win.
+Precedence, lowest first: model preset (``model:``) < module preset (``config:``) <
+``modules.<trainer>.overrides`` < command-line ``key=value``. The two presets are merged as Primus merges
+them (``primus/core/launcher/parser.py``, ``PrimusParser.parse_trainer_module``: ``merge_namespace(
+module_config, model_config, allow_override=False)``): a top-level key both set keeps the module
+preset's value (named in a warning when the values differ). A flat Megatron-style YAML (argument names
+at top level, no ``modules``) is the whole argument set; command-line values still win.
+
+Presets are looked up in the config roots (``config_roots``), else in the Primus checkout the recipe
+lives in (``presets.find_primus_root``); ``Recipe.preset_files`` lists every file read.
 
 The target cluster comes from ``cluster`` / ``nodes`` arguments (``--cluster`` / ``--nodes``), else
-from an optional top-level block that is ours, not Primus's (Primus ignores unknown top-level
+from an optional top-level block that is ours, not Primus's (Primus's loader ignores unknown top-level
 keys)::
 
     primus_ext:
       cluster: mi300x   # a profile name, see primus_ext.hardware.list_profiles()
       nodes: 4
 
-else ``mi300x`` x 1 node. Usage::
+else ``mi300x``; the node count, else ``$NNODES`` (what Primus's launch scripts export), else 1. Usage::
 
     recipe = load_recipe("recipes/llama3.1_8B-pretrain.yaml", ["micro_batch_size=2"], nodes=8)
     recipe.model.hidden_size, recipe.execution.dp, recipe.warnings
@@ -36,15 +42,28 @@ import yaml
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
-from primus_ext.recipe.presets import Layer, display, find_preset, is_file, load_preset
+from primus_ext.recipe.key_effects import unmodelled_keys
+from primus_ext.recipe.presets import (
+    SHIPPED_RECIPES,
+    Layer,
+    display,
+    find_preset,
+    find_primus_root,
+    is_file,
+    load_preset,
+)
 from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
 from primus_ext.recipe.validate import check
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 DEFAULT_CLUSTER = "mi300x"
 DEFAULT_NODES = 1
-EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "primus_ext"})
-MODULE_KEYS = frozenset({"framework", "config", "model", "overrides"})
+EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "platform", "primus_ext"})
+"""Top-level keys of a Primus experiment (``PrimusParser``: meta info, ``platform``, ``modules``) and ours."""
+MODULE_KEYS = frozenset({"framework", "config", "model", "overrides", "trainer_class"})
+"""Keys of a Primus trainer module (``trainer_class`` picks the trainer, e.g. diffusion's)."""
+NODES_ENV = "NNODES"
+"""Node count of Primus's launch scripts (``examples/run_pretrain.sh``, ``run_slurm_pretrain.sh``)."""
 CLUSTER_KEYS = frozenset({"cluster", "nodes"})
 MAX_NODES = 100_000
 """Largest node count accepted (guards absurd input)."""
@@ -76,6 +95,13 @@ class Recipe:
     module: str = ""
     """The experiment's training module (``pre_trainer``); empty for a flat Megatron YAML. A tuned
     configuration is written to its ``overrides``."""
+    preset_files: tuple[str, ...] = ()
+    """Every YAML file read to build the arguments, the recipe last (as the user would write the paths)."""
+    config_root: str | None = None
+    """The Primus checkout whose presets were used when none was given (found above the recipe)."""
+    unmodelled: Mapping[str, str] = field(default_factory=dict)
+    """Keys set to a value that changes time or memory but that the projection does not price: key ->
+    ``value (projected as X): effect`` (``key_effects.UNMODELLED``; also one line of ``warnings``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view: the three specs, the cluster, warnings and unknown keys."""
@@ -86,6 +112,9 @@ class Recipe:
             "execution": dataclasses.asdict(self.execution),
             "system": {**dataclasses.asdict(self.system), "world_size": self.system.world_size},
             "unknown_keys": dict(self.unknown_keys),
+            "unmodelled_keys": dict(self.unmodelled),
+            "preset_files": list(self.preset_files),
+            "config_root": self.config_root,
             "warnings": list(self.warnings),
             "problems": [dataclasses.asdict(p) for p in self.problems],
         }
@@ -128,6 +157,10 @@ class _State:
     warnings: list[str] = field(default_factory=list)
     typos: list[Problem] = field(default_factory=list)
     """Unknown keys close to a known one: listed with the problems when loading fails anyway."""
+    files: list[Path] = field(default_factory=list)
+    """Every YAML file read, in reading order."""
+    nodes_defaulted: bool = False
+    """No node count was given anywhere (1 node assumed)."""
 
     def fail_if_problems(self) -> None:
         if self.problems:
@@ -141,14 +174,62 @@ def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, st
         state.problems.append(Problem(path=key, value=name, message="expected a YAML file name",
                                       fix=f"write e.g. {example}"))
         return Layer(), ""
-    found, tried = find_preset(name, kind, state.path.parent, state.roots)  # type: ignore[arg-type]
+    found, tried = find_preset(name, kind, state.path.parent, state.roots, exclude=state.path)  # type: ignore[arg-type]
     if found is None:
         state.problems.append(Problem(
             path=key, value=name, message=f"{kind} preset not found; searched: " + ", ".join(display(p) for p in tried),
             fix="fix the name, or pass --config-root pointing at a Primus checkout (or a folder with "
                 f"{'models' if kind == 'model' else 'modules'}/)"))
         return Layer(), ""
-    return load_preset(found, state.env, state.problems, state.warnings), found.stem
+    if _inside(found, SHIPPED_RECIPES) and not _inside(state.path, SHIPPED_RECIPES):
+        state.warnings.append(
+            f"{kind} preset {name!r} taken from primus-ext's bundled {display(found)}: no Primus checkout was found "
+            "above the recipe; pass --config-root with your Primus checkout to use its presets")
+    return load_preset(found, state.env, state.problems, state.warnings, files=state.files), found.stem
+
+
+WORLD_SIZE_PATHS = frozenset({"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                              "expert_model_parallel_size"})
+"""Where ``validate.check`` reports a layout that does not divide the GPU count."""
+MAX_HINT_NODES = 4096
+"""Largest node count the 'needs N nodes' hint searches."""
+
+
+def _nodes_hint(e: ExecutionSpec, s: SystemSpec) -> Problem:
+    """The problem that says how many nodes the recipe's layout needs, when no node count was given."""
+    gpn = s.gpu.gpus_per_node
+    dense, expert = e.tp * e.pp * e.cp, (e.expert_tensor_parallel_size or e.tp) * e.expert_model_parallel_size
+    need = next((n for n in range(1, MAX_HINT_NODES + 1)
+                 if (n * gpn) % dense == 0 and ((n * gpn) // e.pp) % expert == 0), None)
+    given = (f"no node count was given (--nodes, the recipe's primus_ext.nodes, or ${NODES_ENV}), so "
+             f"{DEFAULT_NODES} node of {gpn} GPUs was assumed")
+    if need is None:
+        return Problem(path="nodes", message=f"{given}; no node count up to {MAX_HINT_NODES} fits the layout",
+                       fix="change the parallel sizes")
+    return Problem(path="nodes", value=DEFAULT_NODES,
+                   message=f"{given}; this recipe's layout needs a multiple of {need} node(s)",
+                   fix=f"pass --nodes {need} (or export {NODES_ENV}={need}, as Primus's launch scripts do)")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def _merge_presets(state: _State, module: Layer, model: Layer) -> Layer:
+    """Primus's merge of the two presets: a key the module preset sets keeps its value (the model's is dropped)."""
+    merged = Layer(values=dict(model.values), origins=dict(model.origins))
+    for key, value in module.values.items():
+        if key in model.values and model.values[key] != value:
+            state.warnings.append(
+                f"`{key}` is set by both presets: Primus keeps the module preset's {value!r} "
+                f"({_where(module.origins[key])}) over the model preset's {model.values[key]!r} "
+                f"({_where(model.origins[key])}); set it in overrides to choose")
+        merged.values[key] = value
+        merged.origins[key] = module.origins[key]
+    return merged
 
 
 def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str, str]:
@@ -178,13 +259,12 @@ def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str, str]:
     if framework != "megatron":
         state.problems.append(Problem(path=f"modules.{name}.framework", value=framework,
                                       message="only the megatron framework is supported", fix="framework: megatron"))
-    args = Layer()
-    if module.get("config") is not None:
-        args.update(_preset(state, name, "module", module["config"])[0])
     model_name = ""
-    if module.get("model") is not None:
+    model_layer = Layer()
+    if module.get("model") is not None:  # read first: the lower precedence, listed first in preset_files
         model_layer, model_name = _preset(state, name, "model", module["model"])
-        args.update(model_layer)
+    module_layer = _preset(state, name, "module", module["config"])[0] if module.get("config") is not None else Layer()
+    args = _merge_presets(state, module_layer, model_layer)
     overrides = module.get("overrides") or {}
     if not isinstance(overrides, dict):
         state.problems.append(Problem(path=f"modules.{name}.overrides", value=overrides,
@@ -221,9 +301,18 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
             state.warnings.append(f"unknown key `{key}` in primus_ext (ignored; known: {sorted(CLUSTER_KEYS)})"
                                   + (f"; did you mean `{hint[0]}`?" if hint else ""))
     name_path = "--cluster" if cluster is not None else "primus_ext.cluster" if "cluster" in block else "cluster"
-    nodes_path = "--nodes" if nodes is not None else "primus_ext.nodes" if "nodes" in block else "nodes"
     name = cluster if cluster is not None else block.get("cluster", DEFAULT_CLUSTER)
-    count = nodes if nodes is not None else block.get("nodes", DEFAULT_NODES)
+    count: Any
+    if nodes is not None:
+        nodes_path, count = "--nodes", nodes
+    elif "nodes" in block:
+        nodes_path, count = "primus_ext.nodes", block["nodes"]
+    elif state.env.get(NODES_ENV, "").strip():
+        nodes_path, text = f"${NODES_ENV}", state.env[NODES_ENV].strip()
+        count = int(text) if text.isdigit() and len(text) < 10 else text
+    else:
+        nodes_path, count = "nodes", DEFAULT_NODES
+        state.nodes_defaulted = True
     if not isinstance(name, str):
         state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
                                       fix="e.g. cluster: mi300x"))
@@ -272,12 +361,14 @@ def load_recipe(
     """
     if isinstance(overrides, str):
         overrides = [overrides]
+    roots = tuple(Path(r) for r in config_roots)
+    found_root = None if roots else find_primus_root(Path(path))
     state = _State(path=Path(path), env=os.environ if env is None else env,
-                   roots=tuple(Path(r) for r in config_roots))
+                   roots=roots or ((found_root,) if found_root else ()))
     if not is_file(state.path):
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path))
-    top = load_preset(state.path, state.env, state.problems, state.warnings)
+    top = load_preset(state.path, state.env, state.problems, state.warnings, files=state.files)
     if not top.values:
         state.fail_if_problems()  # unreadable file: nothing to resolve
     data = dict(top.values)
@@ -306,13 +397,17 @@ def load_recipe(
         for k in unknown
         if (hint := did_you_mean(k))
     ]
-    model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name or "model")
+    model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name or "model",
+                                                                       primus=bool(module))
     state.warnings += resolve_warnings
     state.problems += _repoint(resolve_problems, args.values, args.origins)
     state.fail_if_problems()
-    legality = _repoint(check(model, execution, system), args.values, args.origins)
+    raw_legality = check(model, execution, system)
+    legality = _repoint(raw_legality, args.values, args.origins)
     if validate:
         state.problems += legality
+        if state.nodes_defaulted and any(p.path in WORLD_SIZE_PATHS for p in raw_legality):
+            state.problems.append(_nodes_hint(execution, system))
         state.fail_if_problems()
     exp_name = data.get("exp_name")
     return Recipe(
@@ -327,4 +422,17 @@ def load_recipe(
         problems=() if validate else tuple(legality),
         exp_name=exp_name if isinstance(exp_name, str) else "",
         module=module,
+        preset_files=_reading_order(state.files, state.path),
+        unmodelled=MappingProxyType(unmodelled_keys(args.values)),
+        config_root=display(found_root) if found_root else None,
     )
+
+
+def _reading_order(files: Sequence[Path], recipe: Path) -> tuple[str, ...]:
+    """The preset files (parents before children), then the recipe and what it extends, each once."""
+    own = [f for f in files if f.resolve() == recipe.resolve()]
+    rest = [f for f in files if f not in own]
+    seen: dict[str, None] = {}
+    for f in (*rest, *own):
+        seen.setdefault(display(f), None)
+    return tuple(seen)

@@ -8,7 +8,12 @@ malformed file is a ``Problem``. Every key remembers the file that last set it.
 Preset lookup (``find_preset``): the name as a path relative to the experiment file, then
 ``<experiment dir>/models|modules/``, then for each config root ``R``: ``R/models|modules/``,
 ``R/primus/configs/models|modules/megatron/``, ``R/models|modules/megatron/``; finally the shipped
-``recipes/`` folder of this checkout.
+``recipes/`` folder of this checkout, but only when no config root is a Primus checkout: a Primus
+tree's presets are never mixed with the bundled ones.
+
+Config roots: the ``--config-root`` folders, else the Primus checkout the recipe lives in
+(``find_primus_root``: the nearest folder above the recipe holding ``primus/configs/models/megatron``,
+where Primus's own ``PresetLoader`` looks).
 """
 
 from __future__ import annotations
@@ -135,9 +140,12 @@ def load_preset(
     warnings: list[str],
     *,
     key_prefix: str = "",
+    files: list[Path] | None = None,
     _stack: tuple[Path, ...] = (),
 ) -> Layer:
-    """A file merged over everything it ``extends``; origins are ``<file>:<key>`` (or ``key_prefix``)."""
+    """A file merged over everything it ``extends``; origins are ``<file>:<key>`` (or ``key_prefix``).
+
+    ``files`` collects every file read, parents first (what the report lists as the presets used)."""
     resolved = path.resolve()
     label = display(path)
     if resolved in _stack:
@@ -166,7 +174,9 @@ def load_preset(
         if not is_file(target):
             warnings.append(f"{label}: extends target {parent!r} not found at {display(target)}; skipped")
             continue
-        layer.update(load_preset(target, env, problems, warnings, _stack=(*_stack, resolved)))
+        layer.update(load_preset(target, env, problems, warnings, files=files, _stack=(*_stack, resolved)))
+    if files is not None:
+        files.append(path)
     own = Layer(values=data, origins={key: f"{key_prefix}{key}" if key_prefix else f"{label}:{key}" for key in data})
     layer.update(own)
     return layer
@@ -183,13 +193,41 @@ def is_file(path: Path) -> bool:
         return False
 
 
+PRIMUS_PRESETS = Path("primus") / "configs"
+"""Where a Primus checkout keeps its presets: ``primus/configs/<models|modules>/<framework>/`` (Primus's
+``primus/core/config/preset_loader.py``, ``PresetLoader.load``)."""
+MAX_ROOT_WALK = 32
+"""Folders walked up from a recipe in search of a Primus checkout (deeper trees are not Primus layouts)."""
+
+
+def is_primus_root(root: Path) -> bool:
+    """Whether ``root`` is a Primus checkout (it holds ``primus/configs/models/megatron``)."""
+    try:
+        return (root / PRIMUS_PRESETS / "models" / "megatron").is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def find_primus_root(recipe: Path) -> Path | None:
+    """The nearest folder above ``recipe`` that is a Primus checkout, or ``None``."""
+    try:
+        folder = recipe.resolve().parent
+    except (OSError, RuntimeError, ValueError):
+        return None
+    for candidate in [folder, *folder.parents][:MAX_ROOT_WALK]:
+        if is_primus_root(candidate):
+            return candidate
+    return None
+
+
 def search_dirs(kind: Kind, base_dir: Path, roots: Sequence[Path]) -> list[Path]:
     """Folders searched for a ``model:`` / ``config:`` name, nearest first."""
     sub = "models" if kind == "model" else "modules"
     dirs = [base_dir, base_dir / sub]
     for root in roots:
         dirs += [root / sub, root / "primus" / "configs" / sub / "megatron", root / sub / "megatron"]
-    dirs.append(SHIPPED_RECIPES / sub)
+    if not any(is_primus_root(root) for root in roots):
+        dirs.append(SHIPPED_RECIPES / sub)
     unique: list[Path] = []
     for d in dirs:
         if d not in unique:
@@ -197,8 +235,10 @@ def search_dirs(kind: Kind, base_dir: Path, roots: Sequence[Path]) -> list[Path]
     return unique
 
 
-def find_preset(name: str, kind: Kind, base_dir: Path, roots: Sequence[Path]) -> tuple[Path | None, list[Path]]:
-    """The first existing ``<dir>/<name>`` over ``search_dirs``; also every path tried."""
+def find_preset(name: str, kind: Kind, base_dir: Path, roots: Sequence[Path],
+                exclude: Path | None = None) -> tuple[Path | None, list[Path]]:
+    """The first existing ``<dir>/<name>`` over ``search_dirs`` other than ``exclude`` (the experiment file
+    itself, when it shares the preset's name); also every path tried."""
     tried: list[Path] = []
     candidate = Path(name)
     if candidate.is_absolute():
@@ -206,6 +246,13 @@ def find_preset(name: str, kind: Kind, base_dir: Path, roots: Sequence[Path]) ->
     for directory in search_dirs(kind, base_dir, roots):
         path = directory / name
         tried.append(path)
-        if is_file(path):
+        if is_file(path) and not (exclude is not None and _same_file(path, exclude)):
             return path, tried
     return None, tried
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False

@@ -20,10 +20,12 @@ from typing import Any
 from primus_ext.errors import Problem
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
+from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip
 from primus_ext.recipe.graphs import cuda_graph_mode
+from primus_ext.recipe.key_effects import architecture_problems, renamed_problems, unmodelled_keys, unmodelled_warning
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
-from primus_ext.recipe.tokenizers import vocab_size_of
+from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 VPP_KEYS = (
@@ -61,6 +63,8 @@ _OTHER_READ = (
     "cuda_graph_impl", "cuda_graph_scope", "enable_cuda_graph", "external_cuda_graph",
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
+    "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
+    "use_turbo_deepep", "recompute_layer_ids", "lora",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -97,21 +101,35 @@ def _window(a: ArgReader) -> tuple[int, int] | None:
     return None
 
 
-def _vocab(a: ArgReader) -> int:
+def _vocab(a: ArgReader) -> tuple[int, str]:
+    """(unpadded vocabulary, where it came from) as the run's tokenizer would give it."""
+    null = NULL_TOKENIZER_EOD  # Megatron's NullTokenizer: vocab_size ids + an end-of-document id
+    if a.primus and a.bool("mock_data"):
+        # Primus patches/args/mock_data_patches.py: mock data forces NullTokenizer, vocab_size 131072 when unset
+        vocab = a.int("vocab_size")
+        if vocab is None:
+            vocab = PRIMUS_MOCK_VOCAB
+            a.warnings.append(f"mock_data: Primus trains with its NullTokenizer and a vocabulary of {vocab} (its "
+                              "mock-data patch), not the tokenizer's; set vocab_size to project your tokenizer's")
+        return vocab + null, "Primus mock data (NullTokenizer)"
+    tokenizer_type = a.args.get("tokenizer_type")
     if a.given("vocab_size"):
-        return a.int("vocab_size") or 1
-    tokenizer = a.args.get("tokenizer_model") or a.args.get("tokenizer_type")
-    vocab = vocab_size_of(tokenizer if isinstance(tokenizer, str) else None)
+        vocab = a.int("vocab_size") or 1
+        return (vocab + null, "vocab_size + NullTokenizer's end-of-document id") \
+            if tokenizer_type == "NullTokenizer" else (vocab, "vocab_size")
+    if tokenizer_type == "NullTokenizer":
+        a.bad("vocab_size", "NullTokenizer needs vocab_size (Megatron's NullTokenizer is built from it)",
+              fix="set vocab_size")
+        return 1, "missing"
+    model = a.args.get("tokenizer_model")
+    vocab = vocab_size_of(model if isinstance(model, str) else None,
+                          tokenizer_type if isinstance(tokenizer_type, str) else None)
     if vocab is None:
-        a.problems.append(
-            Problem(
-                path="vocab_size",
-                message=f"vocab_size is not set and tokenizer {tokenizer!r} is not in the known-tokenizer table",
-                fix="set vocab_size (the tokenizer's vocabulary, unpadded)",
-            )
-        )
-        return 1
-    return vocab
+        a.warnings.append(f"vocab_size is not set and tokenizer {model or tokenizer_type!r} is not in the known-"
+                          f"tokenizer table: projected with an assumed vocabulary of {ASSUMED_VOCAB} (Primus's "
+                          "NullTokenizer default); set vocab_size for the exact embedding and output layer")
+        return ASSUMED_VOCAB, "assumed"
+    return vocab, f"tokenizer {model or tokenizer_type}"
 
 
 def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
@@ -158,6 +176,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
     elif a.given("moe_ffn_hidden_size"):
         a.bad("num_experts", "moe_ffn_hidden_size is set but num_experts is not",
               fix="set num_experts, or drop the MoE arguments for a dense model")
+    vocab, vocab_source = _vocab(a)
     return ModelSpec(
         name=name,
         num_layers=num_layers,
@@ -166,7 +185,8 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         num_attention_heads=heads,
         num_query_groups=groups,
         kv_channels=kv_channels,
-        vocab_size=_vocab(a),
+        vocab_size=vocab,
+        vocab_source=vocab_source,
         make_vocab_size_divisible_by=a.int("make_vocab_size_divisible_by") or 128,
         max_position_embeddings=a.int("max_position_embeddings") or a.int("seq_length") or 4096,
         activation=activation,  # type: ignore[arg-type]
@@ -177,7 +197,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         untie_embeddings_and_output_weights=a.bool("untie_embeddings_and_output_weights"),
         position_embedding_type="rope" if position in ("mrope", "yarn") else position,  # type: ignore[arg-type]
         window_size=_window(a),
-        window_attn_skip_freq=a.int("window_attn_skip_freq") or 0,
+        window_attn_skip_freq=window_skip(a, num_layers),
         num_experts=experts,
         moe_router_topk=a.int("moe_router_topk") or 2,
         moe_ffn_hidden_size=(a.int("moe_ffn_hidden_size") or ffn) if experts else None,
@@ -337,6 +357,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
     etp = a.int("expert_tensor_parallel_size")
     capacity = a.float("moe_expert_capacity_factor")
     optimizer = optimizer_dtypes(a)
+    lora_rank, lora_targets = lora(a)
     precision = _precision(a)
     bf16_main_grads = optimizer.pop("bf16_main_grads") and precision in ("bf16", "fp8")
     return ExecutionSpec(
@@ -362,6 +383,9 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         recompute_granularity=granularity,  # type: ignore[arg-type]
         recompute_method=a.choice("recompute_method", ("uniform", "block")),  # type: ignore[arg-type]
         recompute_num_layers=a.int("recompute_num_layers", minimum=0),
+        recompute_layer_ids=recompute_layer_ids(a, model.num_layers, model.mtp_num_layers),
+        lora_rank=lora_rank,
+        lora_targets=lora_targets,
         recompute_modules=_recompute_modules(a),
         # megatron-core ModelParallelConfig: cpu_offloading_activations defaults to True, weights False
         cpu_offloading=a.bool("cpu_offloading"),
@@ -382,32 +406,35 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16") or bf16_main_grads,
         fp8_param_gather=a.bool("fp8_param_gather"),
         fp8_recipe=_fp8_recipe(a, system),  # type: ignore[arg-type]
-        cross_entropy_fusion_impl=a.choice(  # type: ignore[arg-type]
-            "cross_entropy_fusion_impl", ("native", "te"), "native") or "native",
+        cross_entropy_fusion_impl=loss_impl(a),  # type: ignore[arg-type]
         cuda_graph=cuda_graph_mode(a),  # type: ignore[arg-type]
         **optimizer,
-        moe_token_dispatcher_type=_dispatcher(a),  # type: ignore[arg-type]
+        moe_token_dispatcher_type=dispatcher(a),  # type: ignore[arg-type]
         moe_grouped_gemm=a.bool("moe_grouped_gemm"),
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),
         moe_expert_capacity_factor=capacity if capacity is not None and capacity >= 0 else None,
     )
 
 
-def _dispatcher(a: ArgReader) -> str:
-    value = a.choice("moe_token_dispatcher_type", ("alltoall", "allgather", "flex", "alltoall_seq"), "allgather")
-    return "alltoall" if value == "alltoall_seq" else value or "allgather"
-
-
 def resolve_all(
-    args: Mapping[str, Any], system: SystemSpec, *, name: str = "model"
+    args: Mapping[str, Any], system: SystemSpec, *, name: str = "model", primus: bool = False
 ) -> tuple[ModelSpec, ExecutionSpec, list[Problem], list[str]]:
-    """``resolve_specs`` plus the warnings (values Megatron would silently ignore or reinterpret)."""
+    """``resolve_specs`` plus the warnings (values Megatron would silently ignore or reinterpret).
+
+    ``primus``: the arguments come from a Primus experiment, so Primus's argument patches apply (its
+    mock-data tokenizer)."""
     problems: list[Problem] = []
-    reader = ArgReader(args, problems)
+    reader = ArgReader(args, problems, primus=primus)
     model = resolve_model(reader, name=name)
     execution = resolve_execution(reader, model, system)
+    refused = architecture_problems(args)
+    if refused:  # the arguments describe another model family: its other problems would only confuse
+        return model, execution, refused, reader.warnings
+    problems += renamed_problems(args)
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
-    return model, execution, unique, reader.warnings
+    found = unmodelled_keys(args)
+    warnings = [*reader.warnings, unmodelled_warning(found)] if found else reader.warnings
+    return model, execution, unique, warnings
 
 
 def resolve_specs(

@@ -181,6 +181,18 @@ def _ep_overlap(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
 def _recompute(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
     """megatron-core transformer_config.py recompute rules; block/uniform layer counts per stage."""
     g, method, n = e.recompute_granularity, e.recompute_method, e.recompute_num_layers
+    if e.recompute_layer_ids:
+        # Primus patches/recompute_layer_patches.py, validate_specified_recompute_layers: the listed layers are
+        # the full recompute; recompute_method must stay unset (Primus raises otherwise)
+        if g != "full":
+            out.append(Problem(path="recompute_granularity", value=g,
+                               message="recompute_layer_ids needs recompute_granularity: full (Primus refuses it "
+                                       "otherwise)", fix="set recompute_granularity: full"))
+        if method is not None:
+            out.append(Problem(path="recompute_method", value=method,
+                               message="must be unset with recompute_layer_ids (Primus refuses both)",
+                               fix="remove recompute_method (and recompute_num_layers)"))
+        return
     if g is None:
         return  # Megatron ignores recompute_method / num_layers without a granularity
     if g == "selective":

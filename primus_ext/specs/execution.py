@@ -59,6 +59,10 @@ class ExecutionSpec:
     recompute_granularity: RecomputeGranularity | None = None
     recompute_method: RecomputeMethod | None = None
     recompute_num_layers: int | None = None
+    recompute_layer_ids: tuple[int, ...] = ()
+    """Primus's ``recompute_layer_ids`` (``patches/recompute_layer_patches.py``): full recompute of exactly these
+    global decoder-layer indices (0-based; ``num_layers + d`` is MTP depth d), with ``recompute_method`` unset.
+    Empty = Megatron's ``recompute_method`` / ``recompute_num_layers`` decide."""
     recompute_modules: tuple[str, ...] = ()
     """Selective recompute targets (Megatron names: core_attn, mlp, moe, moe_act, layernorm,
     mla_up_proj, shared_experts). Empty with granularity 'selective' means Megatron's default
@@ -68,6 +72,15 @@ class ExecutionSpec:
     torch's op-level selective activation checkpointing as torchtitan applies it
     (``activation_checkpoint.selective_ac_option = "op"``: keep every other matmul output and the
     attention outputs, recompute the rest)."""
+
+    # --- parameter-efficient fine-tuning (Primus's LoRA, backends/megatron/peft) -------------------
+    lora_rank: int = 0
+    """LoRA adapter rank (Primus's ``lora.dim``); 0 = every parameter trains. With LoRA every base parameter is
+    frozen (no gradient, no optimizer state, no weight-gradient GEMM; the backward still computes input
+    gradients through them) and each target linear gets a trainable pair A (in x r), B (r x out)."""
+    lora_targets: tuple[str, ...] = ()
+    """Linear layers that get adapters (Primus's ``lora.target_modules``: linear_qkv, linear_proj, linear_fc1,
+    linear_fc2; the MoE experts' fc1 / fc2 match too)."""
 
     # --- CPU offloading (megatron-core ModelParallelConfig; Transformer Engine's cpu_offload) ------
     cpu_offloading: bool = False
@@ -134,7 +147,9 @@ class ExecutionSpec:
     cross_entropy_fusion_impl: Literal["native", "te"] = "native"
     """megatron-core's ``cross_entropy_fusion_impl`` (default native): ``native`` keeps exp(logits) in fp32
     for backward, ``te`` (Transformer Engine's parallel cross entropy) writes the gradient into the bf16
-    logits in forward and keeps those."""
+    logits in forward and keeps those. ``te`` only with ``cross_entropy_loss_fusion`` on: without it
+    megatron-core runs the unfused vocab-parallel loss, which keeps fp32 exp(logits) like ``native``
+    (megatron-core 0.16.1 models/common/language_module/language_module.py, ``compute_language_model_loss``)."""
 
     # --- MoE execution -------------------------------------------------------------------------
     moe_token_dispatcher_type: Dispatcher = "alltoall"

@@ -37,6 +37,9 @@ class ModelSpec:
     """Per-head dimension (hidden_size / num_attention_heads unless set)."""
     vocab_size: int
     """Unpadded vocabulary; padding to ``make_vocab_size_divisible_by * TP`` is done per execution."""
+    vocab_source: str = "vocab_size"
+    """Where ``vocab_size`` came from: ``vocab_size``, ``tokenizer <id>``, Primus's mock-data NullTokenizer, or
+    ``assumed`` (an unknown tokenizer; the recipe's warnings say so)."""
     make_vocab_size_divisible_by: int = 128
     max_position_embeddings: int = 4096
     activation: Activation = "swiglu"

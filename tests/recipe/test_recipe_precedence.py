@@ -1,4 +1,7 @@
-"""Precedence: module preset < model preset < overrides < command-line key=value; cluster sources."""
+"""Precedence: model preset < module preset (Primus's merge) < overrides < command-line key=value; cluster sources.
+
+Primus merges the two presets with ``merge_namespace(module_config, model_config, allow_override=False)``
+(``primus/core/launcher/parser.py`` at fd1eeab): a key both set keeps the module preset's value."""
 
 from __future__ import annotations
 
@@ -28,11 +31,13 @@ def test_four_levels(experiment):
     recipe = load_recipe(experiment, ["tensor_model_parallel_size=2"])
     e = recipe.execution
     assert e.micro_batch_size == 1  # module preset only
-    assert e.global_batch_size == 32  # model preset beats module preset
-    assert e.seq_length == 2048  # overrides beat the model preset
+    assert e.global_batch_size == 16  # the module preset's value survives the model preset's (Primus)
+    assert e.seq_length == 2048  # overrides beat both presets
     assert e.tensor_model_parallel_size == 2  # command line beats overrides
     assert recipe.origins["micro_batch_size"].endswith("modules/trainer.yaml:micro_batch_size")
-    assert recipe.origins["global_batch_size"].endswith("models/m.yaml:global_batch_size")
+    assert recipe.origins["global_batch_size"].endswith("modules/trainer.yaml:global_batch_size")
+    # the dropped model-preset value is named, with what to do about it
+    assert any("`global_batch_size` is set by both presets" in w and "32" in w for w in recipe.warnings)
     assert recipe.origins["seq_length"] == "modules.pre_trainer.overrides.seq_length"
     assert recipe.origins["tensor_model_parallel_size"] == "cli.tensor_model_parallel_size"
 
@@ -75,3 +80,18 @@ def test_bad_command_line_item(experiment):
     with pytest.raises(RecipeError) as err:
         load_recipe(experiment, ["tensor_model_parallel_size", "9x=1"])
     assert [p.path for p in err.value.problems] == ["cli", "cli"]
+
+
+def test_nodes_from_nnodes_after_the_block(experiment, write):
+    """--nodes, then the recipe's primus_ext block, then $NNODES (Primus's launch scripts), then 1."""
+    assert load_recipe(experiment, env={"NNODES": "8"}).system.num_nodes == 2  # the block wins
+    assert load_recipe(experiment, nodes=4, env={"NNODES": "8"}).system.num_nodes == 4
+    flat = write("flat.yaml", BASE)
+    assert load_recipe(flat, env={"NNODES": "8"}).system.num_nodes == 8
+    assert load_recipe(flat, env={}).system.num_nodes == 1
+
+
+def test_bad_nnodes_is_a_problem_naming_the_variable(write):
+    with pytest.raises(RecipeError) as err:
+        load_recipe(write("flat.yaml", BASE), env={"NNODES": "four"})
+    assert err.value.problems[0].path == "$NNODES"

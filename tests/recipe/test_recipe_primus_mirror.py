@@ -1,43 +1,123 @@
-"""The Primus checkout's MI300X example experiments load unchanged through --config-root.
+"""Primus's own MI300X / MI325X experiment recipes, read as they are from a Primus-shaped tree.
 
-Located via $PRIMUS_CONFIG_ROOT or ../shared/primus_configs next to the repo; skipped when absent.
-Expected values come from the Primus model presets themselves (read here with plain PyYAML).
+Located via $PRIMUS_CONFIG_ROOT or ../shared/primus_configs next to the repo (Primus fd1eeab, data only);
+skipped when absent. Each recipe either loads legally (and projects to finite, possible figures) or is
+refused with a reason a Primus user would agree with: an architecture the projection cannot build, a
+layout that needs more nodes than given (with the count), or what Megatron itself refuses.
 """
 
 from __future__ import annotations
 
+import math
+import shutil
 from pathlib import Path
 
 import pytest
 from recipe_data import primus_root
 
+from primus_ext.errors import RecipeError
+from primus_ext.projection import project
 from primus_ext.recipe import load_recipe
+from primus_ext.recipe.presets import SHIPPED_RECIPES
 
 ROOT = primus_root()
 pytestmark = pytest.mark.skipif(ROOT is None, reason="Primus config mirror not found (set PRIMUS_CONFIG_ROOT)")
-EXAMPLES = sorted((ROOT / "examples" / "megatron" / "configs" / "MI300X").glob("*.yaml")) if ROOT else []
+CONFIGS = ROOT / "examples" / "megatron" / "configs" if ROOT else Path()
+EXAMPLES = sorted([*(CONFIGS / "MI300X").rglob("*.yaml"), *(CONFIGS / "MI325X").rglob("*.yaml")]) if ROOT else []
+CLUSTER = {"MI300X": "mi300x", "MI325X": "mi325x"}
 
-# Nodes that make each example's own parallel layout legal (TP*PP*EP fit the world size).
-NODES = {"llama3.1_405B-BF16-pretrain.yaml": 8, "mixtral_8x22B_v0.1-BF16-pretrain.yaml": 4}
-
-
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_example_loads_unchanged(example: Path):
-    recipe = load_recipe(example, config_roots=[ROOT], env={}, nodes=NODES.get(example.name, 1), validate=False)
-    assert recipe.model.num_layers > 0 and recipe.model.vocab_size > 1
-    # Primus's module preset extends ../module_base.yaml, absent from the mirror: a named warning
-    assert any("module_base.yaml" in w and "not found" in w for w in recipe.warnings)
-    # the example's own overrides win over the presets
-    assert recipe.origins["micro_batch_size"] == "modules.pre_trainer.overrides.micro_batch_size"
-    assert recipe.execution.precision == "bf16"  # trainer_base.yaml: bf16 true
+REFUSED_FAMILIES = ("mamba_", "zebra_llama_", "qwen3_5_", "flux_")
+"""Mamba / hybrid, linear-attention (Qwen3.5's gated delta net) and diffusion recipes."""
+PROJECTED_FAMILIES = ("llama2_", "llama3", "qwen2.5_", "qwen3_14B", "qwen3_8B", "qwen3_4B", "qwen3_32B",
+                      "qwen3_30B", "mixtral_8x7B", "deepseek_v2_lite", "gpt_oss_20B", "llama4_")
 
 
-def test_examples_are_legal_except_the_405B_layer_split():
-    for example in EXAMPLES:
-        recipe = load_recipe(example, config_roots=[ROOT], env={}, nodes=NODES.get(example.name, 1), validate=False)
-        paths = [p.path.rsplit(":", 1)[-1] for p in recipe.problems]
-        # 126 layers over PP=8: Megatron needs an uneven split; Primus pads layers (allow_padding_num_layers)
-        assert paths == (["num_layers"] if "405B" in example.name else []), (example.name, recipe.problems)
+def _cluster(path: Path) -> str:
+    return CLUSTER[path.relative_to(CONFIGS).parts[0]]
+
+
+def _outcome(path: Path, nodes: int | None = None):
+    try:
+        return load_recipe(path, cluster=_cluster(path), nodes=nodes, env={})
+    except RecipeError as err:
+        return err
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[str(p.relative_to(CONFIGS)) for p in EXAMPLES])
+def test_every_recipe_projects_or_is_refused_for_a_stated_reason(example: Path):
+    outcome = _outcome(example)
+    if isinstance(outcome, RecipeError):
+        messages = [p.message for p in outcome.problems]
+        nodes = next((p for p in outcome.problems if p.path == "nodes"), None)
+        if nodes is not None:  # the recipe needs more nodes than the one assumed: at that count it loads
+            assert "needs a multiple of" in nodes.message and "--nodes" in nodes.fix
+            need = int(nodes.fix.split("--nodes ")[1].split()[0])
+            outcome = _outcome(example, need)
+            if isinstance(outcome, RecipeError):  # Megatron's own check: 126 layers over PP 8 with no uneven split
+                assert "405B" in example.name
+                assert [p.path.rsplit(":", 1)[-1] for p in outcome.problems] == ["num_layers"]
+                return
+        else:
+            assert all("not modelled: primus-ext projects GPT-style" in m for m in messages), messages
+            assert example.name.startswith(REFUSED_FAMILIES), (example.name, messages)
+            return
+    assert not example.name.startswith(REFUSED_FAMILIES), example.name
+    recipe = outcome
+    assert recipe.config_root is not None  # found by walking up from the recipe: no --config-root given
+    assert not any(Path(f).resolve().is_relative_to(SHIPPED_RECIPES) for f in recipe.preset_files)
+    assert not any("bundled" in w or "unknown key" in w for w in recipe.warnings), recipe.warnings
+    p = project(recipe.model, recipe.execution, recipe.system, None)
+    assert p.tokens_per_s_per_gpu > 0 and math.isfinite(p.step_time_ms) and 0 < p.mfu <= 1
+
+
+def _at_needed_nodes(path: Path):
+    outcome = _outcome(path)
+    nodes = next((p for p in outcome.problems if p.path == "nodes"), None) if isinstance(outcome, RecipeError) \
+        else None
+    return _outcome(path, int(nodes.fix.split("--nodes ")[1].split()[0])) if nodes else outcome
+
+
+def test_the_families_that_must_project_do():
+    loaded = {p.name for p in EXAMPLES if not isinstance(_at_needed_nodes(p), RecipeError)}
+    for family in PROJECTED_FAMILIES:
+        assert any(name.startswith(family) for name in loaded), family
+
+
+def test_presets_come_from_the_checkout_and_are_listed():
+    recipe = load_recipe(CONFIGS / "MI300X" / "llama3.1_8B-BF16-pretrain.yaml", env={})
+    names = [Path(f).name for f in recipe.preset_files]
+    # model chain first (lowest precedence), then the module chain, then the experiment itself
+    assert names[:2] == ["primus_megatron_model.yaml", "language_model.yaml"]
+    assert names.index("llama3.1_8B.yaml") < names.index("pre_trainer.yaml") < names.index(
+        "llama3.1_8B-BF16-pretrain.yaml") == len(names) - 1
+    assert Path(recipe.config_root).resolve() == ROOT.resolve()
+    # Primus's mock-data patch: NullTokenizer, vocabulary 131072 (+ its end-of-document id)
+    assert recipe.model.vocab_size == 131073 and "mock data" in recipe.model.vocab_source
+    assert any("mock_data" in w for w in recipe.warnings)
+
+
+def test_a_recipe_outside_any_checkout_says_it_used_the_bundled_presets(tmp_path: Path):
+    copy = tmp_path / "llama3.1_8B.yaml"
+    shutil.copy(CONFIGS / "MI300X" / "llama3.1_8B-BF16-pretrain.yaml", copy)
+    recipe = load_recipe(copy, env={})
+    assert recipe.config_root is None
+    assert any("bundled" in w and "--config-root" in w for w in recipe.warnings)
+    assert any(Path(f).resolve().is_relative_to(SHIPPED_RECIPES) for f in recipe.preset_files)
+    # with --config-root the checkout's presets are used and the bundled ones never mixed in
+    rooted = load_recipe(copy, config_roots=[ROOT], env={})
+    assert not any(Path(f).resolve().is_relative_to(SHIPPED_RECIPES) for f in rooted.preset_files)
+
+
+def test_architecture_refusals_name_the_family():
+    with pytest.raises(RecipeError) as err:
+        load_recipe(CONFIGS / "MI300X" / "mamba_370M-pretrain.yaml", env={})
+    assert "Mamba" in str(err.value) and err.value.exit_code == 2
+    with pytest.raises(RecipeError) as err:
+        load_recipe(CONFIGS / "MI300X" / "qwen3_5_35B_A3B-BF16-pretrain.yaml", env={})
+    assert "gated delta net" in str(err.value)
+    with pytest.raises(RecipeError) as err:
+        load_recipe(CONFIGS / "MI300X" / "diffusion" / "flux_535m_pretrain.yaml", env={})
+    assert "diffusion" in str(err.value)
 
 
 def test_deepseek_v3_preset_resolves_like_its_file(tmp_path: Path):

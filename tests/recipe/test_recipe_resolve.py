@@ -9,6 +9,7 @@ from primus_ext.hardware import load_system
 from primus_ext.recipe import resolve_specs
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern, parse_pattern_expression
 from primus_ext.recipe.resolve import resolve_all
+from primus_ext.recipe.tokenizers import ASSUMED_VOCAB
 
 NODE = load_system("mi300x", 1)
 
@@ -49,8 +50,27 @@ def test_vocab_from_tokenizer_table_or_problem():
     assert resolve({**args, "tokenizer_model": "deepseek-ai/DeepSeek-V3"})[0].vocab_size == 129280
     assert resolve({**args, "tokenizer_model": "Qwen/Qwen3-30B-A3B"})[0].vocab_size == 151936
     assert resolve({**args, "tokenizer_model": "mistralai/Mixtral-8x7B-v0.1"})[0].vocab_size == 32000
-    problems = resolve({**args, "tokenizer_model": "acme/secret"})[2]
-    assert [p.path for p in problems] == ["vocab_size"]
+    # Qwen2.5's sizes differ by model (3B and smaller 151936, 7B and up 152064): the longest prefix wins
+    assert resolve({**args, "tokenizer_model": "Qwen/Qwen2.5-3B"})[0].vocab_size == 151936
+    assert resolve({**args, "tokenizer_model": "Qwen/Qwen2.5-72B"})[0].vocab_size == 152064
+    assert resolve({**args, "tokenizer_type": "Llama2Tokenizer"})[0].vocab_size == 32000
+    # an unknown tokenizer is projected at a stated assumption, not refused
+    model, _, problems, warnings = resolve_all({**args, "tokenizer_model": "acme/secret"}, NODE)
+    assert problems == [] and model.vocab_size == ASSUMED_VOCAB and model.vocab_source == "assumed"
+    assert any("acme/secret" in w and "assumed vocabulary" in w for w in warnings)
+    # Megatron's NullTokenizer needs vocab_size and adds an end-of-document id
+    assert [p.path for p in resolve({**args, "tokenizer_type": "NullTokenizer"})[2]] == ["vocab_size"]
+    assert resolve({**args, "tokenizer_type": "NullTokenizer", "vocab_size": 1000})[0].vocab_size == 1001
+
+
+def test_primus_mock_data_trains_with_the_null_tokenizer():
+    """Primus patches/args/mock_data_patches.py: mock data -> NullTokenizer, vocab_size 131072 when unset."""
+    args = {k: v for k, v in BASE.items() if k != "vocab_size"} | {"tokenizer_model": "meta-llama/Llama-3.1-8B",
+                                                                   "mock_data": True}
+    model, _, _, warnings = resolve_all(args, NODE, primus=True)
+    assert model.vocab_size == 131073 and any("NullTokenizer" in w for w in warnings)
+    assert resolve_all({**args, "vocab_size": 128256}, NODE, primus=True)[0].vocab_size == 128257
+    assert resolve_all(args, NODE)[0].vocab_size == 128256  # stock Megatron: --mock-data keeps the tokenizer
 
 
 @pytest.mark.parametrize(("args", "vpp"), [
