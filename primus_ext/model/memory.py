@@ -12,12 +12,14 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
 * parameters: bf16 weights (the MoE router in fp32), the embedding on the first stage, the final norm
   + output layer on the last (with tied embeddings and PP > 1 Megatron keeps a copy of the word
   embeddings there), MTP layers + their embedding copy; fp8 adds TE's cached fp8 weight copies;
-* gradients: Megatron DDP's main-grad buffer, fp32 (bf16 with ``grad_reduce_in_bf16``);
+* gradients: Megatron DDP's main-grad buffer, fp32 (bf16 with ``grad_reduce_in_bf16``); torch FSDP2's
+  sharded gradients in the parameter dtype (``memory_state``);
 * optimizer: Adam m, v + fp32 master weights (12 B/param; less with megatron's precision-aware optimizer:
   ``optimizer_state``), sharded by the distributed optimizer over
   the data-parallel group with CP (dense) and the expert-data-parallel group (experts);
   FSDP shards parameters, gradients and optimizer state (torch_fsdp2: all; megatron_fsdp: by
-  ``data_parallel_sharding_strategy``) and adds the gathered layers;
+  ``data_parallel_sharding_strategy``) and adds the gathered layers; the optimizer step's own peak
+  (torch FSDP2: fp32 copies of the gradients, no activations) counts where it is the higher one;
 * activations: ``memory_activations`` per layer and micro-batch (or measured saved bytes; the first
   ``cpu_offloading_num_layers`` layers offloaded to the host but one in transit; the loss's fp32 or
   bf16 logits per ``cross_entropy_fusion_impl``; torchtitan's op-level selective checkpointing), times the
@@ -27,7 +29,9 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
   ``i``, up to ``i`` deferred weight-gradient passes holding the GEMM inputs (Qi et al. 2023, section
   3.1: peak stays at PP micro-batches);
 * other: CUDA context, NCCL and GEMM workspaces, the recompute / backward working set, logits of the
-  loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants below).
+  loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants below); on the
+  loss stage the loss's and output layer's backward and the last layer's recompute + backward are two
+  phases, the first freeing its tensors before the second (``memory_stage.loss_overlap``).
 
 ``fits`` / ``peak_bytes`` evaluate the same arithmetic on one representative rank per distinct stage
 composition, from per-rank constants memoised on the fields they depend on (``_SHAPE_FIELDS``), and
@@ -46,20 +50,21 @@ from primus_ext.model.fp8 import layer_weight_bytes
 from primus_ext.model.memory_schedule import held_activations, prefix_sums
 from primus_ext.model.memory_stage import (
     CUDA_CONTEXT_BYTES,
+    FIXED_OTHER_BYTES,
     FRAGMENTATION_FRACTION,
     GEMM_WORKSPACE_BYTES,
     NCCL_BUFFER_BYTES,
     Measured,
     StageContext,
     biggest_layer_params,
+    loss_overlap,
     peak_representatives,
     rank_profile,
-    sharding_bytes,
     stage_context,
     stage_memory,
-    state_bytes,
     transient_terms,
 )
+from primus_ext.model.memory_state import optimizer_step_excess, sharding_bytes, state_bytes
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -199,7 +204,8 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
         static = prof.working + backward_ws + logits + a2a
         reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.edge_params,
                      prof.chunk_saved, prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction,
-                     static))
+                     static, prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
+                     prof.output_params))
     return (model, tuple(reps), biggest_layer_params(ctx))
 
 
@@ -227,16 +233,19 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
     zb = e.pipeline_schedule == "zb-h1"
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
-    for rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static in reps:
-        params, grads, opt_dense, opt_expert, fsdp_gather = state_bytes(e, sharding, total_params, expert, router,
-                                                                        edge, biggest, weight)
+    for rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static, loss, layer, output in reps:
+        params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
+            e, sharding, total_params, expert, router, edge, biggest, weight, output)
+        fsdp_gather = max(fsdp_layer, fsdp_loss)
         opt = opt_dense + opt_expert
         activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)
         if zb and rank:
             activations += min(rank, m) * per_mb * wgrad
-        transient = static + fsdp_gather
+        transient = static - loss_overlap(loss, layer, fsdp_layer, fsdp_loss, zb) + fsdp_gather
         other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES
                  + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES)
+        other += optimizer_step_excess(e, sharding, params, grads, opt, params + grads + opt + activations + other,
+                                       FIXED_OTHER_BYTES)
         total = params + grads + opt + activations + other
         if total > peak:
             peak = total

@@ -28,7 +28,14 @@ from primus_ext.model.memory_activations import (
     op_sac_saved_bytes,
 )
 from primus_ext.model.memory_schedule import chunk_in_flight, held_activations, prefix_sums
-from primus_ext.model.optimizer_state import adam_state_bytes, dp_sharded
+from primus_ext.model.memory_state import (
+    fsdp_shard_bytes,
+    optimizer_step_excess,
+    sharding_bytes,
+    state_bytes,
+    step_grad_bytes,
+)
+from primus_ext.model.optimizer_state import dp_sharded
 from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
     expert_layer_params,
@@ -50,6 +57,8 @@ PP and EP communicators a training rank keeps (estimate, order of magnitude)."""
 GEMM_WORKSPACE_BYTES = 0.1e9
 """cuBLAS (32 MiB per handle on Hopper, torch's default CUBLAS_WORKSPACE_CONFIG) + TE cuBLASLt
 workspaces on the compute and communication streams."""
+FIXED_OTHER_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
+"""What stays allocated through the optimizer step beside the parameters, gradients and optimizer state."""
 FRAGMENTATION_FRACTION = 0.03
 """Caching-allocator overhead (reserved - allocated) as a fraction of the activations and transient
 buffers. 3-10 % with the default allocator; training launchers set
@@ -60,9 +69,6 @@ BACKWARD_WORKSPACE_LAYER_FRACTION = 0.5
 un-recomputed saved bytes (the fc1-output gradient dominates; estimate)."""
 MOE_A2A_BUFFER_COPIES = 2
 """All-to-all send/receive buffers of the routed tokens (dispatch and combine) alive at once."""
-FSDP_GATHERED_LAYERS = 2
-"""FSDP keeps the current layer's gathered parameters plus one prefetched layer (torch FSDP2 and
-Megatron-FSDP default prefetch of one)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +143,11 @@ class RankProfile:
     loss_side: bool
     """Holds the output layer or MTP layers (the logits transient)."""
     moe_layers: int
+    output_params: float = 0.0
+    """Parameters of the output layer on this rank (an FSDP unit of its own)."""
+    loss_saved: float = 0.0
+    """Saved bytes of the output layer + loss of one micro-batch, when they are freed before that micro-batch's
+    layers run their backward (one chunk, no MTP: see ``loss_overlap``); 0 otherwise."""
 
 
 @lru_cache(maxsize=1024)
@@ -329,51 +340,9 @@ def offloaded_layers(e: ExecutionSpec) -> int:
     return e.cpu_offloading_num_layers if e.cpu_offloading and e.cpu_offloading_activations else 0
 
 
-def fsdp_shard_bytes(e: ExecutionSpec, param_b: float) -> float:
-    """Bytes per parameter of a fully sharded (optim_grads_params) parameter shard. Megatron-FSDP keeps fp8
-    parameters (fp8_param_gather) in a uint8 model-weight buffer, sharded (megatron-core 0.16.1
-    megatron_fsdp/param_and_grad_buffer.py ``_init_each_parameter_group_buffers``), fp32 master weights
-    in the optimizer's main-weight buffer; the gathered layer's transpose is a transient."""
-    return 1.0 if e.fsdp == "megatron_fsdp" and e.precision == "fp8" and e.fp8_param_gather else param_b
-
-
-def sharding_bytes(e: ExecutionSpec) -> tuple[float, float, float, float, float]:
-    """(param, grad, optimizer) bytes per param, and the dense / expert shard widths."""
-    fp32 = e.precision == "fp32"
-    param_b = 4.0 if fp32 else 2.0
-    grad_b = 2.0 if (e.grad_reduce_in_bf16 and not fp32) else 4.0
-    opt_b = adam_state_bytes(e)
-    return param_b, grad_b, opt_b, float(e.dp * e.cp), float(max(1, e.expert_data_parallel_size))
-
-
 def biggest_layer_params(ctx: StageContext) -> int:
     """Parameters of the largest transformer layer on a rank (what FSDP gathers at a time)."""
     return max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
-
-
-def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, float], total_params: float,
-                expert: float, router: float, edge: float, biggest: float,
-                weight: tuple[float, float]) -> tuple[float, float, float, float, float]:
-    """(parameters, gradients, dense optimizer shard, expert optimizer shard, FSDP-gathered transient) bytes
-    of one rank holding ``total_params`` (``expert`` of them expert, ``router`` fp32 router, ``edge``
-    embedding / output / MTP extras) parameters; ``sharding`` = ``sharding_bytes(e)``, ``biggest`` = the
-    largest layer's parameters (what FSDP gathers), ``weight`` = ``fp8.layer_weight_bytes`` (bytes per
-    transformer-layer GEMM parameter and its fp8 cache). The one formula behind both ``stage_memory`` and the
-    pre-filter's fast path (``memory._peak``)."""
-    param_b, grad_b, opt_b, dp_dense, dp_expert = sharding
-    dense_params = total_params - expert
-    params = (total_params - edge - router) * sum(weight) + edge * param_b + router * ROUTER_PARAM_BYTES
-    grads = total_params * grad_b
-    shard_opt, shard_grads, shard_params = dp_sharded(e)
-    opt_dense = dense_params / (dp_dense if shard_opt else 1) * opt_b
-    opt_expert = expert / (dp_expert if shard_opt else 1) * opt_b
-    fsdp_gather = 0.0
-    if shard_grads:
-        grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
-    if shard_params:
-        params = (dense_params / dp_dense + expert / dp_expert) * fsdp_shard_bytes(e, param_b)
-        fsdp_gather = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
-    return params, grads, opt_dense, opt_expert, fsdp_gather
 
 
 def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
@@ -398,7 +367,9 @@ def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
         chunk_saved=tuple(saved for saved, _ in chunks), working=max(work for _, work in chunks),
         biggest_layer=max((t.act_none for t in present), default=0.0),
         wgrad_fraction=max((t.wgrad_fraction for t in present), default=0.0),
-        loss_side=output or n_mtp > 0, moe_layers=n_moe)
+        loss_side=output or n_mtp > 0, moe_layers=n_moe,
+        output_params=float(ctx.output_params if output else 0),
+        loss_saved=ctx.terms["output"].act_none if output and not n_mtp and len(comps) == 1 else 0.0)
 
 
 def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
@@ -421,9 +392,10 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
     param_b = sharding[0]
     weight = layer_weight_bytes(e, family, param_bytes=param_b)
     layer_gemm = total_params - prof.edge_params - router
-    params, grads, opt_dense, opt_expert, fsdp_gather = state_bytes(e, sharding, total_params, expert, router,
-                                                                    prof.edge_params, biggest_layer_params(ctx),
-                                                                    weight)
+    params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
+        e, sharding, total_params, expert, router, prof.edge_params, biggest_layer_params(ctx), weight,
+        prof.output_params)
+    fsdp_gather = max(fsdp_layer, fsdp_loss)
     # --- activations ---------------------------------------------------------------------------
     flights = chunk_in_flight(e, rank)
     per_mb = sum(prof.chunk_saved)
@@ -437,26 +409,55 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
     in_flight = activations / per_mb if per_mb else flights[0]
     # --- other ---------------------------------------------------------------------------------
     backward_ws, logits, a2a = transient_terms(model, e, prof)
-    transient = prof.working + backward_ws + logits + a2a + fsdp_gather
+    freed = loss_overlap(prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
+                         fsdp_layer, fsdp_loss, e.pipeline_schedule == "zb-h1")
+    transient = prof.working + backward_ws + logits + a2a - freed + fsdp_gather
     fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
     other = transient + fragmentation + CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
-    totals = (params, grads, opt_dense + opt_expert, activations, other)
+    opt = opt_dense + opt_expert
+    step_excess = optimizer_step_excess(e, sharding, params, grads, opt, params + grads + opt + activations + other,
+                                        FIXED_OTHER_BYTES)
+    other += step_excess
+    totals = (params, grads, opt, activations, other)
     if not detail:
         return {}, totals, in_flight
+    if dp_sharded(e)[2]:  # FSDP shards every parameter (the edge ones are dense) and keeps no fp8 cache
+        edge_part, router_extra, fp8_cache = prof.edge_params / sharding[3] * fsdp_shard_bytes(e, param_b), 0.0, 0.0
+    else:
+        edge_part = prof.edge_params * param_b
+        router_extra, fp8_cache = router * (ROUTER_PARAM_BYTES - param_b), layer_gemm * weight[1]
     parts = {
-        "params.decoder_layers": layer_gemm * weight[0] + router * param_b,
-        "params.embedding_output_mtp": prof.edge_params * param_b,
-        "params.router_fp32_extra": router * (ROUTER_PARAM_BYTES - param_b),
-        "params.fp8_weight_cache": layer_gemm * weight[1],
+        "params.decoder_layers": params - edge_part - router_extra - fp8_cache,
+        "params.embedding_output_mtp": edge_part, "params.router_fp32_extra": router_extra,
+        "params.fp8_weight_cache": fp8_cache,
         "params.count": total_params, "params.expert_count": expert,
+        "grads.at_optimizer_step": grads * (step_grad_bytes(e, sharding[1]) / sharding[1]),
         "optimizer.dense_shard": opt_dense, "optimizer.expert_shard": opt_expert,
         "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,
         "other.recompute_working_set": prof.working, "other.backward_workspace": backward_ws,
-        "other.loss_logits": logits, "other.moe_a2a_buffers": a2a, "other.fsdp_gathered": fsdp_gather,
+        "other.loss_logits": logits, "other.loss_freed_before_layer_backward": -freed,
+        "other.moe_a2a_buffers": a2a, "other.fsdp_gathered": fsdp_gather,
         "other.fragmentation": fragmentation, "other.cuda_context": CUDA_CONTEXT_BYTES,
         "other.nccl_buffers": NCCL_BUFFER_BYTES, "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
+        "other.optimizer_step_excess": step_excess,
     }
     return parts, totals, in_flight
+
+
+def loss_overlap(loss_part: float, layer_part: float, fsdp_layer: float, fsdp_loss: float, zb: bool) -> float:
+    """Bytes the loss stage's peak holds less than the sum of its parts. Autograd runs the loss's and the
+    output layer's backward first and frees their saved tensors and the native loss's logits gradient
+    (``loss_part``: ``RankProfile.loss_saved`` + logits) before the last layer recomputes its forward and runs
+    its backward (``layer_part``: recompute working set + backward workspace), so on top of the layers' saved
+    bytes only the larger phase is held, each with its own FSDP units (``fsdp_loss`` / ``fsdp_layer``, summed
+    as their maximum). 0 where ``loss_saved`` is (several chunks, MTP, no output layer) and under ZB-H1
+    (``zb``), whose deferred weight-gradient passes may keep the logits gradient for later."""
+    if not loss_part or zb:
+        return 0.0
+    gathered = max(fsdp_layer, fsdp_loss)
+    # sum of the parts - the larger phase: loss_part + layer_part + gathered - max(loss_part + fsdp_loss,
+    # layer_part + fsdp_layer)
+    return min(layer_part + gathered - fsdp_loss, loss_part + gathered - fsdp_layer)
 
 
 def transient_terms(model: ModelSpec, e: ExecutionSpec, prof: RankProfile) -> tuple[float, float, float]:

@@ -59,7 +59,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _other_parts(stage: StageMemory) -> str:
-    parts = {k.removeprefix("other."): v for k, v in stage.detail.items() if k.startswith("other.") and v > 0}
+    # a negative part is memory the sum of the others counts but no phase holds at once
+    parts = {k.removeprefix("other."): v for k, v in stage.detail.items() if k.startswith("other.") and v}
     return ", ".join(f"{k} {v / GIB:.2f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
 
 
