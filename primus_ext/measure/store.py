@@ -89,6 +89,7 @@ def shape_from_dict(data: dict[str, Any]) -> RankShape:
         arch["window_size"] = tuple(arch["window_size"])
     fields = {k: v for k, v in data.items() if k != "arch"}
     fields["recompute_modules"] = tuple(fields.get("recompute_modules", ()))
+    fields["lora_targets"] = tuple(fields.get("lora_targets", ()))
     return RankShape(arch=LayerArch(**arch), **fields)
 
 

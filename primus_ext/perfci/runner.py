@@ -8,6 +8,7 @@ projected or has no baseline; exit 2).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -81,9 +82,12 @@ def _costs(suite: Suite):
 def _project(entry: Entry, costs: Any) -> EntryResult:
     from primus_ext.projection import project
     from primus_ext.recipe import load_recipe
+    from primus_ext.recipe.loader import NODES_ENV
 
+    # a suite entry is reproducible: the launch environment's $NNODES does not move its node count
+    env = {k: v for k, v in os.environ.items() if k != NODES_ENV}
     recipe = load_recipe(entry.recipe, entry.overrides, cluster=entry.cluster, nodes=entry.nodes,
-                         config_roots=entry.config_roots)
+                         config_roots=entry.config_roots, env=env)
     result = project(recipe.model, recipe.execution, recipe.system, costs, band=False)
     sources = sorted(set(result.sources.values()))
     memory = result.memory

@@ -83,8 +83,13 @@ def test_config_root_reads_primus_examples(capsys):
         pytest.skip("Primus config mirror not found")
     assert main(["recipe", "show", str(example), "--config-root", str(root), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["model"]["name"] == "llama3.1_8B" and data["model"]["vocab_size"] == 128256
-    assert any("module_base.yaml" in w for w in data["warnings"])
+    # mock_data: Primus's patch trains with its NullTokenizer (131072 ids + end-of-document)
+    assert data["model"]["name"] == "llama3.1_8B" and data["model"]["vocab_size"] == 131073
+    assert data["preset_files"][-1].endswith("llama3.1_8B-BF16-pretrain.yaml")
+    # the same recipe without --config-root: the checkout above it is found, its presets listed
+    assert main(["recipe", "show", str(example)]) == 0
+    text = capsys.readouterr().out
+    assert "presets of the Primus checkout at" in text and "primus/configs/models/megatron/" in text
 
 
 def test_overrides_may_follow_the_options(capsys):

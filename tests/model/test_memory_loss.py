@@ -50,5 +50,8 @@ def test_recipe_reads_cross_entropy_fusion_impl():
     from primus_ext.recipe import load_recipe
 
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml"
-    assert load_recipe(recipe, ["cross_entropy_fusion_impl=te"]).execution.cross_entropy_fusion_impl == "te"
+    te = ["cross_entropy_loss_fusion=true", "cross_entropy_fusion_impl=te"]
+    assert load_recipe(recipe, te).execution.cross_entropy_fusion_impl == "te"
     assert load_recipe(recipe).execution.cross_entropy_fusion_impl == "native"  # megatron-core's default
+    # without the loss fusion switch megatron-core runs the unfused loss, whatever the impl says
+    assert load_recipe(recipe, te[1:]).execution.cross_entropy_fusion_impl == "native"
