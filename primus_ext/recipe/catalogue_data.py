@@ -222,6 +222,7 @@ use_te_rng_tracker variable_seq_lengths window_attn_skip_freq window_size
 MCORE_CONFIG_KEYS: frozenset[str] = frozenset(_MCORE_WORDS.split())
 
 _NO_EFFECT_WORDS = """
+masked_softmax_fusion
 _cpu_offloading_context activation_func activation_func_clamp_value activation_situ_beta
 activation_situ_linear_beta adam_beta1 adam_beta2 adam_eps add_position_embedding adlr_autoresume
 adlr_autoresume_interval align_grad_reduce align_param_gather app_tag_run_name app_tag_run_version

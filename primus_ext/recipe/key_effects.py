@@ -36,16 +36,20 @@ class Unmodelled:
     """The value the projection prices (Megatron-LM's default unless the effect says otherwise)."""
     effect: str
     """What the key changes, in a few words."""
+    when: str | None = None
+    """The switch the key is a setting of (``offload_time`` of ``offload``): without it on, the key does nothing."""
 
 
-def _u(assumed: Any, effect: str) -> Unmodelled:
-    return Unmodelled(assumed=assumed, effect=effect)
+def _u(assumed: Any, effect: str, when: str | None = None) -> Unmodelled:
+    return Unmodelled(assumed=assumed, effect=effect, when=when)
 
 
 _FUSION = "kernel fusion: step time"
 _TURBO = "a Primus-Turbo kernel choice: step time (efficiencies are calibrated per GPU family, not per kernel)"
 _TP_SUB = "which TP communications overlap: step time (tp_comm_overlap is priced as all of them)"
 _OFFLOAD = "CPU offloading: memory and step time"
+_ZB, _TURBO_ON, _FSDP2, _EDGES = "patch_zero_bubble", "enable_primus_turbo", "use_torch_fsdp2", "first_last_layers_bf16"
+"""Switches whose settings (``Unmodelled.when``) do nothing while they are off."""
 
 UNMODELLED: dict[str, Unmodelled] = {
     # kernels and fusions (Megatron-LM arguments.py defaults)
@@ -55,7 +59,6 @@ UNMODELLED: dict[str, Unmodelled] = {
     "bias_gelu_fusion": _u(True, _FUSION),
     "bias_dropout_fusion": _u(True, _FUSION),
     "bias_activation_fusion": _u(False, _FUSION),
-    "masked_softmax_fusion": _u(True, _FUSION),
     "persist_layer_norm": _u(False, _FUSION),
     "memory_efficient_layer_norm": _u(False, "layer-norm saved tensors: memory"),
     "moe_permute_fusion": _u(False, _FUSION),
@@ -71,22 +74,22 @@ UNMODELLED: dict[str, Unmodelled] = {
     "use_te_activation_func": _u(False, _FUSION),
     "torch_compile": _u(None, "torch.compile of the model: step time"),
     "enable_primus_turbo": _u(False, _TURBO),
-    "use_turbo_attention": _u(False, _TURBO),
-    "use_turbo_gemm": _u(False, _TURBO),
-    "use_turbo_grouped_gemm": _u(False, _TURBO),
-    "use_turbo_rms_norm": _u(False, _TURBO),
-    "use_turbo_norm_te_linear": _u(False, _TURBO),
-    "use_turbo_fused_act_with_probs": _u(False, _TURBO),
-    "use_turbo_mega_moe": _u(False, _TURBO),
-    "use_turbo_autotune": _u(False, _TURBO),
-    "turbo_gemm_backend": _u("default", _TURBO),
-    "turbo_grouped_gemm_backend": _u("default", _TURBO),
-    "turbo_grouped_gemm_without_padding": _u(False, _TURBO),
-    "enable_turbo_attention_float8": _u(False, "FP8 attention kernel: step time"),
-    "use_sink_attention": _u(False, "attention-sink kernel: step time"),
-    "turbo_sync_free_moe_stage": _u(0, "Primus sync-free MoE (stage 2+ also turns on Turbo DeepEP): step time"),
-    "turbo_deepep_num_cu": _u(32, "compute units given to DeepEP: step time"),
-    "turbo_deepep_use_comm_stream": _u(False, "DeepEP on its own stream: step time"),
+    "use_turbo_attention": _u(False, _TURBO, when=_TURBO_ON),
+    "use_turbo_gemm": _u(False, _TURBO, when=_TURBO_ON),
+    "use_turbo_grouped_gemm": _u(False, _TURBO, when=_TURBO_ON),
+    "use_turbo_rms_norm": _u(False, _TURBO, when=_TURBO_ON),
+    "use_turbo_norm_te_linear": _u(False, _TURBO, when=_TURBO_ON),
+    "use_turbo_fused_act_with_probs": _u(False, _TURBO, when=_TURBO_ON),
+    "use_turbo_mega_moe": _u(False, _TURBO, when=_TURBO_ON),
+    "use_turbo_autotune": _u(False, _TURBO, when=_TURBO_ON),
+    "turbo_gemm_backend": _u("default", _TURBO, when=_TURBO_ON),
+    "turbo_grouped_gemm_backend": _u("default", _TURBO, when=_TURBO_ON),
+    "turbo_grouped_gemm_without_padding": _u(False, _TURBO, when=_TURBO_ON),
+    "enable_turbo_attention_float8": _u(False, "FP8 attention kernel: step time", when=_TURBO_ON),
+    "use_sink_attention": _u(False, "attention-sink kernel: step time", when=_TURBO_ON),
+    "turbo_sync_free_moe_stage": _u(0, "Primus sync-free MoE (stage 2+: Turbo DeepEP): step time", when=_TURBO_ON),
+    "turbo_deepep_num_cu": _u(32, "compute units given to DeepEP: step time", when="use_turbo_deepep"),
+    "turbo_deepep_use_comm_stream": _u(False, "DeepEP on its own stream: step time", when="use_turbo_deepep"),
     "use_kitchen": _u(False, "quantisation library kernels: step time"),
     "use_kitchen_attention": _u(False, "quantisation library attention: step time"),
     "deterministic_mode": _u(False, "deterministic kernels: step time"),
@@ -97,8 +100,8 @@ UNMODELLED: dict[str, Unmodelled] = {
     "fp8_multi_head_attention": _u(False, "FP8 attention projections: step time and memory"),
     "fp8_param": _u(False, "parameters kept in FP8: memory"),
     "first_last_layers_bf16": _u(False, "first / last layers in BF16 under FP8: step time"),
-    "num_layers_at_start_in_bf16": _u(1, "BF16 layers at the start under FP8 (with first_last_layers_bf16): step time"),
-    "num_layers_at_end_in_bf16": _u(1, "BF16 layers at the end under FP8 (with first_last_layers_bf16): step time"),
+    "num_layers_at_start_in_bf16": _u(1, "BF16 layers at the start under FP8: step time", when=_EDGES),
+    "num_layers_at_end_in_bf16": _u(1, "BF16 layers at the end under FP8: step time", when=_EDGES),
     "keep_fp8_transpose_cache": _u(False, "FP8 transposed-weight cache: memory"),
     "keep_fp8_transpose_cache_when_using_custom_fsdp": _u(False, "FP8 transposed-weight cache: memory"),
     "no_fp8_weight_transpose_cache": _u(False, "FP8 transposed-weight cache: memory"),
@@ -110,9 +113,9 @@ UNMODELLED: dict[str, Unmodelled] = {
     "hidden_dropout": _u(0.0, "dropout masks saved for backward: memory and step time"),
     "attention_dropout": _u(0.0, "attention dropout: step time"),
     # communication and overlap
-    "overlap_p2p_comm": _u(False, "pipeline send / receive overlapped with compute: step time"),
+    "overlap_p2p_comm": _u(True, "pipeline send / receive overlapped with compute (Megatron's default)"),
     "batch_p2p_comm": _u(True, "pipeline send / receive batching: step time"),
-    "overlap_p2p_comm_warmup_flush": _u(False, "pipeline send / receive overlap in warm-up: step time"),
+    "overlap_p2p_comm_warmup_flush": _u(False, "send / receive overlap in warm-up: step time", when="overlap_p2p_comm"),
     "overlap_param_gather_with_optimizer_step": _u(False, "parameter all-gather overlapped with the optimizer: "
                                                           "step time"),
     "ddp_bucket_size": _u(None, "data-parallel bucket size (how much reduction overlaps): step time"),
@@ -122,24 +125,24 @@ UNMODELLED: dict[str, Unmodelled] = {
     "defer_embedding_wgrad_compute": _u(False, "deferred embedding weight gradients: step time"),
     "wgrad_deferral_limit": _u(0, "deferred embedding weight gradients: step time"),
     "delay_wgrad_compute": _u(False, "delayed weight gradients (EP overlap): step time"),
-    "tp_comm_overlap_ag": _u(True, _TP_SUB),
-    "tp_comm_overlap_rs": _u(True, _TP_SUB),
-    "tp_comm_overlap_rs_dgrad": _u(False, _TP_SUB),
-    "tp_comm_bulk_dgrad": _u(True, _TP_SUB),
-    "tp_comm_bulk_wgrad": _u(True, _TP_SUB),
-    "tp_comm_split_ag": _u(True, _TP_SUB),
-    "tp_comm_split_rs": _u(True, _TP_SUB),
-    "tp_comm_atomic_ag": _u(False, _TP_SUB),
-    "tp_comm_atomic_rs": _u(False, _TP_SUB),
-    "tp_comm_overlap_disable_qkv": _u(False, _TP_SUB),
-    "tp_comm_overlap_disable_fc1": _u(False, _TP_SUB),
-    "tp_comm_overlap_cfg": _u(None, _TP_SUB),
+    "tp_comm_overlap_ag": _u(True, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_overlap_rs": _u(True, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_overlap_rs_dgrad": _u(False, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_bulk_dgrad": _u(True, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_bulk_wgrad": _u(True, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_split_ag": _u(True, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_split_rs": _u(True, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_atomic_ag": _u(False, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_atomic_rs": _u(False, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_overlap_disable_qkv": _u(False, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_overlap_disable_fc1": _u(False, _TP_SUB, when="tp_comm_overlap"),
+    "tp_comm_overlap_cfg": _u(None, _TP_SUB, when="tp_comm_overlap"),
     "hierarchical_context_parallel_sizes": _u(None, "hierarchical CP groups: step time"),
     "hybrid_context_parallel": _u(False, "dynamic context parallelism: step time"),
     "max_seqlen_per_dp_cp_rank": _u(None, "dynamic context parallelism: step time"),
     "use_tp_pp_dp_mapping": _u(False, "rank order (which groups cross nodes): step time"),
     "use_sharp": _u(False, "in-network reduction: step time"),
-    "sharp_enabled_group": _u(None, "in-network reduction: step time"),
+    "sharp_enabled_group": _u(None, "in-network reduction: step time", when="use_sharp"),
     "nccl_ub": _u(False, "NCCL user buffers: step time"),
     "symmetric_ar_type": _u(None, "symmetric-memory all-reduce: step time"),
     "disable_symmetric_registration": _u(False, "symmetric-memory registration: step time"),
@@ -162,12 +165,12 @@ UNMODELLED: dict[str, Unmodelled] = {
     "num_layers_in_last_pipeline_stage": _u(None, "last stage's layers (write decoder_last_pipeline_num_layers)"),
     "standalone_embedding_stage": _u(False, "embedding on its own stage: step time and memory"),
     "mtp_standalone": _u(False, "multi-token prediction on its own stage: step time and memory"),
-    "zero_bubble_max_pending_backward": _u("auto", "zero-bubble pending backwards (ZB-H2): step time and memory"),
-    "zero_bubble_v_schedule_mem_setup": _u("half", "zero-bubble V memory setup: step time and memory"),
-    "zero_bubble_adaptive_memory_limit_percentile": _u(85, "zero-bubble memory limit: step time and memory"),
-    "enable_1f1b_v": _u(False, "1F1B-V schedule: step time and memory"),
-    "enable_zb_runtime": _u(False, "zero-bubble runtime: step time"),
-    "interleave_group_size": _u(None, "interleaved schedule grouping: step time"),
+    "zero_bubble_max_pending_backward": _u("auto", "zero-bubble pending backwards: time, memory", when=_ZB),
+    "zero_bubble_v_schedule_mem_setup": _u("half", "zero-bubble V memory setup: time, memory", when=_ZB),
+    "zero_bubble_adaptive_memory_limit_percentile": _u(85, "zero-bubble memory limit: time, memory", when=_ZB),
+    "enable_1f1b_v": _u(False, "1F1B-V schedule: step time and memory", when=_ZB),
+    "enable_zb_runtime": _u(False, "zero-bubble runtime: step time", when=_ZB),
+    "interleave_group_size": _u(None, "interleaved schedule grouping: step time", when=_ZB),
     "deallocate_pipeline_outputs": _u(True, "pipeline outputs freed after sending: memory"),
     # recompute and offloading
     "moe_layer_recompute": _u(False, "MoE layer recompute (write recompute_modules: [moe]): memory and step time"),
@@ -177,32 +180,32 @@ UNMODELLED: dict[str, Unmodelled] = {
     "fine_grained_activation_offloading": _u(False, _OFFLOAD),
     "offload": _u(False, _OFFLOAD),
     "cpu_offload": _u(False, _OFFLOAD),
-    "offload_chunk_num": _u(None, _OFFLOAD),
-    "offload_modules": _u(None, _OFFLOAD),
-    "offload_ops": _u(None, _OFFLOAD),
-    "offload_overlap_sr": _u(None, _OFFLOAD),
-    "offload_time": _u(None, _OFFLOAD),
-    "auto_offload_time": _u(None, _OFFLOAD),
-    "min_offloaded_tensor_size": _u(None, _OFFLOAD),
-    "cpu_offloading_double_buffering": _u(False, _OFFLOAD),
+    "offload_chunk_num": _u(None, _OFFLOAD, when="offload"),
+    "offload_modules": _u(None, _OFFLOAD, when="offload"),
+    "offload_ops": _u(None, _OFFLOAD, when="offload"),
+    "offload_overlap_sr": _u(None, _OFFLOAD, when="offload"),
+    "offload_time": _u(None, _OFFLOAD, when="offload"),
+    "auto_offload_time": _u(None, _OFFLOAD, when="offload"),
+    "min_offloaded_tensor_size": _u(None, _OFFLOAD, when="fine_grained_activation_offloading"),
+    "cpu_offloading_double_buffering": _u(False, _OFFLOAD, when="cpu_offloading"),
     "optimizer_cpu_offload": _u(False, _OFFLOAD),
     "optimizer_offload_fraction": _u(1.0, _OFFLOAD),
     "overlap_cpu_optimizer_d2h_h2d": _u(False, _OFFLOAD),
     "use_torch_optimizer_for_cpu_offload": _u(False, _OFFLOAD),
     "pin_cpu_grads": _u(True, _OFFLOAD),
     "pin_cpu_params": _u(True, _OFFLOAD),
-    "fsdp_double_buffer": _u(False, "Megatron-FSDP double buffering: memory"),
-    "fsdp_manual_registration": _u(False, "Megatron-FSDP buffer registration: step time"),
+    "fsdp_double_buffer": _u(False, "Megatron-FSDP double buffering: memory", when="use_megatron_fsdp"),
+    "fsdp_manual_registration": _u(False, "Megatron-FSDP buffer registration: step time", when="use_megatron_fsdp"),
     "outer_dp_sharding_strategy": _u("no_shard", "hybrid sharded data parallelism: memory and step time"),
-    "data_parallel_replicate_degree": _u(None, "hybrid sharded data parallelism: memory and step time"),
+    "data_parallel_replicate_degree": _u(1, "hybrid sharded data parallelism: memory and step time"),
     "preserve_fp32_weights": _u(True, "FP32 master weights under FP8 parameters: memory"),
     # sequences and losses
     "enable_packed_sequences": _u(False, "packed sequences (attention within documents only): step time"),
     "use_packed_attention": _u(False, "packed-sequence attention: step time"),
     "variable_seq_lengths": _u(False, "variable sequence lengths: step time"),
     "enable_fused_linear_ce": _u(False, "fused output layer + loss: memory and step time"),
-    "fused_ce_mode": _u(None, "fused output layer + loss: memory and step time"),
-    "fused_ce_chunks": _u(None, "fused output layer + loss: memory and step time"),
+    "fused_ce_mode": _u(None, "fused output layer + loss: memory and step time", when="enable_fused_linear_ce"),
+    "fused_ce_chunks": _u(None, "fused output layer + loss: memory and step time", when="enable_fused_linear_ce"),
     "qk_clip": _u(False, "QK-clip (MuonClip) per step: step time"),
     "log_max_attention_logit": _u(False, "max attention logit computed each step: step time"),
     # small architecture details the layers do not carry
@@ -213,22 +216,22 @@ UNMODELLED: dict[str, Unmodelled] = {
     "mtp_layer_type": _u(None, "multi-token prediction layer type: step time and memory"),
     "moe_apply_probs_on_input": _u(False, "router probabilities applied on expert inputs: step time"),
     "vocab_extra_ids": _u(0, "extra vocabulary entries: step time and memory"),
-    "allow_padding_num_layers": _u(False, "Primus pads num_layers to fill the pipeline stages: step time and memory"),
+    "allow_padding_num_layers": _u(False, "Primus pads num_layers over the stages: time, memory", when=_ZB),
     "num_moe_experts": _u(None, "experts under megatron-core's config name (write num_experts)"),
     "num_nextn_predict_layers": _u(None, "multi-token prediction under DeepSeek's name (write mtp_num_layers)"),
     "reduce_scatter_with_fp32_accumulation": _u(False, "reduce-scatter accumulating in FP32: step time"),
     # Primus flags read by its patches (not in its presets)
-    "torch_fsdp2_reshard_after_forward": _u(True, "FSDP2 keeps gathered parameters after forward: memory"),
-    "use_fsdp2_fp32_param_optimizer": _u(False, "Primus's FSDP2 optimizer with FP32 parameters: memory"),
-    "use_fsdp2_bf16_master_weight_optimizer": _u(False, "Primus's FSDP2 optimizer with BF16 master weights: memory"),
-    "use_fsdp2_fp8_all_gather": _u(False, "FSDP2 all-gather in FP8: step time"),
-    "fsdp_prefetch_depth": _u(None, "FSDP2 prefetch depth: memory and step time"),
+    "torch_fsdp2_reshard_after_forward": _u(True, "FSDP2 keeps gathered parameters: memory", when=_FSDP2),
+    "use_fsdp2_fp32_param_optimizer": _u(False, "FSDP2 optimizer, FP32 parameters: memory", when=_FSDP2),
+    "use_fsdp2_bf16_master_weight_optimizer": _u(False, "FSDP2 optimizer, BF16 masters: memory", when=_FSDP2),
+    "use_fsdp2_fp8_all_gather": _u(False, "FSDP2 all-gather in FP8: step time", when=_FSDP2),
+    "fsdp_prefetch_depth": _u(None, "FSDP2 prefetch depth: memory and step time", when=_FSDP2),
     "optimizer_foreach": _u(None, "foreach optimizer kernels: step time"),
     "overlap_grad_norm": _u(False, "gradient norm overlapped: step time"),
     "use_cpp_fp8_quantize": _u(False, "FP8 quantisation kernel: step time"),
     "use_dual_fp8_output_projection": _u(False, "FP8 output projection: step time"),
     "use_triton_ops": _u(False, "Triton kernels: step time"),
-    "use_turbo_permute_padding": _u(False, _TURBO),
+    "use_turbo_permute_padding": _u(False, _TURBO, when=_TURBO_ON),
     "fp8_all_gather_stochastic_rounding": _u(False, "FP8 parameter all-gather rounding: step time"),
     "fp8_precompute_data_cache": _u(False, "FP8 cast cache: memory"),
     "disable_delayed_scaling_patches": _u(False, "Primus's delayed-scaling patches: step time"),
@@ -254,6 +257,8 @@ def unmodelled_keys(args: Mapping[str, Any]) -> dict[str, str]:
     for key, entry in UNMODELLED.items():
         if key not in args and key not in MEGATRON_UNSET_DIFFERS:
             continue
+        if entry.when is not None and not _switched_on(args.get(entry.when)):
+            continue
         value = args.get(key, MEGATRON_UNSET_DIFFERS.get(key))
         if not _same(value, entry.assumed):
             shown = repr(value) if not isinstance(value, str) else value
@@ -267,6 +272,12 @@ MEGATRON_UNSET_DIFFERS: dict[str, Any] = {
 }
 """Unset keys whose Megatron default differs from what the projection assumes (a flat recipe that omits
 them trains with the default)."""
+
+
+def _switched_on(value: Any) -> bool:
+    if isinstance(value, Mapping):  # Primus's torch_compile-style blocks
+        return bool(value.get("enable"))
+    return value not in EQUIVALENT_TO_UNSET
 
 
 def unmodelled_warning(found: Mapping[str, str]) -> str:
