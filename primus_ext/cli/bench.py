@@ -120,12 +120,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def bench_shapes(shapes: dict[str, Any]) -> dict[str, Any]:
-    """The recipe's layer kinds, plus the plain variant of a recomputed dense/MoE layer: the
-    projection mixes both when only some layers recompute (``recompute_num_layers``)."""
+    """The recipe's layer kinds (without LoRA: ``model.lora.trained_in_full``), plus the plain variant of a
+    recomputed dense/MoE layer: the projection mixes both when only some layers recompute
+    (``recompute_num_layers``)."""
     from dataclasses import replace
+
+    from primus_ext.model.lora import trained_in_full
 
     out: dict[str, Any] = {}
     for kind, shape in shapes.items():
+        shape = trained_in_full(shape)  # a LoRA run is priced from the fully trained layer (model.lora)
         if kind in ("dense", "moe") and shape.recompute != "none":
             out[kind] = replace(shape, recompute="none", recompute_modules=())
             mods = f" {'+'.join(shape.recompute_modules)}" if shape.recompute_modules else ""

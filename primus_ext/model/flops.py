@@ -92,9 +92,19 @@ def logits_macs(model: ModelSpec) -> float:
     return model.hidden_size * model.padded_vocab_size(1)
 
 
-def flops_breakdown(model: ModelSpec, seq_length: int, *, causal: bool = True) -> FlopsBreakdown:
-    """Forward+backward model FLOPs per token by part (see the module docstring for the formula)."""
-    scale = PASSES_FWD_BWD * FLOPS_PER_MAC
+FROZEN_WEIGHT_PASSES = 2
+"""GEMMs with frozen weights (LoRA fine-tuning, ``model.lora``): forward + backward data-grad; no weight-grad."""
+
+
+def flops_breakdown(model: ModelSpec, seq_length: int, *, causal: bool = True,
+                    frozen_weights: bool = False) -> FlopsBreakdown:
+    """Forward+backward model FLOPs per token by part (see the module docstring for the formula).
+
+    ``frozen_weights``: every weight is frozen (LoRA): the weight GEMMs count twice (forward, data-grad), the
+    core attention, which has no weights, still three times; the adapters' own small GEMMs are not counted,
+    as model FLOPs count the model's GEMMs only."""
+    scale = (FROZEN_WEIGHT_PASSES if frozen_weights else PASSES_FWD_BWD) * FLOPS_PER_MAC
+    core_scale = PASSES_FWD_BWD * FLOPS_PER_MAC
     n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
     mtp = model.mtp_num_layers
     per_layer_attn = attention_linear_macs(model)
@@ -104,21 +114,24 @@ def flops_breakdown(model: ModelSpec, seq_length: int, *, causal: bool = True) -
     mtp_extra = mtp * (2 * model.hidden_size * model.hidden_size)  # eh projection [emb; hidden] -> h
     return FlopsBreakdown(
         attention_linear=scale * per_layer_attn * (model.num_layers + mtp),
-        attention_core=scale * per_layer_core * (model.num_layers + mtp),
+        attention_core=core_scale * per_layer_core * (model.num_layers + mtp),
         mlp=scale * (n_dense * dense_mlp_macs(model) + n_moe * moe + mtp * mtp_mlp),
         logits=scale * logits_macs(model) * (1 + mtp),
         mtp_extra=scale * mtp_extra,
     )
 
 
-def model_flops_per_token(model: ModelSpec, seq_length: int, *, causal: bool = True) -> float:
+def model_flops_per_token(model: ModelSpec, seq_length: int, *, causal: bool = True,
+                          frozen_weights: bool = False) -> float:
     """Forward+backward model FLOPs per trained token."""
-    return flops_breakdown(model, seq_length, causal=causal).total
+    return flops_breakdown(model, seq_length, causal=causal, frozen_weights=frozen_weights).total
 
 
-def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: int, *, causal: bool = True) -> float:
+def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: int, *, causal: bool = True,
+                         frozen_weights: bool = False) -> float:
     """Model FLOPs of one optimizer step (GBS sequences of ``seq_length`` tokens)."""
-    return model_flops_per_token(model, seq_length, causal=causal) * seq_length * global_batch_size
+    per_token = model_flops_per_token(model, seq_length, causal=causal, frozen_weights=frozen_weights)
+    return per_token * seq_length * global_batch_size
 
 
 __all__ = [

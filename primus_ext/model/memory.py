@@ -173,6 +173,7 @@ _SHAPE_FIELDS = (
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_activations", "cross_entropy_fusion_impl", "selective_ac_option",
+    "lora_rank", "lora_targets",
 )
 """Every ExecutionSpec field the per-rank constants depend on (per-rank shapes, split, recompute, offload)."""
 _RUN_FIELDS = (
@@ -205,7 +206,7 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
         reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.edge_params,
                      prof.chunk_saved, prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction,
                      static, prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
-                     prof.output_params))
+                     prof.output_params, prof.trainable))
     return (model, tuple(reps), biggest_layer_params(ctx))
 
 
@@ -233,9 +234,10 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
     zb = e.pipeline_schedule == "zb-h1"
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
-    for rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static, loss, layer, output in reps:
+    for (rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static, loss, layer, output,
+         trainable) in reps:
         params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
-            e, sharding, total_params, expert, router, edge, biggest, weight, output)
+            e, sharding, total_params, expert, router, edge, biggest, weight, output, trainable)
         fsdp_gather = max(fsdp_layer, fsdp_loss)
         opt = opt_dense + opt_expert
         activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)

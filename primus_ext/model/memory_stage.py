@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.model.fp8 import layer_weight_bytes
+from primus_ext.model.lora import lora_params
 from primus_ext.model.memory_activations import (
     LOCAL,
     TE,
@@ -84,6 +85,9 @@ class KindTerms:
     act_full: float
     """Saved bytes when the layer is fully recomputed (its checkpointed input)."""
     wgrad_fraction: float
+    lora_dense: int = 0
+    """LoRA adapter parameters of one layer of this kind (``model.lora.lora_params``), dense and expert."""
+    lora_expert: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +152,8 @@ class RankProfile:
     loss_saved: float = 0.0
     """Saved bytes of the output layer + loss of one micro-batch, when they are freed before that micro-batch's
     layers run their backward (one chunk, no MTP: see ``loss_overlap``); 0 otherwise."""
+    trainable: tuple[float, float] | None = None
+    """(dense, expert) trainable parameters under LoRA (the adapters); ``None``: every parameter trains."""
 
 
 @lru_cache(maxsize=1024)
@@ -183,10 +189,11 @@ def _kind_terms(shape: RankShape, scale: float) -> KindTerms:
     else:
         act_sel = act_none
     act_full = activation_bytes_per_layer(shape, impl=TE, recompute="full") if shape.kind in ("dense", "moe") else 0
+    lora_dense, lora_expert = lora_params(shape)
     return KindTerms(params=layer_params(shape), expert_params=expert_layer_params(shape),
                      router_params=router_params(shape) if shape.kind == "moe" else 0,
                      act_none=act_none, act_selected=act_sel, act_full=act_full,
-                     wgrad_fraction=linear_input_fraction(shape))
+                     wgrad_fraction=linear_input_fraction(shape), lora_dense=lora_dense, lora_expert=lora_expert)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,7 +260,7 @@ def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
                 offloaded_layers(e))
     terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
                  e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules, e.cross_entropy_fusion_impl,
-                 e.selective_ac_option)
+                 e.selective_ac_option, e.lora_rank, e.lora_targets)
     return plan_key, terms_key
 
 
@@ -369,7 +376,9 @@ def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
         wgrad_fraction=max((t.wgrad_fraction for t in present), default=0.0),
         loss_side=output or n_mtp > 0, moe_layers=n_moe,
         output_params=float(ctx.output_params if output else 0),
-        loss_saved=ctx.terms["output"].act_none if output and not n_mtp and len(comps) == 1 else 0.0)
+        loss_saved=ctx.terms["output"].act_none if output and not n_mtp and len(comps) == 1 else 0.0,
+        trainable=(float(n_dense * (dense.lora_dense if dense else 0) + n_moe * (moe.lora_dense if moe else 0)),
+                   float(n_moe * (moe.lora_expert if moe else 0))) if ctx.execution.lora_rank else None)
 
 
 def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
@@ -394,7 +403,7 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
     layer_gemm = total_params - prof.edge_params - router
     params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
         e, sharding, total_params, expert, router, prof.edge_params, biggest_layer_params(ctx), weight,
-        prof.output_params)
+        prof.output_params, prof.trainable)
     fsdp_gather = max(fsdp_layer, fsdp_loss)
     # --- activations ---------------------------------------------------------------------------
     flights = chunk_in_flight(e, rank)
@@ -431,6 +440,7 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
         "params.embedding_output_mtp": edge_part, "params.router_fp32_extra": router_extra,
         "params.fp8_weight_cache": fp8_cache,
         "params.count": total_params, "params.expert_count": expert,
+        "params.lora_adapter_count": sum(prof.trainable) if prof.trainable else 0.0,
         "grads.at_optimizer_step": grads * (step_grad_bytes(e, sharding[1]) / sharding[1]),
         "optimizer.dense_shard": opt_dense, "optimizer.expert_shard": opt_expert,
         "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,

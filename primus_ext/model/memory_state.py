@@ -100,26 +100,36 @@ def fsdp2_gathered_bytes(param_b: float, grad_b: float, fp8_b: float, biggest: f
 
 def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, float], total_params: float,
                 expert: float, router: float, edge: float, biggest: float,
-                weight: tuple[float, float], output: float = 0.0) -> tuple[float, ...]:
+                weight: tuple[float, float], output: float = 0.0,
+                trainable: tuple[float, float] | None = None) -> tuple[float, ...]:
     """(parameters, gradients, dense optimizer shard, expert optimizer shard, FSDP-gathered transient in a
     layer's backward, the same in the output layer's backward) bytes
     of one rank holding ``total_params`` (``expert`` of them expert, ``router`` fp32 router, ``edge``
     embedding / output / MTP extras, ``output`` of the output layer) parameters; ``sharding`` =
     ``sharding_bytes(e)``, ``biggest`` = the largest layer's parameters (what FSDP gathers), ``weight`` =
     ``fp8.layer_weight_bytes`` (bytes per transformer-layer GEMM parameter and its fp8 cache). The one formula
-    behind both ``memory_stage.stage_memory`` and the pre-filter's fast path (``memory._peak``)."""
+    behind both ``memory_stage.stage_memory`` and the pre-filter's fast path (``memory._peak``).
+
+    ``trainable`` (LoRA, ``model.lora``): the (dense, expert) adapter parameters, the only ones with gradients
+    and optimizer state (Primus's ``PEFT.freeze_model`` sets ``requires_grad = False`` on every base weight, and
+    Megatron's DDP buffers and optimizer take only parameters that require a gradient); the frozen base weights
+    stay, in the model's dtype, beside the adapters."""
     param_b, grad_b, opt_b, dp_dense, dp_expert = sharding
     dense_params = total_params - expert
     params = (total_params - edge - router) * sum(weight) + edge * param_b + router * ROUTER_PARAM_BYTES
-    grads = total_params * grad_b
     shard_opt, shard_grads, shard_params = dp_sharded(e)
-    opt_dense = dense_params / (dp_dense if shard_opt else 1) * opt_b
-    opt_expert = expert / (dp_expert if shard_opt else 1) * opt_b
+    held_dense, held_expert = (dense_params, expert) if trainable is None else trainable
+    if trainable is not None:
+        params += (trainable[0] + trainable[1]) * param_b
+    grads = (held_dense + held_expert) * grad_b
+    opt_dense = held_dense / (dp_dense if shard_opt else 1) * opt_b
+    opt_expert = held_expert / (dp_expert if shard_opt else 1) * opt_b
     fsdp_layer = fsdp_loss = 0.0
     if shard_grads:
-        grads = (dense_params / dp_dense + expert / dp_expert) * grad_b
+        grads = (held_dense / dp_dense + held_expert / dp_expert) * grad_b
     if shard_params:
-        params = (dense_params / dp_dense + expert / dp_expert) * fsdp_shard_bytes(e, param_b)
+        adapters = (trainable[0] / dp_dense + trainable[1] / dp_expert) if trainable is not None else 0.0
+        params = (dense_params / dp_dense + expert / dp_expert + adapters) * fsdp_shard_bytes(e, param_b)
         if e.fsdp == "torch_fsdp2":
             fsdp_layer, fsdp_loss = fsdp2_gathered_bytes(param_b, grad_b, weight[1], biggest, output)
         else:

@@ -100,6 +100,10 @@ class RankShape:
     cuda_graph: CudaGraph = "none"
     """``ExecutionSpec.cuda_graph``: which fixed per-layer overheads remain (``roofline.analytic_cost``)."""
     moe_imbalance: float = DEFAULT_MOE_IMBALANCE
+    lora_rank: int = 0
+    """LoRA fine-tuning (``ExecutionSpec.lora_rank``): base weights frozen, adapters of this rank on
+    ``lora_targets`` (``model.lora``); 0 = every weight trains."""
+    lora_targets: tuple[str, ...] = ()
 
     # --- per-rank views ------------------------------------------------------------------------
     @property
@@ -155,8 +159,8 @@ class RankShape:
         """Stable identifier for caches and the timing store (independent of field order).
 
         Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``, ``fp8_recipe``, ``attention_kernel``,
-        ``cuda_graph``, ``selective_ac``) enter the payload only when set (not at their defaults), so the keys of
-        shapes without them, and the measurements stored under those keys, are unchanged."""
+        ``cuda_graph``, ``selective_ac``, ``lora_rank``) enter the payload only when set (not at their defaults), so
+        the keys of shapes without them, and the measurements stored under those keys, are unchanged."""
         data = asdict(self)
         for name in _KEY_OPTIONAL_ARCH:
             if not data["arch"][name]:
@@ -169,6 +173,8 @@ class RankShape:
             del data["cuda_graph"]
         if data["selective_ac"] == "modules":
             del data["selective_ac"]
+        if not data["lora_rank"]:
+            del data["lora_rank"], data["lora_targets"]
         if self.window_pattern:  # measured on one period of the pattern since 2026-12-04: entries that timed
             data["window_period_timed"] = True  # one windowed layer for all are not reused
         payload = json.dumps(data, sort_keys=True, default=list)
@@ -288,6 +294,8 @@ def rank_shapes(
         attention_kernel=execution.attention_kernel,
         cuda_graph=execution.cuda_graph,
         moe_imbalance=moe_imbalance,
+        lora_rank=execution.lora_rank,
+        lora_targets=execution.lora_targets if execution.lora_rank else (),
     )
     shapes: dict[LayerKind, RankShape] = {}
     if model.num_dense_layers:

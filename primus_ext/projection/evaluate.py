@@ -28,6 +28,7 @@ from primus_ext.model.carry import carry_cost
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
 from primus_ext.model.placement import group_placements
@@ -88,6 +89,8 @@ def _providers(costs: Costs) -> tuple[CostProvider, ...]:
 
 
 def _lookup(shape: RankShape, providers: tuple[CostProvider, ...], system: SystemSpec) -> LayerCost:
+    if shape.lora_rank:  # the layer as trained in full, then frozen with its adapters (model.lora)
+        return lora_cost(_lookup(trained_in_full(shape), providers, system), shape, system.gpu)
     for provider in providers:
         entry = _memos.get(id(provider))
         if entry is None or entry[0] is not provider:
@@ -114,7 +117,7 @@ _SHAPE_FIELDS = (
     "tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "sequence_parallel", "micro_batch_size", "seq_length", "precision",
     "recompute_granularity", "recompute_modules", "fp8_recipe", "attention_kernel",
-    "cuda_graph",
+    "cuda_graph", "lora_rank", "lora_targets",
 )
 """What ``rank_shapes`` reads (tests/projection/test_evaluate_fast.py mutates every other field)."""
 _comm_key = attrgetter(*_COMM_FIELDS)
@@ -140,10 +143,12 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
     comm = layer_comm(shape, ex, group_placements(ex, system), system, fwd_s=fwd, bwd_s=cost.bwd_ms * 1e-3,
                       recompute_s=recompute, attn=attention_seconds(shape, system.gpu),
                       params=(total - experts, experts))
+    # what the gradient reduction, the optimizer and its parameter all-gather handle: the trainable weights
+    trained = lora_params(shape) if shape.lora_rank else (total - experts, experts)
     ep_f, ep_b = comm.fwd.get("ep", (0.0, 0.0)), comm.bwd.get("ep", (0.0, 0.0))
     overlap = ex.overlap_moe_expert_parallel_comm  # a pass without a partner leaves its hidden all-to-all exposed
     return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,
-                  comm_bwd=comm.bwd, dense_params=total - experts, expert_params=experts,
+                  comm_bwd=comm.bwd, dense_params=trained[0], expert_params=trained[1],
                   source=cost.source, launched=cost.source == "analytic" and launches(shape),
                   fwd=fwd + sum(v[1] for v in comm.fwd.values()), bwd=bwd + sum(v[1] for v in comm.bwd.values()),
                   comm_items=tuple((k, t, e) for part in (comm.fwd, comm.bwd) for k, (t, e) in part.items()),
@@ -372,7 +377,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
         recompute_s=m * acc_b["recompute"],
     )
     stages = tuple(StageTime(rank=r, busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))
-    flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size)
+    flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size, frozen_weights=bool(ex.lora_rank))
     world = ex.world_size
     tflops = flops / step / world / 1e12
     notes = ()

@@ -340,10 +340,11 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
 
 def _scalars(memo: dict, model: ModelSpec, system: SystemSpec, ex: ExecutionSpec) -> tuple[float, int, float, int]:
     """(model FLOPs per step, world size, peak TFLOP/s, tokens per step) of ``ex``."""
-    key = (ex.seq_length, ex.global_batch_size, ex.precision)
+    key = (ex.seq_length, ex.global_batch_size, ex.precision, ex.lora_rank)
     found = memo.get(key)
     if found is None:
-        found = memo[key] = (model_flops_per_step(model, ex.seq_length, ex.global_batch_size),
+        found = memo[key] = (model_flops_per_step(model, ex.seq_length, ex.global_batch_size,
+                                                  frozen_weights=bool(ex.lora_rank)),
                              system.gpu.peak_tflops(ex.precision), ex.global_batch_size * ex.seq_length)
     return found[0], ex.world_size, found[1], found[2]
 

@@ -76,6 +76,8 @@ def format_projection(p: Projection) -> str:
     lines = [
         f"Projection: {p.model.name} on {ex.world_size} x {system.gpu.name} ({system.num_nodes} nodes)",
         f"  {layout}, {p.num_microbatches} micro-batches, schedule {_schedule(p)}",
+        *([f"  LoRA rank {ex.lora_rank} on {', '.join(ex.lora_targets)}: base weights frozen (no weight gradients, "
+           "no optimizer state); trained parameters are the adapters'"] if ex.lora_rank else []),
         "",
         f"  tokens/s/GPU     {p.tokens_per_s_per_gpu:,.0f}"
         + (f"   (range {p.band[0]:,.0f} .. {p.band[1]:,.0f})" if p.band else ""),
@@ -112,7 +114,8 @@ def format_projection(p: Projection) -> str:
             f"{mem_by_rank[s.rank]:.1f}" if s.rank in mem_by_rank else "-",
         ])
     lines += ["", "Pipeline stages (fwd / bwd per micro-batch and chunk, ms)"]
-    lines += _table(["rank", "layers", "fwd", "bwd", "busy", "finish", "params", "mem GiB"], stage_rows)
+    trained = "trained params" if ex.lora_rank else "params"
+    lines += _table(["rank", "layers", "fwd", "bwd", "busy", "finish", trained, "mem GiB"], stage_rows)
     lines += ["", "Cost sources"]
     lines += [f"  {kind:<10} {source}" for kind, source in p.sources.items()]
     if p.notes:
