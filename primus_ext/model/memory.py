@@ -173,7 +173,7 @@ _SHAPE_FIELDS = (
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_activations", "cross_entropy_fusion_impl", "selective_ac_option",
-    "lora_rank", "lora_targets",
+    "lora_rank", "lora_targets", "recompute_layer_ids",
 )
 """Every ExecutionSpec field the per-rank constants depend on (per-rank shapes, split, recompute, offload)."""
 _RUN_FIELDS = (

@@ -28,6 +28,8 @@ from primus_ext.model.memory_activations import (
     loss_saved_bytes,
     op_sac_saved_bytes,
 )
+from primus_ext.model.memory_plan import ChunkComposition, offloaded_layers, recompute_plan
+from primus_ext.model.memory_plan import plan as chunk_plan
 from primus_ext.model.memory_schedule import chunk_in_flight, held_activations, prefix_sums
 from primus_ext.model.memory_state import (
     fsdp_shard_bytes,
@@ -45,7 +47,7 @@ from primus_ext.model.params import (
     router_params,
 )
 from primus_ext.model.rank_shape import RankShape, rank_shapes
-from primus_ext.model.stages import StagePlan, pipeline_plan
+from primus_ext.model.stages import StagePlan
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 # --- "other" memory: named constants -----------------------------------------------------------
@@ -88,22 +90,6 @@ class KindTerms:
     lora_dense: int = 0
     """LoRA adapter parameters of one layer of this kind (``model.lora.lora_params``), dense and expert."""
     lora_expert: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChunkComposition:
-    dense: int
-    moe: int
-    embedding: bool
-    output: bool
-    mtp: int
-    block_dense: int = 0
-    """Of the first ``recompute_num_layers`` layers (block method): how many are dense."""
-    block_moe: int = 0
-    offload_dense: int = 0
-    """Of the first ``cpu_offloading_num_layers`` layers of the model (activation CPU offloading): how
-    many this chunk holds, dense and MoE."""
-    offload_moe: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,31 +140,6 @@ class RankProfile:
     layers run their backward (one chunk, no MTP: see ``loss_overlap``); 0 otherwise."""
     trainable: tuple[float, float] | None = None
     """(dense, expert) trainable parameters under LoRA (the adapters); ``None``: every parameter trains."""
-
-
-@lru_cache(maxsize=1024)
-def _plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: int | None,
-          last: int | None, acc_e: bool, acc_l: bool, recompute_layers: int,
-          offload_layers: int = 0) -> tuple[tuple[StagePlan, ...], tuple]:
-    execution = ExecutionSpec(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
-                              pipeline_model_parallel_layout=layout, decoder_first_pipeline_num_layers=first,
-                              decoder_last_pipeline_num_layers=last, account_for_embedding_in_pipeline_split=acc_e,
-                              account_for_loss_in_pipeline_split=acc_l)
-    plan = pipeline_plan(model, execution)
-    pattern = model.moe_layer_pattern
-    comps = []
-    for stage in plan:
-        row = []
-        for chunk in stage.chunks:
-            moe = [i < len(pattern) and pattern[i] for i in chunk.layers]
-            head = moe[:recompute_layers]
-            offloaded = [m for i, m in zip(chunk.layers, moe, strict=True) if i < offload_layers]
-            row.append(ChunkComposition(dense=len(moe) - sum(moe), moe=sum(moe), embedding=chunk.embedding,
-                                        output=chunk.output, mtp=chunk.mtp_layers,
-                                        block_dense=len(head) - sum(head), block_moe=sum(head),
-                                        offload_dense=len(offloaded) - sum(offloaded), offload_moe=sum(offloaded)))
-        comps.append(tuple(row))
-    return plan, tuple(comps)
 
 
 @lru_cache(maxsize=8192)
@@ -253,7 +214,7 @@ def _terms(model: ModelSpec, e: ExecutionSpec, measured: Measured | None) -> dic
 
 
 def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
-    recompute_layers = (e.recompute_num_layers or 1) if e.recompute_method == "block" else 0
+    recompute_layers = recompute_plan(e)
     plan_key = ("plan", id(model), e.pp, e.virtual_pipeline_model_parallel_size, e.pipeline_model_parallel_layout,
                 e.decoder_first_pipeline_num_layers, e.decoder_last_pipeline_num_layers,
                 e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers,
@@ -292,7 +253,7 @@ def _build_context(model: ModelSpec, e: ExecutionSpec, measured: Measured | None
 
 
 def _plan_with_reps(model: ModelSpec, key: tuple) -> tuple:
-    plan, comps = _plan(model, *key)
+    plan, comps = chunk_plan(model, *key)
     seen: dict[tuple[ChunkComposition, ...], int] = {}
     for rank, comp in enumerate(comps):
         seen.setdefault(comp, rank)  # the lowest rank of a composition holds the most micro-batches
@@ -306,7 +267,7 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
     layers = [(comp.dense, dense), (comp.moe, moe)]
     mtp_kind = moe if ctx.model.is_moe and moe else dense
     total, working = 0.0, 0.0
-    if e.recompute_granularity == "full" and e.recompute_method == "block":
+    if e.recompute_granularity == "full" and (e.recompute_method == "block" or e.recompute_layer_ids):
         for count, head, t in ((comp.dense, comp.block_dense, dense), (comp.moe, comp.block_moe, moe)):
             if count and t:
                 total += head * t.act_full + (count - head) * t.act_none
@@ -340,11 +301,6 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
         eh_in = element_bytes(e.precision) * 2 * ctx.model.hidden_size * e.micro_batch_size * e.seq_length / e.cp / sp
         total += comp.mtp * (mtp_kind.act_none + eh_in + ctx.terms["output"].act_none)
     return total, working
-
-
-def offloaded_layers(e: ExecutionSpec) -> int:
-    """Transformer layers whose saved activations are offloaded to the host (0 when off)."""
-    return e.cpu_offloading_num_layers if e.cpu_offloading and e.cpu_offloading_activations else 0
 
 
 def biggest_layer_params(ctx: StageContext) -> int:

@@ -47,7 +47,7 @@ _SPLIT_FIELDS = (
     "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-    "recompute_granularity", "recompute_method", "recompute_num_layers",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_layer_ids",
 )
 """What the layer split and the recompute mix per chunk read (``_chunk_counts``)."""
 _split_key = attrgetter(*_SPLIT_FIELDS)
@@ -64,6 +64,7 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
     pattern = model.moe_layer_pattern
     granularity = ex.recompute_granularity
     block = granularity == "full" and ex.recompute_method == "block"
+    chosen = frozenset(ex.recompute_layer_ids) if granularity == "full" else frozenset()  # Primus's per-layer ids
     out = []
     for stage in pipeline_plan(model, ex):
         row = []
@@ -73,6 +74,8 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
                 moe = layer < len(pattern) and pattern[layer]
                 if granularity is None:
                     recomputed = False
+                elif chosen:
+                    recomputed = layer in chosen
                 elif block:
                     recomputed = position < (ex.recompute_num_layers or len(chunk.layers))
                 else:

@@ -104,6 +104,15 @@ def _problems(model: ModelSpec, e: ExecutionSpec, world_size: int, iters: int, w
         out.append(Problem(path="num_layers", value=model.num_layers,
                            message=f"not divisible by PP*VPP = {e.pp * e.vpp}",
                            fix="the built-in trainer splits layers evenly"))
+    if e.recompute_layer_ids:
+        out.append(Problem(path="recompute_layer_ids", value=list(e.recompute_layer_ids),
+                           message="Primus's per-layer recompute is a Primus patch that stock megatron-core, which the "
+                                   "built-in trainer runs, does not have",
+                           fix="verify with recompute_method: block and recompute_num_layers instead"))
+    if e.lora_rank:
+        out.append(Problem(path="lora", value={"enabled": True, "dim": e.lora_rank},
+                           message="the built-in trainer trains every weight; LoRA adapters are Primus's peft",
+                           fix="verify the fully trained recipe (lora.enabled: false), or run under Primus"))
     if iters < 1 or warmup < 0 or warmup >= iters:
         out.append(Problem(path="train_iters", value=iters,
                            message=f"need iters >= 1 and 0 <= warmup ({warmup}) < iters"))
