@@ -379,6 +379,13 @@ def load_recipe(
         top.values.pop("primus_ext", None)
         top.origins.pop("primus_ext", None)
         args, model_name, module = _flat_args(state, top), state.path.stem, ""
+        if not any(key in known_keys() for key in args.values):
+            state.problems.append(Problem(
+                path=display(state.path), value=sorted(map(str, args.values))[:5],
+                message="neither a Primus experiment (no `modules` block) nor a Megatron argument file (none of its "
+                        "top-level keys is a Megatron / Primus argument)",
+                fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
+            state.fail_if_problems()
     args.update(parse_overrides(overrides, state.problems))
     system = _system(state, block, cluster, nodes)
     if system is None:  # a bad cluster / node count: still list every argument problem with it

@@ -136,3 +136,12 @@ def test_deepseek_v3_preset_resolves_like_its_file(tmp_path: Path):
     assert model.multi_latent_attention and model.q_lora_rank == preset["q_lora_rank"]
     assert model.vocab_size == 129280  # DeepSeekV3 tokenizer, shared/validation/model_archs.csv
     assert model.mtp_num_layers == preset["mtp_num_layers"] == 1
+
+
+def test_a_yaml_that_is_no_recipe_is_refused_as_such(tmp_path: Path):
+    """Primus keeps other YAMLs beside its recipes (e.g. Transformer Engine precision configs)."""
+    other = tmp_path / "te-precision.yaml"
+    other.write_text("configs: {bf16: {training_recipe: {}}}\nmatchers: {qkv: {pattern: '*.linear_qkv'}}\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(other, env={})
+    assert len(err.value.problems) == 1 and "neither a Primus experiment" in err.value.problems[0].message
