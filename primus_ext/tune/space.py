@@ -233,6 +233,8 @@ class Space:
                         seen[name].update(dict.fromkeys(self.domain(name, {**partial, "sharding": sharding})))
                     continue
                 values = self.domain(name, partial)
+                if not values:  # this structural choice leaves the axis empty: it has no candidate
+                    break
                 seen[name].update(dict.fromkeys(values))
                 partial[name] = values[0]
         return tuple(Axis(name=n, doc=AXIS_DOCS[n], universe=tuple(seen[n])) for n in AXIS_ORDER)
@@ -257,12 +259,15 @@ class Space:
         """Number of candidate configurations (before legality and memory)."""
         return sum(1 for _ in self.iter_configs())
 
-    def repair(self, config: Mapping[str, Any]) -> Config:
+    def repair(self, config: Mapping[str, Any]) -> Config | None:
         """``config`` with every axis that left its candidates (after an earlier axis changed) moved to
-        the nearest candidate (numbers: closest value; others: the first)."""
+        the nearest candidate (numbers: closest value; others: the first); ``None`` when an axis has no
+        candidate left (a pin, or a global batch no micro-batch size divides, rules the change out)."""
         out: Config = {}
         for name in AXIS_ORDER:
             allowed = self.domain(name, out)
+            if not allowed:
+                return None
             value = config.get(name)
             if any(value == a and type(value) is type(a) for a in allowed):
                 out[name] = value
@@ -279,7 +284,9 @@ class Space:
         for name in AXIS_ORDER:
             for value in self.domain(name, partial):
                 if value != config[name] or type(value) is not type(config[name]):
-                    yield name, value, self.repair({**config, name: value})
+                    repaired = self.repair({**config, name: value})
+                    if repaired is not None:
+                        yield name, value, repaired
             partial[name] = config[name]
 
     # --- configuration <-> execution ------------------------------------------------------------

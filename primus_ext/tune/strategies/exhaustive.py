@@ -74,8 +74,8 @@ def _min_completions(space: Space, partial: Config, start: int,
     for name in AXIS_ORDER[start:]:
         if name == "precision":
             out = [{**c, name: v} for c in out for v in space.domain(name, c)]
-        else:
-            out = [{**c, name: _least_memory(name, space.domain(name, c))} for c in out]
+        else:  # an axis with no value left for a prefix (a pin, a domain the prefix empties): no completion
+            out = [{**c, name: _least_memory(name, domain)} for c in out if (domain := space.domain(name, c))]
     return out
 
 
@@ -109,7 +109,7 @@ def run(ctx: Any, options: Any) -> list[str]:
                 for value in space.domain(names[i], partial):
                     partial[names[i]] = value
                     total += count(partial, i + 1)
-                del partial[names[i]]
+                partial.pop(names[i], None)  # an empty domain set nothing
                 counts[key] = total
         return counts[key]
 
@@ -146,7 +146,7 @@ def run(ctx: Any, options: Any) -> list[str]:
         for value in space.domain(names[i], partial):
             partial[names[i]] = value
             walk(i + 1, partial, stop, out)
-        del partial[names[i]]
+        partial.pop(names[i], None)  # an empty domain set nothing
 
     leaves: list[Config] = []
 

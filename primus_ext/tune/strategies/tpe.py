@@ -68,7 +68,7 @@ def _least_recompute(ctx: Any, config: Config) -> Config:
     space: Space = ctx.space
     for choice in LEAST_COMPUTE:
         candidate = space.repair({**config, "recompute": choice})
-        if candidate["recompute"] != choice or problems_of(space, candidate):
+        if candidate is None or candidate["recompute"] != choice or problems_of(space, candidate):
             continue
         try:
             if ctx.prefilter.fits(space.to_execution(candidate)):
