@@ -1,23 +1,29 @@
-"""``--projection-only`` for upstream launchers: Megatron-LM's ``pretrain`` and Primus's ``train``.
+"""``--projection-only`` for upstream launchers: Megatron-LM's ``pretrain_gpt.py`` and Primus's ``train``.
 
-Megatron-LM (``pretrain_gpt.py``; see ``patches/``)::
+Megatron-LM (``pretrain_gpt.py``; ``patches/megatron-lm-pretrain_gpt.*.patch``)::
 
-    from primus_ext.launcher.hook import extra_args_provider
-    pretrain(train_valid_test_datasets_provider, model_provider, ModelType.encoder_or_decoder,
-             forward_step, extra_args_provider=extra_args_provider(), args_defaults={...})
+    from primus_ext.launcher.hook import megatron_gate
+    pretrain(..., extra_args_provider=megatron_gate(add_modelopt_args if has_nvidia_modelopt else None), ...)
+    args = parse_and_validate_args(extra_args_provider=megatron_gate(...), ...)   # core_v0.18 .. main
 
 ``extra_args_provider(inner=None)`` returns the function Megatron calls with its argparse parser: it
 chains ``inner`` (a launcher's own provider), adds the ``--projection-*`` arguments and wraps the
-parser's ``parse_known_args`` (``parse_args`` goes through it). Right after Megatron parses its
-arguments - before ``torch.distributed`` or any GPU is touched - a run with ``--projection-only``
+parser's ``parse_known_args`` (``parse_args`` goes through it). A run with ``--projection-only``
 projects the parsed configuration (``short_circuit``), prints the report, writes projection.json /
 .html / _timeline.png, and exits: 0 when it fits, 2 when the configuration is illegal (with every
 reason), 3 when it is projected to run out of memory. Without the flag nothing changes.
 
-Primus (``primus-cli train pretrain --config EXP.yaml --projection-only``; see ``patches/``)::
+``megatron_gate(inner)`` is that provider, plus: when ``--projection-only`` is on the command line it
+parses right away with Megatron's own ``megatron.training.arguments.parse_args`` - at the call site,
+before ``pretrain`` asserts CUDA (core_v0.13 .. v0.17 check ``torch.cuda.is_available()`` before they
+parse) and before ``torch.distributed`` is initialised - so a projection also runs on a login node
+without GPUs.
+
+Primus (``primus-cli train pretrain --config EXP.yaml --projection-only``; ``primus_gate`` and
+``patches/primus-train-projection-only.patch``)::
 
     from primus_ext.launcher.hook import project_experiment
-    sys.exit(project_experiment(args.config, overrides))
+    sys.exit(project_experiment(args.config, overrides_from_argv(overrides), cluster=..., nodes=...))
 
 Under torchrun every rank parses the arguments: only global rank 0 prints, measures and writes; the
 others compute the same exit code from the analytic / stored costs and exit quietly.
@@ -42,6 +48,9 @@ CLUSTER_ENV = "PRIMUS_EXT_CLUSTER"
 DEFAULT_CLUSTER = "h100"
 """Last resort when neither the flag nor the environment names the cluster (said in the report)."""
 
+PER_LAYER_LISTS = ("cp_comm_type",)
+"""Megatron-LM arguments with ``nargs='+'``: one value for every layer, or one value per layer."""
+
 ArgsProvider = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
 
 
@@ -54,7 +63,7 @@ def add_projection_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     group.add_argument("--projection-cluster", default=None,
                        help=f"hardware profile of the run (default ${CLUSTER_ENV}, else {DEFAULT_CLUSTER})")
     group.add_argument("--projection-nodes", type=int, default=None,
-                       help="nodes of the run (default: $WORLD_SIZE / GPUs per node, else 1)")
+                       help="nodes of the run (default: $WORLD_SIZE / GPUs per node, else $NNODES, else 1)")
     group.add_argument("--projection-out", default=None,
                        help="folder for projection.json/.html (default: --save, else ./output/projection)")
     group.add_argument("--projection-costs", choices=["analytic", "store", "measured"], default="store",
@@ -87,8 +96,49 @@ def extra_args_provider(inner: ArgsProvider | None = None, *, stream: TextIO | N
     return provider
 
 
+PROJECTION_FLAG = "--projection-only"
+
+
+def megatron_gate(inner: ArgsProvider | None = None, *, argv: Sequence[str] | None = None,
+                  parse_args: Callable[[ArgsProvider], Any] | None = None, stream: TextIO | None = None,
+                  exit_fn: Callable[[int], Any] = sys.exit) -> ArgsProvider:
+    """What the patched ``pretrain_gpt.py`` passes as ``extra_args_provider`` (any Megatron-LM version).
+
+    Returns ``extra_args_provider(inner)``. When ``argv`` (default ``sys.argv[1:]``) holds
+    ``--projection-only``, first parses with ``parse_args`` (default: Megatron's
+    ``megatron.training.arguments.parse_args``, called with the provider), whose wrapped
+    ``parse_known_args`` projects and exits; without Megatron importable it leaves that to Megatron's
+    own parse inside ``pretrain`` / ``parse_and_validate_args``."""
+    provider = extra_args_provider(inner, stream=stream, exit_fn=exit_fn)
+    if PROJECTION_FLAG not in (sys.argv[1:] if argv is None else argv):
+        return provider
+    if parse_args is None:
+        try:
+            from megatron.training.arguments import parse_args as megatron_parse_args
+        except ImportError:
+            return provider
+        parse_args = megatron_parse_args
+    parse_args(provider)  # exits through the wrapped parse_known_args
+    return provider
+
+
 def _global_rank(env: Mapping[str, str]) -> int:
-    return int(env.get("RANK", env.get("SLURM_PROCID", "0")) or 0)
+    """torchrun's ``$RANK`` (else Slurm's ``$SLURM_PROCID``); 0 when neither is a number."""
+    text = (env.get("RANK") or env.get("SLURM_PROCID") or "0").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    """``$name`` as a positive integer, ``None`` when unset or empty; raises ``RecipeError`` otherwise."""
+    from primus_ext.errors import Problem, RecipeError
+
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise RecipeError(problems=[Problem(path=f"${name}", value=text, message="expected a non-negative integer",
+                                            fix=f"unset {name} or set it to a number")], source="environment")
+    return int(text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,10 +167,10 @@ def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str
         notes.append(f"no --projection-cluster or ${CLUSTER_ENV}: projected on {DEFAULT_CLUSTER}")
     nodes = args.projection_nodes
     if nodes is None:
-        world = int(env.get("WORLD_SIZE", "0") or 0)
-        nodes = max(1, math.ceil(world / load_gpu(cluster).gpus_per_node)) if world else 1
+        world = _env_int(env, "WORLD_SIZE")
+        nodes = max(1, math.ceil(world / load_gpu(cluster).gpus_per_node)) if world else _env_int(env, "NNODES") or 1
     system = load_system(cluster, nodes)
-    mapping = {k: v for k, v in vars(args).items() if not k.startswith("projection_")}
+    mapping = megatron_mapping(args)
     name = Path(str(mapping.get("load") or mapping.get("save") or "megatron")).name
     model, execution, problems, warnings = resolve_all(mapping, system, name=name)
     if not problems:  # legality only makes sense on well-formed specs
@@ -128,6 +178,20 @@ def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str
     if problems:
         raise RecipeError(problems=list(problems), source="megatron arguments")
     return ArgsRecipe(model=model, execution=execution, system=system, warnings=(*notes, *warnings))
+
+
+def megatron_mapping(args: argparse.Namespace) -> dict[str, Any]:
+    """The Megatron arguments of a parsed namespace as the recipe resolver reads them.
+
+    Drops the ``--projection-*`` options; an argument Megatron takes per layer (``PER_LAYER_LISTS``)
+    whose list holds one distinct value becomes that value (Megatron's default ``cp_comm_type`` is
+    ``['p2p']``); a list of different values is left for the resolver to report."""
+    mapping = {k: v for k, v in vars(args).items() if not k.startswith("projection_")}
+    for key in PER_LAYER_LISTS:
+        value = mapping.get(key)
+        if isinstance(value, list | tuple) and value and len(set(value)) == 1:
+            mapping[key] = value[0]
+    return mapping
 
 
 def short_circuit(args: argparse.Namespace, *, stream: TextIO | None = None,
@@ -194,23 +258,42 @@ def overrides_from_argv(argv: Sequence[str]) -> list[str]:
 
 def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, cluster: str | None = None,
                        nodes: int | None = None, costs: CostPlan | None = None,
+                       config_roots: Sequence[str | Path] = (), out_dir: str | Path | None = None,
                        stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:
     """Primus's side: project an experiment YAML (+ ``key=value`` overrides); returns 0 / 2 / 3.
 
-    The reports go to the experiment's directory (``experiment_dir``); ``cluster``/``nodes`` default
-    to the recipe's ``primus_ext:`` block, then to ``$PRIMUS_EXT_CLUSTER`` and ``$NNODES``."""
+    ``cluster`` / ``nodes`` default to the recipe's ``primus_ext:`` block, then to
+    ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``, then to the loader's defaults. ``config_roots``: extra
+    folders for ``model:`` / ``config:`` presets (e.g. the Primus checkout that runs the gate). The
+    reports go to ``out_dir``, default the experiment's directory (``experiment_dir``)."""
     from primus_ext.recipe import load_recipe
 
     env = os.environ if env is None else env
     out = stream or sys.stdout
     rank0 = _global_rank(env) == 0
-    nodes = nodes if nodes is not None else (int(env["NNODES"]) if env.get("NNODES") else None)
     try:
-        recipe = load_recipe(config, list(overrides), cluster=cluster or env.get(CLUSTER_ENV) or None, nodes=nodes)
+        if cluster is None and "cluster" not in _recipe_block(config, env):
+            cluster = env.get(CLUSTER_ENV) or None
+        # the node count: nodes, the recipe's block, then $NNODES (the loader's order, from env)
+        recipe = load_recipe(config, list(overrides), cluster=cluster, nodes=nodes, config_roots=config_roots,
+                             env=env)
     except PrimusExtError as err:
         if rank0:
             print(f"error: {err}", file=out)
         return err.exit_code
     plan = costs or CostPlan()
-    folder = experiment_dir(config, env=env) if rank0 else None
+    folder = (Path(out_dir) if out_dir is not None else experiment_dir(config, env=env)) if rank0 else None
     return _report(recipe, plan, folder, out, quiet=not rank0, overrides=overrides)
+
+
+def _recipe_block(config: str | Path, env: Mapping[str, str]) -> Mapping[str, Any]:
+    """The experiment's top-level ``primus_ext:`` block (``{}`` when absent or unreadable: the loader reports)."""
+    from primus_ext.recipe.presets import load_preset
+
+    path = Path(config)
+    if not path.is_file():
+        return {}
+    problems: list[Any] = []
+    warnings: list[str] = []
+    block = load_preset(path, env, problems, warnings).values.get("primus_ext")
+    return block if isinstance(block, dict) else {}

@@ -1,7 +1,10 @@
-"""The upstream-launcher hook with a stand-in Megatron ``pretrain`` (same calling convention).
+"""The upstream-launcher hooks in-process: Megatron's provider and gate with a stand-in Megatron ``pretrain``
+(same calling convention), Primus's ``project_experiment`` and ``primus_gate`` options.
 
 Independent checks: the parsed Megatron arguments reach the projection unchanged (hidden size,
-world size, TP); the parameters of the OOM case are hand-counted; exit codes 0/2/3.
+world size, TP); the parameters of the OOM case are hand-counted; exit codes 0/2/3; the cluster and
+node count come from the arguments, then the recipe's ``primus_ext`` block, then the environment.
+The patched upstream files themselves run in tests/launcher/test_patches.py.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 import standin_megatron as megatron  # tests/launcher/standin_megatron.py (pytest puts this folder on sys.path)
 
 from primus_ext.launcher import hook
@@ -164,3 +168,76 @@ def test_primus_overrides_become_key_value():
     argv = ["--train_iters", "10", "--bf16", "--seq_length=4096", "--tensor_model_parallel_size", "2"]
     assert hook.overrides_from_argv(argv) == ["train_iters=10", "bf16=true", "seq_length=4096",
                                               "tensor_model_parallel_size=2"]
+
+
+def _system(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "ws" / "team" / "alice" / "tiny-exp" / "projection.json").read_text())["inputs"][
+        "system"]
+
+
+def test_primus_cluster_and_nodes_come_from_the_recipe_before_the_environment(tmp_path: Path):
+    config = tmp_path / "exp.yaml"
+    config.write_text(EXPERIMENT.replace("{workspace}", str(tmp_path / "ws")))
+    env = {"NNODES": "4", hook.CLUSTER_ENV: "mi300x"}
+    plan = hook.CostPlan(mode="analytic")
+    assert hook.project_experiment(config, costs=plan, stream=io.StringIO(), env=env) == EXIT_OK
+    assert (_system(tmp_path)["gpu"], _system(tmp_path)["num_nodes"]) == ("h100", 1)  # the primus_ext block
+    assert hook.project_experiment(config, cluster="mi300x", nodes=2, costs=plan, stream=io.StringIO(),
+                                   env=env) == EXIT_OK
+    assert (_system(tmp_path)["gpu"], _system(tmp_path)["num_nodes"]) == ("mi300x", 2)  # the arguments
+    config.write_text(EXPERIMENT.replace("{workspace}", str(tmp_path / "ws")).replace(
+        "primus_ext:\n  cluster: h100\n  nodes: 1\n", ""))
+    assert hook.project_experiment(config, costs=plan, stream=io.StringIO(), env=env) == EXIT_OK
+    assert (_system(tmp_path)["gpu"], _system(tmp_path)["num_nodes"]) == ("mi300x", 4)  # no block: the environment
+
+
+def test_primus_bad_nnodes_exits_2_with_the_reason(tmp_path: Path):
+    config = tmp_path / "exp.yaml"
+    config.write_text(EXPERIMENT.replace("{workspace}", str(tmp_path / "ws")).replace("  nodes: 1\n", ""))
+    out = io.StringIO()
+    assert hook.project_experiment(config, stream=out, env={"NNODES": "two"}) == EXIT_ILLEGAL
+    assert "$NNODES" in out.getvalue() and "two" in out.getvalue()
+
+
+def test_megatron_gate_parses_at_once_with_the_flag(tmp_path: Path):
+    """The patched pretrain_gpt.py builds the provider before ``pretrain`` runs: with --projection-only the
+    gate parses there (Megatron's own parser) and exits before pretrain's CUDA check / distributed start."""
+    argv = [*SMALL, "--projection-only", "--projection-cluster", "h100", "--projection-costs", "analytic",
+            "--projection-out", str(tmp_path)]
+    megatron.EVENTS.clear()
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as stop:
+        hook.megatron_gate(None, argv=argv, parse_args=lambda provider: megatron.parse_args(provider, argv),
+                           stream=out)
+    assert stop.value.code == EXIT_OK and megatron.EVENTS == [] and "tokens/s/GPU" in out.getvalue()
+
+
+def test_megatron_gate_without_the_flag_is_the_plain_provider(tmp_path: Path):
+    calls: list[object] = []
+    provider = hook.megatron_gate(None, argv=SMALL, parse_args=calls.append)
+    assert calls == []
+    megatron.EVENTS.clear()
+    args = megatron.pretrain(_noop, _noop, "encoder_or_decoder", _noop, extra_args_provider=provider, argv=SMALL)
+    assert args.projection_only is False and megatron.EVENTS == ["initialize_distributed", "train"]
+
+
+def test_megatron_per_layer_lists_with_one_value_become_that_value():
+    args = argparse.Namespace(cp_comm_type=["p2p"], hidden_size=8, projection_only=True)
+    assert hook.megatron_mapping(args) == {"cp_comm_type": "p2p", "hidden_size": 8}
+    mixed = argparse.Namespace(cp_comm_type=["p2p", "a2a"])
+    assert hook.megatron_mapping(mixed) == {"cp_comm_type": ["p2p", "a2a"]}
+
+
+def test_primus_gate_options_on_every_suite_once():
+    from primus_ext.launcher.primus_gate import add_gate_args, run_gate
+
+    parser = argparse.ArgumentParser()
+    suites = parser.add_subparsers(dest="suite")
+    suites.add_parser("pretrain", aliases=["pt"])
+    suites.add_parser("posttrain")
+    add_gate_args(suites)  # the alias maps to the same parser: added once, no conflict
+    args = parser.parse_args(["pt", "--projection-only", "--projection-nodes", "2"])
+    assert args.projection_only and args.projection_nodes == 2 and args.projection_costs == "store"
+    args.suite = "finetune"
+    out = io.StringIO()
+    assert run_gate(args, [], stream=out) == EXIT_ILLEGAL and "finetune" in out.getvalue()
