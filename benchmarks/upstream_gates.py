@@ -28,9 +28,11 @@ status 1 when anything differs from what is expected.
 
 Runs on CPU with what is installed (torch, megatron-core's dependencies, PyYAML): the extracted
 tree comes first on PYTHONPATH, so its own ``megatron`` package is used; GPU-only modules are stubbed
-by a ``sitecustomize.py`` written into the temporary folder (``triton``, imported unconditionally by
-Megatron-LM, when it is not installed; ``typing.override`` for Python < 3.12, which Megatron-LM main
-imports). ``CUDA_VISIBLE_DEVICES`` is emptied, so nothing trains even on a GPU machine. No upstream
+by a ``sitecustomize.py`` written into the temporary folder, each only when it is not installed:
+``triton`` (imported unconditionally by Megatron-LM), ``einops`` (pure Python, but imported
+unconditionally by core_v0.13.0rc0 .. rc2 only; ``pip install einops`` to use the real one), and
+``typing.override`` for Python < 3.12 (Megatron-LM main imports it). The gate exits before any of
+them is used. ``CUDA_VISIBLE_DEVICES`` is emptied, so nothing trains even on a GPU machine. No upstream
 file is copied into this repository.
 """
 
@@ -100,7 +102,7 @@ import sys
 import types
 import typing
 
-STUBS = {name for name in ("triton",) if importlib.util.find_spec(name) is None}
+STUBS = {name for name in ("triton", "einops") if importlib.util.find_spec(name) is None}
 
 
 class _StubMeta(type):
