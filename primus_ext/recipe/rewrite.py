@@ -80,6 +80,7 @@ def megatron_args(e: ExecutionSpec, args: Mapping[str, Any], num_layers: int) ->
         "recompute_granularity": e.recompute_granularity,
         "recompute_method": e.recompute_method,
         "recompute_num_layers": e.recompute_num_layers,
+        "recompute_layer_ids": list(e.recompute_layer_ids) if e.recompute_layer_ids else None,
         "recompute_modules": list(e.recompute_modules) if e.recompute_modules else None,
         "use_distributed_optimizer": e.use_distributed_optimizer,
         "data_parallel_sharding_strategy": e.data_parallel_sharding_strategy,

@@ -66,19 +66,27 @@ def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int) -> 
             False if name.startswith("account_for") else None for name in LAYOUT_FIELDS}
 
 
-def _recompute_fields(base: ExecutionSpec, recompute: str, chunk: int) -> dict[str, Any]:
+def _recompute_fields(model: ModelSpec, base: ExecutionSpec, recompute: str, chunk: int) -> dict[str, Any]:
+    """The recompute fields of a ``recompute`` choice. The recipe's own Primus ``recompute_layer_ids`` stand for
+    the choice nearest to them (``recompute_choice``) and are kept there; every other choice drops them (Primus
+    refuses ids beside a ``recompute_method``)."""
+    if base.recompute_layer_ids and recompute == recompute_choice(model, base):
+        return dict(recompute_granularity="full", recompute_method=None, recompute_num_layers=None,
+                    recompute_modules=(), recompute_layer_ids=base.recompute_layer_ids)
     if recompute == "none":
-        return dict(recompute_granularity=None, recompute_method=None, recompute_num_layers=None,
-                    recompute_modules=())
-    if recompute == "selective":
+        fields = dict(recompute_granularity=None, recompute_method=None, recompute_num_layers=None,
+                      recompute_modules=())
+    elif recompute == "selective":
         modules = base.recompute_modules if base.recompute_granularity == "selective" else ()
-        return dict(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None,
-                    recompute_modules=modules)
-    if recompute == "full":
-        return dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
-                    recompute_modules=())
-    return dict(recompute_granularity="full", recompute_method="block",
-                recompute_num_layers=recompute_layers(recompute, chunk) or chunk, recompute_modules=())
+        fields = dict(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None,
+                      recompute_modules=modules)
+    elif recompute == "full":
+        fields = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+                      recompute_modules=())
+    else:
+        fields = dict(recompute_granularity="full", recompute_method="block",
+                      recompute_num_layers=recompute_layers(recompute, chunk) or chunk, recompute_modules=())
+    return {**fields, "recompute_layer_ids": ()}
 
 
 def _sharding_fields(base: ExecutionSpec, sharding: str, overlap: str) -> dict[str, Any]:
@@ -125,26 +133,33 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
         precision=config["precision"],
         fp8_param_gather=base.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
         **(split if split is not None else pipeline_split(model, base, pp, vpp)),
-        **_recompute_fields(base, config["recompute"], chunk),
+        **_recompute_fields(model, base, config["recompute"], chunk),
         **_sharding_fields(base, config["sharding"], config["dp_overlap"]),
     ))
+
+
+def recompute_choice(model: ModelSpec, e: ExecutionSpec) -> str:
+    """The recompute axis value nearest to an execution's recompute (Primus's ``recompute_layer_ids``: the block
+    fraction nearest to the share of decoder layers they list)."""
+    chunk = max(1, model.num_layers // (e.pp * e.vpp))
+    if e.recompute_granularity is None:
+        return "none"
+    if e.recompute_granularity == "selective":
+        return "selective"
+    if e.recompute_layer_ids:
+        n = sum(i < model.num_layers for i in e.recompute_layer_ids) * chunk / model.num_layers
+    elif e.recompute_method == "block":
+        n = e.recompute_num_layers or 0
+    else:
+        return "full"
+    return "none" if n <= 0 else "full" if n >= chunk else min(
+        (c for c in RECOMPUTE_CHOICES if c.startswith("block")), key=lambda c: abs(int(c[5:]) / 100 * chunk - n))
 
 
 def config_of(model: ModelSpec, execution: ExecutionSpec) -> Config:
     """The configuration nearest to an execution (the recipe's own, for seeding and reports)."""
     e = execution
-    chunk = max(1, model.num_layers // (e.pp * e.vpp))
-    if e.recompute_granularity is None:
-        recompute = "none"
-    elif e.recompute_granularity == "selective":
-        recompute = "selective"
-    elif e.recompute_method == "block":
-        n = e.recompute_num_layers or 0
-        recompute = "none" if n <= 0 else "full" if n >= chunk else min(
-            (c for c in RECOMPUTE_CHOICES if c.startswith("block")),
-            key=lambda c: abs(int(c[5:]) / 100 * chunk - n))
-    else:
-        recompute = "full"
+    recompute = recompute_choice(model, e)
     sharding = "fsdp" if e.fsdp != "none" else "distopt" if e.use_distributed_optimizer else "ddp"
     overlap = "grad+param" if e.overlap_param_gather else "grad" if e.overlap_grad_reduce else "none"
     return {

@@ -70,3 +70,35 @@ def test_block_recompute_round_trips_and_the_space_memo_changes_nothing(mixtral)
     assert (e.recompute_granularity, e.recompute_method, e.recompute_num_layers) == ("full", "block", chunk // 2)
     assert config_of(mixtral.model, e) == config
     assert space.to_execution(config) == e                    # memoised split == computed split
+
+
+def test_primus_recompute_layer_ids_are_kept_at_their_choice_and_dropped_elsewhere(tmp_path):
+    """A recipe with Primus's recompute_layer_ids: its own choice keeps the ids (legal, priced as listed), every
+    other recompute choice drops them (Primus refuses ids beside a recompute_method)."""
+    import yaml
+
+    from primus_ext.cli import main
+    from primus_ext.recipe import load_recipe
+
+    flat = {"num_layers": 16, "hidden_size": 1024, "ffn_hidden_size": 4096, "num_attention_heads": 16,
+            "seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 64, "bf16": True, "swiglu": True,
+            "normalization": "RMSNorm", "position_embedding_type": "rope", "vocab_size": 32000,
+            "pipeline_model_parallel_size": 2, "recompute_granularity": "full", "recompute_layer_ids": [0, 1, 8, 9],
+            "use_distributed_optimizer": True}
+    path = tmp_path / "ids.yaml"
+    path.write_text(yaml.safe_dump(flat))
+    recipe = load_recipe(path, cluster="h100", nodes=1)
+    space = build_space(recipe.model, recipe.execution, recipe.system)
+    own = config_of(recipe.model, recipe.execution)
+    assert own["recompute"] == "block25"  # 2 of the 8 layers of a stage
+    kept = space.to_execution(own)
+    assert kept.recompute_layer_ids == (0, 1, 8, 9) and kept.recompute_method is None
+    assert check(recipe.model, kept, space.system) == []
+    for choice in ("none", "selective", "block50", "full"):
+        moved = space.to_execution({**own, "recompute": choice})
+        assert moved.recompute_layer_ids == () and check(recipe.model, moved, space.system) == [], choice
+    out = tmp_path / "tuned.yaml"
+    assert main(["tune", str(path), "--cluster", "h100", "--nodes", "1", "--strategy", "exhaustive",
+                 "--pin", "pp=2", "--pin", "tp=1", "--no-regret", "--analytic", "--out", str(out)]) == 0
+    tuned = load_recipe(out, cluster="h100", nodes=1)  # whatever was chosen, Primus's rules hold
+    assert not (tuned.execution.recompute_layer_ids and tuned.execution.recompute_method)
