@@ -259,6 +259,7 @@ def overrides_from_argv(argv: Sequence[str]) -> list[str]:
 def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, cluster: str | None = None,
                        nodes: int | None = None, costs: CostPlan | None = None,
                        config_roots: Sequence[str | Path] = (), out_dir: str | Path | None = None,
+                       module: str | None = None,
                        stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:
     """Primus's side: project an experiment YAML (+ ``key=value`` overrides); returns 0 / 2 / 3.
 
@@ -276,7 +277,7 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
             cluster = env.get(CLUSTER_ENV) or None
         # the node count: nodes, the recipe's block, then $NNODES (the loader's order, from env)
         recipe = load_recipe(config, list(overrides), cluster=cluster, nodes=nodes, config_roots=config_roots,
-                             env=env)
+                             env=env, module=module)
     except PrimusExtError as err:
         if rank0:
             print(f"error: {err}", file=out)

@@ -30,13 +30,10 @@ from typing import TextIO
 
 from primus_ext.launcher.hook import CLUSTER_ENV, project_experiment
 from primus_ext.launcher.projection_only import EXIT_ILLEGAL, CostPlan
+from primus_ext.recipe.presets import is_primus_root
 
 SUITE_MODULES: Mapping[str, str] = {"pretrain": "pre_trainer", "posttrain": "post_trainer"}
 """``train`` suite -> the experiment module Primus trains for it (``run_train_module(module_name=...)``)."""
-
-PRESET_FOLDER = Path("primus", "configs", "models", "megatron")
-"""Where a Primus checkout keeps its model presets (marks a folder as a config root)."""
-
 
 def add_gate_args(suite_parsers: argparse._SubParsersAction) -> None:
     """Add the ``--projection-*`` options to every suite parser of ``primus-cli train`` (once each)."""
@@ -80,7 +77,7 @@ def primus_root() -> Path | None:
         return None
     root = Path(where).resolve()
     root = root.parent.parent if root.name == "__init__.py" else root.parent
-    return root if (root / PRESET_FOLDER).is_dir() else None
+    return root if is_primus_root(root) else None
 
 
 def run_gate(args: argparse.Namespace, overrides: Sequence[str] | None, *, stream: TextIO | None = None,
@@ -99,5 +96,6 @@ def run_gate(args: argparse.Namespace, overrides: Sequence[str] | None, *, strea
     plan = CostPlan(mode=args.projection_costs, store=args.projection_store, scale=args.projection_scale)
     return project_experiment(args.config, overrides_from_argv(list(overrides or [])),
                               cluster=args.projection_cluster, nodes=args.projection_nodes, costs=plan,
-                              config_roots=roots, out_dir=args.projection_out, stream=out, env=env)
+                              config_roots=roots, out_dir=args.projection_out, stream=out, env=env,
+                              module=SUITE_MODULES[suite])
 

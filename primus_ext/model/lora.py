@@ -23,10 +23,12 @@ from dataclasses import replace
 
 from primus_ext.model.costs import LayerCost
 from primus_ext.model.rank_shape import RankShape
-from primus_ext.model.roofline import gemm_seconds
+from primus_ext.model.roofline import gemm_bytes, membound_seconds
 from primus_ext.specs.system import GPUSpec
 
 TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+"""Linear layers of megatron-core's GPT layer LoRA can target, as Primus names them (configs/modules/megatron/
+sft_trainer.yaml ``lora.target_modules``; peft/lora.py matches module names)."""
 
 
 def _targets(shape: RankShape) -> list[tuple[str, float, float, float, int, bool]]:
@@ -74,13 +76,23 @@ def lora_params(shape: RankShape) -> tuple[int, int]:
     return dense, expert
 
 
+def skinny_gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str) -> float:
+    """An adapter GEMM (one side of rank r): the roofline bound itself (Williams et al. 2009), the slower of
+    its math at the large-GEMM efficiency and the HBM time of its operands, which dominates at r <= 64. Not
+    ``roofline.gemm_seconds``: its size roll-off (``gemm_half_size_flops``) is fitted on whole layers and
+    stands in for per-layer costs too (RESULTS.md: the H200 kernel sweep's own half size is far smaller), so
+    charging it to each of eight extra skinny GEMMs would bill those costs eight more times."""
+    math_s = 2.0 * m * n * k / (gpu.peak_tflops(precision) * 1e12 * gpu.efficiency.gemm_max)
+    return max(math_s, membound_seconds(gemm_bytes(m, n, k, precision), gpu))
+
+
 def adapter_seconds(shape: RankShape, gpu: GPUSpec) -> float:
     """Forward seconds of one layer kind's adapters for one micro-batch (two skinny GEMMs per target)."""
     precision = "bf16" if shape.precision == "fp8" else shape.precision
     total = 0.0
     for _, tokens, n_in, n_out, split, _ in _targets(shape):
-        total += gemm_seconds(tokens, shape.lora_rank, n_in / split, gpu, precision)  # x A
-        total += gemm_seconds(tokens, n_out / split, shape.lora_rank, gpu, precision)  # (x A) B
+        total += skinny_gemm_seconds(tokens, shape.lora_rank, n_in / split, gpu, precision)  # x A
+        total += skinny_gemm_seconds(tokens, n_out / split, shape.lora_rank, gpu, precision)  # (x A) B
     return total
 
 
@@ -94,7 +106,7 @@ def lora_cost(base: LayerCost, shape: RankShape, gpu: GPUSpec) -> LayerCost:
         return base
     frozen_wgrad = base.wgrad_ms if base.wgrad_ms is not None else base.bwd_ms / 2
     adapter_ms = adapter_seconds(shape, gpu) * 1e3
-    recompute = base.recompute_ms + (adapter_ms if base.recompute_ms else 0.0)
+    recompute = base.recompute_ms + (adapter_ms if shape.recompute == "full" else 0.0)  # full recompute re-runs them
     return replace(base, fwd_ms=base.fwd_ms + adapter_ms,
                    bwd_ms=max(0.0, base.bwd_ms - frozen_wgrad) + 2 * adapter_ms,
                    wgrad_ms=adapter_ms, recompute_ms=recompute,

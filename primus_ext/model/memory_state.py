@@ -56,6 +56,16 @@ def grad_bytes(e: ExecutionSpec, param_b: float) -> float:
     return 2.0 if (e.grad_reduce_in_bf16 and e.precision != "fp32") else 4.0
 
 
+def reduce_bytes(e: ExecutionSpec) -> float:
+    """Bytes per parameter the data-parallel gradient reduction moves: under torch FSDP2 the reduce dtype
+    (``ExecutionSpec.fsdp_reduce_dtype``: the parameter dtype as megatron-core / Primus run it, fp32 under
+    torchtitan's policy), otherwise the main-grad buffer's dtype (``grad_bytes``)."""
+    param_b = 4.0 if e.precision == "fp32" else 2.0
+    if e.fsdp == "torch_fsdp2" and e.fsdp_reduce_dtype == "fp32":
+        return FP32_GRAD_BYTES
+    return grad_bytes(e, param_b)
+
+
 def step_grad_bytes(e: ExecutionSpec, grad_b: float) -> float:
     """Bytes per parameter of the gradients while the optimizer steps: under torch FSDP2 with 16-bit
     parameters the fp32 copies Megatron's Float16 optimizer makes, which replace the bf16 ones (freed as

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primus_ext.model.collectives import collective_time, p2p_time
+from primus_ext.model.memory_state import reduce_bytes
 from primus_ext.model.optimizer_state import adam_step_bytes, dp_sharded
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
@@ -236,16 +237,20 @@ def fsdp_per_layer(ex: ExecutionSpec) -> bool:
                                         == "optim_grads_params")
 
 
-def grad_bytes_per_param(ex: ExecutionSpec) -> int:
-    return ACT_BYTES if ex.grad_reduce_in_bf16 else FP32_BYTES
+def grad_bytes_per_param(ex: ExecutionSpec) -> float:
+    """Bytes per parameter of the gradient reduction (one rule with the memory model: ``memory_state.reduce_bytes``)."""
+    return reduce_bytes(ex)
 
 
-def _fsdp(dense: int, experts: int, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> tuple[float, float]:
-    gather = (collective_time("all_gather", dense * ACT_BYTES, pl.dp_cp, system)
-              + collective_time("all_gather", experts * ACT_BYTES, pl.edp, system))
+def _fsdp(params: tuple[int, int], grads: tuple[int, int], ex: ExecutionSpec, pl: Placements,
+          system: SystemSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's FSDP collectives: the (dense, expert) ``params`` all-gathered, the
+    gradients of the trained ``grads`` (all of them, or LoRA's adapters) reduce-scattered."""
+    gather = (collective_time("all_gather", params[0] * ACT_BYTES, pl.dp_cp, system)
+              + collective_time("all_gather", params[1] * ACT_BYTES, pl.edp, system))
     gb = grad_bytes_per_param(ex)
-    scatter = (collective_time("reduce_scatter", dense * gb, pl.dp_cp, system)
-               + collective_time("reduce_scatter", experts * gb, pl.edp, system))
+    scatter = (collective_time("reduce_scatter", grads[0] * gb, pl.dp_cp, system)
+               + collective_time("reduce_scatter", grads[1] * gb, pl.edp, system))
     return gather, gather + scatter
 
 
@@ -260,13 +265,15 @@ def layer_comm(
     recompute_s: float = 0.0,
     attn: tuple[float, float] = (0.0, 0.0),
     params: tuple[int, int] = (0, 0),
+    trained: tuple[int, int] | None = None,
 ) -> LayerComm:
     """Communication of one layer for one micro-batch, with what overlap leaves exposed.
 
     ``fwd_s``/``bwd_s``: the layer's forward / backward compute (what TP/EP/FSDP overlap can hide behind),
     ``bwd_s`` without the recompute; ``recompute_s``: the recomputed forward's compute, what its comm (added
     to the backward's, ``recomputed_parts``) hides behind; ``attn``: core attention (fwd, bwd) seconds, what
-    the CP ring hides behind; ``params``: (dense, expert) params of the layer for FSDP.
+    the CP ring hides behind; ``params``: (dense, expert) params of the layer for FSDP; ``trained``: those with
+    gradients when not all (LoRA's adapters).
     """
     ovl = system.gpu.efficiency.overlap
     fwd: dict[str, tuple[float, float]] = {}
@@ -298,7 +305,7 @@ def layer_comm(
         else:
             fwd["ep"], bwd["ep"] = (e, e), (e + er, e + er)
     if fsdp_per_layer(ex) and (pl.dp_cp.size > 1 or pl.edp.size > 1):
-        gf, gb = _fsdp(params[0], params[1], ex, pl, system)
+        gf, gb = _fsdp(params, trained if trained is not None else params, ex, pl, system)
         fwd["fsdp"], bwd["fsdp"] = (gf, hide(gf, fwd_s, ovl)), (gb, hide(gb, bwd_s + recompute_s, ovl))
     return LayerComm(fwd=fwd, bwd=bwd)
 

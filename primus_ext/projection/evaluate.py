@@ -110,7 +110,7 @@ _COMM_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size", "sequence_parallel",
     "cp_comm_type", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "fsdp",
-    "data_parallel_sharding_strategy", "grad_reduce_in_bf16",
+    "data_parallel_sharding_strategy", "grad_reduce_in_bf16", "fsdp_reduce_dtype", "precision",
 )
 """What per-layer communication reads (``comm.layer_comm`` and the group placement)."""
 _SHAPE_FIELDS = (
@@ -140,11 +140,11 @@ def _layer_from_cost(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, co
     wgrad = (cost.wgrad_ms if cost.wgrad_ms is not None else cost.bwd_ms / 2) * 1e-3
     total = layer_params(shape)
     experts = expert_layer_params(shape)
-    comm = layer_comm(shape, ex, group_placements(ex, system), system, fwd_s=fwd, bwd_s=cost.bwd_ms * 1e-3,
-                      recompute_s=recompute, attn=attention_seconds(shape, system.gpu),
-                      params=(total - experts, experts))
     # what the gradient reduction, the optimizer and its parameter all-gather handle: the trainable weights
     trained = lora_params(shape) if shape.lora_rank else (total - experts, experts)
+    comm = layer_comm(shape, ex, group_placements(ex, system), system, fwd_s=fwd, bwd_s=cost.bwd_ms * 1e-3,
+                      recompute_s=recompute, attn=attention_seconds(shape, system.gpu),
+                      params=(total - experts, experts), trained=trained)
     ep_f, ep_b = comm.fwd.get("ep", (0.0, 0.0)), comm.bwd.get("ep", (0.0, 0.0))
     overlap = ex.overlap_moe_expert_parallel_comm  # a pass without a partner leaves its hidden all-to-all exposed
     return _Layer(compute_fwd=fwd, compute_bwd=bwd, wgrad=wgrad, recompute=recompute, comm_fwd=comm.fwd,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_ext.model.lora import TARGETS as LORA_TARGETS
 from primus_ext.recipe.args import ArgReader
 
 
@@ -100,12 +101,10 @@ def recompute_layer_ids(a: ArgReader, num_layers: int, mtp_layers: int) -> tuple
               + (f", then {mtp_layers} MTP depths" if mtp_layers else "") + ")",
               fix=f"use layer indices 0..{top}")
         return ()
+    if ids[-1] >= num_layers:
+        a.warnings.append(f"recompute_layer_ids {[i for i in ids if i >= num_layers]} are MTP depths: their recompute "
+                          "is not modelled (projected without it)")
     return tuple(ids)
-
-
-LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
-"""Linear layers of megatron-core's GPT layer that LoRA can target, as Primus names them
-(configs/modules/megatron/sft_trainer.yaml ``lora.target_modules``; peft/lora.py matches module names)."""
 
 
 def lora(a: ArgReader) -> tuple[int, tuple[str, ...]]:
@@ -118,6 +117,12 @@ def lora(a: ArgReader) -> tuple[int, tuple[str, ...]]:
               fix="write lora: {enabled: true, dim: 32}")
         return 0, ()
     if not block.get("enabled"):
+        return 0, ()
+    if not (a.primus and a.args.get("stage") == "sft"):
+        # Primus applies LoRA in MegatronSFTTrainer._init_lora only, the trainer its registry gives stage "sft"
+        # (backends/megatron/__init__.py; core/runtime/train_runtime.py picks the trainer by ``stage``)
+        a.warnings.append("lora.enabled is set but only Primus's SFT trainer (stage: sft) applies LoRA: this run "
+                          "trains every weight and is projected so")
         return 0, ()
     rank = block.get("dim", 32)  # sft_trainer.yaml default
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:

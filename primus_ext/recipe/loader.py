@@ -232,7 +232,12 @@ def _merge_presets(state: _State, module: Layer, model: Layer) -> Layer:
     return merged
 
 
-def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str, str]:
+MODULE_ALIASES = {"pre_trainer": "post_trainer", "post_trainer": "pre_trainer"}
+"""Primus's ``get_module_config`` (core/config/primus_config.py): an SFT experiment declares only ``post_trainer``,
+a pre-training one ``pre_trainer``; asked for one, Primus falls back to the other."""
+
+
+def _primus_args(state: _State, data: dict[str, Any], wanted: str | None = None) -> tuple[Layer, str, str]:
     """Merged arguments of the experiment's training module: (arguments, model preset name, module name)."""
     for key in data:
         if key not in EXPERIMENT_KEYS:
@@ -242,10 +247,15 @@ def _primus_args(state: _State, data: dict[str, Any]) -> tuple[Layer, str, str]:
         state.problems.append(Problem(path="modules", value=modules, message="expected a mapping of modules",
                                       fix="write modules: {pre_trainer: {framework: megatron, ...}}"))
         return Layer(), "", ""
-    name = "pre_trainer" if "pre_trainer" in modules else next(iter(modules)) if len(modules) == 1 else None
+    if wanted is not None:  # the module the launcher runs (``train pretrain`` / ``train posttrain``)
+        name = wanted if wanted in modules else MODULE_ALIASES.get(wanted) if MODULE_ALIASES.get(wanted) in modules \
+            else None
+    else:
+        name = "pre_trainer" if "pre_trainer" in modules else next(iter(modules)) if len(modules) == 1 else None
     if name is None:
+        want = wanted or "pre_trainer"
         state.problems.append(Problem(path="modules", value=sorted(map(str, modules)),
-                                      message="no pre_trainer module", fix="name the training module pre_trainer"))
+                                      message=f"no {want} module", fix=f"name the training module {want}"))
         return Layer(), "", ""
     module = modules[name]
     if not isinstance(module, dict):
@@ -351,11 +361,14 @@ def load_recipe(
     config_roots: Sequence[str | Path] = (),
     validate: bool = True,
     env: Mapping[str, str] | None = None,
+    module: str | None = None,
 ) -> Recipe:
     """Load, resolve and (unless ``validate=False``) legality-check a recipe. Raises ``RecipeError``.
 
     ``config_roots``: folders searched for ``model:`` / ``config:`` presets (e.g. a Primus checkout).
     ``env``: the environment for ``${VAR}`` templates (default ``os.environ``).
+    ``module``: the experiment module to load (``pre_trainer`` / ``post_trainer``, with Primus's fallback to the
+    other); default ``pre_trainer``, else the only one.
     With ``validate=False`` legality problems are returned in ``Recipe.problems`` instead of raised
     (the tuner loads a recipe that way to search for a legal execution).
     """
@@ -374,7 +387,7 @@ def load_recipe(
     data = dict(top.values)
     block = data.pop("primus_ext", None)
     if "modules" in data:
-        args, model_name, module = _primus_args(state, data)
+        args, model_name, module = _primus_args(state, data, module)
     else:
         top.values.pop("primus_ext", None)
         top.origins.pop("primus_ext", None)

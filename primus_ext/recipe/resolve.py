@@ -64,7 +64,7 @@ _OTHER_READ = (
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
-    "use_turbo_deepep", "recompute_layer_ids", "lora",
+    "use_turbo_deepep", "recompute_layer_ids", "lora", "stage",
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))

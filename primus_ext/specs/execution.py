@@ -94,6 +94,10 @@ class ExecutionSpec:
     # --- sharding and optimizer ----------------------------------------------------------------
     use_distributed_optimizer: bool = False
     fsdp: FSDPKind = "none"
+    fsdp_reduce_dtype: Literal["param", "fp32"] = "param"
+    """The dtype torch FSDP2 reduce-scatters gradients in: ``param`` (megatron-core's and Primus's wrappers set no
+    ``MixedPrecisionPolicy``: the parameter dtype, bf16) or ``fp32`` (torchtitan's and NeMo AutoModel's policy,
+    ``reduce_dtype=float32``, over fp32 parameter shards)."""
     data_parallel_sharding_strategy: Literal[
         "no_shard", "optim", "optim_grads", "optim_grads_params"
     ] = "no_shard"

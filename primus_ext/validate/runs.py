@@ -251,6 +251,8 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         cpu_offloading_weights=offload_weights,
         use_distributed_optimizer=fsdp == "none",
         fsdp=fsdp,  # type: ignore[arg-type]
+        # the FSDP2 rows are torchtitan's and NeMo AutoModel's: their MixedPrecisionPolicy reduces in fp32
+        fsdp_reduce_dtype="fp32" if fsdp == "torch_fsdp2" else "param",
         data_parallel_sharding_strategy="optim_grads_params" if fsdp == "megatron_fsdp" else "no_shard",
         overlap_grad_reduce=True,
         overlap_param_gather=True,

@@ -59,12 +59,12 @@ def test_frozen_backward_drops_the_weight_gradients_and_adds_the_adapters():
     base = analytic_cost(replace(shape, lora_rank=0, lora_targets=()), gpu)
     lora = lora_cost(base, shape, gpu)
     adapter = lora.fwd_ms - base.fwd_ms
-    # eight skinny GEMMs (tokens x r x width): ~1 % of the layer's FLOPs but each pays the roofline's fixed
-    # per-GEMM time, so their share falls as the micro-batch grows
-    assert 0 < adapter < 0.5 * base.fwd_ms
+    # eight skinny GEMMs (tokens x r x width): ~1 % of the layer's FLOPs, memory-bound (reading the layer
+    # inputs again): a few percent of the forward, growing with the tokens like the inputs
+    assert 0.01 * base.fwd_ms < adapter < 0.10 * base.fwd_ms
     big = rank_shapes(LLAMA3_8B, _exec(micro_batch_size=8, global_batch_size=512))["dense"]
     big_base = analytic_cost(replace(big, lora_rank=0, lora_targets=()), gpu)
-    assert (lora_cost(big_base, big, gpu).fwd_ms - big_base.fwd_ms) / big_base.fwd_ms < adapter / base.fwd_ms
+    assert lora_cost(big_base, big, gpu).fwd_ms - big_base.fwd_ms == pytest.approx(8 * adapter, rel=0.05)
     assert lora.bwd_ms == pytest.approx(base.bwd_ms - base.wgrad_ms + 2 * adapter)
     assert lora.wgrad_ms == pytest.approx(adapter) and lora.source == "analytic+lora"
     assert lora_cost(base, replace(shape, lora_rank=0), gpu) is base
@@ -85,7 +85,7 @@ def test_memory_keeps_frozen_weights_but_no_gradients_or_optimizer_for_them():
 def test_projection_runs_faster_reduces_only_adapters_and_counts_frozen_flops():
     full_ex = _exec(lora_rank=0, lora_targets=())
     full, lora = evaluate(LLAMA3_8B, full_ex, MI355X), evaluate(LLAMA3_8B, _exec(), MI355X)
-    assert lora.step_time_s < 0.85 * full.step_time_s  # no weight-gradient GEMMs
+    assert lora.step_time_s < 0.8 * full.step_time_s  # no weight-gradient GEMMs
     assert lora.stages[0].dense_params == 32 * PER_LAYER  # what DP reduces and the optimizer steps
     assert lora.breakdown.comm("dp_grad").total_s < 0.05 * full.breakdown.comm("dp_grad").total_s
     ratio = model_flops_per_step(LLAMA3_8B, 2048, 128, frozen_weights=True) / model_flops_per_step(

@@ -121,3 +121,20 @@ def test_recompute_layer_ids_follow_primus_rules():
     assert check(*resolve_all(args, NODE)[:2], NODE) == []  # no recompute_method needed, unlike Megatron's own
     with_method = resolve_all({**args, "recompute_method": "block", "recompute_num_layers": 2}, NODE)
     assert [p.path for p in check(*with_method[:2], NODE)] == ["recompute_method"]
+
+
+def test_lora_only_under_primus_sft_trainer():
+    """Primus applies LoRA in MegatronSFTTrainer (stage: sft) only; elsewhere every weight trains."""
+    lora = {"enabled": True, "dim": 16, "target_modules": ["linear_qkv", "linear_proj"]}
+    sft = resolve_all({**BASE, "lora": lora, "stage": "sft"}, NODE, primus=True)[1]
+    assert (sft.lora_rank, sft.lora_targets) == (16, ("linear_qkv", "linear_proj"))
+    for args, primus in (({**BASE, "lora": lora}, True), ({**BASE, "lora": lora, "stage": "sft"}, False)):
+        _, execution, _, warnings = resolve_all(args, NODE, primus=primus)
+        assert execution.lora_rank == 0 and any("only Primus's SFT trainer" in w for w in warnings)
+
+
+def test_recompute_ids_of_mtp_depths_are_named_as_not_modelled():
+    args = {**BASE, "mtp_num_layers": 1, "recompute_granularity": "full", "recompute_layer_ids": [0, 8]}
+    _, execution, problems, warnings = resolve_all(args, NODE)
+    assert problems == [] and execution.recompute_layer_ids == (0, 8)
+    assert any("MTP depths" in w for w in warnings)

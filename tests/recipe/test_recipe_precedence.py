@@ -95,3 +95,19 @@ def test_bad_nnodes_is_a_problem_naming_the_variable(write):
     with pytest.raises(RecipeError) as err:
         load_recipe(write("flat.yaml", BASE), env={"NNODES": "four"})
     assert err.value.problems[0].path == "$NNODES"
+
+
+def test_the_launched_module_is_the_one_loaded(write):
+    """primus-cli train posttrain runs post_trainer; an SFT experiment has only post_trainer and Primus falls
+    back to it for pretrain too (core/config/primus_config.py get_module_config)."""
+    arch = {k: v for k, v in BASE.items() if k not in ("micro_batch_size",)}
+    write("models/m.yaml", arch)
+    both = write("both.yaml", {"modules": {
+        "pre_trainer": {"framework": "megatron", "model": "m.yaml", "overrides": {"micro_batch_size": 1}},
+        "post_trainer": {"framework": "megatron", "model": "m.yaml", "overrides": {"micro_batch_size": 2}}}})
+    assert load_recipe(both).execution.micro_batch_size == 1
+    post = load_recipe(both, module="post_trainer")
+    assert post.execution.micro_batch_size == 2 and post.module == "post_trainer"
+    sft = write("sft.yaml", {"modules": {
+        "post_trainer": {"framework": "megatron", "model": "m.yaml", "overrides": {"micro_batch_size": 2}}}})
+    assert load_recipe(sft, module="pre_trainer").module == "post_trainer"
