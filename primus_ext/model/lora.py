@@ -80,7 +80,8 @@ def skinny_gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: s
     """An adapter GEMM (one side of rank r): the roofline bound itself (Williams et al. 2009), the slower of
     its math at the large-GEMM efficiency and the HBM time of its operands, which dominates at r <= 64. Not
     ``roofline.gemm_seconds``: its size roll-off (``gemm_half_size_flops``) is fitted on whole layers and
-    stands in for per-layer costs too (RESULTS.md: the H200 kernel sweep's own half size is far smaller), so
+    stands in for per-layer costs too (the H200 kernel sweep measured 2.1e9 FLOP against Hopper's fitted 3.0e10,
+    RESULTS.md), so
     charging it to each of eight extra skinny GEMMs would bill those costs eight more times."""
     math_s = 2.0 * m * n * k / (gpu.peak_tflops(precision) * 1e12 * gpu.efficiency.gemm_max)
     return max(math_s, membound_seconds(gemm_bytes(m, n, k, precision), gpu))

@@ -12,7 +12,7 @@ Every key of the catalogue (``catalogue.known_keys``) is in exactly one class:
 * **not modelled** (``UNMODELLED``): changes step time or memory, but the projection assumes a fixed
   value (Megatron's default unless said otherwise). A recipe that sets another value gets one warning
   naming each such key (``unmodelled_keys``) in the console, the JSON and the HTML report;
-* **no effect** (``key_classes_data.NO_EFFECT``): logging, data, checkpointing, initialisation,
+* **no effect** (``catalogue_data.NO_EFFECT``): logging, data, checkpointing, initialisation,
   learning-rate and loss-scale schedules, evaluation, numerics-only switches.
 
     unmodelled_keys({"gradient_accumulation_fusion": False})
