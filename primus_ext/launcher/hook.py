@@ -288,13 +288,16 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
 
 
 def _recipe_block(config: str | Path, env: Mapping[str, str]) -> Mapping[str, Any]:
-    """The experiment's top-level ``primus_ext:`` block (``{}`` when absent or unreadable: the loader reports)."""
+    """The experiment's target (``# primus-ext: {...}`` comment or ``primus_ext:`` block; ``{}`` when absent or
+    unreadable: the loader reports)."""
     from primus_ext.recipe.presets import load_preset
+    from primus_ext.recipe.target import target_block
 
     path = Path(config)
     if not path.is_file():
         return {}
     problems: list[Any] = []
     warnings: list[str] = []
-    block = load_preset(path, env, problems, warnings).values.get("primus_ext")
+    values = load_preset(path, env, problems, warnings).values
+    block = target_block(path, values.get("primus_ext"), "modules" in values, problems, warnings)
     return block if isinstance(block, dict) else {}

@@ -53,6 +53,7 @@ from primus_ext.recipe.presets import (
     load_preset,
 )
 from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
+from primus_ext.recipe.target import target_block
 from primus_ext.recipe.validate import check
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
@@ -385,7 +386,8 @@ def load_recipe(
     if not top.values:
         state.fail_if_problems()  # unreadable file: nothing to resolve
     data = dict(top.values)
-    block = data.pop("primus_ext", None)
+    block = target_block(state.path, data.pop("primus_ext", None), "modules" in data, state.problems,
+                         state.warnings)
     if "modules" in data:
         args, model_name, module = _primus_args(state, data, module)
     else:

@@ -23,6 +23,7 @@ from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip
 from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.key_effects import architecture_problems, renamed_problems, unmodelled_keys, unmodelled_warning
+from primus_ext.recipe.launch import launch_spec
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
 from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
@@ -413,6 +414,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         moe_grouped_gemm=a.bool("moe_grouped_gemm"),
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),
         moe_expert_capacity_factor=capacity if capacity is not None and capacity >= 0 else None,
+        launch=launch_spec(a),
     )
 
 

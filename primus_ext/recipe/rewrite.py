@@ -7,7 +7,8 @@ tuned one into Megatron arguments (only what differs; aliases the recipe already
 * Primus experiment: keys go to ``modules.pre_trainer.overrides`` (they win over the presets);
   flat Megatron YAML: top level;
 * ruamel.yaml round trip: comments, key order, quoting and untouched ``${VAR:default}`` templates
-  stay; a changed key written as a whole template keeps its variable and gets the new default;
+  stay; a changed key written as a template gets the tuned value itself and a comment naming the variable it
+  replaced (the keys tuned with it assume that value: an exported variable must not break them);
 * only keys whose value differs are written, so applying twice changes nothing;
 * the target is backed up (``<file>.bak``) and replaced atomically (temp file in the same folder,
   fsync, rename): an interrupted write leaves the original intact.
@@ -37,6 +38,7 @@ from ruamel.yaml.error import YAMLError
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.recipe.resolve import VPP_KEYS
+from primus_ext.recipe.target import target_of, with_target
 from primus_ext.recipe.templates import TEMPLATE
 from primus_ext.recipe.yaml_edit import Assignment, edit_text, render
 from primus_ext.specs import ExecutionSpec
@@ -100,7 +102,8 @@ def megatron_args(e: ExecutionSpec, args: Mapping[str, Any], num_layers: int) ->
         key = "num_virtual_stages_per_pipeline_rank"
     for other in VPP_KEYS:
         out[other] = None
-    out[key] = (num_layers // e.pp // vpp) if key == "num_layers_per_virtual_pipeline_stage" and vpp else vpp
+    if not e.pipeline_model_parallel_layout:  # a layout states the virtual stages itself: Megatron-LM refuses both
+        out[key] = (num_layers // e.pp // vpp) if key == "num_layers_per_virtual_pipeline_stage" and vpp else vpp
     # Megatron: --recompute-activations means selective recompute
     if _given(args, "recompute_activations"):
         out["recompute_activations"] = e.recompute_granularity == "selective"
@@ -186,7 +189,15 @@ def _set(target: CommentedMap, key: str, value: Any, changed: dict[str, Any], la
             default = template.group(2)
             if default is not None and _same(_default_value(default), value):
                 return
-            target[key] = f"${{{template.group(1)}:{_render(value)}}}"
+            # the tuned keys are chosen together (TP decides sequence_parallel, tp_comm_overlap, DP, memory): a
+            # value left to the variable could make the tuned recipe illegal, so the value is fixed, and said so
+            target[key] = value
+            note = (f"  # primus-ext tune: fixed (was ${template.group(1)}, default {default}); the keys tuned with "
+                    "it assume this value")
+            edits.append((path, key, render(value) + note))
+            target.yaml_add_eol_comment(note.strip(), key)
+            changed[label] = value
+            return
         elif _same(old, value):
             return
         else:
@@ -213,8 +224,9 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
                   cluster: Mapping[str, Any] | None = None, module: str = "") -> tuple[str, dict[str, Any]]:
     """``text`` (a recipe) with ``changes`` applied; returns (new text, keys actually changed).
 
-    ``cluster`` (``{"cluster": "mi355x", "nodes": 4}``) updates the recipe's own ``primus_ext:`` block
-    when it has one, so the tuned file loads for the cluster it was tuned for. ``module``: the experiment's
+    ``cluster`` (``{"cluster": "mi355x", "nodes": 4}``) updates the recipe's own ``primus_ext:`` block when it
+    has one, else its ``# primus-ext: {...}`` comment (added when missing; ``recipe/target.py``), so the tuned file
+    loads for the cluster it was tuned for. ``module``: the experiment's
     module (``pre_trainer``) when the file's ``modules`` come from an ``extends`` parent (``Recipe.module``).
     Lines are edited in place (``yaml_edit``): untouched lines keep every byte; files it cannot edit that way
     (flow-style mappings) are dumped by ruamel."""
@@ -231,12 +243,16 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
         _set(target, key, value, changed, key, edits, target_path)
     if not changed:
         return text, {}
+    marked = cluster and not isinstance(block, CommentedMap)
+    if marked:  # the target as a comment: Primus's schema check refuses a top-level primus_ext block
+        changed.update({f"# primus-ext.{k}": v for k, v in cluster.items() if target_of(text, []).get(k) != v})
     edited = edit_text(text, edits)
     if edited is not None:
-        return edited, changed
+        return (with_target(edited, cluster) if marked else edited), changed
     buffer = io.StringIO()
     yaml.dump(data, buffer)
     dumped = buffer.getvalue().replace("\r\n", "\n").replace("\r", "")  # ruamel keeps a CR inside comments
+    dumped = with_target(dumped, cluster) if marked else dumped
     return (dumped.replace("\n", "\r\n") if "\r\n" in text else dumped), changed
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from primus_ext.errors import Problem
 from primus_ext.model.stages import layout_problems
+from primus_ext.recipe.upstream_rules import upstream_problems
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 
@@ -226,11 +227,13 @@ def _recompute(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
 
 
 def _sharding(e: ExecutionSpec, out: list[Problem]) -> None:
-    if e.overlap_param_gather and not (e.use_distributed_optimizer or e.fsdp != "none"):
+    # Megatron-LM arguments.py:816-820 (d3528a2): torch FSDP2 gathers its parameters itself, without the flag
+    if e.overlap_param_gather and not (e.use_distributed_optimizer or e.fsdp == "megatron_fsdp"):
         out.append(Problem(path="overlap_param_gather", value=True,
-                           message="needs the distributed optimizer (or FSDP) to have parameters to gather",
+                           message="needs the distributed optimizer or Megatron-FSDP (Megatron-LM arguments.py; "
+                                   "torch FSDP2 overlaps its gathers without it)",
                            fix="set use_distributed_optimizer: true or overlap_param_gather: false"))
-    if e.overlap_param_gather and e.fsdp == "none" and not e.overlap_grad_reduce:
+    if e.overlap_param_gather and not e.overlap_grad_reduce:
         out.append(Problem(path="overlap_param_gather", value=True,
                            message="needs overlap_grad_reduce (Megatron-LM arguments.py)",
                            fix="set overlap_grad_reduce: true"))
@@ -284,6 +287,7 @@ def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> lis
     _recompute(model, execution, out)
     _sharding(execution, out)
     _offloading(model, execution, out)
+    out.extend(upstream_problems(model, execution))
     chunks = execution.pp * execution.vpp
     if chunks > model.num_layers + model.mtp_num_layers + 2:
         key = "virtual_pipeline_model_parallel_size" if execution.vpp > 1 else "pipeline_model_parallel_size"

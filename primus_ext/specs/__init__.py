@@ -1,7 +1,8 @@
 """Typed, frozen specs: the three inputs kept apart (model / execution / system)."""
 
 from primus_ext.specs.execution import ExecutionSpec
+from primus_ext.specs.launch import LaunchSpec
 from primus_ext.specs.model import ModelSpec
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
 
-__all__ = ["Efficiency", "ExecutionSpec", "GPUSpec", "ModelSpec", "SystemSpec"]
+__all__ = ["Efficiency", "ExecutionSpec", "GPUSpec", "LaunchSpec", "ModelSpec", "SystemSpec"]

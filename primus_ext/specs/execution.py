@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from primus_ext.specs.launch import DEFAULT_LAUNCH, LaunchSpec
+
 RecomputeGranularity = Literal["full", "selective"]
 RecomputeMethod = Literal["uniform", "block"]
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
@@ -160,6 +162,11 @@ class ExecutionSpec:
     moe_grouped_gemm: bool = True
     moe_router_force_load_balancing: bool = False
     moe_expert_capacity_factor: float | None = None
+
+    # --- what the frameworks' checks read beside the tuned axes ------------------------------------
+    launch: LaunchSpec = DEFAULT_LAUNCH
+    """The recipe's checkpoint format, fusion and Primus-Turbo switches and the launch environment
+    (``CUDA_DEVICE_MAX_CONNECTIONS``): fixed for a recipe; legality only (``recipe/upstream_rules.py``)."""
 
     # --- derived views -------------------------------------------------------------------------
     @property

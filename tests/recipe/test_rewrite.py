@@ -58,14 +58,32 @@ def test_idempotent(recipes):
     assert path.read_text() == once
 
 
-def test_templates_keep_their_variable(tmp_path):
+def test_a_tuned_template_is_fixed_with_a_comment_and_untouched_ones_stay(tmp_path):
     text = "# flat Megatron recipe\nnum_layers: 4\nmicro_batch_size: ${MBS:2}  # per GPU\nlr: ${LR:1e-4}\n"
     new, changed = apply_changes(text, {"micro_batch_size": 4, "tensor_model_parallel_size": 2})
     assert changed == {"micro_batch_size": 4, "tensor_model_parallel_size": 2}
-    assert "micro_batch_size: ${MBS:4}  # per GPU" in new and "lr: ${LR:1e-4}" in new
-    assert new.endswith("tensor_model_parallel_size: 2\n") and "# flat Megatron recipe" in new
-    assert apply_changes(new, {"micro_batch_size": 4}) == (new, {})          # same default: no change
-    assert apply_changes(text, {"micro_batch_size": 2}) == (text, {})
+    line = next(x for x in new.splitlines() if x.startswith("micro_batch_size:"))
+    assert line.startswith("micro_batch_size: 4  # primus-ext tune: fixed (was $MBS, default 2)") and "# per GPU" in line
+    assert "lr: ${LR:1e-4}" in new and "# flat Megatron recipe" in new  # untouched template and comments
+    assert new.endswith("tensor_model_parallel_size: 2\n")
+    assert apply_changes(new, {"micro_batch_size": 4}) == (new, {})          # applied twice: no change
+    assert apply_changes(text, {"micro_batch_size": 2}) == (text, {})        # the template's default already
+
+
+def test_an_exported_variable_cannot_break_the_keys_tuned_with_it(tmp_path, monkeypatch):
+    """``--pin tp=2`` on a ``${PRIMUS_TP:1}`` recipe used to write ``${PRIMUS_TP:2}`` beside literal
+    sequence_parallel / tp_comm_overlap: PRIMUS_TP=1 then gave TP overlap without TP (Megatron refuses)."""
+    text = ("num_layers: 4\nhidden_size: 256\nnum_attention_heads: 8\nseq_length: 512\n"
+            "max_position_embeddings: 512\ntensor_model_parallel_size: ${PRIMUS_TP:1}\n")
+    new, _ = apply_changes(text, {"tensor_model_parallel_size": 2, "sequence_parallel": True,
+                                  "tp_comm_overlap": True})
+    path = tmp_path / "tuned.yaml"
+    path.write_text(new)
+    monkeypatch.setenv("PRIMUS_TP", "1")
+    from primus_ext.recipe import load_recipe
+
+    recipe = load_recipe(path, cluster="mi300x", nodes=1)
+    assert recipe.execution.tp == 2 and recipe.execution.tp_comm_overlap
 
 
 def test_interrupted_write_leaves_the_original_intact(recipes, monkeypatch):
