@@ -17,7 +17,8 @@ training runtime does (``primus/core/runtime/train_runtime.py``):
 The environment each file starts from is what Primus's launch scripts export (``runner/helpers/envs/
 base_env.sh``: ``CUDA_DEVICE_MAX_CONNECTIONS=1``, ``NVTE_ROCM_ENABLE_MXFP8=1``); the one GPU query stubbed is
 Megatron-LM's ``get_device_arch_version`` (9: MI300X / MI325X are gfx942, ``torch.cuda.get_device_properties``
-major 9 on ROCm) and ``torch.cuda.get_device_capability`` ((9, 4), read by the grouped-GEMM check). Nothing here is upstream code; nothing upstream is modified on disk.
+major 9 on ROCm) and ``torch.cuda.get_device_capability`` ((9, 4), read by the grouped-GEMM check). Nothing
+here is upstream code; nothing upstream is modified on disk.
 """
 
 from __future__ import annotations
@@ -46,14 +47,13 @@ def _setup(primus_root: Path):
 
     primus_logger._logger = _Quiet()
     import megatron.training.arguments as megatron_arguments
+    import torch
     from primus.backends.megatron.argument_builder import MegatronArgBuilder
     from primus.backends.megatron.patches.args.rocm_arg_validation import validate_args_on_rocm
     from primus.core.config import schema_check
     from primus.core.config.primus_config import get_module_config, load_primus_config
     from primus.core.patches.patch_runner import run_patches
     from primus.core.utils.yaml_utils import merge_namespace
-
-    import torch
 
     megatron_arguments.get_device_arch_version = lambda: DEVICE_ARCH_MAJOR
     torch.cuda.get_device_capability = lambda *a, **k: DEVICE_CAPABILITY  # grouped-GEMM check (MoE)

@@ -109,9 +109,30 @@ def run(args: argparse.Namespace) -> int:
         else:
             with open(args.json, "w", encoding="utf-8") as fh:
                 fh.write(text + "\n")
-    if (args.out or args.apply) and result.best_execution is not None:
+    if result.best_execution is None:
+        raise RecipeError(problems=[_nothing_runs(ctx.stats, space, recipe, args)])
+    if args.out or args.apply:
         _write(args, recipe, result.best_execution)
     return 0
+
+
+def _nothing_runs(stats: Any, space: Any, recipe: Any, args: argparse.Namespace) -> Any:
+    """Why the search found nothing to project: the counts of illegal and over-memory candidates, and what to do."""
+    from primus_ext.errors import Problem
+
+    illegal = stats.illegal + stats.pruned_illegal
+    memory = stats.rejected_by_prefilter + stats.pruned_by_prefilter
+    system = recipe.system
+    pins = f"; pinned: {', '.join(args.pin)}" if args.pin else ""
+    where = f"{system.num_nodes} x {system.gpu.gpus_per_node} {system.gpu.name}"
+    counted = (f": {illegal} illegal, {memory} over the memory limit (margin {args.margin:.0%})"
+               if illegal + memory else f": the {args.strategy} search proposed none that is legal and fits")
+    return Problem(
+        path="--nodes", value=system.num_nodes,
+        message=f"no configuration of the search space ({space.size()} candidates) runs on {where}{counted}{pins}; "
+                "nothing was written",
+        fix="use more nodes (--nodes), a smaller --margin, or fewer --pin constraints"
+            + ("; --strategy exhaustive counts why" if not illegal + memory else ""))
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

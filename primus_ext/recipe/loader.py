@@ -420,7 +420,7 @@ def load_recipe(
         if (hint := did_you_mean(k))
     ]
     model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name or "model",
-                                                                       primus=bool(module))
+                                                                       primus=bool(module), environ=state.env)
     state.warnings += resolve_warnings
     state.problems += _repoint(resolve_problems, args.values, args.origins)
     state.fail_if_problems()

@@ -334,7 +334,8 @@ def _recompute_modules(a: ArgReader) -> tuple[str, ...]:
     return tuple(v for v in value if v in RECOMPUTE_MODULES)
 
 
-def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> ExecutionSpec:
+def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
+                      environ: Mapping[str, str] | None = None) -> ExecutionSpec:
     tp = a.int("tensor_model_parallel_size") or 1
     pp = a.int("pipeline_model_parallel_size") or 1
     cp = a.int("context_parallel_size") or 1
@@ -414,21 +415,23 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec) -> Exe
         moe_grouped_gemm=a.bool("moe_grouped_gemm"),
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),
         moe_expert_capacity_factor=capacity if capacity is not None and capacity >= 0 else None,
-        launch=launch_spec(a),
+        launch=launch_spec(a, environ),
     )
 
 
 def resolve_all(
-    args: Mapping[str, Any], system: SystemSpec, *, name: str = "model", primus: bool = False
+    args: Mapping[str, Any], system: SystemSpec, *, name: str = "model", primus: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[ModelSpec, ExecutionSpec, list[Problem], list[str]]:
     """``resolve_specs`` plus the warnings (values Megatron would silently ignore or reinterpret).
 
     ``primus``: the arguments come from a Primus experiment, so Primus's argument patches apply (its
-    mock-data tokenizer)."""
+    mock-data tokenizer). ``environ``: the launch environment (``CUDA_DEVICE_MAX_CONNECTIONS``; default this
+    process's)."""
     problems: list[Problem] = []
     reader = ArgReader(args, problems, primus=primus)
     model = resolve_model(reader, name=name)
-    execution = resolve_execution(reader, model, system)
+    execution = resolve_execution(reader, model, system, environ)
     refused = architecture_problems(args)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings

@@ -63,7 +63,8 @@ def test_a_tuned_template_is_fixed_with_a_comment_and_untouched_ones_stay(tmp_pa
     new, changed = apply_changes(text, {"micro_batch_size": 4, "tensor_model_parallel_size": 2})
     assert changed == {"micro_batch_size": 4, "tensor_model_parallel_size": 2}
     line = next(x for x in new.splitlines() if x.startswith("micro_batch_size:"))
-    assert line.startswith("micro_batch_size: 4  # primus-ext tune: fixed (was $MBS, default 2)") and "# per GPU" in line
+    assert line.startswith("micro_batch_size: 4  # primus-ext tune: fixed (was $MBS, default 2)")
+    assert "# per GPU" in line
     assert "lr: ${LR:1e-4}" in new and "# flat Megatron recipe" in new  # untouched template and comments
     assert new.endswith("tensor_model_parallel_size: 2\n")
     assert apply_changes(new, {"micro_batch_size": 4}) == (new, {})          # applied twice: no change

@@ -69,3 +69,31 @@ def test_a_pin_that_empties_an_axis_for_some_layouts_still_searches(recipe, stra
         code, text = _tune(["tune", str(recipe), "--cluster", "h100", "--nodes", "1", "--strategy", strategy,
                             "--budget", "20", "--pin", pin, "--no-regret", "--analytic"])
         assert code in (0, 2) and "Traceback" not in text, (pin, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nodes", [512, 1024])
+def test_deepseek_v3_exhaustive_at_the_scale_it_was_trained(nodes):
+    """Issue 36: the shipped DeepSeek-V3 recipe's exhaustive search at 4 096 / 8 192 H100s ended in
+    ``ValueError: min() arg is an empty sequence``; it must finish with a tuned configuration."""
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "deepseek_v3-pretrain.yaml"
+    code, text = _tune(["tune", str(recipe), "--cluster", "h100", "--nodes", str(nodes), "--strategy",
+                        "exhaustive", "--no-regret", "--analytic"])
+    assert code == 0 and "best:" in text and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("strategy", ["exhaustive", "tpe"])
+def test_a_space_where_nothing_fits_exits_2_and_says_why(tmp_path, strategy):
+    """Llama-3.1-405B on 4 nodes ended with exit 0, 'no configuration was projected' and no file."""
+    pytest.importorskip("optuna")
+    big = {**SMALL_MOE, "num_layers": 126, "hidden_size": 16384, "ffn_hidden_size": 53248,
+           "num_attention_heads": 128, "num_query_groups": 8, "global_batch_size": 512}
+    for key in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size", "expert_model_parallel_size"):
+        big.pop(key)
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(big))
+    out = tmp_path / "tuned.yaml"
+    code, text = _tune(["tune", str(path), "--cluster", "h100", "--nodes", "1", "--strategy", strategy,
+                        "--budget", "20", "--no-regret", "--analytic", "--out", str(out)])
+    assert code == 2 and "no configuration of the search space" in text and "Traceback" not in text, text
+    assert not out.exists()
