@@ -120,7 +120,8 @@ def run_one(recipe: Path, nodes: int, platform: str, strategy: str | None, check
         code, text = 124, f"timed out after {TUNE_TIMEOUT_S} s"
     seconds = time.perf_counter() - start
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    message = next((line for line in lines if line.startswith(("error", "-", "•"))), lines[-1] if lines else "")
+    message = next((line for line in lines if line.startswith("- ")),  # the first problem listed, else the last line
+                   next((line for line in lines if line.startswith("error")), lines[-1] if lines else ""))
     original = checker.check(recipe, nodes * gpus)
     status = ("tuned" if tuned.exists() else "unchanged") if code == 0 else "refused" if code == 2 else "crashed"
     verdict, unknown, changed = "", [], []

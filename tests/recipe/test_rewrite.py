@@ -126,3 +126,13 @@ def test_rewritten_recipe_loads_as_the_tuned_configuration(recipes, name, cluste
         assert load_recipe(out).execution == tuned, config  # cluster block updated: no flags needed
         assert not rewrite(out, execution_changes(load_recipe(out), tuned)).changed
         done += 1
+
+
+def test_every_key_the_tuner_may_write_is_a_megatron_or_primus_argument():
+    """Primus's schema check refuses unknown keys: nothing the rewrite writes may be one (issue 36)."""
+    from primus_ext.recipe.catalogue import known_keys
+    from primus_ext.recipe.rewrite import megatron_args
+    from primus_ext.specs import ExecutionSpec
+
+    written = set(megatron_args(ExecutionSpec(), {"recompute_activations": True, "use_custom_fsdp": True}, 8))
+    assert written and written <= set(known_keys()), sorted(written - set(known_keys()))
