@@ -101,9 +101,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if ctx.log is not None:
             ctx.log.close()
+    launch = recipe.execution.launch
+    environment = {"CUDA_DEVICE_MAX_CONNECTIONS": launch.cuda_device_max_connections,
+                   "source": launch.connections_source, "framework": launch.framework,
+                   "fsdp_sets_8": launch.framework == "primus" and launch.env_patches}
     print(format_tune(result, top=args.top))
+    print(f"launch environment checked: CUDA_DEVICE_MAX_CONNECTIONS={launch.cuda_device_max_connections} "
+          f"({launch.connections_source}" + ("; Primus sets 8 for FSDP runs)" if environment["fsdp_sets_8"] else ")")
+          + "; export another value before tuning to check against it")
     if args.json:
-        text = json.dumps(result.to_dict(), indent=2, default=str)
+        text = json.dumps({**result.to_dict(), "launch_environment": environment}, indent=2, default=str)
         if args.json == "-":
             print(text)
         else:
