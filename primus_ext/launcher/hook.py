@@ -263,7 +263,7 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
                        stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:
     """Primus's side: project an experiment YAML (+ ``key=value`` overrides); returns 0 / 2 / 3.
 
-    ``cluster`` / ``nodes`` default to the recipe's ``primus_ext:`` block, then to
+    ``cluster`` / ``nodes`` default to the recipe's ``# primus-ext:`` comment (or block), then to
     ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``, then to the loader's defaults. ``config_roots``: extra
     folders for ``model:`` / ``config:`` presets (e.g. the Primus checkout that runs the gate). The
     reports go to ``out_dir``, default the experiment's directory (``experiment_dir``)."""
