@@ -16,8 +16,9 @@ memory). It runs inside ``primus-cli``'s argument handling: before Primus builds
 a backend or initialises ``torch.distributed``.
 
 Cluster and nodes: ``--projection-cluster`` / ``--projection-nodes``, else the recipe's ``# primus-ext:``
-comment (or ``primus_ext:`` block), else ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``. Presets (``model: llama3.1_8B.yaml``) resolve in the
-Primus checkout that runs the command (and in ``--projection-config-root`` folders).
+comment (or ``primus_ext:`` block), else ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``. Presets
+(``model: llama3.1_8B.yaml``) resolve in the Primus checkout that runs the command (and in
+``--projection-config-root`` folders).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The frameworks' own argument checks that touch a tuned axis and read keys beside it (``LaunchSpec``).
 
 Each rule mirrors one assertion of Megatron-LM's ``validate_args`` (``megatron/training/arguments.py`` at
-d3528a2, the commit Primus fd1eeab pins; the same assertions hold in core_v0.13 .. core_v0.16.1) or of Primus's
+d3528a2, the commit Primus fd1eeab pins; the same assertions are in core_v0.14.0 .. core_v0.17.0 at other lines,
+and in core_v0.13.0 except Megatron-FSDP's fsdp_dtensor rule, which is applied there too: a tuned recipe must pass
+every supported release) or of Primus's
 ``validate_args_on_rocm`` (``primus/backends/megatron/patches/args/rocm_arg_validation.py``, fd1eeab), cited
 beside it. ``benchmarks/tuned_recipes_accepted.py`` runs the real validators over every tuned Primus recipe;
 ``tests/recipe/test_upstream_rules.py`` gives each rule one configuration the framework refuses and one it
