@@ -8,10 +8,10 @@
 
 Layer costs (``--compute``): ``store`` (default) reads the timing store (``--store FILE``, or the default
 store when it exists); ``measured`` first measures what the store lacks on this device (reduced scale
-on CPU, ``--scale``; a CPU-sized entry stands in for its full-size shape only with ``--accept-scaled``,
-and is labelled ``measured:cpu@scale=...``); ``analytic`` uses the roofline only. Layer kinds the store
-lacks fall back to the roofline. The report says which source each layer kind used. Invalid recipes
-exit with code 2.
+on CPU, ``--scale``; only for a target of this machine's own device unless ``--accept-scaled``: a CPU-sized
+entry then stands in for its full-size shape, labelled ``measured:cpu@scale=...``); ``analytic`` uses the
+roofline only. Layer kinds the store lacks fall back to the roofline. The report says which source each
+layer kind used. Invalid recipes exit with code 2.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def _costs(args: argparse.Namespace, recipe: Any) -> Any:
         from primus_ext.model.rank_shape import rank_shapes
 
         device = resolve_device(None)
+        _same_device_or_accepted(device, recipe, args.accept_scaled)
         scale = args.scale
         if scale is None:
             scale = default_scale(rank_shapes(recipe.model, recipe.execution).values(), device.type)
@@ -79,6 +80,26 @@ def _costs(args: argparse.Namespace, recipe: Any) -> Any:
             return None
         path = default_store_path()
     return store_for_target(path, recipe.system.gpu.name, device=args.device, accept_scaled=args.accept_scaled)
+
+
+def _same_device_or_accepted(device: Any, recipe: Any, accept: bool) -> None:
+    """Timings of this machine price only its own device: another target needs ``--accept-scaled`` (then said)."""
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.measure.runner import device_name
+    from primus_ext.measure.store import device_matches
+
+    here, target = device_name(device), recipe.system.gpu.name
+    if device_matches(here, target):
+        return
+    if not accept:
+        raise RecipeError(problems=[Problem(
+            path="--compute", value="measured",
+            message=f"this machine measures on {here}, but the target is {recipe.system.num_nodes} x "
+                    f"{recipe.system.gpu.gpus_per_node} {target}: its timings would price another device's kernels",
+            fix=f"measure on a {target} (primus-ext bench there, then --store), use --compute analytic, or pass "
+                "--accept-scaled to use this machine's timings anyway (labelled in the output)")])
+    print(f"warning: layer costs measured on {here} price the {target} target (--accept-scaled); each layer's "
+          "source in the output says so", file=sys.stderr)
 
 
 def _recipe_fields(recipe: Any) -> dict[str, Any]:

@@ -67,7 +67,11 @@ def _summary_lines(report, *, data_bounds: bool = True) -> list[str]:
              f"  mean |log error| {s.mean_abs_log_error:.4f}   {s.n_above_20_pct} rows above 20 %"]
     for group, rho in s.spearman_by_group.items():
         ceiling = s.spearman_ceiling_by_group.get(group, math.nan)
-        bound = f"  (ceiling {ceiling:+.2f})" if data_bounds else ""
+        bound = f"  (ceiling {ceiling:+.2f})" if data_bounds and not math.isnan(ceiling) else ""
+        if math.isnan(rho):  # every measured (or projected) value of the group is equal: nothing to rank
+            lines.append(f"  rank  {group:<42} spearman n/a  kendall n/a  (its rows' values are all equal: no order "
+                         "to compare)")
+            continue
         lines.append(f"  rank  {group:<42} spearman {rho:+.2f}  kendall {s.kendall_by_group[group]:+.2f}{bound}")
     return lines
 

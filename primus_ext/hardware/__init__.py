@@ -197,6 +197,12 @@ def load_system(cluster: str, num_nodes: int = 1) -> SystemSpec:
                               fix="pass --nodes N with N >= 1")]
         )
     gpu = load_gpu(cluster)
+    if num_nodes > 1 and gpu.nic_bandwidth_bytes_per_s <= 0 and gpu.scaleup_domain < num_nodes * gpu.gpus_per_node:
+        raise RecipeError(problems=[Problem(
+            path="nodes", value=num_nodes,
+            message=f"cluster {canonical_name(cluster)} has no scale-out network (profile nic_gbit_per_gpu: 0): "
+                    "it is one node, and collectives between nodes cannot be priced",
+            fix="use --nodes 1 with this cluster, or a profile with a NIC bandwidth")])
     return SystemSpec(gpu=gpu, num_nodes=num_nodes, name=canonical_name(cluster))
 
 

@@ -64,17 +64,38 @@ _PRECISION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
 """An entry's ``dtype`` (torch's name, or ``fp8`` under TE) as a ``RankShape.precision``."""
 
 
-def _layer_cost(row: dict[str, Any], precision: str) -> LayerCost:
+def _layer_cost(row: dict[str, Any], precision: str, target: RankShape | None = None) -> LayerCost:
     """An entry as a ``LayerCost`` whose source says what the projection must know of how a GPU ran it: in
     another precision than the shape's (``MEASURED_AS_TAG``), or with PyTorch stand-ins for TE
-    (``STAND_IN_TAG``). CPU entries (reduced-scale stand-ins, labelled ``measured:cpu``) are left as they are."""
+    (``STAND_IN_TAG``). A reduced-scale CPU entry standing in for ``target`` has its times carried from the shape
+    it ran to ``target`` by the analytic ratio on the CPU profile (the measured fraction of the roofline is kept;
+    read as they are, a 1/8-width layer's times gave MFUs of thousands of per cent)."""
     cost = LayerCost(**{f: row[f] for f in _COST_FIELDS})
     if str(row.get("device", "")).startswith("cpu"):
-        return cost  # a CPU stand-in for a GPU run: its timings are not carried, its saved bytes are the local spec's
+        if target is not None and row.get("shape_key") != _as_run(target).key() and row.get("shape_json"):
+            return _carried_to_target(cost, shape_from_dict(json.loads(row["shape_json"])), target)
+        return cost  # its saved bytes are the local spec's (memory.py rescales them by the scale in the source)
     ran = _PRECISION_OF_DTYPE.get(str(row.get("dtype")), precision)
     tags = (f"{MEASURED_AS_TAG}{ran}" if ran != precision else "") + (
         STAND_IN_TAG if row.get("spec") == STAND_IN_SPEC else "")
     return replace(cost, source=cost.source + tags) if tags else cost
+
+
+def _carried_to_target(cost: LayerCost, measured: RankShape, target: RankShape) -> LayerCost:
+    from primus_ext.hardware import load_gpu
+    from primus_ext.model.roofline import analytic_cost
+
+    cpu = load_gpu("cpu")
+    old, new = analytic_cost(replace(measured, precision=target.precision), cpu), analytic_cost(target, cpu)
+
+    def ratio(a: float | None, b: float | None) -> float:
+        return a / b if a and b else 1.0
+
+    return replace(
+        cost, fwd_ms=cost.fwd_ms * ratio(new.fwd_ms, old.fwd_ms), bwd_ms=cost.bwd_ms * ratio(new.bwd_ms, old.bwd_ms),
+        wgrad_ms=None if cost.wgrad_ms is None else cost.wgrad_ms * ratio(new.wgrad_ms, old.wgrad_ms),
+        recompute_ms=cost.recompute_ms * ratio(new.recompute_ms, old.recompute_ms),
+        source=f"{cost.source};times carried to the full shape by the analytic ratio")
 
 
 def default_store_path() -> Path:
@@ -235,7 +256,7 @@ class TimingStore:
                 rows = list(self._rows("layer_costs", "target_key = ? AND device = ? AND status = 'ok'",
                                        (key, self.device)))
             best = self._best(rows, shape.precision)
-            self._memo[key] = None if best is None else _layer_cost(best, shape.precision)
+            self._memo[key] = None if best is None else _layer_cost(best, shape.precision, shape)
         return self._memo[key]
 
     def layer_rows(self) -> list[dict[str, Any]]:
@@ -287,13 +308,15 @@ def device_for(store: TimingStore, gpu_name: str) -> str | None:
     """The store device whose entries describe the target GPU profile ``gpu_name`` (``h200`` matches
     ``NVIDIA H200``; ``cpu`` matches ``cpu:<model>``), or ``None``: a projection for an H200 must not
     read a CPU's (or another GPU's) timings just because this machine measured them."""
-    target = _squash(gpu_name)
     devices = sorted({row["device"] for row in store.layer_rows()})
-    for device in devices:
-        squashed = _squash(device)
-        if (target == "cpu" and squashed.startswith("cpu")) or (target != "cpu" and target in squashed):
-            return device
-    return None
+    return next((device for device in devices if device_matches(device, gpu_name)), None)
+
+
+def device_matches(device: str, gpu_name: str) -> bool:
+    """Whether timings of the store device ``device`` (``NVIDIA H200``, ``cpu:<model>``) describe the target GPU
+    profile ``gpu_name`` (``h200``, ``cpu``)."""
+    target, squashed = _squash(gpu_name), _squash(device)
+    return (target == "cpu" and squashed.startswith("cpu")) or (target != "cpu" and target in squashed)
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

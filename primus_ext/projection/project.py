@@ -104,5 +104,26 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
         for shape in rank_shapes(model, execution).values():
             cost = _lookup(shape, providers, system)
             spread = max(spread, cost.fwd_spread, cost.bwd_spread)
-        interval = (low.tokens_per_s_per_gpu * (1 - spread / 2), high.tokens_per_s_per_gpu * (1 + spread / 2))
+        # the measurement spread widens the band by a factor each way (never below zero, however noisy a CPU)
+        interval = (low.tokens_per_s_per_gpu / (1 + spread / 2), high.tokens_per_s_per_gpu * (1 + spread / 2))
+    _check_possible(result, system, execution.precision)
     return replace(result, memory=mem, band=interval, notes=tuple(notes))
+
+
+def _check_possible(result: Projection, system: SystemSpec, precision: str) -> None:
+    """A projection faster than the GPU's peak is not a projection: the layer costs contradict the profile."""
+    import math
+
+    from primus_ext.errors import PrimusExtError
+
+    figures = (result.step_time_s, result.tokens_per_s_per_gpu, result.mfu)
+    if not all(math.isfinite(x) for x in figures) or result.step_time_s <= 0:
+        raise PrimusExtError(f"the projection is not a number (step {result.step_time_s!r} s): a layer cost in "
+                             f"{sorted(set(result.sources.values()))} is not finite or not positive")
+    if result.mfu > 1.0:
+        measured = sorted({src for src in result.sources.values() if src != "analytic"})
+        raise PrimusExtError(
+            f"the layer costs imply {result.mfu:.0%} of the {system.gpu.name} profile's peak "
+            f"({system.gpu.peak_tflops(precision):.3g} TFLOP/s {precision}): impossible. The measured costs "
+            f"({', '.join(measured) or 'none'}) were not taken on this device, or the profile's peak is wrong "
+            "for it; project with --compute analytic, or measure on the target GPU")

@@ -80,7 +80,8 @@ def format_projection(p: Projection) -> str:
            "no optimizer state); trained parameters are the adapters'"] if ex.lora_rank else []),
         "",
         f"  tokens/s/GPU     {p.tokens_per_s_per_gpu:,.0f}"
-        + (f"   (range {p.band[0]:,.0f} .. {p.band[1]:,.0f})" if p.band else ""),
+        + (f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: every efficiency +-10 %, measurement "
+           "spread; not a confidence interval)" if p.band else ""),
         f"  step time        {p.step_time_ms:,.1f} ms",
         f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   (MFU {p.mfu:.1%})",
         f"  efficiencies     {calibration_label(system.gpu.efficiency.calibration)}",

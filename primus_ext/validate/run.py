@@ -110,15 +110,21 @@ class ValidationReport:
                 "median_abs_error_pct": self.summary.median_abs_error_pct,
                 "p90_abs_error_pct": self.summary.p90_abs_error_pct,
                 "max_abs_error_pct": self.summary.max_abs_error_pct,
-                "spearman_by_group": self.summary.spearman_by_group,
-                "kendall_by_group": self.summary.kendall_by_group,
-                "spearman_ceiling_by_group": self.summary.spearman_ceiling_by_group,
+                "spearman_by_group": _finite(self.summary.spearman_by_group),
+                "kendall_by_group": _finite(self.summary.kendall_by_group),
+                "spearman_ceiling_by_group": _finite(self.summary.spearman_ceiling_by_group),
                 "p90_floor_abs_error_pct": self.summary.p90_floor_abs_error_pct,
                 "mean_abs_log_error": self.summary.mean_abs_log_error,
                 "n_above_20_pct": self.summary.n_above_20_pct,
                 "by_model": {name: vars(m) for name, m in self.summary.by_model.items()},
             },
         }
+
+
+def _finite(by_group: dict[str, float]) -> dict[str, float | None]:
+    """A rank statistic per group with NaN (a group whose values are all equal: no ranking) as null: JSON has no
+    NaN."""
+    return {group: None if math.isnan(value) else value for group, value in by_group.items()}
 
 
 def _result(run: RunRow, projected: float | None, reason: str = "") -> RowResult:

@@ -49,7 +49,9 @@ def test_cost_provider_by_device_and_scale(tmp_path):
         assert cpu.cost(TARGET) is None  # a scaled CPU stand-in is not the target's cost...
         assert cpu.cost(TARGET.scaled(0.125)).source == "measured:cpu@scale=0.125"  # ...but its own shape's
     with TimingStore(tmp_path / "a.sqlite", device="cpu:test", accept_scaled=True) as cpu:
-        assert cpu.cost(TARGET).source.endswith("@scale=0.125")
+        stand_in, own = cpu.cost(TARGET), cpu.cost(TARGET.scaled(0.125))
+        assert "@scale=0.125" in stand_in.source and "carried to the full shape" in stand_in.source
+        assert stand_in.fwd_ms > own.fwd_ms  # the full shape's times, not the 1/8-width layer's (MFU >> 100 %)
 
 
 def test_export_import_round_trip_on_a_clean_cache(tmp_path, monkeypatch):
