@@ -56,8 +56,8 @@ def classify(code: int | str, text: str) -> tuple[str, str]:
     """(class, detail) of one run."""
     if not isinstance(code, int) or "Traceback (most recent call last)" in text:
         return "crash", str(code)
-    if code == 0:
-        verdict = "over capacity" if re.search(r"DOES NOT FIT|out of memory", text) else "fits"
+    if code in (0, 3):  # 3: projected, out of memory (the launcher gate's code)
+        verdict = "over capacity" if code == 3 or re.search(r"DOES NOT FIT|out of memory", text) else "fits"
         return "projects", verdict
     if code != 2:
         return "crash", f"exit {code}"

@@ -11,7 +11,7 @@ store when it exists); ``measured`` first measures what the store lacks on this 
 on CPU, ``--scale``; only for a target of this machine's own device unless ``--accept-scaled``: a CPU-sized
 entry then stands in for its full-size shape, labelled ``measured:cpu@scale=...``); ``analytic`` uses the
 roofline only. Layer kinds the store lacks fall back to the roofline. The report says which source each
-layer kind used. Invalid recipes exit with code 2.
+layer kind used. Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             print(presets_line(recipe))
             for warning in recipe.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
-        return 0
+        return _exit_code(memory)
 
     from primus_ext.projection import project
     from primus_ext.report.projection_table import format_projection, projection_to_dict
@@ -154,4 +154,17 @@ def run(args: argparse.Namespace) -> int:
         print(presets_line(recipe))
         for warning in recipe.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-    return 0
+    return _exit_code(projection.memory)
+
+
+OUT_OF_MEMORY = 3
+"""The launcher gate's exit code for a configuration that does not fit (0 fits, 2 illegal)."""
+
+
+def _exit_code(memory: Any) -> int:
+    """The gate's codes: 0 fits, 3 out of memory (said on stderr; the report above is complete)."""
+    if memory is None or memory.fits:
+        return 0
+    print(f"out of memory: projected peak {memory.peak_bytes / 2**30:.1f} GiB > {memory.capacity_bytes / 2**30:.1f} "
+          "GiB per GPU (exit 3, as train --projection-only)", file=sys.stderr)
+    return OUT_OF_MEMORY

@@ -11,15 +11,17 @@ RECIPE = "recipes/llama3.1_8B-pretrain.yaml"
 
 
 def test_text_report(capsys):
-    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2"]) == 0
-    out = capsys.readouterr().out
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2"]) == 3  # 80 GB: over
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "out of memory" in captured.err and "exit 3" in captured.err
     for needle in ("tokens/s/GPU", "Step breakdown", "pipeline bubble", "Pipeline stages", "Cost sources",
                    "dense      analytic", "16 x h100"):
         assert needle in out, needle
 
 
 def test_json_document(capsys, tmp_path):
-    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 0
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 3
     doc = json.loads(capsys.readouterr().out)
     for key in ("tokens_per_sec_per_gpu", "step_time_ms", "tflops_per_gpu", "mfu", "breakdown", "memory", "sources"):
         assert key in doc
@@ -40,13 +42,14 @@ def test_bad_recipe_exits_2(capsys, tmp_path):
 
 def test_memory_block_and_memory_only(capsys):
     pytest.importorskip("primus_ext.model.memory")
-    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 0
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 3
     memory = json.loads(capsys.readouterr().out)["memory"]
     assert isinstance(memory["fits"], bool) and memory["peak_gib"] > 0 and memory["capacity_gib"] > 70
     assert len(memory["per_stage"]) == 1
     pytest.importorskip("primus_ext.report.memory_table")
-    assert main(["project", RECIPE, "--memory-only", "--cluster", "h100"]) == 0
+    assert main(["project", RECIPE, "--memory-only", "--cluster", "h100"]) == 3  # the gate's codes
     assert capsys.readouterr().out.strip()
+    assert main(["project", RECIPE, "--memory-only"]) == 0  # the recipe's own 8 x MI325X: it fits
 
 
 def test_missing_store_is_an_error_not_a_new_empty_file(tmp_path, capsys):
