@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 
@@ -164,6 +165,11 @@ OUT_OF_MEMORY = 3
 def _exit_code(memory: Any) -> int:
     """The gate's codes: 0 fits, 3 out of memory (said on stderr; the report above is complete)."""
     if memory is None or memory.fits:
+        from primus_ext.launcher.projection_only import margin_note
+
+        note = margin_note(SimpleNamespace(memory=memory))
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
         return 0
     print(f"out of memory: projected peak {memory.peak_bytes / 2**30:.1f} GiB > {memory.capacity_bytes / 2**30:.1f} "
           "GiB per GPU (exit 3, as train --projection-only)", file=sys.stderr)

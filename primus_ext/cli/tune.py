@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Any
 
+from primus_ext.model.memory import DEFAULT_MARGIN
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tune", help="search a faster legal configuration (projection as the oracle)")
@@ -35,8 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--llm", metavar="MODEL", help="litellm model string for --strategy llm (e.g. openai/gpt-4o)")
     p.add_argument("--llm-api-base", metavar="URL", help="OpenAI-compatible endpoint (e.g. a local server)")
     p.add_argument("--llm-timeout", type=float, default=60.0, metavar="S", help="seconds per LLM call")
-    p.add_argument("--margin", type=float, default=0.0, metavar="F",
-                   help="fraction of GPU memory kept free by the pre-filter (e.g. 0.05)")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN, metavar="F",
+                   help=f"fraction of GPU memory kept free by the pre-filter (default {DEFAULT_MARGIN}; 0 to allow "
+                        "the memory edge)")
     p.add_argument("--pin", action="append", default=[], metavar="AXIS=V[,V...]",
                    help="limit an axis to these values (repeatable); axes: tp etp pp vpp cp ep mbs recompute "
                         "sharding precision tp_comm_overlap ep_overlap dp_overlap")
@@ -106,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
                    "source": launch.connections_source, "framework": launch.framework,
                    "fsdp_sets_8": launch.framework == "primus" and launch.env_patches}
     print(format_tune(result, top=args.top))
+    print(f"memory margin: {args.margin:.0%} of each GPU's HBM kept free"
+          + (" (the default: context, NCCL buffers, workspaces and fragmentation are already in each peak; the "
+             "margin is for what the model cannot see; --margin changes it)" if args.margin == DEFAULT_MARGIN else ""))
     print(f"launch environment checked: CUDA_DEVICE_MAX_CONNECTIONS={launch.cuda_device_max_connections} "
           f"({launch.connections_source}" + ("; Primus sets 8 for FSDP runs)" if environment["fsdp_sets_8"] else ")")
           + "; export another value before tuning to check against it")

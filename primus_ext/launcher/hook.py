@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from primus_ext.errors import PrimusExtError
-from primus_ext.launcher.projection_only import CostPlan, experiment_dir, projection_only
+from primus_ext.launcher.projection_only import CostPlan, experiment_dir, margin_note, projection_only
 
 CLUSTER_ENV = "PRIMUS_EXT_CLUSTER"
 """Hardware profile used when ``--projection-cluster`` is not given (e.g. ``mi300x``)."""
@@ -229,6 +229,9 @@ def _report(recipe: Any, plan: CostPlan, folder: Path | None, out: TextIO, *, qu
             print(f"warning: {warning}", file=out)
         for reason in outcome.reasons:
             print(f"out of memory: {reason}", file=out)
+        note = margin_note(outcome.projection)
+        if note:
+            print(f"warning: {note}", file=out)
         for kind, path in outcome.files.items():
             print(f"wrote {kind}: {path}", file=out)
     return outcome.exit_code

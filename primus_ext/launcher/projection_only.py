@@ -135,6 +135,20 @@ def oom_reasons(projection: Any) -> tuple[str, ...]:
                  f"{s.optimizer_bytes / gib:.1f}, activations {s.activations_bytes / gib:.1f} GiB)" for s in over)
 
 
+def margin_note(projection: Any) -> str | None:
+    """A sentence when the projection fits the HBM but not the default margin (``model.memory.DEFAULT_MARGIN``):
+    a verdict of its own, not out of memory (exit 0)."""
+    from primus_ext.model.memory import DEFAULT_MARGIN, margin_verdict
+
+    memory = projection.memory
+    if memory is None or margin_verdict(memory.peak_bytes, memory.capacity_bytes) != "over the margin":
+        return None
+    gib = 1024**3
+    return (f"fits, but inside the {DEFAULT_MARGIN:.0%} memory margin: projected peak {memory.peak_bytes / gib:.1f} of "
+            f"{memory.capacity_bytes / gib:.1f} GiB per GPU ({(memory.capacity_bytes - memory.peak_bytes) / gib:.1f} "
+            "GiB free); what the memory model cannot see may not fit there")
+
+
 def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrides: Sequence[str] = (),
                   html_path: Path | None = None, extra: Mapping[str, str] | None = None,
                   verify: Mapping[str, Any] | None = None) -> dict[str, Path]:

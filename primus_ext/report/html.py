@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from primus_ext.model.memory import capacity_bytes
 from primus_ext.report.html_assets import CSS, JS
 from primus_ext.report.timeline import COLORS, KINDS, step_segments
 
@@ -104,7 +105,8 @@ def _inputs_html(p: Any, inputs: ReportInputs) -> str:
     recipe += list(inputs.extra.items())
     cluster = [("cluster", inputs.cluster or sy.name or sy.gpu.name), ("GPU", sy.gpu.name),
                ("nodes x GPUs/node", f"{sy.num_nodes} x {sy.gpu.gpus_per_node} = {sy.world_size}"),
-               ("HBM per GPU", f"{sy.gpu.hbm_bytes / GIB:.0f} GiB"),
+               ("HBM per GPU", f"{capacity_bytes(sy) / GIB:.1f} GiB allocatable ({sy.gpu.hbm_bytes / 1e9:.0f} GB "
+                               "datasheet)"),
                ("efficiency calibration", sy.gpu.efficiency.calibration)]
     model = [("model", m.name), ("layers", m.num_layers), ("hidden / ffn", f"{m.hidden_size} / {m.ffn_hidden_size}"),
              ("heads / query groups", f"{m.num_attention_heads} / {m.num_query_groups}"),

@@ -101,7 +101,7 @@ JS = r"""
     if (m.capacity_gib) {
       el('line', {x1: left, x2: W - 20, y1: y(m.capacity_gib), y2: y(m.capacity_gib), stroke: '#c0392b',
                   'stroke-dasharray': '6 4', 'class': 'capacity'}, svg);
-      text(W - 22, y(m.capacity_gib) - 4, 'HBM ' + m.capacity_gib.toFixed(0) + ' GiB', svg, 'end');
+      text(W - 22, y(m.capacity_gib) - 4, 'HBM ' + m.capacity_gib.toFixed(1) + ' GiB', svg, 'end');
     }
     text(left + 10, top + H + 34, 'pipeline stage', svg);
     svg.setAttribute('data-drawn', drawn);

@@ -48,6 +48,14 @@ def _trials_table(trials: list[tuple[str, Trial]]) -> list[str]:
     return _table(headers, [_row(rank, t) for rank, t in trials if t.score is not None])
 
 
+def _baseline_label(trial: Trial) -> str:
+    """`` (out of memory)`` over the HBM, `` (over the margin)`` inside it but inside the kept-free share."""
+    if trial.status == "projected":
+        return ""
+    m = trial.memory
+    return " (over the margin)" if m is not None and m.peak_bytes <= m.capacity_bytes else " (out of memory)"
+
+
 def format_tune(result: TuneResult, *, top: int = 10) -> str:
     st = result.stats
     lines = [f"strategy {result.strategy}: {st.projected} projected, {st.rejected_by_prefilter} rejected by the "
@@ -58,7 +66,7 @@ def format_tune(result: TuneResult, *, top: int = 10) -> str:
     lines.append("")
     ranked = [(str(i + 1), t) for i, t in enumerate(result.ranked[:top])]
     if result.baseline is not None and result.baseline.score is not None:
-        ranked.append(("recipe" + ("" if result.baseline.status == "projected" else " (OOM)"), result.baseline))
+        ranked.append(("recipe" + _baseline_label(result.baseline), result.baseline))
     lines += _trials_table(ranked) if ranked else ["no configuration was projected"]
     lines.append("")
     if result.best is not None:

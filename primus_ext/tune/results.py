@@ -165,9 +165,11 @@ def tune(
         gain = best.tokens_per_s_per_gpu / base_trial.tokens_per_s_per_gpu - 1
     if base_trial is not None and base_trial.status == "oom" and base_trial.memory is not None:
         m = base_trial.memory
-        notes.append(f"the recipe's configuration does not fit per the memory model (peak {m.peak_bytes / 2**30:.1f} "
-                     f"GiB > {m.capacity_bytes * (1 - ctx.prefilter.margin) / 2**30:.1f} GiB usable); the gain is "
-                     "against its projected throughput")
+        usable = m.capacity_bytes * (1 - ctx.prefilter.margin) / 2**30
+        what = ("is over the HBM per the memory model" if m.peak_bytes > m.capacity_bytes else
+                f"fits the HBM ({m.capacity_bytes / 2**30:.1f} GiB) but not the {ctx.prefilter.margin:.0%} margin")
+        notes.append(f"the recipe's configuration {what} (peak {m.peak_bytes / 2**30:.1f} GiB > {usable:.1f} GiB "
+                     "usable); the gain is against its projected throughput")
     elif base_trial is not None and base_trial.status == "illegal":
         notes.append("the recipe's configuration is illegal on this cluster: "
                      + "; ".join(str(p) for p in base_trial.problems[:3]))

@@ -71,3 +71,23 @@ def test_the_cpu_profile_peak_is_not_below_what_this_machine_measures():
     """The cpu profile's bf16 peak was an AVX2 fp32 bound (0.16 TFLOP/s) below the machine's measured 0.4."""
     cpu = load_system("cpu", 1).gpu
     assert cpu.peak_tflops("bf16") >= 0.4
+
+
+def test_over_the_margin_and_out_of_memory_are_different_verdicts():
+    from primus_ext.model.memory import DEFAULT_MARGIN, margin_verdict
+
+    assert DEFAULT_MARGIN == 0.05
+    assert margin_verdict(90, 100) == "fits"
+    assert margin_verdict(97, 100) == "over the margin"
+    assert margin_verdict(101, 100) == "out of memory"
+    assert margin_verdict(97, 100, margin=0.0) == "fits"
+
+
+def test_the_tuner_states_its_margin_and_labels_the_recipe_by_its_verdict():
+    from types import SimpleNamespace
+
+    from primus_ext.report.tune_table import _baseline_label
+
+    over = SimpleNamespace(status="oom", memory=SimpleNamespace(peak_bytes=97, capacity_bytes=100))
+    oom = SimpleNamespace(status="oom", memory=SimpleNamespace(peak_bytes=101, capacity_bytes=100))
+    assert _baseline_label(over) == " (over the margin)" and _baseline_label(oom) == " (out of memory)"
