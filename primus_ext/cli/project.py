@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from types import SimpleNamespace
 from typing import Any
 
 
@@ -167,7 +166,7 @@ def _exit_code(memory: Any) -> int:
     if memory is None or memory.fits:
         from primus_ext.launcher.projection_only import margin_note
 
-        note = margin_note(SimpleNamespace(memory=memory))
+        note = margin_note(memory)
         if note:
             print(f"warning: {note}", file=sys.stderr)
         return 0

@@ -229,7 +229,7 @@ def _report(recipe: Any, plan: CostPlan, folder: Path | None, out: TextIO, *, qu
             print(f"warning: {warning}", file=out)
         for reason in outcome.reasons:
             print(f"out of memory: {reason}", file=out)
-        note = margin_note(outcome.projection)
+        note = margin_note(outcome.projection.memory)
         if note:
             print(f"warning: {note}", file=out)
         for kind, path in outcome.files.items():

@@ -135,12 +135,11 @@ def oom_reasons(projection: Any) -> tuple[str, ...]:
                  f"{s.optimizer_bytes / gib:.1f}, activations {s.activations_bytes / gib:.1f} GiB)" for s in over)
 
 
-def margin_note(projection: Any) -> str | None:
-    """A sentence when the projection fits the HBM but not the default margin (``model.memory.DEFAULT_MARGIN``):
+def margin_note(memory: Any) -> str | None:
+    """A sentence when a memory estimate fits the HBM but not the default margin (``model.memory.DEFAULT_MARGIN``):
     a verdict of its own, not out of memory (exit 0)."""
     from primus_ext.model.memory import DEFAULT_MARGIN, margin_verdict
 
-    memory = projection.memory
     if memory is None or margin_verdict(memory.peak_bytes, memory.capacity_bytes) != "over the margin":
         return None
     gib = 1024**3

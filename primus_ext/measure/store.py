@@ -83,19 +83,12 @@ def _layer_cost(row: dict[str, Any], precision: str, target: RankShape | None = 
 
 def _carried_to_target(cost: LayerCost, measured: RankShape, target: RankShape) -> LayerCost:
     from primus_ext.hardware import load_gpu
+    from primus_ext.model.carry import scaled_by_ratio
     from primus_ext.model.roofline import analytic_cost
 
     cpu = load_gpu("cpu")
     old, new = analytic_cost(replace(measured, precision=target.precision), cpu), analytic_cost(target, cpu)
-
-    def ratio(a: float | None, b: float | None) -> float:
-        return a / b if a and b else 1.0
-
-    return replace(
-        cost, fwd_ms=cost.fwd_ms * ratio(new.fwd_ms, old.fwd_ms), bwd_ms=cost.bwd_ms * ratio(new.bwd_ms, old.bwd_ms),
-        wgrad_ms=None if cost.wgrad_ms is None else cost.wgrad_ms * ratio(new.wgrad_ms, old.wgrad_ms),
-        recompute_ms=cost.recompute_ms * ratio(new.recompute_ms, old.recompute_ms),
-        source=f"{cost.source};times carried to the full shape by the analytic ratio")
+    return scaled_by_ratio(cost, old, new, f"{cost.source};times carried to the full shape by the analytic ratio")
 
 
 def default_store_path() -> Path:

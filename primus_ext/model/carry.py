@@ -49,11 +49,17 @@ def carry_cost(cost: LayerCost, shape: RankShape, *, measured_on: GPUSpec, targe
     new = analytic_cost(shape, measured_on if same_gpu else target)
     how = ([] if same_gpu else [f"to {target.name}"]) + ([] if as_run == shape else
                                                         [f"{precision} measurement to {shape.precision}"])
+    return scaled_by_ratio(cost, old, new, f"{source} carried {' and '.join(how)} by the analytic ratio")
+
+
+def scaled_by_ratio(cost: LayerCost, old: LayerCost, new: LayerCost, source: str) -> LayerCost:
+    """``cost``'s times times the analytic ratio ``new / old`` part by part (the measured fraction of the roofline
+    kept), labelled ``source``."""
     return replace(
         cost,
         fwd_ms=cost.fwd_ms * _ratio(new.fwd_ms, old.fwd_ms),
         bwd_ms=cost.bwd_ms * _ratio(new.bwd_ms, old.bwd_ms),
         wgrad_ms=None if cost.wgrad_ms is None else cost.wgrad_ms * _ratio(new.wgrad_ms, old.wgrad_ms),
         recompute_ms=cost.recompute_ms * _ratio(new.recompute_ms, old.recompute_ms),
-        source=f"{source} carried {' and '.join(how)} by the analytic ratio",
+        source=source,
     )

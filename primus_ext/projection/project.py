@@ -12,6 +12,7 @@ sensitivity range, not a confidence interval, until calibration provides fitted 
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -112,8 +113,6 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
 
 def _check_possible(result: Projection, system: SystemSpec, precision: str) -> None:
     """A projection faster than the GPU's peak is not a projection: the layer costs contradict the profile."""
-    import math
-
     from primus_ext.errors import PrimusExtError
 
     figures = (result.step_time_s, result.tokens_per_s_per_gpu, result.mfu)

@@ -12,7 +12,12 @@ import os
 from collections.abc import Mapping
 
 from primus_ext.recipe.args import ArgReader
-from primus_ext.specs.launch import MEGATRON_LAUNCH_CONNECTIONS, PRIMUS_LAUNCH_CONNECTIONS, LaunchSpec
+from primus_ext.specs.launch import (
+    MEGATRON_LAUNCH_CONNECTIONS,
+    PRIMUS_LAUNCH_CONNECTIONS,
+    PRIMUS_TURBO_DEEPEP_NUM_CU,
+    LaunchSpec,
+)
 
 CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 
@@ -35,7 +40,7 @@ def launch_spec(a: ArgReader, environ: Mapping[str, str] | None = None) -> Launc
         overlap_p2p_comm=a.bool("overlap_p2p_comm", True),
         use_turbo_gemm=primus and a.bool("use_turbo_gemm"),  # Primus checks the flag itself, Turbo on or not
         use_turbo_deepep=primus and a.bool("use_turbo_deepep"),
-        turbo_deepep_num_cu=a.int("turbo_deepep_num_cu", default=32) or 32,
+        turbo_deepep_num_cu=a.int("turbo_deepep_num_cu", default=PRIMUS_TURBO_DEEPEP_NUM_CU),
         cuda_device_max_connections=connections,
         connections_source=source,
         env_patches=not a.bool("disable_env_patches"),

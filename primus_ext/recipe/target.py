@@ -24,6 +24,8 @@ from primus_ext.errors import Problem
 DIRECTIVE = re.compile(r"^#\s*primus-ext:\s*(?P<body>.*?)\s*$")
 MAX_LINES = 200
 """The directive is looked for in the first lines only (bounded work on any file)."""
+MAX_HEAD_CHARS = 64 * 1024
+"""Characters of a recipe read to find it (the directive sits in the header comments)."""
 
 
 def target_of(text: str, problems: list[Problem]) -> dict[str, Any]:
@@ -49,8 +51,9 @@ def target_block(path: Path, block: Any, primus: bool, problems: list[Problem], 
     """The recipe's target: its ``# primus-ext: {...}`` comment, under the older top-level ``primus_ext:`` block
     (``block``; a Primus experiment that has one is warned: Primus's schema check refuses it)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(MAX_HEAD_CHARS)
+    except OSError:
         text = ""
     directive = target_of(text, problems)
     if block is not None and primus:

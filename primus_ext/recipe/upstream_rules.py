@@ -9,21 +9,25 @@ beside it. ``benchmarks/tuned_recipes_accepted.py`` runs the real validators ove
 ``tests/recipe/test_upstream_rules.py`` gives each rule one configuration the framework refuses and one it
 accepts.
 
-    problems = upstream_problems(model, execution)
+    problems = upstream_problems(model, execution, system)
 """
 
 from __future__ import annotations
 
 from primus_ext.errors import Problem
-from primus_ext.specs import ExecutionSpec, ModelSpec
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 ARGS = "Megatron-LM arguments.py"
 ROCM = "Primus rocm_arg_validation.py"
 TURBO_FP8_RECIPES = ("tensorwise", "blockwise", "mxfp8")  # rocm_arg_validation.py:145
 TURBO_DEEPEP_MAX_CU_AT_EP16 = 32  # rocm_arg_validation.py:233
+ARCH_10_FAMILIES = frozenset({"blackwell"})
+"""GPU families whose ``get_device_arch_version()`` is 10 or more (compute capability 10.x: B200 / GB200 / B300 /
+GB300); Hopper is 9, and ROCm's gfx942 / gfx950 report major 9. arguments.py:1166 lifts the TP/CP connections
+rule there."""
 
 
-def _connections(e: ExecutionSpec, out: list[Problem]) -> None:
+def _connections(e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> None:
     launch, fsdp = e.launch, e.fsdp != "none"
     value = launch.connections(fsdp=fsdp)
     shown = "unset" if value is None else value
@@ -36,8 +40,11 @@ def _connections(e: ExecutionSpec, out: list[Problem]) -> None:
                                    f"environment has {shown} ({where})",
                            fix="export CUDA_DEVICE_MAX_CONNECTIONS=8 where you launch, or keep DDP / the "
                                "distributed optimizer"))
-    # arguments.py:1177-1190: before Blackwell, TP or CP without FSDP and without EP overlap needs exactly 1
-    if (e.tp > 1 or e.cp > 1) and not fsdp and not e.overlap_moe_expert_parallel_comm and value != "1":
+    # arguments.py:1165-1190 (the condition at 1166): before Blackwell, TP or CP without FSDP and without EP
+    # overlap needs exactly 1
+    before_blackwell = s.gpu.family not in ARCH_10_FAMILIES
+    if (e.tp > 1 or e.cp > 1) and before_blackwell and not fsdp and not e.overlap_moe_expert_parallel_comm \
+            and value != "1":
         out.append(Problem(path="CUDA_DEVICE_MAX_CONNECTIONS", value=value,  # not TP's path: FSDP would lift it
                            message=f"TP={e.tp} / CP={e.cp} without FSDP needs CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs "
                                    f"before Blackwell ({ARGS}:1190); the launch environment has {shown} ({where})",
@@ -109,10 +116,10 @@ def _primus(e: ExecutionSpec, out: list[Problem]) -> None:
                                fix="use EP < 16, or set turbo_deepep_num_cu: 32"))
 
 
-def upstream_problems(model: ModelSpec, execution: ExecutionSpec) -> list[Problem]:
+def upstream_problems(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> list[Problem]:
     """Every refusal of Megatron-LM's / Primus's argument checks that reads keys beside the tuned axes."""
     out: list[Problem] = []
-    _connections(execution, out)
+    _connections(execution, system, out)
     _fsdp(model, execution, out)
     _pipeline(execution, out)
     _primus(execution, out)

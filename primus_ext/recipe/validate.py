@@ -287,7 +287,7 @@ def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> lis
     _recompute(model, execution, out)
     _sharding(execution, out)
     _offloading(model, execution, out)
-    out.extend(upstream_problems(model, execution))
+    out.extend(upstream_problems(model, execution, system))
     chunks = execution.pp * execution.vpp
     if chunks > model.num_layers + model.mtp_num_layers + 2:
         key = "virtual_pipeline_model_parallel_size" if execution.vpp > 1 else "pipeline_model_parallel_size"

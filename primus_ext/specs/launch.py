@@ -21,6 +21,9 @@ PRIMUS_LAUNCH_CONNECTIONS = "1"
 PRIMUS_FSDP_CONNECTIONS = "8"
 """What Primus's ``megatron.env.cuda_device_max_connections`` setup patch sets for an FSDP run
 (``primus/backends/megatron/patches/env_patches.py``), unless ``disable_env_patches`` is true."""
+PRIMUS_TURBO_DEEPEP_NUM_CU = 32
+"""Primus-Turbo's DeepEP compute units when a recipe sets none (Primus fd1eeab ``configs/modules/megatron/
+primus_turbo.yaml``: ``turbo_deepep_num_cu: 32``)."""
 MEGATRON_LAUNCH_CONNECTIONS = "1"
 """Megatron-LM's own launch scripts export ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (``examples/gpt3/
 train_gpt3_175b_distributed.sh``, ``examples/llama/train_llama3_8b_h100_fp8.sh``); assumed for a flat Megatron
@@ -42,8 +45,7 @@ class LaunchSpec:
     """``--overlap-p2p-communication`` (default on; off, an interleaved schedule needs PP > 2)."""
     use_turbo_gemm: bool = False
     use_turbo_deepep: bool = False
-    turbo_deepep_num_cu: int = 32
-    """Primus-Turbo's DeepEP compute units (Primus ``primus_turbo.yaml``: 32)."""
+    turbo_deepep_num_cu: int = PRIMUS_TURBO_DEEPEP_NUM_CU
     cuda_device_max_connections: str | None = MEGATRON_LAUNCH_CONNECTIONS
     """The value the launch environment exports (None: unset)."""
     connections_source: str = "Megatron-LM's launch scripts export 1"

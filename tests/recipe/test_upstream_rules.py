@@ -109,6 +109,14 @@ def test_turbo_deepep_compute_units_at_ep16(write):
     import dataclasses
 
     wide = dataclasses.replace(recipe.execution, expert_model_parallel_size=16)
-    assert [p.path for p in upstream_problems(recipe.model, wide)] == ["expert_model_parallel_size"]
+    assert [p.path for p in upstream_problems(recipe.model, wide, recipe.system)] == ["expert_model_parallel_size"]
     narrow = dataclasses.replace(wide, launch=dataclasses.replace(wide.launch, turbo_deepep_num_cu=32))
-    assert upstream_problems(recipe.model, narrow) == []
+    assert upstream_problems(recipe.model, narrow, recipe.system) == []
+
+
+def test_blackwell_lifts_the_tp_connections_rule(write):
+    """arguments.py:1166 checks CUDA_DEVICE_MAX_CONNECTIONS=1 for TP / CP only when get_device_arch_version() < 10."""
+    path = write("tp-bw.yaml", {**BASE, **TP2})
+    load_recipe(path, cluster="gb200", env=EIGHT)  # Blackwell: accepted with 8
+    with pytest.raises(RecipeError):
+        load_recipe(path, cluster="h100", env=EIGHT)  # Hopper: refused
