@@ -44,24 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-class _Bar:
-    """A plain text progress bar on stderr (no dependency)."""
-
-    WIDTH = 24
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def __call__(self, done: int, total: int, shape: Any) -> None:
-        if not self.enabled or total == 0:
-            return
-        filled = self.WIDTH * done // total
-        label = f"measuring {shape.kind}" if done < total else "done"
-        end = "\n" if done == total else ""
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} {label:<20}{end}")
-        sys.stderr.flush()
-
-
 _KNOWN_NOISE = ("Transformer Engine and Apex are not installed", "Apex is not installed",
                 "full scope is deprecated")
 """megatron-core's import-time UserWarnings without TE/Apex: the table's notes say what matters."""
@@ -72,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     for text in _KNOWN_NOISE:
         warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
+    from primus_ext.cli._progress import LayerProgress
     from primus_ext.measure.runner import MeasureOptions, measure_many
     from primus_ext.measure.scale import default_scale
     from primus_ext.measure.shims import resolve_device
@@ -95,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         opts = MeasureOptions(warmup=args.warmup, reps=args.reps, timeout_s=args.timeout,
                               spawn=not args.no_spawn, split_wgrad=args.wgrad)
         for m in measure_many(missing, scale=scale, device=device, opts=opts,
-                              progress=_Bar(enabled=not args.json)):
+                              progress=LayerProgress()):
             store.record(m)
         fabric_failures: list[str] = []
         if args.fabric:
