@@ -23,14 +23,26 @@ from typing import Any
 
 from primus_ext.model.memory import capacity_bytes
 from primus_ext.report.html_assets import CSS, JS
-from primus_ext.report.timeline import COLORS, KINDS, step_segments
+from primus_ext.report.timeline import (
+    COLORS,
+    KINDS,
+    LABELS,
+    LAYER_COMMS,
+    OP_KIND_OF,
+    OP_KINDS,
+    STEADY_CYCLES,
+    layer_comm_shares,
+    stage_idle,
+    steady_cycle_s,
+    step_ops,
+    step_segments,
+    view_windows,
+)
 
 GIB = 1024**3
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
 MEMORY_COLORS = {"params": "#4e79a7", "grads": "#76b7b2", "optimizer": "#59a14f", "activations": "#f28e2b",
                  "other": "#bab0ac"}
-_COMM_COLOR = {"tp": "#e15759", "cp": "#ff9da7", "ep": "#b07aa1", "fsdp": "#9c755f", "pp": "#d37295",
-               "dp_grad": "#8cd17d", "dp_param": "#86bcb6"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,15 +57,33 @@ class ReportInputs:
     """Anything else worth showing (store path, scale, command line)."""
 
 
+def _us(seconds: float) -> int:
+    return round(seconds * 1e6)
+
+
 def _timeline_doc(projection: Any) -> dict[str, Any]:
+    """Ops (rank, kind, start, duration, micro-batch, chunk; µs) and the other segments (rank, kind, start,
+    duration): the script splits each op into its compute and layer-comm slices by ``shares``, as
+    ``timeline.op_segments`` does."""
     segments = step_segments(projection)
     kind_index = {k: i for i, k in enumerate(KINDS)}
-    ranks = sorted({s.rank for s in segments}) or [0]
+    ops = [x for e in step_ops(projection)
+           for x in (e.rank, kind_index[OP_KIND_OF.get(e.kind, "forward")], _us(e.start), _us(e.end - e.start),
+                     e.microbatch, e.chunk)]
+    other = [x for s in segments if s.kind not in OP_KINDS and s.kind not in LAYER_COMMS
+             for x in (s.rank, kind_index[s.kind], _us(s.start_s), _us(s.duration_s))]
+    windows = view_windows(projection, segments)
     total = max((s.end_s for s in segments), default=0.0)
+    detail = (0.0, total)
+    if len(windows) > 1:  # the first steady-state cycle
+        start = windows[0][1] - STEADY_CYCLES * steady_cycle_s(projection)
+        detail = (start, start + steady_cycle_s(projection))
     return {
-        "kinds": list(KINDS), "colors": COLORS, "ranks": ranks, "total_ms": total * 1e3,
-        "segments": [[s.rank, kind_index[s.kind], round(s.start_s * 1e3, 4), round(s.end_s * 1e3, 4), s.label]
-                     for s in segments],
+        "kinds": list(KINDS), "colors": COLORS, "labels": LABELS, "ranks": sorted({s.rank for s in segments}) or [0],
+        "total_us": _us(total), "windows": [[_us(a), _us(b)] for a, b in windows],
+        "detail": [_us(detail[0]), _us(detail[1])],
+        "shares": [[kind_index[k], v] for k, v in layer_comm_shares(projection.breakdown)],
+        "ops": ops, "other": other,
     }
 
 
@@ -76,7 +106,7 @@ def breakdown_parts(breakdown: Any) -> list[dict[str, Any]]:
     parts = [{"name": "compute", "ms": (breakdown.compute_s - breakdown.recompute_s) * 1e3, "color": COLORS["forward"]}]
     if breakdown.recompute_s:
         parts.append({"name": "recompute", "ms": breakdown.recompute_s * 1e3, "color": "#a0cbe8"})
-    parts += [{"name": f"{c.kind} comm (exposed)", "ms": c.exposed_s * 1e3, "color": _COMM_COLOR.get(c.kind, "#e15759")}
+    parts += [{"name": f"{c.kind} comm (exposed)", "ms": c.exposed_s * 1e3, "color": COLORS.get(c.kind, COLORS["tp"])}
               for c in breakdown.comms]
     parts.append({"name": "pipeline bubble", "ms": breakdown.bubble_s * 1e3, "color": COLORS["bubble"]})
     parts.append({"name": "optimizer step", "ms": breakdown.optimizer_s * 1e3, "color": COLORS["optimizer"]})
@@ -145,6 +175,30 @@ def _kpis(p: Any) -> str:
             f'<div class="kpi">model TFLOP/s/GPU<b>{p.model_tflops_per_gpu:,.1f}</b>MFU {p.mfu:.1%}</div>' + fits)
 
 
+def _timeline_note(p: Any) -> str:
+    segments = step_segments(p)
+    windows = view_windows(p, segments)
+    ops = f"{p.num_microbatches} micro-batches x {max(1, p.execution.vpp)} chunk(s) per stage"
+    if len(windows) == 1:
+        return f"{ops}; the whole step to scale; below, the same step to zoom into."
+    hidden = windows[1][0] - windows[0][1]
+    return (f"{ops}. Above: warm-up, {STEADY_CYCLES} steady-state cycles and cool-down with the step tail, to one "
+            f"scale; the hatched band stands for {hidden:,.2f} s of steady state that repeats the cycles shown. "
+            "Below: one steady-state cycle, zoomable. Exposed communication is drawn in its own colour per kind.")
+
+
+def _idle_html(p: Any) -> str:
+    """Per-stage busy / idle (the breakdown above is the busiest rank's)."""
+    rows = "".join(
+        f'<tr><td>{s.rank}</td><td class="n">{s.busy_s * 1e3:,.1f}</td><td class="n">{s.idle_s * 1e3:,.1f}</td>'
+        f'<td class="n">{s.idle_fraction:.1%}</td><td><span class="bar"><i style="width:{s.idle_fraction:.1%}">'
+        "</i></span></td></tr>" for s in stage_idle(p))
+    return ("<table><tr><th>stage</th><th>busy ms</th><th>idle ms</th><th>idle share of the step</th><th></th></tr>"
+            f"{rows}</table><p class=\"note\">busy: compute and exposed layer communication; idle: the pipeline's "
+            "bubble and send/recv waits of that stage (the step tail after the pipeline is the same on every stage)."
+            "</p>")
+
+
 def render_html(projection: Any, *, inputs: ReportInputs | None = None,
                 verify: Mapping[str, Any] | None = None) -> str:
     """The whole page as one string (write it with ``Path.write_text``)."""
@@ -163,13 +217,24 @@ def render_html(projection: Any, *, inputs: ReportInputs | None = None,
 <section id="kpis">{_kpis(p)}</section>
 <h2>One step, per pipeline stage</h2>
 <div class="legend" id="timeline-legend"></div>
-<div id="timeline"></div>
+<p class="note">{html.escape(_timeline_note(p))}</p>
+<div class="chart" id="overview"></div>
+<div class="controls">zoom: <button data-act="zoom-in">+</button><button data-act="zoom-out">&minus;</button>
+<button data-act="pan-left">&larr;</button><button data-act="pan-right">&rarr;</button>
+<button data-act="steady">one steady-state cycle</button><button data-act="whole">whole step</button>
+<span class="note">(wheel zooms, drag pans, a click on the chart above moves here; a pixel narrower than one op
+shows the kind that fills most of it; here a communication slice narrower than a pixel is drawn 1 px wide;
+<code>project --trace FILE</code> opens every op in Perfetto)</span></div>
+<div class="chart" id="detail"></div>
+<h2>Step-time breakdown (busiest pipeline rank)</h2>
+<div class="legend" id="breakdown-legend"></div>
+<div class="chart" id="breakdown"></div>
+<table><tr><th>part</th><th>ms per step</th><th>share</th></tr>{table}</table>
+<h3>Idle time per pipeline stage</h3>
+{_idle_html(p)}
 <h2>Memory per pipeline stage vs HBM capacity</h2>
 <div class="legend" id="memory-legend"></div>
-<div id="memory"></div>
-<h2>Step-time breakdown (busiest pipeline rank)</h2>
-<div id="breakdown"></div>
-<table><tr><th>part</th><th>ms per step</th><th>share</th></tr>{table}</table>
+<div class="chart" id="memory"></div>
 {_verify_html(verify)}
 <h2>Inputs</h2>
 {_inputs_html(p, inputs)}

@@ -1,35 +1,47 @@
-"""One projected step as Gantt segments per pipeline rank (shared by the HTML and PNG reports).
+"""One projected step as Gantt segments per pipeline rank (shared by the HTML, PNG and trace reports).
 
-    from primus_ext.report.timeline import step_segments
+    from primus_ext.report.timeline import step_segments, stage_idle, view_windows
     for seg in step_segments(projection):
-        print(seg.rank, seg.kind, seg.start_s, seg.end_s)
+        print(seg.rank, seg.kind, seg.start_s, seg.end_s, seg.label)
 
 Kinds: ``forward``, ``backward`` (input-grad, plus weight-grad outside zero-bubble schedules),
-``wgrad`` (zero-bubble W ops), ``comm`` (exposed communication), ``bubble`` (the rank idles: the
-schedule's bubble and waits on p2p), ``optimizer``.
+``wgrad`` (zero-bubble W ops); exposed communication, one kind each: ``tp``, ``cp``, ``ep``, ``fsdp``
+(inside the ops), ``pp`` (waiting for a send/recv), ``dp_grad``, ``dp_param`` (the step tail);
+``bubble`` (the rank idles, waiting for another stage's compute), ``optimizer``.
 
-Sources: the pipeline simulator's events (``Projection.timeline``) give F/B/W ops per rank; the
-idle gaps between them up to the pipeline's makespan are the bubble. Exposed TP/CP/EP/FSDP
-communication is inside the simulated op times: the share ``exposed layer comm / (compute + exposed
-layer comm)`` of the breakdown is drawn as the tail of each op. After the makespan every rank shows
-the step tail of the breakdown: exposed DP gradient reduction, the optimizer step, exposed
-parameter all-gather. Pure: no I/O.
+Sources: the pipeline simulator's events (``Projection.timeline``) give F/B/W ops per rank. Exposed
+TP/CP/EP/FSDP communication is inside the simulated op times: each kind's share of the busiest rank's
+busy time (``exposed / (compute + exposed layer comm)``) is drawn as a slice at the tail of every op.
+A gap before an op is split where the op's input was computed: before, ``bubble``; after, ``pp`` (the
+activation or gradient in flight; the simulator starts an op at max(rank free, input done + p2p)).
+After the makespan every rank shows the step tail of the breakdown: exposed DP gradient reduction, the
+optimizer step, exposed parameter all-gather. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-KINDS = ("forward", "backward", "wgrad", "comm", "bubble", "optimizer")
+OP_KINDS = ("forward", "backward", "wgrad")
+LAYER_COMMS = ("tp", "cp", "ep", "fsdp")
+COMM_KINDS = (*LAYER_COMMS, "pp", "dp_grad", "dp_param")
+KINDS = (*OP_KINDS, *COMM_KINDS, "bubble", "optimizer")
 """Drawing order of the legend."""
 COLORS = {
-    "forward": "#4e79a7", "backward": "#f28e2b", "wgrad": "#edc948", "comm": "#e15759",
-    "bubble": "#d9d9d9", "optimizer": "#59a14f",
+    "forward": "#4e79a7", "backward": "#f28e2b", "wgrad": "#edc948",
+    "tp": "#e15759", "cp": "#ff9da7", "ep": "#b07aa1", "fsdp": "#9c755f", "pp": "#17becf",
+    "dp_grad": "#59a14f", "dp_param": "#8cd17d",
+    "bubble": "#e8e8e8", "optimizer": "#76b7b2",
 }
-"""Tableau-10 colours (colour-blind safe pairs for F/B)."""
-_OP_KIND = {"F": "forward", "B": "backward", "W": "wgrad"}
-_LAYER_COMMS = ("tp", "cp", "ep", "fsdp")
+"""Tableau-10/20 colours (colour-blind safe pairs for F/B); every comm kind its own hue."""
+LABELS = {"forward": "forward", "backward": "backward", "wgrad": "weight-grad (W)", "tp": "TP comm",
+          "cp": "CP comm", "ep": "EP all-to-all", "fsdp": "FSDP gather/scatter", "pp": "PP send/recv wait",
+          "dp_grad": "DP grad reduce", "dp_param": "DP param gather", "bubble": "idle (bubble)",
+          "optimizer": "optimizer step"}
+"""Legend text per kind (the exposed part of each communication)."""
+OP_KIND_OF = {"F": "forward", "B": "backward", "W": "wgrad"}
 _MIN_GAP_FRACTION = 1e-9
 
 
@@ -49,10 +61,11 @@ class Segment:
         return self.end_s - self.start_s
 
 
-def _layer_comm_share(breakdown: Any) -> float:
-    comm = sum(breakdown.comm(k).exposed_s for k in _LAYER_COMMS)
-    busy = breakdown.compute_s + comm
-    return comm / busy if busy > 0 else 0.0
+def layer_comm_shares(breakdown: Any) -> list[tuple[str, float]]:
+    """(kind, share of an op's time) of each exposed layer communication, in slice order (non-zero only)."""
+    exposed = {k: breakdown.comm(k).exposed_s for k in LAYER_COMMS}
+    busy = breakdown.compute_s + sum(exposed.values())
+    return [(k, v / busy) for k, v in exposed.items() if v > 0 and busy > 0]
 
 
 def _ranks(projection: Any) -> list[int]:
@@ -62,8 +75,6 @@ def _ranks(projection: Any) -> list[int]:
 
 def _single_rank_ops(projection: Any) -> list[Any]:
     """Without a simulated timeline (PP=1): one F and one B per micro-batch from the stage times."""
-    from types import SimpleNamespace
-
     ops, t = [], 0.0
     stage = projection.stages[0] if projection.stages else None
     fwd = sum(stage.fwd_s) if stage else 0.0
@@ -81,36 +92,74 @@ def _single_rank_ops(projection: Any) -> list[Any]:
     return ops
 
 
+def _input_done(events: list[Any], pp: int, vpp: int) -> dict[int, float]:
+    """id(op) -> when its input was computed on another rank (the dependency the simulator waits on)."""
+    stages = pp * vpp
+    ends = {(e.kind, e.chunk * pp + e.rank, e.microbatch): e.end for e in events}
+    out: dict[int, float] = {}
+    for e in events:
+        stage = e.chunk * pp + e.rank
+        if e.kind == "F" and stage > 0:
+            done = ends.get(("F", stage - 1, e.microbatch))
+        elif e.kind == "B" and stage < stages - 1:
+            done = ends.get(("B", stage + 1, e.microbatch))
+        else:
+            done = None
+        if done is not None:
+            out[id(e)] = done
+    return out
+
+
+def op_segments(rank: int, kind: str, start: float, end: float, label: str,
+                shares: list[tuple[str, float]]) -> list[Segment]:
+    """One op: its compute, then a slice per exposed layer communication kind."""
+    out, t = [], end - (end - start) * sum(s for _, s in shares)
+    out.append(Segment(rank=rank, kind=kind, start_s=start, end_s=t, label=label))
+    for comm, share in shares:
+        nxt = t + (end - start) * share
+        out.append(Segment(rank=rank, kind=comm, start_s=t, end_s=nxt, label=f"{label}: exposed {comm} comm"))
+        t = nxt
+    return out
+
+
+def step_ops(projection: Any) -> list[Any]:
+    """The F/B/W ops of one step (``pipeline.Event``-like: rank, chunk, microbatch, kind, start, end)."""
+    return list(projection.timeline) or _single_rank_ops(projection)
+
+
 def step_segments(projection: Any) -> list[Segment]:
     """Every segment of one step, per rank, in time order (see the module docstring)."""
-    events = list(projection.timeline) or _single_rank_ops(projection)
-    share = _layer_comm_share(projection.breakdown)
+    events = step_ops(projection)
+    shares = layer_comm_shares(projection.breakdown)
+    ex = projection.execution
+    inputs = _input_done(events, max(1, ex.pp), max(1, ex.vpp)) if projection.timeline else {}
     makespan = max((e.end for e in events), default=0.0)
+    eps = _MIN_GAP_FRACTION * max(makespan, 1e-12)
     out: list[Segment] = []
     for rank in _ranks(projection):
         mine = sorted((e for e in events if e.rank == rank), key=lambda e: e.start)
         t = 0.0
         for e in mine:
-            if e.start - t > _MIN_GAP_FRACTION * max(makespan, 1e-12):
-                out.append(Segment(rank=rank, kind="bubble", start_s=t, end_s=e.start, label="idle"))
-            kind = _OP_KIND.get(e.kind, "forward")
+            if e.start - t > eps:
+                arrived = min(max(inputs.get(id(e), e.start), t), e.start)
+                if arrived - t > eps:
+                    out.append(Segment(rank=rank, kind="bubble", start_s=t, end_s=arrived, label="idle"))
+                if e.start - arrived > eps:
+                    out.append(Segment(rank=rank, kind="pp", start_s=arrived, end_s=e.start,
+                                       label=f"{e.kind} mb{e.microbatch} c{e.chunk}: input in flight (p2p)"))
             label = f"{e.kind} mb{e.microbatch} c{e.chunk}"
-            split = e.end - (e.end - e.start) * share
-            out.append(Segment(rank=rank, kind=kind, start_s=e.start, end_s=split, label=label))
-            if share > 0:
-                out.append(Segment(rank=rank, kind="comm", start_s=split, end_s=e.end,
-                                   label=f"{label}: exposed TP/CP/EP comm"))
+            out += op_segments(rank, OP_KIND_OF.get(e.kind, "forward"), e.start, e.end, label, shares)
             t = max(t, e.end)
-        if makespan - t > _MIN_GAP_FRACTION * max(makespan, 1e-12):
+        if makespan - t > eps:
             out.append(Segment(rank=rank, kind="bubble", start_s=t, end_s=makespan, label="idle"))
         out += _tail(rank, makespan, projection.breakdown)
     return out
 
 
 def _tail(rank: int, start: float, breakdown: Any) -> list[Segment]:
-    parts = [("comm", breakdown.comm("dp_grad").exposed_s, "dp_grad exposed"),
+    parts = [("dp_grad", breakdown.comm("dp_grad").exposed_s, "dp_grad exposed"),
              ("optimizer", breakdown.optimizer_s, "optimizer step"),
-             ("comm", breakdown.comm("dp_param").exposed_s, "dp_param exposed")]
+             ("dp_param", breakdown.comm("dp_param").exposed_s, "dp_param exposed")]
     out, t = [], start
     for kind, seconds, label in parts:
         if seconds > 0:
@@ -126,3 +175,59 @@ def totals_by_kind(segments: list[Segment], rank: int) -> dict[str, float]:
         if s.rank == rank:
             out[s.kind] += s.duration_s
     return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageIdle:
+    """One pipeline rank's step: busy (compute + exposed layer comm), idle in the pipeline, the step tail."""
+
+    rank: int
+    busy_s: float
+    idle_s: float
+    """Makespan minus busy: the schedule's bubble and send/recv waits of this rank."""
+    tail_s: float
+    """After the makespan: exposed DP reduction, optimizer step, parameter gather (the same on every rank)."""
+    step_s: float
+
+    @property
+    def idle_fraction(self) -> float:
+        return self.idle_s / self.step_s if self.step_s > 0 else 0.0
+
+
+def stage_idle(projection: Any) -> list[StageIdle]:
+    """Per-stage busy / idle (the breakdown's bubble is the busiest rank's only)."""
+    step = projection.step_time_s
+    makespan = max((s.finish_s for s in projection.stages), default=0.0)
+    if projection.timeline:
+        makespan = max(makespan, max(e.end for e in projection.timeline))
+    tail = max(0.0, step - makespan)
+    return [StageIdle(rank=s.rank, busy_s=s.busy_s, idle_s=max(0.0, makespan - s.busy_s), tail_s=tail, step_s=step)
+            for s in projection.stages]
+
+
+STEADY_CYCLES = 2
+"""Steady-state micro-batch cycles (one F + one B of every chunk on a rank) shown between warm-up and cool-down."""
+
+
+def steady_cycle_s(projection: Any) -> float:
+    """One steady-state cycle of the busiest rank: a forward and a backward of each of its chunks."""
+    busiest = max(projection.stages, key=lambda s: s.busy_s, default=None)
+    return sum(busiest.fwd_s) + sum(busiest.bwd_s) if busiest else 0.0
+
+
+def view_windows(projection: Any, segments: list[Segment]) -> list[tuple[float, float]]:
+    """Time intervals (s) of the default view: warm-up, a steady-state period, cool-down and the step tail,
+    each to the same scale; the middle of a long steady state is elided. One interval when nothing is elided."""
+    end = max((s.end_s for s in segments), default=0.0)
+    events = list(projection.timeline)
+    if not events:
+        return [(0.0, end)]
+    ranks = {e.rank for e in events}
+    first_b = [min((e.start for e in events if e.rank == r and e.kind == "B"), default=0.0) for r in ranks]
+    last_f = [max((e.end for e in events if e.rank == r and e.kind == "F"), default=end) for r in ranks]
+    warm, cool = max(first_b), min(last_f)
+    cycle = steady_cycle_s(projection)
+    steady_end = warm + STEADY_CYCLES * cycle
+    if cycle <= 0 or cool - steady_end < 2 * cycle:
+        return [(0.0, end)]
+    return [(0.0, steady_end), (cool, end)]

@@ -1,6 +1,10 @@
-"""The HTML report in a real headless Chromium, the timeline segments, and the PNG encoder.
+"""The HTML report: self-contained, and legible in a real headless Chromium at production scale.
 
-Chromium: Debian's ``chromium`` package (``.ci/run`` installs it); skipped cleanly when absent.
+Chromium: Debian's ``chromium`` package (``.ci/run`` installs it); the browser tests skip cleanly when absent.
+The page's script records on each chart's SVG what it drew (``data-ops``: op rectangles at least 1 px wide,
+``data-ops-min`` the fewest on one stage, ``data-op-px`` their median width, ``data-comm`` the communication
+kinds drawn, ``data-overflow`` text boxes leaving the SVG); the tests read them from the rendered DOM and
+check the screenshot's pixels. ``docs/report_screenshot.py`` makes the README's picture the same way.
 """
 
 from __future__ import annotations
@@ -8,70 +12,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import struct
 import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
 
-from primus_ext.hardware import load_system
-from primus_ext.projection import project
 from primus_ext.report.html import ReportInputs, breakdown_parts, render_html, report_data
-from primus_ext.report.timeline import COLORS, step_segments, totals_by_kind
-from primus_ext.report.timeline_png import encode_png, rasterise
-from primus_ext.specs import ExecutionSpec, ModelSpec
+from primus_ext.report.timeline import COLORS, step_ops
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture(scope="module")
-def projection():
-    model = ModelSpec(name="small", num_layers=8, hidden_size=2048, ffn_hidden_size=5504, num_attention_heads=16,
-                      num_query_groups=4, kv_channels=128, vocab_size=32000)
-    execution = ExecutionSpec(tensor_model_parallel_size=2, pipeline_model_parallel_size=4, data_parallel_size=1,
-                              micro_batch_size=1, global_batch_size=8, seq_length=2048, precision="bf16")
-    return project(model, execution, load_system("h100", 1), None)
-
-
-def test_segments_cover_the_step_on_every_rank(projection):
-    segments = step_segments(projection)
-    ranks = sorted({s.rank for s in segments})
-    assert ranks == [0, 1, 2, 3]
-    tail = (projection.breakdown.comm("dp_grad").exposed_s + projection.breakdown.optimizer_s
-            + projection.breakdown.comm("dp_param").exposed_s)
-    makespan = max(e.end for e in projection.timeline)
-    for rank in ranks:
-        totals = totals_by_kind(segments, rank)
-        # every rank's bars tile [0, makespan + tail] without overlap
-        assert sum(totals.values()) == pytest.approx(makespan + tail, rel=1e-9)
-        ops = [s for s in segments if s.rank == rank and s.kind == "forward"]
-        assert len(ops) == projection.num_microbatches  # one F per micro-batch (no VPP)
-    # 1F1B: the first stage idles (PP-1) forward slots more than the last before its first backward
-    assert totals_by_kind(segments, 0)["bubble"] > totals_by_kind(segments, 3)["bubble"]
-
-
-@pytest.mark.parametrize(("pp", "vpp"), [(4, 2), (1, None)])
-def test_segments_span_the_step_under_ep_overlap(pp, vpp):
-    """Passes without a partner micro-batch run longer (their EP all-to-all exposed): the Gantt still ends at the
-    step time, from the simulated timeline and from the stage times alone (PP=1 without a timeline)."""
-    from dataclasses import replace
-
-    model = ModelSpec(name="moe", num_layers=8, hidden_size=2048, ffn_hidden_size=5504, num_attention_heads=16,
-                      num_query_groups=4, kv_channels=128, vocab_size=32000, num_experts=16, moe_router_topk=2,
-                      moe_ffn_hidden_size=1024, moe_layer_pattern=(True,) * 8)
-    execution = ExecutionSpec(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
-                              data_parallel_size=16 // pp, expert_model_parallel_size=16 // pp, micro_batch_size=1,
-                              global_batch_size=8 * 16 // pp, seq_length=2048, precision="bf16",
-                              use_distributed_optimizer=True, overlap_moe_expert_parallel_comm=True)
-    p = project(model, execution, load_system("h100", 2), None)
-    assert p.breakdown.comm("ep").exposed_s > 0
-    for q in (p, replace(p, timeline=())) if pp == 1 else (p,):
-        segments = step_segments(q)
-        end = max(s.end_s for s in segments)
-        assert end == pytest.approx(q.step_time_s, rel=1e-9)
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+WINDOW = (1200, 900)
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
 
 
 def test_breakdown_parts_add_up_to_the_step(projection):
@@ -84,96 +37,77 @@ def test_page_is_self_contained(projection):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # no network fetches
     data = json.loads(re.search(r'<script id="report-data" type="application/json">(.*?)</script>', page,
                                 re.S).group(1))
-    assert len(data["timeline"]["segments"]) == len(step_segments(projection))
+    assert len(data["timeline"]["ops"]) == 6 * len(step_ops(projection))
     assert len(data["memory"]["stages"]) == 4
-    assert "tiny.yaml" in page and "a=1" in page
+    assert "tiny.yaml" in page and "a=1" in page and "Idle time per pipeline stage" in page
     verified = render_html(projection, verify={"measured_step_s": 0.125, "projected_step_s": 0.1, "error_pct": -20.0})
     assert "Measured vs projected" in verified and "0.125" in verified and "-20" in verified
 
 
-def _paeth(a: int, b: int, c: int) -> int:
-    p = a + b - c
-    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-    return a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+def _browse(page: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+           *extra, page.as_uri()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=True)
 
 
-def _nonwhite(png: bytes, colour: bytes | None = None) -> tuple[int, int, int]:
-    """(width, height, pixel count) of an 8-bit RGB(A) non-interlaced PNG (PNG spec filters 0-4): pixels
-    that are not white, or exactly ``colour`` (RGB bytes) when given."""
-    pos, idat, width, height, ctype = 8, b"", 0, 0, 2
-    while pos < len(png):
-        (length,) = struct.unpack(">I", png[pos:pos + 4])
-        tag, data = png[pos + 4:pos + 8], png[pos + 8:pos + 8 + length]
-        if tag == b"IHDR":
-            width, height, _, ctype = struct.unpack(">IIBB", data[:10])
-        elif tag == b"IDAT":
-            idat += data
-        pos += 12 + length
-    bpp = 4 if ctype == 6 else 3
-    raw, stride, prev, count = zlib.decompress(idat), width * bpp, bytearray(width * bpp), 0
-    for y in range(height):
-        filt, row = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-        for i in range(stride):
-            a = row[i - bpp] if i >= bpp else 0
-            b, c = prev[i], (prev[i - bpp] if i >= bpp else 0)
-            row[i] = (row[i] + (0, a, b, (a + b) // 2, _paeth(a, b, c))[filt]) & 0xFF
-        pixels = (row[x * bpp:x * bpp + 3] for x in range(width))
-        count += sum(1 for px in pixels if (px == colour if colour else px != b"\xff\xff\xff"))
-        prev = row
-    return width, height, count
+def _svgs(dom: str) -> list[dict[str, str]]:
+    """The attributes of every chart SVG, in page order: overview, detail, breakdown, memory."""
+    return [dict(re.findall(r'([\w-]+)="([^"]*)"', tag)) for tag in re.findall(r"<svg[^>]*>", dom)]
 
 
-def test_png_rasteriser_draws_every_stage(projection):
-    png = rasterise(step_segments(projection), width=400)
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    width, height, painted = _nonwhite(png)
-    assert width == 400 and height > 4 * 22
-    assert painted > 0.5 * 4 * 18 * (400 - 24)  # most of the 4 rows' bar area is coloured
+def _count(png: Path, colour: str) -> tuple[int, int, int]:
+    import matplotlib.image
+    import numpy as np
+
+    image = matplotlib.image.imread(png)[..., :3]
+    rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    return image.shape[1], image.shape[0], int((np.abs(image - rgb).max(axis=-1) < 1.5 / 255).sum())
 
 
-def test_matplotlib_png_when_installed(projection):
-    pytest.importorskip("matplotlib")
-    from primus_ext.report.timeline_png import timeline_png
-
-    png = timeline_png(projection, use_matplotlib=True)
-    _, _, backward = _nonwhite(png, bytes.fromhex(COLORS["backward"][1:]))
-    assert png.startswith(b"\x89PNG") and backward > 100
-
-
-def test_encode_png_roundtrip():
-    rows = [bytearray(b"\xff\xff\xff\x00\x00\x00"), bytearray(b"\x00\x00\x00\xff\xff\xff")]
-    assert _nonwhite(encode_png(2, 2, rows)) == (2, 2, 2)
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
+@needs_chromium
 def test_charts_are_drawn_in_headless_chromium(projection, tmp_path: Path):
     page = tmp_path / "projection.html"
     page.write_text(render_html(projection), encoding="utf-8")
-    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=True).stdout
+    dom = _browse(page, tmp_path, "--dump-dom").stdout
     assert 'data-rendered="yes"' in dom  # the inline script ran to the end
+    overview, detail, breakdown, memory = _svgs(dom)
+    assert int(overview["data-ops"]) == len(step_ops(projection))  # 4 stages x 8 ops, each wide enough
+    assert int(overview["width"]) > 1100  # the chart follows the window's width
     data = report_data(projection)
-    svgs = re.findall(r"<svg[^>]*data-drawn=\"(\d+)\"[^>]*>(.*?)</svg>", dom, re.S)
-    assert len(svgs) == 3
-    (n_timeline, timeline), (n_memory, memory), (n_parts, _) = svgs
-    assert int(n_timeline) == len(data["timeline"]["segments"])
-    assert timeline.count("<rect") == int(n_timeline)
+    assert int(breakdown["data-drawn"]) == sum(1 for p in data["breakdown"] if p["ms"] > 0)
     expected_mem = sum(1 for s in data["memory"]["stages"] for v in s["parts"].values() if v > 0)
-    assert int(n_memory) == expected_mem == memory.count("<rect") and expected_mem >= 4 * 3
-    assert 'class="capacity"' in memory
-    assert int(n_parts) == sum(1 for p in data["breakdown"] if p["ms"] > 0)
+    assert int(memory["data-drawn"]) == expected_mem >= 4 * 3
+    assert all(svg["data-overflow"] == "0" for svg in (overview, detail, breakdown, memory))
+    assert 'class="capacity"' in dom and dom.count('id="timeline-legend"') == 1
+    for legend in ("timeline-legend", "breakdown-legend", "memory-legend"):
+        assert re.search(rf'id="{legend}"><span>', dom), legend  # every chart has its legend
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
-def test_screenshot_has_the_gantt_colours(projection, tmp_path: Path):
-    page = tmp_path / "projection.html"
-    page.write_text(render_html(projection), encoding="utf-8")
-    shot = tmp_path / "shot.png"
-    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
-           "--window-size=1200,900", f"--screenshot={shot}", page.as_uri()]
-    subprocess.run(cmd, capture_output=True, timeout=90, check=True)
-    width, height, backward = _nonwhite(shot.read_bytes(), bytes.fromhex(COLORS["backward"][1:]))
-    assert (width, height) == (1200, 900)
-    # only the script draws in the backward colour: the Gantt bars (4 rows x 18 px) and the memory
-    # bars' activations share it; without the script the count is 0 (21k when drawn at this size)
-    assert backward > 4 * 18 * 100
+@needs_chromium
+@pytest.mark.parametrize(("name", "comm"), [("llama405b", {"tp", "cp", "pp"}), ("deepseek_v3", {"ep", "pp"})])
+def test_production_recipe_is_legible(name, comm, request, tmp_path: Path):
+    """192 x 8 (405B) and 64 x 4 (DeepSeek-V3) micro-batches x chunks: the overview keeps ops apart, the zoomed
+    cycle shows a dozen ops per stage with their labels, every exposed comm kind of the recipe is drawn."""
+    p = request.getfixturevalue(name)
+    page = tmp_path / f"{name}.html"
+    page.write_text(render_html(p), encoding="utf-8")
+    dom = _browse(page, tmp_path, "--dump-dom").stdout
+    overview, detail, *others = _svgs(dom)
+    stages = p.execution.pp
+    # overview: warm-up, 2 steady cycles, cool-down: at least 90 distinct ops per stage, >= 3 px median
+    assert int(overview["data-ops-min"]) >= 90 and float(overview["data-op-px"]) >= 3.0
+    assert int(overview["data-ops"]) / int(overview["width"]) > 0.5  # distinct ops per pixel of width
+    # the zoomed steady-state cycle: >= 6 ops on every stage, tens of pixels each, labelled
+    assert int(detail["data-ops-min"]) >= 6 and float(detail["data-op-px"]) >= 30
+    assert comm <= set(detail["data-comm"].split())
+    assert len(re.findall(r'<text[^>]*class="in"', dom)) >= 6 * stages
+    assert all(svg["data-overflow"] == "0" for svg in (overview, detail, *others))
+    shot = tmp_path / f"{name}.png"
+    _browse(page, tmp_path, f"--screenshot={shot}")
+    width, height, backward = _count(shot, COLORS["backward"])
+    assert (width, height) == WINDOW
+    _, _, forward = _count(shot, COLORS["forward"])
+    kind = "ep" if "ep" in comm else "tp"
+    _, _, comm_px = _count(shot, COLORS[kind])
+    # both charts' rows are mostly ops: F and B cover thousands of pixels, the comm colour hundreds
+    assert backward > 20_000 and forward > 10_000 and comm_px > (5_000 if kind == "ep" else 300)
