@@ -25,11 +25,12 @@ setup(
         "numba>=0.61",  # the batch projection's compiled schedule loop (model/pipeline_batch.py)
         "PyYAML>=6.0",
         "ruamel.yaml>=0.18",
+        "matplotlib>=3.7",  # the report's timeline PNG (report/timeline_png.py)
     ],
     extras_require={
         "gpu": ["transformer-engine[pytorch]>=2.0"],
         "agent": ["litellm==1.110.2", "optuna>=4.0"],
-        "dev": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "xmlschema>=3.0"],
+        "dev": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "xmlschema>=3.0", "jsonschema>=4.18"],
     },
     entry_points={"console_scripts": ["primus-ext=primus_ext.cli:main"]},
 )

@@ -1,80 +1,34 @@
-"""The step timeline as a PNG (for terminals, CI logs and issue comments).
+"""The step timeline as a PNG, drawn with matplotlib (for terminals, CI logs and issue comments).
 
     from primus_ext.report.timeline_png import timeline_png
     Path("timeline.png").write_bytes(timeline_png(projection))
 
-With matplotlib installed (optional, not a requirement) the figure has axis labels and a legend;
-otherwise the PNG is rasterised here and encoded with zlib (one row per pipeline stage, bars in the
-colours of ``report.timeline.COLORS``, a legend strip of colour swatches on top, a tick every
-10 % of the step at the bottom).
+The view is the HTML report's overview (``report.timeline.view_windows``): warm-up, a steady-state
+period and cool-down with the step tail, to one scale, the elided middle of a long steady state shown as
+a break in the time axis. One row per pipeline stage, a colour per op and per exposed communication
+kind (``report.timeline.COLORS``), a legend, the time in one unit (ms or s) on the axis.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import io
-import struct
-import zlib
 from typing import Any
 
-from primus_ext.report.timeline import COLORS, KINDS, Segment, step_segments
+from primus_ext.report.timeline import COLORS, KINDS, LABELS, Segment, step_segments, view_windows
 
-WIDTH_PX = 1200
-ROW_PX = 22
-MARGIN_PX = 12
-LEGEND_PX = 22
-AXIS_PX = 12
-
-
-def _rgb(hex_colour: str) -> tuple[int, int, int]:
-    h = hex_colour.lstrip("#")
-    return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+WIDTH_IN = 13.0
+DPI = 100
+ROW_IN = 0.32
+_BREAK_GAP = 0.03
+"""Space between the panels of a broken axis, as a fraction of the panel width."""
 
 
-def encode_png(width: int, height: int, rows: list[bytearray]) -> bytes:
-    """8-bit RGB PNG (PNG spec, ISO/IEC 15948: signature, IHDR, IDAT with filter byte 0, IEND)."""
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-
-    raw = b"".join(b"\x00" + bytes(r) for r in rows)
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+def _unit(span_s: float) -> tuple[float, str]:
+    return (1.0, "s") if span_s >= 2.0 else (1e3, "ms")
 
 
-def _fill(rows: list[bytearray], x0: int, x1: int, y0: int, y1: int, colour: tuple[int, int, int]) -> None:
-    width = len(rows[0]) // 3
-    x0, x1 = max(0, x0), min(width, max(x1, x0 + 1))
-    run = bytes(colour) * (x1 - x0)
-    for y in range(max(0, y0), min(len(rows), y1)):
-        rows[y][3 * x0:3 * x1] = run
-
-
-def rasterise(segments: list[Segment], *, width: int = WIDTH_PX) -> bytes:
-    """PNG bytes of the Gantt chart drawn from ``segments`` (no text)."""
-    ranks = sorted({s.rank for s in segments}) or [0]
-    total = max((s.end_s for s in segments), default=0.0) or 1.0
-    height = LEGEND_PX + len(ranks) * ROW_PX + AXIS_PX + 2 * MARGIN_PX
-    rows = [bytearray(b"\xff" * (3 * width)) for _ in range(height)]
-    for i, kind in enumerate(KINDS):  # legend swatches
-        x = MARGIN_PX + i * 40
-        _fill(rows, x, x + 28, MARGIN_PX, MARGIN_PX + 12, _rgb(COLORS[kind]))
-    top = MARGIN_PX + LEGEND_PX
-    scale = (width - 2 * MARGIN_PX) / total
-    row_of = {r: i for i, r in enumerate(ranks)}
-    for s in segments:
-        y = top + row_of[s.rank] * ROW_PX
-        _fill(rows, MARGIN_PX + int(s.start_s * scale), MARGIN_PX + round(s.end_s * scale), y + 2,
-              y + ROW_PX - 2, _rgb(COLORS[s.kind]))
-    axis = top + len(ranks) * ROW_PX + 2
-    _fill(rows, MARGIN_PX, width - MARGIN_PX, axis, axis + 1, (120, 120, 120))
-    for tick in range(11):
-        x = MARGIN_PX + int(tick * (width - 2 * MARGIN_PX - 1) / 10)
-        _fill(rows, x, x + 1, axis, axis + 6, (120, 120, 120))
-    return encode_png(width, height, rows)
-
-
-def _matplotlib_png(segments: list[Segment], title: str) -> bytes:
+def timeline_figure(segments: list[Segment], windows: list[tuple[float, float]], title: str) -> Any:
+    """A matplotlib ``Figure`` of ``segments`` over ``windows`` (one panel per window, shared stage axis)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,31 +36,48 @@ def _matplotlib_png(segments: list[Segment], title: str) -> bytes:
     from matplotlib.patches import Patch
 
     ranks = sorted({s.rank for s in segments}) or [0]
-    fig, ax = plt.subplots(figsize=(12, 0.45 * len(ranks) + 2.2), dpi=100)
-    for kind in KINDS:
-        for rank in ranks:
-            bars = [(s.start_s * 1e3, s.duration_s * 1e3) for s in segments if s.kind == kind and s.rank == rank]
-            if bars:
-                ax.broken_barh(bars, (rank - 0.4, 0.8), facecolors=COLORS[kind])
-    ax.set_yticks(ranks, [f"stage {r}" for r in ranks])
-    ax.invert_yaxis()
-    ax.set_xlabel("ms")
-    ax.set_title(title)
-    fig.legend(handles=[Patch(color=COLORS[k], label=k) for k in KINDS], ncol=len(KINDS), loc="lower center",
-               frameon=False)
-    fig.tight_layout(rect=(0, 0.55 / fig.get_figheight(), 1, 1))  # ~0.55 inch at the bottom for the legend
+    span = sum(b - a for a, b in windows) or 1.0
+    factor, unit = _unit(span)
+    height = ROW_IN * len(ranks) + 1.9
+    fig, axes = plt.subplots(1, len(windows), sharey=True, squeeze=False, figsize=(WIDTH_IN, height), dpi=DPI,
+                             gridspec_kw={"width_ratios": [b - a for a, b in windows], "wspace": _BREAK_GAP})
+    present = set()
+    for ax, (lo, hi) in zip(axes[0], windows, strict=True):
+        for kind in KINDS:
+            for rank in ranks:
+                bars = [(max(s.start_s, lo) * factor, (min(s.end_s, hi) - max(s.start_s, lo)) * factor)
+                        for s in segments if s.kind == kind and s.rank == rank and s.end_s > lo and s.start_s < hi]
+                if bars:
+                    present.add(kind)
+                    ax.broken_barh(bars, (rank - 0.42, 0.84), facecolors=COLORS[kind], linewidth=0)
+        ax.set_xlim(lo * factor, hi * factor)
+        ax.set_xlabel(f"time in the step ({unit})")
+    for left, right in zip(axes[0][:-1], axes[0][1:], strict=True):  # the break: // marks, no spine between
+        left.spines["right"].set_visible(False)
+        right.spines["left"].set_visible(False)
+        right.tick_params(left=False)
+        for ax, x in ((left, 1.0), (right, 0.0)):
+            ax.plot([x - 0.01, x + 0.01], [-0.02, 0.02], transform=ax.transAxes, color="k", clip_on=False, lw=1)
+    axes[0][0].set_yticks(ranks, [f"stage {r}" for r in ranks])
+    axes[0][0].set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)
+    elided = f" (steady state between the panels elided: {windows[1][0] - windows[0][1]:,.2f} s)" \
+        if len(windows) > 1 else ""
+    fig.suptitle(title + elided, fontsize=11)
+    kinds = [k for k in KINDS if k in present]
+    fig.legend(handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds], ncol=min(len(kinds), 7),
+               loc="lower center", frameon=False, fontsize=9)
+    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / height, bottom=1.25 / height)
+    return fig
+
+
+def timeline_png(projection: Any) -> bytes:
+    """PNG bytes of one step's timeline (see the module docstring)."""
+    import matplotlib.pyplot as plt
+
+    segments = step_segments(projection)
+    title = f"{projection.model.name}: one step on {projection.system.world_size} x {projection.system.gpu.name}"
+    fig = timeline_figure(segments, view_windows(projection, segments), title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
-
-
-def timeline_png(projection: Any, *, use_matplotlib: bool | None = None) -> bytes:
-    """PNG bytes of one step's timeline; matplotlib when importable (or when asked), else rasterised here."""
-    segments = step_segments(projection)
-    if use_matplotlib is None:
-        use_matplotlib = importlib.util.find_spec("matplotlib") is not None
-    if use_matplotlib:
-        title = f"{projection.model.name}: one step on {projection.system.world_size} x {projection.system.gpu.name}"
-        return _matplotlib_png(segments, title)
-    return rasterise(segments)
