@@ -44,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--analytic", action="store_true", help="same as --compute analytic")
     parser.add_argument("--memory-only", action="store_true", help="print the memory estimate only")
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
+    parser.add_argument("--trace", metavar="FILE",
+                        help="write the simulated step as a Chrome trace (JSON; open in ui.perfetto.dev)")
     parser.add_argument("--json", nargs="?", const="-", metavar="OUT",
                         help="print JSON instead of tables (to OUT when given, else stdout)")
     parser.set_defaults(func=run)
@@ -144,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
 
     costs = _costs(args, recipe)
     projection = project(model, execution, system, costs)
+    if args.trace:
+        from primus_ext.report.trace import write_trace
+
+        write_trace(projection, args.trace)
     if args.json:
         doc = {**projection_to_dict(projection, timeline=args.timeline), **_recipe_fields(recipe)}
         _emit(json.dumps(doc, indent=2, default=str), args.json)
