@@ -4,6 +4,7 @@
     primus-ext project recipes/deepseek_v3-pretrain.yaml --cluster h100 --nodes 128 --analytic
     primus-ext project recipes/llama3.1_70B-pretrain.yaml tensor_model_parallel_size=8 --store timings.sqlite
     primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json out.json      # JSON document to a file
+    primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json -             # to stdout, nothing else there
     primus-ext project recipes/qwen3_30B_A3B-pretrain.yaml --memory-only
 
 Layer costs (``--compute``): ``store`` (default) reads the timing store (``--store FILE``, or the default
@@ -11,13 +12,13 @@ store when it exists); ``measured`` first measures what the store lacks on this 
 on CPU, ``--scale``; only for a target of this machine's own device unless ``--accept-scaled``: a CPU-sized
 entry then stands in for its full-size shape, labelled ``measured:cpu@scale=...``); ``analytic`` uses the
 roofline only. Layer kinds the store lacks fall back to the roofline. The report says which source each
-layer kind used. Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory.
+layer kind used. Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory (``--memory-only``
+too). The JSON follows the one result schema (``primus_ext.results``: kinds ``projection`` and ``memory``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -46,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the simulated step as a Chrome trace (JSON; open in ui.perfetto.dev)")
-    parser.add_argument("--json", nargs="?", const="-", metavar="OUT",
-                        help="print JSON instead of tables (to OUT when given, else stdout)")
+    parser.add_argument("--json", metavar="OUT",
+                        help="write the result as JSON instead of tables to OUT ('-': stdout, the JSON only)")
     parser.set_defaults(func=run)
 
 
@@ -104,34 +105,22 @@ def _same_device_or_accepted(device: Any, recipe: Any, accept: bool) -> None:
           "source in the output says so", file=sys.stderr)
 
 
-def _recipe_fields(recipe: Any) -> dict[str, Any]:
-    """What the JSON says of the recipe: its file, the preset files read, the Primus root, the warnings."""
-    return {"recipe": recipe.source, "preset_files": list(recipe.preset_files), "config_root": recipe.config_root,
-            "warnings": list(recipe.warnings)}
-
-
-def _emit(text: str, out: str | None) -> None:
-    if out in (None, "-"):
-        print(text)
-        return
-    with open(out, "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
-    print(f"wrote {out}", file=sys.stderr)
-
-
 def run(args: argparse.Namespace) -> int:
     from primus_ext.recipe import load_recipe
+    from primus_ext.results import check_json_out, emit_json
 
+    check_json_out(args.json)
     recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
                          config_roots=args.config_root)
     model, execution, system = recipe.model, recipe.execution, recipe.system
     if args.memory_only:
         from primus_ext.model.memory import estimate_memory
-        from primus_ext.report.memory_table import format_memory_table, memory_to_dict
+        from primus_ext.report.memory_table import format_memory_table
+        from primus_ext.results.projection import memory_document
 
         memory = estimate_memory(model, execution, system)
         if args.json:
-            _emit(json.dumps({**memory_to_dict(memory), **_recipe_fields(recipe)}, indent=2, default=str), args.json)
+            emit_json(memory_document(memory, recipe=recipe), args.json)
         else:
             from primus_ext.cli.recipe import presets_line
 
@@ -142,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         return _exit_code(memory)
 
     from primus_ext.projection import project
-    from primus_ext.report.projection_table import format_projection, projection_to_dict
+    from primus_ext.report.projection_table import format_projection
+    from primus_ext.results.projection import projection_document
 
     costs = _costs(args, recipe)
     projection = project(model, execution, system, costs)
@@ -151,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
         write_trace(projection, args.trace)
     if args.json:
-        doc = {**projection_to_dict(projection, timeline=args.timeline), **_recipe_fields(recipe)}
-        _emit(json.dumps(doc, indent=2, default=str), args.json)
+        emit_json(projection_document(projection, recipe=recipe, timeline=args.timeline), args.json)
     else:
         from primus_ext.cli.recipe import presets_line
 

@@ -153,16 +153,12 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
                   verify: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """projection.json, projection.html and projection_timeline.png into ``out_dir``."""
     from primus_ext.report.html import ReportInputs, render_html
-    from primus_ext.report.projection_table import projection_to_dict
     from primus_ext.report.timeline_png import timeline_png
+    from primus_ext.results.projection import projection_document, verify_fields
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    doc = projection_to_dict(projection)
-    doc["recipe"] = getattr(recipe, "source", None)
-    doc["overrides"] = list(overrides)
-    doc["fits"] = projection.memory.fits if projection.memory is not None else None
-    if verify:
-        doc["verify"] = dict(verify)
+    doc = projection_document(projection, recipe=recipe, overrides=list(overrides),
+                              **({"verify": verify_fields(verify)} if verify else {}))
     files = {"json": out_dir / "projection.json", "html": html_path or out_dir / "projection.html",
              "png": out_dir / "projection_timeline.png"}
     files["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

@@ -91,8 +91,6 @@ class StageTime:
     """Trained parameters of this rank outside / inside the expert-parallel groups (all of them, but under LoRA
     only the adapters): what the gradient reduction and the optimizer handle."""
     expert_params: int = 0
-    memory_bytes: int | None = None
-    """Peak memory of this rank from the memory model (``None`` when not estimated)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,13 +21,13 @@ def test_text_report(capsys):
 
 
 def test_json_document(capsys, tmp_path):
-    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 3
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json", "-"]) == 3
     doc = json.loads(capsys.readouterr().out)
-    for key in ("tokens_per_sec_per_gpu", "step_time_ms", "tflops_per_gpu", "mfu", "breakdown", "memory", "sources"):
+    for key in ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu", "breakdown", "memory", "sources"):
         assert key in doc
-    assert doc["sources"]["dense"] == "analytic"
+    assert doc["kind"] == "projection" and doc["sources"]["dense"] == "analytic"
     tokens = doc["inputs"]["execution"]["global_batch_size"] * doc["inputs"]["execution"]["seq_length"]
-    assert doc["tokens_per_sec_per_gpu"] * doc["step_time_ms"] / 1e3 * 16 == pytest.approx(tokens)
+    assert doc["tokens_per_s_per_gpu"] * doc["step_time_s"] * 16 == pytest.approx(tokens)
     out = tmp_path / "p.json"
     assert main(["project", RECIPE, "tensor_model_parallel_size=2", "--analytic", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["inputs"]["execution"]["tensor_model_parallel_size"] == 2
@@ -42,10 +42,18 @@ def test_bad_recipe_exits_2(capsys, tmp_path):
 
 def test_memory_block_and_memory_only(capsys):
     pytest.importorskip("primus_ext.model.memory")
-    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json"]) == 3
-    memory = json.loads(capsys.readouterr().out)["memory"]
-    assert isinstance(memory["fits"], bool) and memory["peak_gib"] > 0 and memory["capacity_gib"] > 70
-    assert len(memory["per_stage"]) == 1
+    assert main(["project", RECIPE, "--analytic", "--cluster", "h100", "--nodes", "2", "--json", "-"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    memory = doc["memory"]
+    assert isinstance(memory["fits"], bool) and memory["peak_memory_gib"] > 0 and memory["capacity_gib"] > 70
+    assert len(memory["stages"]) == 1 and memory["verdict"] == "out of memory"
+    stage = memory["stages"][0]
+    parts = sum(stage[f"{p}_gib"] for p in ("params", "grads", "optimizer", "activations", "other"))
+    assert parts == pytest.approx(stage["peak_memory_gib"], abs=0.01)
+    assert doc["stages"][0]["peak_memory_gib"] == stage["peak_memory_gib"]  # each pipeline stage's peak, filled
+    assert main(["project", RECIPE, "--memory-only", "--cluster", "h100", "--nodes", "2", "--json", "-"]) == 3
+    only = json.loads(capsys.readouterr().out)
+    assert only["kind"] == "memory" and only["memory"] == memory
     pytest.importorskip("primus_ext.report.memory_table")
     assert main(["project", RECIPE, "--memory-only", "--cluster", "h100"]) == 3  # the gate's codes
     assert capsys.readouterr().out.strip()
@@ -60,3 +68,15 @@ def test_missing_store_is_an_error_not_a_new_empty_file(tmp_path, capsys):
     for argv in (["project", recipe, "--store", str(store)], ["tune", recipe, "--store", str(store), "--budget", "2"]):
         assert main(argv) == 2 and "no such file" in capsys.readouterr().err
     assert not store.exists()
+
+
+def test_json_takes_an_output_and_never_a_recipe(capsys, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(Path(RECIPE).read_text())
+    before = recipe.read_text()
+    assert main(["project", RECIPE, "--analytic", "--json", str(recipe)]) == 2  # the old `--json recipe.yaml` trap
+    assert "--json takes the file the JSON is written to" in capsys.readouterr().err
+    assert recipe.read_text() == before
+    with pytest.raises(SystemExit) as exit_:  # a bare --json: argparse names the missing output (exit 2)
+        main(["project", RECIPE, "--analytic", "--json"])
+    assert exit_.value.code == 2 and "--json" in capsys.readouterr().err

@@ -77,7 +77,7 @@ def test_exit_3_when_projected_out_of_memory(tmp_path: Path, capsys):
     assert _project(tmp_path, _recipe(tmp_path, HUGE)) == 3
     assert "out of memory: pipeline stage 0" in capsys.readouterr().err
     doc = json.loads((tmp_path / "ws" / "projection.json").read_text())
-    assert doc["fits"] is False and doc["memory"]["peak_gib"] > 138e9 / 2**30
+    assert doc["fits"] is False and doc["memory"]["peak_memory_gib"] > 138e9 / 2**30
 
 
 def test_overrides_turn_the_oom_into_a_fit(tmp_path: Path):
@@ -88,7 +88,7 @@ def test_overrides_turn_the_oom_into_a_fit(tmp_path: Path):
                  "--analytic", "--workspace", str(tmp_path / "ws")])
     assert code == 0
     doc = json.loads((tmp_path / "ws" / "projection.json").read_text())
-    assert doc["fits"] is True and 2.2e9 * 18 / 2**30 < doc["memory"]["peak_gib"] < 80
+    assert doc["fits"] is True and 2.2e9 * 18 / 2**30 < doc["memory"]["peak_memory_gib"] < 80
 
 
 def test_primus_recipe_reports_into_its_experiment_directory(tmp_path: Path, monkeypatch):
@@ -170,7 +170,7 @@ def test_auto_tune_writes_a_tuned_copy_and_projects_it(tmp_path: Path, capsys):
     assert tuned_file.exists() and recipe.read_text() == TINY  # the original is untouched without --apply
     tuned = json.loads((tmp_path / "tuned" / "projection.json").read_text())
     assert tuned["recipe"] == str(tuned_file)
-    assert tuned["tokens_per_sec_per_gpu"] >= baseline["tokens_per_sec_per_gpu"]
+    assert tuned["tokens_per_s_per_gpu"] >= baseline["tokens_per_s_per_gpu"]
 
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
@@ -181,7 +181,7 @@ def test_every_shipped_recipe_projects(recipe: Path, tmp_path: Path, capsys):
     code = main(["train", "--config", str(recipe), "--projection-only", "--analytic", "--workspace", str(tmp_path)])
     doc = json.loads((tmp_path / "projection.json").read_text())
     assert code == (0 if doc["fits"] else 3)  # 3 exactly when the memory model says it does not fit
-    assert doc["tokens_per_sec_per_gpu"] > 0 and doc["recipe"] == str(recipe)
+    assert doc["tokens_per_s_per_gpu"] > 0 and doc["recipe"] == str(recipe)
     assert "tokens/s/GPU" in capsys.readouterr().out
 
 

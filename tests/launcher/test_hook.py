@@ -60,7 +60,7 @@ def test_projection_only_short_circuits_before_distributed_init(tmp_path: Path):
     assert doc["inputs"]["model"]["hidden_size"] == 1024 and doc["inputs"]["model"]["num_query_groups"] == 4
     assert doc["inputs"]["execution"]["tensor_model_parallel_size"] == 2
     assert doc["inputs"]["system"]["world_size"] == 8 and doc["inputs"]["execution"]["data_parallel_size"] == 4
-    assert doc["step_time_ms"] > 0 and doc["fits"] is True
+    assert doc["step_time_s"] > 0 and doc["fits"] is True
     assert (tmp_path / "projection.html").stat().st_size > 1000
     assert (tmp_path / "projection_timeline.png").read_bytes().startswith(b"\x89PNG")
     assert "tokens/s/GPU" in out
@@ -95,7 +95,7 @@ def test_projected_oom_exits_3(tmp_path: Path):
     assert code == EXIT_OOM
     assert "out of memory: pipeline stage 0" in out
     doc = json.loads((tmp_path / "projection.json").read_text())
-    assert doc["fits"] is False and doc["memory"]["peak_gib"] > 138e9 / 2**30
+    assert doc["fits"] is False and doc["memory"]["peak_memory_gib"] > 138e9 / 2**30
 
 
 def test_inner_provider_is_chained(tmp_path: Path):

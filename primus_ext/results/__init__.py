@@ -1,0 +1,84 @@
+"""One result schema for every command's JSON: ``project``, ``project --memory-only``, ``tune``, ``ci`` and its
+baseline file, ``train --verify`` and ``validate`` (incl. ``--calibrate-from``).
+
+    primus-ext project recipes/llama3.1_8B-pretrain.yaml --json - | jq .tokens_per_s_per_gpu
+    primus-ext tune recipes/llama3.1_8B-pretrain.yaml --json - | jq .best.tokens_per_s_per_gpu
+
+    from primus_ext.results import SCHEMA_VERSION, emit_json
+    from primus_ext.results.schema import SCHEMA        # JSON Schema (draft 2020-12) of every document
+
+Every document carries ``schema_version`` and ``kind`` (``KINDS``). The same figure has the same name and
+unit everywhere, the unit in the name: ``step_time_s``, ``tokens_per_s_per_gpu``, ``tflops_per_gpu``,
+``peak_memory_gib``, ``capacity_gib``; a ratio is a fraction (``mfu``, ``gain``, ``margin``) unless its name
+ends in ``_pct``. ``--json -`` writes the document, and nothing else, to stdout (``emit_json``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from primus_ext.errors import Problem, RecipeError
+
+SCHEMA_VERSION = 1
+"""Raised when a field is renamed, removed or changes its unit (added fields keep the version)."""
+
+KINDS = ("projection", "memory", "tune", "ci", "baseline", "verify", "validation")
+"""What a document is: ``project``, ``project --memory-only``, ``tune``, ``ci``, the ``ci`` baseline file,
+``train --verify`` (verify.json), ``validate`` (with ``--calibrate-from``: its ``calibrated_from_user_run``)."""
+
+GIB = 1024**3
+
+
+def gib(value: float | None) -> float | None:
+    """Bytes -> GiB, to the MiB (what the documents say of memory)."""
+    return None if value is None else round(float(value) / GIB, 3)
+
+
+def document(kind: str, **fields: Any) -> dict[str, Any]:
+    """A top-level document: ``schema_version``, ``kind``, then ``fields``."""
+    assert kind in KINDS, kind
+    return {"schema_version": SCHEMA_VERSION, "kind": kind, **fields}
+
+
+def check_json_out(out: str | None, flag: str = "--json") -> None:
+    """Refuse an output path that looks like a recipe (``--json recipe.yaml`` would overwrite it): exit 2."""
+    if out and out != "-" and out.lower().endswith((".yaml", ".yml")):
+        raise RecipeError(problems=[Problem(
+            path=flag, value=out,
+            message=f"{flag} takes the file the JSON is written to, and {out} is a YAML path (a recipe?): "
+                    "nothing was written",
+            fix=f"write the recipe before the options and give {flag} an output: `{flag} -` for stdout or "
+                f"`{flag} result.json`")])
+
+
+def _plain(value: Any) -> Any:
+    """What ``json`` cannot write itself: a numpy scalar as its number, anything else (a path) as text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+@contextlib.contextmanager
+def tables_to_stderr(out: str | None) -> Iterator[None]:
+    """With ``--json -`` what a command prints for people goes to stderr, so stdout carries the JSON only."""
+    if out != "-":
+        yield
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def emit_json(doc: Any, out: str | None) -> None:
+    """Write ``doc`` as JSON to ``out``: ``-`` is stdout (the JSON only), else a file (said on stderr)."""
+    if out is None:
+        return
+    text = json.dumps(doc, indent=2, default=_plain)
+    if out == "-":
+        print(text)
+        return
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+    print(f"wrote {out}", file=sys.stderr)

@@ -1,0 +1,146 @@
+"""Projection, memory and verification results as schema documents (``primus_ext.results.schema``).
+
+    from primus_ext.results.projection import memory_document, projection_document
+    projection_document(projection, recipe=recipe)   # primus-ext project RECIPE --json -
+    memory_document(memory, recipe=recipe)           # primus-ext project RECIPE --memory-only --json -
+
+The memory block is the same in both (``doc["memory"]["peak_memory_gib"]``), each pipeline stage with its
+parts (parameters, gradients, optimizer state, activations, other) in GiB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from primus_ext.results import document, gib
+
+BAND_WHAT = ("tokens_per_s_per_gpu with every efficiency +-10 % and the measurement spread: a sensitivity band, "
+             "not a confidence interval")
+PARTS = ("params", "grads", "optimizer", "activations", "other")
+"""A stage's memory parts (``<part>_gib``); they add up to its ``peak_memory_gib``."""
+
+
+def _target(system: Any) -> dict[str, Any]:
+    return {"cluster": system.name, "gpu": system.gpu.name, "nodes": system.num_nodes,
+            "world_size": system.world_size}
+
+
+def recipe_fields(recipe: Any) -> dict[str, Any]:
+    """What a document says of the recipe: its file, the preset files read, the Primus root, the warnings."""
+    source, root = getattr(recipe, "source", None), getattr(recipe, "config_root", None)
+    return {"recipe": None if source is None else str(source),
+            "preset_files": [str(p) for p in getattr(recipe, "preset_files", ()) or ()],
+            "config_root": None if root is None else str(root),
+            "warnings": [str(w) for w in getattr(recipe, "warnings", ()) or ()]}
+
+
+def stage_memory(stage: Any) -> dict[str, Any]:
+    """One pipeline stage's peak and its parts (GiB); ``detail_gib`` the named parts behind them."""
+    out: dict[str, Any] = {"rank": int(stage.rank), "peak_memory_gib": gib(stage.total_bytes)}
+    out.update({f"{part}_gib": gib(getattr(stage, f"{part}_bytes")) for part in PARTS})
+    out["microbatches_in_flight"] = round(float(stage.microbatches_in_flight), 3)
+    out["detail_gib"] = {k: gib(v) for k, v in stage.detail.items() if not k.endswith("count")}
+    out["counts"] = {k: int(v) for k, v in stage.detail.items() if k.endswith("count")}
+    return out
+
+
+def memory_block(memory: Any) -> dict[str, Any] | None:
+    """The ``memory`` block: peak, capacity, headroom, verdict and every stage with its parts."""
+    if memory is None:
+        return None
+    from primus_ext.model.memory import margin_verdict
+
+    return {
+        "peak_memory_gib": gib(memory.peak_bytes),
+        "capacity_gib": gib(memory.capacity_bytes),
+        "headroom_gib": gib(memory.headroom_bytes),
+        "fits": bool(memory.fits),
+        "verdict": margin_verdict(memory.peak_bytes, memory.capacity_bytes),
+        "margin": float(memory.margin),
+        "peak_stage": int(memory.peak_stage.rank),
+        "activations_source": memory.source,
+        "stages": [stage_memory(s) for s in memory.stages],
+    }
+
+
+def memory_document(memory: Any, *, recipe: Any = None, system: Any = None, model: str = "") -> dict[str, Any]:
+    """``project --memory-only --json``."""
+    system = system if system is not None else recipe.system
+    name = model or (recipe.model.name if recipe is not None else "")
+    return document("memory", model=name, **_target(system), fits=bool(memory.fits), memory=memory_block(memory),
+                    **recipe_fields(recipe))
+
+
+def band(low_high: tuple[float, float] | None) -> dict[str, Any] | None:
+    return None if low_high is None else {"low": low_high[0], "high": low_high[1], "what": BAND_WHAT}
+
+
+def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
+    """The projection's figures, breakdown, stages, memory, sources and inputs (no document header)."""
+    b = p.breakdown
+    peaks = {s.rank: gib(s.total_bytes) for s in (p.memory.stages if p.memory is not None else ())}
+    stages = []
+    for s in p.stages:
+        stage = dataclasses.asdict(s)
+        stage["fwd_s"], stage["bwd_s"] = list(s.fwd_s), list(s.bwd_s)
+        stage["peak_memory_gib"] = peaks.get(s.rank)
+        stages.append(stage)
+    fields: dict[str, Any] = {
+        "model": p.model.name,
+        **_target(p.system),
+        "step_time_s": p.step_time_s,
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "tflops_per_gpu": p.model_tflops_per_gpu,
+        "mfu": p.mfu,
+        "band": band(p.band),
+        "num_microbatches": p.num_microbatches,
+        "fits": None if p.memory is None else bool(p.memory.fits),
+        "breakdown": {
+            "compute_s": b.compute_s, "recompute_s": b.recompute_s, "overhead_s": b.overhead_s,
+            "bubble_s": b.bubble_s, "optimizer_s": b.optimizer_s,
+            "comm": {c.kind: {"total_s": c.total_s, "exposed_s": c.exposed_s,
+                              "exposed_fraction": c.exposed_fraction, "group": c.group} for c in b.comms},
+        },
+        "stages": stages,
+        "memory": memory_block(p.memory),
+        "sources": dict(p.sources),
+        "notes": list(p.notes),
+        "inputs": {
+            "model": dataclasses.asdict(p.model),
+            "execution": dataclasses.asdict(p.execution),
+            "system": {"name": p.system.name, "gpu": p.system.gpu.name, "num_nodes": p.system.num_nodes,
+                       "world_size": p.system.world_size,
+                       "efficiency": dataclasses.asdict(p.system.gpu.efficiency)},
+        },
+    }
+    if timeline:
+        fields["timeline"] = [dataclasses.asdict(e) for e in p.timeline]
+    return fields
+
+
+def projection_document(p: Any, *, recipe: Any = None, timeline: bool = False, **extra: Any) -> dict[str, Any]:
+    """``project --json`` and the launcher's projection.json (``extra``: e.g. ``overrides``, ``verify``)."""
+    return document("projection", **projection_fields(p, timeline=timeline), **recipe_fields(recipe), **extra)
+
+
+def verify_fields(v: Mapping[str, Any]) -> dict[str, Any]:
+    """A short run's measured vs projected figures (``short_run.VerifyResult.as_dict()``) in the schema's names."""
+    return {
+        "measured": {"step_time_s": v["measured_step_s"], "tokens_per_s_per_gpu": v["measured_tokens_per_s_per_gpu"],
+                     "spread": v["measured_spread"], "steps": v["measured_steps"],
+                     "collective_s": v.get("measured_collective_s"), "skew_s": v.get("measured_skew_s")},
+        "projected": {"step_time_s": v["projected_step_s"],
+                      "tokens_per_s_per_gpu": v["projected_tokens_per_s_per_gpu"],
+                      "exposed_comm_s": v.get("projected_exposed_comm_s")},
+        "error_pct": v["error_pct"],
+        "world_size": v["world_size"], "layout": v["layout"], "schedule": v["schedule"], "device": v["device"],
+        "fabric": v["fabric"],
+    }
+
+
+def verify_document(v: Mapping[str, Any], *, training: Mapping[str, Any] | None = None,
+                    recipe: Any = None) -> dict[str, Any]:
+    """``train --train-iters N --verify``: verify.json (``training``: the run's own record)."""
+    return document("verify", **verify_fields(v), training=dict(training or {}), **recipe_fields(recipe))

@@ -1,0 +1,162 @@
+"""The JSON Schema (draft 2020-12) every command's JSON document follows; one ``kind`` per command.
+
+    import jsonschema                                   # a test dependency ('.[dev]'), not a runtime one
+    from primus_ext.results.schema import SCHEMA
+    jsonschema.validate(json.load(open("projection.json")), SCHEMA)
+
+``$defs`` hold what the kinds share: ``figures`` (``step_time_s``, ``tokens_per_s_per_gpu``, ``tflops_per_gpu``,
+``mfu`` as a fraction), ``band`` (``low``, ``high``, ``what``), ``memory`` (peak, capacity, headroom, verdict and
+each pipeline stage with its parts in GiB), ``trial`` (one configuration a search tried) and ``ci_figures``.
+Documents and the objects whose names are the contract refuse unknown keys, so a renamed field fails the test
+(``tests/results/test_schema.py``) instead of drifting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from primus_ext.results import KINDS, SCHEMA_VERSION
+
+NUM: dict[str, Any] = {"type": "number"}
+NONNEG: dict[str, Any] = {"type": "number", "minimum": 0}
+FRACTION: dict[str, Any] = {"type": "number", "minimum": 0, "maximum": 1}
+STR: dict[str, Any] = {"type": "string"}
+INT: dict[str, Any] = {"type": "integer"}
+BOOL: dict[str, Any] = {"type": "boolean"}
+
+
+def _null(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def _closed(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """An object with exactly these keys (all required unless ``required`` names a subset)."""
+    return {"type": "object", "properties": properties, "required": list(properties) if required is None
+            else required, "additionalProperties": False}
+
+
+FIGURES = {"step_time_s": NONNEG, "tokens_per_s_per_gpu": NONNEG, "tflops_per_gpu": NONNEG, "mfu": FRACTION}
+TARGET = {"model": STR, "cluster": STR, "gpu": STR, "nodes": INT, "world_size": INT}
+RECIPE = {"recipe": _null(STR), "preset_files": {"type": "array", "items": STR}, "config_root": _null(STR),
+          "warnings": {"type": "array", "items": STR}}
+HEADER = {"schema_version": {"const": SCHEMA_VERSION}, "kind": {"enum": list(KINDS)}}
+PARTS = {f"{part}_gib": NUM for part in ("params", "grads", "optimizer", "activations", "other")}
+
+STAGE_MEMORY = _closed({
+    "rank": INT, "peak_memory_gib": NONNEG, **PARTS, "microbatches_in_flight": NONNEG,
+    "detail_gib": {"type": "object", "additionalProperties": NUM},
+    "counts": {"type": "object", "additionalProperties": INT},
+})
+MEMORY = _closed({
+    "peak_memory_gib": NONNEG, "capacity_gib": NONNEG, "headroom_gib": NUM, "fits": BOOL,
+    "verdict": {"enum": ["fits", "over the margin", "out of memory"]}, "margin": FRACTION, "peak_stage": INT,
+    "activations_source": STR, "stages": {"type": "array", "items": _ref("stage_memory"), "minItems": 1},
+})
+BAND = _closed({"low": NONNEG, "high": NONNEG, "what": STR})
+COMM = _closed({"total_s": NONNEG, "exposed_s": NONNEG, "exposed_fraction": FRACTION, "group": STR})
+BREAKDOWN = _closed({
+    "compute_s": NONNEG, "recompute_s": NONNEG, "overhead_s": NONNEG, "bubble_s": NONNEG, "optimizer_s": NONNEG,
+    "comm": {"type": "object", "additionalProperties": _ref("comm")},
+})
+SECONDS_LIST = {"type": "array", "items": NONNEG}
+STAGE_TIME = _closed({
+    "rank": INT, "layers": INT, "fwd_s": SECONDS_LIST, "bwd_s": SECONDS_LIST, "busy_s": NONNEG, "finish_s": NONNEG,
+    "embedding": BOOL, "output": BOOL, "dense_params": INT, "expert_params": INT, "peak_memory_gib": _null(NONNEG),
+})
+VERIFY = {
+    "measured": _closed({"step_time_s": NONNEG, "tokens_per_s_per_gpu": NONNEG, "spread": NONNEG, "steps": INT,
+                         "collective_s": _null(NONNEG), "skew_s": _null(NONNEG)}),
+    "projected": _closed({"step_time_s": NONNEG, "tokens_per_s_per_gpu": NONNEG, "exposed_comm_s": _null(NONNEG)}),
+    "error_pct": NUM, "world_size": INT, "layout": STR, "schedule": STR, "device": STR, "fabric": STR,
+}
+PROJECTION = {
+    **TARGET, **FIGURES, "band": _null(_ref("band")), "num_microbatches": INT, "fits": _null(BOOL),
+    "breakdown": _ref("breakdown"), "stages": {"type": "array", "items": _ref("stage_time"), "minItems": 1},
+    "memory": _null(_ref("memory")), "sources": {"type": "object", "additionalProperties": STR},
+    "notes": {"type": "array", "items": STR}, "inputs": {"type": "object"},
+}
+TRIAL = _closed({
+    "config": {"type": "object"}, "status": {"enum": ["projected", "oom", "illegal"]}, "origin": STR,
+    "step_time_s": _null(NONNEG), "tokens_per_s_per_gpu": _null(NONNEG), "mfu": _null(FRACTION),
+    "breakdown": _null({"type": "object", "additionalProperties": NUM}),
+    "sources": _null({"type": "object", "additionalProperties": STR}),
+    "peak_memory_gib": _null(NONNEG), "capacity_gib": _null(NONNEG), "peak_stage": _null(INT),
+    "problems": {"type": "array", "items": {"type": "object", "required": ["path", "message"]}},
+})
+CI_FIGURES = {**{k: _null(v) for k, v in FIGURES.items()}, "peak_memory_gib": _null(NONNEG),
+              "cost_source": STR}
+CI_ENTRY = _closed({
+    "name": STR, "status": {"enum": ["pass", "improved", "regression", "drift", "error"]}, "message": STR,
+    **CI_FIGURES, "fits": _null(BOOL), "baseline": _null(_ref("baseline_entry")),
+    "throughput_delta_pct": _null(NUM), "memory_delta_gib": _null(NUM), "measured_error_pct": _null(NUM),
+    "wall_s": NONNEG,
+})
+BASELINE_ENTRY = {"type": "object", "properties": CI_FIGURES,
+                  "required": ["tokens_per_s_per_gpu", "peak_memory_gib", "step_time_s"],
+                  "additionalProperties": False}
+VALIDATION_ROW = {"type": "object", "required": ["measured_tokens_per_s_per_gpu", "projected_tokens_per_s_per_gpu",
+                                                 "error_pct"],
+                  "properties": {"measured_tokens_per_s_per_gpu": _null(NUM),
+                                 "projected_tokens_per_s_per_gpu": _null(NUM), "error_pct": _null(NUM)}}
+VALIDATION_REPORT = {"type": "object", "required": ["rows", "summary"],
+                     "properties": {"rows": {"type": "array", "items": _ref("validation_row")},
+                                    "summary": {"type": "object"}}}
+
+
+def _kind(kind: str, properties: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The schema of one kind: the header, ``properties`` (all required but ``optional``), nothing else."""
+    props = {**HEADER, **properties, "kind": {"const": kind}}
+    return {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+            "then": {"type": "object", "properties": props, "additionalProperties": False,
+                     "required": [k for k in props if k not in optional]}}
+
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": f"https://primus-ext/results/v{SCHEMA_VERSION}.json",
+    "title": "primus-ext result document",
+    "type": "object",
+    "required": ["schema_version", "kind"],
+    "properties": HEADER,
+    "$defs": {"stage_memory": STAGE_MEMORY, "memory": MEMORY, "band": BAND, "comm": COMM, "breakdown": BREAKDOWN,
+              "stage_time": STAGE_TIME, "trial": TRIAL, "ci_entry": CI_ENTRY, "baseline_entry": BASELINE_ENTRY,
+              "validation_row": VALIDATION_ROW, "validation_report": VALIDATION_REPORT,
+              "verify": _closed(VERIFY)},
+    "allOf": [
+        _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
+                             "verify": _ref("verify"), "timeline": {"type": "array"}},
+              optional=("overrides", "verify", "timeline")),
+        _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}),
+        _kind("tune", {
+            **TARGET, "strategy": STR, "margin": _null(FRACTION), "best": _null(_ref("trial")),
+            "baseline": _null(_ref("trial")), "gain": _null(NUM), "optimum": _null(_ref("trial")),
+            "regret": _null(FRACTION), "ranked": {"type": "array", "items": _ref("trial")},
+            "pareto": {"type": "array", "items": _ref("trial")},
+            "sensitivity": {"type": "array", "items": _closed({
+                "axis": STR, "value": {}, "status": {"enum": ["projected", "oom", "illegal"]},
+                "change": _null(NUM), "reason": STR})},
+            "stats": {"type": "object"}, "exhaustive_stats": _null({"type": "object"}), "candidates": _null(INT),
+            "notes": {"type": "array", "items": STR}, "best_execution": _null({"type": "object"}),
+            "launch_environment": {"type": "object"}, **RECIPE,
+        }, optional=tuple(TARGET) + tuple(RECIPE)),
+        _kind("ci", {"suite": STR, "exit_code": {"enum": [0, 1, 2]}, "counts": {
+            "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
+        _kind("baseline", {"suite": STR,
+                           "entries": {"type": "object", "additionalProperties": _ref("baseline_entry")}}),
+        _kind("verify", {**VERIFY, "training": {"type": "object"}, **RECIPE}),
+        _kind("validation", {
+            "label": STR, "rows": {"type": "array", "items": _ref("validation_row")}, "summary": {"type": "object"},
+            "one_run_offset_summary": {"type": "object"}, "calibrated_from_user_run": _ref("validation_report"),
+            "hybrid": _ref("validation_report"), "hybrid_analytic_same_rows_summary": {"type": "object"},
+            "fits": {"type": "object"}, "pooled_prior": {"type": "object"},
+            "cross_validation": _ref("validation_report"),
+            "cross_validation_one_run_offset_summary": {"type": "object"},
+        }, optional=("calibrated_from_user_run", "hybrid", "hybrid_analytic_same_rows_summary", "fits",
+                     "pooled_prior", "cross_validation", "cross_validation_one_run_offset_summary")),
+    ],
+}
+"""Validate a document with ``jsonschema.Draft202012Validator(SCHEMA)``."""
