@@ -10,16 +10,17 @@ The search goes legality -> memory pre-filter (``--margin``: fraction of HBM kep
 (analytic roofline, or the timing store with ``--store``). ``--out FILE`` writes a tuned copy of the
 recipe, ``--apply`` rewrites it in place (backup ``RECIPE.bak``); both print the diff and reload the
 result to check it resolves to the tuned configuration. ``--json OUT`` writes everything (ranking,
-best, gain, regret, Pareto front, sensitivity, notes). LLM keys come from the environment only
-(e.g. ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); they are never printed or logged.
+best, gain, regret, Pareto front, sensitivity, notes) as the result schema's ``tune`` document
+(``primus_ext.results``); ``--json -`` writes it to stdout and the tables to stderr. LLM keys come from the
+environment only (e.g. ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); they are never printed or logged.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from primus_ext.model.memory import DEFAULT_MARGIN
@@ -47,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", metavar="FILE", help="write a tuned copy of the recipe")
     out.add_argument("--apply", action="store_true", help="rewrite the recipe in place (after a .bak backup)")
-    p.add_argument("--json", metavar="OUT", help="write the full result as JSON ('-' for stdout)")
+    p.add_argument("--json", metavar="OUT",
+                   help="write the full result as JSON ('-': stdout, the JSON only; the tables go to stderr)")
     p.add_argument("--log", metavar="FILE", help="append every trial to this JSON-lines log")
     p.add_argument("--resume", metavar="LOG", help="continue the search logged in LOG (and keep logging to it)")
     p.add_argument("--no-regret", action="store_true", help="skip the exhaustive reference for the regret")
@@ -68,6 +70,35 @@ def _costs(args: argparse.Namespace, gpu_name: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_ext.results import emit_json, tables_to_stderr
+
+    with tables_to_stderr(args.json):
+        result = _search(args)
+    if args.json:
+        emit_json(result.document, args.json)
+    if result.nothing_runs is not None:
+        raise result.nothing_runs
+    if args.out or args.apply:
+        with tables_to_stderr(args.json):
+            _write(args, result.recipe, result.best_execution)
+    return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Searched:
+    """What ``run`` needs of a finished search."""
+
+    document: dict[str, Any]
+    """The ``tune`` document (``primus_ext.results.tune``)."""
+    recipe: Any
+    best_execution: Any
+    """The winner, None when nothing runs."""
+    nothing_runs: Exception | None
+    """Why nothing runs (raised after the JSON is written), when ``best_execution`` is None."""
+
+
+def _search(args: argparse.Namespace) -> _Searched:
+    """Search, print the tables; the result."""
     from primus_ext.errors import Problem, RecipeError
     from primus_ext.recipe import load_recipe
     from primus_ext.report.tune_table import format_tune
@@ -115,18 +146,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"launch environment checked: CUDA_DEVICE_MAX_CONNECTIONS={launch.cuda_device_max_connections} "
           f"({launch.connections_source}" + ("; Primus sets 8 for FSDP runs)" if environment["fsdp_sets_8"] else ")")
           + "; export another value before tuning to check against it")
-    if args.json:
-        text = json.dumps({**result.to_dict(), "launch_environment": environment}, indent=2, default=str)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-    if result.best_execution is None:
-        raise RecipeError(problems=[_nothing_runs(ctx.stats, space, recipe, args)])
-    if args.out or args.apply:
-        _write(args, recipe, result.best_execution)
-    return 0
+    from primus_ext.results.tune import tune_document
+
+    document = tune_document(result, recipe=recipe, margin=args.margin, launch_environment=environment)
+    nothing = RecipeError(problems=[_nothing_runs(ctx.stats, space, recipe, args)]) if (
+        result.best_execution is None) else None
+    return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing)
 
 
 def _nothing_runs(stats: Any, space: Any, recipe: Any, args: argparse.Namespace) -> Any:
@@ -153,7 +178,9 @@ def _check_outputs(args: argparse.Namespace) -> None:
     ``--resume`` log: ``agent.read_log``)."""
     from primus_ext.errors import RecipeError
     from primus_ext.recipe.rewrite import output_problem
+    from primus_ext.results import check_json_out
 
+    check_json_out(args.json)
     problems = []
     outputs = (("--out", args.out), ("--json", None if args.json == "-" else args.json), ("--log", args.log))
     problems += [p for flag, value in outputs if value and (p := output_problem(value, flag)) is not None]

@@ -2,7 +2,7 @@
 
     result = tune(ctx, "tpe", baseline=recipe.execution, options=StrategyOptions(seed=0))
     result.best.config, result.gain, result.regret, result.pareto, result.sensitivity
-    result.to_dict()                    # what ``primus-ext tune --json`` writes
+    result.to_dict()                    # the ``tune`` document of ``primus-ext tune --json`` (less the recipe)
 
 Regret is measured against the exhaustive optimum when the space is enumerable (``ENUMERABLE_MAX``
 candidates): the exhaustive search then runs on the same oracle and cache, so its projections are
@@ -69,25 +69,10 @@ class TuneResult:
     best_execution: ExecutionSpec | None = None
 
     def to_dict(self, *, top: int = 50) -> dict[str, Any]:
-        def trial(t: Trial | None) -> dict[str, Any] | None:
-            return None if t is None else t.to_dict()
+        """The result schema's ``tune`` document (``primus_ext.results.tune``), without the recipe's fields."""
+        from primus_ext.results.tune import tune_document
 
-        return {
-            "strategy": self.strategy,
-            "best": trial(self.best),
-            "baseline": trial(self.baseline),
-            "gain": self.gain,
-            "optimum": trial(self.optimum),
-            "regret": self.regret,
-            "ranked": [trial(t) for t in self.ranked[:top]],
-            "pareto": [trial(t) for t in self.pareto],
-            "sensitivity": [dataclasses.asdict(s) for s in self.sensitivity],
-            "stats": dataclasses.asdict(self.stats),
-            "exhaustive_stats": None if self.exhaustive_stats is None else dataclasses.asdict(self.exhaustive_stats),
-            "candidates": self.candidates,
-            "notes": list(self.notes),
-            "best_execution": None if self.best_execution is None else dataclasses.asdict(self.best_execution),
-        }
+        return tune_document(self, top=top)
 
 
 def pareto_front(trials: list[Trial]) -> tuple[Trial, ...]:
