@@ -4,7 +4,9 @@
     primus-ext ci ci/suite.yaml --baseline ci/baseline.json --update-baseline   # after a reviewed change
 
 Exit codes: 0 all within tolerance (improvements reported), 1 a regression or projection drift,
-2 a malformed suite, a missing/invalid baseline or an entry that cannot be projected.
+2 a malformed suite, a missing/invalid baseline or an entry that cannot be projected. ``--json OUT`` and the
+baseline file are the result schema's ``ci`` and ``baseline`` documents (``primus_ext.results``); ``--json -``
+writes the JSON alone to stdout (the markdown summary goes to stderr).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--update-baseline", action="store_true", help="write the current projections as baseline")
     p.add_argument("--junit", help="write JUnit XML here")
     p.add_argument("--markdown", help="write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
-    p.add_argument("--json", dest="json_out", help="write results as JSON here")
+    p.add_argument("--json", dest="json_out", metavar="OUT",
+                   help="write results as JSON here ('-': stdout, the JSON only; the summary goes to stderr)")
     p.set_defaults(func=run)
 
 
@@ -37,6 +40,11 @@ def _load_baseline(path: Path):
                                             fix="create it with --update-baseline")]) from None
     except (OSError, json.JSONDecodeError) as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"unreadable baseline: {err}")]) from None
+    if isinstance(data, dict) and data.get("kind", "baseline") != "baseline":
+        raise RecipeError(problems=[Problem(path=f"{path}:kind", value=data.get("kind"),
+                                            message="not a baseline file (a ci result?)",
+                                            fix="give the file --update-baseline wrote")])
+    # schema_version 1 (kind "baseline") and the older {"version": 1} files name the entries' figures alike
     entries = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
         raise RecipeError(problems=[Problem(path=f"{path}:entries", message="expected a mapping name -> numbers",
@@ -47,18 +55,23 @@ def _load_baseline(path: Path):
 def run(args: argparse.Namespace) -> int:
     from primus_ext.perfci import load_suite, run_suite
     from primus_ext.perfci.outputs import atomic_write, baseline_dict, junit_xml, markdown, to_json, write_json
+    from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
+    check_json_out(args.json_out)
     suite = load_suite(args.suite)
     baseline_path = Path(args.baseline) if args.baseline else suite.path.parent / "baseline.json"
     baseline = None if args.update_baseline else _load_baseline(baseline_path)
     result = run_suite(suite, baseline, progress=lambda m: print(m, file=sys.stderr, flush=True))
     text = markdown(result)
-    print(text)
+    with tables_to_stderr(args.json_out):
+        print(text)
     if args.junit:
         atomic_write(args.junit, junit_xml(result))
     if args.markdown:
         atomic_write(args.markdown, text)
-    if args.json_out:
+    if args.json_out == "-":
+        emit_json(to_json(result), "-")
+    elif args.json_out:
         write_json(args.json_out, to_json(result))
     if args.update_baseline:
         if result.count("error"):

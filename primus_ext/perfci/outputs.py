@@ -1,5 +1,8 @@
 """Suite results as JUnit XML, a markdown job summary, JSON, and the baseline file.
 
+The JSON and the baseline file are the result schema's ``ci`` and ``baseline`` documents
+(``primus_ext.results``); a baseline written before it (``{"version": 1, ...}``, the same entry names) still reads.
+
 JUnit XML follows the layout CI tools read (Jenkins / GitLab / GitHub test reporters, the
 ``junit-10.xsd`` structure): ``<testsuites>`` > ``<testsuite name tests failures errors skipped time>``
 > ``<testcase classname name time>`` with a ``<failure message type>`` or ``<error message type>``
@@ -8,6 +11,7 @@ child. Regressions and drift are failures; entries that could not be projected a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -16,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from primus_ext.perfci.runner import SuiteResult
+from primus_ext.results import document
 
 MARKS = {"pass": "✅", "improved": "🟢", "regression": "❌", "drift": "⚠️", "error": "💥"}
-BASELINE_VERSION = 1
 
 
 def junit_xml(result: SuiteResult) -> str:
     failures = result.count("regression") + result.count("drift")
-    total_time = sum(e.seconds for e in result.entries)
+    total_time = sum(e.wall_s for e in result.entries)
     suites = ET.Element("testsuites", name="primus-ext perf ci", tests=str(len(result.entries)),
                         failures=str(failures), errors=str(result.count("error")), time=f"{total_time:.3f}")
     suite = ET.SubElement(suites, "testsuite", name=result.suite, tests=str(len(result.entries)),
@@ -31,7 +35,7 @@ def junit_xml(result: SuiteResult) -> str:
                           time=f"{total_time:.3f}")
     for e in result.entries:
         case = ET.SubElement(suite, "testcase", classname=f"perf.{result.suite}", name=e.name,
-                             time=f"{e.seconds:.3f}")
+                             time=f"{e.wall_s:.3f}")
         if e.status in ("regression", "drift"):
             node = ET.SubElement(case, "failure", message=e.message, type=e.status)
             node.text = _detail(e)
@@ -76,14 +80,17 @@ def markdown(result: SuiteResult) -> str:
 
 
 def to_json(result: SuiteResult) -> dict[str, Any]:
-    return {"suite": result.suite, "exit_code": result.exit_code,
-            "counts": {s: result.count(s) for s in MARKS},
-            "entries": [{k: v for k, v in e.__dict__.items()} for e in result.entries]}
+    """The ``ci`` document: every entry's figures, verdict and deltas, the counts and the exit code."""
+    return document("ci", suite=result.suite, exit_code=result.exit_code,
+                    counts={s: result.count(s) for s in MARKS},
+                    entries=[{**dataclasses.asdict(e), "baseline": None if e.baseline is None else dict(e.baseline)}
+                             for e in result.entries])
 
 
 def baseline_dict(result: SuiteResult) -> dict[str, Any]:
-    return {"version": BASELINE_VERSION, "suite": result.suite,
-            "entries": {e.name: e.to_baseline() for e in result.entries if e.status != "error"}}
+    """The ``baseline`` document (the file ``--update-baseline`` writes)."""
+    return document("baseline", suite=result.suite,
+                    entries={e.name: e.to_baseline() for e in result.entries if e.status != "error"})
 
 
 def atomic_write(path: str | Path, text: str) -> None:

@@ -28,20 +28,26 @@ class EntryResult:
     status: str
     """pass | improved | regression | drift | error"""
     message: str = ""
-    tokens_per_s_per_gpu: float | None = None
-    peak_memory_gib: float | None = None
     step_time_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    """Model TFLOP/s over the GPU's dense peak, a fraction (as everywhere in the result schema)."""
+    peak_memory_gib: float | None = None
     fits: bool | None = None
     cost_source: str = ""
     baseline: Mapping[str, Any] | None = None
     throughput_delta_pct: float | None = None
     memory_delta_gib: float | None = None
     measured_error_pct: float | None = None
-    seconds: float = 0.0
+    wall_s: float = 0.0
+    """Seconds this entry took to project."""
 
     def to_baseline(self) -> dict[str, Any]:
-        return {"tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "peak_memory_gib": self.peak_memory_gib,
-                "step_time_s": self.step_time_s, "cost_source": self.cost_source}
+        """The baseline file's entry (the result schema's ``baseline_entry``)."""
+        return {"step_time_s": self.step_time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "peak_memory_gib": self.peak_memory_gib,
+                "cost_source": self.cost_source}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,9 +99,11 @@ def _project(entry: Entry, costs: Any) -> EntryResult:
     memory = result.memory
     return EntryResult(
         name=entry.name, status="pass",
-        tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu, 3),
-        peak_memory_gib=round(memory.peak_bytes / GIB, 3) if memory is not None else None,
         step_time_s=round(result.step_time_s, 6),
+        tokens_per_s_per_gpu=round(result.tokens_per_s_per_gpu, 3),
+        tflops_per_gpu=round(result.model_tflops_per_gpu, 3),
+        mfu=round(result.mfu, 5),
+        peak_memory_gib=round(memory.peak_bytes / GIB, 3) if memory is not None else None,
         fits=memory.fits if memory is not None else None,
         cost_source="+".join(sources) if sources else "analytic",
     )
@@ -150,8 +158,8 @@ def run_suite(suite: Suite, baseline: Mapping[str, Mapping[str, Any]] | None, *,
             current = _project(entry, costs)
         except PrimusExtError as err:
             results.append(EntryResult(name=entry.name, status="error", message=str(err).replace("\n", " "),
-                                       seconds=time.perf_counter() - start))
+                                       wall_s=time.perf_counter() - start))
             continue
         result = current if baseline is None else classify(entry, current, baseline.get(entry.name))
-        results.append(replace(result, seconds=time.perf_counter() - start))
+        results.append(replace(result, wall_s=time.perf_counter() - start))
     return SuiteResult(suite=suite.name, entries=tuple(results))
