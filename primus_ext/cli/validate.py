@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("measurements", help="CSV in the layout of shared/validation/measured_throughput.csv")
     p.add_argument("--archs", required=True, help="CSV in the layout of shared/validation/model_archs.csv")
     p.add_argument("--hardware", help="CSV in the layout of shared/validation/hardware_specs.csv")
-    p.add_argument("--json", dest="json_out", help="write rows and summary as JSON to this file")
+    p.add_argument("--json", dest="json_out", metavar="OUT",
+                   help="write rows and summary as JSON to OUT ('-': stdout, the JSON only; the tables go to stderr)")
     p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration "
                                                             "(one fit per model: ~10 min on 2 cores)")
     p.add_argument("--jobs", type=positive_int, default=_usable_cpus(),
@@ -134,6 +135,17 @@ def _progress(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_ext.results import check_json_out, document, emit_json, tables_to_stderr
+
+    check_json_out(args.json_out)
+    with tables_to_stderr(args.json_out):
+        out = _report(args)
+    emit_json(document("validation", **out), args.json_out)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> dict:
+    """Print the report; its JSON fields (the ``validation`` document's body)."""
     from primus_ext.hardware import yaml_number
     from primus_ext.validate.archs import read_archs
     from primus_ext.validate.calibrate import (
@@ -210,14 +222,17 @@ def run(args: argparse.Namespace) -> int:
             for path in write_profiles(texts, Path(args.write_profiles)):
                 print(f"wrote {path}")
     if args.cv:
-        cv = leave_one_model_out(runs, analytic_projector, progress=_progress, jobs=args.jobs)
+        from primus_ext.cli._progress import ProgressLine
+        from primus_ext.validate.calibrate import usable
+
+        models = {r.model_name for r in usable(runs)}
+        with ProgressLine(f"cross-validation ({args.jobs} at a time)", len(models), label="fitting") as bar:
+            cv = leave_one_model_out(runs, analytic_projector, jobs=args.jobs, progress=lambda done, _n, model:
+                                     bar.update(done, label=f"left out {model}"))
         print("\n" + "\n".join(_summary_lines(cv)))
         print("\n".join(_model_lines(cv)))
         out["cross_validation"] = cv.to_dict()
         cv_offset = one_run_offset(cv)
         print("\n" + "\n".join(_summary_lines(cv_offset, data_bounds=False)[:2]))
         out["cross_validation_one_run_offset_summary"] = cv_offset.to_dict()["summary"]
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(out, indent=2, default=float))
-        print(f"\nwrote {args.json_out}")
-    return 0
+    return out

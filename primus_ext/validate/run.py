@@ -97,8 +97,8 @@ class ValidationReport:
                     "gpu": r.gpu,
                     "num_gpus": r.num_gpus,
                     "precision": r.precision,
-                    "measured_tokens_per_sec_per_gpu": r.measured_tokens_per_sec_per_gpu,
-                    "projected_tokens_per_sec_per_gpu": r.projected_tokens_per_sec_per_gpu,
+                    "measured_tokens_per_s_per_gpu": r.measured_tokens_per_sec_per_gpu,  # the result schema's name
+                    "projected_tokens_per_s_per_gpu": r.projected_tokens_per_sec_per_gpu,
                     "error_pct": r.error_pct,
                     "skipped_reason": r.skipped_reason or None,
                 }

@@ -32,10 +32,10 @@ def test_validate_json_layout(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [r["index"] for r in data["rows"]] == [0, 1, 2, 3]
     first = data["rows"][0]
-    assert set(first) >= {"index", "model", "gpu", "num_gpus", "measured_tokens_per_sec_per_gpu",
-                          "projected_tokens_per_sec_per_gpu", "error_pct", "skipped_reason"}
+    assert set(first) >= {"index", "model", "gpu", "num_gpus", "measured_tokens_per_s_per_gpu",
+                          "projected_tokens_per_s_per_gpu", "error_pct", "skipped_reason"}
     assert first["error_pct"] == pytest.approx(
-        (first["projected_tokens_per_sec_per_gpu"] - 20000) / 20000 * 100)
+        (first["projected_tokens_per_s_per_gpu"] - 20000) / 20000 * 100)
     assert "NVFP4" in data["rows"][3]["skipped_reason"]
     summary = data["summary"]
     assert summary["n_projected"] == 3 and summary["n_skipped"] == 1
