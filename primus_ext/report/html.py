@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus_ext.model.memory import capacity_bytes
+from primus_ext.report.compare import compare_rows, compare_table_html, layout_label
 from primus_ext.report.html_assets import CSS, JS
 from primus_ext.report.timeline import (
     COLORS,
@@ -123,12 +124,6 @@ def _rows(pairs: Sequence[tuple[str, Any]]) -> str:
     return "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in pairs)
 
 
-def _layout(ex: Any) -> str:
-    return (f"TP{ex.tp} PP{ex.pp}" + (f" VPP{ex.vpp}" if ex.vpp > 1 else "")
-            + f" CP{ex.cp} EP{ex.ep} DP{ex.dp}, MBS {ex.micro_batch_size}, GBS {ex.global_batch_size}, "
-            f"seq {ex.seq_length}, {ex.precision}")
-
-
 def _inputs_html(p: Any, inputs: ReportInputs) -> str:
     m, ex, sy = p.model, p.execution, p.system
     recipe = [("recipe", inputs.recipe or "-"), ("overrides", " ".join(inputs.overrides) or "-")]
@@ -143,7 +138,7 @@ def _inputs_html(p: Any, inputs: ReportInputs) -> str:
              ("vocabulary", m.vocab_size)]
     if m.is_moe:
         model.append(("experts / top-k", f"{m.num_experts} / {m.moe_router_topk} ({m.num_moe_layers} MoE layers)"))
-    execution = [("layout", _layout(ex)), ("micro-batches per step", p.num_microbatches),
+    execution = [("layout", layout_label(ex)), ("micro-batches per step", p.num_microbatches),
                  ("schedule", ex.pipeline_schedule), ("recompute", ex.recompute_granularity or "none"),
                  ("distributed optimizer", ex.use_distributed_optimizer), ("FSDP", ex.fsdp)]
     sources = [(kind, src) for kind, src in p.sources.items()]
@@ -199,9 +194,18 @@ def _idle_html(p: Any) -> str:
             "</p>")
 
 
-def render_html(projection: Any, *, inputs: ReportInputs | None = None,
-                verify: Mapping[str, Any] | None = None) -> str:
-    """The whole page as one string (write it with ``Path.write_text``)."""
+def _baseline_html(p: Any, baseline: tuple[str, Any] | None) -> str:
+    if baseline is None:
+        return ""
+    label, base = baseline
+    return (f"<h2>{html.escape(label)} beside this projection</h2>"
+            + compare_table_html(compare_rows(base, p), (label, "this projection")))
+
+
+def render_html(projection: Any, *, inputs: ReportInputs | None = None, verify: Mapping[str, Any] | None = None,
+                baseline: tuple[str, Any] | None = None) -> str:
+    """The whole page as one string (write it with ``Path.write_text``). ``baseline``: (label, projection) shown
+    beside this one in a table, e.g. ``("the recipe as written", ...)`` in the auto-tune report."""
     p, inputs = projection, inputs or ReportInputs()
     title = f"primus-ext projection: {p.model.name} on {p.system.world_size} x {p.system.gpu.name}"
     data = json.dumps(report_data(p, verify=verify), separators=(",", ":")).replace("</", "<\\/")
@@ -213,8 +217,9 @@ def render_html(projection: Any, *, inputs: ReportInputs | None = None,
 <style>{CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p class="sub">{html.escape(_layout(p.execution))}</p>
+<p class="sub">{html.escape(layout_label(p.execution))}</p>
 <section id="kpis">{_kpis(p)}</section>
+{_baseline_html(p, baseline)}
 <h2>One step, per pipeline stage</h2>
 <div class="legend" id="timeline-legend"></div>
 <p class="note">{html.escape(_timeline_note(p))}</p>

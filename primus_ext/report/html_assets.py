@@ -100,6 +100,11 @@ JS = r"""
     const X = (i, t) => xs[i] + (t - windows[i][0]) * px;
     const bins = new Map(), perRow = T.ranks.map(() => 0), widths = [], comm = new Set();
     let drawn = 0;
+    function addBin(row, x, k, cover, needed) {
+      const key = row * 100000 + x;
+      let bin = bins.get(key); if (!bin) { bin = new Float64Array(K.length + 1); bins.set(key, bin); }
+      bin[k] += cover; if (needed) bin[K.length] = 1;
+    }
     T.ranks.forEach((r, i) => text(left - 6, top + i * rowH + rowH / 2 + 4, 'stage ' + r, svg, 'end'));
     windows.forEach(([wa, wb], wi) => {
       for (const [r, k, a, b, name, mb] of segs) {
@@ -108,10 +113,10 @@ JS = r"""
         let w = X(wi, Math.min(b, wb)) - xa;
         if (w < 1 && minComm && k >= opKinds && k < opKinds + 7) w = 1;  // the zoomed chart shows every comm slice
         if (w < 1) {  // below a pixel: the pixel shows the kind that fills most of it
-          const key = row * 100000 + Math.floor(xa);
-          let bin = bins.get(key); if (!bin) { bin = new Float64Array(K.length); bins.set(key, bin); }
-          bin[k] += w; continue;
+          addBin(row, Math.floor(xa), k, w, true); continue;
         }
+        addBin(row, Math.floor(xa), k, Math.floor(xa) + 1 - xa, false);  // its share of the pixels it half covers
+        addBin(row, Math.floor(xa + w), k, xa + w - Math.floor(xa + w), false);
         const y = top + row * rowH + 1, kind = K[k];
         el('rect', {x: xa.toFixed(2), y: y, width: w.toFixed(2), height: rowH - 2, fill: T.colors[kind],
                     stroke: k < opKinds && w >= 4 ? '#fff' : 'none', 'stroke-width': 0.6,
@@ -125,7 +130,8 @@ JS = r"""
       }
     });
     bins.forEach((bin, key) => {
-      let best = 0; for (let k = 1; k < bin.length; k++) if (bin[k] > bin[best]) best = k;
+      if (!bin[K.length]) return;  // only wide bars touch this pixel: they are drawn
+      let best = 0; for (let k = 1; k < K.length; k++) if (bin[k] > bin[best]) best = k;
       const row = Math.floor(key / 100000), x = key % 100000;
       el('rect', {x: x, y: top + row * rowH + 1, width: 1, height: rowH - 2, fill: T.colors[K[best]],
                   'class': 'seg px ' + K[best]}, svg);

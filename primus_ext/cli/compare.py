@@ -1,0 +1,114 @@
+"""``primus-ext compare A B``: two projections side by side (two recipes, or one recipe under two override sets).
+
+    primus-ext compare recipes/llama3.1_70B-pretrain.yaml recipes/llama3.1_405B-pretrain.yaml
+    primus-ext compare recipes/llama3.1_70B-pretrain.yaml "pipeline_model_parallel_size=4 micro_batch_size=2"
+    primus-ext compare "recipes/x.yaml tensor_model_parallel_size=4" "recipes/x.yaml tensor_model_parallel_size=8"
+    primus-ext compare recipes/deepseek_v3-pretrain.yaml "recipes/deepseek_v3-pretrain.yaml" --nodes-b 128 \\
+        --html compare.html
+
+Each side is one argument: a recipe path, optionally followed by ``key=value`` overrides (quote the
+argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster`` and
+``--nodes`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` to B only. Layer costs are the analytic
+roofline unless ``--store FILE`` names a timing store. Prints a table (figure, A, B, change from A to B,
+judged better / worse where the direction is clear); ``--html FILE`` writes one self-contained page with the
+table and both full reports side by side. Exit 0; 2 when a side is not a valid recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Side:
+    """One side of the comparison: a recipe file and its overrides."""
+
+    recipe: str
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        name = self.recipe.rsplit("/", 1)[-1].removesuffix(".yaml")
+        return " ".join((name, *self.overrides))
+
+
+def parse_sides(a: str, b: str) -> tuple[Side, Side]:
+    """``"RECIPE [key=value ...]"`` twice; a B of overrides only extends A (see the module docstring)."""
+    from primus_ext.errors import Problem, RecipeError
+
+    def split(text: str, name: str) -> list[str]:
+        try:
+            words = shlex.split(text)
+        except ValueError as err:
+            raise RecipeError(problems=[Problem(path=name, value=text, message=f"cannot split the argument: {err}",
+                                                fix="quote it as one shell word: \"RECIPE key=value ...\"")]) from None
+        if not words:
+            raise RecipeError(problems=[Problem(path=name, value=text, message="empty side",
+                                                fix="give a recipe path and optionally key=value overrides")])
+        return words
+
+    wa, wb = split(a, "A"), split(b, "B")
+    if "=" in wa[0]:
+        raise RecipeError(problems=[Problem(path="A", value=a, message="side A must start with a recipe path",
+                                            fix="primus-ext compare RECIPE \"key=value ...\"")])
+    side_a = Side(recipe=wa[0], overrides=tuple(wa[1:]))
+    if "=" in wb[0]:
+        return side_a, Side(recipe=side_a.recipe, overrides=(*side_a.overrides, *wb))
+    return side_a, Side(recipe=wb[0], overrides=tuple(wb[1:]))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "compare", help="two projections side by side (two recipes, or one recipe under two override sets)",
+        description=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", metavar="A", help='side A: "RECIPE [key=value ...]" (quoted when it has overrides)')
+    parser.add_argument("b", metavar="B", help='side B: "RECIPE [key=value ...]", or "key=value ..." on top of A')
+    parser.add_argument("--cluster", help="hardware profile of both sides; default from each recipe")
+    parser.add_argument("--nodes", type=int, help="node count of both sides; default from each recipe")
+    parser.add_argument("--cluster-b", help="hardware profile of side B only")
+    parser.add_argument("--nodes-b", type=int, help="node count of side B only")
+    parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
+                        help="folder searched for model/module presets (repeatable)")
+    parser.add_argument("--store", metavar="FILE", help="timing store with measured layer costs (default: analytic)")
+    parser.add_argument("--html", metavar="FILE", help="also write the comparison as one self-contained HTML page")
+    parser.set_defaults(func=run)
+
+
+def _project(side: Side, args: argparse.Namespace, cluster: str | None, nodes: int | None) -> tuple[Any, Any]:
+    from primus_ext.projection import project
+    from primus_ext.recipe import load_recipe
+
+    recipe = load_recipe(side.recipe, list(side.overrides), cluster=cluster, nodes=nodes,
+                         config_roots=args.config_root)
+    costs = None
+    if args.store:
+        from primus_ext.measure.store import store_for_target
+
+        costs = store_for_target(args.store, recipe.system.gpu.name)
+    return recipe, project(recipe.model, recipe.execution, recipe.system, costs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
+    from primus_ext.report.html import ReportInputs
+
+    side_a, side_b = parse_sides(args.a, args.b)
+    recipe_a, a = _project(side_a, args, args.cluster, args.nodes)
+    recipe_b, b = _project(side_b, args, args.cluster_b or args.cluster, args.nodes_b or args.nodes)
+    labels = (side_a.label, side_b.label)
+    print(format_compare(compare_rows(a, b), labels))
+    for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):
+        for warning in recipe.warnings:
+            print(f"warning ({label}): {warning}", file=sys.stderr)
+    if args.html:
+        inputs = tuple(ReportInputs(recipe=s.recipe, overrides=s.overrides, cluster=p.system.name,
+                                    warnings=tuple(r.warnings)) for s, p, r in ((side_a, a, recipe_a),
+                                                                                 (side_b, b, recipe_b)))
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(render_compare_html(a, b, labels=labels, inputs=inputs))
+        print(f"wrote {args.html}", file=sys.stderr)
+    return 0
