@@ -1,54 +1,19 @@
-"""A ``Memory`` result as a terminal table or a JSON-ready dict (printing only; the numbers come from
-``primus_ext.model.memory``).
+"""A ``Memory`` result as a terminal table (printing only; the numbers come from ``primus_ext.model.memory``;
+its JSON is the result schema's memory block, ``primus_ext.results.projection.memory_block``).
 
 Usage::
 
-    from primus_ext.report.memory_table import format_memory_table, memory_to_dict
+    from primus_ext.report.memory_table import format_memory_table
     print(format_memory_table(memory))          # primus-ext project --memory-only RECIPE
-    json.dumps(memory_to_dict(memory))          # primus-ext project --memory-only RECIPE --json
-
-JSON keys: ``peak_gib``, ``capacity_gib``, ``headroom_gib``, ``fits``, ``margin``, ``source``,
-``peak_rank`` and ``stages`` (per pipeline rank: ``rank``, ``params_gib``, ``grads_gib``,
-``optimizer_gib``, ``activations_gib``, ``other_gib``, ``total_gib``, ``microbatches_in_flight``,
-``detail`` with every named part in GiB, counts as numbers).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from primus_ext.model.memory import Memory, StageMemory
 
 GIB = 1024**3
 _COLUMNS = (("params", "params_bytes"), ("grads", "grads_bytes"), ("optimizer", "optimizer_bytes"),
             ("activations", "activations_bytes"), ("other", "other_bytes"), ("total", "total_bytes"))
-
-
-def _gib(value: float) -> float:
-    return round(value / GIB, 3)
-
-
-def _stage_dict(stage: StageMemory) -> dict[str, Any]:
-    out: dict[str, Any] = {"rank": stage.rank}
-    for name, attr in _COLUMNS:
-        out[f"{name}_gib"] = _gib(getattr(stage, attr))
-    out["microbatches_in_flight"] = round(stage.microbatches_in_flight, 3)
-    out["detail"] = {key: (value if key.endswith("count") else _gib(value)) for key, value in stage.detail.items()}
-    return out
-
-
-def memory_to_dict(memory: Memory) -> dict[str, Any]:
-    """The same numbers as the table, in GiB (parameter counts as numbers)."""
-    return {
-        "peak_gib": _gib(memory.peak_bytes),
-        "capacity_gib": _gib(memory.capacity_bytes),
-        "headroom_gib": _gib(memory.headroom_bytes),
-        "fits": memory.fits,
-        "margin": memory.margin,
-        "source": memory.source,
-        "peak_rank": memory.peak_stage.rank,
-        "stages": [_stage_dict(s) for s in memory.stages],
-    }
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:

@@ -1,17 +1,12 @@
-"""A ``Projection`` as terminal text or a JSON-ready dict (the CLI's printing lives here, not in the model).
+"""A ``Projection`` as terminal text (the CLI's printing lives here, not in the model; its JSON is the result
+schema's ``projection`` document, ``primus_ext.results.projection``).
 
-    from primus_ext.report.projection_table import format_projection, projection_to_dict
+    from primus_ext.report.projection_table import format_projection
     print(format_projection(projection))
-    json.dumps(projection_to_dict(projection))
-
-JSON keys: ``tokens_per_sec_per_gpu``, ``step_time_ms``, ``tflops_per_gpu``, ``mfu``, ``breakdown``
-(seconds per step, each comm kind with total / exposed / exposed_fraction / group), ``stages``,
-``memory`` (``per_stage``, ``peak_gib``, ``capacity_gib``, ``fits``), ``sources``, ``band``, ``inputs``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -127,40 +122,3 @@ def format_projection(p: Projection) -> str:
 def _schedule(p: Projection) -> str:
     ex = p.execution
     return "interleaved 1F1B" if ex.vpp > 1 else ("ZB-H1" if ex.pipeline_schedule == "zb-h1" else "1F1B")
-
-
-def projection_to_dict(p: Projection, *, timeline: bool = False) -> dict[str, Any]:
-    """JSON-ready document (see the module docstring); ``timeline=True`` adds every pipeline op."""
-    b = p.breakdown
-    doc: dict[str, Any] = {
-        "model": p.model.name,
-        "tokens_per_sec_per_gpu": p.tokens_per_s_per_gpu,
-        "step_time_ms": p.step_time_ms,
-        "tflops_per_gpu": p.model_tflops_per_gpu,
-        "mfu": p.mfu,
-        "band_tokens_per_sec_per_gpu": list(p.band) if p.band else None,
-        "num_microbatches": p.num_microbatches,
-        "breakdown": {
-            "compute_s": b.compute_s,
-            "recompute_s": b.recompute_s,
-            "overhead_s": b.overhead_s,
-            "bubble_s": b.bubble_s,
-            "optimizer_s": b.optimizer_s,
-            "comm": {c.kind: {"total_s": c.total_s, "exposed_s": c.exposed_s,
-                              "exposed_fraction": c.exposed_fraction, "group": c.group} for c in b.comms},
-        },
-        "stages": [dataclasses.asdict(s) for s in p.stages],
-        "memory": memory_summary(p.memory),
-        "sources": dict(p.sources),
-        "notes": list(p.notes),
-        "inputs": {
-            "model": dataclasses.asdict(p.model),
-            "execution": dataclasses.asdict(p.execution),
-            "system": {"name": p.system.name, "gpu": p.system.gpu.name, "num_nodes": p.system.num_nodes,
-                       "world_size": p.system.world_size,
-                       "efficiency": dataclasses.asdict(p.system.gpu.efficiency)},
-        },
-    }
-    if timeline:
-        doc["timeline"] = [dataclasses.asdict(e) for e in p.timeline]
-    return doc
