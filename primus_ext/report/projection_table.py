@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from primus_ext.projection.result import Projection
+from primus_ext.report.timeline import stage_idle
 
 GIB = 1024**3
 
@@ -100,18 +101,21 @@ def format_projection(p: Projection) -> str:
     lines += _table(["part", "exposed", "share", "total", "exposed%", "group"], rows)
     mem_by_rank = dict(_memory_stages(p.memory)) if p.memory is not None else {}
     stage_rows = []
+    idle = {i.rank: i for i in stage_idle(p)}
     for s in p.stages:
         flags = "".join(("E" if s.embedding else "", "L" if s.output else ""))
         stage_rows.append([
             str(s.rank), str(s.layers) + (f" {flags}" if flags else ""),
             " ".join(_ms(t) for t in s.fwd_s), " ".join(_ms(t) for t in s.bwd_s),
-            _ms(s.busy_s), _ms(s.finish_s),
+            _ms(s.busy_s), _ms(idle[s.rank].idle_s), f"{idle[s.rank].idle_fraction:.1%}", _ms(s.finish_s),
             f"{(s.dense_params + s.expert_params) / 1e6:,.0f}M",
             f"{mem_by_rank[s.rank]:.1f}" if s.rank in mem_by_rank else "-",
         ])
-    lines += ["", "Pipeline stages (fwd / bwd per micro-batch and chunk, ms)"]
+    lines += ["", "Pipeline stages (fwd / bwd per micro-batch and chunk, ms; idle: bubble and send/recv waits of the "
+              "stage, idle% of the step)"]
     trained = "trained params" if ex.lora_rank else "params"
-    lines += _table(["rank", "layers", "fwd", "bwd", "busy", "finish", trained, "mem GiB"], stage_rows)
+    lines += _table(["rank", "layers", "fwd", "bwd", "busy", "idle", "idle%", "finish", trained, "mem GiB"],
+                    stage_rows)
     lines += ["", "Cost sources"]
     lines += [f"  {kind:<10} {source}" for kind, source in p.sources.items()]
     if p.notes:
