@@ -110,6 +110,16 @@ def _workspace(args: argparse.Namespace, config: str) -> Path:
     return Path(args.workspace) if args.workspace else experiment_dir(config)
 
 
+def _as_written(args: argparse.Namespace, config: str) -> Any:
+    """After auto-tune, the recipe it started from (shown beside the tuned one in the HTML report); else None."""
+    if config == args.config:
+        return None
+    from primus_ext.recipe import load_recipe
+
+    return load_recipe(args.config, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                       config_roots=args.config_root)
+
+
 def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
     from primus_ext.launcher.projection_only import CostPlan, projection_only
     from primus_ext.report.projection_table import format_projection
@@ -121,7 +131,8 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
     else:
         plan = CostPlan(mode="store", store=args.store)
     outcome = projection_only(recipe, out_dir=_workspace(args, config), costs=plan, overrides=args.overrides,
-                              html_path=Path(args.html) if args.html else None, progress=_progress(True))
+                              html_path=Path(args.html) if args.html else None, progress=_progress(True),
+                              baseline=_as_written(args, config))
     print(format_projection(outcome.projection))
     for line in outcome.measured:
         print(f"measured {line}", file=sys.stderr)

@@ -150,8 +150,9 @@ def margin_note(memory: Any) -> str | None:
 
 def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrides: Sequence[str] = (),
                   html_path: Path | None = None, extra: Mapping[str, str] | None = None,
-                  verify: Mapping[str, Any] | None = None) -> dict[str, Path]:
-    """projection.json, projection.html and projection_timeline.png into ``out_dir``."""
+                  verify: Mapping[str, Any] | None = None, baseline: tuple[str, Any] | None = None) -> dict[str, Path]:
+    """projection.json, projection.html and projection_timeline.png into ``out_dir``; ``baseline`` (label,
+    projection) is shown beside the projection in the HTML (the recipe as written, after auto-tune)."""
     from primus_ext.report.html import ReportInputs, render_html
     from primus_ext.report.timeline_png import timeline_png
     from primus_ext.results.projection import projection_document, verify_fields
@@ -166,7 +167,7 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
                           cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()),
                           extra=dict(extra or {}))
     files["html"].parent.mkdir(parents=True, exist_ok=True)
-    files["html"].write_text(render_html(projection, inputs=inputs, verify=verify), encoding="utf-8")
+    files["html"].write_text(render_html(projection, inputs=inputs, verify=verify, baseline=baseline), encoding="utf-8")
     files["png"].write_bytes(timeline_png(projection))
     return files
 
@@ -185,8 +186,10 @@ def _full_scale_memory(projection: Any) -> Any:
 
 def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None = None,
                     overrides: Sequence[str] = (), html_path: Path | None = None,
-                    progress: Callable[[int, int, Any], None] | None = None) -> ProjectionOutcome:
-    """Project a loaded (hence legal) recipe and write its reports; exit code 0 or 3 (see module)."""
+                    progress: Callable[[int, int, Any], None] | None = None,
+                    baseline: Any = None) -> ProjectionOutcome:
+    """Project a loaded (hence legal) recipe and write its reports; exit code 0 or 3 (see module). ``baseline``: a
+    loaded recipe (the one auto-tune started from) projected with the same costs and shown beside it in the HTML."""
     from primus_ext.projection import project
 
     plan = costs or CostPlan()
@@ -202,7 +205,11 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
         extra = {"costs": plan.mode + (f" (scale {plan.scale:g})" if plan.scale < 1 else "")}
         if plan.mode != "analytic":
             extra["store"] = str(plan.store or "default store")
+        beside = None
+        if baseline is not None:
+            beside = ("the recipe as written", project(baseline.model, baseline.execution, baseline.system,
+                                                       cost_provider(plan, baseline.system.gpu.name)))
         files = write_reports(projection, out_dir, recipe=recipe, overrides=overrides, html_path=html_path,
-                              extra=extra)
+                              extra=extra, baseline=beside)
     return ProjectionOutcome(projection=projection, exit_code=EXIT_OOM if reasons else EXIT_OK, reasons=reasons,
                              files=files, measured=measured)

@@ -57,3 +57,11 @@ def test_compare_cli(tmp_path: Path, capsys):
 def test_report_shows_the_baseline_beside(projection, llama405b):
     page = render_html(projection, baseline=("the recipe as written", llama405b))
     assert "the recipe as written beside this projection" in page and "B vs A" in page
+
+
+def test_auto_tune_reports_show_the_recipe_as_written(projection, llama405b, tmp_path: Path):
+    from primus_ext.launcher.projection_only import write_reports
+
+    files = write_reports(projection, tmp_path, baseline=("the recipe as written", llama405b))
+    page = files["html"].read_text(encoding="utf-8")
+    assert "the recipe as written beside this projection" in page and files["png"].stat().st_size > 0
