@@ -3,11 +3,13 @@
     from primus_ext.report.html import render_html
     Path("projection.html").write_text(render_html(projection, inputs=ReportInputs(recipe="r.yaml")))
 
-Sections: headline figures; the Gantt chart of one step per pipeline stage (forward, backward,
-weight-grad, exposed communication, bubble, optimizer: ``report.timeline``); per-stage memory bars
-(params, grads, optimizer state, activations, other) against the HBM capacity; the step-time
-breakdown; the inputs (recipe, overrides, cluster, execution, cost sources, notes); and, after a
-short real run (``--verify``), measured vs projected.
+Sections: headline figures (and, given a ``baseline``, that projection beside this one: the recipe as
+written after auto-tune); the timeline of one step per pipeline stage (``report.timeline``): an overview
+with warm-up, two steady-state cycles and cool-down to one scale, the elided middle of a long steady state
+marked, and a zoomable detail (one steady-state cycle by default), ops and every exposed communication kind
+in their own colours; the step-time breakdown of the busiest rank with every stage's idle time; per-stage
+memory bars against the allocatable HBM; the inputs (recipe, overrides, cluster, execution, cost sources,
+notes); and, after a short real run (``--verify``), measured vs projected.
 
 The charts are drawn by the inlined script from a JSON document embedded in the page, so the file
 works offline and in any browser; ``tests/report/test_html.py`` renders it in headless Chromium.

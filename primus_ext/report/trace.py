@@ -41,9 +41,11 @@ def chrome_trace(projection: Any) -> dict[str, Any]:
                    for name, tid in THREADS.items()]
     for s in segments:
         name = s.label.split(":")[0] if s.kind in OP_KINDS else LABELS[s.kind]
-        events.append({"ph": "X", "name": name, "cat": s.kind, "pid": s.rank + 1, "tid": THREADS[_thread(s.kind)],
-                       "ts": round(s.start_s * 1e6, 3), "dur": round(s.duration_s * 1e6, 3),
-                       "args": {"detail": s.label}})
+        event = {"ph": "X", "name": name, "cat": s.kind, "pid": s.rank + 1, "tid": THREADS[_thread(s.kind)],
+                 "ts": round(s.start_s * 1e6, 3), "dur": round(s.duration_s * 1e6, 3)}
+        if s.label and s.label != name:
+            event["args"] = {"detail": s.label}
+        events.append(event)
     ex = projection.execution
     return {
         "traceEvents": events,
