@@ -111,3 +111,34 @@ def test_production_recipe_is_legible(name, comm, request, tmp_path: Path):
     _, _, comm_px = _count(shot, COLORS[kind])
     # both charts' rows are mostly ops: F and B cover thousands of pixels, the comm colour hundreds
     assert backward > 20_000 and forward > 10_000 and comm_px > (5_000 if kind == "ep" else 300)
+
+
+CLICKS = """<script>
+(function () {
+  const out = [], detail = () => document.querySelector('#detail svg');
+  const state = () => out.push(['data-ops', 'data-op-px', 'data-drawn'].map(a => detail().getAttribute(a)));
+  state();
+  for (const act of ['zoom-in', 'zoom-out', 'zoom-out', 'pan-right', 'whole', 'steady']) {
+    document.querySelector('button[data-act="' + act + '"]').click(); state();
+  }
+  detail().dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: 600, bubbles: true, cancelable: true}));
+  state();
+  document.body.setAttribute('data-clicks', JSON.stringify(out));
+})();
+</script></body>"""
+
+
+@needs_chromium
+def test_zoom_controls_redraw_the_detail(llama405b, tmp_path: Path):
+    page = tmp_path / "zoom.html"
+    page.write_text(render_html(llama405b).replace("</body>", CLICKS), encoding="utf-8")
+    dom = _browse(page, tmp_path, "--dump-dom").stdout
+    clicks = json.loads(re.search(r"data-clicks=\"([^\"]*)\"", dom).group(1).replace("&quot;", '"'))
+    ops = [int(n) for n, _, _ in clicks]
+    px = [float(w) for _, w, _ in clicks]
+    steady, zoom_in, _, zoom_out2, panned, whole, back, wheel = ops
+    assert zoom_in < steady < zoom_out2 and panned > 0  # + halves the window, - doubles it
+    assert px[1] > px[0] > px[3]  # ops get wider zooming in, narrower zooming out
+    # the whole step: 3 072 ops per stage, all below a pixel, drawn as one bar per pixel and stage
+    assert whole == 0 and int(clicks[5][2]) > 8 * 1000
+    assert back == steady and wheel < back  # back to the steady-state cycle; the wheel zooms in
