@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the simulated step as a Chrome trace (JSON; open in ui.perfetto.dev)")
+    parser.add_argument("--html", metavar="FILE", help="write the report as one self-contained HTML page")
     parser.add_argument("--json", metavar="OUT",
                         help="write the result as JSON instead of tables to OUT ('-': stdout, the JSON only)")
     parser.set_defaults(func=run)
@@ -140,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
         from primus_ext.report.trace import write_trace
 
         write_trace(projection, args.trace)
+    if args.html:
+        from primus_ext.report.html import write_html
+
+        write_html(projection, args.html, recipe=recipe, overrides=args.overrides)
     if args.json:
         emit_json(projection_document(projection, recipe=recipe, timeline=args.timeline), args.json)
     else:

@@ -249,3 +249,14 @@ shows the kind that fills most of it; here a communication slice narrower than a
 <script>{JS}</script>
 </body></html>
 """
+
+
+def write_html(projection: Any, path: str, *, recipe: Any = None, overrides: Sequence[str] = ()) -> None:
+    """Write the report of ``projection`` to ``path`` (said on stderr); ``recipe``: the loaded recipe it came from."""
+    import sys
+    from pathlib import Path
+
+    inputs = ReportInputs(recipe=str(getattr(recipe, "source", "") or ""), overrides=tuple(overrides),
+                          cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()))
+    Path(path).write_text(render_html(projection, inputs=inputs), encoding="utf-8")
+    print(f"wrote {path} (open it in a browser; it needs no network)", file=sys.stderr)

@@ -142,3 +142,13 @@ def test_zoom_controls_redraw_the_detail(llama405b, tmp_path: Path):
     # the whole step: 3 072 ops per stage, all below a pixel, drawn as one bar per pixel and stage
     assert whole == 0 and int(clicks[5][2]) > 8 * 1000
     assert back == steady and wheel < back  # back to the steady-state cycle; the wheel zooms in
+
+
+def test_project_writes_the_html(tmp_path: Path):
+    from primus_ext.cli import main
+
+    out = tmp_path / "report.html"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "deepseek_v3-pretrain.yaml"
+    assert main(["project", str(recipe), "--compute", "analytic", "--html", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "deepseek_v3-pretrain.yaml" in page and "EP all-to-all" in page
