@@ -83,7 +83,8 @@ def _timeline_doc(projection: Any) -> dict[str, Any]:
         detail = (start, start + steady_cycle_s(projection))
     return {
         "kinds": list(KINDS), "colors": COLORS, "labels": LABELS, "ranks": sorted({s.rank for s in segments}) or [0],
-        "total_us": _us(total), "windows": [[_us(a), _us(b)] for a, b in windows],
+        "chunks": max(1, projection.execution.vpp), "total_us": _us(total),
+        "windows": [[_us(a), _us(b)] for a, b in windows],
         "detail": [_us(detail[0]), _us(detail[1])],
         "shares": [[kind_index[k], v] for k, v in layer_comm_shares(projection.breakdown)],
         "ops": ops, "other": other,
@@ -164,7 +165,7 @@ def _kpis(p: Any) -> str:
     if mem is not None:
         cls, word = ("ok", "fits") if mem.fits else ("bad", "DOES NOT FIT")
         fits = (f'<div class="kpi">memory peak<b>{mem.peak_bytes / GIB:.1f} GiB</b>'
-                f'<span class="{cls}">{word}</span> of {mem.capacity_bytes / GIB:.0f} GiB</div>')
+                f'<span class="{cls}">{word}</span> of {mem.capacity_bytes / GIB:.1f} GiB HBM</div>')
     band = (f' (sensitivity band <span title="every efficiency +-10 %, measurement spread; not a confidence '
             f'interval">{p.band[0]:,.0f} .. {p.band[1]:,.0f}</span>)') if p.band else ""
     return (f'<div class="kpi">tokens/s/GPU<b>{p.tokens_per_s_per_gpu:,.0f}</b>{band}</div>'

@@ -76,7 +76,8 @@ JS = r"""
   const T = data.timeline, K = T.kinds, opKinds = 3, segs = [];
   const shareSum = T.shares.reduce((a, s) => a + s[1], 0);
   for (let i = 0; i < T.ops.length; i += 6) {
-    const [r, k, a, d, mb, c] = T.ops.slice(i, i + 6), name = 'FBW'[k] + ' mb' + mb + ' c' + c;
+    const [r, k, a, d, mb, c] = T.ops.slice(i, i + 6);
+    const name = 'FBW'[k] + ' mb' + mb + (T.chunks > 1 ? ' c' + c : '');
     let t = a + d * (1 - shareSum);
     segs.push([r, k, a, t, name, mb]);
     for (const [sk, sh] of T.shares) {
