@@ -43,13 +43,14 @@ def timeline_figure(segments: list[Segment], windows: list[tuple[float, float]],
                              gridspec_kw={"width_ratios": [b - a for a, b in windows], "wspace": _BREAK_GAP})
     present = set()
     for ax, (lo, hi) in zip(axes[0], windows, strict=True):
-        for kind in KINDS:
-            for rank in ranks:
-                bars = [(max(s.start_s, lo) * factor, (min(s.end_s, hi) - max(s.start_s, lo)) * factor)
-                        for s in segments if s.kind == kind and s.rank == rank and s.end_s > lo and s.start_s < hi]
-                if bars:
-                    present.add(kind)
-                    ax.broken_barh(bars, (rank - 0.42, 0.84), facecolors=COLORS[kind], linewidth=0)
+        bars: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for s in segments:
+            if s.end_s > lo and s.start_s < hi:
+                start = max(s.start_s, lo)
+                bars.setdefault((s.kind, s.rank), []).append((start * factor, (min(s.end_s, hi) - start) * factor))
+        for (kind, rank), spans in sorted(bars.items(), key=lambda kv: KINDS.index(kv[0][0])):
+            present.add(kind)
+            ax.broken_barh(spans, (rank - 0.42, 0.84), facecolors=COLORS[kind], linewidth=0)
         ax.set_xlim(lo * factor, hi * factor)
         ax.set_xlabel(f"time in the step ({unit})")
     for left, right in zip(axes[0][:-1], axes[0][1:], strict=True):  # the break: // marks, no spine between
