@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from primus_ext.model.pipeline_long import MAX_SIMULATED_MICROBATCHES, long_step, reference_counts
 from primus_ext.model.pipeline_ops import (
     BWD,
     FWD,
@@ -104,7 +105,10 @@ def unpaired_ops(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int
 @lru_cache(maxsize=256)
 def unpaired_counts(schedule: str, pp: int, vpp: int, m: int, group: int,
                     extra: int = 0) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """Per rank and chunk: (forwards, backwards) that run without a partner micro-batch (``unpaired_ops``)."""
+    """Per rank and chunk: (forwards, backwards) that run without a partner micro-batch (``unpaired_ops``): the
+    warm-up's and cool-down's, the same for every count past the transient (``pipeline_long``)."""
+    if m > MAX_SIMULATED_MICROBATCHES:
+        return unpaired_counts(schedule, pp, vpp, reference_counts(m, pp, vpp, group)[0], group, extra)
     out = []
     for r in range(pp):
         ops = unpaired_ops(schedule, r, pp, vpp, m, group, extra)
@@ -267,6 +271,9 @@ def simulate(
         problem = interleaving_problem(pp, num_microbatches, group)
         if problem:
             raise ValueError(problem)
+    if num_microbatches > MAX_SIMULATED_MICROBATCHES:  # closed form, O(1) in the count; no timeline
+        return long_step(lambda k: _simulate_cached(schedule, times, k, p2p, group, extra), num_microbatches,
+                         pp, vpp, group)
     if timeline:
         if schedule == "zb-h1":
             return zb_h1(times, num_microbatches, p2p, True)

@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit
 
 from primus_ext.model.pipeline import _periodic, _structure, _worth_extrapolating
+from primus_ext.model.pipeline_long import LINEAR_TOLERANCE, MAX_SIMULATED_MICROBATCHES, reference_counts
 from primus_ext.model.pipeline_ops import UNPAIRED_SLOT_KINDS
 from primus_ext.model.pipeline_periodic import PERIOD_TOLERANCE
 
@@ -197,6 +198,35 @@ def _run_periodic(prev, dep, dslot, cslot, last, shape, durs, comms, tolerance, 
 
 def _simulate(schedule: str, pp: int, vpp: int, m: int, durations: np.ndarray, p2p: np.ndarray, group: int | None,
               extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if m <= MAX_SIMULATED_MICROBATCHES:
+        return _simulate_short(schedule, pp, vpp, m, durations, p2p, group, extra)
+    for doubling in range(4):  # ``pipeline_long.long_step``, per configuration at once
+        m0, period = reference_counts(m, pp, vpp, group or pp, 1 << doubling)
+        if m <= m0 + 3 * period:
+            return _simulate_short(schedule, pp, vpp, m, durations, p2p, group, extra)
+        runs = [_simulate_short(schedule, pp, vpp, m0 + i * period, durations, p2p, group, extra) for i in range(4)]
+        done = _extend_many(runs, m, m0, period)
+        if done is not None:
+            return done
+    raise ValueError(f"the pipeline schedule reached no periodic steady state within {m0 + 3 * period} "
+                     f"micro-batches; {m} micro-batches cannot be priced")
+
+
+def _extend_many(runs: list, m: int, m0: int, period: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    k = (m - m0) // period
+    out = []
+    for part in (0, 1):
+        x0, x1, x2, x3 = (np.asarray(r[part], dtype=np.float64) for r in runs)
+        step, scale = x1 - x0, np.maximum(1.0, np.abs(x3))
+        if (np.abs(x2 - x1 - step) > LINEAR_TOLERANCE * scale).any() or \
+                (np.abs(x3 - x2 - step) > LINEAR_TOLERANCE * scale).any():
+            return None
+        out.append(x0 + k * step)
+    return out[0], out[1], sum(r[2] for r in runs)
+
+
+def _simulate_short(schedule: str, pp: int, vpp: int, m: int, durations: np.ndarray, p2p: np.ndarray,
+                    group: int | None, extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if schedule not in ("1f1b", "interleaved"):
         raise ValueError(f"simulate_many runs the fixed orders (1f1b, interleaved), not {schedule!r}")
     stages = pp * vpp

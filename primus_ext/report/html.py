@@ -34,7 +34,9 @@ from primus_ext.report.timeline import (
     OP_KIND_OF,
     OP_KINDS,
     STEADY_CYCLES,
+    drawn,
     layer_comm_shares,
+    not_drawn_note,
     stage_idle,
     steady_cycle_s,
     step_ops,
@@ -174,6 +176,8 @@ def _kpis(p: Any) -> str:
 
 
 def _timeline_note(p: Any) -> str:
+    if not drawn(p):
+        return not_drawn_note(p)
     segments = step_segments(p)
     windows = view_windows(p, segments)
     ops = f"{p.num_microbatches} micro-batches x {max(1, p.execution.vpp)} chunk(s) per stage"

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from primus_ext.model.pipeline_long import MAX_SIMULATED_MICROBATCHES
+
 OP_KINDS = ("forward", "backward", "wgrad")
 LAYER_COMMS = ("tp", "cp", "ep", "fsdp")
 COMM_KINDS = (*LAYER_COMMS, "pp", "dp_grad", "dp_param")
@@ -122,13 +124,32 @@ def op_segments(rank: int, kind: str, start: float, end: float, label: str,
     return out
 
 
+def drawn(projection: Any) -> bool:
+    """Whether the step has a timeline to draw: not when its micro-batches were priced in closed form
+    (more than ``pipeline_long.MAX_SIMULATED_MICROBATCHES``: no op was simulated one by one)."""
+    return bool(projection.timeline) or (projection.num_microbatches <= MAX_SIMULATED_MICROBATCHES
+                                         and max(1, projection.execution.pp) == 1)
+
+
+def not_drawn_note(projection: Any) -> str:
+    return (f"timeline not drawn: {projection.num_microbatches:,} micro-batches per step, more than the "
+            f"{MAX_SIMULATED_MICROBATCHES:,} simulated op by op (the step is priced in closed form from the "
+            "schedule's periodic steady state)")
+
+
 def step_ops(projection: Any) -> list[Any]:
-    """The F/B/W ops of one step (``pipeline.Event``-like: rank, chunk, microbatch, kind, start, end)."""
+    """The F/B/W ops of one step (``pipeline.Event``-like: rank, chunk, microbatch, kind, start, end); none
+    when the step is not ``drawn``."""
+    if not drawn(projection):
+        return []
     return list(projection.timeline) or _single_rank_ops(projection)
 
 
 def step_segments(projection: Any) -> list[Segment]:
-    """Every segment of one step, per rank, in time order (see the module docstring)."""
+    """Every segment of one step, per rank, in time order (see the module docstring); none when the step is
+    not ``drawn``."""
+    if not drawn(projection):
+        return []
     events = step_ops(projection)
     shares = layer_comm_shares(projection.breakdown)
     ex = projection.execution

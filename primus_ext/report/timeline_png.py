@@ -14,7 +14,16 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from primus_ext.report.timeline import COLORS, KINDS, LABELS, Segment, step_segments, view_windows
+from primus_ext.report.timeline import (
+    COLORS,
+    KINDS,
+    LABELS,
+    Segment,
+    drawn,
+    not_drawn_note,
+    step_segments,
+    view_windows,
+)
 
 WIDTH_IN = 13.0
 DPI = 100
@@ -73,11 +82,18 @@ def timeline_figure(segments: list[Segment], windows: list[tuple[float, float]],
 
 def timeline_png(projection: Any) -> bytes:
     """PNG bytes of one step's timeline (see the module docstring)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     segments = step_segments(projection)
     title = f"{projection.model.name}: one step on {projection.system.world_size} x {projection.system.gpu.name}"
-    fig = timeline_figure(segments, view_windows(projection, segments), title)
+    if drawn(projection):
+        fig = timeline_figure(segments, view_windows(projection, segments), title)
+    else:
+        fig = plt.figure(figsize=(WIDTH_IN, 1.2), dpi=DPI)
+        fig.text(0.01, 0.5, f"{title}\n{not_drawn_note(projection)}", va="center", fontsize=9, wrap=True)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from primus_ext.report.timeline import COMM_KINDS, LABELS, OP_KINDS, step_segments
+from primus_ext.report.timeline import COMM_KINDS, LABELS, OP_KINDS, drawn, not_drawn_note, step_segments
 
 THREADS = {"compute": 1, "comm (exposed)": 2, "idle": 3}
 """Thread name -> ``tid`` within each stage's process."""
@@ -50,7 +50,8 @@ def chrome_trace(projection: Any) -> dict[str, Any]:
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"model": projection.model.name, "gpu": projection.system.gpu.name,
+        "otherData": {**({} if drawn(projection) else {"note": not_drawn_note(projection)}),
+                      "model": projection.model.name, "gpu": projection.system.gpu.name,
                       "world_size": projection.system.world_size, "step_time_s": projection.step_time_s,
                       "num_microbatches": projection.num_microbatches,
                       "layout": f"TP{ex.tp} PP{ex.pp} VPP{ex.vpp} CP{ex.cp} EP{ex.ep} DP{ex.dp}"},
