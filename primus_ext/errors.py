@@ -6,11 +6,32 @@ and how to fix it. ``RecipeError`` carries every problem found at once, never ju
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_VALUE_CHARS = 200
 """An offending value is shown up to this many characters (a pasted 10 kB expression would bury the message)."""
+
+class _ShortRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        # an int of thousands of digits would raise (Python's int-to-str limit) or cost quadratic time
+        return super().repr_int(x, level) if x.bit_length() <= 200 else f"<an integer of {x.bit_length()} bits>"
+
+
+_SHORT = _ShortRepr()
+"""Renders a bounded prefix of any value: a value of 10^9 characters costs what 200 do."""
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxset = 3, 8, 8, 8, 8
+_SHORT.maxstring = _SHORT.maxother = MAX_VALUE_CHARS
+_SHORT.maxlong = 60
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to ``MAX_VALUE_CHARS``, computed without rendering the whole value."""
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return f"{value[:MAX_VALUE_CHARS]!r}... ({len(value):,} characters)"
+    text = _SHORT.repr(value)
+    return text if len(text) <= MAX_VALUE_CHARS else f"{text[:MAX_VALUE_CHARS]}..."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,10 +50,7 @@ class Problem:
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}"
         if self.value is not None:
-            shown = repr(self.value)
-            if len(shown) > MAX_VALUE_CHARS:
-                shown = f"{shown[:MAX_VALUE_CHARS]}... ({len(shown)} characters)"
-            text += f" (got {shown})"
+            text += f" (got {shown(self.value)})"
         if self.fix:
             text += f"; fix: {self.fix}"
         return text

@@ -68,6 +68,11 @@ class StagePlan:
         return len(self.layers) - self.moe_layers(model)
 
 
+MAX_LAYOUT_CHARS = 16_384
+"""Layers plus stage separators a layout may expand to: megatron-core builds one module per layer character,
+and the largest Primus preset has 126 decoder layers (Llama-3.1-405B); a bound well above any model."""
+
+
 def parse_layout(layout: str) -> list[list[str]]:
     """Megatron's layout string -> flat list of virtual stages, each a list of layer types.
 
@@ -75,8 +80,21 @@ def parse_layout(layout: str) -> list[list[str]]:
     and ``x*n`` repeat. Raises ``ValueError`` on an unknown character.
     """
     text = layout.replace(",", "").replace(" ", "")
-    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    if len(text) > MAX_LAYOUT_CHARS:
+        raise ValueError(f"{len(text):,} characters; a layout has at most {MAX_LAYOUT_CHARS:,} layers and stages")
+    budget = [MAX_LAYOUT_CHARS]  # characters the expansion may still write, checked before each repeat
+
+    def repeat(m: re.Match[str]) -> str:
+        count = int(m.group(2)) if len(m.group(2)) <= 6 else MAX_LAYOUT_CHARS + 1
+        size = len(m.group(1)) * count
+        budget[0] -= size
+        if budget[0] < 0:
+            raise ValueError(f"expands to more than {MAX_LAYOUT_CHARS:,} layers and stages; megatron-core builds "
+                             "one module per character")
+        return m.group(1) * count
+
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", repeat, text)
+    text = re.sub(r"(.)\*(\d+)", repeat, text)
     stages = []
     for part in text.split("|"):
         bad = sorted({ch for ch in part if ch not in _LAYOUT_CHARS})

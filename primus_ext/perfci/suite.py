@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.recipe import safe_yaml
 
 DEFAULT_THROUGHPUT_PCT = 2.0
 """Default allowed throughput drop: above run-to-run noise of the projection (which is exact arithmetic
@@ -156,7 +157,7 @@ def load_suite(path: str | Path) -> Suite:
     """Parse and validate a suite file; every problem is reported at once (``RecipeError``)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_yaml.load(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
     except yaml.YAMLError as err:

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
 from primus_ext.recipe.key_effects import unmodelled_keys
 from primus_ext.recipe.presets import (
@@ -132,7 +133,7 @@ def parse_overrides(items: Sequence[str], problems: list[Problem]) -> Layer:
                                     fix="write e.g. tensor_model_parallel_size=2"))
             continue
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = safe_yaml.load(text) if text.strip() else None
         except (yaml.YAMLError, ValueError, RecursionError, OverflowError):
             value = text
         layer.values[key] = value

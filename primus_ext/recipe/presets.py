@@ -26,43 +26,19 @@ from typing import Any, Literal
 import yaml
 
 from primus_ext.errors import Problem
+from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.templates import expand_templates
 
 SHIPPED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 """``recipes/`` next to the package in a source checkout (absent in a wheel install)."""
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_FILE_BYTES = safe_yaml.MAX_TEXT_BYTES
 """Recipes are small; a larger file is refused rather than parsed."""
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader (no object construction from tags) that also notes duplicate keys: PyYAML, like
-    Primus, keeps the last value silently; we say so."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.duplicates: list[str] = []
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode):
-                key = key_node.value
-                if key in seen:
-                    self.duplicates.append(f"`{key}` (line {key_node.start_mark.line + 1})")
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def safe_load(text: str, duplicates: list[str] | None = None) -> Any:
-    """``yaml.safe_load`` that appends the duplicate keys it meets to ``duplicates``."""
-    loader = _Loader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        if duplicates is not None:
-            duplicates += loader.duplicates
-        loader.dispose()
+    """``yaml.safe_load`` within ``safe_yaml``'s bounds; appends the duplicate keys it meets to ``duplicates``."""
+    return safe_yaml.load(text, duplicates)
 
 
 def display(path: Path) -> str:
@@ -109,6 +85,10 @@ def read_yaml(path: Path, problems: list[Problem], warnings: list[str] | None = 
     duplicates: list[str] = []
     try:
         data = safe_load(text, duplicates)
+    except safe_yaml.YAMLTooLarge as err:
+        problems.append(Problem(path=label, message=f"refused before reading it whole: {err}",
+                                fix="write the values out; a recipe needs no large lists or alias chains"))
+        return None
     except yaml.YAMLError as err:
         problems.append(Problem(path=label, message=f"invalid YAML: {' '.join(str(err).split())}",
                                 fix="fix the YAML syntax at the marked line"))

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem
+from primus_ext.recipe import safe_yaml
 
 DIRECTIVE = re.compile(r"^#\s*primus-ext:\s*(?P<body>.*?)\s*$")
 MAX_LINES = 200
@@ -35,7 +36,7 @@ def target_of(text: str, problems: list[Problem]) -> dict[str, Any]:
         if found is None:
             continue
         try:
-            value = yaml.safe_load(found["body"]) if len(found["body"]) < 400 else None
+            value = safe_yaml.load(found["body"]) if len(found["body"]) < 400 else None
         except yaml.YAMLError:
             value = None
         if not isinstance(value, dict):

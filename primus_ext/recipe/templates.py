@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem
+from primus_ext.recipe import safe_yaml
 
 TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 """``${NAME}`` or ``${NAME:default}``; the default runs to the first ``}`` and may be empty."""
@@ -30,8 +31,8 @@ _SCALARS = (type(None), bool, int, float, str)
 def _reparse(text: str) -> Any:
     """A fully templated value read back as YAML would read a literal (``93`` -> int)."""
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = safe_yaml.load(text)
+    except (yaml.YAMLError, ValueError, RecursionError, OverflowError):
         return text
     return value if isinstance(value, _SCALARS) else text
 

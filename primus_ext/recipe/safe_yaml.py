@@ -1,0 +1,105 @@
+"""Safe YAML with its cost decided before the work: every user YAML (recipes, presets, suites, values on the
+command line and in templates) is read here.
+
+    >>> from primus_ext.recipe.safe_yaml import load
+    >>> load("a: 1")
+    {'a': 1}
+
+Three bounds, checked in order, each before the next step's work: the text's size (``MAX_TEXT_BYTES``), its
+parse events (``MAX_EVENTS``: counted while libyaml parses, stopped at the bound, so a 3.8 MB list costs a
+fraction of a second instead of 38 s of PyYAML's pure-Python constructor), and the size of the document once
+its aliases are expanded (``MAX_EXPANDED_NODES``: counted on the composed node graph, each shared node once,
+so nine levels of ten aliases are refused in microseconds instead of building a 10^9-element value later).
+A bound crossed raises ``YAMLTooLarge`` (a ``yaml.YAMLError``) naming it. Safe-loading only: no tags that
+construct Python objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+MAX_TEXT_BYTES = 4 * 1024 * 1024
+"""4 MiB: the largest Primus YAML (fd1eeab) is ~20 kB."""
+MAX_EVENTS = 100_000
+"""Parse events (scalars, mapping / sequence starts and ends, aliases): Primus's largest YAML,
+``configs/modules/megatron/trainer_base.yaml``, has 786."""
+MAX_EXPANDED_NODES = 100_000
+"""Nodes of the document with every alias expanded: what any later walk over the value (merging, validating,
+printing) would visit."""
+
+_Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when PyYAML was built with it
+
+
+class YAMLTooLarge(yaml.YAMLError):
+    """A YAML text over one of this module's bounds."""
+
+
+class _Loader(_Base):
+    """Safe loader that records duplicate keys (Primus, as PyYAML, keeps the last value silently; we say so)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[str] = []
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key = key_node.value
+                if key in seen:
+                    self.duplicates.append(f"`{key}` (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _count_events(text: str) -> None:
+    for count, _ in enumerate(yaml.parse(text, Loader=_Base), start=1):
+        if count > MAX_EVENTS:
+            raise YAMLTooLarge(f"more than {MAX_EVENTS:,} YAML nodes (a recipe has hundreds)")
+
+
+def expanded_nodes(root: yaml.Node, limit: int = MAX_EXPANDED_NODES) -> int:
+    """Nodes of ``root`` with aliases expanded (each shared node counted once per reference, computed once;
+    iterative, so deep nesting costs no recursion); stops counting past ``limit``."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                    else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            sizes[id(node)] = min(limit + 1, 1 + sum(sizes.get(id(c), 0) for c in children))
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def load(text: str, duplicates: list[str] | None = None) -> Any:
+    """``yaml.safe_load`` within the bounds above; appends the duplicate keys it meets to ``duplicates``.
+    Raises ``YAMLTooLarge`` or another ``yaml.YAMLError`` (also ``ValueError`` / ``OverflowError`` for values
+    PyYAML cannot construct, e.g. a timestamp out of range)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_TEXT_BYTES:
+        raise YAMLTooLarge(f"{size:,} bytes of YAML, more than {MAX_TEXT_BYTES:,}")
+    _count_events(text)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if expanded_nodes(node) > MAX_EXPANDED_NODES:
+            raise YAMLTooLarge(f"the document's aliases (*name) expand to more than {MAX_EXPANDED_NODES:,} "
+                               "nodes")
+        return loader.construct_document(node)
+    finally:
+        if duplicates is not None:
+            duplicates += loader.duplicates
+        loader.dispose()
+
+
+__all__ = ["MAX_EVENTS", "MAX_EXPANDED_NODES", "MAX_TEXT_BYTES", "YAMLTooLarge", "expanded_nodes", "load"]
