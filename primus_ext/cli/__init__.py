@@ -5,7 +5,9 @@ Every module in this package whose name does not start with ``_`` is a subcomman
 Subcommand modules import heavy libraries (torch, megatron) inside their ``func`` only, so that
 ``primus-ext --help`` stays fast.
 
-Domain errors (``PrimusExtError``) are printed without a traceback and exit with code 2. A reader of
+Domain errors (``PrimusExtError``) and what the operating system refuses (``OSError``: the path and the
+reason) are printed without a traceback and exit with code 2; SIGTERM / SIGHUP end the command as an
+exception would, so its temporary files are removed. A reader of
 stdout that leaves early (``primus-ext validate ... | head``) silences the rest of the output; the
 command still finishes and writes its files.
 """
@@ -19,7 +21,8 @@ import pkgutil
 import sys
 
 from primus_ext import __version__
-from primus_ext.errors import PrimusExtError
+from primus_ext.errors import PrimusExtError, shown
+from primus_ext.files import install_signal_exit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    for stream in (sys.stdout, sys.stderr):  # a lone surrogate in a recipe is shown escaped, not a traceback
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    install_signal_exit()
     stdout = sys.stdout
     sys.stdout = _QuietOnceReaderGone(stdout)
     try:
@@ -91,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     except PrimusExtError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:  # the file system refused: name the path and the reason, exit 2, no traceback
+        where = " -> ".join(shown(str(f)) for f in (err.filename, err.filename2) if f is not None)
+        print(f"error: {where + ': ' if where else ''}{err.strerror or err}; check the path, its folder's "
+              "permissions and free space", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -53,11 +53,13 @@ def _load_baseline(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_ext.files import check_outputs
     from primus_ext.perfci import load_suite, run_suite
     from primus_ext.perfci.outputs import atomic_write, baseline_dict, junit_xml, markdown, to_json, write_json
     from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
     check_json_out(args.json_out)
+    check_outputs(("--junit", args.junit), ("--markdown", args.markdown), ("--json", args.json_out))  # before any work
     suite = load_suite(args.suite)
     baseline_path = Path(args.baseline) if args.baseline else suite.path.parent / "baseline.json"
     baseline = None if args.update_baseline else _load_baseline(baseline_path)

@@ -93,9 +93,11 @@ def _project(side: Side, args: argparse.Namespace, cluster: str | None, nodes: i
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_ext.files import check_outputs
     from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
     from primus_ext.report.html import ReportInputs
 
+    check_outputs(("--html", args.html))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
     recipe_a, a = _project(side_a, args, args.cluster, args.nodes)
     recipe_b, b = _project(side_b, args, args.cluster_b or args.cluster, args.nodes_b or args.nodes)

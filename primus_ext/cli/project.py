@@ -107,10 +107,12 @@ def _same_device_or_accepted(device: Any, recipe: Any, accept: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_ext.files import check_outputs
     from primus_ext.recipe import load_recipe
     from primus_ext.results import check_json_out, emit_json
 
     check_json_out(args.json)
+    check_outputs(("--json", args.json), ("--html", args.html), ("--trace", args.trace))  # before any work
     recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
                          config_roots=args.config_root)
     model, execution, system = recipe.model, recipe.execution, recipe.system

@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", metavar="FILE", help="write a tuned copy of the recipe")
-    out.add_argument("--apply", action="store_true", help="rewrite the recipe in place (after a .bak backup)")
+    out.add_argument("--apply", action="store_true",
+                     help="rewrite the recipe in place (after a backup: RECIPE.bak, never replaced, then .bak.2 ...)")
+    p.add_argument("--force", action="store_true", help="with --apply / --out: replace a read-only file")
     p.add_argument("--json", metavar="OUT",
                    help="write the full result as JSON ('-': stdout, the JSON only; the tables go to stderr)")
     p.add_argument("--log", metavar="FILE", help="append every trial to this JSON-lines log")
@@ -177,13 +179,15 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse unwritable ``--out`` / ``--json`` / ``--log`` paths before the search spends its budget (a missing
     ``--resume`` log: ``agent.read_log``)."""
     from primus_ext.errors import RecipeError
-    from primus_ext.recipe.rewrite import output_problem
+    from primus_ext.files import output_problem
     from primus_ext.results import check_json_out
 
     check_json_out(args.json)
     problems = []
-    outputs = (("--out", args.out), ("--json", None if args.json == "-" else args.json), ("--log", args.log))
-    problems += [p for flag, value in outputs if value and (p := output_problem(value, flag)) is not None]
+    outputs = (("--out", args.out), ("--apply", args.recipe if args.apply else None),
+               ("--json", None if args.json == "-" else args.json), ("--log", args.log))
+    problems += [p for flag, value in outputs if value and (p := output_problem(
+        value, flag, replace_read_only=args.force and flag in ("--out", "--apply"))) is not None]
     if problems:
         raise RecipeError(problems=problems)
 
@@ -195,17 +199,20 @@ def _write(args: argparse.Namespace, recipe: Any, tuned: Any) -> None:
     from pathlib import Path
 
     from primus_ext.errors import Problem, RecipeError
+    from primus_ext.files import sweep, temp_path
     from primus_ext.recipe import load_recipe
     from primus_ext.recipe.rewrite import execution_changes, rewrite
 
     changes = execution_changes(recipe, tuned)
     cluster = {"cluster": recipe.system.name, "nodes": recipe.system.num_nodes}
     target = args.recipe if args.apply else args.out
-    preview = rewrite(args.recipe, changes, out=target, cluster=cluster, dry_run=True, module=recipe.module)
+    preview = rewrite(args.recipe, changes, out=target, cluster=cluster, dry_run=True, module=recipe.module,
+                      force=args.force)
     if not preview.changed:
         print(f"{target}: already the tuned configuration, nothing to write")
         return
-    probe = Path(os.path.realpath(target)).with_name(f".{Path(target).name}.check.yaml")  # where it is written
+    probe = temp_path(Path(os.path.realpath(target)), "check.yaml")  # beside where it is written
+    sweep(Path(os.path.realpath(target)))
     try:
         rewrite(args.recipe, changes, out=probe, cluster=cluster, module=recipe.module)
         reloaded = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root)
@@ -222,7 +229,7 @@ def _write(args: argparse.Namespace, recipe: Any, tuned: Any) -> None:
             message=f"the rewritten recipe does not resolve to the tuned configuration{why}; nothing was written",
             fix=("write the tuned copy in the recipe's folder: its relative extends / presets resolve from there"
                  if moved else "report this; write the keys of the diff by hand"))])
-    result = rewrite(args.recipe, changes, out=target, cluster=cluster, module=recipe.module)
+    result = rewrite(args.recipe, changes, out=target, cluster=cluster, module=recipe.module, force=args.force)
     sys.stdout.write(result.diff)
     print(f"wrote {result.path}" + (f" (backup {result.backup})" if result.backup else ""))
     args.written = result.path

@@ -70,7 +70,15 @@ def family_profiles(family: str) -> list[str]:
     return [name for name in list_profiles() if load_gpu(name).family == family]
 
 
+_PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,63}")
+"""A profile name is a file stem: no path separators, no control characters, at most 64 characters."""
+
+
 def _find(name: str) -> Path:
+    if not _PROFILE_NAME.fullmatch(name):  # a path, a 300-character or a non-ASCII name names no profile file
+        raise RecipeError(problems=[Problem(
+            path="cluster", value=name, message="not a profile name (letters, digits, _ . + -, at most 64)",
+            fix=f"use one of {', '.join(list_profiles())} or add a profile YAML to $PRIMUS_EXT_PROFILES")])
     for directory in _profile_dirs():
         path = directory / f"{name}.yaml"
         if path.is_file():

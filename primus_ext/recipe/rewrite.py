@@ -23,8 +23,6 @@ from __future__ import annotations
 import difflib
 import io
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +35,13 @@ from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import YAMLError
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.files import atomic_write, output_problem
 from primus_ext.recipe.resolve import VPP_KEYS
 from primus_ext.recipe.target import target_of, with_target
 from primus_ext.recipe.templates import TEMPLATE
 from primus_ext.recipe.yaml_edit import Assignment, edit_text, render
 from primus_ext.specs import ExecutionSpec
 
-BACKUP_SUFFIX = ".bak"
 FSDP_FLAGS = {"torch_fsdp2": "use_torch_fsdp2", "megatron_fsdp": "use_megatron_fsdp"}
 
 
@@ -262,61 +260,24 @@ def read_text(path: Path) -> str:
         return fh.read()
 
 
-def atomic_write(path: Path, text: str, *, backup: bool = True, mode_from: Path | None = None) -> str | None:
-    """Replace ``path`` with ``text`` atomically, after copying the old file to ``path.bak``. A new file takes the
-    permissions of ``mode_from`` (the recipe it was derived from) when given."""
-    saved = None
-    if backup and path.exists():
-        saved = str(path) + BACKUP_SUFFIX
-        shutil.copy2(path, saved)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        model = path if path.exists() else mode_from
-        if model is not None and model.exists():
-            shutil.copymode(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return saved
-
-
-def output_problem(target: str | Path, label: str | None = None) -> Problem | None:
-    """Why ``target`` cannot be written as a file (a folder, or in a folder that does not exist), else ``None``;
-    a symlink is judged by its destination. ``label``: the problem's path (the command-line flag)."""
-    real = Path(os.path.realpath(target))
-    where = label or str(target)
-    value = str(target) if label else None
-    if real.is_dir():
-        return Problem(path=where, value=value, message="is a folder, not a file",
-                       fix="give a file name, e.g. tuned.yaml")
-    if not real.parent.is_dir():
-        return Problem(path=where, value=value, message=f"folder {real.parent} does not exist",
-                       fix="create the folder first, or write elsewhere")
-    return None
-
-
-def _writable(target: Path) -> Path:
+def _writable(target: Path, force: bool = False) -> Path:
     """The file to write for ``target``: a symlink's destination (the link stays a link); ``output_problem``
     is a ``RecipeError``."""
-    problem = output_problem(target)
+    problem = output_problem(target, replace_read_only=force)
     if problem is not None:
         raise RecipeError(problems=[problem])
     return Path(os.path.realpath(target))
 
 
 def rewrite(path: str | Path, changes: Mapping[str, Any], *, out: str | Path | None = None,
-            cluster: Mapping[str, Any] | None = None, dry_run: bool = False, module: str = "") -> RewriteResult:
+            cluster: Mapping[str, Any] | None = None, dry_run: bool = False, module: str = "",
+            force: bool = False) -> RewriteResult:
     """Apply ``changes`` to the recipe at ``path``, writing ``out`` (a tuned copy) or ``path`` itself.
-    The diff is against the recipe at ``path``; ``module``: see ``apply_changes``."""
+    The diff is against the recipe at ``path``; ``module``: see ``apply_changes``; ``force``: replace a
+    read-only target."""
     source = Path(path)
     target = Path(out) if out is not None else source
-    real = _writable(target)
+    real = _writable(target, force)
     original = read_text(source)
     text, changed = apply_changes(original, changes, path=str(source), cluster=cluster, module=module)
     before = read_text(real) if real.exists() else None
