@@ -3,7 +3,10 @@
 Templates may appear anywhere inside a string value (``model: ${PRIMUS_MODEL:qwen3_30B_A3B}.yaml``).
 A value that is *entirely* one template is re-parsed as a YAML scalar after substitution, so
 ``num_layers: ${K3_NUM_LAYERS:93}`` becomes the int ``93`` and ``${DATA:null}`` becomes ``None``.
-An undefined variable without a default is a ``Problem`` (all of them are collected).
+An undefined variable without a default is a ``Problem`` (all of them are collected). A variable whose name
+looks like a credential (``is_credential``: ``OPENAI_API_KEY``, ``HF_TOKEN``, ...) is not expanded: the template
+stays as written, for the framework to expand at launch, so its value is never printed, logged, or used in a
+path (no projection needs a credential).
 
 Usage::
 
@@ -37,6 +40,16 @@ def _reparse(text: str) -> Any:
     return value if isinstance(value, _SCALARS) else text
 
 
+_CREDENTIAL_PART = re.compile(r"[A-Z0-9]*(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)S?")
+"""A word of a variable name that names a credential: OPENAI_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD,
+GH_AUTHTOKEN; not PRIMUS_TOKENIZED_DATA_PATH (Primus's data-path template)."""
+
+
+def is_credential(name: str) -> bool:
+    """Whether ``$name`` looks like a credential: its value is never read into a recipe (so never shown)."""
+    return any(_CREDENTIAL_PART.fullmatch(part) for part in name.upper().split("_"))
+
+
 def expand_string(text: str, env: Mapping[str, str], problems: list[Problem], *, path: str) -> Any:
     """Substitute every template in ``text``; re-parse when the whole value was one template."""
     if "${" not in text:
@@ -44,6 +57,8 @@ def expand_string(text: str, env: Mapping[str, str], problems: list[Problem], *,
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
+        if is_credential(name):  # left for the framework to expand at launch: never printed, logged or a path
+            return match.group(0)
         if name in env:
             return env[name]
         if default is not None:

@@ -53,3 +53,22 @@ def test_loader_reports_every_undefined_variable(write):
         load_recipe(path, env={})
     assert len(err.value.problems) == 2
     assert {p.path.split(":")[-1] for p in err.value.problems} == {"num_layers", "hidden_size"}
+
+
+def test_credential_variables_are_never_read_into_a_recipe():
+    env = {"OPENAI_API_KEY": "sk-live-123", "HF_TOKEN": "hf_abc", "PRIMUS_TOKENIZED_DATA_PATH": "/data/tok"}
+    out, problems = expand({"exp_name": "${OPENAI_API_KEY}", "tp": "${HF_TOKEN:1}", "note": "x-${OPENAI_API_KEY}",
+                            "data": "${PRIMUS_TOKENIZED_DATA_PATH}"}, env)
+    assert out == {"exp_name": "${OPENAI_API_KEY}", "tp": "${HF_TOKEN:1}", "note": "x-${OPENAI_API_KEY}",
+                   "data": "/data/tok"}  # a data path is not a credential
+    assert not problems and "sk-live" not in repr(out) and "hf_abc" not in repr(out)
+
+
+def test_a_credential_in_a_validated_key_is_not_shown_in_the_error(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nseq_length: 128\n"
+                    "max_position_embeddings: 128\nglobal_batch_size: 8\nmicro_batch_size: 1\n"
+                    "tensor_model_parallel_size: ${DB_PASSWORD}\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path, env={"DB_PASSWORD": "hunter2"})
+    assert "hunter2" not in str(err.value) and "tensor_model_parallel_size" in str(err.value)
