@@ -37,7 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=int, default=100, help="projections the strategy may spend (default 100)")
     p.add_argument("--llm", metavar="MODEL", help="litellm model string for --strategy llm (e.g. openai/gpt-4o)")
     p.add_argument("--llm-api-base", metavar="URL", help="OpenAI-compatible endpoint (e.g. a local server)")
-    p.add_argument("--llm-timeout", type=float, default=60.0, metavar="S", help="seconds per LLM call")
+    p.add_argument("--llm-timeout", type=float, default=60.0, metavar="S",
+                   help="wall-clock deadline of one LLM call, to the reply's last byte (default 60)")
+    p.add_argument("--llm-total", type=float, default=600.0, metavar="S",
+                   help="wall-clock budget of all LLM calls; then tpe goes on (default 600)")
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN, metavar="F",
                    help=f"fraction of GPU memory kept free by the pre-filter (default {DEFAULT_MARGIN}; 0 to allow "
                         "the memory edge)")
@@ -130,7 +133,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     ctx.seed(previous)
     candidates = None if args.no_regret else space.size()
     options = StrategyOptions(seed=args.seed, llm_model=args.llm, llm_api_base=args.llm_api_base,
-                              llm_timeout_s=args.llm_timeout)
+                              llm_timeout_s=args.llm_timeout, llm_total_s=args.llm_total)
     try:
         result = tune(ctx, args.strategy, baseline=recipe.execution, options=options,
                       regret=not args.no_regret and (candidates or 0) <= ENUMERABLE_MAX, candidates=candidates)

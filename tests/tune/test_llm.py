@@ -10,16 +10,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
+import time
 
 import pytest
 from tune_fakes import fake_filter, fake_oracle
-from tune_llm_server import FakeLLM, reply, sleep, status
+from tune_llm_server import FakeLLM, content_list, drip, reply, reset, sleep, status
 
 from primus_ext.tune.agent import SearchContext
 from primus_ext.tune.results import tune
 from primus_ext.tune.space import build_space
 from primus_ext.tune.strategies import StrategyOptions
-from primus_ext.tune.strategies.llm import parse_reply
+from primus_ext.tune.strategies.llm import describe_failure, parse_reply
 
 pytest.importorskip("litellm")
 TIMEOUT_S = 1.0
@@ -153,3 +154,41 @@ def test_parse_reply_caps_size_and_batch(small):
     for text in ('{"rationale": "x", "configs": [{"tp": ' + "9" * 5000 + '}]}',
                   '{"rationale": ' + "9" * 5000 + ', "configs": []}'):
         assert parse_reply(text, ctx.space, 4)[2][0].path == "reply"
+
+
+def test_the_timeout_is_a_wall_clock_deadline_per_call(small):
+    ctx, execution = small
+    with FakeLLM([drip(0.2)]) as server:  # every read succeeds within the timeout; the reply takes ~40 s
+        start = time.monotonic()
+        result = _run(ctx, execution, server, llm_retries=1)
+        took = time.monotonic() - start
+    notes = " ".join(result.notes)
+    assert "no complete reply within 1 s" in notes and "fell back to tpe" in notes
+    assert len(server.requests) == 2 and took < 2 * TIMEOUT_S + 3  # two calls at their deadline (was ~43 s each)
+
+
+def test_a_connection_reset_is_named_as_such(small):
+    ctx, execution = small
+    with FakeLLM([reset()]) as server:
+        result = _run(ctx, execution, server, llm_retries=0)
+    notes = " ".join(result.notes)
+    assert "connection reset by the endpoint" in notes and "timeout" not in notes.lower()
+
+
+def test_list_content_is_read_and_an_unreadable_reply_is_one_line_of_text(small):
+    ctx, execution = small
+    configs = _configs(ctx)
+    with FakeLLM([content_list(_answer(configs))]) as server:
+        result = _run(ctx, execution, server, llm_retries=0)
+    assert "Traceback" not in " ".join(result.notes)
+    failure = describe_failure(RuntimeError('bad reply Traceback (most recent call last):\n  File "x.py", line 1\n'
+                                            "ValueError: content must be a string\n"))
+    assert "Traceback" not in failure and "content must be a string" in failure and "\n" not in failure
+
+
+def test_the_strategy_has_a_total_time_budget(small):
+    ctx, execution = small
+    with FakeLLM([sleep(0.3)]) as server:
+        result = _run(ctx, execution, server, llm_retries=5, llm_total_s=0.5)
+    assert any("time budget of 0.5 s spent" in n for n in result.notes)
+    assert len(server.requests) <= 3

@@ -10,6 +10,8 @@ Each request to ``/v1/chat/completions`` consumes the next scripted step (the la
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,10 +30,26 @@ def status(code: int, message: str) -> dict[str, Any]:
     return {"kind": "status", "code": code, "message": message}
 
 
+def drip(seconds_per_byte: float) -> dict[str, Any]:
+    """A valid reply sent one byte every ``seconds_per_byte`` (each socket read succeeds; the call never ends)."""
+    return {"kind": "drip", "interval": seconds_per_byte}
+
+
+def reset() -> dict[str, Any]:
+    """The connection closed with a TCP reset before any reply."""
+    return {"kind": "reset"}
+
+
+def content_list(text: str) -> dict[str, Any]:
+    """A reply whose message content is a list of parts (as some OpenAI-compatible servers send)."""
+    return {"kind": "reply", "content": [{"type": "text", "text": text}]}
+
+
 class FakeLLM:
     def __init__(self, script: list[dict[str, Any]]) -> None:
         self.script = list(script)
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.closing = threading.Event()
         self._lock = threading.Lock()
         owner = self
 
@@ -48,6 +66,13 @@ class FakeLLM:
                 if step["kind"] == "sleep":
                     time.sleep(step["seconds"])
                     step = {"kind": "reply", "content": "{}"}
+                if step["kind"] == "reset":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return
+                if step["kind"] == "drip":
+                    self._drip(step["interval"])
+                    return
                 if step["kind"] == "status":
                     payload = {"error": {"message": step["message"], "type": "invalid_request_error"}}
                     self._send(step["code"], payload)
@@ -59,6 +84,25 @@ class FakeLLM:
                                  "message": {"role": "assistant", "content": step["content"]}}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 })
+
+            def _drip(self, interval: float) -> None:
+                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "fake",
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": "{}"}}]}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.flush()
+                    for i in range(len(data)):
+                        if owner.closing.is_set():
+                            return
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(interval)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _send(self, code: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
@@ -87,5 +131,6 @@ class FakeLLM:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()

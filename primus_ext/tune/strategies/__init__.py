@@ -39,6 +39,9 @@ class StrategyOptions:
     """Any litellm model string, e.g. ``openai/gpt-4o`` or ``anthropic/claude-...``."""
     llm_api_base: str | None = None
     llm_timeout_s: float = 60.0
+    """Wall-clock deadline of one LLM call, from request to the last byte of the reply."""
+    llm_total_s: float = 600.0
+    """Wall-clock budget of all LLM calls of one search; past it the search goes on with tpe."""
     llm_batch: int = 8
     """Configurations asked for per LLM round."""
     llm_retries: int = 2

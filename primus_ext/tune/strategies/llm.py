@@ -12,8 +12,10 @@ schema; every configuration goes through ``legality.normalise`` (known axes, sca
 and ``check``; nothing in it is executed, imported, formatted into a command or used as a path.
 Replies are size-capped. API keys are read by litellm from the environment; this module never reads,
 prints or logs them, and every text that leaves it (errors, rationales) is passed through ``redact``.
-Calls are bounded (timeout, ``llm_retries`` consecutive failures); when the model is unreachable or
-keeps replying garbage the loop falls back to ``tpe`` for the remaining budget and says so.
+Calls are bounded: a wall-clock deadline per call (``--llm-timeout``, from request to the reply's last byte),
+a total for the strategy (``--llm-total``) and ``llm_retries`` consecutive failures; a failure is named by
+its cause (time-out, connection reset or refused, the endpoint's error as one line of text); when the model is
+unreachable or keeps replying garbage the loop falls back to ``tpe`` for the remaining budget and says so.
 
     primus-ext tune recipes/mixtral_8x22B-pretrain.yaml --cluster mi355x --nodes 4 --strategy llm \
         --llm openai/gpt-4o --budget 40
@@ -25,6 +27,9 @@ import contextlib
 import json
 import os
 import re
+import threading
+import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +82,56 @@ class LLMUnavailable(Exception):
     """The model could not be reached (network, time-out, authentication, bad model name)."""
 
 
+def call_with_deadline(fn: Callable[[], str], deadline_s: float) -> str:
+    """``fn()`` with a wall-clock deadline: an endpoint that sends one byte a second satisfies every socket
+    read timeout and would hold the call for minutes. The call runs on a daemon thread; past the deadline it is
+    abandoned (its socket times out on its own) and ``LLMUnavailable`` names the deadline."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["reply"] = fn()
+        except BaseException as err:  # handed to the caller's thread below
+            box["error"] = err
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="primus-ext-llm-call", daemon=True).start()
+    if not done.wait(deadline_s):
+        raise LLMUnavailable(f"timeout: no complete reply within {deadline_s:g} s (--llm-timeout, per call)")
+    if "error" in box:
+        raise box["error"]
+    return box["reply"]
+
+
+_CAUSES = ((ConnectionResetError, "connection reset by the endpoint"),
+           (ConnectionRefusedError, "connection refused: nothing listens at the endpoint"),
+           (ConnectionAbortedError, "connection aborted"),
+           (TimeoutError, "timeout"))
+
+
+def describe_failure(err: BaseException) -> str:
+    """What went wrong, named by the root cause (litellm reports a connection reset as an InternalServerError,
+    sometimes as a Timeout), as one line of text: an error text that holds a traceback (litellm's own, for a
+    reply it cannot parse) keeps only its last line."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = err
+    while cause is not None and len(chain) < 12:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    named = next((label for link in chain for kind, label in _CAUSES if isinstance(link, kind)), "")
+    if not named and any("timeout" in type(link).__name__.lower() for link in chain):
+        named = "timeout"
+    text = str(err)
+    if "Traceback (most recent call last)" in text:
+        head, _, trace = text.partition("Traceback (most recent call last)")
+        last = [line.strip() for line in trace.splitlines() if line.strip()]
+        text = f"{head.strip()} ({last[-1] if last else 'no detail'})"
+    detail = f"{type(err).__name__}: {' '.join(redact(text).split())}"[:300]
+    return f"{named} ({detail})" if named else detail
+
+
 def litellm_completion(model: str, *, api_base: str | None, timeout_s: float) -> Callable[[list[dict]], str]:
     """A ``messages -> reply text`` function over litellm (imported here, on first use)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download at import
@@ -87,14 +142,21 @@ def litellm_completion(model: str, *, api_base: str | None, timeout_s: float) ->
         raise LLMUnavailable(f"litellm is not installed ({err}); pip install 'primus-ext[agent]'") from None
     litellm.suppress_debug_info = True
 
-    def call(messages: list[dict]) -> str:
-        try:
+    def request(messages: list[dict]) -> str:
+        with warnings.catch_warnings():  # pydantic's serializer notes about odd replies: the failure says it
+            warnings.simplefilter("ignore")
             response = litellm.completion(model=model, messages=messages, api_base=api_base, timeout=timeout_s,
                                           num_retries=0, temperature=0.2, max_tokens=MAX_REPLY_TOKENS)
-        except (openai.OpenAIError, OSError, TimeoutError) as err:
-            raise LLMUnavailable(f"{type(err).__name__}: {redact(str(err))[:300]}") from None
         content = response.choices[0].message.content if response.choices else None
+        if isinstance(content, list):  # content parts: the text ones, in order
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
         return content if isinstance(content, str) else ""
+
+    def call(messages: list[dict]) -> str:
+        try:
+            return call_with_deadline(lambda: request(messages), timeout_s)
+        except (openai.OpenAIError, OSError, TimeoutError) as err:
+            raise LLMUnavailable(describe_failure(err)) from None
 
     return call
 
@@ -197,9 +259,14 @@ def run(ctx: Any, options: Any) -> list[str]:
     baseline = next((t for t in ctx.trials.values() if t.origin == "recipe"), None)
     feedback: list[str] = []
     failures, stale = 0, 0
+    started = time.monotonic()
     for round_no in range(1, MAX_ROUNDS + 1):
         if ctx.remaining == 0:
             break
+        if time.monotonic() - started >= options.llm_total_s:
+            notes.append(f"LLM time budget of {options.llm_total_s:g} s spent (--llm-total); tpe for the remaining "
+                         "budget")
+            return notes + tpe.run(ctx, options)
         try:
             reply = complete(build_messages(ctx, options.llm_batch, feedback, baseline))
         except LLMUnavailable as err:
