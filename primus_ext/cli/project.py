@@ -22,6 +22,8 @@ import argparse
 import sys
 from typing import Any
 
+from primus_ext.cli._args import nonnegative_float
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("project", help="project step time, tok/s/GPU, MFU and memory of a recipe")
@@ -39,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compute", choices=("measured", "store", "analytic"), default="store",
                         help="layer costs: measure what the store lacks on this device first (measured), "
                              "read the store with roofline fallback (store, default), or roofline only")
-    parser.add_argument("--scale", type=float, default=None,
+    parser.add_argument("--scale", type=nonnegative_float, default=None,
                         help="with --compute measured: measure at this reduced scale (default: 1 on GPU, "
                              "a CPU-sized scale on CPU)")
     parser.add_argument("--analytic", action="store_true", help="same as --compute analytic")

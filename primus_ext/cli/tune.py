@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from primus_ext.cli._args import nonnegative_float
 from primus_ext.model.memory import DEFAULT_MARGIN
 
 
@@ -37,11 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=int, default=100, help="projections the strategy may spend (default 100)")
     p.add_argument("--llm", metavar="MODEL", help="litellm model string for --strategy llm (e.g. openai/gpt-4o)")
     p.add_argument("--llm-api-base", metavar="URL", help="OpenAI-compatible endpoint (e.g. a local server)")
-    p.add_argument("--llm-timeout", type=float, default=60.0, metavar="S",
+    p.add_argument("--llm-timeout", type=nonnegative_float, default=60.0, metavar="S",
                    help="wall-clock deadline of one LLM call, to the reply's last byte (default 60)")
-    p.add_argument("--llm-total", type=float, default=600.0, metavar="S",
+    p.add_argument("--llm-total", type=nonnegative_float, default=600.0, metavar="S",
                    help="wall-clock budget of all LLM calls; then tpe goes on (default 600)")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN, metavar="F",
+    p.add_argument("--margin", type=nonnegative_float, default=DEFAULT_MARGIN, metavar="F",
                    help=f"fraction of GPU memory kept free by the pre-filter (default {DEFAULT_MARGIN}; 0 to allow "
                         "the memory edge)")
     p.add_argument("--pin", action="append", default=[], metavar="AXIS=V[,V...]",

@@ -103,7 +103,7 @@ _REQUIRED = (
 
 def _is_number(value: Any) -> bool:
     """What YAML loaded as a number (a bool is an int to Python, not a number here; ``5e+10`` is a string)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 _NOT_NUMBERS = frozenset({"calibration", "measured"})

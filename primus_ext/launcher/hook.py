@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from primus_ext.cli._args import nonnegative_float
 from primus_ext.errors import PrimusExtError
 from primus_ext.launcher.projection_only import CostPlan, experiment_dir, margin_note, projection_only
 
@@ -69,7 +70,7 @@ def add_projection_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     group.add_argument("--projection-costs", choices=["analytic", "store", "measured"], default="store",
                        help="layer costs: roofline, timing store (+roofline), or measure what is missing")
     group.add_argument("--projection-store", default=None, help="timing store file (SQLite)")
-    group.add_argument("--projection-scale", type=float, default=1.0,
+    group.add_argument("--projection-scale", type=nonnegative_float, default=1.0,
                        help="measure at this scale (< 1 on CPU) with --projection-costs measured")
     return parser
 

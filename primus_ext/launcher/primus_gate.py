@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from primus_ext.cli._args import nonnegative_float
 from primus_ext.launcher.hook import CLUSTER_ENV, project_experiment
 from primus_ext.launcher.projection_only import EXIT_ILLEGAL, CostPlan
 from primus_ext.recipe.presets import is_primus_root
@@ -61,7 +62,7 @@ def add_suite_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group.add_argument("--projection-costs", choices=["analytic", "store", "measured"], default="store",
                        help="layer costs: roofline, timing store (+roofline), or measure what is missing")
     group.add_argument("--projection-store", default=None, metavar="FILE", help="timing store file (SQLite)")
-    group.add_argument("--projection-scale", type=float, default=1.0,
+    group.add_argument("--projection-scale", type=nonnegative_float, default=1.0,
                        help="measure at this scale (< 1 on CPU) with --projection-costs measured")
     group.add_argument("--projection-out", default=None, metavar="DIR",
                        help="folder for projection.json/.html (default: the experiment directory)")

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,9 @@ class Suite:
 
 
 def _number(value: Any, path: str, problems: list[Problem], *, positive: bool = True) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or (positive and value <= 0):
-        problems.append(Problem(path=path, value=value, message="must be a positive number"))
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or (positive and value <= 0)):
+        problems.append(Problem(path=path, value=value, message="must be a positive (finite) number"))
         return None
     return float(value)
 

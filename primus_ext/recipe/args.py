@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,4 +136,11 @@ class ArgReader:
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.bad(key, "expected a number")
             return None
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond the float range
+            number = math.inf
+        if not math.isfinite(number):
+            self.bad(key, "must be a finite number (.nan / .inf cannot be projected)", fix=f"write {key} as a number")
+            return None
+        return number

@@ -174,6 +174,13 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         if first_dense:
             # Hugging Face DeepSeek configs: layer i is MoE iff i >= first_k_dense_replace (and freq matches)
             pattern = tuple(moe and i >= first_dense for i, moe in enumerate(pattern))
+    elif a.given("num_experts") and a.raw("num_experts") is not None:
+        # num_experts itself is wrong (said above): the other MoE arguments are still read, so their own
+        # problems are listed too, not found one run later
+        for key in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_topk"):
+            a.int(key)
+        a.int("moe_router_num_groups", minimum=0)
+        a.int("moe_router_group_topk", minimum=0)
     elif a.given("moe_ffn_hidden_size"):
         a.bad("num_experts", "moe_ffn_hidden_size is set but num_experts is not",
               fix="set num_experts, or drop the MoE arguments for a dense model")

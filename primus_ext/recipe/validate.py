@@ -294,6 +294,6 @@ def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> lis
         out.append(Problem(path=key, value=execution.vpp if execution.vpp > 1 else execution.pp,
                            message=f"PP*VPP = {chunks} pipeline chunks for {model.num_layers} layers",
                            fix="use fewer pipeline stages / virtual stages than layers"))
-    elif system.world_size % (execution.tp * execution.pp * execution.cp) == 0:
+    else:  # the split over PP is its own rule, whether or not TP*PP*CP divides the world
         out.extend(layout_problems(model, execution))
     return out

@@ -53,3 +53,37 @@ def test_bad_cluster_still_lists_the_argument_problems(tmp_path):
 def test_long_values_are_cut_in_messages():
     text = str(Problem(path="k", message="bad", value="x" * 5000))
     assert len(text) < 300 and "5,000 characters" in text
+
+
+@pytest.mark.parametrize("experts", [-2, "abc", 0, 2.5])
+def test_an_invalid_num_experts_does_not_hide_the_other_moe_problems(tmp_path, experts):
+    path = tmp_path / "moe.yaml"
+    _flat(path, f"num_experts: {experts!r}\nmoe_ffn_hidden_size: 1024\nmoe_shared_expert_intermediate_size: -5\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    paths = [p.path for p in err.value.problems]
+    assert "num_experts" in paths and "moe_shared_expert_intermediate_size" in paths
+    assert "is set but num_experts is not" not in str(err.value)  # it is set, and wrong: said once
+
+
+def test_a_world_size_problem_does_not_hide_the_pipeline_split(tmp_path):
+    path = tmp_path / "split.yaml"
+    _flat(path)
+    text = path.read_text()
+    for key, value in (("num_layers", 30), ("hidden_size", 1536), ("num_attention_heads", 24),
+                       ("num_query_groups", 6)):
+        text = text.replace(f"{key}: {BASE[key]}\n", f"{key}: {value}\n")
+    path.write_text(text + "tensor_model_parallel_size: 3\npipeline_model_parallel_size: 4\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    messages = " ".join(f"{p.path}: {p.message}" for p in err.value.problems)
+    assert "not divisible by TP*PP*CP" in messages and "num_layers: 30 layers" in messages
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1.0e+400"])
+def test_non_finite_numbers_are_refused(tmp_path, value):
+    path = tmp_path / "nan.yaml"
+    _flat(path, f"num_experts: 8\nmoe_ffn_hidden_size: 1024\nmoe_expert_capacity_factor: {value}\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert any(p.path == "moe_expert_capacity_factor" and "finite" in p.message for p in err.value.problems)
