@@ -137,9 +137,11 @@ class LayerProgress:
         self.bar: ProgressLine | None = None
 
     def __call__(self, done: int, total: int, shape: object) -> None:
-        if self.bar is None:
-            self.bar = ProgressLine(self.title, total, enabled=self.enabled).__enter__()
         kind = getattr(shape, "kind", "")
+        if self.bar is None:
+            self.bar = ProgressLine(self.title, total, label=kind, enabled=self.enabled).__enter__()
+            if done == 0:
+                return
         self.bar.update(done, label=kind if done < total else "done")
         if done >= total:
             self.bar.close()

@@ -44,15 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-_KNOWN_NOISE = ("Transformer Engine and Apex are not installed", "Apex is not installed",
-                "full scope is deprecated")
-"""megatron-core's import-time UserWarnings without TE/Apex: the table's notes say what matters."""
-
-
 def run(args: argparse.Namespace) -> int:
     import warnings
 
-    for text in _KNOWN_NOISE:
+    from primus_ext.measure.quiet import MEGATRON_NOTES
+
+    for text in MEGATRON_NOTES:
         warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
     from primus_ext.cli._progress import LayerProgress
     from primus_ext.measure.runner import MeasureOptions, measure_many

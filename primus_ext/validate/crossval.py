@@ -52,19 +52,20 @@ def _picklable(obj: object) -> bool:
 
 def leave_one_model_out(
     runs: Sequence[RunRow], projector: Projector, *, fit: FoldFit = fit_by_gpu,
-    progress: Callable[[str], None] | None = None, jobs: int = 1,
+    progress: Callable[[int, int, str], None] | None = None, jobs: int = 1,
 ) -> ValidationReport:
     """Each model's rows projected with efficiencies fitted on the other models' rows only; ``jobs`` folds at
-    a time (same result whatever ``jobs``)."""
+    a time (same result whatever ``jobs``). ``progress(folds done, folds, model)`` after each fold (in the
+    order they finish)."""
     models = sorted({r.model_name for r in usable(runs)})
     rows: list[RowResult] = []
     if jobs > 1 and not _picklable((projector, fit)):
         jobs = 1  # a lambda or closure cannot reach a worker process
     if jobs <= 1 or len(models) <= 1:
         for i, model in enumerate(models):
-            if progress:
-                progress(f"[{i + 1}/{len(models)}] leave out {model}")
             rows += held_out_fold(model, runs, projector, fit)
+            if progress:
+                progress(i + 1, len(models), model)
     else:
         # fork on Linux (no re-import per worker); elsewhere the platform's default (spawn on macOS, where fork
         # is unsafe). Either way each task's arguments are pickled: the projector and the fit must be module-level.
@@ -75,7 +76,7 @@ def leave_one_model_out(
             for i, done in enumerate(as_completed(futures)):
                 rows += done.result()
                 if progress:
-                    progress(f"[{i + 1}/{len(models)}] left out {futures[done]}")
+                    progress(i + 1, len(models), futures[done])
         except BaseException:  # a failed fold or Ctrl-C: do not wait for the queued folds
             pool.shutdown(wait=False, cancel_futures=True)
             raise

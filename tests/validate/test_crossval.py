@@ -16,10 +16,12 @@ def test_lomo_reports_every_row_once():
 
 def test_folds_in_worker_processes_give_the_serial_result():
     runs = rows(Efficiency(gemm_max=0.5, attention=0.3), models=("A", "B", "C", "D"))
-    messages: list[str] = []
+    calls: list[tuple[int, int, str]] = []
     serial = leave_one_model_out(runs, fake_projector)
-    parallel = leave_one_model_out(runs, fake_projector, jobs=2, progress=messages.append)
-    assert parallel.rows == serial.rows and len(messages) == 4
+    parallel = leave_one_model_out(runs, fake_projector, jobs=2, progress=lambda *call: calls.append(call))
+    assert parallel.rows == serial.rows
+    # one call per finished fold, counting up to the number of folds
+    assert [c[:2] for c in calls] == [(1, 4), (2, 4), (3, 4), (4, 4)] and {c[2] for c in calls} == set("ABCD")
     assert [r.index for r in held_out_fold("B", runs, fake_projector)] == [3, 4, 5]
 
 
