@@ -2,7 +2,7 @@
 
     primus-ext bench recipes/llama3.1_8B-pretrain.yaml          # the CLI over all of this
 
-Modules (import the one you need; only ``store`` is torch-free):
+Modules (import the one you need; only ``store`` and ``quiet`` are torch-free):
 
 - ``shims``   CPU / no-TE workarounds for megatron-core, ``parallel_context`` (gloo or NCCL, any TP/EP)
 - ``build``   ``build_layer(shape)`` -> the real module (TransformerBlock of one layer or one
@@ -14,6 +14,7 @@ Modules (import the one you need; only ``store`` is torch-free):
 - ``saved``   bytes saved for backward (unique storages), peak device memory
 - ``runner``  ``measure_layer`` / ``measure_many``: per-layer failures recorded, in-node ranks spawned
 - ``spawn``   multi-rank measurement (torch.multiprocessing)
+- ``quiet``   megatron-core notes kept out of spawned ranks' stderr (``PYTHONWARNINGS``)
 - ``fabric``  in-node collective sweep (all-reduce, all-gather, reduce-scatter, all-to-all, send/recv)
 - ``scale``   default CPU scale from a FLOP budget
 - ``store``   ``TimingStore``: SQLite cache, ``CostProvider``, JSON-lines export / import

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
+from primus_ext.measure.quiet import quiet_ranks
 from primus_ext.measure.runner import device_name, library_versions
 from primus_ext.measure.shims import ParallelLayout, free_port, parallel_context, resolve_device
 from primus_ext.measure.store import FabricPoint
@@ -122,7 +123,7 @@ def fabric_sweep(*, world: int | None = None, ops: Sequence[str] = OPS, sizes: S
     unknown = set(ops) - set(OPS)
     if unknown:
         raise ValueError(f"unknown collectives {sorted(unknown)}; known: {OPS}")
-    with tempfile.TemporaryDirectory(prefix="primus-ext-fabric-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="primus-ext-fabric-") as tmp, quiet_ranks():
         out_path = os.path.join(tmp, "fabric.pkl")
         mp.start_processes(_worker, args=(world, free_port(), dev.type, tuple(ops), tuple(sizes), reps, warmup,
                                           out_path), nprocs=world, join=True, start_method="spawn")

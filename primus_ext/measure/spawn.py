@@ -23,6 +23,7 @@ import torch
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
+from primus_ext.measure.quiet import quiet_ranks
 from primus_ext.measure.runner import Measurement, MeasureOptions, failed, measure_one
 from primus_ext.measure.shims import ParallelLayout, free_port, parallel_context
 from primus_ext.model.rank_shape import RankShape
@@ -44,7 +45,7 @@ def measure_spawned(shapes: list[RankShape], layout: ParallelLayout, scale: floa
                     opts: MeasureOptions) -> list[Measurement]:
     """Measure ``shapes`` on ``layout.world`` spawned ranks; a crashed group fails every shape."""
     opts = replace(opts, timeout_s=float("inf"))
-    with tempfile.TemporaryDirectory(prefix="primus-ext-spawn-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="primus-ext-spawn-") as tmp, quiet_ranks():
         out_path = os.path.join(tmp, "results.pkl")
         try:
             mp.start_processes(

@@ -29,9 +29,14 @@ def _exe(**kw) -> ExecutionSpec:
     return ExecutionSpec(**(fields | kw))
 
 
+STEPS: list[tuple[int, int, float]] = []
+"""The dp2 run's progress calls (done, iters, step seconds)."""
+
+
 @pytest.fixture(scope="module")
 def dp2():
-    return run_training(tiny_model(), _exe(), world_size=2, iters=3, device="cpu", timeout_s=120)
+    return run_training(tiny_model(), _exe(), world_size=2, iters=3, device="cpu", timeout_s=120,
+                        progress=lambda *call: STEPS.append(call))
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +55,13 @@ def test_dp2_runs_and_counts_params(dp2):
     assert dp2.median_step_time_s > 0 and dp2.spread >= 0
     # untrained model on uniform random tokens: cross entropy ~ ln(vocab)
     assert abs(dp2.losses[0] - math.log(VOCAB)) < 0.2
+
+
+@pytest.mark.slow
+def test_progress_is_called_once_per_iteration(dp2):
+    # rank 0 reports each step to the parent as it ends: 3 calls, counting up, with that step's wall time
+    assert [(done, iters) for done, iters, _ in STEPS] == [(1, 3), (2, 3), (3, 3)]
+    assert all(0 < s <= t for (_, _, s), t in zip(STEPS, dp2.step_times_s, strict=True))  # max over ranks >= rank 0
 
 
 @pytest.mark.slow

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.measure.quiet import MEGATRON_NOTES
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
-QUIET_WARNINGS = ("Transformer Engine and Apex are not installed", "Apex is not installed",
-                  "full scope is deprecated")
+QUIET_WARNINGS = MEGATRON_NOTES
 """megatron-core's import-time UserWarnings without TE/Apex (every rank would repeat them)."""
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from primus_ext.errors import PrimusExtError
-from primus_ext.launcher.trainer.plan import TrainPlan, plan_run
+from primus_ext.launcher.trainer.plan import QUIET_WARNINGS, TrainPlan, plan_run
+from primus_ext.measure.quiet import CPU_NOTES, quiet_ranks
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 
@@ -113,15 +115,22 @@ def _entry(rank: int, plan: TrainPlan, port: int, queue) -> None:
 
     from primus_ext.launcher.trainer.worker import train_rank
 
+    def step_done(step: int, seconds: float) -> None:  # rank 0 tells the parent, for its progress line
+        queue.put(("step", rank, (step, seconds)))
+
     try:
-        queue.put(("ok", rank, train_rank(rank, plan, port)))
+        queue.put(("ok", rank, train_rank(rank, plan, port, on_step=step_done if rank == 0 else None)))
     except BaseException as err:  # reported to the parent with the traceback, then re-raised
         queue.put(("error", rank, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
         raise
 
 
-def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0) -> TrainResult:
-    """Spawn ``plan.world_size`` ranks, wait for them, and assemble the result."""
+def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0,
+             progress: Callable[[int, int, float], None] | None = None) -> TrainResult:
+    """Spawn ``plan.world_size`` ranks, wait for them, and assemble the result.
+
+    ``progress(done, iters, step_s)`` is called in this process after each iteration (rank 0's wall time of
+    that step). ``timeout_s`` bounds the wait for the next message of a rank (an iteration or a result)."""
     import queue as queue_mod
 
     import torch.multiprocessing as mp
@@ -131,8 +140,9 @@ def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0) -> TrainResult:
     port = free_port()
     procs = [ctx.Process(target=_entry, args=(r, plan, port, results), daemon=False)
              for r in range(plan.world_size)]
-    for p in procs:
-        p.start()
+    with quiet_ranks(QUIET_WARNINGS + (CPU_NOTES if plan.device == "cpu" else ())):
+        for p in procs:
+            p.start()
     got: dict[int, object] = {}
     errors: list[str] = []
     deadline = time.monotonic() + timeout_s
@@ -147,9 +157,13 @@ def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0) -> TrainResult:
                                   "before reporting (is the caller's main module guarded by "
                                   "`if __name__ == '__main__'`?)")
                 elif time.monotonic() > deadline:
-                    errors.append(f"no result within {timeout_s:.0f} s")
+                    errors.append(f"no step or result from the ranks within {timeout_s:.0f} s")
                 continue
-            if status == "ok":
+            if status == "step":
+                deadline = time.monotonic() + timeout_s
+                if progress:
+                    progress(payload[0] + 1, plan.iters, payload[1])
+            elif status == "ok":
                 got[rank] = payload
             else:
                 errors.append(f"rank {rank}: {payload}")
@@ -184,14 +198,16 @@ def run_training(
     seed: int = 1234,
     timeout_s: float = 600.0,
     time_collectives: bool = False,
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` under ``execution`` for ``iters`` steps on ``world_size`` local ranks.
 
     DP is derived (world / (TP*PP*CP)); raises ``RecipeError`` (exit 2) for what the built-in
     trainer cannot run and ``TrainingFailed`` when a rank fails. ``time_collectives`` also records
     each rank's seconds blocked inside collectives per step (``collective_s_by_rank``) and the part
-    of them spent waiting for a peer to arrive (``skew_s_by_rank``; ``comm_timer.py``).
+    of them spent waiting for a peer to arrive (``skew_s_by_rank``; ``comm_timer.py``). ``progress(done,
+    iters, step_s)`` is called after each iteration (``run_plan``).
     """
     plan = plan_run(model, execution, world_size=world_size, iters=iters, device=device, warmup=warmup,
                     seed=seed, time_collectives=time_collectives)
-    return run_plan(plan, timeout_s=timeout_s)
+    return run_plan(plan, timeout_s=timeout_s, progress=progress)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from primus_ext.launcher.trainer.comm_timer import CollectiveTimer, Event, skew_waits
 from primus_ext.launcher.trainer.plan import QUIET_WARNINGS, TrainPlan
+from primus_ext.measure.quiet import CPU_NOTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,8 +94,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train_rank(rank: int, plan: TrainPlan, port: int) -> RankResult:
-    """Run the plan's iterations as ``rank`` of ``plan.world_size``; tears the process group down."""
+def train_rank(rank: int, plan: TrainPlan, port: int,
+               on_step: Callable[[int, float], None] | None = None) -> RankResult:
+    """Run the plan's iterations as ``rank`` of ``plan.world_size``; tears the process group down.
+
+    ``on_step(step, seconds)``: called after each iteration with this rank's wall time of it."""
+    for text in QUIET_WARNINGS + (CPU_NOTES if plan.device == "cpu" else ()):  # before megatron imports
+        warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
@@ -103,8 +110,6 @@ def train_rank(rank: int, plan: TrainPlan, port: int) -> RankResult:
     from primus_ext.launcher.trainer.build import build_model_chunks, transformer_config, wrap_and_optimizer
     from primus_ext.measure.shims import apply_cpu_shims, te_importable
 
-    for text in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
     e = plan.execution
     cpu = apply_cpu_shims(plan.device)
     if cpu:
@@ -169,6 +174,8 @@ def train_rank(rank: int, plan: TrainPlan, port: int) -> RankResult:
             dist.barrier()
             times.append(time.perf_counter() - start)
             totals.append(_loss_totals(reports))
+            if on_step:
+                on_step(step, times[-1])
         if timer:
             timer.uninstall()
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
