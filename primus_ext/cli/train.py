@@ -62,20 +62,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_command)
 
 
-def _progress(enabled: bool):
-    width = 24
-
-    def bar(done: int, total: int, shape: Any) -> None:
-        if not enabled or total == 0:
-            return
-        label = f"measuring {shape.kind}" if done < total else "done"
-        sys.stderr.write(f"\r[{'#' * (width * done // total):.<{width}}] {done}/{total} {label:<20}"
-                         + ("\n" if done == total else ""))
-        sys.stderr.flush()
-
-    return bar
-
-
 def _auto_tune(args: argparse.Namespace) -> tuple[int, str]:
     """Run ``primus-ext tune`` in-process; returns (exit code, recipe path to use afterwards)."""
     from primus_ext.cli import tune as tune_cli
@@ -121,6 +107,7 @@ def _as_written(args: argparse.Namespace, config: str) -> Any:
 
 
 def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
+    from primus_ext.cli._progress import LayerProgress
     from primus_ext.launcher.projection_only import CostPlan, projection_only
     from primus_ext.report.projection_table import format_projection
 
@@ -131,7 +118,7 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
     else:
         plan = CostPlan(mode="store", store=args.store)
     outcome = projection_only(recipe, out_dir=_workspace(args, config), costs=plan, overrides=args.overrides,
-                              html_path=Path(args.html) if args.html else None, progress=_progress(True),
+                              html_path=Path(args.html) if args.html else None, progress=LayerProgress(),
                               baseline=_as_written(args, config))
     print(format_projection(outcome.projection))
     for line in outcome.measured:
@@ -146,22 +133,43 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
 
 
 def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
+    from primus_ext.cli._progress import LayerProgress, ProgressLine, clock
     from primus_ext.launcher.short_run import check_fits, local_target, verify_short_run
     from primus_ext.launcher.trainer import run_training
 
     device = _device(args)
     nproc = args.nproc or (_gpu_count() if device == "cuda" else 2)
     target = local_target(recipe, scale=args.scale or 1.0, nproc=nproc, device=device)
-    check_fits(target)
+    for shrink in target.shrinks:
+        print(shrink, file=sys.stderr)
+    need = check_fits(target)  # refuses (exit 2) before minutes of measuring and training
     iters = args.train_iters or int(recipe.megatron_args.get("train_iters") or 10)
-    print(f"built-in trainer: {target.model.name}, {nproc} x {device} ranks, {iters} iterations", file=sys.stderr)
+    where = "RAM" if device == "cpu" else "per GPU"
+    print(f"built-in trainer: {target.model.name}, {nproc} x {device} ranks, {iters} iterations, "
+          f"~{need / 1024**3:.1f} GiB {where} by the memory model", file=sys.stderr)
+    training = ProgressLine("training", iters, label=f"starting {nproc} ranks")
     if not args.verify:
-        result = run_training(target.model, target.execution, world_size=nproc, iters=iters, device=device)
+        with training:
+            result = run_training(target.model, target.execution, world_size=nproc, iters=iters, device=device,
+                                  progress=lambda done, _n, step_s: training.update(
+                                      done, label=f"iteration {done}", unit_s=step_s))
         print(json.dumps(result.as_dict(), indent=2))
         return 0
     from primus_ext.launcher.projection_only import write_reports
 
-    verify = verify_short_run(target, iters=iters, store=args.store, progress=_progress(True))
+    def projected(projection: Any, _fabric: str) -> None:
+        print(f"projected {projection.step_time_s * 1e3:9.2f} ms/step for this run on this machine ({iters} "
+              f"iterations: ~{clock(iters * projection.step_time_s)} after the ranks start)", file=sys.stderr)
+        training.expected = projection.step_time_s
+        training.__enter__()
+
+    try:
+        verify = verify_short_run(target, iters=iters, store=args.store, progress=LayerProgress(),
+                                  on_projection=projected, notice=lambda text: print(text, file=sys.stderr),
+                                  on_step=lambda done, _n, step_s: training.update(
+                                      done, label=f"iteration {done}", unit_s=step_s))
+    finally:
+        training.close()
     doc = verify.as_dict()
     folder = _workspace(args, config)
     files = write_reports(verify.projection, folder, recipe=recipe, overrides=args.overrides,
