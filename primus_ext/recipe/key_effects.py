@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from primus_ext.errors import Problem
+from primus_ext.errors import Problem, shown
 
 
 @dataclass(frozen=True)
@@ -380,7 +380,7 @@ def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | 
         if key == "model_type":
             sentence = _MODEL_TYPES.get(str(value)) or (
                 _MODEL_TYPES["diffusion_model"] if str(value).startswith(DIFFUSION_PREFIXES)
-                else f"model_type {value!r} is not a GPT model: not modelled")
+                else f"model_type {shown(value)} is not a GPT model: not modelled")
         problems.append(Problem(path=origins.get(key, key), value=value,
                                 message=f"{sentence}: primus-ext projects GPT-style megatron-core models only "
                                         "(dense, MoE, MLA), so no figure is given for this recipe",

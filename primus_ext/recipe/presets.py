@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import yaml
 
-from primus_ext.errors import Problem
+from primus_ext.errors import Problem, shown
 from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.templates import expand_templates
 
@@ -152,7 +152,7 @@ def load_preset(
     for parent in extends or []:
         target = path.parent / parent
         if not is_file(target):
-            warnings.append(f"{label}: extends target {parent!r} not found at {display(target)}; skipped")
+            warnings.append(f"{label}: extends target {shown(parent)} not found at {display(target)}; skipped")
             continue
         layer.update(load_preset(target, env, problems, warnings, files=files, _stack=(*_stack, resolved)))
     if files is not None:
