@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import measure_archs
+import archs
 import pytest
 
-GQA, MOE, MLA = measure_archs.GQA, measure_archs.MOE, measure_archs.MLA
+GQA, MOE, MLA = archs.GQA, archs.MOE, archs.MLA
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from measure_archs import GQA, MLA
+from archs import GQA, MLA
 
 from primus_ext.measure.attention import sdpa_core_attention_class, window_keep_mask
 from primus_ext.measure.build import build_layer, uses_torch_stand_ins

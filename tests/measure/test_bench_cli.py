@@ -76,7 +76,7 @@ def test_bad_scale_is_a_user_error(recipe, tmp_path, capsys):
 
 
 def test_recomputed_kinds_are_benched_with_their_plain_variant():
-    from measure_archs import GQA
+    from archs import GQA
 
     from primus_ext.cli.bench import bench_shapes
     from primus_ext.model.rank_shape import RankShape

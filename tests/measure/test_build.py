@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from measure_archs import GQA, MLA, MOE
+from archs import GQA, MLA, MOE
 
 from primus_ext.measure.build import build_layer
 from primus_ext.model.params import layer_params

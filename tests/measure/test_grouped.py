@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from measure_archs import MOE
+from archs import MOE
 
 from primus_ext.measure.build import build_layer
 from primus_ext.measure.grouped import gmm, grouped_unavailable

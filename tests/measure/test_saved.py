@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from measure_archs import GQA, MLA, MOE
+from archs import GQA, MLA, MOE
 
 from primus_ext.measure.build import BuiltLayer, build_layer
 from primus_ext.measure.saved import saved_bytes

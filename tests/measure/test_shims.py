@@ -43,7 +43,7 @@ def test_output_discarding_recompute_and_sliding_windows_run_without_te_on_cpu(w
     from dataclasses import replace
 
     import torch
-    from measure_archs import GQA
+    from archs import GQA
 
     from primus_ext.measure.build import build_layer
     from primus_ext.measure.timing import time_layer
@@ -68,7 +68,7 @@ def test_biased_experts_run_without_te_on_one_rank(world1):
     from dataclasses import replace
 
     import torch
-    from measure_archs import MOE
+    from archs import MOE
 
     from primus_ext.measure.build import build_layer
 
@@ -84,7 +84,7 @@ def test_biased_experts_run_without_te_on_one_rank(world1):
 
 
 def _moe_shape():
-    from measure_archs import MOE
+    from archs import MOE
 
     from primus_ext.model.rank_shape import RankShape
 

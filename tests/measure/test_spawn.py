@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch.multiprocessing as mp
-from measure_archs import GQA
+from archs import GQA
 
 from primus_ext.measure.build import build_layer
 from primus_ext.measure.runner import MeasureOptions, measure_many

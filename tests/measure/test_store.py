@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from measure_archs import GQA, MOE
+from archs import GQA, MOE
 
 from primus_ext.measure.runner import Measurement
 from primus_ext.measure.store import FabricPoint, TimingStore, shape_from_dict

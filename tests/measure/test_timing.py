@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from measure_archs import GQA
+from archs import GQA
 
 from primus_ext.measure.build import build_layer
 from primus_ext.measure.timing import MeasureTimeout, Stats, time_layer

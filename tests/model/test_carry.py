@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from measure_archs import GQA
+from archs import GQA
 
 from primus_ext.hardware import load_gpu
 from primus_ext.model.carry import carry_cost, measured_precision

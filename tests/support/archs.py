@@ -1,5 +1,8 @@
-"""Small layer architectures shared by the measurement tests (a uniquely named module: importing
-``conftest`` by name picks whichever conftest pytest loaded last)."""
+"""Small layer architectures shared by tests in several folders (tests/measure, tests/model).
+
+tests/support/ is on pytest's ``pythonpath`` (pyproject.toml), so ``from archs import GQA`` works from
+any test folder and from ``pytest tests/model`` alone; a uniquely named module, since importing
+``conftest`` by name picks whichever conftest pytest loaded last."""
 
 from primus_ext.model.rank_shape import LayerArch
 
