@@ -19,6 +19,8 @@ import json
 import sys
 from typing import Any
 
+from primus_ext.cli._args import nonnegative_float
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="measure real megatron-core layers of a recipe into the timing store")
@@ -26,12 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
     p.add_argument("--cluster", help="hardware profile of the target run; default from the recipe")
     p.add_argument("--nodes", type=int, help="node count of the target run")
-    p.add_argument("--scale", type=float, help="shrink hidden/seq/experts by this factor (default: 1 on GPU, "
+    p.add_argument("--scale", type=nonnegative_float,
+                   help="shrink hidden/seq/experts by this factor (default: 1 on GPU, "
                    "on CPU the largest power of 1/2 that keeps the recipe in seconds)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present")
     p.add_argument("--reps", type=int, default=10, help="timed repetitions per layer (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per layer before giving up (default 120)")
+    p.add_argument("--timeout", type=nonnegative_float, default=120.0,
+                   help="seconds per layer before giving up (default 120)")
     p.add_argument("--out", metavar="FILE", help="SQLite store (default $PRIMUS_EXT_CACHE/timings.sqlite)")
     p.add_argument("--import", dest="import_path", metavar="FILE", help="merge a JSON-lines export first")
     p.add_argument("--export", metavar="FILE", help="write the whole store as JSON lines afterwards")
@@ -52,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     for text in MEGATRON_NOTES:
         warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
     from primus_ext.cli._progress import LayerProgress
+    from primus_ext.files import check_outputs
     from primus_ext.measure.runner import MeasureOptions, measure_many
     from primus_ext.measure.scale import default_scale
     from primus_ext.measure.shims import resolve_device
@@ -59,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.model.rank_shape import rank_shapes
     from primus_ext.recipe import load_recipe
 
+    check_outputs(("--out", args.out), ("--export", args.export))  # before any measurement
     recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes)
     shapes = bench_shapes(rank_shapes(recipe.model, recipe.execution))
     device = resolve_device(args.device)

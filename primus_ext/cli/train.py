@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from primus_ext.cli._args import nonnegative_float
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="train a recipe (or --projection-only: project it and exit 0/2/3)")
@@ -41,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--projection-only", action="store_true", help="project, write the reports, exit 0/2/3")
     costs = p.add_mutually_exclusive_group()
     costs.add_argument("--analytic", action="store_true", help="analytic roofline costs only")
-    costs.add_argument("--scale", type=float, help="measure missing layers at this scale (e.g. 0.0625 on CPU); "
+    costs.add_argument("--scale", type=nonnegative_float,
+                       help="measure missing layers at this scale (e.g. 0.0625 on CPU); "
                        "with --train-iters: shrink the trained model by it")
     p.add_argument("--store", metavar="FILE", help="timing store (SQLite; default $PRIMUS_EXT_CACHE/timings.sqlite)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="device to measure / train on (default: cuda if present)")
@@ -208,8 +211,10 @@ def run_command(args: argparse.Namespace) -> int:
 
     for text in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
+    from primus_ext.files import check_outputs
     from primus_ext.recipe import load_recipe
 
+    check_outputs(("--html", args.html), ("--out", getattr(args, "out", None)))  # before tuning or measuring
     config = args.config
     if args.auto_tune:
         code, config = _auto_tune(args)

@@ -135,9 +135,11 @@ def _progress(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from primus_ext.files import check_outputs
     from primus_ext.results import check_json_out, document, emit_json, tables_to_stderr
 
     check_json_out(args.json_out)
+    check_outputs(("--json", args.json_out))  # before any projection
     with tables_to_stderr(args.json_out):
         out = _report(args)
     emit_json(document("validation", **out), args.json_out)
