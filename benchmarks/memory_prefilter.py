@@ -115,7 +115,7 @@ def speed() -> None:
     around the shipped recipe), the tuner's case: distinct configurations sharing per-rank shapes."""
     import statistics
 
-    from primus_ext.model import memory, memory_stage
+    from primus_ext.model.memory import estimate, stage
     from primus_ext.recipe import load_recipe
     from primus_ext.tune.space import build_space
 
@@ -128,15 +128,15 @@ def speed() -> None:
         calls = [(model, space.to_execution(c), system) for c in space.iter_configs()]
         cold, warm = [], []
         for _ in range(SPEED_RUNS):
-            memory._COMPILED.clear()
-            memory._PEAKS.clear()
-            memory_stage._BY_MODEL.clear()
-            cold.append(_rate(calls, memory.fits))
-            memory._PEAKS.clear()  # per-configuration peaks: every configuration is evaluated again
-            warm.append(_rate(calls, memory.fits))
-        shapes = len(memory._COMPILED)
-        verdicts = [memory.fits(*c) for c in calls]
-        repeated = _rate([calls[0]] * 100_000, memory.fits)
+            estimate._COMPILED.clear()
+            estimate._PEAKS.clear()
+            stage._BY_MODEL.clear()
+            cold.append(_rate(calls, estimate.fits))
+            estimate._PEAKS.clear()  # per-configuration peaks: every configuration is evaluated again
+            warm.append(_rate(calls, estimate.fits))
+        shapes = len(estimate._COMPILED)
+        verdicts = [estimate.fits(*c) for c in calls]
+        repeated = _rate([calls[0]] * 100_000, estimate.fits)
 
         def fmt(rates: list[tuple[float, float]]) -> str:
             cpu = [r[0] for r in rates]

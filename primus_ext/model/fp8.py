@@ -6,7 +6,7 @@ Pure functions of the execution's ``fp8_recipe`` and the GPU's tensor-core ``fam
     fp8_weight_bytes("tensorwise", "hopper")     # 2.0: fp8 data + the transposed copy
     layer_weight_bytes(execution, "blackwell", param_bytes=2.0)  # (weight, cache) bytes per layer param
 
-The memory model (``memory_stage.state_bytes``) applies them to the transformer layers' GEMM weights;
+The memory model (``memory.stage.state_bytes``) applies them to the transformer layers' GEMM weights;
 embedding, output layer and router stay in their own dtypes (Transformer Engine quantises only the
 linear layers of the transformer block).
 """

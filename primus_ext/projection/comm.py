@@ -37,8 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primus_ext.model.collectives import collective_time, p2p_time
-from primus_ext.model.memory_state import reduce_bytes
-from primus_ext.model.optimizer_state import adam_step_bytes, dp_sharded
+from primus_ext.model.memory import adam_step_bytes, dp_sharded, reduce_bytes
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.roofline import DEFAULT_SELECTIVE
@@ -238,7 +237,7 @@ def fsdp_per_layer(ex: ExecutionSpec) -> bool:
 
 
 def grad_bytes_per_param(ex: ExecutionSpec) -> float:
-    """Bytes per parameter of the gradient reduction (one rule with the memory model: ``memory_state.reduce_bytes``)."""
+    """Bytes per parameter of the gradient reduction (one rule with the memory model: ``memory.state.reduce_bytes``)."""
     return reduce_bytes(ex)
 
 

@@ -105,7 +105,7 @@ class ExecutionSpec:
     ] = "no_shard"
     """Megatron-FSDP's sharding level (torch FSDP2 always shards params, grads and optimizer)."""
 
-    # --- precision-aware optimizer (megatron-core OptimizerConfig; model.optimizer_state) -----------
+    # --- precision-aware optimizer (megatron-core OptimizerConfig; model.memory.optimizer_state) ---
     use_precision_aware_optimizer: bool = False
     """Optimizer tensors in lower precision (Transformer Engine's FusedAdam; distributed optimizer only)."""
     main_params_dtype: Literal["fp32", "fp16"] = "fp32"

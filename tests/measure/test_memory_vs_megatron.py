@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from primus_ext.model.memory_activations import LOCAL, activation_bytes_per_layer  # noqa: E402
+from primus_ext.model.memory import LOCAL, activation_bytes_per_layer  # noqa: E402
 from primus_ext.model.rank_shape import LayerArch, RankShape  # noqa: E402
 
 TOLERANCE = 0.03

@@ -58,7 +58,7 @@ def test_one_rank_sequence_parallel_measurement_says_it_ran_unsplit(world1):
 
     from primus_ext.measure.runner import measure_one
     from primus_ext.model.costs import SP_UNSPLIT_TAG
-    from primus_ext.model.memory_activations import LOCAL, activation_bytes_per_layer
+    from primus_ext.model.memory import LOCAL, activation_bytes_per_layer
 
     shape = RankShape(kind="dense", arch=GQA, seq_length=128, micro_batch_size=1, tp=2, sequence_parallel=True)
     m = measure_one(shape, 0.5, world1, MeasureOptions(warmup=1, reps=2))  # as measure_many in a one-rank world

@@ -1,4 +1,4 @@
-"""torch FSDP2's gradient reduce-scatter: one dtype rule for time and memory (``memory_state.reduce_bytes``).
+"""torch FSDP2's gradient reduce-scatter: one dtype rule for time and memory (``memory.state.reduce_bytes``).
 
 megatron-core's and Primus's FSDP2 wrappers set no MixedPrecisionPolicy, so gradients are reduced and kept in the
 parameter dtype whatever ``grad_reduce_in_bf16`` says; torchtitan's and NeMo AutoModel's policy reduces in fp32.

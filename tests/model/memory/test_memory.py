@@ -15,8 +15,8 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.model.memory import estimate_memory, fits, peak_bytes
-from primus_ext.model.memory_activations import TE, activation_bytes_per_layer, activation_parts
-from primus_ext.model.memory_stage import chunk_in_flight
+from primus_ext.model.memory.activations import TE, activation_bytes_per_layer, activation_parts
+from primus_ext.model.memory.stage import chunk_in_flight
 from primus_ext.model.params import layer_params
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -76,7 +76,7 @@ def test_fsdp_shards_params_grads_and_optimizer():
     fsdp = estimate_memory(TINY, replace(exe, fsdp="torch_fsdp2"), H100).stages[0]
     assert fsdp.params_bytes == pytest.approx(ddp.params_bytes / 8)
     # torch FSDP2 keeps bf16 gradient shards (the parameter dtype), not DDP's fp32 main-grad buffer
-    # (tests/model/test_memory_fsdp2.py, checked on the real modules in test_memory_fsdp2_megatron.py)
+    # (tests/model/memory/test_memory_fsdp2.py, checked on the real modules in test_memory_fsdp2_megatron.py)
     assert fsdp.grads_bytes == pytest.approx(ddp.grads_bytes / 8 / 2)
     assert fsdp.optimizer_bytes == pytest.approx(ddp.optimizer_bytes / 8)
     optim_only = estimate_memory(TINY, replace(exe, fsdp="megatron_fsdp", data_parallel_sharding_strategy="optim"),
@@ -257,7 +257,7 @@ def test_measured_saved_bytes_override_the_formula():
 def test_cpu_local_measurement_at_reduced_scale_carries_only_its_ratio():
     """A local-spec (unfused attention) measurement at 1/4 scale that equals its own formula leaves the
     TE estimate at the target shape unchanged; 10 % more than its formula raises it by 10 %."""
-    from primus_ext.model.memory_activations import LOCAL
+    from primus_ext.model.memory.activations import LOCAL
 
     exe = _exe()
     shape = rank_shapes(GQA, exe)["dense"]
@@ -281,7 +281,7 @@ def test_one_rank_sequence_parallel_measurement_compares_with_the_unsplit_formul
     """A TP=2 + SP shape measured in a one-rank world (``runner.layout_for``: always under CP > 1, else when
     TP exceeds the node) runs norms and residuals on the whole sequence (``build.py``): a measurement equal
     to the local formula of that unsplit shape carries a ratio of 1, leaving the TE estimate unchanged."""
-    from primus_ext.model.memory_activations import LOCAL
+    from primus_ext.model.memory.activations import LOCAL
 
     exe = _exe(tensor_model_parallel_size=2, context_parallel_size=cp, sequence_parallel=True, micro_batch_size=2,
                seq_length=256 * cp)
@@ -302,7 +302,7 @@ def test_cpu_measurement_without_moe_act_compares_with_the_formula_without_it(mo
     """megatron-core refuses ``moe_act`` recompute without grouped expert GEMMs, so the CPU (local spec)
     build drops it (``build._recompute_kwargs``; nothing left: no recompute): a measurement equal to the local
     formula of the shape as built leaves the estimate unchanged."""
-    from primus_ext.model.memory_activations import LOCAL
+    from primus_ext.model.memory.activations import LOCAL
 
     exe = _exe(recompute_granularity="selective", recompute_modules=modules)
     shape = rank_shapes(MOE, exe)["moe"]

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from primus_ext.model.memory_activations import activation_bytes_per_layer, activation_parts
+    from primus_ext.model.memory.activations import activation_bytes_per_layer, activation_parts
     activation_bytes_per_layer(shape)                  # Transformer-Engine spec (production GPU runs)
     activation_parts(shape, impl=LOCAL)                # named parts, megatron-core local spec on CPU
 
@@ -22,7 +22,7 @@ Two implementations differ in what they save, so each is a named :class:`Activat
   (expanded k/v, fp32 softmax output and bf16 probabilities: Korthikanti et al.'s ``5as/h`` term),
   torch ``rms_norm`` (saves an fp32 copy of its input and the fp32 normalised value), unfused SwiGLU,
   cached RoPE cos/sin. Checked against the real module's saved tensors in
-  ``tests/model/test_memory_vs_megatron.py`` (exact for dense / MLA / output, MoE within the
+  ``tests/measure/test_memory_vs_megatron.py`` (exact for dense / MLA / output, MoE within the
   routing noise of the balanced router).
 
 Recompute (Megatron's ``recompute_granularity``): ``full`` keeps only the checkpointed layer input;

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from primus_ext.model.fp8 import layer_weight_bytes
 from primus_ext.model.lora import lora_params
-from primus_ext.model.memory_activations import (
+from primus_ext.model.memory.activations import (
     LOCAL,
     TE,
     activation_bytes_per_layer,
@@ -28,17 +28,17 @@ from primus_ext.model.memory_activations import (
     loss_saved_bytes,
     op_sac_saved_bytes,
 )
-from primus_ext.model.memory_plan import ChunkComposition, offloaded_layers, recompute_plan
-from primus_ext.model.memory_plan import plan as chunk_plan
-from primus_ext.model.memory_schedule import chunk_in_flight, held_activations, prefix_sums
-from primus_ext.model.memory_state import (
+from primus_ext.model.memory.optimizer_state import dp_sharded
+from primus_ext.model.memory.plan import ChunkComposition, offloaded_layers, recompute_plan
+from primus_ext.model.memory.plan import plan as chunk_plan
+from primus_ext.model.memory.schedule import chunk_in_flight, held_activations, prefix_sums
+from primus_ext.model.memory.state import (
     fsdp_shard_bytes,
     optimizer_step_excess,
     sharding_bytes,
     state_bytes,
     step_grad_bytes,
 )
-from primus_ext.model.optimizer_state import dp_sharded
 from primus_ext.model.params import (
     ROUTER_PARAM_BYTES,
     expert_layer_params,
@@ -167,7 +167,7 @@ class Measured:
     """``te`` (Transformer-Engine spec, GPU) or ``local`` (megatron-core local spec, CPU)."""
     scale: float = 1.0
     sequence_split: bool | None = None
-    """The module ran sequence parallelism's split: see ``memory_activations.as_measured``."""
+    """The module ran sequence parallelism's split: see ``memory.activations.as_measured``."""
 
 
 def _scale(shape: RankShape, measured: Measured | None) -> float:

@@ -1,6 +1,6 @@
 """Per-rank parameters, gradients, optimizer state and the data-parallel sharding transients (torch-free).
 
-Usage (through ``memory_stage.stage_memory`` and the pre-filter's ``memory._peak``)::
+Usage (through ``memory.stage.stage_memory`` and the pre-filter's ``memory.estimate._peak``)::
 
     sharding = sharding_bytes(execution)             # (param, grad, optimizer) B/param, dense / expert shards
     params, grads, opt_dense, opt_expert, gathered_layer, gathered_loss = state_bytes(execution, sharding, ...)
@@ -29,12 +29,12 @@ keeps everything as sharded DTensors over the data-parallel group:
   are gone.
 
 All checked on the real modules (a megatron-core GPT in ``TorchFullyShardedDataParallel`` on a two-rank
-gloo group, Megatron's optimizer): tests/model/test_memory_fsdp2_megatron.py.
+gloo group, Megatron's optimizer): tests/model/memory/test_memory_fsdp2_megatron.py.
 """
 
 from __future__ import annotations
 
-from primus_ext.model.optimizer_state import adam_state_bytes, dp_sharded
+from primus_ext.model.memory.optimizer_state import adam_state_bytes, dp_sharded
 from primus_ext.model.params import ROUTER_PARAM_BYTES
 from primus_ext.specs import ExecutionSpec
 
@@ -118,7 +118,7 @@ def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, fl
     embedding / output / MTP extras, ``output`` of the output layer) parameters; ``sharding`` =
     ``sharding_bytes(e)``, ``biggest`` = the largest layer's parameters (what FSDP gathers), ``weight`` =
     ``fp8.layer_weight_bytes`` (bytes per transformer-layer GEMM parameter and its fp8 cache). The one formula
-    behind both ``memory_stage.stage_memory`` and the pre-filter's fast path (``memory._peak``).
+    behind both ``memory.stage.stage_memory`` and the pre-filter's fast path (``memory.estimate._peak``).
 
     ``trainable`` (LoRA, ``model.lora``): the (dense, expert) adapter parameters, the only ones with gradients
     and optimizer state (Primus's ``PEFT.freeze_model`` sets ``requires_grad = False`` on every base weight, and

@@ -8,7 +8,7 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.model.memory import estimate_memory
-from primus_ext.model.optimizer_state import adam_state_bytes, adam_step_bytes, master_bytes
+from primus_ext.model.memory.optimizer_state import adam_state_bytes, adam_step_bytes, master_bytes
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 TINY = ModelSpec(name="tiny", num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,

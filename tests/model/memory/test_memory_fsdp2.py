@@ -2,7 +2,7 @@
 
 Independent references: the bytes per parameter the real modules allocate (a megatron-core GPT in
 ``TorchFullyShardedDataParallel`` with Megatron's optimizer, counted per dtype in
-tests/model/test_memory_fsdp2_megatron.py: bf16 parameter and gradient shards, fp32 master + Adam moments,
+tests/model/memory/test_memory_fsdp2_megatron.py: bf16 parameter and gradient shards, fp32 master + Adam moments,
 fp32 gradient copies at the step), hand sums of Llama-3.1-70B's parameter count, and the freeing order of
 the loss's saved tensors (checked on a real GPT in the same file).
 """
@@ -16,7 +16,7 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.model.memory import estimate_memory, peak_bytes
-from primus_ext.model.memory_stage import CUDA_CONTEXT_BYTES, GEMM_WORKSPACE_BYTES, NCCL_BUFFER_BYTES
+from primus_ext.model.memory.stage import CUDA_CONTEXT_BYTES, GEMM_WORKSPACE_BYTES, NCCL_BUFFER_BYTES
 from primus_ext.model.params import layer_params
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -31,7 +31,7 @@ PRIMUS_70B_1NODE = ExecutionSpec(data_parallel_size=8, micro_batch_size=3, globa
 MI300X = load_system("mi300x", 1)
 SMALL = ModelSpec(name="small", num_layers=4, hidden_size=1024, ffn_hidden_size=2816, num_attention_heads=16,
                   num_query_groups=4, kv_channels=64, vocab_size=32000)
-PRIMUS_CONFIGS = Path(__file__).resolve().parents[3] / "shared" / "primus_configs"
+PRIMUS_CONFIGS = Path(__file__).resolve().parents[4] / "shared" / "primus_configs"
 GIB = 2**30
 FIXED_OTHER_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
 

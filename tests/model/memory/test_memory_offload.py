@@ -14,7 +14,7 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.model.memory import estimate_memory, peak_bytes
-from primus_ext.model.memory_activations import activation_bytes_per_layer
+from primus_ext.model.memory.activations import activation_bytes_per_layer
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -79,7 +79,7 @@ def test_recipe_reads_megatron_offloading_arguments():
 
     from primus_ext.recipe import load_recipe
 
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml"
+    recipe = Path(__file__).resolve().parents[3] / "recipes" / "llama3.1_8B-pretrain.yaml"
     e = load_recipe(recipe, ["cpu_offloading=true", "cpu_offloading_num_layers=4"]).execution
     assert e.cpu_offloading and e.cpu_offloading_num_layers == 4
     assert e.cpu_offloading_activations and not e.cpu_offloading_weights

@@ -2,13 +2,13 @@
 
 Usage::
 
-    from primus_ext.model.memory_schedule import chunk_in_flight, held_activations, prefix_sums
+    from primus_ext.model.memory.schedule import chunk_in_flight, held_activations, prefix_sums
     chunk_in_flight(execution, rank)           # (micro-batches held by chunk 0, chunk 1, ...)
     held_activations(pp, vpp, m, rank, extra, saved, prefix_sums(saved), sum(saved))   # bytes, closed form
 
 1F1B holds ``min(PP - rank, M)`` micro-batches; Megatron's interleaved schedule holds its warm-up
 chunk-micro-batches plus the first steady-state forward (megatron-core 0.16.1 schedules.py
-``get_pp_rank_microbatches`` / ``get_schedule_table``; checked in tests/model/test_memory_schedule.py).
+``get_pp_rank_microbatches`` / ``get_schedule_table``; checked in tests/model/memory/test_memory_schedule.py).
 """
 
 from __future__ import annotations

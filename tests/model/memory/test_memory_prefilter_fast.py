@@ -2,7 +2,7 @@
 on every configuration of real tuner spaces, and stays torch-free.
 
 Independent reference: ``estimate_memory`` evaluates every pipeline rank through
-``memory_stage.stage_memory`` (named parts, no per-configuration memo); the fast path evaluates only one
+``memory.stage.stage_memory`` (named parts, no per-configuration memo); the fast path evaluates only one
 rank per distinct stage composition from memoised per-rank constants and memoises the peak on the fields
 it depends on. Both must give the same bytes (same arithmetic order, so equal to the last bit) and the
 same verdict at any margin.
@@ -15,8 +15,7 @@ import sys
 
 import pytest
 
-from primus_ext.model import memory, memory_stage
-from primus_ext.model.memory import estimate_memory, fits, peak_bytes
+from primus_ext.model.memory import estimate, estimate_memory, fits, peak_bytes, stage
 from primus_ext.recipe import load_recipe
 from primus_ext.tune.space import build_space
 
@@ -32,11 +31,11 @@ def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path,
     recipe = load_recipe(path, list(overrides), cluster=cluster, nodes=nodes, validate=False)
     model, system = recipe.model, recipe.system
     space = build_space(model, recipe.execution, system)
-    memory._COMPILED.clear()
-    memory._PEAKS.clear()
-    memory_stage._BY_MODEL.clear()
+    estimate._COMPILED.clear()
+    estimate._PEAKS.clear()
+    stage._BY_MODEL.clear()
     verdicts = {True: 0, False: 0}
-    capacity = memory.capacity_bytes(system)
+    capacity = estimate.capacity_bytes(system)
     count = 0
     for config in space.iter_configs():
         e = space.to_execution(config)
@@ -67,7 +66,7 @@ def test_fields_outside_the_memo_key_do_not_change_memory():
 
     recipe = load_recipe("recipes/deepseek_v3-pretrain.yaml", cluster="h100", nodes=128, validate=False)
     e = recipe.execution
-    keyed = set(memory._SHAPE_FIELDS) | set(memory._RUN_FIELDS)
+    keyed = set(estimate._SHAPE_FIELDS) | set(estimate._RUN_FIELDS)
     base = estimate_memory(recipe.model, e, recipe.system).peak_bytes
     hints = typing.get_type_hints(type(e))
     checked = []

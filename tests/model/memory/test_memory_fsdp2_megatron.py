@@ -4,9 +4,9 @@
    (``Float16Module``, then megatron-core's ``TorchFullyShardedDataParallel``) on a two-rank gloo group, with
    Megatron's own optimizer (``get_megatron_optimizer``, ``use_distributed_optimizer=False``): parameter and
    gradient shards, the optimizer's master copies and Adam state, the gradients the step runs on; compared
-   with ``memory_state``'s bytes per parameter.
+   with ``memory.state``'s bytes per parameter.
 2. The order in which autograd frees the loss's saved logits: before the last transformer layer recomputes its
-   forward (full recompute) or starts its backward (none), what ``memory_stage.loss_overlap`` relies on.
+   forward (full recompute) or starts its backward (none), what ``memory.stage.loss_overlap`` relies on.
 
 Test-only stand-ins for the parts that name CUDA (children of this test only): the wrapper builds its
 ``DeviceMesh`` on ``"cuda"``, Megatron's Float16 optimizer accepts ``torch.cuda.*Tensor`` types and makes a few
@@ -23,8 +23,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from primus_ext.model.memory_state import grad_bytes, step_grad_bytes  # noqa: E402
-from primus_ext.model.optimizer_state import adam_state_bytes  # noqa: E402
+from primus_ext.model.memory.optimizer_state import adam_state_bytes  # noqa: E402
+from primus_ext.model.memory.state import grad_bytes, step_grad_bytes  # noqa: E402
 from primus_ext.specs import ExecutionSpec  # noqa: E402
 
 WORLD = 2

@@ -15,7 +15,7 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.model.memory import estimate_memory, peak_bytes
-from primus_ext.model.memory_activations import loss_saved_bytes
+from primus_ext.model.memory.activations import loss_saved_bytes
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -49,7 +49,7 @@ def test_te_loss_keeps_bf16_logits_instead_of_fp32_and_no_gradient_copy(tp, pp):
 def test_recipe_reads_cross_entropy_fusion_impl():
     from primus_ext.recipe import load_recipe
 
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml"
+    recipe = Path(__file__).resolve().parents[3] / "recipes" / "llama3.1_8B-pretrain.yaml"
     te = ["cross_entropy_loss_fusion=true", "cross_entropy_fusion_impl=te"]
     assert load_recipe(recipe, te).execution.cross_entropy_fusion_impl == "te"
     assert load_recipe(recipe).execution.cross_entropy_fusion_impl == "native"  # megatron-core's default

@@ -17,7 +17,7 @@ import pytest
 
 from primus_ext.model.memory import estimate_memory
 
-VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
+VALIDATION = Path(__file__).resolve().parents[4] / "shared" / "validation"
 EXPLAINED = re.compile(r"AutoModel")
 """NeMo AutoModel rows: the benchmark's activation-checkpointing / reshard settings are not stated (its
 library defaults are activation_checkpointing=False and, for MoE, reshard_after_forward=False; projected

@@ -13,14 +13,14 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
   + output layer on the last (with tied embeddings and PP > 1 Megatron keeps a copy of the word
   embeddings there), MTP layers + their embedding copy; fp8 adds TE's cached fp8 weight copies;
 * gradients: Megatron DDP's main-grad buffer, fp32 (bf16 with ``grad_reduce_in_bf16``); torch FSDP2's
-  sharded gradients in the parameter dtype (``memory_state``);
+  sharded gradients in the parameter dtype (``memory.state``);
 * optimizer: Adam m, v + fp32 master weights (12 B/param; less with megatron's precision-aware optimizer:
   ``optimizer_state``), sharded by the distributed optimizer over
   the data-parallel group with CP (dense) and the expert-data-parallel group (experts);
   FSDP shards parameters, gradients and optimizer state (torch_fsdp2: all; megatron_fsdp: by
   ``data_parallel_sharding_strategy``) and adds the gathered layers; the optimizer step's own peak
   (torch FSDP2: fp32 copies of the gradients, no activations) counts where it is the higher one;
-* activations: ``memory_activations`` per layer and micro-batch (or measured saved bytes; the first
+* activations: ``memory.activations`` per layer and micro-batch (or measured saved bytes; the first
   ``cpu_offloading_num_layers`` layers offloaded to the host but one in transit; the loss's fp32 or
   bf16 logits per ``cross_entropy_fusion_impl``; torchtitan's op-level selective checkpointing), times the
   micro-batches in flight: 1F1B ``min(PP - rank, M)``; interleaved Megatron's warm-up rule
@@ -31,12 +31,12 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
 * other: CUDA context, NCCL and GEMM workspaces, the recompute / backward working set, logits of the
   loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants below); on the
   loss stage the loss's and output layer's backward and the last layer's recompute + backward are two
-  phases, the first freeing its tensors before the second (``memory_stage.loss_overlap``).
+  phases, the first freeing its tensors before the second (``memory.stage.loss_overlap``).
 
 ``fits`` / ``peak_bytes`` evaluate the same arithmetic on one representative rank per distinct stage
 composition, from per-rank constants memoised on the fields they depend on (``_SHAPE_FIELDS``), and
 memoise the peak on those + the run fields (``_RUN_FIELDS``); no dataclass is built on that path and torch
-is never imported. ``tests/model/test_memory_prefilter_fast.py`` checks it equals ``estimate_memory`` on
+is never imported. ``tests/model/memory/test_memory_prefilter_fast.py`` checks it equals ``estimate_memory`` on
 every configuration of two tuner spaces and that no other field changes memory.
 """
 
@@ -47,8 +47,8 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from primus_ext.model.fp8 import layer_weight_bytes
-from primus_ext.model.memory_schedule import held_activations, prefix_sums
-from primus_ext.model.memory_stage import (
+from primus_ext.model.memory.schedule import held_activations, prefix_sums
+from primus_ext.model.memory.stage import (
     CUDA_CONTEXT_BYTES,
     FIXED_OTHER_BYTES,
     FRAGMENTATION_FRACTION,
@@ -64,7 +64,7 @@ from primus_ext.model.memory_stage import (
     stage_memory,
     transient_terms,
 )
-from primus_ext.model.memory_state import optimizer_step_excess, sharding_bytes, state_bytes
+from primus_ext.model.memory.state import optimizer_step_excess, sharding_bytes, state_bytes
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -75,7 +75,7 @@ is ``hbm_bytes`` times this factor (1.069)."""
 
 DEFAULT_MARGIN = 0.05
 """Share of each GPU's allocatable HBM the tuner keeps free by default and the gate and ``project`` warn inside.
-What the memory model names is already in the projected peak (``memory_stage``: CUDA/HIP context 0.6 GB, NCCL/RCCL
+What the memory model names is already in the projected peak (``memory.stage``: CUDA/HIP context 0.6 GB, NCCL/RCCL
 buffers 0.5 GB, GEMM workspaces 0.1 GB, caching-allocator fragmentation 3 % of activations and transients); the
 margin is for what it cannot see: data-loader and checkpoint-save allocations, allocator state after long runs,
 a library's workspace we do not list. An engineering allowance (not fitted: no GPU run of this project measured
@@ -164,7 +164,7 @@ def estimate_memory(
     Each kind's measured / formula ratio at that shape and implementation rescales the TE formula at the
     target shape. ``measured_sequence_split``: whether the measured modules ran sequence parallelism's split
     (real TP ranks; ``False`` for a one-rank world, the ``;sp-unsplit`` of ``measure.runner.source_label``);
-    ``None``: split unless CP > 1 (``memory_activations.as_measured``). ``margin``: fraction of HBM kept
+    ``None``: split unless CP > 1 (``memory.activations.as_measured``). ``margin``: fraction of HBM kept
     free (fits only when peak <= capacity*(1-margin)).
     Raises ``RecipeError`` when the layer split is illegal.
     """
@@ -229,8 +229,8 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
 
 
 def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
-    """The peak over the pipeline ranks: the arithmetic of ``memory_stage.stage_memory`` (checked equal on
-    whole tuner spaces by tests/model/test_memory_prefilter_fast.py) on memoised per-rank constants, then
+    """The peak over the pipeline ranks: the arithmetic of ``memory.stage.stage_memory`` (checked equal on
+    whole tuner spaces by tests/model/memory/test_memory_prefilter_fast.py) on memoised per-rank constants, then
     memoised on the remaining fields the peak depends on (configurations differing only in overlap flags,
     dispatcher, ... share it)."""
     key = (id(model), _peak_fields(e), family)

@@ -1,7 +1,7 @@
 """Per pipeline chunk, what it holds: dense / MoE layers, which of them recompute in full or offload.
 
 ``plan(model, pp, vpp, layout, first, last, acc_e, acc_l, recompute_plan(e), offloaded_layers(e))`` is memoised
-(the split reads only the pipeline fields); ``memory_stage`` turns the compositions into bytes.
+(the split reads only the pipeline fields); ``memory.stage`` turns the compositions into bytes.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_peak_without_a_system_counts_the_conservative_formats():
 def test_recipe_reads_fp8_param_gather():
     from primus_ext.recipe import load_recipe
 
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml"
+    recipe = Path(__file__).resolve().parents[3] / "recipes" / "llama3.1_8B-pretrain.yaml"
     assert load_recipe(recipe, ["fp8_param_gather=true"]).execution.fp8_param_gather
     assert not load_recipe(recipe).execution.fp8_param_gather  # Primus trainer_base.yaml: false
     assert load_recipe(recipe).execution.fp8_recipe == "delayed"  # Primus trainer_base.yaml: delayed

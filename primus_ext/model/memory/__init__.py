@@ -1,0 +1,50 @@
+"""Per-GPU memory: what a rank holds (parameters, gradients, optimizer state, activations, buffers), per stage.
+
+Usage::
+
+    from primus_ext.model.memory import estimate_memory, fits
+    mem = estimate_memory(model, execution, system)         # Memory: per stage + peak + fits
+    fits(model, execution, system, margin=0.05)              # bool, no I/O, no torch
+
+The rooms behind it (other packages import from here, not from them):
+
+* ``estimate``: ``estimate_memory`` / ``fits`` / ``peak_bytes``, the result types, HBM capacity and margin;
+* ``stage``: one stage's bytes from memoised per-rank terms; constants for context, NCCL, workspaces;
+* ``activations``: bytes one layer saves for backward per micro-batch (``TE`` / ``LOCAL`` implementations);
+* ``plan``: per pipeline chunk, its dense / MoE layers and which of them recompute or offload;
+* ``schedule``: micro-batches in flight per rank and chunk (megatron-core's warm-up rule);
+* ``state``: per-rank parameters, gradients, optimizer state and the data-parallel sharding transients;
+* ``optimizer_state``: Adam's bytes per parameter (the state kept, the step's HBM traffic), its sharding.
+"""
+
+from primus_ext.model.memory.activations import LOCAL, TE, activation_bytes_per_layer
+from primus_ext.model.memory.estimate import (
+    DEFAULT_MARGIN,
+    Memory,
+    StageMemory,
+    capacity_bytes,
+    estimate_memory,
+    fits,
+    margin_verdict,
+    peak_bytes,
+)
+from primus_ext.model.memory.optimizer_state import adam_state_bytes, adam_step_bytes, dp_sharded
+from primus_ext.model.memory.state import reduce_bytes
+
+__all__ = [
+    "DEFAULT_MARGIN",
+    "LOCAL",
+    "TE",
+    "Memory",
+    "StageMemory",
+    "activation_bytes_per_layer",
+    "adam_state_bytes",
+    "adam_step_bytes",
+    "capacity_bytes",
+    "dp_sharded",
+    "estimate_memory",
+    "fits",
+    "margin_verdict",
+    "peak_bytes",
+    "reduce_bytes",
+]
