@@ -30,7 +30,7 @@ from primus_ext.measure.build import BuiltLayer, UnsupportedLayer, build_layer
 from primus_ext.measure.saved import peak_bytes, saved_bytes
 from primus_ext.measure.shims import ParallelLayout, parallel_context, resolve_device
 from primus_ext.measure.timing import MeasureTimeout, time_layer
-from primus_ext.model.costs import SP_UNSPLIT_TAG, LayerCost
+from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.rank_shape import RankShape
 
 MEASURE_ERRORS: tuple[type[BaseException], ...] = (
@@ -126,10 +126,10 @@ def device_tag(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def source_label(device: torch.device, scale: float, *, sequence_unsplit: bool = False) -> str:
-    tag = f"measured:{device_tag(device)}"
-    tag = tag if scale >= 1.0 else f"{tag}@scale={scale:g}"
-    return tag + SP_UNSPLIT_TAG if sequence_unsplit else tag
+def measured_origin(device: torch.device, scale: float, *, sequence_unsplit: bool = False) -> CostOrigin:
+    """A measurement's ``CostOrigin``: the device, the scale it ran at (< 1: reduced), a one-rank SP run."""
+    return CostOrigin(producer="measured", device=device_tag(device), scale=min(scale, 1.0),
+                      sequence_unsplit=sequence_unsplit)
 
 
 def _dtype_name(built_or_shape: BuiltLayer | RankShape) -> str:
@@ -166,7 +166,7 @@ def measure_built(built: BuiltLayer, target: RankShape, scale: float, opts: Meas
         recompute_ms=timing.recompute.median_ms / n, params=built.param_count,
         saved_bytes=saved_bytes(built) // n, peak_bytes=peak_bytes(built),
         fwd_spread=timing.fwd.spread, bwd_spread=timing.bwd.spread,
-        source=source_label(built.device, scale, sequence_unsplit=_sequence_unsplit(built)))
+        origin=measured_origin(built.device, scale, sequence_unsplit=_sequence_unsplit(built)))
     return Measurement(
         target=target, shape=built.shape, scale=scale, device=device_name(built.device),
         dtype=_dtype_name(built), versions=library_versions(), host=socket.gethostname(),

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from primus_ext.model.costs import MEASURED_AS_TAG, STAND_IN_SPEC, STAND_IN_TAG, LayerCost
+from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
 CACHE_ENV = "PRIMUS_EXT_CACHE"
@@ -57,7 +57,8 @@ _FABRIC_COLUMNS: tuple[tuple[str, str], ...] = (
 _FABRIC_KEY = ("device", "world", "backend", "op", "nbytes", "versions")
 _TABLES = {"layer_costs": (_LAYER_COLUMNS, _LAYER_KEY), "fabric": (_FABRIC_COLUMNS, _FABRIC_KEY)}
 _COST_FIELDS = ("fwd_ms", "bwd_ms", "wgrad_ms", "recompute_ms", "params", "saved_bytes", "peak_bytes",
-                "fwd_spread", "bwd_spread", "source")
+                "fwd_spread", "bwd_spread")
+"""``LayerCost`` fields stored as columns of their own; its origin is the ``source`` column (``CostOrigin.label``)."""
 
 
 _PRECISION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"}
@@ -70,15 +71,15 @@ def _layer_cost(row: dict[str, Any], precision: str, target: RankShape | None = 
     (``STAND_IN_TAG``). A reduced-scale CPU entry standing in for ``target`` has its times carried from the shape
     it ran to ``target`` by the analytic ratio on the CPU profile (the measured fraction of the roofline is kept;
     read as they are, a 1/8-width layer's times gave MFUs of thousands of per cent)."""
-    cost = LayerCost(**{f: row[f] for f in _COST_FIELDS})
+    cost = LayerCost(**{f: row[f] for f in _COST_FIELDS}, origin=CostOrigin.parse(row["source"] or ""))
     if str(row.get("device", "")).startswith("cpu"):
         if target is not None and row.get("shape_key") != _as_run(target).key() and row.get("shape_json"):
             return _carried_to_target(cost, shape_from_dict(json.loads(row["shape_json"])), target)
         return cost  # its saved bytes are the local spec's (memory.py rescales them by the scale in the source)
     ran = _PRECISION_OF_DTYPE.get(str(row.get("dtype")), precision)
-    tags = (f"{MEASURED_AS_TAG}{ran}" if ran != precision else "") + (
-        STAND_IN_TAG if row.get("spec") == STAND_IN_SPEC else "")
-    return replace(cost, source=cost.source + tags) if tags else cost
+    origin = replace(cost.origin, measured_as=ran if ran != precision else None,
+                     stand_ins=row.get("spec") == STAND_IN_SPEC)
+    return cost if origin == cost.origin else replace(cost, origin=origin)
 
 
 def _carried_to_target(cost: LayerCost, measured: RankShape, target: RankShape) -> LayerCost:
@@ -88,7 +89,7 @@ def _carried_to_target(cost: LayerCost, measured: RankShape, target: RankShape) 
 
     cpu = load_gpu("cpu")
     old, new = analytic_cost(replace(measured, precision=target.precision), cpu), analytic_cost(target, cpu)
-    return scaled_by_ratio(cost, old, new, f"{cost.source};times carried to the full shape by the analytic ratio")
+    return scaled_by_ratio(cost, old, new, ";times carried to the full shape by the analytic ratio")
 
 
 def default_store_path() -> Path:
@@ -200,7 +201,7 @@ class TimingStore:
             shape_json=json.dumps(asdict(m.shape), sort_keys=True),
             target_json=json.dumps(asdict(m.target), sort_keys=True))
         if cost is not None:
-            row.update({f: getattr(cost, f) for f in _COST_FIELDS})
+            row.update({f: getattr(cost, f) for f in _COST_FIELDS}, source=cost.source)
         self._put("layer_costs", row)
         self._db.commit()
         self._memo.clear()

@@ -108,8 +108,9 @@ def lora_cost(base: LayerCost, shape: RankShape, gpu: GPUSpec) -> LayerCost:
     frozen_wgrad = base.wgrad_ms if base.wgrad_ms is not None else base.bwd_ms / 2
     adapter_ms = adapter_seconds(shape, gpu) * 1e3
     recompute = base.recompute_ms + (adapter_ms if shape.recompute == "full" else 0.0)  # full recompute re-runs them
+    note = base.origin.note if base.origin.note.endswith("+lora") else f"{base.origin.note}+lora"
     return replace(base, fwd_ms=base.fwd_ms + adapter_ms,
                    bwd_ms=max(0.0, base.bwd_ms - frozen_wgrad) + 2 * adapter_ms,
                    wgrad_ms=adapter_ms, recompute_ms=recompute,
                    params=base.params + sum(lora_params(shape)),
-                   source=base.source if base.source.endswith("+lora") else f"{base.source}+lora")
+                   origin=replace(base.origin, note=note))

@@ -2,7 +2,7 @@
 
     >>> from primus_ext.model.roofline import AnalyticCosts
     >>> costs = AnalyticCosts(gpu=system.gpu)
-    >>> costs.cost(rank_shapes(model, execution)["dense"])        # LayerCost(source="analytic")
+    >>> costs.cost(rank_shapes(model, execution)["dense"])        # LayerCost(origin=ANALYTIC)
 
 Per layer kind at its per-rank shape (one micro-batch, one rank):
   * every GEMM (M tokens x N outputs x K inputs, sharded by TP / ETP, experts per local expert) costs
@@ -335,7 +335,7 @@ def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
     else:
         recompute = 0.0
     return LayerCost(fwd_ms=fwd * 1e3, bwd_ms=bwd * 1e3, wgrad_ms=wgrad * 1e3, recompute_ms=recompute * 1e3,
-                     params=layer_params(shape), source="analytic")
+                     params=layer_params(shape))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import re
 from dataclasses import dataclass, replace
 
 from primus_ext.model.carry import carry_cost
-from primus_ext.model.costs import SP_UNSPLIT_TAG, STAND_IN_TAG, CostProvider, LayerCost
+from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.projection.evaluate import Costs, _evaluate, _lookup, _providers
 from primus_ext.projection.result import Projection
@@ -34,9 +33,6 @@ def _scaled_system(system: SystemSpec, factor: float) -> SystemSpec:
     changes = {name: min(1.0, getattr(eff, name) * factor) for name in _SCALED}
     changes["kernel_overhead_s"] = eff.kernel_overhead_s / factor
     return replace(system, gpu=replace(system.gpu, efficiency=replace(eff, **changes)))
-
-
-_SCALE = re.compile(r"@scale=([0-9.eE+-]+)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,20 +55,20 @@ def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, prov
 
     # Measured saved bytes rescale the formula by their measured/formula ratio at the shape and the
     # implementation they were taken on: CPU runs use megatron-core's local spec, GPU runs the TE spec;
-    # a reduced-scale entry says so in its source ("...@scale=0.0625").
-    # A one-rank run of a sequence-parallel shape ran unsplit; its source says so (";sp-unsplit").
+    # a reduced-scale entry says so in its origin (``scale``); a one-rank run of a sequence-parallel shape ran
+    # unsplit (``sequence_unsplit``).
     by_scale: dict[tuple[str, float, bool | None], dict[str, int]] = {}
     stand_ins = False
     for kind, shape in rank_shapes(model, execution).items():
         cost = _lookup(shape, providers, system)
-        if STAND_IN_TAG in cost.source:  # TE absent on the measuring GPU: neither formula's implementation
+        origin = cost.origin
+        if origin.stand_ins:  # TE absent on the measuring GPU: neither formula's implementation
             stand_ins = True
             continue
-        if cost.source != "analytic" and cost.saved_bytes:
-            scale = _SCALE.search(cost.source)
-            impl = "local" if "cpu" in cost.source.lower() else "te"
-            split = False if SP_UNSPLIT_TAG in cost.source else None
-            by_scale.setdefault((impl, float(scale.group(1)) if scale else 1.0, split), {})[kind] = cost.saved_bytes
+        if origin.producer != "analytic" and cost.saved_bytes:
+            impl = "local" if origin.on_cpu else "te"
+            split = False if origin.sequence_unsplit else None
+            by_scale.setdefault((impl, origin.scale, split), {})[kind] = cost.saved_bytes
     note = ("activation memory: the TE formula (saved bytes measured with PyTorch stand-ins for transformer-engine "
             "are not used)") if stand_ins else ""
     if not by_scale:

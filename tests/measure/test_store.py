@@ -9,7 +9,7 @@ from archs import GQA, MOE
 
 from primus_ext.measure.runner import Measurement
 from primus_ext.measure.store import FabricPoint, TimingStore, shape_from_dict
-from primus_ext.model.costs import LayerCost
+from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.rank_shape import RankShape
 
 H200 = "NVIDIA H200"
@@ -27,12 +27,12 @@ def _measurement(target: RankShape, *, scale: float = 1.0, device: str = H200, c
 
 COST = LayerCost(fwd_ms=1.234567890123, bwd_ms=2.5, wgrad_ms=None, recompute_ms=0.25, params=123456,
                  saved_bytes=7 * 2**20, peak_bytes=None, fwd_spread=0.031, bwd_spread=0.0625,
-                 source=f"measured:{H200}")
+                 origin=CostOrigin.parse(f"measured:{H200}"))
 
 
 def _fill(store: TimingStore) -> None:
     store.record(_measurement(TARGET, cost=COST))
-    cpu_cost = replace(COST, source="measured:cpu@scale=0.125")
+    cpu_cost = replace(COST, origin=CostOrigin.parse("measured:cpu@scale=0.125"))
     store.record(_measurement(TARGET, scale=0.125, device="cpu:test", cost=cpu_cost))
     store.record(_measurement(MOE_TARGET, error="OutOfMemoryError: CUDA out of memory"))
     store.record_fabric([FabricPoint(device=H200, world=8, backend="nccl", op="all_reduce", nbytes=2**20,
@@ -147,7 +147,7 @@ def test_a_real_fp8_measurement_wins_over_a_newer_bf16_stand_in_run(tmp_path):
 def test_cpu_entries_are_not_tagged(tmp_path):
     """A CPU run builds FP8 shapes in bf16 too, but its timings stand in for a GPU's as they are."""
     fp8 = replace(TARGET, precision="fp8")
-    cpu_cost = replace(COST, source="measured:cpu")
+    cpu_cost = replace(COST, origin=CostOrigin.parse("measured:cpu"))
     with TimingStore(tmp_path / "a.sqlite", device="cpu:test", versions=VERSIONS) as store:
         store.record(replace(_measurement(fp8, device="cpu:test", cost=cpu_cost), spec="local+torch"))
         assert store.cost(fp8) == cpu_cost

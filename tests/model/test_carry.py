@@ -9,7 +9,7 @@ from archs import GQA
 
 from primus_ext.hardware import load_gpu
 from primus_ext.model.carry import carry_cost, measured_precision
-from primus_ext.model.costs import LayerCost
+from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.roofline import analytic_cost
 
@@ -19,7 +19,7 @@ FP8 = RankShape(kind="dense", arch=GQA, seq_length=4096, micro_batch_size=2, pre
 def test_a_bf16_measurement_of_an_fp8_shape_takes_the_roofline_ratio_once():
     h200 = load_gpu("h200")
     bf16 = analytic_cost(replace(FP8, precision="bf16"), h200)
-    measured = replace(bf16, fwd_ms=2 * bf16.fwd_ms, source="measured:NVIDIA H200;as-bf16;stand-ins")
+    measured = replace(bf16, fwd_ms=2 * bf16.fwd_ms, origin=CostOrigin.parse("measured:NVIDIA H200;as-bf16;stand-ins"))
     assert measured_precision(measured) == "bf16"
     carried = carry_cost(measured, FP8, measured_on=h200, target=h200)
     fp8 = analytic_cost(FP8, h200)
@@ -32,7 +32,7 @@ def test_a_bf16_measurement_of_an_fp8_shape_takes_the_roofline_ratio_once():
 
 def test_a_cost_measured_as_its_shape_on_the_same_gpu_is_returned_as_is():
     h200 = load_gpu("h200")
-    cost = LayerCost(fwd_ms=1.0, bwd_ms=2.0, source="measured:NVIDIA H200")
+    cost = LayerCost(fwd_ms=1.0, bwd_ms=2.0, origin=CostOrigin.parse("measured:NVIDIA H200"))
     assert carry_cost(cost, FP8, measured_on=h200, target=h200) is cost
     on_h100 = carry_cost(cost, FP8, measured_on=h200, target=load_gpu("h100"))
     assert on_h100.fwd_ms > cost.fwd_ms and on_h100.source.endswith("carried to h100 by the analytic ratio")

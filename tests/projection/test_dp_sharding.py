@@ -29,7 +29,7 @@ def test_one_rank_sequence_parallel_measurement_is_scaled_against_the_unsplit_fo
     """A TP=2 + SP layer measured in a one-rank world ran its norms on the whole sequence (``;sp-unsplit``)."""
     from projection_specs import MOE
 
-    from primus_ext.model.costs import SP_UNSPLIT_TAG, LayerCost
+    from primus_ext.model.costs import SP_UNSPLIT_TAG, CostOrigin, LayerCost
     from primus_ext.model.memory import estimate_memory
     from primus_ext.projection.project import _memory
 
@@ -38,7 +38,7 @@ def test_one_rank_sequence_parallel_measurement_is_scaled_against_the_unsplit_fo
             self.source = source
 
         def cost(self, shape):
-            return LayerCost(fwd_ms=1.0, bwd_ms=2.0, saved_bytes=10**8, source=self.source)
+            return LayerCost(fwd_ms=1.0, bwd_ms=2.0, saved_bytes=10**8, origin=CostOrigin.parse(self.source))
 
     ex, system = BASE, load_system("h100", 4)
     split, _ = _memory(MOE, ex, system, (Fake("measured:cpu"),))

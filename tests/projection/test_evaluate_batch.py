@@ -14,7 +14,7 @@ from projection_specs import BASE, MOE
 
 from primus_ext.errors import InfeasibleConfig, PrimusExtError
 from primus_ext.hardware import load_system
-from primus_ext.model.costs import LayerCost
+from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.projection import evaluate
 from primus_ext.projection.comm import hide, overlapped_exposed, overlapped_exposed_many
 from primus_ext.projection.evaluate import clear_cost_cache, forget_projections
@@ -139,7 +139,8 @@ class _HalfStore:
     def cost(self, shape):
         if shape.kind != "dense":
             return None
-        return LayerCost(fwd_ms=1.0 + shape.tp, bwd_ms=2.0 + shape.tp, wgrad_ms=0.5, source="store:h100")
+        return LayerCost(fwd_ms=1.0 + shape.tp, bwd_ms=2.0 + shape.tp, wgrad_ms=0.5,
+                         origin=CostOrigin(producer="store", device="h100"))
 
 
 def _grid():

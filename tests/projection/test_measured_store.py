@@ -9,7 +9,7 @@ import pytest
 from projection_specs import LLAMA
 
 from primus_ext.hardware import load_system
-from primus_ext.model.costs import MEASURED_AS_TAG, STAND_IN_TAG
+from primus_ext.model.costs import MEASURED_AS_TAG, STAND_IN_TAG, CostOrigin
 from primus_ext.model.roofline import analytic_cost
 from primus_ext.projection import project
 from primus_ext.specs import ExecutionSpec
@@ -26,7 +26,7 @@ class Bf16Store:
 
     def cost(self, shape):
         bf16 = analytic_cost(replace(shape, precision="bf16"), self.gpu)
-        return replace(bf16, saved_bytes=10**9, source=f"measured:NVIDIA H200{self.tags}")
+        return replace(bf16, saved_bytes=10**9, origin=CostOrigin.parse(f"measured:NVIDIA H200{self.tags}"))
 
 
 def test_an_fp8_shape_measured_in_bf16_is_projected_at_fp8_speed():

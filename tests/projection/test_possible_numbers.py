@@ -11,7 +11,7 @@ from projection_specs import LLAMA
 from primus_ext.cli import main
 from primus_ext.errors import PrimusExtError
 from primus_ext.hardware import load_system
-from primus_ext.model.costs import LayerCost
+from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection import project
 from primus_ext.specs import ExecutionSpec
@@ -30,7 +30,7 @@ class Dense:
         if shape != self.shape:
             return None
         return LayerCost(fwd_ms=self.ms, bwd_ms=2 * self.ms, fwd_spread=self.spread, bwd_spread=self.spread,
-                         source="measured:fake")
+                         origin=CostOrigin.parse("measured:fake"))
 
 
 def test_costs_faster_than_the_peak_are_refused_with_their_cause():

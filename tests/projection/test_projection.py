@@ -8,7 +8,7 @@ from projection_specs import LLAMA
 from projection_specs import MOE8 as MOE
 
 from primus_ext.hardware import load_system
-from primus_ext.model.costs import LayerCost
+from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection import evaluate, project
@@ -120,7 +120,7 @@ class FakeStore:
 
     def cost(self, shape):
         if shape == self.shape:
-            return LayerCost(fwd_ms=10.0, bwd_ms=20.0, wgrad_ms=8.0, source="measured:fake")
+            return LayerCost(fwd_ms=10.0, bwd_ms=20.0, wgrad_ms=8.0, origin=CostOrigin.parse("measured:fake"))
         return None
 
 
@@ -164,7 +164,7 @@ def test_projection_reads_measured_costs_from_the_timing_store(tmp_path):
     ex = run(dp=1, gbs=2)
     system = load_system("cpu", 1)
     shape = rank_shapes(LLAMA, ex)["dense"]
-    cost = LayerCost(fwd_ms=123.0, bwd_ms=246.0, wgrad_ms=100.0, source="measured:cpu-test")
+    cost = LayerCost(fwd_ms=123.0, bwd_ms=246.0, wgrad_ms=100.0, origin=CostOrigin.parse("measured:cpu-test"))
     m = SimpleNamespace(cost=cost, target=shape, shape=shape, dtype="bf16", device="cpu-test", versions="v",
                         scale=1.0, error=None, host="h", date="2026-01-01", reps=3, warmup=1, world=1,
                         mode="per-rank", spec="local", notes=())

@@ -14,6 +14,7 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.hardware import load_gpu
 from primus_ext.measure.runner import Measurement
 from primus_ext.measure.store import TimingStore
+from primus_ext.model.costs import CostOrigin
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.model.roofline import analytic_cost
 from primus_ext.validate.measured import CarriedCosts, measured_projector, open_store
@@ -36,7 +37,8 @@ def _record(store: TimingStore, runs, *, skip_kind: str = "", device: str = H200
                 continue
             as_run = replace(shape, precision="bf16")  # no TE on the measuring GPU: fp8 runs in bf16
             c = analytic_cost(as_run, h200)
-            cost = replace(c, fwd_ms=c.fwd_ms * SPEEDUP, bwd_ms=c.bwd_ms * SPEEDUP, source=f"measured:{device}")
+            cost = replace(c, fwd_ms=c.fwd_ms * SPEEDUP, bwd_ms=c.bwd_ms * SPEEDUP,
+                           origin=CostOrigin(producer="measured", device=device))
             store.record(Measurement(target=shape, shape=shape, scale=1.0, device=device, dtype="bfloat16",
                                      versions="v", host="h", date="2026-12-04", cost=cost, reps=5, warmup=2))
 
