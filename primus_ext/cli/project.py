@@ -20,9 +20,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.cli._args import nonnegative_float
+
+if TYPE_CHECKING:
+    import torch
+
+    from primus_ext.model.memory import Memory
+    from primus_ext.projection.evaluate import Costs
+    from primus_ext.recipe import Recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _costs(args: argparse.Namespace, recipe: Any) -> Any:
+def _costs(args: argparse.Namespace, recipe: Recipe) -> Costs:
     if args.analytic or args.compute == "analytic":
         return None
     if args.compute == "measured":
@@ -88,7 +95,7 @@ def _costs(args: argparse.Namespace, recipe: Any) -> Any:
     return store_for_target(path, recipe.system.gpu.name, device=args.device, accept_scaled=args.accept_scaled)
 
 
-def _same_device_or_accepted(device: Any, recipe: Any, accept: bool) -> None:
+def _same_device_or_accepted(device: torch.device, recipe: Recipe, accept: bool) -> None:
     """Timings of this machine price only its own device: another target needs ``--accept-scaled`` (then said)."""
     from primus_ext.errors import Problem, RecipeError
     from primus_ext.measure.runner import device_name
@@ -165,7 +172,7 @@ OUT_OF_MEMORY = 3
 """The launcher gate's exit code for a configuration that does not fit (0 fits, 2 illegal)."""
 
 
-def _exit_code(memory: Any) -> int:
+def _exit_code(memory: Memory | None) -> int:
     """The gate's codes: 0 fits, 3 out of memory (said on stderr; the report above is complete)."""
     if memory is None or memory.fits:
         from primus_ext.launcher.projection_only import margin_note

@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from primus_ext.recipe import Recipe
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +77,7 @@ def _table(title: str, rows: list[tuple[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_recipe(recipe: Any) -> str:
+def format_recipe(recipe: Recipe) -> str:
     """Three tables (model, execution, system), then warnings."""
     model, execution, system = recipe.model, recipe.execution, recipe.system
     model_rows = [(f.name, getattr(model, f.name)) for f in dataclasses.fields(model)]
@@ -115,7 +118,7 @@ def format_recipe(recipe: Any) -> str:
     return "\n".join(parts)
 
 
-def presets_line(recipe: Any) -> str:
+def presets_line(recipe: Recipe) -> str:
     """The files read, lowest precedence first, grouped by folder; and the Primus checkout found."""
     groups: list[tuple[str, list[str]]] = []
     for path in recipe.preset_files or (recipe.source,):

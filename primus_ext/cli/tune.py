@@ -21,10 +21,18 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.cli._args import nonnegative_float
 from primus_ext.model.memory import DEFAULT_MARGIN
+
+if TYPE_CHECKING:
+    from primus_ext.errors import Problem
+    from primus_ext.projection.evaluate import Costs
+    from primus_ext.recipe import Recipe
+    from primus_ext.specs import ExecutionSpec
+    from primus_ext.tune.agent import SearchStats
+    from primus_ext.tune.space import Space
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _costs(args: argparse.Namespace, gpu_name: str) -> Any:
+def _costs(args: argparse.Namespace, gpu_name: str) -> Costs:
     if args.analytic:
         return None
     from primus_ext.measure.store import default_store_path, store_for_target
@@ -96,8 +104,8 @@ class _Searched:
 
     document: dict[str, Any]
     """The ``tune`` document (``primus_ext.results.tune``)."""
-    recipe: Any
-    best_execution: Any
+    recipe: Recipe
+    best_execution: ExecutionSpec | None
     """The winner, None when nothing runs."""
     nothing_runs: Exception | None
     """Why nothing runs (raised after the JSON is written), when ``best_execution`` is None."""
@@ -160,7 +168,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing)
 
 
-def _nothing_runs(stats: Any, space: Any, recipe: Any, args: argparse.Namespace) -> Any:
+def _nothing_runs(stats: SearchStats, space: Space, recipe: Recipe, args: argparse.Namespace) -> Problem:
     """Why the search found nothing to project: the counts of illegal and over-memory candidates, and what to do."""
     from primus_ext.errors import Problem
 
@@ -196,7 +204,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise RecipeError(problems=problems)
 
 
-def _write(args: argparse.Namespace, recipe: Any, tuned: Any) -> None:
+def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> None:
     """Rewrite, then reload the written file to check it resolves to the tuned execution. A probe copy is written
     beside the target (relative ``extends`` and presets resolve from the target's folder, as they will for the
     real file) and removed again; ``args.written`` names the file written."""

@@ -28,10 +28,13 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
+
+if TYPE_CHECKING:
+    from primus_ext.measure.runner import Measurement
 
 CACHE_ENV = "PRIMUS_EXT_CACHE"
 STORE_FILE = "timings.sqlite"
@@ -190,7 +193,7 @@ class TimingStore:
         self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})",
                          [row.get(c) for c in columns])
 
-    def record(self, m: Any) -> None:
+    def record(self, m: Measurement) -> None:
         """Store a ``runner.Measurement`` (success or failure), replacing an entry with the same key."""
         cost = m.cost
         row: dict[str, Any] = dict(

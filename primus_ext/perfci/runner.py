@@ -14,10 +14,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import PrimusExtError
 from primus_ext.perfci.suite import Entry, Suite
+
+if TYPE_CHECKING:
+    from primus_ext.projection.evaluate import Costs
 
 GIB = 2**30
 
@@ -85,7 +88,7 @@ def _costs(suite: Suite):
     return store
 
 
-def _project(entry: Entry, costs: Any) -> EntryResult:
+def _project(entry: Entry, costs: Costs) -> EntryResult:
     from primus_ext.projection import project
     from primus_ext.recipe import load_recipe
     from primus_ext.recipe.loader import NODES_ENV

@@ -14,10 +14,13 @@ DP terms what the step tail adds beyond the pipeline's makespan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from primus_ext.model.pipeline import Event
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+if TYPE_CHECKING:
+    from primus_ext.model.memory import Memory
 
 COMM_KINDS = ("tp", "cp", "ep", "fsdp", "pp", "dp_grad", "dp_param")
 """tp: tensor-parallel AR / AG+RS; cp: context-parallel KV ring or a2a; ep: MoE dispatch + combine;
@@ -111,7 +114,7 @@ class Projection:
     system: SystemSpec
     num_microbatches: int
     model_flops_per_step: float
-    memory: Any = None
+    memory: Memory | None = None
     """``primus_ext.model.memory.Memory`` (``.fits``, ``.stages``, ``.peak_bytes``) when estimated."""
     timeline: tuple[Event, ...] = ()
     band: tuple[float, float] | None = None

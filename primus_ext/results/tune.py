@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.results import document, gib
 from primus_ext.results.projection import recipe_fields
 
+if TYPE_CHECKING:
+    from primus_ext.recipe import Recipe
+    from primus_ext.tune.agent import Trial
+    from primus_ext.tune.results import TuneResult
 
-def trial_fields(t: Any) -> dict[str, Any] | None:
+
+def trial_fields(t: Trial | None) -> dict[str, Any] | None:
     """One ``tune.agent.Trial``: its configuration, verdict, figures (None unless projected) and memory."""
     if t is None:
         return None
@@ -42,7 +47,7 @@ def trial_fields(t: Any) -> dict[str, Any] | None:
     }
 
 
-def tune_document(result: Any, *, recipe: Any = None, margin: float | None = None,
+def tune_document(result: TuneResult, *, recipe: Recipe | None = None, margin: float | None = None,
                   launch_environment: Mapping[str, Any] | None = None, top: int = 50) -> dict[str, Any]:
     """The ``tune`` document of a ``tune.results.TuneResult``."""
     system = recipe.system if recipe is not None else None

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import PrimusExtError
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+if TYPE_CHECKING:
+    from primus_ext.projection.evaluate import Costs
+    from primus_ext.projection.evaluate_batch import BatchProjection
+    from primus_ext.projection.result import Projection
 
 Oracle = Callable[[ExecutionSpec], "Score"]
 
@@ -63,7 +68,7 @@ class Score:
         )
 
 
-def score_of(projection: Any) -> Score:
+def score_of(projection: Projection) -> Score:
     """A ``primus_ext.projection.Projection`` -> ``Score``."""
     b = projection.breakdown
     breakdown = {"compute_s": b.compute_s, "bubble_s": b.bubble_s, "optimizer_s": b.optimizer_s,
@@ -81,7 +86,7 @@ def score_of(projection: Any) -> Score:
     )
 
 
-def batch_scores(batch: Any) -> list[Score | PrimusExtError]:
+def batch_scores(batch: BatchProjection) -> list[Score | PrimusExtError]:
     """A ``projection.evaluate_batch.BatchProjection`` -> per configuration its ``Score`` (the numbers
     ``score_of`` gives for ``evaluate``'s projection) or the error that stopped its projection."""
     out: list[Score | PrimusExtError] = []
@@ -104,7 +109,7 @@ class ProjectionOracle:
 
     model: ModelSpec
     system: SystemSpec
-    costs: Any = None
+    costs: Costs = None
 
     def __call__(self, execution: ExecutionSpec) -> Score:
         from primus_ext.projection import evaluate
@@ -117,6 +122,6 @@ class ProjectionOracle:
         return batch_scores(evaluate_many(self.model, executions, self.system, self.costs))
 
 
-def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Any) -> ProjectionOracle:
+def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Costs) -> ProjectionOracle:
     """The projection as the oracle (``costs``: a ``CostProvider``)."""
     return ProjectionOracle(model=model, system=system, costs=costs)

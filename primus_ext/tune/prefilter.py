@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+if TYPE_CHECKING:
+    from primus_ext.model.memory import Memory
 
 FitsFn = Callable[..., bool]
 EstimateFn = Callable[..., Any]
@@ -36,7 +39,7 @@ class MemoryVerdict:
         return self.capacity_bytes - self.peak_bytes
 
 
-def verdict_of(memory: Any, *, fits: bool | None = None) -> MemoryVerdict:
+def verdict_of(memory: Memory, *, fits: bool | None = None) -> MemoryVerdict:
     """A ``Memory`` result (``.fits``, ``.peak_bytes``, ``.capacity_bytes``, ``.stages``) -> verdict."""
     stages = getattr(memory, "stages", None) or ()
     worst = None

@@ -17,12 +17,16 @@ through ``ctx.try_config`` like any other proposal. The budget does not apply (i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import RecipeError
 from primus_ext.recipe.validate import check
 from primus_ext.tune.legality import is_structural
 from primus_ext.tune.space import AXIS_ORDER, DOMAIN_DEPENDS, STRUCTURAL_AXES, Config, Space
+
+if TYPE_CHECKING:
+    from primus_ext.tune.agent import SearchContext
+    from primus_ext.tune.strategies import StrategyOptions
 
 MEMORY_MIN: dict[str, tuple[Any, ...]] = {
     "mbs": (),  # smallest
@@ -79,7 +83,7 @@ def _min_completions(space: Space, partial: Config, start: int,
     return out
 
 
-def run(ctx: Any, options: Any) -> list[str]:
+def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
     space: Space = ctx.space
     names = AXIS_ORDER
     assert names[: len(STRUCTURAL_AXES)] == STRUCTURAL_AXES
@@ -194,7 +198,7 @@ def run(ctx: Any, options: Any) -> list[str]:
     return []
 
 
-def _upper_bound(ctx: Any, space: Space, prefix: Config, depth: int) -> float:
+def _upper_bound(ctx: SearchContext, space: Space, prefix: Config, depth: int) -> float:
     """tok/s/GPU no completion of ``prefix`` can beat: the step of any completion is at least the
     busiest rank's compute (``Breakdown.compute_s``), which sharding and the overlap flags do not change
     and recompute only raises; so the representative with the least recompute bounds them all.

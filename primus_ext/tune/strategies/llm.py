@@ -31,11 +31,15 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.tune.legality import normalise
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
+
+if TYPE_CHECKING:
+    from primus_ext.tune.agent import SearchContext, Trial
+    from primus_ext.tune.strategies import StrategyOptions
 
 MAX_ROUNDS = 12
 MAX_REPLY_CHARS = 50_000
@@ -197,7 +201,7 @@ def _compact(config: Config, space: Space) -> dict[str, Any]:
     return {k: config[k] for k in AXIS_ORDER if len(space.domain(k, config)) > 1 or k in ("tp", "pp", "ep")}
 
 
-def _trial_line(trial: Any, space: Space) -> dict[str, Any]:
+def _trial_line(trial: Trial, space: Space) -> dict[str, Any]:
     line: dict[str, Any] = {"config": _compact(trial.config, space), "status": trial.status}
     if trial.score is not None:
         s = trial.score
@@ -215,7 +219,7 @@ def _trial_line(trial: Any, space: Space) -> dict[str, Any]:
     return line
 
 
-def build_messages(ctx: Any, batch: int, feedback: list[str], baseline: Any) -> list[dict[str, str]]:
+def build_messages(ctx: SearchContext, batch: int, feedback: list[str], baseline: Trial | None) -> list[dict[str, str]]:
     space: Space = ctx.space
     m, s, b = space.model, space.system, space.base
     projected = ctx.projected()
@@ -243,7 +247,7 @@ def build_messages(ctx: Any, batch: int, feedback: list[str], baseline: Any) -> 
             {"role": "user", "content": "SEARCH STATE (data):\n" + json.dumps(data, default=str) + "\n\n" + ask}]
 
 
-def run(ctx: Any, options: Any) -> list[str]:
+def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
     from primus_ext.tune.agent import BudgetExhausted
     from primus_ext.tune.strategies import tpe
 

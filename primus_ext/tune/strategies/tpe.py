@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.tune.legality import problems_of
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
 from primus_ext.tune.strategies.exhaustive import LEAST_COMPUTE
+
+if TYPE_CHECKING:
+    from primus_ext.tune.agent import SearchContext, Trial
+    from primus_ext.tune.strategies import StrategyOptions
 
 TPE_SHARE = 0.2
 """Fraction of the budget spent on TPE sampling (the recipe's layout included) before the local search."""
@@ -62,7 +66,7 @@ OUTER = tuple(name for name in AXIS_ORDER if name not in INNER)
 axes only)."""
 
 
-def _least_recompute(ctx: Any, config: Config) -> Config:
+def _least_recompute(ctx: SearchContext, config: Config) -> Config:
     """``config`` with the least recompute that is legal and fits (itself when none does): a move that
     frees or takes memory (TP, PP, EP, MBS, sharding) is tried with the recompute it allows."""
     space: Space = ctx.space
@@ -78,7 +82,7 @@ def _least_recompute(ctx: Any, config: Config) -> Config:
     return config
 
 
-def _greedy_inner(ctx: Any, config: Config) -> Config:
+def _greedy_inner(ctx: SearchContext, config: Config) -> Config:
     """Complete TPE's outer choice: every overlap on where the space offers it, and the least recompute
     that is legal and fits (EP overlap dropped if only recompute it forbids fits)."""
     space: Space = ctx.space
@@ -99,7 +103,7 @@ def _greedy_inner(ctx: Any, config: Config) -> Config:
     return config
 
 
-def _moves(ctx: Any, config: Config, pairs: bool) -> Any:
+def _moves(ctx: SearchContext, config: Config, pairs: bool) -> Any:
     space: Space = ctx.space
     if not pairs:
         for axis, _, moved in space.neighbours(config):
@@ -118,8 +122,8 @@ def _moves(ctx: Any, config: Config, pairs: bool) -> Any:
                     yield both
 
 
-def local_search(ctx: Any, origin: str, on_trial: Callable[[Any], None] | None = None,
-                 start: Any = None) -> bool:
+def local_search(ctx: SearchContext, origin: str, on_trial: Callable[[Trial], None] | None = None,
+                 start: Trial | None = None) -> bool:
     """First-improvement hill climbing from ``start`` (default: the best trial): one-axis changes, then
     coupled two-axis changes (``COUPLED``) once no single change helps. False when the budget ran out."""
     from primus_ext.tune.agent import BudgetExhausted
@@ -154,7 +158,7 @@ def _ordered(values: tuple[Any, ...]) -> bool:
 class _OuterSearch:
     """The state of one run: outer layouts tried, their best projected value, TPE's study."""
 
-    def __init__(self, ctx: Any, study: Any, distributions: dict[str, Any]) -> None:
+    def __init__(self, ctx: SearchContext, study: Any, distributions: dict[str, Any]) -> None:
         self.ctx, self.space, self.study, self.distributions = ctx, ctx.space, study, distributions
         self.fixed = {axis.name: axis.universe[0] for axis in self.space.axes() if axis.name not in distributions}
         self.values: dict[tuple[Any, ...], float] = {}
@@ -228,7 +232,7 @@ class _OuterSearch:
             self.study.add_trial(optuna.trial.create_trial(params=params, distributions=self.distributions,
                                                            value=value))
 
-    def learn(self, trial: Any) -> None:
+    def learn(self, trial: Trial) -> None:
         """A trial from elsewhere (resume, the recipe, the polish) informs the model and the search."""
         key = tuple(trial.config.get(n) for n in OUTER)
         if trial.status == "projected":
@@ -333,7 +337,7 @@ class _OuterSearch:
                     break
 
 
-def run(ctx: Any, options: Any) -> list[str]:
+def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
     try:
         import optuna
         from optuna.distributions import CategoricalDistribution
