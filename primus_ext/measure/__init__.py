@@ -12,6 +12,7 @@ Modules (import the one you need; only ``store`` and ``quiet`` are torch-free):
 - ``grouped`` megatron's GroupedMLP on ``torch._grouped_mm`` for the local spec on a GPU without TE
 - ``timing``  forward / backward medians and spread, recompute timed inside backward, wgrad split
 - ``saved``   bytes saved for backward (unique storages), peak device memory
+- ``single``  ``measure_one``: one shape in this process -> ``Measurement`` (failures recorded)
 - ``runner``  ``measure_layer`` / ``measure_many``: per-layer failures recorded, in-node ranks spawned
 - ``spawn``   multi-rank measurement (torch.multiprocessing)
 - ``quiet``   megatron-core notes kept out of spawned ranks' stderr (``PYTHONWARNINGS``)

@@ -27,8 +27,8 @@ import torch
 import torch.multiprocessing as mp
 
 from primus_ext.measure.quiet import quiet_ranks
-from primus_ext.measure.runner import device_name, library_versions
 from primus_ext.measure.shims import ParallelLayout, free_port, parallel_context, resolve_device
+from primus_ext.measure.single import device_name, library_versions
 from primus_ext.measure.store import FabricPoint
 from primus_ext.measure.timing import Clock, Stats
 

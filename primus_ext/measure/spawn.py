@@ -24,8 +24,8 @@ import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
 from primus_ext.measure.quiet import quiet_ranks
-from primus_ext.measure.runner import Measurement, MeasureOptions, failed, measure_one
 from primus_ext.measure.shims import ParallelLayout, free_port, parallel_context
+from primus_ext.measure.single import Measurement, MeasureOptions, failed, measure_one
 from primus_ext.model.rank_shape import RankShape
 
 

@@ -34,7 +34,7 @@ from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
 if TYPE_CHECKING:
-    from primus_ext.measure.runner import Measurement
+    from primus_ext.measure.single import Measurement
 
 CACHE_ENV = "PRIMUS_EXT_CACHE"
 STORE_FILE = "timings.sqlite"
@@ -163,8 +163,8 @@ class TimingStore:
     @property
     def device(self) -> str:
         if self._device is None:
-            from primus_ext.measure.runner import device_name
             from primus_ext.measure.shims import resolve_device
+            from primus_ext.measure.single import device_name
 
             self._device = device_name(resolve_device())
         return self._device
@@ -172,7 +172,7 @@ class TimingStore:
     @property
     def versions(self) -> str:
         if self._versions is None:
-            from primus_ext.measure.runner import library_versions
+            from primus_ext.measure.single import library_versions
 
             self._versions = library_versions()
         return self._versions
@@ -194,7 +194,7 @@ class TimingStore:
                          [row.get(c) for c in columns])
 
     def record(self, m: Measurement) -> None:
-        """Store a ``runner.Measurement`` (success or failure), replacing an entry with the same key."""
+        """Store a ``single.Measurement`` (success or failure), replacing an entry with the same key."""
         cost = m.cost
         row: dict[str, Any] = dict(
             kind=m.target.kind, shape_key=_as_run(m.shape).key(), target_key=_as_run(m.target).key(), dtype=m.dtype,

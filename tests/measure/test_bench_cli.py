@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 import primus_ext.measure.runner as runner
+import primus_ext.measure.single as single
 from primus_ext.cli import main
 
 SMALL = {"num_layers": 2, "hidden_size": 256, "ffn_hidden_size": 512, "num_attention_heads": 4,
@@ -53,14 +54,14 @@ def test_bench_measures_then_reuses_the_store(recipe, tmp_path, capsys, monkeypa
 
 
 def test_failing_layer_is_recorded_and_the_run_continues(recipe, tmp_path, capsys, monkeypatch):
-    real_build = runner.build_layer
+    real_build = single.build_layer
 
     def build(shape, **kw):
         if shape.kind == "dense":
             raise RuntimeError("unsupported kernel: injected by the test")
         return real_build(shape, **kw)
 
-    monkeypatch.setattr(runner, "build_layer", build)
+    monkeypatch.setattr(single, "build_layer", build)
     code, report = _bench(recipe, tmp_path, capsys)
     assert code == 1
     layers = {row["kind"]: row for row in report["layers"]}

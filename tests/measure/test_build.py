@@ -96,17 +96,17 @@ def test_window_pattern_costs_are_per_layer_and_keyed_apart(world1, monkeypatch)
     the pattern was built (one windowed layer) are not reused: the shape's store key changed."""
     from dataclasses import replace
 
-    from primus_ext.measure import runner
+    from primus_ext.measure import single
     from primus_ext.measure.timing import Stats, Timing
 
     def stats(ms: float) -> Stats:
         return Stats(median_ms=ms, p10_ms=ms, p90_ms=ms, n=3)
 
     fake = Timing(fwd=stats(10.0), bwd=stats(20.0), recompute=stats(4.0), wgrad_ms=6.0)
-    monkeypatch.setattr(runner, "time_layer", lambda *_a, **_k: fake)
+    monkeypatch.setattr(single, "time_layer", lambda *_a, **_k: fake)
     arch = replace(GQA, window_size=(8, 0), window_attn_skip_freq=2)
     shape = RankShape(kind="dense", arch=arch, seq_length=64)
-    cost = runner.measure_built(build_layer(shape, device=world1), shape, 1.0, runner.MeasureOptions()).cost
+    cost = single.measure_built(build_layer(shape, device=world1), shape, 1.0, single.MeasureOptions()).cost
     assert (cost.fwd_ms, cost.bwd_ms, cost.recompute_ms, cost.wgrad_ms) == (5.0, 10.0, 2.0, 3.0)
     assert shape.window_pattern == 2
     assert RankShape(kind="dense", arch=replace(arch, window_attn_skip_freq=0), seq_length=64).window_pattern == 0

@@ -163,7 +163,7 @@ def estimate_memory(
     GPU, ``local`` = megatron-core's local spec on CPU) on the shape ``RankShape.scaled(measured_scale)``.
     Each kind's measured / formula ratio at that shape and implementation rescales the TE formula at the
     target shape. ``measured_sequence_split``: whether the measured modules ran sequence parallelism's split
-    (real TP ranks; ``False`` for a one-rank world, the ``;sp-unsplit`` of ``measure.runner.measured_origin``);
+    (real TP ranks; ``False`` for a one-rank world, the ``;sp-unsplit`` of ``measure.single.measured_origin``);
     ``None``: split unless CP > 1 (``memory.activations.as_measured``). ``margin``: fraction of HBM kept
     free (fits only when peak <= capacity*(1-margin)).
     Raises ``RecipeError`` when the layer split is illegal.
