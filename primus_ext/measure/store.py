@@ -78,7 +78,7 @@ def _layer_cost(row: dict[str, Any], precision: str, target: RankShape | None = 
     if str(row.get("device", "")).startswith("cpu"):
         if target is not None and row.get("shape_key") != _as_run(target).key() and row.get("shape_json"):
             return _carried_to_target(cost, shape_from_dict(json.loads(row["shape_json"])), target)
-        return cost  # its saved bytes are the local spec's (memory.py rescales them by the scale in the source)
+        return cost  # its saved bytes are the local spec's (the memory model rescales them by origin.scale)
     ran = _PRECISION_OF_DTYPE.get(str(row.get("dtype")), precision)
     origin = replace(cost.origin, measured_as=ran if ran != precision else None,
                      stand_ins=row.get("spec") == STAND_IN_SPEC)
