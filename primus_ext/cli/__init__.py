@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     except PrimusExtError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    except UnicodeDecodeError as err:  # a file that is not UTF-8 text (its reader names it where it can)
+        print(f"error: a file given is not UTF-8 text ({err.reason} at byte {err.start}); give a YAML / JSON / "
+              "CSV text file", file=sys.stderr)
+        return 2
     except OSError as err:  # the file system refused: name the path and the reason, exit 2, no traceback
         where = " -> ".join(shown(str(f)) for f in (err.filename, err.filename2) if f is not None)
         print(f"error: {where + ': ' if where else ''}{err.strerror or err}; check the path, its folder's "

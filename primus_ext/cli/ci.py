@@ -38,6 +38,9 @@ def _load_baseline(path: Path):
     except FileNotFoundError:
         raise RecipeError(problems=[Problem(path=str(path), message="baseline file not found",
                                             fix="create it with --update-baseline")]) from None
+    except UnicodeDecodeError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})",
+                                            fix="give the file --update-baseline wrote")]) from None
     except (OSError, json.JSONDecodeError) as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"unreadable baseline: {err}")]) from None
     if isinstance(data, dict) and data.get("kind", "baseline") != "baseline":

@@ -200,6 +200,16 @@ def _check_outputs(args: argparse.Namespace) -> None:
                ("--json", None if args.json == "-" else args.json), ("--log", args.log))
     problems += [p for flag, value in outputs if value and (p := output_problem(
         value, flag, replace_read_only=args.force and flag in ("--out", "--apply"))) is not None]
+    if args.out and not problems:  # an existing --out is read for the diff: it must be text
+        from pathlib import Path
+
+        from primus_ext.recipe.rewrite import read_text
+
+        try:
+            if Path(args.out).is_file():
+                read_text(Path(args.out))
+        except RecipeError as err:
+            problems += err.problems
     if problems:
         raise RecipeError(problems=problems)
 

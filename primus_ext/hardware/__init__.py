@@ -192,6 +192,8 @@ def load_gpu(name: str) -> GPUSpec:
             data = yaml.safe_load(fh)
         except yaml.YAMLError as err:
             raise RecipeError(problems=[Problem(path=str(path), message=f"invalid YAML: {err}")]) from None
+        except UnicodeDecodeError as err:
+            raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})")]) from None
     if not isinstance(data, dict):
         raise RecipeError(problems=[Problem(path=str(path), message="profile must be a mapping")])
     return gpu_from_mapping(data, source=str(path))

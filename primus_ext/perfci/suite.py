@@ -162,6 +162,8 @@ def load_suite(path: str | Path) -> Suite:
         data = safe_yaml.load(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    except UnicodeDecodeError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})")]) from None
     except yaml.YAMLError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"invalid YAML: {err}")]) from None
     if not isinstance(data, dict):

@@ -256,8 +256,12 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
 
 def read_text(path: Path) -> str:
     """The file's text with its line endings as they are (no universal-newline translation)."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        return fh.read()
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return fh.read()
+    except UnicodeDecodeError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason}): not a recipe",
+                                            fix="write the tuned copy to a new file")]) from None
 
 
 def _writable(target: Path, force: bool = False) -> Path:

@@ -20,11 +20,15 @@ from typing import Any
 
 import yaml
 
+from primus_ext.errors import shown
+
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 """4 MiB: the largest Primus YAML (fd1eeab) is ~20 kB."""
 MAX_EVENTS = 100_000
 """Parse events (scalars, mapping / sequence starts and ends, aliases): Primus's largest YAML,
 ``configs/modules/megatron/trainer_base.yaml``, has 786."""
+MAX_DEPTH = 100
+"""Nesting levels of lists and mappings (Primus's YAMLs nest 4 deep)."""
 MAX_EXPANDED_NODES = 100_000
 """Nodes of the document with every alias expanded: what any later walk over the value (merging, validating,
 printing) would visit."""
@@ -49,15 +53,22 @@ class _Loader(_Base):
             if isinstance(key_node, yaml.ScalarNode):
                 key = key_node.value
                 if key in seen:
-                    self.duplicates.append(f"`{key}` (line {key_node.start_mark.line + 1})")
+                    self.duplicates.append(f"`{shown(key)}` (line {key_node.start_mark.line + 1})")
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
 
 def _count_events(text: str) -> None:
-    for count, _ in enumerate(yaml.parse(text, Loader=_Base), start=1):
+    depth = 0
+    for count, event in enumerate(yaml.parse(text, Loader=_Base), start=1):
         if count > MAX_EVENTS:
             raise YAMLTooLarge(f"more than {MAX_EVENTS:,} YAML nodes (a recipe has hundreds)")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:  # libyaml's composer recurses in C: 25 000 levels crash the process
+                raise YAMLTooLarge(f"nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def expanded_nodes(root: yaml.Node, limit: int = MAX_EXPANDED_NODES) -> int:
@@ -102,4 +113,4 @@ def load(text: str, duplicates: list[str] | None = None) -> Any:
         loader.dispose()
 
 
-__all__ = ["MAX_EVENTS", "MAX_EXPANDED_NODES", "MAX_TEXT_BYTES", "YAMLTooLarge", "expanded_nodes", "load"]
+__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_EXPANDED_NODES", "MAX_TEXT_BYTES", "YAMLTooLarge", "expanded_nodes", "load"]

@@ -40,9 +40,11 @@ def _reparse(text: str) -> Any:
     return value if isinstance(value, _SCALARS) else text
 
 
-_CREDENTIAL_PART = re.compile(r"[A-Z0-9]*(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)S?")
+_CREDENTIAL_PART = re.compile(
+    r"(API|AUTH|ACCESS|PRIVATE)?(KEY|TOKEN)|SECRETS?|PASSWORD|PASSWD|PASSPHRASE|PASS|PAT|CREDENTIALS?")
 """A word of a variable name that names a credential: OPENAI_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD,
-GH_AUTHTOKEN; not PRIMUS_TOKENIZED_DATA_PATH (Primus's data-path template)."""
+GH_AUTHTOKEN, DB_PASS, GITHUB_PAT; not PRIMUS_TOKENIZED_DATA_PATH (Primus's data-path template), MAX_TOKENS or
+NUM_KEYS (counts, plural)."""
 
 
 def is_credential(name: str) -> bool:

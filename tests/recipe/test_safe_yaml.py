@@ -67,3 +67,9 @@ def test_values_shown_in_messages_are_bounded() -> None:
     text = str(Problem(path="k", message="bad", value=nested))
     assert len(text) < 400 and time.process_time() - start < 0.5
     assert "bits>" in shown(10**5000)  # Python refuses str() of such an int; shown() does not raise
+
+
+def test_deep_nesting_refused_before_libyaml_recurses() -> None:
+    with pytest.raises(safe_yaml.YAMLTooLarge, match="nested more than"):
+        safe_yaml.load("a: " + "[" * 30_000 + "]" * 30_000)  # 25 000 levels crashed the process (C recursion)
+    assert isinstance(safe_yaml.load("a: " + "[" * 50 + "]" * 50)["a"], list)

@@ -188,7 +188,10 @@ def test_list_content_is_read_and_an_unreadable_reply_is_one_line_of_text(small)
 
 def test_the_strategy_has_a_total_time_budget(small):
     ctx, execution = small
-    with FakeLLM([sleep(0.3)]) as server:
+    with FakeLLM([drip(0.2)]) as server:  # each call would take its whole --llm-timeout
+        start = time.monotonic()
         result = _run(ctx, execution, server, llm_retries=5, llm_total_s=0.5)
+        took = time.monotonic() - start
     assert any("time budget of 0.5 s spent" in n for n in result.notes)
-    assert len(server.requests) <= 3
+    assert any("what was left of --llm-total" in n for n in result.notes)  # not the whole --llm-timeout
+    assert len(server.requests) == 1 and took < TIMEOUT_S + 2

@@ -86,7 +86,7 @@ class LLMUnavailable(Exception):
     """The model could not be reached (network, time-out, authentication, bad model name)."""
 
 
-def call_with_deadline(fn: Callable[[], str], deadline_s: float) -> str:
+def call_with_deadline(fn: Callable[[], str], deadline_s: float, what: str = "--llm-timeout, per call") -> str:
     """``fn()`` with a wall-clock deadline: an endpoint that sends one byte a second satisfies every socket
     read timeout and would hold the call for minutes. The call runs on a daemon thread; past the deadline it is
     abandoned (its socket times out on its own) and ``LLMUnavailable`` names the deadline."""
@@ -103,7 +103,7 @@ def call_with_deadline(fn: Callable[[], str], deadline_s: float) -> str:
 
     threading.Thread(target=work, name="primus-ext-llm-call", daemon=True).start()
     if not done.wait(deadline_s):
-        raise LLMUnavailable(f"timeout: no complete reply within {deadline_s:g} s (--llm-timeout, per call)")
+        raise LLMUnavailable(f"timeout: no complete reply within {deadline_s:.3g} s ({what})")
     if "error" in box:
         raise box["error"]
     return box["reply"]
@@ -156,8 +156,11 @@ def litellm_completion(model: str, *, api_base: str | None, timeout_s: float) ->
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
         return content if isinstance(content, str) else ""
 
-    def call(messages: list[dict]) -> str:
+    def call(messages: list[dict], deadline_s: float | None = None) -> str:
         try:
+            if deadline_s is not None and deadline_s < timeout_s:
+                return call_with_deadline(lambda: request(messages), max(deadline_s, 0.0),
+                                          "what was left of --llm-total")
             return call_with_deadline(lambda: request(messages), timeout_s)
         except (openai.OpenAIError, OSError, TimeoutError) as err:
             raise LLMUnavailable(describe_failure(err)) from None
@@ -272,7 +275,9 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
                          "budget")
             return notes + tpe.run(ctx, options)
         try:
-            reply = complete(build_messages(ctx, options.llm_batch, feedback, baseline))
+            messages = build_messages(ctx, options.llm_batch, feedback, baseline)
+            left = options.llm_total_s - (time.monotonic() - started)  # no call outlives the strategy's budget
+            reply = complete(messages) if options.completion is not None else complete(messages, left)
         except LLMUnavailable as err:
             failures += 1
             notes.append(f"LLM round {round_no}: unreachable ({err})")
