@@ -22,7 +22,7 @@ setup(
         "torch>=2.4",
         "megatron-core>=0.16.1",
         "numpy>=1.26",
-        "numba>=0.61",  # the batch projection's compiled schedule loop (model/pipeline_batch.py)
+        "numba>=0.61",  # the batch projection's compiled schedule loop (model/pipeline/batch.py)
         "PyYAML>=6.0",
         "ruamel.yaml>=0.18",
         "matplotlib>=3.7",  # the report's timeline PNG (report/timeline_png.py)

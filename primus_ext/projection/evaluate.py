@@ -425,7 +425,7 @@ def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cos
     roofline always closes the chain. Raises ``RecipeError`` / ``InfeasibleConfig`` on an illegal split.
     Memoised per (model, system, providers) objects: revisited configurations cost one dict lookup, and
     configurations that share per-rank shapes, layer split and layer communication share their stage
-    times; the pipeline schedule's steady state is extrapolated (``model.pipeline_periodic``).
+    times; the pipeline schedule's steady state is extrapolated (``model.pipeline.periodic``).
     """
     ctx = _context(model, system, _providers(costs))
     memo = ctx.projections

@@ -12,7 +12,7 @@ layer split's counts per chunk) and its schedule structure. Configurations shari
   * chunk sums: counts per chunk (PP*VPP x 8 layer kinds) times the layer kinds' values (8 x 22 fields:
     fwd, bwd, compute, recompute, params, analytic passes, layers, what a pass without a partner micro-batch
     adds under EP overlap, total / exposed per layer comm kind), one batched matrix product;
-  * the schedule: ``model.pipeline_batch.simulate_many`` (compiled op loop; long runs extrapolate the
+  * the schedule: ``model.pipeline.batch.simulate_many`` (compiled op loop; long runs extrapolate the
     periodic steady state as ``evaluate`` does);
   * the step tail (DP gradient reduction and parameter gather, optimizer) from ``projection.comm``'s
     functions per (rank parameters, DP layout), memoised within the call, and their overlap as arrays;
@@ -36,8 +36,7 @@ import numpy as np
 from primus_ext.errors import PrimusExtError
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.flops import model_flops_per_step
-from primus_ext.model.pipeline import unpaired_counts
-from primus_ext.model.pipeline_batch import simulate_many
+from primus_ext.model.pipeline import simulate_many, unpaired_counts
 from primus_ext.model.placement import group_placements
 from primus_ext.model.stages import virtual_stages
 from primus_ext.projection.comm import (
@@ -266,7 +265,7 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     idx = np.array([row[0] for row in members])
     vals = np.matmul(np.stack([row[3] for row in members]), np.stack([row[2] for row in members]))  # (n, PP*VPP, F)
     fwd, bwd = vals[:, :, _F["fwd"]], vals[:, :, _F["bwd"]]
-    if extra:  # EP overlap: the passes without a partner in their own slots (``pipeline_ops.duration_slot``)
+    if extra:  # EP overlap: the passes without a partner in their own slots (``pipeline.ops.duration_slot``)
         durations = np.concatenate((fwd, bwd, np.zeros_like(fwd), fwd + vals[:, :, _F["fwd_unpaired"]],
                                     bwd + vals[:, :, _F["bwd_unpaired"]]), axis=1)
     else:

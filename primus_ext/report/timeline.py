@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from primus_ext.model.pipeline_long import MAX_SIMULATED_MICROBATCHES
+from primus_ext.model.pipeline import MAX_SIMULATED_MICROBATCHES
 
 OP_KINDS = ("forward", "backward", "wgrad")
 LAYER_COMMS = ("tp", "cp", "ep", "fsdp")
@@ -126,7 +126,7 @@ def op_segments(rank: int, kind: str, start: float, end: float, label: str,
 
 def drawn(projection: Any) -> bool:
     """Whether the step has a timeline to draw: not when its micro-batches were priced in closed form
-    (more than ``pipeline_long.MAX_SIMULATED_MICROBATCHES``: no op was simulated one by one)."""
+    (more than ``pipeline.long.MAX_SIMULATED_MICROBATCHES``: no op was simulated one by one)."""
     return bool(projection.timeline) or (projection.num_microbatches <= MAX_SIMULATED_MICROBATCHES
                                          and max(1, projection.execution.pp) == 1)
 

@@ -1,24 +1,24 @@
 """Fast 1F1B / interleaved simulation: simulate the transient, extrapolate the periodic steady state.
 
-    >>> from primus_ext.model.pipeline_periodic import simulate_periodic
+    >>> from primus_ext.model.pipeline.periodic import simulate_periodic
     >>> makespan, finish, critical_p2p = simulate_periodic(st, durs, comms, group)
 
 Both fixed schedules are max-plus linear: an op ends at max(its rank is free, its input arrived) + its
 duration, and the op times do not depend on the micro-batch. In the steady part of the schedule the
 dependency structure is invariant under "shift every micro-batch by one period" (1F1B: one
 micro-batch; interleaved: one group of ``group`` micro-batches through every chunk), which moves an op
-by ``Q`` positions in the topological order of ``pipeline._structure``. Once the finish times of a
+by ``Q`` positions in the topological order of ``schedules.fixed_structure``. Once the finish times of a
 window covering the longest dependency lag repeat shifted by one constant ``lam`` after ``c`` periods
 (max-plus systems may repeat only every c periods: on uniform 1F1B stages with p2p, a slow "wave"
 crosses the ranks, c ~ PP),
 every later op of the invariant region repeats too (induction over the max-plus recurrence), so the
 simulation jumps over whole periods and simulates only the drain. The same holds for the send/recv
 seconds on the critical path, propagated forward (``cp``): an op inherits the critical p2p of its
-binding input, i.e. of the walk back from it that ``pipeline_ops.critical_p2p`` does.
+binding input, i.e. of the walk back from it that ``pipeline.ops.critical_p2p`` does.
 
 The result equals the op-by-op simulation up to float rounding of the extrapolated sums; when no
 period is found the loop simply runs to the end (the full simulation). ``timeline=True`` and the tests
-use the op-by-op simulator (``pipeline._fixed``) as the reference.
+use the op-by-op simulator (``schedules.simulate_fixed``) as the reference.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ PERIOD_TOLERANCE = 1e-12
 
 @dataclass(frozen=True)
 class Periodic:
-    """Shift structure of one op order (positions 1-based as in ``pipeline_ops.Structure``)."""
+    """Shift structure of one op order (positions 1-based as in ``pipeline.ops.Structure``)."""
 
     steps: tuple[tuple[int, int, int, int], ...]
     """(rank predecessor, input, duration slot, p2p slot); a missing input is the predecessor with slot -1."""
@@ -48,7 +48,7 @@ class Periodic:
 
 
 def periodic_structure(ops: tuple, steps: tuple, last: tuple[int, ...], pp: int, vpp: int, group: int) -> Periodic:
-    """Find the shift-invariant run of a ``pipeline_ops.Structure`` (``start > end`` when there is none)."""
+    """Find the shift-invariant run of a ``pipeline.ops.Structure`` (``start > end`` when there is none)."""
     g = 1 if vpp == 1 else group
     shift = 2 * pp * vpp * g
     fast = tuple((p, d, ds, cs) if d > 0 else (p, p, ds, -1) for p, d, ds, cs in steps)
@@ -99,7 +99,7 @@ def stretch(per: Periodic, k: int) -> Periodic:
 def _run(fin: list[float], cp: list[float], steps, durs: list[float], comms: tuple[float, ...], base: int = 0) -> None:
     """Append the finish time and critical p2p of each op (positions offset by ``base``): the op starts
     when its rank is free and its input arrived; the critical p2p follows the binding input, the rank's
-    own predecessor on a tie (as ``pipeline_ops.critical_p2p`` walks back)."""
+    own predecessor on a tie (as ``pipeline.ops.critical_p2p`` walks back)."""
     append, cappend = fin.append, cp.append
     if base:
         steps = [(p - base, d - base, ds, cs) for p, d, ds, cs in steps]

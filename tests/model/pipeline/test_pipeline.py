@@ -13,7 +13,7 @@ from primus_ext.model.pipeline import (
     unpaired_ops,
     unpaired_passes,
 )
-from primus_ext.model.pipeline_ops import BWD, FWD
+from primus_ext.model.pipeline.ops import BWD, FWD
 
 
 @pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 16), (8, 32)])

@@ -1,24 +1,24 @@
 """Many 1F1B / interleaved schedules of one structure at once, compiled: the tuner's batch path.
 
-    >>> from primus_ext.model.pipeline_batch import simulate_many
+    >>> from primus_ext.model.pipeline.batch import simulate_many
     >>> finish, critical_p2p = simulate_many("interleaved", pp, vpp, m, durations, p2p)
 
 ``durations[k]``: configuration k's per-micro-batch op times in ``pipeline``'s slot order (forwards of
 rank 0 chunk 0, rank 0 chunk 1, ..., then the backwards in the same order; under EP overlap the weight-grads
 and the unpaired forwards and backwards follow); ``p2p[k]``: its send/recv
-seconds per virtual-stage boundary. Every configuration runs the recurrence of ``pipeline._fixed``
-over the structure's op order (``pipeline._structure``; long runs: below): an op ends at max(its rank is
+seconds per virtual-stage boundary. Every configuration runs the recurrence of ``schedules.simulate_fixed``
+over the structure's op order (``schedules.fixed_structure``; long runs: below): an op ends at max(its rank is
 free, its input arrived + p2p) + its duration; the critical p2p follows the binding input, the rank's own
-predecessor on a tie (the forward propagation ``pipeline_periodic`` uses, equal to
-``pipeline_ops.critical_p2p``'s walk back).
+predecessor on a tie (the forward propagation ``pipeline.periodic`` uses, equal to
+``pipeline.ops.critical_p2p``'s walk back).
 
 Compiled with numba (the op loop is ~2 ns per op instead of ~250 ns in Python) and run over every
 configuration of a group in one call; tests/model/test_pipeline_batch.py checks it against
 ``pipeline.simulate`` op for op.
 
-Long runs take ``pipeline_periodic``'s fast path, compiled (``_run_periodic``), where ``pipeline.simulate``
-takes it (``pipeline._worth_extrapolating``: interleaved always, 1F1B when m > 4*PP + 3): the ops in
-``pipeline._periodic``'s order, simulated until the finish times and critical p2p of a window repeat shifted
+Long runs take ``pipeline.periodic``'s fast path, compiled (``_run_periodic``), where ``pipeline.simulate``
+takes it (``schedules.worth_extrapolating``: interleaved always, 1F1B when m > 4*PP + 3): the ops in
+``schedules.periodic_of``'s order, simulated until the finish times and critical p2p of a window repeat shifted
 by a constant (same tolerance, checks, lags and stride as ``simulate_periodic``), then the jump over whole
 periods and the drain (``_jump``), with the same float operations; without a repetition every op runs.
 ``simulated_ops`` says how many ops each configuration simulated.
@@ -31,10 +31,10 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from primus_ext.model.pipeline import _periodic, _structure, _worth_extrapolating
-from primus_ext.model.pipeline_long import LINEAR_TOLERANCE, MAX_SIMULATED_MICROBATCHES, reference_counts
-from primus_ext.model.pipeline_ops import UNPAIRED_SLOT_KINDS
-from primus_ext.model.pipeline_periodic import PERIOD_TOLERANCE
+from primus_ext.model.pipeline.long import LINEAR_TOLERANCE, MAX_SIMULATED_MICROBATCHES, reference_counts
+from primus_ext.model.pipeline.ops import UNPAIRED_SLOT_KINDS
+from primus_ext.model.pipeline.periodic import PERIOD_TOLERANCE
+from primus_ext.model.pipeline.schedules import fixed_structure, periodic_of, worth_extrapolating
 
 DURATION_KINDS = UNPAIRED_SLOT_KINDS + 2
 """Duration slot blocks with ``extra``: forwards, backwards, weight-grads, unpaired forwards and backwards."""
@@ -44,7 +44,7 @@ DURATION_KINDS = UNPAIRED_SLOT_KINDS + 2
 def structure_arrays(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int = 0) -> tuple[np.ndarray, ...]:
     """(rank predecessor, input, duration slot, p2p slot, last op per rank) as int arrays; a missing
     input is the predecessor with the zero p2p slot (index PP*VPP - 1)."""
-    st = _structure(schedule, pp, vpp, m, group, extra)
+    st = fixed_structure(schedule, pp, vpp, m, group, extra)
     zero = pp * vpp - 1
     steps = np.array(st.steps, dtype=np.int64).reshape(-1, 4)
     prev, dep, dslot, cslot = (steps[:, k].copy() for k in range(4))
@@ -56,10 +56,10 @@ def structure_arrays(schedule: str, pp: int, vpp: int, m: int, group: int, extra
 
 @lru_cache(maxsize=256)
 def periodic_arrays(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int = 0) -> tuple[np.ndarray, ...]:
-    """``pipeline._periodic``'s structure as int arrays: (rank predecessor, input, duration slot, p2p slot,
+    """``schedules.periodic_of``'s structure as int arrays: (rank predecessor, input, duration slot, p2p slot,
     last op per rank, (shift Q, start, end, window)); the p2p slot -1 (no send/recv) becomes the zero slot
     PP*VPP - 1."""
-    per = _periodic(schedule, pp, vpp, m, group, extra)
+    per = periodic_of(schedule, pp, vpp, m, group, extra)
     steps = np.array(per.steps, dtype=np.int64).reshape(-1, 4)
     prev, dep, dslot, cslot = (steps[:, k].copy() for k in range(4))
     cslot[cslot < 0] = pp * vpp - 1
@@ -79,7 +79,7 @@ def _run_many(prev, dep, dslot, cslot, last, durs, comms, finish, critical):  # 
 
 @njit(cache=True, nogil=True)
 def _steps(prev, dep, dslot, cslot, dk, ck, fin, cp, lo, hi):  # pragma: no cover - compiled
-    """Positions lo + 1 .. hi (steps lo .. hi - 1): ``pipeline_periodic._run``."""
+    """Positions lo + 1 .. hi (steps lo .. hi - 1): ``pipeline.periodic._run``."""
     for q in range(lo, hi):
         p = prev[q]
         d = dep[q]
@@ -108,7 +108,7 @@ def _store(last, fin, cp, finish, critical, k):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _repeats(fin, cp, i, lag, span, tol):  # pragma: no cover - compiled
-    """``pipeline_periodic._repeats``: positions (i - span, i] equal those ``lag`` earlier shifted by constants
+    """``pipeline.periodic._repeats``: positions (i - span, i] equal those ``lag`` earlier shifted by constants
     (max - min of the differences within ``tol``; stops at the first partial range over it, which the whole
     range can only exceed too)."""
     lo = i - span + 1
@@ -136,7 +136,7 @@ def _at(values, q, i, lag, step):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def _run_periodic(prev, dep, dslot, cslot, last, shape, durs, comms, tolerance, finish, critical,
                   simulated):  # pragma: no cover - compiled
-    """``pipeline_periodic.simulate_periodic`` (with ``_jump``) per configuration; ``simulated[k]``: the ops
+    """``pipeline.periodic.simulate_periodic`` (with ``_jump``) per configuration; ``simulated[k]``: the ops
     configuration k simulated."""
     n_ops = prev.shape[0]
     shift, start, end, span = shape[0], shape[1], shape[2], shape[3]
@@ -200,7 +200,7 @@ def _simulate(schedule: str, pp: int, vpp: int, m: int, durations: np.ndarray, p
               extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if m <= MAX_SIMULATED_MICROBATCHES:
         return _simulate_short(schedule, pp, vpp, m, durations, p2p, group, extra)
-    for doubling in range(4):  # ``pipeline_long.long_step``, per configuration at once
+    for doubling in range(4):  # ``pipeline.long.long_step``, per configuration at once
         m0, period = reference_counts(m, pp, vpp, group or pp, 1 << doubling)
         if m <= m0 + 3 * period:
             return _simulate_short(schedule, pp, vpp, m, durations, p2p, group, extra)
@@ -246,7 +246,7 @@ def _simulate_short(schedule: str, pp: int, vpp: int, m: int, durations: np.ndar
     simulated = np.zeros(n, dtype=np.int64)
     if not n:
         return finish, critical, simulated
-    if _worth_extrapolating(schedule, pp, vpp, m, group, extra):
+    if worth_extrapolating(schedule, pp, vpp, m, group, extra):
         *arrays, shape = periodic_arrays(schedule, pp, vpp, m, group, extra)
         _run_periodic(*arrays, shape, durations, comms, PERIOD_TOLERANCE, finish, critical, simulated)
     else:
@@ -262,7 +262,7 @@ def simulate_many(schedule: str, pp: int, vpp: int, m: int, durations: np.ndarra
     on the critical path (``(n,)``; the path ends at the first rank finishing last).
 
     ``durations``: ``(n, 2 * PP * VPP)``, forwards then backwards, or with ``extra`` ``(n, 5 * PP * VPP)``, in
-    ``pipeline_ops.duration_slot``'s order (weight-grads, unpaired forwards and backwards after them);
+    ``pipeline.ops.duration_slot``'s order (weight-grads, unpaired forwards and backwards after them);
     ``p2p``: ``(n, PP * VPP - 1)`` (boundary s between virtual stages s and s + 1, virtual stage = chunk * PP +
     rank). ``schedule``: ``1f1b`` or ``interleaved``; ``extra``: ``overlap_moe_expert_parallel_comm``'s combined
     1F1B (Megatron's extra interleaved warm-up forward, the passes without a partner in their own slots)."""

@@ -24,23 +24,23 @@ Orders (megatron-core ``pipeline_parallel/schedules.py``):
     on rank r), W fills otherwise idle time but rank r defers at most r of them (the paper's memory
     bound, also what ``model.memory`` assumes). The order is chosen greedily in time order on the
     compute times (on uniform stages the paper's figure's order and bubble (p-1)(F+B-W)), then run
-    fixed with the send/recv times like the other schedules (``pipeline_zb``).
+    fixed with the send/recv times like the other schedules (``pipeline.zb``).
 
 The closed forms (p-1)/m and (p-1)/(v*m) are tests of this simulator (tests/model/test_pipeline.py),
 not its implementation. Pure and torch-free; the fixed orders are memoised per structure.
 
-Without a timeline, 1F1B and interleaved runs take the fast path (``pipeline_periodic``): the same
+Without a timeline, 1F1B and interleaved runs take the fast path (``pipeline.periodic``): the same
 recurrence over the ops sorted by their position in their rank's order, simulated until the steady
 state repeats exactly and extrapolated from there (tests/model/test_pipeline_periodic.py checks it
-against the op-by-op simulation ``_fixed``, which ``timeline=True`` still uses).
+against the op-by-op simulation ``simulate_fixed``, which ``timeline=True`` still uses).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from primus_ext.model.pipeline_long import MAX_SIMULATED_MICROBATCHES, long_step, reference_counts
-from primus_ext.model.pipeline_ops import (
+from primus_ext.model.pipeline.long import MAX_SIMULATED_MICROBATCHES, long_step, reference_counts
+from primus_ext.model.pipeline.ops import (
     BWD,
     FWD,
     ChunkTimes,
@@ -53,8 +53,8 @@ from primus_ext.model.pipeline_ops import (
     place,
     replay,
 )
-from primus_ext.model.pipeline_periodic import Periodic, periodic_structure, simulate_periodic, stretch
-from primus_ext.model.pipeline_zb import zb_h1, zb_h1_structure
+from primus_ext.model.pipeline.periodic import Periodic, periodic_structure, simulate_periodic, stretch
+from primus_ext.model.pipeline.zb import zb_h1, zb_h1_structure
 
 
 # --------------------------------------------------------------------------- fixed orders
@@ -106,7 +106,7 @@ def unpaired_ops(schedule: str, rank: int, pp: int, vpp: int, m: int, group: int
 def unpaired_counts(schedule: str, pp: int, vpp: int, m: int, group: int,
                     extra: int = 0) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Per rank and chunk: (forwards, backwards) that run without a partner micro-batch (``unpaired_ops``): the
-    warm-up's and cool-down's, the same for every count past the transient (``pipeline_long``)."""
+    warm-up's and cool-down's, the same for every count past the transient (``pipeline.long``)."""
     if m > MAX_SIMULATED_MICROBATCHES:
         return unpaired_counts(schedule, pp, vpp, reference_counts(m, pp, vpp, group)[0], group, extra)
     out = []
@@ -124,15 +124,15 @@ def unpaired_seconds(times: tuple[tuple[ChunkTimes, ...], ...], counts: tuple) -
 
 
 @lru_cache(maxsize=256)
-def _structure(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int = 0) -> Structure:
+def fixed_structure(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int = 0) -> Structure:
     unpaired = [unpaired_ops(schedule, r, pp, vpp, m, group, extra) for r in range(pp)] if extra else None
     return place([rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)], pp, vpp, m, unpaired)
 
 
-def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
+def simulate_fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
            group: int, timeline: bool, extra: int = 0) -> ScheduleResult:
     pp, vpp = len(times), len(times[0])
-    st = _structure(schedule, pp, vpp, m, group, extra)
+    st = fixed_structure(schedule, pp, vpp, m, group, extra)
     unpaired = unpaired_seconds(times, unpaired_counts(schedule, pp, vpp, m, group, extra)) if extra else ()
     return replay(schedule, st, times, m, durations(times), p2p, timeline, unpaired)
 
@@ -140,7 +140,7 @@ def _fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p
 # --------------------------------------------------------------------------- entry point
 def _positional(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Structure | None:
     """The ops sorted by their position in their rank's order (forwards by rank, then backwards by
-    reverse rank): periodic in the steady state, unlike ``_structure``'s sweep order. ``None`` when that
+    reverse rank): periodic in the steady state, unlike ``fixed_structure``'s sweep order. ``None`` when that
     order is not topological."""
     orders = [rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
     unpaired = [unpaired_ops(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
@@ -172,32 +172,32 @@ def _positional(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int
     return Structure(tuple(ops), tuple(steps), tuple(last))
 
 
-def _periodic_direct(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Periodic:
-    st = _positional(schedule, pp, vpp, m, group, extra) or _structure(schedule, pp, vpp, m, group, extra)
+def periodic_direct(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Periodic:
+    st = _positional(schedule, pp, vpp, m, group, extra) or fixed_structure(schedule, pp, vpp, m, group, extra)
     return periodic_structure(st.ops, st.steps, st.last, pp, vpp, group)
 
 
 @lru_cache(maxsize=256)
-def _periodic(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Periodic:
+def periodic_of(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Periodic:
     """The shift structure for ``m`` micro-batches. Long runs are the structure of a short run with
     whole periods inserted (``stretch``), used when that rule reproduces the short run's next two
     lengths exactly; building the op order of a long run costs ~30 us per op in Python."""
     g = 1 if vpp == 1 else group
     short = m % g + g * max(1, -(-(2 * pp + 2 * g - m % g) // g))
     if m <= short + 4 * g:
-        return _periodic_direct(schedule, pp, vpp, m, group, extra)
-    base = _periodic_direct(schedule, pp, vpp, short, group, extra)
+        return periodic_direct(schedule, pp, vpp, m, group, extra)
+    base = periodic_direct(schedule, pp, vpp, short, group, extra)
     for k in (1, 2):
-        if stretch(base, k) != _periodic_direct(schedule, pp, vpp, short + k * g, group, extra):
-            return _periodic_direct(schedule, pp, vpp, m, group, extra)
+        if stretch(base, k) != periodic_direct(schedule, pp, vpp, short + k * g, group, extra):
+            return periodic_direct(schedule, pp, vpp, m, group, extra)
     return stretch(base, (m - short) // g)
 
 
-def _fixed_fast(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
+def simulate_fast(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
                 group: int, extra: int = 0) -> ScheduleResult:
-    """``_fixed`` without the timeline, extrapolating the periodic steady state (``pipeline_periodic``)."""
+    """``simulate_fixed`` without the timeline, extrapolating the periodic steady state (``pipeline.periodic``)."""
     pp, vpp = len(times), len(times[0])
-    per = _periodic(schedule, pp, vpp, m, group, extra)
+    per = periodic_of(schedule, pp, vpp, m, group, extra)
     finish, critical = simulate_periodic(per, durations(times), (*p2p, 0.0))
     unpaired = unpaired_seconds(times, unpaired_counts(schedule, pp, vpp, m, group, extra)) if extra else ()
     return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish),
@@ -205,7 +205,7 @@ def _fixed_fast(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int
                           critical_p2p=critical if any(p2p) else 0.0, unpaired=unpaired)
 
 
-def _worth_extrapolating(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> bool:
+def worth_extrapolating(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> bool:
     """Whether the fast path beats the op-by-op loop. Measured on the DeepSeek-V3 tuner's calls: the
     repetition shows after about one period on interleaved schedules (the fast path wins from ~50 ops
     on), but only after up to ~PP periods on 1F1B (a slow wave crossing identical ranks), and each
@@ -216,19 +216,19 @@ def _worth_extrapolating(schedule: str, pp: int, vpp: int, m: int, group: int, e
 
 
 @lru_cache(maxsize=8192)
-def _simulate_cached(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
+def simulate_cached(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...],
                      group: int, extra: int) -> ScheduleResult:
     if schedule == "zb-h1":
         return zb_h1(times, m, p2p, False)
-    if _worth_extrapolating(schedule, len(times), len(times[0]), m, group, extra):
-        return _fixed_fast(schedule, times, m, p2p, group, extra)
-    return _fixed(schedule, times, m, p2p, group, False, extra)
+    if worth_extrapolating(schedule, len(times), len(times[0]), m, group, extra):
+        return simulate_fast(schedule, times, m, p2p, group, extra)
+    return simulate_fixed(schedule, times, m, p2p, group, False, extra)
 
 
 def clear_schedule_cache() -> None:
     """Forget memoised schedule results (op orders stay: they depend on the structure only; ZB-H1's, chosen on
     the op times, go too)."""
-    _simulate_cached.cache_clear()
+    simulate_cached.cache_clear()
     zb_h1_structure.cache_clear()
 
 
@@ -272,13 +272,13 @@ def simulate(
         if problem:
             raise ValueError(problem)
     if num_microbatches > MAX_SIMULATED_MICROBATCHES:  # closed form, O(1) in the count; no timeline
-        return long_step(lambda k: _simulate_cached(schedule, times, k, p2p, group, extra), num_microbatches,
+        return long_step(lambda k: simulate_cached(schedule, times, k, p2p, group, extra), num_microbatches,
                          pp, vpp, group)
     if timeline:
         if schedule == "zb-h1":
             return zb_h1(times, num_microbatches, p2p, True)
-        return _fixed(schedule, times, num_microbatches, p2p, group, True, extra)
-    return _simulate_cached(schedule, times, num_microbatches, p2p, group, extra)
+        return simulate_fixed(schedule, times, num_microbatches, p2p, group, True, extra)
+    return simulate_cached(schedule, times, num_microbatches, p2p, group, extra)
 
 
 def interleaving_problem(pp: int, num_microbatches: int, group: int | None = None) -> str:

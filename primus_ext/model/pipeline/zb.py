@@ -1,7 +1,7 @@
 """The zero-bubble ZB-H1 schedule (Qi et al. 2023, arXiv:2401.10241, sec. 3): its op order and its run.
 
 ``model.pipeline.simulate("zb-h1", ...)`` calls ``zb_h1``; the order is chosen greedily on the compute times,
-then replayed fixed with the send/recv times (``pipeline_ops.replay``). Pure and torch-free.
+then replayed fixed with the send/recv times (``pipeline.ops.replay``). Pure and torch-free.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from functools import lru_cache
 
-from primus_ext.model.pipeline_ops import BWD, FWD, WGRAD, ChunkTimes, ScheduleResult, Structure, place, replay
+from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, ScheduleResult, Structure, place, replay
 
 _READY_TOLERANCE = 1e-12
 """Relative slack of the ZB-H1 order's "input already there" test: two sums of the same op times that differ
@@ -32,7 +32,7 @@ def zb_h1_structure(times: tuple[tuple[ChunkTimes, ...], ...], m: int) -> Struct
     them (the paper's memory bound, also what ``model.memory`` assumes). On uniform stages this is the
     paper's figure 3 order with its bubble (p-1)(F+B-W).
 
-    The order is then fixed and ops wait for their inputs (``pipeline_ops.replay``), as the schedule runs: the
+    The order is then fixed and ops wait for their inputs (``pipeline.ops.replay``), as the schedule runs: the
     zero-bubble runtime executes a precomputed per-rank op list, and a rank blocks on its recv. Choosing the order with
     the send/recv times instead would make the step jump when a B's input arrives an epsilon after the rank
     frees up (a whole W would start first); with the order fixed the step is continuous and non-decreasing

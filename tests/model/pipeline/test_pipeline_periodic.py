@@ -1,4 +1,4 @@
-"""The extrapolated steady state (``pipeline_periodic``) equals the op-by-op simulation (``pipeline._fixed``)."""
+"""The extrapolated steady state (``pipeline.periodic``) equals the op-by-op simulation (``simulate_fixed``)."""
 
 import random
 
@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import primus_ext.model.pipeline_periodic as periodic
-from primus_ext.model.pipeline import ChunkTimes, _fixed, _fixed_fast, interleaving_problem, simulate, uniform_times
+import primus_ext.model.pipeline.periodic as periodic
+from primus_ext.model.pipeline.schedules import (
+    ChunkTimes,
+    interleaving_problem,
+    simulate,
+    simulate_fast,
+    simulate_fixed,
+    uniform_times,
+)
 
 
 def _same(fast, full, exact: bool) -> None:
@@ -42,16 +49,16 @@ def pipelines(draw, exact: bool):
 @given(pipelines(exact=True))
 def test_periodic_equals_full_simulation_exact_times(case):
     schedule, times, m, p2p, group, extra = case
-    _same(_fixed_fast(schedule, times, m, p2p, group, extra), _fixed(schedule, times, m, p2p, group, False, extra),
-          exact=True)
+    _same(simulate_fast(schedule, times, m, p2p, group, extra),
+          simulate_fixed(schedule, times, m, p2p, group, False, extra), exact=True)
 
 
 @settings(max_examples=100, deadline=None)
 @given(pipelines(exact=False))
 def test_periodic_equals_full_simulation_float_times(case):
     schedule, times, m, p2p, group, extra = case
-    _same(_fixed_fast(schedule, times, m, p2p, group, extra), _fixed(schedule, times, m, p2p, group, False, extra),
-          exact=False)
+    _same(simulate_fast(schedule, times, m, p2p, group, extra),
+          simulate_fixed(schedule, times, m, p2p, group, False, extra), exact=False)
 
 
 @pytest.mark.parametrize("schedule,pp,vpp,m", [("1f1b", 8, 1, 256), ("1f1b", 16, 1, 128), ("interleaved", 4, 4, 64),
@@ -68,9 +75,9 @@ def test_long_runs_jump_and_match(schedule, pp, vpp, m, monkeypatch):
     jumps = []
     original = periodic._jump
     monkeypatch.setattr(periodic, "_jump", lambda *a: jumps.append(a[4]) or original(*a))
-    fast = _fixed_fast(schedule, times, m, p2p, pp, 0)
+    fast = simulate_fast(schedule, times, m, p2p, pp, 0)
     assert jumps, "the steady state was not extrapolated"
-    _same(fast, _fixed(schedule, times, m, p2p, pp, False, 0), exact=False)
+    _same(fast, simulate_fixed(schedule, times, m, p2p, pp, False, 0), exact=False)
 
 
 def test_closed_forms_hold_on_the_fast_path():
@@ -84,18 +91,18 @@ def test_closed_forms_hold_on_the_fast_path():
 
 def test_stretched_structures_equal_the_directly_built_ones():
     """Long runs reuse a short run's structure with whole periods inserted: identical to building them."""
-    from primus_ext.model.pipeline import _periodic, _periodic_direct
+    from primus_ext.model.pipeline.schedules import periodic_direct, periodic_of
 
     for args in [("1f1b", 8, 1, 200, 8, 0), ("1f1b", 5, 1, 77, 5, 0), ("interleaved", 4, 3, 96, 4, 0),
                  ("interleaved", 4, 2, 90, 6, 1), ("interleaved", 3, 2, 64, 4, 0)]:
-        assert _periodic.__wrapped__(*args) == _periodic_direct(*args), args
+        assert periodic_of.__wrapped__(*args) == periodic_direct(*args), args
 
 
 @pytest.mark.parametrize("pp,m", [(2, 12), (4, 40), (8, 64), (16, 100)])
 def test_1f1b_shift_structure_has_the_shape_the_gate_assumes(pp, m):
-    """``_worth_extrapolating``'s 1F1B rule rests on these (hand-derived from the op orders)."""
-    from primus_ext.model.pipeline import _periodic
+    """``worth_extrapolating``'s 1F1B rule rests on these (hand-derived from the op orders)."""
+    from primus_ext.model.pipeline.schedules import periodic_of
 
-    per = _periodic("1f1b", pp, 1, m, pp, 0)
+    per = periodic_of("1f1b", pp, 1, m, pp, 0)
     assert (per.start, per.window, per.shift) == ((pp + 1) ** 2, 2 * pp - 1, 2 * pp)
     assert per.end == 2 * pp * m - pp * (pp - 1)

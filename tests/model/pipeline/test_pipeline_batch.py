@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
-from primus_ext.model.pipeline_batch import simulate_many, simulated_ops
+from primus_ext.model.pipeline.batch import simulate_many, simulated_ops
 
 CASES = [("1f1b", 1, 1, 6, 0), ("1f1b", 4, 1, 16, 0), ("1f1b", 8, 1, 40, 0), ("interleaved", 4, 2, 16, 0),
          ("interleaved", 4, 3, 12, 0), ("interleaved", 8, 4, 32, 0), ("interleaved", 4, 4, 16, 1),
@@ -19,7 +19,7 @@ CASES = [("1f1b", 1, 1, 6, 0), ("1f1b", 4, 1, 16, 0), ("1f1b", 8, 1, 40, 0), ("i
 
 def _times(row: np.ndarray, pp: int, vpp: int) -> tuple[tuple[ChunkTimes, ...], ...]:
     """Chunk times from a durations row: forwards, backwards (and with EP overlap weight-grads, unpaired
-    forwards and backwards: ``pipeline_ops.duration_slot``)."""
+    forwards and backwards: ``pipeline.ops.duration_slot``)."""
     stages = pp * vpp
 
     def chunk(i: int) -> ChunkTimes:
@@ -91,7 +91,7 @@ def test_long_runs_extrapolate_and_equal_the_op_by_op_simulation(case):
     assert ops.shape == (len(durations),) and ops.max() < pp * vpp * m
     for k in range(len(durations)):
         times = _times(durations[k], pp, vpp)
-        for timeline in (False, True):  # the scalar fast path, then the op-by-op simulation (``pipeline._fixed``)
+        for timeline in (False, True):  # the scalar fast path, then the op-by-op simulation (``simulate_fixed``)
             want = simulate(schedule, times, m, tuple(p2p[k]), moe_a2a_overlap_warmup=bool(extra), timeline=timeline)
             assert tuple(finish[k]) == pytest.approx(want.finish, rel=1e-9)
             assert critical[k] == pytest.approx(want.critical_p2p, rel=1e-9, abs=1e-12)

@@ -1,4 +1,4 @@
-"""Long steps in closed form (``pipeline_long``) equal the simulation at counts both can run."""
+"""Long steps in closed form (``pipeline.long``) equal the simulation at counts both can run."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from primus_ext.model import pipeline
-from primus_ext.model.pipeline import ChunkTimes, simulate
-from primus_ext.model.pipeline_batch import simulate_many
-from primus_ext.model.pipeline_long import MAX_SIMULATED_MICROBATCHES, long_step
+from primus_ext.model.pipeline import ChunkTimes, schedules, simulate
+from primus_ext.model.pipeline.batch import simulate_many
+from primus_ext.model.pipeline.long import MAX_SIMULATED_MICROBATCHES, long_step
 
 
 def _times(pp: int, vpp: int) -> tuple[tuple[ChunkTimes, ...], ...]:
@@ -25,10 +24,10 @@ def _times(pp: int, vpp: int) -> tuple[tuple[ChunkTimes, ...], ...]:
 def test_closed_form_equals_the_simulation(schedule: str, pp: int, vpp: int, m: int) -> None:
     times = _times(pp, vpp)
     p2p = tuple(0.05 * (s + 1) for s in range(pp * vpp - 1))
-    pipeline.clear_schedule_cache()
-    direct = pipeline._simulate_cached(schedule if vpp > 1 or schedule != "interleaved" else "1f1b", times, m, p2p,
+    schedules.clear_schedule_cache()
+    direct = schedules.simulate_cached(schedule if vpp > 1 or schedule != "interleaved" else "1f1b", times, m, p2p,
                                        pp, 0)
-    long = long_step(lambda k: pipeline._simulate_cached(schedule, times, k, p2p, pp, 0), m, pp, vpp, pp)
+    long = long_step(lambda k: schedules.simulate_cached(schedule, times, k, p2p, pp, 0), m, pp, vpp, pp)
     assert long.num_microbatches == m
     assert long.makespan == pytest.approx(direct.makespan, rel=1e-9)
     assert long.finish == pytest.approx(direct.finish, rel=1e-9)
@@ -64,6 +63,6 @@ def test_batch_path_matches_the_single_path_beyond_the_limit() -> None:
 
 
 def test_unpaired_counts_bounded_and_constant_past_the_transient() -> None:
-    a = pipeline.unpaired_counts("interleaved", 4, 2, 4096, 4, 1)
-    b = pipeline.unpaired_counts("interleaved", 4, 2, 10**9, 4, 1)
+    a = schedules.unpaired_counts("interleaved", 4, 2, 4096, 4, 1)
+    b = schedules.unpaired_counts("interleaved", 4, 2, 10**9, 4, 1)
     assert a == b

@@ -1,12 +1,12 @@
 """Long steps in closed form: any micro-batch count at the cost of four short ones.
 
-    >>> from primus_ext.model.pipeline_long import reference_counts, extend
+    >>> from primus_ext.model.pipeline.long import reference_counts, extend
     >>> m0, period = reference_counts(10**9, pp=8, vpp=1, group=8)
     >>> result = extend([simulate(..., m0 + i * period) for i in range(4)], 10**9, m0, period)
 
 A fixed pipeline order (1F1B, interleaved, ZB-H1 chosen greedily on fixed op times) is a max-plus linear
 system whose op times do not depend on the micro-batch. Once the steady state is reached, ``period`` more
-micro-batches (a whole number of the schedule's periods, ``pipeline_periodic``) move every rank's last
+micro-batches (a whole number of the schedule's periods, ``pipeline.periodic``) move every rank's last
 finish, its busy time and the send/recv seconds on the critical path by the same constants. So a step of
 ``m`` micro-batches above ``MAX_SIMULATED_MICROBATCHES`` is priced from four simulated counts m0 + i *
 ``period`` (m0 = m modulo ``period``, past the warm-up transient): the three increments must agree (else
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from primus_ext.model.pipeline_ops import ScheduleResult
+from primus_ext.model.pipeline.ops import ScheduleResult
 
 MAX_SIMULATED_MICROBATCHES = 4096
 """Micro-batches simulated op by op at most (the longest shipped or published step has ~2 000: a 16 M-token
@@ -35,7 +35,7 @@ _DOUBLINGS = 4
 def reference_counts(m: int, pp: int, vpp: int, group: int, period_scale: int = 1) -> tuple[int, int]:
     """(m0, period): the first simulated count, congruent to ``m`` modulo ``period``, and the period in
     micro-batches: PP periods of the schedule's micro-batch group (1F1B's slow wave takes up to PP periods
-    to settle, ``pipeline_periodic``), past a warm-up transient of 4 * PP groups."""
+    to settle, ``pipeline.periodic``), past a warm-up transient of 4 * PP groups."""
     g = group if vpp > 1 else 1
     period = g * pp * period_scale
     base = 4 * pp * g + 2 * g
