@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from primus_ext.model.pipeline import MAX_SIMULATED_MICROBATCHES
+from primus_ext.model.pipeline import MAX_SIMULATED_OPS, simulated_directly
 
 OP_KINDS = ("forward", "backward", "wgrad")
 LAYER_COMMS = ("tp", "cp", "ep", "fsdp")
@@ -126,14 +126,15 @@ def op_segments(rank: int, kind: str, start: float, end: float, label: str,
 
 def drawn(projection: Any) -> bool:
     """Whether the step has a timeline to draw: not when its micro-batches were priced in closed form
-    (more than ``pipeline.long.MAX_SIMULATED_MICROBATCHES``: no op was simulated one by one)."""
-    return bool(projection.timeline) or (projection.num_microbatches <= MAX_SIMULATED_MICROBATCHES
-                                         and max(1, projection.execution.pp) == 1)
+    (more than ``pipeline.long.MAX_SIMULATED_OPS`` ops: no op was simulated one by one)."""
+    ex = projection.execution
+    pp, vpp = max(1, ex.pp), max(1, ex.vpp)
+    return bool(projection.timeline) or (pp == 1 and simulated_directly(pp, vpp, projection.num_microbatches))
 
 
 def not_drawn_note(projection: Any) -> str:
-    return (f"timeline not drawn: {projection.num_microbatches:,} micro-batches per step, more than the "
-            f"{MAX_SIMULATED_MICROBATCHES:,} simulated op by op (the step is priced in closed form from the "
+    return (f"timeline not drawn: {projection.num_microbatches:,} micro-batches per step are more than the "
+            f"{MAX_SIMULATED_OPS:,} ops simulated one by one (the step is priced in closed form from the "
             "schedule's periodic steady state)")
 
 

@@ -17,7 +17,7 @@ The rooms behind it (other packages import from here, not from them):
   on first use of ``simulate_many`` / ``simulated_ops``, so importing this package stays numba-free.
 """
 
-from primus_ext.model.pipeline.long import MAX_SIMULATED_MICROBATCHES
+from primus_ext.model.pipeline.long import MAX_SIMULATED_OPS, pricing_problem, simulated_directly
 from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, Event, ScheduleResult
 from primus_ext.model.pipeline.schedules import (
     clear_schedule_cache,
@@ -44,7 +44,25 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "BWD", "FWD", "MAX_SIMULATED_MICROBATCHES", "WGRAD", "ChunkTimes", "Event", "ScheduleResult",
-    "clear_schedule_cache", "interleaving_problem", "rank_order", "schedule_table", "simulate", "simulate_many",
-    "simulated_ops", "uniform_times", "unpaired_counts", "unpaired_ops", "unpaired_passes", "unpaired_seconds",
+    "BWD",
+    "FWD",
+    "MAX_SIMULATED_OPS",
+    "WGRAD",
+    "ChunkTimes",
+    "Event",
+    "ScheduleResult",
+    "clear_schedule_cache",
+    "interleaving_problem",
+    "pricing_problem",
+    "rank_order",
+    "schedule_table",
+    "simulate",
+    "simulate_many",
+    "simulated_directly",
+    "simulated_ops",
+    "uniform_times",
+    "unpaired_counts",
+    "unpaired_ops",
+    "unpaired_passes",
+    "unpaired_seconds",
 ]

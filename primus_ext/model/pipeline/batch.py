@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from primus_ext.model.pipeline.long import LINEAR_TOLERANCE, MAX_SIMULATED_MICROBATCHES, reference_counts
+from primus_ext.model.pipeline.long import LINEAR_TOLERANCE, reference_plan, refusal, simulated_directly
 from primus_ext.model.pipeline.ops import UNPAIRED_SLOT_KINDS
 from primus_ext.model.pipeline.periodic import PERIOD_TOLERANCE
 from primus_ext.model.pipeline.schedules import fixed_structure, periodic_of, worth_extrapolating
@@ -198,18 +198,14 @@ def _run_periodic(prev, dep, dslot, cslot, last, shape, durs, comms, tolerance, 
 
 def _simulate(schedule: str, pp: int, vpp: int, m: int, durations: np.ndarray, p2p: np.ndarray, group: int | None,
               extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    if m <= MAX_SIMULATED_MICROBATCHES:
+    if simulated_directly(pp, vpp, m):
         return _simulate_short(schedule, pp, vpp, m, durations, p2p, group, extra)
-    for doubling in range(4):  # ``pipeline.long.long_step``, per configuration at once
-        m0, period = reference_counts(m, pp, vpp, group or pp, 1 << doubling)
-        if m <= m0 + 3 * period:
-            return _simulate_short(schedule, pp, vpp, m, durations, p2p, group, extra)
+    for m0, period in reference_plan(m, pp, vpp, group or pp):  # ``pipeline.long.long_step``, all at once
         runs = [_simulate_short(schedule, pp, vpp, m0 + i * period, durations, p2p, group, extra) for i in range(4)]
         done = _extend_many(runs, m, m0, period)
         if done is not None:
             return done
-    raise ValueError(f"the pipeline schedule reached no periodic steady state within {m0 + 3 * period} "
-                     f"micro-batches; {m} micro-batches cannot be priced")
+    raise refusal(m, pp, vpp, group or pp)
 
 
 def _extend_many(runs: list, m: int, m0: int, period: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

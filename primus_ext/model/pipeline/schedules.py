@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from primus_ext.model.pipeline.long import MAX_SIMULATED_MICROBATCHES, long_step, reference_counts
+from primus_ext.model.pipeline.long import budget_of, long_step, reference_plan, simulated_directly
 from primus_ext.model.pipeline.ops import (
     BWD,
     FWD,
@@ -107,8 +107,10 @@ def unpaired_counts(schedule: str, pp: int, vpp: int, m: int, group: int,
                     extra: int = 0) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Per rank and chunk: (forwards, backwards) that run without a partner micro-batch (``unpaired_ops``): the
     warm-up's and cool-down's, the same for every count past the transient (``pipeline.long``)."""
-    if m > MAX_SIMULATED_MICROBATCHES:
-        return unpaired_counts(schedule, pp, vpp, reference_counts(m, pp, vpp, group)[0], group, extra)
+    if not simulated_directly(pp, vpp, m):  # past the transient: the counts of any long step
+        reference = next(reference_plan(m, pp, vpp, group), None)
+        return unpaired_counts(schedule, pp, vpp, reference[0], group, extra) if reference else \
+            tuple(((0, 0),) * vpp for _ in range(pp))
     out = []
     for r in range(pp):
         ops = unpaired_ops(schedule, r, pp, vpp, m, group, extra)
@@ -271,9 +273,10 @@ def simulate(
         problem = interleaving_problem(pp, num_microbatches, group)
         if problem:
             raise ValueError(problem)
-    if num_microbatches > MAX_SIMULATED_MICROBATCHES:  # closed form, O(1) in the count; no timeline
+    budget = budget_of(schedule)
+    if not simulated_directly(pp, vpp, num_microbatches, budget):  # closed form within the op budget; no timeline
         return long_step(lambda k: simulate_cached(schedule, times, k, p2p, group, extra), num_microbatches,
-                         pp, vpp, group)
+                         pp, vpp, group, budget)
     if timeline:
         if schedule == "zb-h1":
             return zb_h1(times, num_microbatches, p2p, True)
