@@ -284,7 +284,7 @@ class TimingStore:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 if line.strip():
-                    row = json.loads(line)
+                    row = json.loads(line, parse_constant=_refuse_constant)
                     if not isinstance(row, dict):
                         raise ValueError(f"{path}: line {n + 1}: not a JSON object")
                     table = row.pop("table", None)
@@ -295,6 +295,11 @@ class TimingStore:
         self._db.commit()
         self._memo.clear()
         return n
+
+
+def _refuse_constant(name: str) -> float:
+    """``json``'s hook for NaN / Infinity: a timing that is not a number is not a timing."""
+    raise ValueError(f"{name} is not a finite number")
 
 
 def _squash(text: str) -> str:

@@ -142,7 +142,7 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = json.loads(line, parse_constant=_not_finite)
             if "header" in item:
                 mismatch = {k: (item["header"].get(k), v) for k, v in (expect or {}).items()
                             if item["header"].get(k) != v}
@@ -159,6 +159,10 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
             raise RecipeError(problems=[Problem(path=f"{path}:{number}", message=f"unreadable trial line: {err}",
                                                 fix="remove the line or start a fresh log")]) from None
     return trials
+
+
+def _not_finite(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
 
 
 class BudgetExhausted(Exception):

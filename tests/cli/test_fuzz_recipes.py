@@ -58,6 +58,14 @@ def test_reproducers_of_issue_32(tmp_path) -> None:
     big = tmp_path / "big.yaml"
     big.write_text(base.replace("mock_data: true", "mock_data: true\n      data_path: [" + ",".join(["1"] * 1_900_000)
                                 + "]"))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 30_000 + "]" * 30_000)  # crashed the process in libyaml's composer
+    nan_store = tmp_path / "store.jsonl"
+    nan_store.write_text('{"table": "layers", "fwd_ms": NaN}\n')
+    nan_log = tmp_path / "trials.jsonl"
+    nan_log.write_text('{"trial": {"config": {}, "status": "ok", "tokens_per_s_per_gpu": NaN}}\n')
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
     cases = [
         (["recipe", "show", str(bomb)], 2, "expand to more than"),
         (["recipe", "show", str(big)], 2, "YAML nodes"),
@@ -68,6 +76,14 @@ def test_reproducers_of_issue_32(tmp_path) -> None:
         (["project", RECIPE, "--json", str(tmp_path / ("o" * 300))], 2, "too long"),
         (["recipe", "show", RECIPE, "moe_expert_capacity_factor=.nan"], 2, "finite"),
         (["tune", RECIPE, "--margin", "nan"], 2, "finite"),
+        (["recipe", "show", str(deep)], 2, "nested more than"),
+        (["project", RECIPE, "--store", str(nan_store)], 2, "not a finite number"),
+        (["tune", RECIPE, "--resume", str(nan_log)], 2, "not a finite number"),
+        (["ci", str(binary)], 2, "not UTF-8"),
+        (["tune", RECIPE, "--strategy", "exhaustive", "--out", str(binary)], 2, "not UTF-8"),
+        (["project", RECIPE, "global_batch_size=1073741824", "micro_batch_size=1", "num_layers=1024",
+          "pipeline_model_parallel_size=512", "num_virtual_stages_per_pipeline_rank=2", "--nodes", "64"], 2,
+         "pipeline stages"),
     ]
     for argv, code, text in cases:
         outcome = _check(argv, str(tmp_path))
