@@ -8,7 +8,9 @@ projected or has no baseline; exit 2).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -78,7 +80,9 @@ def _costs(suite: Suite):
         return None
     from primus_ext.measure.store import TimingStore
 
-    scratch = Path(tempfile.mkdtemp(prefix="primus-ext-ci-")) / "store.sqlite"
+    folder = tempfile.mkdtemp(prefix="primus-ext-ci-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the scratch copy goes when the run ends
+    scratch = Path(folder) / "store.sqlite"
     store = TimingStore(scratch, device=None, versions="any")
     store.import_(suite.store)
     rows = store.layer_rows()
