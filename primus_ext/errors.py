@@ -26,6 +26,12 @@ _SHORT.maxstring = _SHORT.maxother = MAX_VALUE_CHARS
 _SHORT.maxlong = 60
 
 
+def cut(text: object) -> str:
+    """A key or name as written (no quotes), cut to ``MAX_VALUE_CHARS``."""
+    text = str(text)
+    return text if len(text) <= MAX_VALUE_CHARS else f"{text[:MAX_VALUE_CHARS]}... ({len(text):,} characters)"
+
+
 def shown(value: Any) -> str:
     """``repr(value)`` cut to ``MAX_VALUE_CHARS``, computed without rendering the whole value."""
     if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:

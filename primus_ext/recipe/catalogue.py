@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from functools import cache
 
-from primus_ext.errors import shown
+from primus_ext.errors import cut
 from primus_ext.recipe.catalogue_data import MCORE_CONFIG_KEYS, NO_EFFECT, PRIMUS_PRESET_KEYS
 from primus_ext.recipe.key_effects import ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, RENAMED, UNMODELLED
 from primus_ext.recipe.resolve import READ_KEYS
@@ -67,7 +67,7 @@ def did_you_mean(key: str) -> str | None:
 
 def unknown_key_warning(key: str, where: str) -> str:
     """``unknown key `x` in <where>; did you mean `y`? (kept, passed through to Megatron)``."""
-    text = f"unknown key `{shown(key)}` in {where}"
+    text = f"unknown key `{cut(key)}` in {where}"
     hint = did_you_mean(key) if len(key) <= 100 else None  # difflib on a 100 kB key costs seconds
     if hint:
         text += f"; did you mean `{hint}`?"

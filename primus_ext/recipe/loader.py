@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from primus_ext.errors import Problem, RecipeError, shown
+from primus_ext.errors import Problem, RecipeError, cut, shown
 from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
 from primus_ext.recipe.key_effects import unmodelled_keys
@@ -243,7 +243,7 @@ def _primus_args(state: _State, data: dict[str, Any], wanted: str | None = None)
     """Merged arguments of the experiment's training module: (arguments, model preset name, module name)."""
     for key in data:
         if key not in EXPERIMENT_KEYS:
-            state.warnings.append(f"unknown top-level key `{shown(key)}` in {display(state.path)} (ignored)")
+            state.warnings.append(f"unknown top-level key `{cut(key)}` in {display(state.path)} (ignored)")
     modules = data["modules"]
     if not isinstance(modules, dict) or not modules:
         state.problems.append(Problem(path="modules", value=modules, message="expected a mapping of modules",
@@ -266,7 +266,7 @@ def _primus_args(state: _State, data: dict[str, Any], wanted: str | None = None)
         return Layer(), "", ""
     for key in module:
         if key not in MODULE_KEYS:
-            state.warnings.append(f"unknown key `{shown(key)}` in modules.{shown(name)} (ignored; expected "
+            state.warnings.append(f"unknown key `{cut(key)}` in modules.{cut(name)} (ignored; expected "
                                   f"{sorted(MODULE_KEYS)})")
     framework = module.get("framework", "megatron")
     if framework != "megatron":
@@ -311,7 +311,7 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
     for key in block:
         if key not in CLUSTER_KEYS:
             hint = difflib.get_close_matches(str(key), sorted(CLUSTER_KEYS), n=1)
-            state.warnings.append(f"unknown key `{shown(key)}` in primus_ext (ignored; known: {sorted(CLUSTER_KEYS)})"
+            state.warnings.append(f"unknown key `{cut(key)}` in primus_ext (ignored; known: {sorted(CLUSTER_KEYS)})"
                                   + (f"; did you mean `{hint[0]}`?" if hint else ""))
     name_path = "--cluster" if cluster is not None else "primus_ext.cluster" if "cluster" in block else "cluster"
     name = cluster if cluster is not None else block.get("cluster", DEFAULT_CLUSTER)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from primus_ext.errors import shown
+from primus_ext.errors import cut
 
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 """4 MiB: the largest Primus YAML (fd1eeab) is ~20 kB."""
@@ -53,7 +53,7 @@ class _Loader(_Base):
             if isinstance(key_node, yaml.ScalarNode):
                 key = key_node.value
                 if key in seen:
-                    self.duplicates.append(f"`{shown(key)}` (line {key_node.start_mark.line + 1})")
+                    self.duplicates.append(f"`{cut(key)}` (line {key_node.start_mark.line + 1})")
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
