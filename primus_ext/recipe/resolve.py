@@ -135,8 +135,9 @@ def _vocab(a: ArgReader) -> tuple[int, str]:
 
 def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
     num_layers = a.int("num_layers", maximum=MAX_LAYERS, required=True) or 1
-    hidden = a.int("hidden_size", required=True) or 1
-    heads = a.int("num_attention_heads", required=True) or 1
+    read_hidden = a.int("hidden_size", required=True)
+    read_heads = a.int("num_attention_heads", required=True)
+    hidden, heads = read_hidden or 1, read_heads or 1
     activation = _activation(a)
     ffn = a.int("ffn_hidden_size")
     if ffn is None:
@@ -158,7 +159,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         )
     kv_channels = a.int("kv_channels")
     if kv_channels is None:
-        if hidden % heads:
+        if read_hidden and read_heads and hidden % heads:  # not a consequence of a size already refused
             a.bad("kv_channels", f"unset and hidden_size {hidden} is not divisible by num_attention_heads {heads}",
                   fix="set kv_channels (the per-head dimension)")
         kv_channels = max(1, hidden // heads)

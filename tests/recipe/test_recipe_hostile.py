@@ -87,3 +87,12 @@ def test_non_finite_numbers_are_refused(tmp_path, value):
     with pytest.raises(RecipeError) as err:
         load_recipe(path)
     assert any(p.path == "moe_expert_capacity_factor" and "finite" in p.message for p in err.value.problems)
+
+
+def test_a_refused_size_does_not_add_a_false_second_problem(tmp_path):
+    path = tmp_path / "neg.yaml"
+    _flat(path)
+    path.write_text(path.read_text().replace(f"hidden_size: {BASE['hidden_size']}\n", "hidden_size: -1\n"))
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert [p.path for p in err.value.problems] == ["hidden_size"]  # no "kv_channels: 1 not divisible by 16"
