@@ -21,7 +21,7 @@ import pkgutil
 import sys
 
 from primus_ext import __version__
-from primus_ext.errors import PrimusExtError, shown
+from primus_ext.errors import PrimusExtError, cut
 from primus_ext.files import install_signal_exit
 
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
               "CSV text file", file=sys.stderr)
         return 2
     except OSError as err:  # the file system refused: name the path and the reason, exit 2, no traceback
-        where = " -> ".join(shown(str(f)) for f in (err.filename, err.filename2) if f is not None)
+        where = " -> ".join(cut(f) for f in (err.filename, err.filename2) if f is not None)
         print(f"error: {where + ': ' if where else ''}{err.strerror or err}; check the path, its folder's "
               "permissions and free space", file=sys.stderr)
         return 2
