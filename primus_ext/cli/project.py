@@ -12,8 +12,11 @@ store when it exists); ``measured`` first measures what the store lacks on this 
 on CPU, ``--scale``; only for a target of this machine's own device unless ``--accept-scaled``: a CPU-sized
 entry then stands in for its full-size shape, labelled ``measured:cpu@scale=...``); ``analytic`` uses the
 roofline only. Layer kinds the store lacks fall back to the roofline. The report says which source each
-layer kind used. Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory (``--memory-only``
-too). The JSON follows the one result schema (``primus_ext.results``: kinds ``projection`` and ``memory``).
+layer kind used. A calibration record of real runs (``primus-ext calibrate``) in the store corrects the figures
+of its workload, and of nearby configurations of the same model with a wider band; the report says so
+(``--uncalibrated``: ignore it). Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory
+(``--memory-only`` too). The JSON follows the one result schema (``primus_ext.results``: kinds ``projection``
+and ``memory``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with --compute measured: measure at this reduced scale (default: 1 on GPU, "
                              "a CPU-sized scale on CPU)")
     parser.add_argument("--analytic", action="store_true", help="same as --compute analytic")
+    parser.add_argument("--uncalibrated", action="store_true",
+                        help="ignore calibration records from real runs (primus-ext calibrate) in the store")
     parser.add_argument("--memory-only", action="store_true", help="print the memory estimate only")
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
     parser.add_argument("--trace", metavar="FILE",
@@ -148,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
 
     costs = _costs(args, recipe)
     projection = project(model, execution, system, costs)
+    if not args.uncalibrated:
+        from primus_ext.calibration import apply_stored
+
+        projection = apply_stored(projection, args.store)
     if args.trace:
         from primus_ext.report.trace import write_trace
 

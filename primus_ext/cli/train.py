@@ -47,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="measure missing layers at this scale (e.g. 0.0625 on CPU); "
                        "with --train-iters: shrink the trained model by it")
     p.add_argument("--store", metavar="FILE", help="timing store (SQLite; default $PRIMUS_EXT_CACHE/timings.sqlite)")
+    p.add_argument("--uncalibrated", action="store_true",
+                   help="with --projection-only: ignore calibration records from real runs (primus-ext calibrate)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="device to measure / train on (default: cuda if present)")
     p.add_argument("--workspace", metavar="DIR", help="folder for the reports (default: the experiment's directory)")
     p.add_argument("--html", metavar="FILE", help="path of the HTML report (default: <workspace>/projection.html)")
@@ -78,6 +80,7 @@ def _auto_tune(args: argparse.Namespace) -> tuple[int, str]:
         if value is not None:
             argv += [flag, str(value)]
     argv += ["--analytic"] if args.analytic else []
+    argv += ["--uncalibrated"] if args.uncalibrated else []
     argv += [x for root in args.config_root for x in ("--config-root", root)]
     namespace = parser.parse_args(argv)
     code = tune_cli.run(namespace)
@@ -122,7 +125,7 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
         plan = CostPlan(mode="store", store=args.store)
     outcome = projection_only(recipe, out_dir=_workspace(args, config), costs=plan, overrides=args.overrides,
                               html_path=Path(args.html) if args.html else None, progress=LayerProgress(),
-                              baseline=_as_written(args, config))
+                              baseline=_as_written(args, config), calibrated=not args.uncalibrated)
     print(format_projection(outcome.projection))
     for line in outcome.measured:
         print(f"measured {line}", file=sys.stderr)

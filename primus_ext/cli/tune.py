@@ -71,6 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--store", metavar="FILE",
                    help="timing store with measured layer costs (SQLite, or its JSON-lines export)")
     p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
+    p.add_argument("--uncalibrated", action="store_true",
+                   help="ignore calibration records from real runs (primus-ext calibrate) in the store")
     p.set_defaults(func=run)
 
 
@@ -135,8 +137,10 @@ def _search(args: argparse.Namespace) -> _Searched:
     log_path = args.resume or args.log
     previous = read_log(args.resume, expect=header) if args.resume else []
     costs = _costs(args, recipe.system.gpu.name)
-    ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, costs),
-                        prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin),
+    records, memory_factor = _calibrations(args, recipe)
+    ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, costs, records),
+                        prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin,
+                                               memory_factor=memory_factor),
                         budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
@@ -163,9 +167,32 @@ def _search(args: argparse.Namespace) -> _Searched:
     from primus_ext.results.tune import tune_document
 
     document = tune_document(result, recipe=recipe, margin=args.margin, launch_environment=environment)
+    if records:
+        line = (f"scores calibrated from real runs: {'; '.join(r.describe() for r in records)} (exact for its own "
+                "workload, nearby with a wider band for the rest; --uncalibrated to ignore)")
+        print(line)
+        document["notes"] = [*document.get("notes", []), line]
     nothing = RecipeError(problems=[_nothing_runs(ctx.stats, space, recipe, args)]) if (
         result.best_execution is None) else None
     return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing)
+
+
+def _calibrations(args: argparse.Namespace, recipe: Recipe) -> tuple[tuple, Any]:
+    """The store's calibration records of this model on this GPU type, and the pre-filter's memory factor."""
+    if args.uncalibrated:
+        return (), None
+    from primus_ext.calibration import Workload, find_record, load_records
+
+    target = Workload.of(recipe.model, recipe.execution, recipe.system)
+    records = tuple(load_records(args.store, model=target.model, gpu=target.gpu))
+    if not records:
+        return (), None
+
+    def memory_factor(execution: ExecutionSpec) -> float:
+        found = find_record(records, recipe.model, execution, recipe.system)
+        return (found[0].correction.memory_factor or 1.0) if found else 1.0
+
+    return records, memory_factor
 
 
 def _nothing_runs(stats: SearchStats, space: Space, recipe: Recipe, args: argparse.Namespace) -> Problem:

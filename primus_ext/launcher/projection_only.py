@@ -187,9 +187,10 @@ def _full_scale_memory(projection: Any) -> Any:
 def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None = None,
                     overrides: Sequence[str] = (), html_path: Path | None = None,
                     progress: Callable[[int, int, Any], None] | None = None,
-                    baseline: Any = None) -> ProjectionOutcome:
+                    baseline: Any = None, calibrated: bool = True) -> ProjectionOutcome:
     """Project a loaded (hence legal) recipe and write its reports; exit code 0 or 3 (see module). ``baseline``: a
-    loaded recipe (the one auto-tune started from) projected with the same costs and shown beside it in the HTML."""
+    loaded recipe (the one auto-tune started from) projected with the same costs and shown beside it in the HTML.
+    ``calibrated``: apply the store's calibration record from real runs of this workload (or a nearby one)."""
     from primus_ext.projection import project
 
     plan = costs or CostPlan()
@@ -199,6 +200,10 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
     projection = project(recipe.model, recipe.execution, recipe.system, cost_provider(plan, recipe.system.gpu.name))
     if plan.mode == "measured" and plan.scale < 1:
         projection = _full_scale_memory(projection)
+    if calibrated:
+        from primus_ext.calibration import apply_stored
+
+        projection = apply_stored(projection, plan.store)
     reasons = oom_reasons(projection)
     files: dict[str, Path] = {}
     if out_dir is not None:

@@ -58,7 +58,13 @@ _FABRIC_COLUMNS: tuple[tuple[str, str], ...] = (
     ("host", "TEXT"), ("date", "TEXT"),
 )
 _FABRIC_KEY = ("device", "world", "backend", "op", "nbytes", "versions")
-_TABLES = {"layer_costs": (_LAYER_COLUMNS, _LAYER_KEY), "fabric": (_FABRIC_COLUMNS, _FABRIC_KEY)}
+_CALIBRATION_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("key", "TEXT NOT NULL"), ("model", "TEXT NOT NULL"), ("gpu", "TEXT NOT NULL"), ("precision", "TEXT NOT NULL"),
+    ("date", "TEXT"), ("host", "TEXT"), ("record", "TEXT NOT NULL"),
+)
+"""Calibration records from real runs (``primus_ext.calibration``): one per workload, its JSON in ``record``."""
+_TABLES = {"layer_costs": (_LAYER_COLUMNS, _LAYER_KEY), "fabric": (_FABRIC_COLUMNS, _FABRIC_KEY),
+           "calibrations": (_CALIBRATION_COLUMNS, ("key",))}
 _COST_FIELDS = ("fwd_ms", "bwd_ms", "wgrad_ms", "recompute_ms", "params", "saved_bytes", "peak_bytes",
                 "fwd_spread", "bwd_spread")
 """``LayerCost`` fields stored as columns of their own; its origin is the ``source`` column (``CostOrigin.label``)."""
@@ -213,6 +219,33 @@ class TimingStore:
         for p in points:
             self._put("fabric", asdict(p))
         self._db.commit()
+
+    def record_calibration(self, *, key: str, model: str, gpu: str, precision: str, record: dict[str, Any],
+                           date: str = "", host: str = "") -> None:
+        """Store one calibration record (``primus_ext.calibration.CalibrationRecord.to_dict()``), replacing the
+        workload's previous one."""
+        self._put("calibrations", dict(key=key, model=model, gpu=gpu, precision=precision, date=date, host=host,
+                                       record=json.dumps(record, sort_keys=True)))
+        self._db.commit()
+
+    def calibrations(self, *, model: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
+        """Calibration records (their JSON, parsed), optionally of one model fingerprint / GPU name."""
+        where, args = ["1"], []
+        for column, value in (("model", model), ("gpu", gpu)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        out = []
+        for row in self._rows("calibrations", " AND ".join(where), tuple(args)):
+            out.append(json.loads(row["record"], parse_constant=_refuse_constant))
+        return out
+
+    def forget_calibrations(self, *, model: str | None = None) -> int:
+        """Remove calibration records (all, or one model's); returns how many."""
+        cur = self._db.execute("DELETE FROM calibrations" + (" WHERE model = ?" if model else ""),
+                               (model,) if model else ())
+        self._db.commit()
+        return cur.rowcount
 
     # --- reading ----------------------------------------------------------------------------------
     def _rows(self, table: str, where: str = "1", args: tuple[Any, ...] = ()) -> Iterator[dict[str, Any]]:

@@ -97,6 +97,33 @@ class StageTime:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CalibrationApplied:
+    """A calibration record from real runs applied to this projection (``primus_ext.calibration``)."""
+
+    match: str
+    """``exact`` (the record's own workload) or ``nearby`` (same model, precision and GPU type; wider band)."""
+    kernel_factor: float
+    """Kernel time (compute, bubble, optimizer) x this; with ``scope`` ``step`` the whole step."""
+    overhead_s: float
+    """Fixed seconds per step added (in ``breakdown.compute_s`` and ``overhead_s``)."""
+    scope: str
+    memory_factor: float | None
+    """Peak memory x this (measured / projected peak), or ``None``: memory uncalibrated."""
+    band: float
+    """Relative band of the calibrated throughput (the runs' spread; + ``NEARBY_SPREAD`` when nearby)."""
+    uncalibrated_step_s: float
+    uncalibrated_peak_bytes: float | None
+    record: str
+    """Which runs: ``CalibrationRecord.describe()``."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"match": self.match, "kernel_factor": self.kernel_factor, "overhead_s": self.overhead_s,
+                "scope": self.scope, "memory_factor": self.memory_factor, "band": self.band,
+                "uncalibrated_step_time_s": self.uncalibrated_step_s,
+                "uncalibrated_peak_bytes": self.uncalibrated_peak_bytes, "record": self.record}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Projection:
     """A projected training step of ``model`` run as ``execution`` on ``system``."""
 
@@ -120,6 +147,9 @@ class Projection:
     band: tuple[float, float] | None = None
     """(low, high) tokens/s/GPU from the efficiency parameters' ranges and the measurement spread."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    calibration: CalibrationApplied | None = None
+    """Set when a calibration record from real runs corrected the figures above (then ``stages`` and
+    ``timeline`` stay as projected: the correction is per step, not per op)."""
 
     @property
     def step_time_ms(self) -> float:

@@ -138,6 +138,13 @@ def _inputs_html(p: Any, inputs: ReportInputs) -> str:
                ("HBM per GPU", f"{capacity_bytes(sy) / GIB:.1f} GiB allocatable ({sy.gpu.hbm_bytes / 1e9:.0f} GB "
                                "datasheet)"),
                ("efficiency calibration", sy.gpu.efficiency.calibration)]
+    if getattr(p, "calibration", None) is not None:
+        c = p.calibration
+        cluster.append(("calibrated from real runs", f"{c.match} match: {c.record}; "
+                        + ("kernels" if c.scope == "kernels" else "step") + f" x{c.kernel_factor:.3f}"
+                        + (f" + {c.overhead_s * 1e3:.1f} ms/step" if c.overhead_s else "")
+                        + (f", memory x{c.memory_factor:.3f}" if c.memory_factor else "")
+                        + f"; band +-{c.band:.0%}; uncalibrated step {c.uncalibrated_step_s * 1e3:,.1f} ms"))
     model = [("model", m.name), ("layers", m.num_layers), ("hidden / ffn", f"{m.hidden_size} / {m.ffn_hidden_size}"),
              ("heads / query groups", f"{m.num_attention_heads} / {m.num_query_groups}"),
              ("vocabulary", m.vocab_size)]

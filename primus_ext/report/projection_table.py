@@ -64,6 +64,31 @@ def calibration_label(calibration: str) -> str:
     return calibration or "uncalibrated defaults"
 
 
+def _band_text(p: Projection) -> str:
+    if not p.band:
+        return ""
+    c = p.calibration
+    if c is not None:
+        return (f"   (band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: +-{c.band:.0%}, the calibrating runs' spread"
+                + (", widened for a nearby configuration)" if c.match == "nearby" else ")"))
+    return (f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: every efficiency +-10 %, measurement "
+            "spread; not a confidence interval)")
+
+
+def _calibration_lines(p: Projection) -> list[str]:
+    """What a calibration record from real runs changed (``primus-ext calibrate``)."""
+    c = p.calibration
+    if c is None:
+        return []
+    what = f"kernels x{c.kernel_factor:.3f}" if c.scope == "kernels" else f"whole step x{c.kernel_factor:.3f}"
+    if c.overhead_s:
+        what += f" + {c.overhead_s * 1e3:.1f} ms/step"
+    memory = (f"; memory x{c.memory_factor:.3f} (uncalibrated peak {c.uncalibrated_peak_bytes / 2**30:.1f} GiB)"
+              if c.memory_factor and c.uncalibrated_peak_bytes else "; memory uncalibrated")
+    return [f"  calibrated       {c.match} match: {c.record}",
+            f"                   {what} (uncalibrated step {c.uncalibrated_step_s * 1e3:,.1f} ms){memory}"]
+
+
 def format_projection(p: Projection) -> str:
     """Summary, step breakdown, per-stage times (and memory), cost sources, notes."""
     ex, system = p.execution, p.system
@@ -75,12 +100,11 @@ def format_projection(p: Projection) -> str:
         *([f"  LoRA rank {ex.lora_rank} on {', '.join(ex.lora_targets)}: base weights frozen (no weight gradients, "
            "no optimizer state); trained parameters are the adapters'"] if ex.lora_rank else []),
         "",
-        f"  tokens/s/GPU     {p.tokens_per_s_per_gpu:,.0f}"
-        + (f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: every efficiency +-10 %, measurement "
-           "spread; not a confidence interval)" if p.band else ""),
+        f"  tokens/s/GPU     {p.tokens_per_s_per_gpu:,.0f}" + _band_text(p),
         f"  step time        {p.step_time_ms:,.1f} ms",
         f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   (MFU {p.mfu:.1%})",
         f"  efficiencies     {calibration_label(system.gpu.efficiency.calibration)}",
+        *_calibration_lines(p),
     ]
     if p.memory is not None:
         mem = memory_summary(p.memory) or {}

@@ -26,9 +26,10 @@ from primus_ext.errors import Problem, RecipeError
 SCHEMA_VERSION = 1
 """Raised when a field is renamed, removed or changes its unit (added fields keep the version)."""
 
-KINDS = ("projection", "memory", "tune", "ci", "baseline", "verify", "validation")
+KINDS = ("projection", "memory", "tune", "ci", "baseline", "verify", "validation", "calibration")
 """What a document is: ``project``, ``project --memory-only``, ``tune``, ``ci``, the ``ci`` baseline file,
-``train --verify`` (verify.json), ``validate`` (with ``--calibrate-from``: its ``calibrated_from_user_run``)."""
+``train --verify`` (verify.json), ``validate`` (with ``--calibrate-from``: its ``calibrated_from_user_run``),
+``calibrate`` (runs from training logs against their projections, and the stored record)."""
 
 GIB = 1024**3
 

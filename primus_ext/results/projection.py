@@ -73,8 +73,13 @@ def memory_document(memory: Any, *, recipe: Any = None, system: Any = None, mode
                     **recipe_fields(recipe))
 
 
-def band(low_high: tuple[float, float] | None) -> dict[str, Any] | None:
-    return None if low_high is None else {"low": low_high[0], "high": low_high[1], "what": BAND_WHAT}
+def band(low_high: tuple[float, float] | None, calibration: Any = None) -> dict[str, Any] | None:
+    if low_high is None:
+        return None
+    what = BAND_WHAT if calibration is None else (
+        f"tokens_per_s_per_gpu calibrated from real runs ({calibration.match}): +-{calibration.band:.0%}, the runs' "
+        "spread" + (" widened for a nearby configuration" if calibration.match == "nearby" else ""))
+    return {"low": low_high[0], "high": low_high[1], "what": what}
 
 
 def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
@@ -94,7 +99,7 @@ def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "tflops_per_gpu": p.model_tflops_per_gpu,
         "mfu": p.mfu,
-        "band": band(p.band),
+        "band": band(p.band, getattr(p, "calibration", None)),
         "num_microbatches": p.num_microbatches,
         "fits": None if p.memory is None else bool(p.memory.fits),
         "breakdown": {
@@ -107,6 +112,7 @@ def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
         "memory": memory_block(p.memory),
         "sources": dict(p.sources),
         "notes": list(p.notes),
+        **({"calibration": p.calibration.to_dict()} if getattr(p, "calibration", None) is not None else {}),
         "inputs": {
             "model": dataclasses.asdict(p.model),
             "execution": dataclasses.asdict(p.execution),

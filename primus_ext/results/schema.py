@@ -73,11 +73,25 @@ VERIFY = {
     "projected": _closed({"step_time_s": NONNEG, "tokens_per_s_per_gpu": NONNEG, "exposed_comm_s": _null(NONNEG)}),
     "error_pct": NUM, "world_size": INT, "layout": STR, "schedule": STR, "device": STR, "fabric": STR,
 }
+CALIBRATION_APPLIED = _closed({
+    "match": {"enum": ["exact", "nearby"]}, "kernel_factor": NONNEG, "overhead_s": NONNEG,
+    "scope": {"enum": ["kernels", "step"]}, "memory_factor": _null(NONNEG), "band": NONNEG,
+    "uncalibrated_step_time_s": NONNEG, "uncalibrated_peak_bytes": _null(NONNEG), "record": STR,
+})
+RUN_FIGURES = _closed({"step_s": NONNEG, "tokens_per_s_per_gpu": _null(NONNEG), "tflops_per_gpu": _null(NONNEG),
+                       "peak_bytes": _null(NONNEG), "spread": NONNEG})
+LOG_COMPARISON = _closed({
+    "log": STR, "format": STR, "framework": _null(STR), "measured": RUN_FIGURES, "projected": RUN_FIGURES,
+    "step_ratio": NONNEG, "iterations_used": INT, "first_iteration": _null(INT), "last_iteration": _null(INT),
+    "excluded": {"type": "array"}, "averaged": BOOL, "flags": {"type": "array", "items": STR},
+    "overrides": {"type": "array", "items": STR}, "memory_rank": _null(INT), "notes": {"type": "array", "items": STR},
+})
 PROJECTION = {
     **TARGET, **FIGURES, "band": _null(_ref("band")), "num_microbatches": INT, "fits": _null(BOOL),
     "breakdown": _ref("breakdown"), "stages": {"type": "array", "items": _ref("stage_time"), "minItems": 1},
     "memory": _null(_ref("memory")), "sources": {"type": "object", "additionalProperties": STR},
     "notes": {"type": "array", "items": STR}, "inputs": {"type": "object"},
+    "calibration": _ref("calibration_applied"),
 }
 TRIAL = _closed({
     "config": {"type": "object"}, "status": {"enum": ["projected", "oom", "illegal"]}, "origin": STR,
@@ -125,11 +139,16 @@ SCHEMA: dict[str, Any] = {
     "$defs": {"stage_memory": STAGE_MEMORY, "memory": MEMORY, "band": BAND, "comm": COMM, "breakdown": BREAKDOWN,
               "stage_time": STAGE_TIME, "trial": TRIAL, "ci_entry": CI_ENTRY, "baseline_entry": BASELINE_ENTRY,
               "validation_row": VALIDATION_ROW, "validation_report": VALIDATION_REPORT,
-              "verify": _closed(VERIFY)},
+              "verify": _closed(VERIFY), "calibration_applied": CALIBRATION_APPLIED},
     "allOf": [
         _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
                              "verify": _ref("verify"), "timeline": {"type": "array"}},
-              optional=("overrides", "verify", "timeline")),
+              optional=("overrides", "verify", "timeline", "calibration")),
+        _kind("calibration", {
+            **TARGET, "runs": {"type": "array", "items": LOG_COMPARISON, "minItems": 1},
+            "record": _null({"type": "object"}), "stored_in": _null(STR), "refused": _null(STR),
+            "applies_to": {"type": "array", "items": STR}, **RECIPE,
+        }),
         _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}),
         _kind("tune", {
             **TARGET, "strategy": STR, "margin": _null(FRACTION), "best": _null(_ref("trial")),

@@ -19,6 +19,7 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 if TYPE_CHECKING:
+    from primus_ext.calibration import CalibrationRecord
     from primus_ext.projection.evaluate import Costs
     from primus_ext.projection.evaluate_batch import BatchProjection
     from primus_ext.projection.result import Projection
@@ -110,18 +111,34 @@ class ProjectionOracle:
     model: ModelSpec
     system: SystemSpec
     costs: Costs = None
+    calibrations: tuple[CalibrationRecord, ...] = ()
+    """Records from real runs of this model on this GPU type (``primus_ext.calibration``): each score is corrected
+    by the one that applies to its execution (exact, else the nearest), when it priced its layers the same way."""
 
     def __call__(self, execution: ExecutionSpec) -> Score:
         from primus_ext.projection import evaluate
 
-        return score_of(evaluate(self.model, execution, self.system, self.costs))
+        return self._calibrated(execution, score_of(evaluate(self.model, execution, self.system, self.costs)))
 
     def many(self, executions: Sequence[ExecutionSpec]) -> list[Score | PrimusExtError]:
         from primus_ext.projection.evaluate_batch import evaluate_many
 
-        return batch_scores(evaluate_many(self.model, executions, self.system, self.costs))
+        scores = batch_scores(evaluate_many(self.model, executions, self.system, self.costs))
+        return [s if isinstance(s, PrimusExtError) else self._calibrated(e, s)
+                for e, s in zip(executions, scores, strict=True)]
+
+    def _calibrated(self, execution: ExecutionSpec, score: Score) -> Score:
+        if not self.calibrations:
+            return score
+        from primus_ext.calibration import calibrate_score, find_record
+        from primus_ext.calibration.record import costs_of
+
+        costs = costs_of(dict(score.sources))
+        found = find_record([r for r in self.calibrations if r.costs == costs], self.model, execution, self.system)
+        return score if found is None else calibrate_score(score, *found)
 
 
-def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Costs) -> ProjectionOracle:
-    """The projection as the oracle (``costs``: a ``CostProvider``)."""
-    return ProjectionOracle(model=model, system=system, costs=costs)
+def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Costs,
+                      calibrations: Sequence[CalibrationRecord] = ()) -> ProjectionOracle:
+    """The projection as the oracle (``costs``: a ``CostProvider``; ``calibrations``: records from real runs)."""
+    return ProjectionOracle(model=model, system=system, costs=costs, calibrations=tuple(calibrations))

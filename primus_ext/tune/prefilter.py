@@ -56,7 +56,10 @@ class MemoryFilter:
     def __init__(self, model: ModelSpec, system: SystemSpec, *, margin: float = 0.0,
                  fits_fn: FitsFn | None = None, estimate_fn: EstimateFn | None = None,
                  peak_fn: Callable[..., float] | None = None,
-                 capacity_fn: Callable[[SystemSpec], float] | None = None) -> None:
+                 capacity_fn: Callable[[SystemSpec], float] | None = None,
+                 memory_factor: Callable[[ExecutionSpec], float] | None = None) -> None:
+        """``memory_factor``: measured / projected peak of a calibration record that applies to an execution (1
+        where none does): the pre-filter then judges the corrected peak (``primus_ext.calibration``)."""
         if fits_fn is None or estimate_fn is None:
             from primus_ext.model import memory
 
@@ -67,9 +70,13 @@ class MemoryFilter:
         self.model, self.system, self.margin = model, system, margin
         self._fits, self._estimate, self._peak = fits_fn, estimate_fn, peak_fn
         self._capacity = capacity_fn
+        self._factor = memory_factor
 
     def fits(self, execution: ExecutionSpec) -> bool:
-        return bool(self._fits(self.model, execution, self.system, margin=self.margin))
+        factor = self._factor(execution) if self._factor is not None else 1.0
+        if factor == 1.0:
+            return bool(self._fits(self.model, execution, self.system, margin=self.margin))
+        return self.peak(execution) <= self.capacity_bytes * (1.0 - self.margin)
 
     @property
     def capacity_bytes(self) -> int:
@@ -78,10 +85,16 @@ class MemoryFilter:
 
     def peak(self, execution: ExecutionSpec) -> int:
         """Peak per-GPU bytes (the fast path when the memory model has one)."""
+        factor = self._factor(execution) if self._factor is not None else 1.0
         if self._peak is not None:
-            return int(self._peak(self.model, execution, self.system))
-        return int(self._estimate(self.model, execution, self.system).peak_bytes)
+            return int(self._peak(self.model, execution, self.system) * factor)
+        return int(self._estimate(self.model, execution, self.system).peak_bytes * factor)
 
     def verdict(self, execution: ExecutionSpec) -> MemoryVerdict:
         memory = self._estimate(self.model, execution, self.system)
+        factor = self._factor(execution) if self._factor is not None else 1.0
+        if factor != 1.0:
+            from primus_ext.calibration import calibrated_memory
+
+            memory = calibrated_memory(memory, factor)
         return verdict_of(memory, fits=self.fits(execution))

@@ -1,0 +1,145 @@
+"""Apply a stored calibration to a projection (``project``, ``train --projection-only``) or a tuner score.
+
+    records = load_records()                                  # the timing store's calibration records
+    found = find_record(records, model, execution, system)    # (record, "exact" | "nearby") or None
+    projection = apply_record(projection, *found)             # figures corrected, ``projection.calibration`` set
+
+A record applies to its own workload with the band its runs measured, and to nearby configurations of the
+same model (same precision, same GPU type) with that band widened by ``NEARBY_SPREAD``: the correction is a
+property of the cluster's kernels and loop, which a different layout or batch changes only partly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from primus_ext.calibration.correction import StepParts
+from primus_ext.calibration.record import CalibrationRecord
+from primus_ext.calibration.workload import Match, Workload
+from primus_ext.projection.result import Breakdown, CalibrationApplied, CommTime, Projection
+from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+if TYPE_CHECKING:
+    from primus_ext.model.memory import Memory
+    from primus_ext.tune.oracle import Score
+
+NEARBY_SPREAD = 0.15
+"""Extra relative band of a nearby configuration. The measured/projected ratio of published runs of one model on
+one GPU type varies across their layouts and batch sizes by a median of ~12 % (``benchmarks/
+calibration_transfer.py`` on ``shared/validation``): a record moves a nearby configuration by its factor, and
+the band says by how much that may be off."""
+MIN_BAND = 0.02
+"""Smallest band of an exact match: two runs of one recipe differ by ~1-2 % step to step (clocks, data)."""
+
+
+def parts_of(breakdown: Breakdown, mfu: float = 0.0) -> StepParts:
+    """The part of a step its kernels set (compute incl. recompute and overhead, bubble, optimizer) and the part
+    links set (exposed communication)."""
+    return StepParts(kernels_s=breakdown.compute_s + breakdown.bubble_s + breakdown.optimizer_s,
+                     links_s=breakdown.exposed_comm_s, mfu=mfu)
+
+
+def find_record(records: Sequence[CalibrationRecord], model: ModelSpec, execution: ExecutionSpec,
+                system: SystemSpec) -> tuple[CalibrationRecord, Match] | None:
+    """The record that applies: the exact workload's, else the nearest nearby one (newest on a tie)."""
+    target = Workload.of(model, execution, system)
+    best: tuple[tuple[int, int, str], CalibrationRecord, Match] | None = None
+    for record in records:
+        match = record.workload.match(target)
+        if match is None:
+            continue
+        rank = (0 if match == "exact" else 1, record.workload.distance(target), _negated(record.date))
+        if best is None or rank < best[0]:
+            best = (rank, record, match)
+    return None if best is None else (best[1], best[2])
+
+
+def _negated(date: str) -> str:
+    """Sort key putting newer ISO dates first."""
+    return "".join(chr(0x10FFFF - ord(ch)) for ch in date)
+
+
+def band_of(record: CalibrationRecord, match: Match) -> float:
+    spread = max(record.correction.spread, MIN_BAND)
+    return spread + (NEARBY_SPREAD if match == "nearby" else 0.0)
+
+
+def apply_record(projection: Projection, record: CalibrationRecord, match: Match) -> Projection:
+    """``projection`` with its step, throughput, MFU, breakdown and peak memory corrected by ``record``."""
+    c = record.correction
+    b = projection.breakdown
+    step = c.step(parts_of(b))
+    k = c.kernel_factor
+    scale_links = k if c.scope == "step" else 1.0
+    comms = tuple(CommTime(kind=x.kind, total_s=x.total_s * scale_links, exposed_s=x.exposed_s * scale_links,
+                           group=x.group) for x in b.comms)
+    breakdown = replace(b, compute_s=b.compute_s * k + c.overhead_s, bubble_s=b.bubble_s * k,
+                        optimizer_s=b.optimizer_s * k, overhead_s=b.overhead_s * k + c.overhead_s,
+                        recompute_s=b.recompute_s * k, comms=comms)
+    ratio = projection.step_time_s / step
+    band = band_of(record, match)
+    tokens = projection.tokens_per_s_per_gpu * ratio
+    memory, peak_before = projection.memory, None
+    if memory is not None:
+        peak_before = memory.peak_bytes
+        if c.memory_factor is not None:
+            memory = calibrated_memory(memory, c.memory_factor)
+    applied = CalibrationApplied(match=match, kernel_factor=k, overhead_s=c.overhead_s, scope=c.scope,
+                                 memory_factor=c.memory_factor, band=band, uncalibrated_step_s=projection.step_time_s,
+                                 uncalibrated_peak_bytes=peak_before, record=record.describe())
+    note = (f"calibrated ({match}) from {record.describe()}: kernels x{k:.3f}"
+            + (f" + {c.overhead_s * 1e3:.1f} ms/step" if c.overhead_s else "")
+            + (" (whole step)" if c.scope == "step" else "") + f", band +-{band:.0%}; per-stage times and the "
+            "timeline are as projected")
+    return replace(projection, step_time_s=step, tokens_per_s_per_gpu=tokens,
+                   model_tflops_per_gpu=projection.model_tflops_per_gpu * ratio, mfu=projection.mfu * ratio,
+                   breakdown=breakdown, memory=memory, band=(tokens / (1 + band), tokens * (1 + band)),
+                   notes=(*projection.notes, note), calibration=applied)
+
+
+def calibrated_memory(memory: Memory, factor: float) -> Memory:
+    """The memory verdict with the peak scaled by the measured / projected factor (per-stage parts as projected)."""
+    peak = memory.peak_bytes * factor
+    usable = memory.capacity_bytes * (1.0 - memory.margin)
+    return replace(memory, peak_bytes=peak, fits=peak <= usable, headroom_bytes=usable - peak,
+                   source=f"{memory.source}, x{factor:.3f} measured/projected peak")
+
+
+def calibrate_score(score: Score, record: CalibrationRecord, match: Match) -> Score:
+    """A tuner ``Score`` corrected by ``record`` (the same arithmetic as ``apply_record``)."""
+    c = record.correction
+    bd: Mapping[str, float] = score.breakdown
+    kernels = bd.get("compute_s", 0.0) + bd.get("bubble_s", 0.0) + bd.get("optimizer_s", 0.0)
+    links = sum(v for name, v in bd.items() if name.startswith("exposed_"))
+    step = c.step(StepParts(kernels_s=kernels, links_s=links))
+    ratio = score.step_time_s / step
+    k = c.kernel_factor
+    new = {name: (v * k if name in ("bubble_s", "optimizer_s", "recompute_s") or
+                  (c.scope == "step" and name.startswith(("exposed_", "total_"))) else v) for name, v in bd.items()}
+    new["compute_s"] = bd.get("compute_s", 0.0) * k + c.overhead_s
+    peak = score.peak_bytes
+    if peak is not None and c.memory_factor is not None:
+        peak = int(peak * c.memory_factor)
+    return replace(score, step_time_s=step, tokens_per_s_per_gpu=score.tokens_per_s_per_gpu * ratio,
+                   mfu=score.mfu * ratio, breakdown=new, peak_bytes=peak)
+
+
+def apply_stored(projection: Projection, store_path: str | None = None) -> Projection:
+    """``projection`` corrected by the store's record for its workload (exact, else nearby), or as it is."""
+    from primus_ext.calibration.record import costs_of, load_records
+
+    target = Workload.of(projection.model, projection.execution, projection.system)
+    records = load_records(store_path, model=target.model, gpu=target.gpu)
+    costs = costs_of(dict(projection.sources))
+    usable = [r for r in records if r.costs == costs]
+    found = find_record(usable, projection.model, projection.execution, projection.system)
+    if found is None:
+        other = find_record(records, projection.model, projection.execution, projection.system)
+        if other is None:
+            return projection
+        note = (f"a calibration record of {other[0].describe()} exists but corrects {other[0].costs} layer costs and "
+                f"this projection uses {costs} ones: not applied (calibrate again with the same --compute)")
+        return replace(projection, notes=(*projection.notes, note))
+    return apply_record(projection, *found)
