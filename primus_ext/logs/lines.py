@@ -1,0 +1,98 @@
+"""One line of a training log -> what it states (pure functions; the reading loop is in ``read.py``).
+
+Layouts read (sources: the upstream files named beside each pattern):
+- Megatron-LM ``training_log`` (megatron/training/training.py, core_r0.12.0 ... core_v0.16.1 and main):
+  `` [date] iteration {:8d}/{:8d} | consumed samples: ... | elapsed time per iteration (ms): {:.1f} |
+  throughput per GPU (TFLOP/s/GPU): {:.1f} | learning rate | global batch size: {:5d} | ...``; fields are
+  ``|``-separated ``name: value`` pairs and some are optional (throughput, skipped samples, energy), so they are
+  read by name, never by position.
+- Megatron's memory report (megatron/training/utils.py ``report_memory``): ``[Rank R] (after N iterations)
+  memory (MB) | allocated: | max allocated: | reserved: | max reserved:`` (MB = 2**20 bytes).
+- Primus (primus/backends/megatron/patches/training_log/): the same line with ``instant/average`` pairs
+  (``elapsed time per iteration (ms): 664.0/664.0``), ``tokens per GPU (tokens/s/GPU)`` and hip/rocm memory
+  usage fields; the first number (this iteration) is used.
+- Megatron-Bridge: Megatron's line and memory report, plus ``Step Time : 4.65s GPU utilization:
+  59892.5TFLOP/s/GPU`` (primus/backends/megatron_bridge/patches/training_log/ reads the same lines).
+- NeMo 2 (Lightning progress logging): ``Training epoch E, iteration I/N | ... | global_batch_size: G |
+  ... | train_step_timing in s: X``.
+"""
+
+from __future__ import annotations
+
+import re
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+FIELD = re.compile(r"^\s*([A-Za-z][^:|]*?)\s*:\s*([^|]*?)\s*$")
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+MEMORY = re.compile(r"\[Rank (\d+)\]\s*\((?:after (\d+) iterations)?[^)]*\)\s*memory \(MB\)(.*)$")
+BRIDGE_STEP = re.compile(r"Step Time\s*:\s*([-+\d.eE]+)\s*s\b(?:.*?GPU utilization\s*:\s*([-+\d.eE]+)\s*"
+                         r"TFLOP/s/GPU)?")
+MFU = re.compile(r"\bMFU\b[^0-9|]*?([-+]?\d+(?:\.\d+)?)\s*%")
+ARGS_START = re.compile(r"-{3,}\s*arguments\s*-{3,}")
+ARGS_END = re.compile(r"-{3,}\s*end of arguments\s*-{3,}")
+ARG = re.compile(r"(?:^|\s)([A-Za-z_][\w]*) \.{2,} ?(.*?)\s*$")
+LOG_INTERVAL = re.compile(r"\blog_interval\b\s*(?:\.{2,}|:)\s*(\d+)")
+VERSIONS = (
+    re.compile(r"backend=megatron\b.*?backend_version=([\w.+-]+)"),  # Primus patch_runner
+    re.compile(r"\bmegatron[-_]core\s*(?:==|version[:=]?|v)?\s*(\d+\.\d+[\w.+-]*)", re.IGNORECASE),
+)
+
+STEP_MS = "elapsed time per iteration (ms)"
+TFLOPS = "throughput per GPU (TFLOP/s/GPU)"
+TOKENS = "tokens per GPU (tokens/s/GPU)"
+BATCH = ("global batch size", "global_batch_size")
+NEMO_STEP = "train_step_timing in s"
+
+
+def clean(line: str) -> str:
+    """Without ANSI colour codes and line terminators."""
+    return ANSI.sub("", line).rstrip("\r\n")
+
+
+def first_number(text: str) -> float | None:
+    """The first number of a field (Primus prints ``instant/average``: the instant one)."""
+    m = NUMBER.search(text)
+    try:
+        return float(m.group()) if m else None
+    except ValueError:
+        return None
+
+
+def fields(text: str) -> dict[str, str]:
+    """``name: value`` pairs of a ``|``-separated line (the first occurrence of a name wins)."""
+    out: dict[str, str] = {}
+    for part in text.split("|"):
+        m = FIELD.match(part)
+        if m and m.group(1) not in out:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def iteration_fields(line: str) -> tuple[int, int, dict[str, str]] | None:
+    """(index, total, fields) of a Megatron/Primus/NeMo iteration line, ``None`` for any other line."""
+    m = ITERATION.search(line)
+    if not m:
+        return None
+    got = fields(line[m.end():])
+    if STEP_MS not in got and NEMO_STEP not in got:
+        return None
+    return int(m.group(1)), int(m.group(2)), got
+
+
+def memory_fields(line: str) -> tuple[int, int | None, dict[str, float | None]] | None:
+    m = MEMORY.search(line)
+    if not m:
+        return None
+    got = fields(m.group(3))
+    names = ("allocated", "max allocated", "reserved", "max reserved")
+    return int(m.group(1)), int(m.group(2)) if m.group(2) else None, {
+        n: first_number(got[n]) if n in got else None for n in names}
+
+
+def version_of(line: str) -> str | None:
+    for pattern in VERSIONS:
+        m = pattern.search(line)
+        if m:
+            return f"megatron-core {m.group(1)}"
+    return None

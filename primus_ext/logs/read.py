@@ -1,0 +1,230 @@
+"""``read_log``: stream a training log line by line into a ``TrainingLog``.
+
+Bounded: lines are read with a length cap (``MAX_LINE_CHARS``; the rest of a longer line is skipped), at most
+``MAX_ITERATIONS`` iterations and ``MAX_CONFIG`` arguments are kept, so a multi-GB file costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import IO
+
+from primus_ext.errors import cut
+from primus_ext.logs import lines as L
+from primus_ext.logs.records import Iteration, LogError, LogFlag, MemoryReport, TrainingLog
+from primus_ext.logs.stats import stable_median, stable_stats
+
+MAX_LINE_CHARS = 64 * 1024
+"""Longer lines are cut here (an iteration line is ~600 characters; a 1 GB line without newline costs 64 KiB)."""
+MAX_ITERATIONS = 1_000_000
+MAX_CONFIG = 10_000
+
+MISSING = ("no iteration lines: expected Megatron/Primus 'iteration N/M | ... | elapsed time per iteration (ms): T |', "
+           "NeMo 'iteration N/M | ... | train_step_timing in s: T' (Megatron-Bridge prints Megatron's line)")
+
+
+@cache
+def max_dense_tflops() -> float:
+    """The largest dense peak (any precision) of any GPU profile: a printed TFLOP/s/GPU above it is impossible."""
+    from primus_ext.hardware import list_profiles, load_gpu
+
+    peaks = [getattr(load_gpu(name), f.name) for name in list_profiles()
+             for f in dataclasses.fields(load_gpu(name)) if f.name.endswith("_dense_tflops")]
+    return max(p for p in peaks if isinstance(p, int | float))
+
+
+def _bounded_lines(stream: IO[str]) -> Iterator[tuple[str, bool]]:
+    """(line, complete): each line cut to ``MAX_LINE_CHARS``; ``complete`` is False for an unterminated last line."""
+    while True:
+        line = stream.readline(MAX_LINE_CHARS)
+        if not line:
+            return
+        if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
+            rest = line
+            while rest and not rest.endswith("\n"):  # skip the remainder of an over-long line
+                rest = stream.readline(MAX_LINE_CHARS)
+            yield line, True
+            continue
+        yield line, line.endswith("\n")
+
+
+def _source(path_or_lines: str | os.PathLike[str] | Iterable[str]) -> tuple[Iterator[tuple[str, bool]], IO[str] | None]:
+    if isinstance(path_or_lines, str) and "\n" in path_or_lines:
+        path_or_lines = path_or_lines.splitlines()
+    if isinstance(path_or_lines, str | os.PathLike):
+        path = Path(path_or_lines)
+        try:
+            stream = open(path, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115 (closed by caller)
+        except OSError as err:
+            raise LogError(f"cannot read training log {cut(path)}: {err.strerror or err}") from None
+        return _bounded_lines(stream), stream
+    return ((str(s)[:MAX_LINE_CHARS], True) for s in path_or_lines), None
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.format_hints: set[str] = set()
+        self.runs: list[dict[int, Iteration]] = [{}]
+        self.memory: list[dict[tuple[int, int | None], MemoryReport]] = [{}]
+        self.flags: list[LogFlag] = []
+        self.config: dict[str, str] = {}
+        self.in_args = False
+        self.version: str | None = None
+        self.log_interval: int | None = None
+        self.pending_tflops: float | None = None  # from Megatron-Bridge's "Step Time" line, for the next iteration
+        self.kept = 0
+
+    def flag(self, line: int, name: str, value: object, why: str) -> None:
+        if len(self.flags) < 1000:
+            self.flags.append(LogFlag(line=line, field=name, value=cut(value), why=why))
+
+    def feed(self, raw: str, n: int, complete: bool) -> None:
+        text = L.clean(raw)
+        self._hints(text)
+        if self._arguments(text):
+            return
+        if self.version is None:
+            self.version = L.version_of(text)
+        if self.log_interval is None:
+            m = L.LOG_INTERVAL.search(text)
+            if m:
+                self.log_interval = int(m.group(1))
+        step = L.BRIDGE_STEP.search(text)
+        if step and step.group(2):
+            self._bridge_step(n, float(step.group(2)))
+        got = L.iteration_fields(text)
+        if got:
+            if not complete:
+                self.flag(n, "iteration line", text[-60:], "truncated last line, not used")
+                return
+            self._iteration(n, *got)
+            return
+        mem = L.memory_fields(text)
+        if mem and complete:
+            self._memory(n, *mem)
+
+    def _hints(self, text: str) -> None:
+        if L.NEMO_STEP in text:
+            self.format_hints.add("nemo")
+        if "Step Time :" in text or "megatron.bridge" in text:
+            self.format_hints.add("megatron-bridge")
+        if "rocm mem usage" in text or "hip mem usage" in text or L.TOKENS in text or "primus" in text.lower():
+            self.format_hints.add("primus")
+
+    def _arguments(self, text: str) -> bool:
+        if L.ARGS_START.search(text) and "end of" not in text:
+            self.in_args = True
+            return True
+        if self.in_args:
+            if L.ARGS_END.search(text):
+                self.in_args = False
+                return True
+            m = L.ARG.search(text)
+            if m and len(self.config) < MAX_CONFIG:
+                self.config.setdefault(m.group(1), m.group(2))
+                if m.group(1) == "log_interval" and m.group(2).isdigit():
+                    self.log_interval = int(m.group(2))
+            return True
+        return False
+
+    def _iteration(self, n: int, index: int, total: int, got: dict[str, str]) -> None:
+        step_ms = L.first_number(got[L.STEP_MS]) if L.STEP_MS in got else None
+        step_s = step_ms / 1000 if step_ms is not None else L.first_number(got.get(L.NEMO_STEP, ""))
+        if step_s is None:
+            self.flag(n, "step time", got.get(L.STEP_MS, got.get(L.NEMO_STEP)), "not a number, line not used")
+            return
+        if step_s <= 0:
+            self.flag(n, "step time", f"{step_s:g} s", "non-positive step time, not used")
+        tflops = L.first_number(got[L.TFLOPS]) if L.TFLOPS in got else None
+        if tflops is None and self.pending_tflops is not None:
+            tflops = self.pending_tflops
+        self.pending_tflops = None
+        if tflops is not None and not self._possible_tflops(n, tflops):
+            tflops = None
+        tokens = L.first_number(got[L.TOKENS]) if L.TOKENS in got else None
+        if tokens is not None and tokens <= 0:
+            self.flag(n, "tokens/s/GPU", f"{tokens:g}", "non-positive, not used")
+            tokens = None
+        mfu = L.MFU.search("|".join(f"{k}: {v}" for k, v in got.items()))
+        if mfu and not 0 < float(mfu.group(1)) <= 100:
+            self.flag(n, "MFU", f"{mfu.group(1)} %", "impossible: MFU must lie in (0, 100] %")
+        batch = next((L.first_number(got[k]) for k in L.BATCH if k in got), None)
+        it = Iteration(index=index, total=total, step_time_s=step_s, tflops_per_gpu=tflops,
+                       tokens_per_s_per_gpu=tokens, global_batch_size=int(batch) if batch else None, line=n,
+                       averaged_over=self.log_interval or 1)
+        run = self.runs[-1]
+        seen = run.get(index)
+        if seen is not None and seen.step_time_s == it.step_time_s:
+            return  # the same line printed twice, or by another rank
+        if run and (seen is not None or index < max(run)):
+            self.runs.append({})
+            self.memory.append({})
+            run = self.runs[-1]
+        if self.kept < MAX_ITERATIONS:
+            run[index] = it
+            self.kept += 1
+
+    def _possible_tflops(self, n: int, tflops: float) -> bool:
+        if 0 < tflops <= max_dense_tflops():
+            return True
+        self.flag(n, "TFLOP/s/GPU", f"{tflops:g}", f"impossible: above every GPU profile's dense peak "
+                  f"({max_dense_tflops():g}) or non-positive, not used")
+        return False
+
+    def _bridge_step(self, n: int, tflops: float) -> None:
+        """Megatron-Bridge's ``Step Time : Xs GPU utilization: Y TFLOP/s/GPU``: Y goes to the next iteration line."""
+        self.pending_tflops = tflops if self._possible_tflops(n, tflops) else None
+
+    def _memory(self, n: int, rank: int, after: int | None, got: dict[str, float | None]) -> None:
+        key = (rank, after)
+        if key not in self.memory[-1]:
+            self.memory[-1][key] = MemoryReport(
+                rank=rank, after_iterations=after, allocated_mb=got["allocated"],
+                max_allocated_mb=got["max allocated"], reserved_mb=got["reserved"],
+                max_reserved_mb=got["max reserved"], line=n)
+
+    def result(self, name: str) -> TrainingLog:
+        runs = [r for r in self.runs if r]
+        if not runs:
+            raise LogError(f"{name}: {MISSING}")
+        iterations = tuple(sorted(runs[-1].values(), key=lambda it: it.index))
+        stats = stable_stats(iterations)
+        if stats is None:
+            raise LogError(f"{name}: no iteration with a positive step time ({len(iterations)} iteration line(s) "
+                           "read, every time zero or negative)")
+        memory = next((m for m, r in zip(reversed(self.memory), reversed(self.runs), strict=True) if r and m),
+                      self.memory[-1])
+        fmt = next((f for f in ("nemo", "megatron-bridge", "primus") if f in self.format_hints), "megatron")
+        batch = next((it.global_batch_size for it in iterations if it.global_batch_size), None)
+        if batch is None and self.config.get("global_batch_size", "").isdigit():
+            batch = int(self.config["global_batch_size"])
+        seq = self.config.get("seq_length", "")
+        return TrainingLog(
+            format=fmt, iterations=iterations, memory=tuple(memory.values()), flags=tuple(self.flags), stats=stats,
+            tokens_per_s_per_gpu=stable_median(iterations, stats, "tokens_per_s_per_gpu"),
+            tflops_per_gpu=stable_median(iterations, stats, "tflops_per_gpu"), framework_version=self.version,
+            restarts=len(runs) - 1, config=dict(self.config), global_batch_size=batch,
+            seq_length=int(seq) if seq.isdigit() else None)
+
+
+def read_log(path_or_text_lines: str | os.PathLike[str] | Iterable[str]) -> TrainingLog:
+    """Read a Megatron / Primus / Megatron-Bridge / NeMo training log (a path, or its lines).
+
+    A ``str`` holding a newline is the log's text; any other ``str`` is a path. Raises ``LogError``
+    naming what was missing when the log holds no iteration line."""
+    lines, stream = _source(path_or_text_lines)
+    name = cut(path_or_text_lines) if isinstance(path_or_text_lines, str | os.PathLike) else "(log text)"
+    reader = _Reader()
+    try:
+        for n, (raw, complete) in enumerate(lines, start=1):
+            reader.feed(raw, n, complete)
+    except OSError as err:
+        raise LogError(f"cannot read training log {name}: {err.strerror or err}") from None
+    finally:
+        if stream is not None:
+            stream.close()
+    return reader.result(name)
