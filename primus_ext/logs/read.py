@@ -77,6 +77,8 @@ class _Reader:
         self.log_interval: int | None = None
         self.pending_tflops: float | None = None  # from Megatron-Bridge's "Step Time" line, for the next iteration
         self.kept = 0
+        self.signatures: dict[int, tuple[tuple[str, str], ...]] = {}  # the current run's lines, for dedupe
+        self.echoes: list[tuple[Iteration, tuple[tuple[str, str], ...]]] = []  # repeats since the last new line
 
     def flag(self, line: int, name: str, value: object, why: str) -> None:
         if len(self.flags) < 1000:
@@ -156,16 +158,23 @@ class _Reader:
         it = Iteration(index=index, total=total, step_time_s=step_s, tflops_per_gpu=tflops,
                        tokens_per_s_per_gpu=tokens, global_batch_size=int(batch) if batch else None, line=n,
                        averaged_over=self.log_interval or 1)
+        signature = tuple(sorted(got.items()))
         run = self.runs[-1]
         seen = run.get(index)
-        if seen is not None and seen.step_time_s == it.step_time_s:
-            return  # the same line printed twice, or by another rank
-        if run and (seen is not None or index < max(run)):
+        if seen is not None and self.signatures.get(index) == signature:
+            self.echoes.append((it, signature))  # the same line printed twice, or by another rank
+            return
+        if run and (seen is not None or index < max(run)):  # numbering went back: a new run in the same file
             self.runs.append({})
             self.memory.append({})
+            self.signatures = {}
             run = self.runs[-1]
+            for echo, sig in self.echoes:  # its earlier lines repeated the old run's exactly
+                if echo.index < index:
+                    run[echo.index], self.signatures[echo.index] = echo, sig
+        self.echoes = []
         if self.kept < MAX_ITERATIONS:
-            run[index] = it
+            run[index], self.signatures[index] = it, signature
             self.kept += 1
 
     def _possible_tflops(self, n: int, tflops: float) -> bool:

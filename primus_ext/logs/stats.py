@@ -45,7 +45,7 @@ def stable_stats(iterations: Sequence[Iteration]) -> StepStats | None:
     if not iterations:
         return None
     excluded: list[tuple[int, str]] = []
-    first_index = iterations[0].index
+    first_index = _window_start(iterations[0])
     warm_end = first_index + WARMUP_ITERATIONS - 1
     warm = [it for it in iterations if _window_start(it) <= warm_end]
     rest = [it for it in iterations if _window_start(it) > warm_end]
