@@ -124,3 +124,47 @@ def test_plan_derives_dp_and_microbatches():
     assert plan_run(tiny_model(), _exe(), world_size=2, iters=2, time_collectives=True).time_collectives
     on_gpu = plan_run(tiny_model(), _exe(), world_size=2, iters=2, device="cuda", time_collectives=True)
     assert not on_gpu.time_collectives
+
+
+def test_megatron_format_lines_parse_back_with_read_log():
+    from datetime import datetime
+
+    from primus_ext.launcher.trainer.megatron_log import iteration_line, training_log_lines
+    from primus_ext.logs import read_log
+
+    line = iteration_line(iteration=3, train_iters=10, consumed_samples=96, step_time_s=0.5071,
+                          learning_rate=1e-4, global_batch_size=32, loss=10.5, when=datetime(2026, 1, 2, 3, 4, 5))
+    # megatron-core 0.16.1 training_log's layout, field for field (megatron/training/training.py)
+    assert line == (" [2026-01-02 03:04:05.000000] iteration        3/      10 | consumed samples:           96 |"
+                    " elapsed time per iteration (ms): 507.1 | learning rate: 1.000000E-04 |"
+                    " global batch size:    32 | lm loss: 1.050000E+01 | loss scale: 1.0 |"
+                    " number of skipped iterations:   0 | number of nan iterations:   0 |")
+    times = [2.0, 0.9, 0.50, 0.52, 0.48, 0.51]
+    lines = training_log_lines(step_times_s=times, losses=[10.0] * 6, global_batch_size=8, learning_rate=1e-4,
+                               memory_mb=(10.0, 20.0, 30.0, 1234.5))
+    assert lines[2].startswith("[Rank 0] (after 2 iterations) memory (MB) | allocated: 10.00")
+    log = read_log(lines)
+    assert [it.index for it in log.iterations] == [1, 2, 3, 4, 5, 6]
+    assert log.stats.median_s == pytest.approx(0.505) and log.stats.first == 3
+    assert log.peak_reserved_bytes == round(1234.5 * 2**20) and log.global_batch_size == 8
+
+
+def test_cpu_memory_line_carries_the_peak_rss():
+    import resource
+
+    from primus_ext.launcher.trainer.megatron_log import cpu_memory_mb
+
+    mb = cpu_memory_mb()
+    assert len(set(mb)) == 1
+    assert mb[0] == pytest.approx(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, rel=0.05)
+
+
+@pytest.mark.slow
+def test_a_real_run_prints_lines_read_log_reads(dp2):
+    from primus_ext.logs import read_log
+
+    lines = dp2.log_lines()
+    log = read_log(lines)
+    assert [it.step_time_s for it in log.iterations] == pytest.approx(dp2.step_times_s, abs=1e-4)
+    assert log.peak_reserved_bytes and log.peak_reserved_bytes > 50 * 2**20  # a torch process's RSS
+    assert log.global_batch_size == 2

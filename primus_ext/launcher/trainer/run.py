@@ -16,11 +16,14 @@ through a child process so that the CPU shims never leak into the caller.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TextIO
 
 from primus_ext.errors import PrimusExtError
+from primus_ext.launcher.trainer.megatron_log import training_log_lines
 from primus_ext.launcher.trainer.plan import QUIET_WARNINGS, TrainPlan, plan_run
 from primus_ext.measure.quiet import CPU_NOTES, quiet_ranks
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -58,6 +61,16 @@ class TrainResult:
     unless ``time_collectives``)."""
     skew_s_by_rank: tuple[tuple[float, ...], ...] = ()
     """Per rank, every iteration: the part of those seconds spent waiting for a peer to arrive."""
+    global_batch_size: int = 0
+    learning_rate: float = 0.0
+    memory_mb: tuple[float, float, float, float] | None = None
+    """Rank 0's (allocated, max allocated, reserved, max reserved) MB; on CPU the peak RSS in all four."""
+
+    def log_lines(self) -> list[str]:
+        """The run in Megatron-LM's ``training_log`` format (``primus_ext.logs.read_log`` reads it back)."""
+        return training_log_lines(step_times_s=self.step_times_s, losses=self.losses,
+                                  global_batch_size=self.global_batch_size, learning_rate=self.learning_rate,
+                                  memory_mb=self.memory_mb)
 
     @property
     def measured_s(self) -> tuple[float, ...]:
@@ -126,8 +139,12 @@ def _entry(rank: int, plan: TrainPlan, port: int, queue) -> None:
 
 
 def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0,
-             progress: Callable[[int, int, float], None] | None = None) -> TrainResult:
+             progress: Callable[[int, int, float], None] | None = None,
+             log: TextIO | bool | None = True) -> TrainResult:
     """Spawn ``plan.world_size`` ranks, wait for them, and assemble the result.
+
+    ``log``: where the run's Megatron-format lines (``TrainResult.log_lines``) are printed once the ranks are
+    done: ``True`` = stderr (stdout may carry JSON), a stream, or ``False``/``None`` for none.
 
     ``progress(done, iters, step_s)`` is called in this process after each iteration (rank 0's wall time of
     that step). ``timeout_s`` bounds the wait for the next message of a rank (an iteration or a result)."""
@@ -177,14 +194,20 @@ def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0,
         raise TrainingFailed("built-in trainer failed:\n" + "\n".join(errors))
     first = got[0]
     e = plan.execution
-    return TrainResult(
+    result = TrainResult(
         step_times_s=first.step_times_s, warmup=plan.warmup, losses=first.losses,
         world_size=plan.world_size, tp=e.tp, pp=e.pp, dp=e.dp, vpp=e.vpp,
         num_microbatches=plan.num_microbatches, tokens_per_step=plan.tokens_per_step,
         device=plan.device, backend="gloo" if plan.device == "cpu" else "nccl", schedule=first.schedule,
         params_per_rank=tuple(got[r].params for r in sorted(got)), peak_memory_bytes=first.peak_memory_bytes,
         collective_s_by_rank=first.collective_s, skew_s_by_rank=first.skew_s,
+        global_batch_size=e.global_batch_size, learning_rate=plan.lr, memory_mb=first.memory_mb,
     )
+    stream = sys.stderr if log is True else log or None
+    if stream is not None:
+        stream.write("".join(f"{line}\n" for line in result.log_lines()))
+        stream.flush()
+    return result
 
 
 def run_training(
@@ -199,6 +222,7 @@ def run_training(
     timeout_s: float = 600.0,
     time_collectives: bool = False,
     progress: Callable[[int, int, float], None] | None = None,
+    log: TextIO | bool | None = True,
 ) -> TrainResult:
     """Train ``model`` under ``execution`` for ``iters`` steps on ``world_size`` local ranks.
 
@@ -206,8 +230,9 @@ def run_training(
     trainer cannot run and ``TrainingFailed`` when a rank fails. ``time_collectives`` also records
     each rank's seconds blocked inside collectives per step (``collective_s_by_rank``) and the part
     of them spent waiting for a peer to arrive (``skew_s_by_rank``; ``comm_timer.py``). ``progress(done,
-    iters, step_s)`` is called after each iteration (``run_plan``).
+    iters, step_s)`` is called after each iteration (``run_plan``); ``log``: where the Megatron-format lines go
+    (``run_plan``).
     """
     plan = plan_run(model, execution, world_size=world_size, iters=iters, device=device, warmup=warmup,
                     seed=seed, time_collectives=time_collectives)
-    return run_plan(plan, timeout_s=timeout_s, progress=progress)
+    return run_plan(plan, timeout_s=timeout_s, progress=progress, log=log)

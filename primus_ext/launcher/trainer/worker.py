@@ -41,6 +41,8 @@ class RankResult:
     skew_s: tuple[tuple[float, ...], ...] = ()
     """Per rank, per iteration: the part of ``collective_s`` spent before the last peer arrived."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    memory_mb: tuple[float, float, float, float] | None = None
+    """Rank 0's (allocated, max allocated, reserved, max reserved) MB at the end; CPU: peak RSS (megatron_log.py)."""
 
 
 def _batches(plan: TrainPlan, dp_rank: int, device: torch.device):
@@ -108,6 +110,7 @@ def train_rank(rank: int, plan: TrainPlan, port: int,
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     from primus_ext.launcher.trainer.build import build_model_chunks, transformer_config, wrap_and_optimizer
+    from primus_ext.launcher.trainer.megatron_log import cpu_memory_mb, cuda_memory_mb
     from primus_ext.measure.shims import apply_cpu_shims, te_importable
 
     e = plan.execution
@@ -179,7 +182,9 @@ def train_rank(rank: int, plan: TrainPlan, port: int,
         if timer:
             timer.uninstall()
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-        return _gather(rank, plan, times, totals, params, schedule, peak, comm, timer.events if timer else [])
+        memory = cuda_memory_mb(device) if device.type == "cuda" else cpu_memory_mb()
+        return _gather(rank, plan, times, totals, params, schedule, peak, comm, timer.events if timer else [],
+                       memory)
     finally:
         ps.destroy_model_parallel()
         if dist.is_initialized():
@@ -194,7 +199,8 @@ def _loss_totals(reports: list[dict[str, torch.Tensor]]) -> torch.Tensor:
 
 
 def _gather(rank: int, plan: TrainPlan, times: list[float], totals: list[torch.Tensor], params: int,
-            schedule: str, peak: int | None, comm: list[float], events: list[Event]) -> RankResult:
+            schedule: str, peak: int | None, comm: list[float], events: list[Event],
+            memory: tuple[float, float, float, float] | None = None) -> RankResult:
     """Max step time over ranks; the loss is the token mean over the whole global batch."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
@@ -218,4 +224,4 @@ def _gather(rank: int, plan: TrainPlan, times: list[float], totals: list[torch.T
     if rank != 0:
         return RankResult(rank=rank, params=params, schedule=schedule, peak_memory_bytes=peak)
     return RankResult(rank=rank, step_times_s=tuple(t.tolist()), losses=losses, params=params,
-                      schedule=schedule, peak_memory_bytes=peak, collective_s=by_rank, skew_s=skew)
+                      schedule=schedule, peak_memory_bytes=peak, collective_s=by_rank, skew_s=skew, memory_mb=memory)
