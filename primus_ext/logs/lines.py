@@ -6,8 +6,9 @@ Layouts read (sources: the upstream files named beside each pattern):
   throughput per GPU (TFLOP/s/GPU): {:.1f} | learning rate | global batch size: {:5d} | ...``; fields are
   ``|``-separated ``name: value`` pairs and some are optional (throughput, skipped samples, energy), so they are
   read by name, never by position.
-- Megatron's memory report (megatron/training/utils.py ``report_memory``): ``[Rank R] (after N iterations)
-  memory (MB) | allocated: | max allocated: | reserved: | max reserved:`` (MB = 2**20 bytes).
+- Megatron's memory report (megatron/training/utils.py ``report_memory``; utils/common_utils.py on main):
+  ``[Rank R] (after N iterations) memory (MB) | allocated: | max allocated: | reserved: | max reserved:``
+  (MB = 2**20 bytes; unformatted floats up to core_v0.15, ``:.2f`` from core_v0.16).
 - Primus (primus/backends/megatron/patches/training_log/): the same line with ``instant/average`` pairs
   (``elapsed time per iteration (ms): 664.0/664.0``), ``tokens per GPU (tokens/s/GPU)`` and hip/rocm memory
   usage fields; the first number (this iteration) is used.

@@ -22,6 +22,8 @@ MAX_LINE_CHARS = 64 * 1024
 """Longer lines are cut here (an iteration line is ~600 characters; a 1 GB line without newline costs 64 KiB)."""
 MAX_ITERATIONS = 1_000_000
 MAX_CONFIG = 10_000
+MAX_ECHOES = 10_000
+"""Repeated lines remembered since the last new one (a restart's first lines may repeat the old run's)."""
 
 MISSING = ("no iteration lines: expected Megatron/Primus 'iteration N/M | ... | elapsed time per iteration (ms): T |', "
            "NeMo 'iteration N/M | ... | train_step_timing in s: T' (Megatron-Bridge prints Megatron's line)")
@@ -162,7 +164,8 @@ class _Reader:
         run = self.runs[-1]
         seen = run.get(index)
         if seen is not None and self.signatures.get(index) == signature:
-            self.echoes.append((it, signature))  # the same line printed twice, or by another rank
+            if len(self.echoes) < MAX_ECHOES:
+                self.echoes.append((it, signature))  # the same line printed twice, or by another rank
             return
         if run and (seen is not None or index < max(run)):  # numbering went back: a new run in the same file
             self.runs.append({})

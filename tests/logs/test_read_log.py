@@ -44,6 +44,16 @@ def test_plain_megatron_lines_median_of_the_stable_segment() -> None:
     assert log.iterations[0].total == 20 and log.global_batch_size == 32
 
 
+def test_memory_report_of_older_releases_unformatted_floats() -> None:
+    # core_v0.15's report_memory prints the raw float division (megatron/training/utils.py)
+    old = ("[Rank 3] (after 10 iterations) memory (MB) | allocated: 9554.87939453125 | max allocated: "
+           "12003.60400390625 | reserved: 12232.0 | max reserved: 12232.0")
+    log = read_log([*run(STEADY), old, mem_line(0, 10, 100.0)])
+    assert log.peak_reserved_bytes == 12232 * 2**20
+    assert log.peak_allocated_bytes == round(12003.60400390625 * 2**20)
+    assert {m.rank for m in log.memory} == {0, 3}
+
+
 def test_older_release_without_throughput_and_with_skipped_samples() -> None:
     lines = [it_line(i, 500.0, tflops=None).replace("|", "| skipped samples:            0 |", 2)
              for i in range(1, 6)]
