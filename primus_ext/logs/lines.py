@@ -30,6 +30,8 @@ MEMORY = re.compile(r"\[Rank (\d+)\]\s*\((?:after (\d+) iterations)?[^)]*\)\s*me
 BRIDGE_STEP = re.compile(r"Step Time\s*:\s*([-+\d.eE]+)\s*s\b(?:.*?GPU utilization\s*:\s*([-+\d.eE]+)\s*"
                          r"TFLOP/s/GPU)?")
 MFU = re.compile(r"\bMFU\b[^0-9|]*?([-+]?\d+(?:\.\d+)?)\s*%")
+RANK_TAG = re.compile(r"\[rank-?(\d+)(?:/\d+)?\]|\[default(\d+)\]:|^\s*(\d+):\s")
+"""Rank prefixes: Primus ``[rank-7/8]``, torchrun ``--tee`` ``[default0]:``, srun/mpirun ``--label`` ``0: ``."""
 ARGS_START = re.compile(r"-{3,}\s*arguments\s*-{3,}")
 ARGS_END = re.compile(r"-{3,}\s*end of arguments\s*-{3,}")
 ARG = re.compile(r"(?:^|\s)([A-Za-z_][\w]*) \.{2,} ?(.*?)\s*$")
@@ -89,6 +91,12 @@ def memory_fields(line: str) -> tuple[int, int | None, dict[str, float | None]] 
     names = ("allocated", "max allocated", "reserved", "max reserved")
     return int(m.group(1)), int(m.group(2)) if m.group(2) else None, {
         n: first_number(got[n]) if n in got else None for n in names}
+
+
+def rank_tag(line: str) -> int | None:
+    """The rank a prefix names before the iteration field, ``None`` without one."""
+    m = RANK_TAG.search(line[:line.find(" iteration ") if " iteration " in line else len(line)])
+    return next((int(g) for g in m.groups() if g is not None), None) if m else None
 
 
 def version_of(line: str) -> str | None:

@@ -23,6 +23,8 @@ MAX_LINE_CHARS = 64 * 1024
 MAX_ITERATIONS = 1_000_000
 MAX_CONFIG = 10_000
 MAX_ECHOES = 10_000
+MAX_RANK_LAG = 2
+"""Another rank's line of the same iteration may arrive this many iterations late (interleaved output)."""
 """Repeated lines remembered since the last new one (a restart's first lines may repeat the old run's)."""
 
 MISSING = ("no iteration lines: expected Megatron/Primus 'iteration N/M | ... | elapsed time per iteration (ms): T |', "
@@ -80,6 +82,7 @@ class _Reader:
         self.pending_tflops: float | None = None  # from Megatron-Bridge's "Step Time" line, for the next iteration
         self.kept = 0
         self.signatures: dict[int, tuple[tuple[str, str], ...]] = {}  # the current run's lines, for dedupe
+        self.ranks: dict[int, int | None] = {}  # the rank prefix each kept line carried
         self.echoes: list[tuple[Iteration, tuple[tuple[str, str], ...]]] = []  # repeats since the last new line
 
     def flag(self, line: int, name: str, value: object, why: str) -> None:
@@ -105,7 +108,7 @@ class _Reader:
             if not complete:
                 self.flag(n, "iteration line", text[-60:], "truncated last line, not used")
                 return
-            self._iteration(n, *got)
+            self._iteration(n, *got, rank=L.rank_tag(text))
             return
         mem = L.memory_fields(text)
         if mem and complete:
@@ -135,7 +138,7 @@ class _Reader:
             return True
         return False
 
-    def _iteration(self, n: int, index: int, total: int, got: dict[str, str]) -> None:
+    def _iteration(self, n: int, index: int, total: int, got: dict[str, str], *, rank: int | None) -> None:
         step_ms = L.first_number(got[L.STEP_MS]) if L.STEP_MS in got else None
         step_s = step_ms / 1000 if step_ms is not None else L.first_number(got.get(L.NEMO_STEP, ""))
         if step_s is None:
@@ -163,6 +166,8 @@ class _Reader:
         signature = tuple(sorted(got.items()))
         run = self.runs[-1]
         seen = run.get(index)
+        if seen is not None and rank != self.ranks.get(index) and index >= max(run) - MAX_RANK_LAG:
+            return  # another rank's line of an iteration just read (its own timer): the first one is kept
         if seen is not None and self.signatures.get(index) == signature:
             if len(self.echoes) < MAX_ECHOES:
                 self.echoes.append((it, signature))  # the same line printed twice, or by another rank
@@ -170,14 +175,14 @@ class _Reader:
         if run and (seen is not None or index < max(run)):  # numbering went back: a new run in the same file
             self.runs.append({})
             self.memory.append({})
-            self.signatures = {}
+            self.signatures, self.ranks = {}, {}
             run = self.runs[-1]
             for echo, sig in self.echoes:  # its earlier lines repeated the old run's exactly
                 if echo.index < index:
                     run[echo.index], self.signatures[echo.index] = echo, sig
         self.echoes = []
         if self.kept < MAX_ITERATIONS:
-            run[index], self.signatures[index] = it, signature
+            run[index], self.signatures[index], self.ranks[index] = it, signature, rank
             self.kept += 1
 
     def _possible_tflops(self, n: int, tflops: float) -> bool:

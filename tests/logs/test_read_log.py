@@ -77,6 +77,17 @@ def test_lines_printed_twice_and_interleaved_ranks_count_once() -> None:
     assert log.restarts == 0
 
 
+def test_ranks_printing_their_own_timer_interleaved_are_not_restarts() -> None:
+    lines = []
+    for i, ms in enumerate(STEADY, start=1):
+        lines.append(f"[default0]:{it_line(i, ms)}")
+        if i > 1:
+            lines.append(f"[default1]:{it_line(i - 1, STEADY[i - 2] + 3)}")  # rank 1 lags one line behind
+    log = read_log(lines)
+    assert log.restarts == 0 and [it.step_time_s for it in log.iterations] == pytest.approx(
+        [t / 1000 for t in STEADY])
+
+
 def test_restart_in_one_file_uses_the_last_run() -> None:
     first = run([900.0, 800.0, 1000.0, 1000.0, 1000.0])
     second = run(STEADY)
