@@ -13,6 +13,19 @@ result to check it resolves to the tuned configuration. ``--json OUT`` writes ev
 best, gain, regret, Pareto front, sensitivity, notes) as the result schema's ``tune`` document
 (``primus_ext.results``); ``--json -`` writes it to stdout and the tables to stderr. LLM keys come from the
 environment only (e.g. ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); they are never printed or logged.
+
+Multi-fidelity (``primus_ext.tune.verify_top``): ``--verify-top K`` writes the K best configurations as short-run
+variants of the recipe into ``--verify-dir`` (default ``<recipe stem>-verify-top/`` beside it; ``candidate-N.yaml``
+with ``--verify-iters`` iterations, every iteration logged, no checkpoints), a ``manifest.json`` and ``launch.sh``
+(``launch.sh primus|megatron``: each run writes ``candidate-N.log``). After the runs, ``--resume-verify`` re-ranks
+the folder's logs without searching again: measured vs projected ranks, the projection's selection regret and,
+from three runs, Spearman's rank correlation (``--json``: the tune document with its ``verify_top`` field;
+``primus_ext.tune.verify_top.rerank(DIR)`` is the same re-ranking as a function). ``--verify-run local`` runs the
+variants here instead, with the built-in trainer as ``train --verify`` does (``--verify-scale``,
+``--verify-nproc``), against the projection of the same reduced runs::
+
+    primus-ext tune RECIPE --verify-top 3 --verify-run local --verify-scale 0.0625 --verify-iters 6
+    primus-ext tune RECIPE --verify-top 3 --verify-dir runs/ --resume-verify --json -
 """
 
 from __future__ import annotations
@@ -25,6 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 from primus_ext.cli._args import nonnegative_float
 from primus_ext.model.memory import DEFAULT_MARGIN
+from primus_ext.tune.verify_top.variants import DEFAULT_ITERS as DEFAULT_VERIFY_ITERS
+
+MIN_VERIFY_ITERS = 3
+"""The log reader drops a run's first two iterations as warm-up (``primus_ext.logs.stats``)."""
 
 if TYPE_CHECKING:
     from primus_ext.errors import Problem
@@ -61,7 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--out", metavar="FILE", help="write a tuned copy of the recipe")
     out.add_argument("--apply", action="store_true",
                      help="rewrite the recipe in place (after a backup: RECIPE.bak, never replaced, then .bak.2 ...)")
-    p.add_argument("--force", action="store_true", help="with --apply / --out: replace a read-only file")
+    p.add_argument("--force", action="store_true", help="with --apply / --out: replace a read-only file; with "
+                   "--verify-top: write into a non-empty --verify-dir (its old logs kept as candidate-N.log.bak)")
     p.add_argument("--json", metavar="OUT",
                    help="write the full result as JSON ('-': stdout, the JSON only; the tables go to stderr)")
     p.add_argument("--log", metavar="FILE", help="append every trial to this JSON-lines log")
@@ -73,6 +91,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
     p.add_argument("--uncalibrated", action="store_true",
                    help="ignore calibration records from real runs (primus-ext calibrate) in the store")
+    verify = p.add_argument_group("multi-fidelity: short real runs of the K best (primus_ext.tune.verify_top)")
+    verify.add_argument("--verify-top", type=int, metavar="K",
+                        help="write short-run variants of the K best configurations, a manifest and launch.sh")
+    verify.add_argument("--verify-dir", metavar="DIR", help="their folder (default <recipe stem>-verify-top beside "
+                        "the recipe); a non-empty one needs --force")
+    verify.add_argument("--verify-iters", type=int, default=DEFAULT_VERIFY_ITERS, metavar="N",
+                        help=f"iterations of each short run (default {DEFAULT_VERIFY_ITERS}; at least 3)")
+    verify.add_argument("--verify-run", choices=("local",),
+                        help="local: run each variant here with the built-in trainer (as train --verify) and re-rank")
+    verify.add_argument("--verify-scale", type=nonnegative_float, default=1.0, metavar="F",
+                        help="with --verify-run local: shrink the model by F (e.g. 0.0625 on CPU; default 1)")
+    verify.add_argument("--verify-nproc", type=int, metavar="N",
+                        help="with --verify-run local: local ranks per run (default: each candidate's TP x PP x CP)")
+    verify.add_argument("--resume-verify", action="store_true",
+                        help="no search: re-rank the candidates in --verify-dir from the logs already there")
     p.set_defaults(func=run)
 
 
@@ -88,8 +121,12 @@ def _costs(args: argparse.Namespace, gpu_name: str) -> Costs:
 def run(args: argparse.Namespace) -> int:
     from primus_ext.results import emit_json, tables_to_stderr
 
+    if args.resume_verify:
+        return _resume_verify(args)
     with tables_to_stderr(args.json):
         result = _search(args)
+        if args.verify_top and result.best_execution is not None:
+            result.document["verify_top"] = _verify_top(args, result)
     if args.json:
         emit_json(result.document, args.json)
     if result.nothing_runs is not None:
@@ -111,6 +148,10 @@ class _Searched:
     """The winner, None when nothing runs."""
     nothing_runs: Exception | None
     """Why nothing runs (raised after the JSON is written), when ``best_execution`` is None."""
+    ranked: tuple[Any, ...] = ()
+    """The projected trials, best first (``tune.agent.Trial``)."""
+    to_execution: Any = None
+    """``Space.to_execution``: a trial's configuration as an ``ExecutionSpec``."""
 
 
 def _search(args: argparse.Namespace) -> _Searched:
@@ -174,7 +215,8 @@ def _search(args: argparse.Namespace) -> _Searched:
         document["notes"] = [*document.get("notes", []), line]
     nothing = RecipeError(problems=[_nothing_runs(ctx.stats, space, recipe, args)]) if (
         result.best_execution is None) else None
-    return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing)
+    return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing,
+                     ranked=result.ranked, to_execution=space.to_execution)
 
 
 def _calibrations(args: argparse.Namespace, recipe: Recipe) -> tuple[tuple, Any]:
@@ -222,6 +264,14 @@ def _check_outputs(args: argparse.Namespace) -> None:
     from primus_ext.results import check_json_out
 
     check_json_out(args.json)
+    if args.verify_top is not None:
+        _check_verify(args)
+    elif args.verify_run or args.verify_dir or args.verify_nproc:
+        from primus_ext.errors import Problem
+
+        raise RecipeError(problems=[Problem(path="--verify-top", value=None,
+                                            message="--verify-run / --verify-dir / --verify-nproc need --verify-top K",
+                                            fix="e.g. --verify-top 3 (or --resume-verify to re-rank a folder)")])
     problems = []
     outputs = (("--out", args.out), ("--apply", args.recipe if args.apply else None),
                ("--json", None if args.json == "-" else args.json), ("--log", args.log))
@@ -282,3 +332,78 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
     sys.stdout.write(result.diff)
     print(f"wrote {result.path}" + (f" (backup {result.backup})" if result.backup else ""))
     args.written = result.path
+
+
+def _verify_folder(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from primus_ext.tune.verify_top import default_folder
+
+    return Path(args.verify_dir) if args.verify_dir else default_folder(args.recipe)
+
+
+def _check_verify(args: argparse.Namespace) -> None:
+    """Refuse bad --verify-* values and an unusable folder before the search."""
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.tune.verify_top import check_folder
+
+    bad = [Problem(path=flag, value=value, message=message, fix=fix) for flag, value, wrong, message, fix in (
+        ("--verify-top", args.verify_top, args.verify_top < 1, "must be at least 1", "e.g. --verify-top 3"),
+        ("--verify-iters", args.verify_iters, args.verify_iters < MIN_VERIFY_ITERS,
+         f"must be at least {MIN_VERIFY_ITERS}: the log reader drops the first two iterations as warm-up",
+         f"e.g. --verify-iters {DEFAULT_VERIFY_ITERS}"),
+        ("--verify-nproc", args.verify_nproc, args.verify_nproc is not None and args.verify_nproc < 1,
+         "must be at least 1", "leave it out: each candidate's TP x PP x CP"),
+        ("--verify-scale", args.verify_scale, not 0 < args.verify_scale <= 1, "must be in (0, 1]",
+         "e.g. --verify-scale 0.0625 on CPU")) if wrong]
+    if bad:
+        raise RecipeError(problems=bad)
+    check_folder(_verify_folder(args), force=args.force)
+
+
+def _verify_top(args: argparse.Namespace, searched: _Searched) -> dict[str, Any]:
+    """Write the K best as short-run variants; with ``--verify-run local`` run them here; re-rank what has logs.
+    Returns the tune document's ``verify_top`` field."""
+    from primus_ext.tune.verify_top import format_verify_top, pick_candidates, rerank, write_variants
+
+    folder = _verify_folder(args)
+    candidates = pick_candidates(searched.ranked, searched.to_execution, args.verify_top)
+    manifest, variants = write_variants(searched.recipe, candidates, folder, iters=args.verify_iters,
+                                        cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
+                                        tune_document=searched.document)
+    print(f"wrote {len(candidates)} short-run variants ({args.verify_iters} iterations), manifest.json and launch.sh "
+          f"to {folder}" + ("" if len(candidates) == args.verify_top else
+                            f" (only {len(candidates)} legal configurations were projected)"))
+    if args.verify_run != "local":
+        result = rerank(folder)
+        print(format_verify_top(result))
+        print(f"run them: {folder / 'launch.sh'} primus|megatron; then re-rank: primus-ext tune {args.recipe} "
+              f"--verify-dir {folder} --resume-verify")
+        return result.to_dict()
+    import torch
+
+    from primus_ext.tune.verify_top.local import run_local
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    run_local(folder, manifest, variants, iters=args.verify_iters, scale=args.verify_scale, nproc=args.verify_nproc,
+              device=device, store=args.store, say=lambda text: print(text, file=sys.stderr))
+    result = rerank(folder)
+    print(format_verify_top(result))
+    return result.to_dict()
+
+
+def _resume_verify(args: argparse.Namespace) -> int:
+    """``--resume-verify``: re-rank the folder's logs; ``--json`` writes the search's tune document from the manifest
+    with this ``verify_top``."""
+    from primus_ext.results import check_json_out, emit_json, tables_to_stderr
+    from primus_ext.tune.verify_top import format_verify_top, rerank
+    from primus_ext.tune.verify_top.variants import read_manifest
+
+    check_json_out(args.json)
+    folder = _verify_folder(args)
+    with tables_to_stderr(args.json):
+        result = rerank(folder)
+        print(format_verify_top(result))
+    if args.json:
+        emit_json({**read_manifest(folder)["tune"], "verify_top": result.to_dict()}, args.json)
+    return 0

@@ -161,7 +161,8 @@ SCHEMA: dict[str, Any] = {
             "stats": {"type": "object"}, "exhaustive_stats": _null({"type": "object"}), "candidates": _null(INT),
             "notes": {"type": "array", "items": STR}, "best_execution": _null({"type": "object"}),
             "launch_environment": {"type": "object"}, **RECIPE,
-        }, optional=tuple(TARGET) + tuple(RECIPE)),
+            "verify_top": {"type": "object", "required": ["candidates", "regret", "spearman"]},
+        }, optional=(*TARGET, *RECIPE, "verify_top")),
         _kind("ci", {"suite": STR, "exit_code": {"enum": [0, 1, 2]}, "counts": {
             "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
         _kind("baseline", {"suite": STR,

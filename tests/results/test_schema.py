@@ -79,6 +79,18 @@ def test_tune_json_to_stdout_only_and_to_a_file(tmp_path: Path, capsys):
     assert _valid(json.loads(out.read_text()), "tune")["best"] == best
 
 
+def test_tune_verify_top_field_is_optional_and_checked(tmp_path: Path, capsys):
+    folder = tmp_path / "verify"
+    argv = ["tune", str(EIGHT_B), "--strategy", "exhaustive", "--analytic", "--no-regret", "--verify-top", "2",
+            "--verify-dir", str(folder), "--json", "-"]
+    doc = _valid(_stdout_json(capsys, argv), "tune")
+    assert [c["name"] for c in doc["verify_top"]["candidates"]] == ["candidate-1", "candidate-2"]
+    assert doc["verify_top"]["regret"] is None  # no run yet
+    doc.pop("verify_top")
+    _valid(doc, "tune")  # optional
+    assert list(VALIDATOR.iter_errors({**doc, "verify_top": {"candidates": []}}))  # regret / spearman required
+
+
 def test_ci_result_and_baselines(tmp_path: Path, capsys):
     suite = REPO / "ci" / "suite.yaml"
     shipped = _valid(json.loads((REPO / "ci" / "baseline.json").read_text()), "baseline")
