@@ -123,11 +123,11 @@ def run(args: argparse.Namespace) -> int:
         from primus_ext.errors import PrimusExtError
 
         raise PrimusExtError("no training log given: primus-ext calibrate RECIPE LOG [LOG ...]")
-    comparisons = _compare_all(args, logs, overrides)
-    return _conclude(args, comparisons)
+    recipe, comparisons = _compare_all(args, logs, overrides)
+    return _conclude(args, recipe, comparisons)
 
 
-def _compare_all(args: argparse.Namespace, logs: list[Path], overrides: list[str]) -> list[LogComparison]:
+def _compare_all(args: argparse.Namespace, logs: list[Path], overrides: list[str]) -> tuple[Any, list[LogComparison]]:
     from primus_ext.calibration.compare import compare_log, mismatches
     from primus_ext.cli.project import _costs
     from primus_ext.errors import PrimusExtError, Problem, RecipeError
@@ -167,10 +167,10 @@ def _compare_all(args: argparse.Namespace, logs: list[Path], overrides: list[str
         raise RecipeError(problems=problems, source=f"{args.recipe} (against the logged runs)")
     if not comparisons:
         raise PrimusExtError("no log could be compared")
-    return comparisons
+    return base, comparisons
 
 
-def _conclude(args: argparse.Namespace, comparisons: list[LogComparison]) -> int:
+def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogComparison]) -> int:
     from primus_ext.calibration.compare import fit_record
     from primus_ext.calibration.correction import CorrectionError
     from primus_ext.calibration.record import save_record
@@ -188,14 +188,14 @@ def _conclude(args: argparse.Namespace, comparisons: list[LogComparison]) -> int
     with tables_to_stderr(args.json):
         print(format_calibration(comparisons, record, stored=stored, refused=refused))
     if args.json:
-        emit_json(_document(comparisons, record, stored, refused), args.json)
+        emit_json(_document(recipe, comparisons, record, stored, refused), args.json)
     if refused:
         print(f"not stored: {refused}", file=sys.stderr)
         return 2
     return 0
 
 
-def _document(comparisons: list[LogComparison], record: CalibrationRecord | None, stored: str | None,
+def _document(recipe: Any, comparisons: list[LogComparison], record: CalibrationRecord | None, stored: str | None,
               refused: str | None) -> dict[str, Any]:
     from primus_ext.calibration.apply import NEARBY_SPREAD
     from primus_ext.results import document
@@ -210,4 +210,4 @@ def _document(comparisons: list[LogComparison], record: CalibrationRecord | None
     return document("calibration", model=p.model.name, cluster=p.system.name, gpu=p.system.gpu.name,
                     nodes=p.system.num_nodes, world_size=p.system.world_size,
                     runs=[c.to_dict() for c in comparisons], record=None if record is None else record.to_dict(),
-                    stored_in=stored, refused=refused, applies_to=applies, **recipe_fields(None))
+                    stored_in=stored, refused=refused, applies_to=applies, **recipe_fields(recipe))

@@ -60,12 +60,13 @@ def format_correction(comparisons: Sequence[LogComparison], record: CalibrationR
              + (f", memory x{c.memory_factor:.3f}" if c.memory_factor else ", memory uncalibrated")]
     for comp in comparisons:
         parts = parts_of(comp.projection.breakdown)
-        kernels_after = c.kernel_factor * (parts.step_s if c.scope == "step" else parts.kernels_s)
-        links_after = 0.0 if c.scope == "step" else parts.links_s
-        lines.append(f"  {comp.path}: kernels {_ms(parts.kernels_s)} -> "
-                     f"{_ms(kernels_after if c.scope == 'kernels' else None)}, links {_ms(parts.links_s)} -> "
-                     f"{_ms(links_after if c.scope == 'kernels' else None)}, overhead +{_ms(c.overhead_s)}; step "
-                     f"{_ms(comp.projected.step_s)} -> {_ms(c.step(parts))} (measured {_ms(comp.measured.step_s)})")
+        if c.scope == "step":
+            moved = f"whole step x{c.kernel_factor:.3f}"
+        else:
+            moved = (f"kernels {_ms(parts.kernels_s)} -> {_ms(c.kernel_factor * parts.kernels_s)}, links "
+                     f"{_ms(parts.links_s)} (unchanged)")
+        lines.append(f"  {comp.path}: {moved}, overhead +{_ms(c.overhead_s)}; step {_ms(comp.projected.step_s)} -> "
+                     f"{_ms(c.step(parts))} (measured {_ms(comp.measured.step_s)})")
     lines.append(f"band: +-{band_of(record, 'exact'):.1%} for this workload, +-{band_of(record, 'nearby'):.1%} for "
                  f"nearby configurations (+{NEARBY_SPREAD:.0%}: same model, precision and GPU type, other layout)")
     lines += [f"note: {n}" for n in record.notes]
