@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from primus_ext.errors import Problem
 from primus_ext.model.pipeline.long import budget_of, pricing_problem
+from primus_ext.model.pipeline.registry import spec_schedule
 from primus_ext.model.stages import layout_problems, virtual_stages
 from primus_ext.recipe.upstream_rules import upstream_problems
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -86,7 +87,7 @@ def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
                                    f"multiple of PP={e.pp}",
                            fix=f"use a global batch of a multiple of MBS*DP*PP = {per_step * e.pp}"))
     elif problem := pricing_problem(e.pp, virtual_stages(e), e.num_microbatches, e.pp,
-                                    budget_of(e.pipeline_schedule if e.pp > 1 else "1f1b")):
+                                    budget_of(spec_schedule(e.pipeline_schedule, e.pp, 1).name)):
         out.append(Problem(path="global_batch_size", value=e.global_batch_size, message=problem,
                            fix="use fewer pipeline stages or a smaller global batch"))
 
