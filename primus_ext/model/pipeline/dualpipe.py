@@ -261,16 +261,27 @@ def simulate_dualpipe(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], 
 
 
 # --------------------------------------------------------------------------- memory
-def in_flight_chunks(schedule: str, rank: int, pp: int, m: int) -> int:
-    """Peak chunk-micro-batches whose forward activations ``rank`` holds: +1 at a forward, -1 at its (input-grad)
-    backward; an overlapped pair's forward allocates before its backward frees. DeepSeek-V3 report table 2:
-    PP+1 on every DualPipe rank (a chunk is a whole stage there), 2*PP+1 chunks of half a stage for DualPipeV."""
-    held = peak = 0
+def in_flight_by_chunk(schedule: str, rank: int, pp: int, m: int) -> tuple[int, int]:
+    """Chunk-micro-batches whose forward activations ``rank`` holds, per chunk, at its first peak: +1 at a
+    forward, -1 at its (input-grad) backward; an overlapped pair's forward allocates before its backward frees."""
+    held, peak = [0, 0], (0, 0)
     for op in op_order(schedule, rank, pp, m):
-        held += 1 if op[0] in (FWD, F_AND_B) else 0
-        peak = max(peak, held)
-        held -= 1 if op[0] in (BWD, IGRAD, F_AND_B) else 0
+        if op[0] in (FWD, F_AND_B):
+            held[op[2]] += 1
+            if sum(held) > sum(peak):
+                peak = (held[0], held[1])
+        if op[0] in (BWD, IGRAD):
+            held[op[2]] -= 1
+        elif op[0] == F_AND_B:
+            held[op[4]] -= 1
     return peak
+
+
+def in_flight_chunks(schedule: str, rank: int, pp: int, m: int) -> int:
+    """Peak chunk-micro-batches of activations ``rank`` holds (``in_flight_by_chunk`` summed). DeepSeek-V3 report
+    table 2: PP+1 on every DualPipe rank (a chunk is a whole stage there), 2*PP+1 chunks of half a stage for
+    DualPipeV (the DualPipe README's PP+1 with PP its 2*PP stages)."""
+    return sum(in_flight_by_chunk(schedule, rank, pp, m))
 
 
 def in_flight_stages(schedule: str, rank: int, pp: int, m: int) -> float:
@@ -324,10 +335,18 @@ class _DeepSeekSchedule(Schedule):
         schedule's own: its passes alone always take their ``*_unpaired`` time)."""
         return simulate_dualpipe(self.name, times, num_microbatches, p2p, timeline=kwargs.get("timeline", False))
 
+    def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
+        """Per chunk, at the rank's peak (``in_flight_by_chunk``); an illegal shape has no order: table 2's PP+1
+        (DualPipeV: 2*PP+1 chunks), split as evenly as the two chunks allow."""
+        if dualpipe_problems(self.name, pp, 1, m):
+            total = pp + 1 if self.name == "dualpipe" else 2 * pp + 1
+            return (float(total - total // 2), float(total // 2))
+        return tuple(float(n) for n in in_flight_by_chunk(self.name, rank, pp, m))
+
     def in_flight_microbatches(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> float:
-        if dualpipe_problems(self.name, pp, 1, m):  # no order to count: table 2's PP+1 (DualPipeV: 2PP+1 halves)
-            return pp + 1.0 if self.name == "dualpipe" else pp + 0.5
-        return in_flight_stages(self.name, rank, pp, m)
+        """Whole-stage micro-batches: DualPipe's chunks are whole stages (sum), DualPipeV's halves (mean)."""
+        counts = self.chunk_in_flight(rank, pp, vpp, m, extra)
+        return sum(counts) / (1 if self.name == "dualpipe" else len(counts))
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         if dualpipe_problems(self.name, pp, 1, m):
@@ -361,5 +380,5 @@ class DualPipeV(_DeepSeekSchedule):
 
 
 __all__ = ["F_AND_B", "IGRAD", "MODEL_COPIES", "NAMES", "DualPipe", "DualPipeV", "check", "dualpipe_problems",
-           "dualpipe_structure", "in_flight_chunks", "in_flight_stages", "model_copies", "op_durations", "op_order",
-           "simulate_dualpipe", "unpaired_extra", "wgrad_held_chunks"]
+           "dualpipe_structure", "in_flight_by_chunk", "in_flight_chunks", "in_flight_stages", "model_copies",
+           "op_durations", "op_order", "simulate_dualpipe", "unpaired_extra", "wgrad_held_chunks"]

@@ -11,6 +11,7 @@ from primus_ext.model.pipeline.dualpipe import (
     F_AND_B,
     IGRAD,
     dualpipe_problems,
+    in_flight_by_chunk,
     in_flight_chunks,
     in_flight_stages,
     model_copies,
@@ -107,7 +108,12 @@ def test_peak_in_flight_activations(schedule, pp, m):
         else:
             assert in_flight_chunks(schedule, rank, pp, m) == 2 * pp + 1
             assert in_flight_stages(schedule, rank, pp, m) == pp + 0.5
-    assert get_schedule(schedule).in_flight_microbatches(0, pp, 1, m) == in_flight_stages(schedule, 0, pp, m)
+        # per chunk: DualPipe's copies hold what a 1F1B stage holds (stage r of direction 0: PP - r; stage PP-1-r of
+        # direction 1: r + 1); DualPipeV's chunk 0 its 2(PP-r-1) + (r+1) warm-up forwards + the steady state's one
+        expected = (pp - rank, rank + 1) if schedule == "dualpipe" else (2 * pp - rank, rank + 1)
+        assert in_flight_by_chunk(schedule, rank, pp, m) == expected
+        assert get_schedule(schedule).chunk_in_flight(rank, pp, 1, m) == expected
+        assert get_schedule(schedule).in_flight_microbatches(rank, pp, 1, m) == in_flight_stages(schedule, rank, pp, m)
 
 
 def test_parameter_copies():
