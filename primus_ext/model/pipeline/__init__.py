@@ -32,11 +32,12 @@ Adding a schedule (e.g. ZB-H2, ZB-V, V-half, V-min, DualPipe, DualPipeV)::
         chunk_placement = "v"            # chunk 0 on ranks 0..P-1, chunk 1 back on P-1..0 (stage_of)
         fixed_chunks = 2                 # chunks per rank whatever VPP says; resolve() then keeps it
         kept_over_vpp = True             # a flag selects it: the spec keeps it even with VPP set
-        model_copies = 1                 # DualPipe / DualPipeV: 2 (parameter / optimizer memory x2)
+        model_copies = 1                 # DualPipe: 2 (memory.state scales params/grads/optimizer by it)
         batch_kernel = None              # no numba structure: simulated one configuration at a time
 
         def legality(self, pp, vpp, num_microbatches): ...          # what it requires ([] = runs)
-        def in_flight_microbatches(self, rank, pp, vpp, m, extra=0): ...   # activation memory per rank
+        def chunk_in_flight(self, rank, pp, vpp, m, extra=0): ...   # micro-batches held per chunk (memory)
+        def wgrad_held_microbatches(self, rank, pp, m): ...          # W inputs held (ZB-H2 holds more)
         def rank_order(self, rank, pp, vpp, m, group=None, extra_warmup=0): ...  # its op order
         def simulate(self, times, num_microbatches, p2p=(), **kwargs): ...     # its simulator
 

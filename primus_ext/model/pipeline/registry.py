@@ -71,10 +71,15 @@ class Schedule:
 
         return simulate(self.simulate_name or self.name, times, num_microbatches, p2p, **kwargs)
 
+    def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
+        """Micro-batches whose activations each model chunk of ``rank`` holds at its peak (what
+        ``model.memory.schedule.chunk_in_flight`` returns): 1F1B's ``min(PP - r, M)`` on its one chunk."""
+        return (float(min(pp - rank, m)),) * self.chunks_per_rank(vpp)
+
     def in_flight_microbatches(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> float:
-        """Micro-batches (in whole-stage units) whose forward activations ``rank`` holds at its peak, as
-        ``model.memory.schedule.chunk_in_flight`` sums them: 1F1B's ``min(PP - r, M)``."""
-        return float(min(pp - rank, m))
+        """Whole-stage micro-batches of activations ``rank`` holds at its peak (chunk counts / chunks)."""
+        counts = self.chunk_in_flight(rank, pp, vpp, m, extra)
+        return sum(counts) / len(counts)
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         """Micro-batches whose weight-gradient inputs stay held past their backward (split-W schedules)."""
@@ -182,12 +187,15 @@ class Interleaved(Schedule):
     def resolve(self, pp: int, vpp: int | None) -> Schedule:
         return self if (vpp or 1) > 1 else get_schedule("1f1b")
 
-    def in_flight_microbatches(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> float:
+    def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
         if vpp <= 1:
-            return super().in_flight_microbatches(rank, pp, vpp, m, extra)
-        # megatron-core 0.16.1 schedules.py get_pp_rank_microbatches: warm-up chunk-micro-batches + 1 (+1 with
-        # EP all-to-all overlap), in chunk units; / VPP for whole-stage micro-batches
-        return min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp) / vpp
+            return super().chunk_in_flight(rank, pp, vpp, m, extra)
+        # megatron-core 0.16.1 schedules.py get_pp_rank_microbatches: warm-up chunk-micro-batches + the one in
+        # the steady state, issued in groups of PP per chunk cycling over the chunks; EP all-to-all overlap
+        # schedules one more warm-up forward
+        in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
+        cycles, rem = divmod(in_flight, pp * vpp)
+        return tuple(float(cycles * pp + min(max(rem - c * pp, 0), pp)) for c in range(vpp))
 
 
 @register

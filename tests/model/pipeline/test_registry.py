@@ -130,3 +130,41 @@ def test_the_grep_catches_a_comparison():
     assert pattern.search('zb = e.pipeline_schedule == "zb-h1"')
     assert pattern.search('if schedule not in ("1f1b", "interleaved"):')
     assert not pattern.search('get_schedule("1f1b")')
+
+
+def test_memory_in_flight_asks_the_schedule():
+    from primus_ext.model.memory.schedule import chunk_in_flight
+
+    for vpp, sched in ((None, "1f1b"), (2, "interleaved"), (None, "zb-h1"), (2, "zb-h1")):
+        e = ExecutionSpec(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=vpp,
+                          pipeline_schedule=sched, global_batch_size=8)
+        for rank in range(4):
+            assert chunk_in_flight(e, rank) == resolve(e).chunk_in_flight(rank, 4, vpp or 1, e.num_microbatches)
+    assert get_schedule("interleaved").chunk_in_flight(0, 4, 2, 8) == (7.0, 4.0)
+
+
+def test_an_unknown_spec_schedule_is_a_recipe_problem():
+    from primus_ext.recipe.validate import _batch
+
+    out: list = []
+    _batch(ExecutionSpec(pipeline_schedule="zb-h9"), out)
+    assert out and out[0].path == "pipeline_schedule" and "zb-h1" in out[0].fix
+
+
+def test_model_copies_scale_parameter_and_optimizer_state():
+    from primus_ext.model.memory.state import sharding_bytes, state_bytes
+
+    class TwoCopies(Schedule):
+        name = "test-two-copies"
+        label = "two copies"
+        model_copies = 2
+
+    register(TwoCopies)
+    try:
+        one = ExecutionSpec(pipeline_model_parallel_size=4)
+        two = ExecutionSpec(pipeline_model_parallel_size=4, pipeline_schedule="test-two-copies")
+        a = state_bytes(one, sharding_bytes(one), 1e9, 0.0, 0.0, 1e6, 1e7, (2.0, 0.0))
+        b = state_bytes(two, sharding_bytes(two), 1e9, 0.0, 0.0, 1e6, 1e7, (2.0, 0.0))
+        assert a[0] > 0 and b[:4] == tuple(2 * x for x in a[:4]) and b[4:] == a[4:]
+    finally:
+        del SCHEDULES["test-two-copies"]
