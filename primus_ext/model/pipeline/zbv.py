@@ -15,14 +15,13 @@ Backward is split into input-grad B and weight-grad W, as in ``pipeline.zb2``.
   inputs in the same limit). On uniform stages the only idle time is the fill, (P-1) chunk forwards.
 * ``v-half`` / ``v-min``: Primus zbv_greedy.py's building blocks (the paper's sec. 3 "V-Half" and "V-Min"):
   per rank fixed offsets of F(chunk 0), F(chunk 1), B(chunk 1), B(chunk 0) in unit slots, repeated every 6
-  slots (one micro-batch = F, B, W of two chunks); each W goes in the rank's next free slot, W of chunk 1
-  first (zbv_greedy.put_w with split W); the rank runs its ops in slot order. Primus then moves warm-up and
-  cool-down ops to earlier free slots that do not raise memory (zbv_greedy.reorder); that pass is left out,
-  so these orders are Primus's before it (their ramp bubbles an upper bound of Primus's; the steady state,
-  and so the memory, is the same).
+  slots (one micro-batch = F, B, W of two chunks); warm-up and cool-down ops then move to earlier free slots
+  that raise no rank's memory (``squeeze``, after zbv_greedy.reorder); each W goes in the rank's next free
+  slot, W of chunk 1 first (zbv_greedy.put_w with split W); the rank runs its ops in slot order. The steady
+  state, and so the memory, is the block's; the ramps may differ from Primus's (its reorder also moves Ws).
 
 Activation memory is counted in chunk-micro-batches (one chunk's saved activations of one micro-batch): +1 at F,
--1 at its input-grad B; the weight-grad inputs a deferred W still holds are counted apart (``wgrad_held``).
+-1 at its input-grad B; the weight-grad inputs a deferred W still holds are counted apart (``wgrad_held_chunks``).
 Pure and torch-free.
 """
 
@@ -76,16 +75,86 @@ def v_half_block(pp: int) -> tuple[tuple[int, int, int, int], ...]:
     return tuple((2 * i, 3 * pp - 2 - i, 3 * pp + gap + 2 * i - 1, 6 * pp + gap - 2 - i) for i in range(pp))
 
 
-def block_order(block: tuple[int, int, int, int], m: int) -> list[tuple[int, int, int]]:
-    """One rank's (kind, micro-batch, chunk) order from its block: micro-batch k's ops at the block's slots
-    + 6k; a free slot runs the oldest waiting W (chunk 1's before chunk 0's, zbv_greedy.put_w with split W);
-    the Ws left at the end follow in that order."""
+Slots = dict[tuple[int, int], list[int]]
+"""One rank's slot times: (kind, chunk) -> slot of micro-batch 0, 1, ..."""
+
+
+def block_slots(block: tuple[int, int, int, int], m: int) -> Slots:
+    """One rank's F / B slots from its block: micro-batch k's at the block's offsets + 6k."""
     f0, f1, b1, b0 = block
-    at: dict[int, tuple[int, int, int]] = {}
-    for k in range(m):
-        base = SLOTS_PER_MICROBATCH * k
-        at.update({f0 + base: (FWD, k, 0), f1 + base: (FWD, k, 1), b1 + base: (BWD, k, 1), b0 + base: (BWD, k, 0)})
-    assert len(at) == 4 * m, "building block offsets collide mod 6"
+    per = SLOTS_PER_MICROBATCH
+    return {(FWD, 0): [f0 + per * k for k in range(m)], (FWD, 1): [f1 + per * k for k in range(m)],
+            (BWD, 1): [b1 + per * k for k in range(m)], (BWD, 0): [b0 + per * k for k in range(m)]}
+
+
+def slots_peak(slots: Slots) -> tuple[int, int]:
+    """Most micro-batch chunks a rank holds over its slots: (from F to its B, as ``in_flight_chunks`` counts;
+    from F to its W, Primus's way, zbv_greedy.mem_of_stage), each W in the rank's next free slot after its B."""
+    kinds = {t: kind for (kind, _), ts in slots.items() for t in ts}
+    to_b = to_w = peak_b = peak_w = waiting = 0
+    for slot in range(max(kinds) + 1):
+        kind = kinds.get(slot)
+        if kind == FWD:
+            to_b, to_w = to_b + 1, to_w + 1
+            peak_b, peak_w = max(peak_b, to_b), max(peak_w, to_w)
+        elif kind == BWD:
+            to_b, waiting = to_b - 1, waiting + 1
+        elif waiting:
+            to_w, waiting = to_w - 1, waiting - 1
+    return peak_b, peak_w
+
+
+def _input_slot(ranks: list[Slots], rank: int, kind: int, chunk: int, mb: int) -> int:
+    """Latest slot an op must follow: its input along the V (the turn on rank P-1 and rank 0's last stage are
+    local) and the same op of the previous micro-batch; -1 for none."""
+    pp, dep = len(ranks), -1
+    if kind == FWD and chunk == 0 and rank > 0:
+        dep = ranks[rank - 1][(FWD, 0)][mb]
+    elif kind == FWD and chunk == 1:
+        dep = ranks[rank + 1][(FWD, 1)][mb] if rank < pp - 1 else ranks[rank][(FWD, 0)][mb]
+    elif kind == BWD and chunk == 1:
+        dep = ranks[rank - 1][(BWD, 1)][mb] if rank > 0 else ranks[rank][(FWD, 1)][mb]
+    elif kind == BWD:
+        dep = ranks[rank + 1][(BWD, 0)][mb] if rank < pp - 1 else ranks[rank][(BWD, 1)][mb]
+    return max(dep, ranks[rank][(kind, chunk)][mb - 1]) if mb else dep
+
+
+def squeeze(ranks: list[Slots], m: int) -> list[Slots]:
+    """Move warm-up and cool-down ops to earlier free slots (Primus zbv_greedy.py's reorder, arXiv:2405.15362
+    sec. 3.2 "squeeze"): in slot order, an op before rank 0's first chunk-0 B or after rank 0's last chunk-0 F
+    takes the earliest free slot of its rank after its input's, if that raises no rank's peak above the
+    block's (``slots_peak``: held from F to B and from F to W); the steady state between keeps the block's slots.
+    Primus's version also moves Ws in a first pass; this one moves F and B (the Ws follow into free slots)."""
+    ranks = [{key: list(ts) for key, ts in slots.items()} for slots in ranks]
+    peaks = [slots_peak(slots) for slots in ranks]
+    limit = (max(p[0] for p in peaks), max(p[1] for p in peaks))
+    ops = sorted((t, r, kind, chunk, mb) for r, slots in enumerate(ranks) for (kind, chunk), ts in slots.items()
+                 for mb, t in enumerate(ts))
+    phase = 0  # 0 warm-up, 1 steady state (kept), 2 cool-down
+    for _, r, kind, chunk, mb in ops:
+        if phase == 0 and (kind, chunk, r) == (BWD, 0, 0):
+            phase = 1
+        if phase == 1:
+            phase = 2 if (kind, chunk, mb, r) == (FWD, 0, m - 1, 0) else 1
+            continue
+        own = ranks[r][(kind, chunk)]
+        was = own[mb]
+        taken = {t for ts in ranks[r].values() for t in ts}
+        for slot in range(_input_slot(ranks, r, kind, chunk, mb) + 1, was):
+            if slot not in taken:
+                own[mb] = slot
+                peak_b, peak_w = slots_peak(ranks[r])
+                if peak_b <= limit[0] and peak_w <= limit[1]:
+                    break
+                own[mb] = was
+    return ranks
+
+
+def slot_order(slots: Slots) -> list[tuple[int, int, int]]:
+    """One rank's (kind, micro-batch, chunk) order: its F / B in slot order; a free slot runs the oldest waiting
+    W (chunk 1's before chunk 0's, zbv_greedy.put_w with split W); the Ws left at the end follow in that order."""
+    at = {t: (kind, mb, chunk) for (kind, chunk), ts in slots.items() for mb, t in enumerate(ts)}
+    assert len(at) == sum(map(len, slots.values())), "two ops in one slot"
     waiting: tuple[list[int], list[int]] = ([], [])  # per chunk: micro-batches whose W waits
     order: list[tuple[int, int, int]] = []
     for slot in range(max(at) + 1):
@@ -100,6 +169,11 @@ def block_order(block: tuple[int, int, int, int], m: int) -> list[tuple[int, int
     return order + [(WGRAD, k, c) for c in (1, 0) for k in waiting[c]]
 
 
+def block_order(block: tuple[int, int, int, int], m: int) -> list[tuple[int, int, int]]:
+    """One rank's order from its block alone (no squeeze)."""
+    return slot_order(block_slots(block, m))
+
+
 # --------------------------------------------------------------------------- orders and runs
 def zb_v_caps(pp: int) -> tuple[int, ...]:
     """ZB-V's activation limit per rank, chunk-micro-batches: 1F1B's P whole-stage micro-batches = 2P chunks
@@ -112,12 +186,16 @@ def v_orders(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...],
              m: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     """Per-rank (kind, micro-batch, chunk) orders of a V schedule; ``times`` matter for ``zb-v`` only."""
     pp = len(times)
-    if schedule == "zb-v":
-        orders = greedy_orders(times, m, zb_v_caps(pp), v_stage, zb_v_caps(pp))
-    else:
-        block = v_half_block(pp) if schedule == "v-half" else v_min_block(pp)
-        orders = [block_order(block[r], m) for r in range(pp)]
-    return tuple(tuple(o) for o in orders)
+    if schedule != "zb-v":
+        return block_orders(schedule, pp, m)
+    return tuple(tuple(o) for o in greedy_orders(times, m, zb_v_caps(pp), v_stage, zb_v_caps(pp)))
+
+
+@lru_cache(maxsize=256)
+def block_orders(schedule: str, pp: int, m: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """V-half's / V-min's per-rank orders: the block, squeezed, Ws in free slots (they ignore the op times)."""
+    block = v_half_block(pp) if schedule == "v-half" else v_min_block(pp)
+    return tuple(tuple(slot_order(slots)) for slots in squeeze([block_slots(b, m) for b in block], m))
 
 
 def unit_times(pp: int) -> tuple[tuple[ChunkTimes, ...], ...]:
@@ -237,9 +315,13 @@ __all__ = [
     "VHalf",
     "VMin",
     "block_order",
+    "block_slots",
     "held_at_peak",
     "in_flight_chunks",
     "simulate_v",
+    "slot_order",
+    "slots_peak",
+    "squeeze",
     "unit_times",
     "v_half_block",
     "v_min_block",
