@@ -31,6 +31,7 @@ from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
+from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds, launches
@@ -304,8 +305,8 @@ def schedule_of(ex: ExecutionSpec) -> tuple[int, str]:
     pp, vpp = ex.pp, virtual_stages(ex)
     # without pipelining megatron-core runs forward_backward_no_pipelining (combined 1F1B under EP overlap)
     # whatever the zero-bubble setting: the 1F1B order, which is also the zero-bubble one on one rank
-    schedule = "interleaved" if vpp > 1 else ("zb-h1" if ex.pipeline_schedule == "zb-h1" and pp > 1 else "1f1b")
-    if schedule == "interleaved" and interleaving_problem(pp, m):
+    schedule = resolve_schedule(ex.pipeline_schedule, pp, vpp).name
+    if get_schedule(schedule).chunks_per_rank(vpp) > 1 and interleaving_problem(pp, m):
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
                                                  message=interleaving_problem(pp, m),
                                                  fix=f"use a global batch giving a multiple of PP={pp} micro-batches")])

@@ -37,6 +37,7 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.pipeline import simulate_many, unpaired_counts
+from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.placement import group_placements
 from primus_ext.model.stages import virtual_stages
 from primus_ext.projection.comm import (
@@ -222,7 +223,7 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
     for i, ex in enumerate(executions):
         try:
             m, schedule = schedule_of(ex)
-            if schedule == "zb-h1":  # op order chosen per configuration: one by one
+            if get_schedule(schedule).batch_kernel is None:  # op order chosen per configuration: one by one
                 projection = evaluate(model, ex, system, costs)
                 _store(out, parts, present, i, projection)
                 sources[i] = projection.sources

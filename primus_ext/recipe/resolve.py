@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.errors import Problem
+from primus_ext.model.pipeline.registry import by_primus_name, get_schedule, spec_schedule
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip
@@ -276,13 +277,11 @@ def _schedule(a: ArgReader, pp: int, vpp: int | None) -> str:
         algorithm = a.raw("pp_algorithm")
         zero_bubble = zero_bubble or algorithm in PRIMUS_ZB_ALGORITHMS
         v_shape = v_shape or algorithm in PRIMUS_ZB_ALGORITHMS[2:]
-    if pp == 1:
-        return "1f1b"
-    if v_shape:
+    if pp > 1 and v_shape:
         a.warnings.append("V-shaped zero-bubble schedule is projected as ZB-H1 (same bubble, one chunk per rank)")
-    if zero_bubble:
-        return "zb-h1"
-    return "interleaved" if vpp else "1f1b"
+    # registry.spec_schedule: one stage → 1F1B; the zero-bubble flag wins over VPP; any VPP given → interleaved
+    requested = by_primus_name("patch_zero_bubble") if zero_bubble else get_schedule("1f1b")
+    return spec_schedule(requested, pp, (2 if vpp else 1) if pp > 1 else 1).name
 
 
 def _precision(a: ArgReader) -> str:

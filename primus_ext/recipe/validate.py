@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from primus_ext.errors import Problem
 from primus_ext.model.pipeline.long import budget_of, pricing_problem
+from primus_ext.model.pipeline.registry import SCHEDULES, spec_schedule
 from primus_ext.model.stages import layout_problems, virtual_stages
 from primus_ext.recipe.upstream_rules import upstream_problems
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -73,6 +74,10 @@ def _parallel(m: ModelSpec, e: ExecutionSpec, s: SystemSpec, out: list[Problem])
 
 
 def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
+    if e.pipeline_schedule not in SCHEDULES:  # specs cannot import the registry (bottom layer): checked here
+        out.append(Problem(path="pipeline_schedule", value=e.pipeline_schedule, message="unknown pipeline schedule",
+                           fix=f"use one of {', '.join(SCHEDULES)}"))
+        return
     per_step = e.micro_batch_size * e.dp
     if e.global_batch_size % per_step:
         out.append(Problem(path="global_batch_size", value=e.global_batch_size,
@@ -86,7 +91,7 @@ def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
                                    f"multiple of PP={e.pp}",
                            fix=f"use a global batch of a multiple of MBS*DP*PP = {per_step * e.pp}"))
     elif problem := pricing_problem(e.pp, virtual_stages(e), e.num_microbatches, e.pp,
-                                    budget_of(e.pipeline_schedule if e.pp > 1 else "1f1b")):
+                                    budget_of(spec_schedule(e.pipeline_schedule, e.pp, 1).name)):
         out.append(Problem(path="global_batch_size", value=e.global_batch_size, message=problem,
                            fix="use fewer pipeline stages or a smaller global batch"))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.projection.result import Projection
 from primus_ext.report.timeline import stage_idle
 
@@ -149,4 +150,4 @@ def format_projection(p: Projection) -> str:
 
 def _schedule(p: Projection) -> str:
     ex = p.execution
-    return "interleaved 1F1B" if ex.vpp > 1 else ("ZB-H1" if ex.pipeline_schedule == "zb-h1" else "1F1B")
+    return resolve_schedule(ex.pipeline_schedule, max(ex.pp, 2), ex.vpp).label

@@ -14,7 +14,9 @@ from primus_ext.specs.launch import DEFAULT_LAUNCH, LaunchSpec
 RecomputeGranularity = Literal["full", "selective"]
 RecomputeMethod = Literal["uniform", "block"]
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
-PipelineSchedule = Literal["1f1b", "interleaved", "zb-h1"]
+PipelineSchedule = str
+"""A name registered in ``primus_ext.model.pipeline.registry.SCHEDULES`` (open: schedules register themselves;
+specs is the bottom layer and cannot import the registry, so ``recipe.validate`` checks the name)."""
 Dispatcher = Literal["alltoall", "allgather", "flex"]
 CPCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 FSDPKind = Literal["none", "torch_fsdp2", "megatron_fsdp"]
@@ -50,7 +52,8 @@ class ExecutionSpec:
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_schedule: PipelineSchedule = "1f1b"
-    """Derived: interleaved when VPP > 1, zb-h1 when Primus's zero-bubble patch is on."""
+    """Derived (``registry.spec_schedule``): interleaved when VPP > 1, zb-h1 when Primus's zero-bubble patch is
+    on; any name in the schedule registry."""
 
     # --- batch ---------------------------------------------------------------------------------
     micro_batch_size: int = 1

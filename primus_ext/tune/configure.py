@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from primus_ext.model.pipeline.registry import spec_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.tune.config_keys import fast_replace
@@ -113,7 +114,7 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
     ``split``: the layout fields of (PP, VPP) when already known (``pipeline_split``)."""
     tp, pp, vpp, cp = config["tp"], config["pp"], config["vpp"], config["cp"]
     chunk = max(1, model.num_layers // (pp * vpp))
-    schedule = "zb-h1" if base.pipeline_schedule == "zb-h1" and pp > 1 else "interleaved" if vpp > 1 else "1f1b"
+    schedule = spec_schedule(base.pipeline_schedule, pp, vpp).name
     return fast_replace(base, dict(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,

@@ -23,6 +23,7 @@ from primus_ext.errors import RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
 from primus_ext.hardware.power import clock_scale, power_capped
 from primus_ext.model.flops import model_flops_per_token
+from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.model.stages import layout_problems
 from primus_ext.recipe.graphs import graph_mode
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
@@ -229,7 +230,7 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         data_parallel_size=dp,
         sequence_parallel=sp,
         pipeline_model_parallel_layout=layout or None,
-        pipeline_schedule="interleaved" if vpp and vpp > 1 else "1f1b",
+        pipeline_schedule=resolve_schedule("1f1b", 2, vpp).name,
         micro_batch_size=_int(row["mbs"], 1) or 1,
         global_batch_size=_int(row["gbs"], 1) or 1,
         seq_length=_int(row["seq_len"], 4096) or 4096,

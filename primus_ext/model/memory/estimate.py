@@ -65,6 +65,7 @@ from primus_ext.model.memory.stage import (
     transient_terms,
 )
 from primus_ext.model.memory.state import optimizer_step_excess, sharding_bytes, state_bytes
+from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -249,7 +250,8 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
     pp = e.pipeline_model_parallel_size
     m = max(1, e.global_batch_size // (e.micro_batch_size * e.data_parallel_size))
     vpp = e.virtual_pipeline_model_parallel_size or 1
-    zb = e.pipeline_schedule == "zb-h1"
+    schedule = get_schedule(e.pipeline_schedule)
+    zb = schedule.splits_wgrad
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
     for (rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static, loss, layer, output,
@@ -260,7 +262,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
         opt = opt_dense + opt_expert
         activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)
         if zb and rank:
-            activations += min(rank, m) * per_mb * wgrad
+            activations += schedule.wgrad_held_microbatches(rank, pp, m) * per_mb * wgrad
         transient = static - loss_overlap(loss, layer, fsdp_layer, fsdp_loss, zb) + fsdp_gather
         other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES
                  + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES)

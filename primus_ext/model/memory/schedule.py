@@ -13,22 +13,15 @@ chunk-micro-batches plus the first steady-state forward (megatron-core 0.16.1 sc
 
 from __future__ import annotations
 
+from primus_ext.model.pipeline.registry import resolve
 from primus_ext.specs import ExecutionSpec
 
 
 def chunk_in_flight(execution: ExecutionSpec, rank: int) -> tuple[float, ...]:
     """Micro-batches whose activations each model chunk of ``rank`` holds at the peak."""
-    pp, vpp = execution.pp, execution.vpp
-    m = max(1, execution.num_microbatches)
-    if vpp == 1:
-        return (float(min(pp - rank, m)),)
-    # Megatron's interleaved schedule: warm-up chunk-micro-batches + the one in the steady state,
-    # issued in groups of PP per chunk, cycling over the chunks; EP all-to-all overlap schedules one more
-    # forward in the warm-up (megatron-core 0.16.1 schedules.py get_pp_rank_microbatches).
     extra = 1 if execution.overlap_moe_expert_parallel_comm else 0
-    in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
-    cycles, rem = divmod(in_flight, pp * vpp)
-    return tuple(float(cycles * pp + min(max(rem - c * pp, 0), pp)) for c in range(vpp))
+    return resolve(execution).chunk_in_flight(rank, execution.pp, execution.vpp,
+                                              max(1, execution.num_microbatches), extra)
 
 
 def prefix_sums(saved: tuple[float, ...]) -> tuple[float, ...]:

@@ -46,6 +46,7 @@ from primus_ext.model.params import (
     position_embedding_params,
     router_params,
 )
+from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.stages import StagePlan
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -368,14 +369,16 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
                                    1 if e.overlap_moe_expert_parallel_comm else 0, prof.chunk_saved,
                                    prefix_sums(prof.chunk_saved), per_mb)
     zb_hold = 0.0
-    if e.pipeline_schedule == "zb-h1" and rank:
-        zb_hold = min(rank, max(1, e.num_microbatches)) * per_mb * prof.wgrad_fraction
+    schedule = get_schedule(e.pipeline_schedule)
+    if schedule.splits_wgrad and rank:
+        held = schedule.wgrad_held_microbatches(rank, e.pp, max(1, e.num_microbatches))
+        zb_hold = held * per_mb * prof.wgrad_fraction
         activations += zb_hold
     in_flight = activations / per_mb if per_mb else flights[0]
     # --- other ---------------------------------------------------------------------------------
     backward_ws, logits, a2a = transient_terms(model, e, prof)
     freed = loss_overlap(prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
-                         fsdp_layer, fsdp_loss, e.pipeline_schedule == "zb-h1")
+                         fsdp_layer, fsdp_loss, schedule.splits_wgrad)
     transient = prof.working + backward_ws + logits + a2a - freed + fsdp_gather
     fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
     other = transient + fragmentation + CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES

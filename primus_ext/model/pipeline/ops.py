@@ -3,12 +3,17 @@
 A schedule is a per-rank op order (kind, micro-batch, chunk); ``place`` turns the orders into a topological
 ``Structure`` (each op's same-rank predecessor and input dependency), and ``replay`` runs it: every op starts
 when its rank is free and its input arrived (upstream forward + p2p, or downstream backward + p2p).
-Pure and torch-free.
+
+Overlapped pairs (DualPipe's "F&B", DeepSeek-V3 report arXiv:2412.19437 sec. 3.2.1): one op that runs the
+forward of one micro-batch beside the backward of another, each hiding the other's EP all-to-all. The op has two
+inputs (``Structure.pairs``: the second half's input and p2p slot); it starts once both arrived and its one
+duration slot holds the pair's time, which the schedule sets (``pipeline.dualpipe``: the chunks' paired ``fwd`` +
+``bwd``). Both halves' outputs leave at its end. Pure and torch-free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FWD, BWD, WGRAD = 0, 1, 2
 KIND_NAMES = ("F", "B", "W")
@@ -42,6 +47,8 @@ class Event:
     """``F`` forward, ``B`` backward (input-grad only under zb-h1), ``W`` weight-grad."""
     start: float
     end: float
+    overlapped: bool = False
+    """Half of an overlapped F&B pair: the F and the B of one op share its start and end (DualPipe)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +109,13 @@ class Structure:
     """Per op: (same-rank predecessor, input dependency, duration slot, p2p slot); 0 / -1 = none."""
     last: tuple[int, ...]
     """Per rank: position of its last op."""
+    pairs: tuple[tuple[int, int, int, int, int], ...] = ()
+    """Per op: (input position, p2p slot, kind, chunk, micro-batch) of the pass overlapped with it in one F&B op,
+    ``NO_PAIR`` for an op that runs alone; empty when no op is overlapped (every schedule but DualPipe)."""
+
+
+NO_PAIR = (0, -1, -1, 0, 0)
+"""``Structure.pairs`` entry of an op that runs alone (input 0: the zero-time sentinel, p2p slot -1: none)."""
 
 
 def place(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None) -> Structure:
@@ -159,17 +173,22 @@ def busy_times(times: tuple[tuple[ChunkTimes, ...], ...], m: int,
 
 
 def critical_p2p(st: Structure, fin: list[float], durs: list[float], comms: tuple[float, ...]) -> float:
-    """Send/recv time on the critical path (walk back from the last op along binding inputs)."""
+    """Send/recv time on the critical path (walk back from the last op along binding inputs; an overlapped pair
+    has two inputs, either may bind)."""
     i = max(st.last, key=lambda pos: fin[pos])
     total = 0.0
     while i > 0:
         p, d, ds, cs = st.steps[i - 1]
         start = fin[i] - durs[ds]
-        if d > 0 and abs(fin[d] + comms[cs] - start) <= 1e-12 * max(1.0, start) and fin[d] + comms[cs] > fin[p]:
-            total += comms[cs]
-            i = d
-        else:
-            i = p
+        inputs = ((d, cs), st.pairs[i - 1][:2]) if st.pairs else ((d, cs),)
+        nxt = p
+        for dep, slot in inputs:
+            if dep > 0 and abs(fin[dep] + comms[slot] - start) <= 1e-12 * max(1.0, start) and \
+                    fin[dep] + comms[slot] > fin[p]:
+                total += comms[slot]
+                nxt = dep
+                break
+        i = nxt
     return total
 
 
@@ -180,10 +199,14 @@ def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ..
     comms = (*p2p, 0.0)  # slot -1 -> 0
     fin = [0.0]
     append = fin.append
-    for p, d, ds, cs in st.steps:  # the hot loop: finish = max(rank free, input arrived) + duration
-        t = fin[p]
-        a = fin[d] + comms[cs]
-        append((a if a > t else t) + durs[ds])
+    if st.pairs:  # overlapped F&B ops wait for both inputs (NO_PAIR adds the 0 s sentinel)
+        for (p, d, ds, cs), (d2, cs2, _, _, _) in zip(st.steps, st.pairs, strict=True):
+            append(max(fin[p], fin[d] + comms[cs], fin[d2] + comms[cs2]) + durs[ds])
+    else:
+        for p, d, ds, cs in st.steps:  # the hot loop: finish = max(rank free, input arrived) + duration
+            t = fin[p]
+            a = fin[d] + comms[cs]
+            append((a if a > t else t) + durs[ds])
     finish = tuple(fin[pos] for pos in st.last)
     busy = busy_times(times, m, unpaired)
     events: tuple[Event, ...] = ()
@@ -193,10 +216,18 @@ def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ..
                   end=fin[i + 1])
             for i, (k, r, c, mb) in enumerate(st.ops)
         )
+        if st.pairs:  # the second half of each overlapped pair, over the same span; both halves flagged
+            events = tuple(
+                e for i, first in enumerate(events)
+                for e in ((first,) if st.pairs[i][2] < 0 else (
+                    replace(first, overlapped=True),
+                    replace(first, chunk=st.pairs[i][3], microbatch=st.pairs[i][4], kind=KIND_NAMES[st.pairs[i][2]],
+                            overlapped=True)))
+            )
     return ScheduleResult(schedule=schedule, num_microbatches=m, makespan=max(finish), busy=busy, finish=finish,
                           events=events, critical_p2p=critical_p2p(st, fin, durs, comms) if any(p2p) else 0.0,
                           unpaired=unpaired)
 
 
-__all__ = ["BWD", "FWD", "KIND_NAMES", "UNPAIRED_SLOT_KINDS", "WGRAD", "ChunkTimes", "Event", "ScheduleResult",
-           "Structure", "busy_times", "critical_p2p", "duration_slot", "durations", "place", "replay"]
+__all__ = ["BWD", "FWD", "KIND_NAMES", "NO_PAIR", "UNPAIRED_SLOT_KINDS", "WGRAD", "ChunkTimes", "Event",
+           "ScheduleResult", "Structure", "busy_times", "critical_p2p", "duration_slot", "durations", "place", "replay"]

@@ -1,0 +1,221 @@
+"""Pipeline schedules as objects: one class per schedule, one registry, one place that picks the effective one.
+
+    >>> from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
+    >>> get_schedule("zb-h1").label
+    'ZB-H1'
+    >>> resolve_schedule("zb-h1", pp=1, vpp=1).name      # one stage: nothing to pipeline
+    '1f1b'
+
+As torchtitan's ``get_schedule_class`` (torchtitan/distributed/pipeline_parallel.py): every caller asks the
+registry, no caller compares schedule names. Adding a schedule: see the ``primus_ext.model.pipeline`` docstring.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from primus_ext.errors import PrimusExtError
+
+
+class Schedule:
+    """One pipeline schedule. Subclasses set the class attributes and override the hooks that differ."""
+
+    name: ClassVar[str] = ""
+    """``ExecutionSpec.pipeline_schedule`` value."""
+    label: ClassVar[str] = ""
+    """Shown in reports."""
+    primus_names: ClassVar[tuple[str, ...]] = ()
+    """Primus ``pp_algorithm`` values / recipe flags that select it (modules/megatron/primus_pipeline.yaml,
+    backends/megatron/core/pipeline_parallel/zerobubble/README.md)."""
+    model_copies: ClassVar[int] = 1
+    """Model replicas each rank keeps (parameters, gradients, optimizer state scale by it; DualPipe: 2)."""
+    splits_wgrad: ClassVar[bool] = False
+    """Weight-gradient runs as separate ops after the input-gradient (the zero-bubble family)."""
+    batch_kernel: ClassVar[str | None] = None
+    """The schedule structure ``batch.simulate_many`` runs for it; None: simulated one configuration at a time."""
+    chunk_placement: ClassVar[str] = "loop"
+    """How chunks sit on ranks: "loop" (chunk c of rank r is virtual stage c*PP + r, Megatron) or "v"
+    (2 chunks: chunk 0 on ranks 0..P-1, chunk 1 back on P-1..0; ZB-V / V-half / V-min / DualPipeV)."""
+    fixed_chunks: ClassVar[int | None] = None
+    """Chunks per rank the schedule requires whatever VPP says (V-shaped: 2); None: VPP's."""
+    simulate_name: ClassVar[str | None] = None
+    """The name ``schedules.simulate`` knows it by (None: ``name``)."""
+
+    def chunks_per_rank(self, vpp: int | None) -> int:
+        return self.fixed_chunks or max(1, vpp or 1)
+
+    def legality(self, pp: int, vpp: int | None, num_microbatches: int) -> list[str]:
+        """What this schedule requires of PP, VPP and the micro-batch count ([] when it runs)."""
+        problems = []
+        if pp < 1 or num_microbatches < 1:
+            problems.append(f"{self.name} needs at least one pipeline rank and one micro-batch; got PP={pp}, "
+                            f"micro-batches={num_microbatches}")
+        return problems
+
+    def stage_of(self, rank: int, chunk: int, pp: int) -> int:
+        """Virtual stage (model order) of ``chunk`` on ``rank``."""
+        if self.chunk_placement == "v":
+            return rank if chunk == 0 else 2 * pp - 1 - rank
+        return chunk * pp + rank
+
+    def rank_order(self, rank: int, pp: int, vpp: int, m: int, group: int | None = None,
+                   extra_warmup: int = 0) -> list[tuple[int, int, int]]:
+        """(kind, micro-batch, chunk) ops rank ``rank`` executes (fixed-order schedules; schedules.rank_order)."""
+        from primus_ext.model.pipeline.schedules import rank_order
+
+        return rank_order(self.simulate_name or self.name, rank, pp, vpp, m, group or pp, extra_warmup)
+
+    def simulate(self, times, num_microbatches: int, p2p=(), **kwargs):
+        """``schedules.simulate`` under this schedule's name."""
+        from primus_ext.model.pipeline.schedules import simulate
+
+        return simulate(self.simulate_name or self.name, times, num_microbatches, p2p, **kwargs)
+
+    def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
+        """Micro-batches whose activations each model chunk of ``rank`` holds at its peak (what
+        ``model.memory.schedule.chunk_in_flight`` returns): 1F1B's ``min(PP - r, M)`` on its one chunk."""
+        return (float(min(pp - rank, m)),) * self.chunks_per_rank(vpp)
+
+    def in_flight_microbatches(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> float:
+        """Whole-stage micro-batches of activations ``rank`` holds at its peak (chunk counts / chunks)."""
+        counts = self.chunk_in_flight(rank, pp, vpp, m, extra)
+        return sum(counts) / len(counts)
+
+    def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
+        """Micro-batches whose weight-gradient inputs stay held past their backward (split-W schedules)."""
+        return 0
+
+    kept_over_vpp: ClassVar[bool] = False
+    """Selected by its own flag, the spec keeps it even when VPP is set (Primus's patch_zero_bubble: the recipe
+    records zb-h1; what runs is then ``resolve``'s choice)."""
+
+    def resolve(self, pp: int, vpp: int | None) -> Schedule:
+        """The schedule that actually runs when this one is asked for with this PP / VPP: VPP > 1 → interleaved
+        (unless it places its own chunks), one stage → 1F1B (megatron-core forward_backward_no_pipelining)."""
+        if self.fixed_chunks is None and (vpp or 1) > 1:
+            return get_schedule("interleaved")
+        if pp <= 1:
+            return get_schedule("1f1b")
+        return self
+
+    def __repr__(self) -> str:
+        return f"<schedule {self.name}>"
+
+
+SCHEDULES: dict[str, Schedule] = {}
+"""name -> the one instance of each registered schedule."""
+
+
+def register(cls: type[Schedule]) -> type[Schedule]:
+    """Class decorator: add ``cls`` (one instance) to ``SCHEDULES``; a taken name is refused."""
+    if not cls.name or (cls.name in SCHEDULES and type(SCHEDULES[cls.name]) is not cls):
+        raise ValueError(f"schedule name {cls.name!r} is empty or already registered")
+    SCHEDULES[cls.name] = cls()
+    return cls
+
+
+def known_names() -> tuple[str, ...]:
+    return tuple(SCHEDULES)
+
+
+def get_schedule(name: str | Schedule) -> Schedule:
+    """The registered schedule called ``name``; unknown → ``PrimusExtError`` listing the known names."""
+    if isinstance(name, Schedule):
+        return name
+    try:
+        return SCHEDULES[name]
+    except (KeyError, TypeError):
+        raise PrimusExtError(f"unknown pipeline schedule {name!r}; known: {', '.join(SCHEDULES)}") from None
+
+
+def by_primus_name(name: str) -> Schedule | None:
+    """The schedule a Primus ``pp_algorithm`` value or flag selects (None: none registered claims it)."""
+    return next((s for s in SCHEDULES.values() if name in s.primus_names), None)
+
+
+def resolve_schedule(requested: str | Schedule, pp: int, vpp: int | None) -> Schedule:
+    """THE choice of the schedule that runs: VPP > 1 → interleaved unless the requested schedule places its own
+    chunks; PP == 1 → 1F1B; otherwise the requested one (``Schedule.resolve``)."""
+    return get_schedule(requested).resolve(pp, vpp)
+
+
+def spec_schedule(requested: str | Schedule, pp: int, vpp: int | None) -> Schedule:
+    """The value an ``ExecutionSpec`` records (recipe resolve, tuner): a flag-selected schedule
+    (``kept_over_vpp``) with PP > 1 stays; else interleaved when VPP > 1; else 1F1B."""
+    chosen = get_schedule(requested)
+    if pp > 1 and chosen.kept_over_vpp:
+        return chosen
+    return get_schedule("interleaved") if (vpp or 1) > 1 else get_schedule("1f1b")
+
+
+def resolve(execution: object) -> Schedule:
+    """The schedule an ``ExecutionSpec`` runs (its ``pipeline_schedule``, PP and VPP)."""
+    pp = execution.pipeline_model_parallel_size  # type: ignore[attr-defined]
+    vpp = execution.virtual_pipeline_model_parallel_size  # type: ignore[attr-defined]
+    return resolve_schedule(execution.pipeline_schedule, pp, vpp)  # type: ignore[attr-defined]
+
+
+@register
+class OneF1B(Schedule):
+    """Megatron-core's non-interleaved 1F1B (PipeDream-Flush, Narayanan et al. 2021 §2.2)."""
+
+    name = "1f1b"
+    label = "1F1B"
+    primus_names = ("1f1b",)  # primus_pipeline.yaml pp_algorithm
+    batch_kernel = "1f1b"
+
+
+
+@register
+class Interleaved(Schedule):
+    """Megatron-core's interleaved 1F1B (Narayanan et al. 2021 §2.2, VPP model chunks per rank)."""
+
+    name = "interleaved"
+    label = "interleaved 1F1B"
+    primus_names = ("1f1b-interleaved",)  # primus_pipeline.yaml pp_algorithm
+    batch_kernel = "interleaved"
+
+    def legality(self, pp: int, vpp: int | None, num_microbatches: int) -> list[str]:
+        problems = super().legality(pp, vpp, num_microbatches)
+        if not problems and (vpp or 1) > 1:
+            from primus_ext.model.pipeline.schedules import interleaving_problem
+
+            problem = interleaving_problem(pp, num_microbatches)
+            problems += [problem] if problem else []
+        return problems
+
+    def resolve(self, pp: int, vpp: int | None) -> Schedule:
+        return self if (vpp or 1) > 1 else get_schedule("1f1b")
+
+    def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
+        if vpp <= 1:
+            return super().chunk_in_flight(rank, pp, vpp, m, extra)
+        # megatron-core 0.16.1 schedules.py get_pp_rank_microbatches: warm-up chunk-micro-batches + the one in
+        # the steady state, issued in groups of PP per chunk cycling over the chunks; EP all-to-all overlap
+        # schedules one more warm-up forward
+        in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
+        cycles, rem = divmod(in_flight, pp * vpp)
+        return tuple(float(cycles * pp + min(max(rem - c * pp, 0), pp)) for c in range(vpp))
+
+
+@register
+class ZBH1(Schedule):
+    """Zero-bubble ZB-H1 (Qi et al. 2023, arXiv:2401.10241 §3): B split into input-grad B and weight-grad W,
+    1F1B's activation memory; one chunk per rank."""
+
+    name = "zb-h1"
+    label = "ZB-H1"
+    primus_names = ("zero-bubble", "zero-bubble-heuristic", "patch_zero_bubble")  # primus_pipeline.yaml
+    splits_wgrad = True
+    kept_over_vpp = True
+    batch_kernel = None  # op order chosen greedily on the op times: one configuration at a time
+
+    def legality(self, pp: int, vpp: int | None, num_microbatches: int) -> list[str]:
+        problems = super().legality(pp, vpp, num_microbatches)
+        if (vpp or 1) > 1:
+            problems.append("zb-h1 is a one-chunk schedule; use interleaved with VPP > 1")
+        return problems
+
+    def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
+        # rank r defers up to r weight-grads (zb.py's greedy order; Qi et al. §3.1 ZB-H1 memory = 1F1B's + W inputs)
+        return min(rank, m)
