@@ -5,8 +5,10 @@ and the LLM propose, what the trials log stores). The space builds an ``Executio
 (``primus_ext.tune.configure``, memoised here) by changing the recipe's execution only where an axis
 says so; everything else (GBS, sequence length, dispatcher, zero-bubble, ...) stays as the recipe
 wrote it. DP is derived (world / (TP*PP*CP)),
-sequence parallelism is on whenever TP > 1, and the pipeline split is Megatron's even split when the
-layers divide, else a generated ``pipeline_model_parallel_layout``.
+sequence parallelism is on whenever TP > 1, and the pipeline split is the ``split`` axis
+(``primus_ext.tune.splits``): by default Megatron's even split when the layers divide, else a generated
+``pipeline_model_parallel_layout``; besides it, legal uneven first/last stages, account_for flags and a
+weighted layout that unload the busiest stage.
 
 Axes are ordered: an axis's candidate values may depend on the axes before it (ETP on TP, VPP on PP,
 MBS on DP). Candidate values are a superset of what is legal; ``primus_ext.recipe.validate.check``
