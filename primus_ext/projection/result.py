@@ -180,7 +180,8 @@ class Imbalance:
     flagged: bool
     """``spread`` above the threshold."""
     fix: str
-    """The suggested change (uneven first/last stage layers or a layout)."""
+    """The suggested change: fewer layers on the stage the others wait for, or more on the one that waits for
+    them, whichever stands further from the median idle share (uneven first/last stage layers or a layout)."""
 
     @property
     def message(self) -> str:
@@ -197,17 +198,18 @@ def imbalance(projection: Projection, threshold: float = IMBALANCE_THRESHOLD) ->
         return None
     busiest = min(idle, key=lambda s: (s.idle_fraction, s.rank))
     idlest = max(idle, key=lambda s: (s.idle_fraction, -s.rank))
-    stage = next(s for s in projection.stages if s.rank == busiest.rank)
-    if stage.output:
-        fix = ("fewer layers on the last stage, which also runs the output layer and loss "
-               "(decoder_last_pipeline_num_layers, account_for_loss_in_pipeline_split or a "
-               "pipeline_model_parallel_layout)")
-    elif stage.embedding:
-        fix = ("fewer layers on the first stage, which also holds the embedding "
-               "(decoder_first_pipeline_num_layers, account_for_embedding_in_pipeline_split or a "
-               "pipeline_model_parallel_layout)")
-    else:
-        fix = f"moving layers off stage {busiest.rank} (a pipeline_model_parallel_layout)"
+    shares = sorted(s.idle_fraction for s in idle)
+    median = shares[len(shares) // 2]
+    overloaded = median - busiest.idle_fraction >= idlest.idle_fraction - median  # which end stands out
+    outlier = busiest if overloaded else idlest
+    stage = next(s for s in projection.stages if s.rank == outlier.rank)
+    where = ("the last stage, which also runs the output layer and loss" if stage.output else
+             "the first stage, which also holds the embedding" if stage.embedding else f"stage {outlier.rank}")
+    knobs = ("decoder_last_pipeline_num_layers, account_for_loss_in_pipeline_split or a "
+             "pipeline_model_parallel_layout" if stage.output else
+             "decoder_first_pipeline_num_layers, account_for_embedding_in_pipeline_split or a "
+             "pipeline_model_parallel_layout" if stage.embedding else "a pipeline_model_parallel_layout")
+    fix = f"{'fewer' if overloaded else 'more'} layers on {where} ({knobs})"
     fix += "; `tune` searches these splits on its `split` axis"
     spread = idlest.idle_fraction - busiest.idle_fraction
     return Imbalance(spread=spread, busiest_rank=busiest.rank, idlest_rank=idlest.rank,

@@ -57,6 +57,9 @@ def test_moving_layers_off_the_last_stage_shrinks_the_spread(heavy_head, system)
     assert [s.layers for s in uneven.stages] == [5, 5, 5, 1]
     assert imbalance(uneven).spread < imbalance(heavy_head).spread
     assert uneven.step_time_s < heavy_head.step_time_s
+    found = imbalance(uneven)  # now the last stage waits for the others: the fix moves a layer back to it
+    assert found.idlest_rank == 3
+    assert found.flagged and found.fix.startswith("more layers on the last stage")
 
 
 def test_one_stage_has_no_imbalance(system):
