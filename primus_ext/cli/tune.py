@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"fraction of GPU memory kept free by the pre-filter (default {DEFAULT_MARGIN}; 0 to allow "
                         "the memory edge)")
     p.add_argument("--pin", action="append", default=[], metavar="AXIS=V[,V...]",
-                   help="limit an axis to these values (repeatable); axes: tp etp pp vpp cp ep mbs recompute "
+                   help="limit an axis to these values (repeatable); axes: tp etp pp vpp split cp ep mbs recompute "
                         "sharding precision tp_comm_overlap ep_overlap dp_overlap")
     p.add_argument("--seed", type=int, default=0)
     out = p.add_mutually_exclusive_group()

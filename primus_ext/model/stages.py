@@ -181,6 +181,12 @@ def _even_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Prob
                                     message="uneven first/last stages cannot be combined with "
                                             "account_for_embedding/loss_in_pipeline_split",
                                     fix="use one mechanism, or a pipeline_model_parallel_layout"))
+        for path, count in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
+            if count is not None and count <= 0:  # megatron-core 0.16.1 transformer_config.py __post_init__
+                problems.append(Problem(path=path, value=count, message="must be larger than 0",
+                                        fix="leave it unset for an even share"))
+        if problems:
+            return []
         middle_stages = pp - (first is not None) - (last is not None)
         middle = n - (first or 0) - (last or 0)
         if middle < 0 or (middle_stages > 0 and middle % middle_stages) or (middle_stages == 0 and middle):

@@ -160,3 +160,87 @@ class Projection:
         """Share of layer kinds whose cost was measured (not analytic)."""
         kinds = list(self.sources.values())
         return sum(1 for s in kinds if s != "analytic") / len(kinds) if kinds else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageIdle:
+    """One pipeline rank's step: busy (compute + exposed layer comm), idle in the pipeline, the step tail."""
+
+    rank: int
+    busy_s: float
+    idle_s: float
+    """Makespan minus busy: the schedule's bubble and send/recv waits of this rank."""
+    tail_s: float
+    """After the makespan: exposed DP reduction, optimizer step, parameter gather (the same on every rank)."""
+    step_s: float
+
+    @property
+    def idle_fraction(self) -> float:
+        return self.idle_s / self.step_s if self.step_s > 0 else 0.0
+
+
+def stage_idle(projection: Projection) -> list[StageIdle]:
+    """Per-stage busy / idle (the breakdown's bubble is the busiest rank's only)."""
+    step = projection.step_time_s
+    makespan = max((s.finish_s for s in projection.stages), default=0.0)
+    if projection.timeline:
+        makespan = max(makespan, max(e.end for e in projection.timeline))
+    tail = max(0.0, step - makespan)
+    return [StageIdle(rank=s.rank, busy_s=s.busy_s, idle_s=max(0.0, makespan - s.busy_s), tail_s=tail, step_s=step)
+            for s in projection.stages]
+
+
+IMBALANCE_THRESHOLD = 0.05
+"""Idle-share spread (most idle stage minus least idle, as shares of the step) above which the stages are
+flagged as imbalanced. With equal stages every rank of a 1F1B or interleaved schedule waits the same
+(p - 1) warm-up / cool-down slots (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+on GPU Clusters", section 2.2.1), so the spread is ~0; 5 % of the step is what the busiest stage makes
+every other one wait, and about what one decoder layer of a 16-layer stage costs (1/16 ~ 6 %)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Imbalance:
+    """How unevenly the pipeline stages are loaded: the idle-share spread and what to do about it."""
+
+    spread: float
+    """Most idle stage's share of the step minus the least idle one's."""
+    busiest_rank: int
+    """The least idle stage: the one the others wait for."""
+    idlest_rank: int
+    flagged: bool
+    """``spread`` above the threshold."""
+    fix: str
+    """The suggested change: fewer layers on the stage the others wait for, or more on the one that waits for
+    them, whichever stands further from the median idle share (uneven first/last stage layers or a layout)."""
+
+    @property
+    def message(self) -> str:
+        head = "imbalanced" if self.flagged else "balanced"
+        return (f"pipeline stages {head}: idle shares differ by {self.spread:.1%} of the step (stage "
+                f"{self.busiest_rank} busiest, stage {self.idlest_rank} most idle)"
+                + (f"; try {self.fix}" if self.flagged else ""))
+
+
+def imbalance(projection: Projection, threshold: float = IMBALANCE_THRESHOLD) -> Imbalance | None:
+    """The stages' imbalance (None with one pipeline stage)."""
+    idle = stage_idle(projection)
+    if len(idle) < 2:
+        return None
+    busiest = min(idle, key=lambda s: (s.idle_fraction, s.rank))
+    idlest = max(idle, key=lambda s: (s.idle_fraction, -s.rank))
+    shares = sorted(s.idle_fraction for s in idle)
+    median = shares[len(shares) // 2]
+    overloaded = median - busiest.idle_fraction >= idlest.idle_fraction - median  # which end stands out
+    outlier = busiest if overloaded else idlest
+    stage = next(s for s in projection.stages if s.rank == outlier.rank)
+    where = ("the last stage, which also runs the output layer and loss" if stage.output else
+             "the first stage, which also holds the embedding" if stage.embedding else f"stage {outlier.rank}")
+    knobs = ("decoder_last_pipeline_num_layers, account_for_loss_in_pipeline_split or a "
+             "pipeline_model_parallel_layout" if stage.output else
+             "decoder_first_pipeline_num_layers, account_for_embedding_in_pipeline_split or a "
+             "pipeline_model_parallel_layout" if stage.embedding else "a pipeline_model_parallel_layout")
+    fix = f"{'fewer' if overloaded else 'more'} layers on {where} ({knobs})"
+    fix += "; `tune` searches these splits on its `split` axis"
+    spread = idlest.idle_fraction - busiest.idle_fraction
+    return Imbalance(spread=spread, busiest_rank=busiest.rank, idlest_rank=idlest.rank,
+                     flagged=spread > threshold, fix=fix)

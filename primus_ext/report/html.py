@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus_ext.model.memory import capacity_bytes
+from primus_ext.projection.result import imbalance
 from primus_ext.report.compare import compare_rows, compare_table_html, layout_label
 from primus_ext.report.html_assets import CSS, JS
 from primus_ext.report.timeline import (
@@ -205,7 +206,16 @@ def _idle_html(p: Any) -> str:
     return ("<table><tr><th>stage</th><th>busy ms</th><th>idle ms</th><th>idle share of the step</th><th></th></tr>"
             f"{rows}</table><p class=\"note\">busy: compute and exposed layer communication; idle: the pipeline's "
             "bubble and send/recv waits of that stage (the step tail after the pipeline is the same on every stage)."
-            "</p>")
+            "</p>" + _imbalance_html(p))
+
+
+def _imbalance_html(p: Any) -> str:
+    """One line when the stages' idle shares differ by more than the threshold, naming the fix."""
+    spread = imbalance(p)
+    if spread is None or not spread.flagged:
+        return ""
+    return f'<p class="warn"><b>{html.escape(spread.message)}</b></p>'
+
 
 
 def _baseline_html(p: Any, baseline: tuple[str, Any] | None) -> str:

@@ -16,6 +16,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 20
 h1 { font-size: 20px; margin-bottom: 4px; } h2 { font-size: 16px; margin: 24px 0 6px; }
 h3 { font-size: 13px; margin: 14px 0 4px; color: #444; }
 .sub, .note { color: #555; margin-top: 0; font-size: 13px; }
+.warn { color: #8a4b00; background: #fff4e0; padding: 4px 8px; border-left: 3px solid #e69500; }
 table { border-collapse: collapse; font-size: 13px; }
 td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }

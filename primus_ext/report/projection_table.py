@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from primus_ext.model.pipeline.registry import resolve_schedule
-from primus_ext.projection.result import Projection
+from primus_ext.projection.result import Projection, imbalance
 from primus_ext.report.timeline import stage_idle
 
 GIB = 1024**3
@@ -141,6 +141,9 @@ def format_projection(p: Projection) -> str:
     trained = "trained params" if ex.lora_rank else "params"
     lines += _table(["rank", "layers", "fwd", "bwd", "busy", "idle", "idle%", "finish", trained, "mem GiB"],
                     stage_rows)
+    spread = imbalance(p)
+    if spread is not None and spread.flagged:
+        lines.append(spread.message)
     lines += ["", "Cost sources"]
     lines += [f"  {kind:<10} {source}" for kind, source in p.sources.items()]
     if p.notes:

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from primus_ext.model.pipeline import MAX_SIMULATED_OPS, simulated_directly
+from primus_ext.projection.result import StageIdle, stage_idle  # noqa: F401  (re-exported: the reports import it here)
 
 OP_KINDS = ("forward", "backward", "wgrad")
 LAYER_COMMS = ("tp", "cp", "ep", "fsdp")
@@ -197,34 +198,6 @@ def totals_by_kind(segments: list[Segment], rank: int) -> dict[str, float]:
         if s.rank == rank:
             out[s.kind] += s.duration_s
     return out
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageIdle:
-    """One pipeline rank's step: busy (compute + exposed layer comm), idle in the pipeline, the step tail."""
-
-    rank: int
-    busy_s: float
-    idle_s: float
-    """Makespan minus busy: the schedule's bubble and send/recv waits of this rank."""
-    tail_s: float
-    """After the makespan: exposed DP reduction, optimizer step, parameter gather (the same on every rank)."""
-    step_s: float
-
-    @property
-    def idle_fraction(self) -> float:
-        return self.idle_s / self.step_s if self.step_s > 0 else 0.0
-
-
-def stage_idle(projection: Any) -> list[StageIdle]:
-    """Per-stage busy / idle (the breakdown's bubble is the busiest rank's only)."""
-    step = projection.step_time_s
-    makespan = max((s.finish_s for s in projection.stages), default=0.0)
-    if projection.timeline:
-        makespan = max(makespan, max(e.end for e in projection.timeline))
-    tail = max(0.0, step - makespan)
-    return [StageIdle(rank=s.rank, busy_s=s.busy_s, idle_s=max(0.0, makespan - s.busy_s), tail_s=tail, step_s=step)
-            for s in projection.stages]
 
 
 STEADY_CYCLES = 2

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from primus_ext.projection.result import IMBALANCE_THRESHOLD, imbalance, stage_idle
 from primus_ext.results import document, gib
 
 BAND_WHAT = ("tokens_per_s_per_gpu with every efficiency +-10 % and the measurement spread: a sensitivity band, "
@@ -86,12 +87,15 @@ def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
     """The projection's figures, breakdown, stages, memory, sources and inputs (no document header)."""
     b = p.breakdown
     peaks = {s.rank: gib(s.total_bytes) for s in (p.memory.stages if p.memory is not None else ())}
+    idle = {i.rank: i for i in stage_idle(p)}
     stages = []
     for s in p.stages:
         stage = dataclasses.asdict(s)
         stage["fwd_s"], stage["bwd_s"] = list(s.fwd_s), list(s.bwd_s)
         stage["peak_memory_gib"] = peaks.get(s.rank)
+        stage["idle_s"], stage["idle_fraction"] = idle[s.rank].idle_s, idle[s.rank].idle_fraction
         stages.append(stage)
+    spread = imbalance(p)
     fields: dict[str, Any] = {
         "model": p.model.name,
         **_target(p.system),
@@ -109,6 +113,10 @@ def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
                               "exposed_fraction": c.exposed_fraction, "group": c.group} for c in b.comms},
         },
         "stages": stages,
+        "imbalance": None if spread is None else {
+            "spread": spread.spread, "busiest_rank": spread.busiest_rank, "idlest_rank": spread.idlest_rank,
+            "flagged": spread.flagged, "threshold": IMBALANCE_THRESHOLD, "fix": spread.fix,
+            "message": spread.message},
         "memory": memory_block(p.memory),
         "sources": dict(p.sources),
         "notes": list(p.notes),

@@ -66,7 +66,13 @@ SECONDS_LIST = {"type": "array", "items": NONNEG}
 STAGE_TIME = _closed({
     "rank": INT, "layers": INT, "fwd_s": SECONDS_LIST, "bwd_s": SECONDS_LIST, "busy_s": NONNEG, "finish_s": NONNEG,
     "embedding": BOOL, "output": BOOL, "dense_params": INT, "expert_params": INT, "peak_memory_gib": _null(NONNEG),
-})
+    "idle_s": NONNEG, "idle_fraction": FRACTION,
+}, required=["rank", "layers", "fwd_s", "bwd_s", "busy_s", "finish_s", "embedding", "output", "dense_params",
+             "expert_params", "peak_memory_gib"])
+"""``idle_s`` / ``idle_fraction`` (the stage's wait in the pipeline, and its share of the step) are optional:
+documents written before them stay valid under schema version 1."""
+IMBALANCE = _closed({"spread": FRACTION, "busiest_rank": INT, "idlest_rank": INT, "flagged": BOOL,
+                     "threshold": FRACTION, "fix": STR, "message": STR})
 VERIFY = {
     "measured": _closed({"step_time_s": NONNEG, "tokens_per_s_per_gpu": NONNEG, "spread": NONNEG, "steps": INT,
                          "collective_s": _null(NONNEG), "skew_s": _null(NONNEG)}),
@@ -89,7 +95,8 @@ LOG_COMPARISON = _closed({
 PROJECTION = {
     **TARGET, **FIGURES, "band": _null(_ref("band")), "num_microbatches": INT, "fits": _null(BOOL),
     "breakdown": _ref("breakdown"), "stages": {"type": "array", "items": _ref("stage_time"), "minItems": 1},
-    "memory": _null(_ref("memory")), "sources": {"type": "object", "additionalProperties": STR},
+    "imbalance": _null(IMBALANCE), "memory": _null(_ref("memory")),
+    "sources": {"type": "object", "additionalProperties": STR},
     "notes": {"type": "array", "items": STR}, "inputs": {"type": "object"},
     "calibration": _ref("calibration_applied"),
 }
@@ -143,7 +150,7 @@ SCHEMA: dict[str, Any] = {
     "allOf": [
         _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
                              "verify": _ref("verify"), "timeline": {"type": "array"}},
-              optional=("overrides", "verify", "timeline", "calibration")),
+              optional=("overrides", "verify", "timeline", "calibration", "imbalance")),
         _kind("calibration", {
             **TARGET, "runs": {"type": "array", "items": LOG_COMPARISON, "minItems": 1},
             "record": _null({"type": "object"}), "stored_in": _null(STR), "refused": _null(STR),

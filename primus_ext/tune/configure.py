@@ -15,6 +15,7 @@ from primus_ext.model.pipeline.registry import spec_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.tune.config_keys import fast_replace
+from primus_ext.tune.splits import DEFAULT, head_layers, split_fields
 
 Config = dict[str, Any]
 
@@ -30,19 +31,21 @@ def recompute_layers(choice: str, layers_per_chunk: int) -> int | None:
     return n if 0 < n < layers_per_chunk else None
 
 
-def balanced_layout(model: ModelSpec, pp: int, vpp: int) -> str | None:
+def balanced_layout(model: ModelSpec, pp: int, vpp: int, *, head: float | None = None) -> str | None:
     """A ``pipeline_model_parallel_layout`` spreading the decoder layers over PP*VPP chunks.
 
     The embedding goes first in chunk 0; the MTP layers and the loss last in the final chunk, which
     counts the output layer + loss as one layer and each MTP layer as two (a full layer plus its own
     output head). Layers go one by one to the least loaded chunk (lowest index on ties), so chunk
     sizes differ by at most one layer-equivalent. None when there are fewer layers than chunks.
+    ``head``: the output layer + loss in layer-equivalents instead (``splits.head_layers``; each MTP
+    layer then counts ``1 + head``).
     """
     chunks = pp * vpp
     if model.num_layers < chunks - 1:
         return None
-    load = [0] * chunks
-    load[-1] = 1 + 2 * model.mtp_num_layers
+    load: list[float] = [0] * chunks
+    load[-1] = 1 + 2 * model.mtp_num_layers if head is None else head + (1 + head) * model.mtp_num_layers
     counts = [0] * chunks
     for _ in range(model.num_layers):
         i = min(range(chunks), key=lambda c: (load[c], c))
@@ -57,8 +60,12 @@ def balanced_layout(model: ModelSpec, pp: int, vpp: int) -> str | None:
     return "|".join(parts)
 
 
-def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int) -> dict[str, Any]:
-    """Layout fields for (PP, VPP): the recipe's own when unchanged, else even or generated."""
+def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int,
+                   split: str = DEFAULT) -> dict[str, Any]:
+    """Layout fields for (PP, VPP) and a ``split`` axis value (``primus_ext.tune.splits``); ``default``: the
+    recipe's own when (PP, VPP) are unchanged, else even or generated."""
+    if split != DEFAULT:
+        return split_fields(model, pp, vpp, split, head_layers(model, base.seq_length))
     if (pp, vpp) == (base.pp, base.vpp):
         return {name: getattr(base, name) for name in LAYOUT_FIELDS}
     even = model.num_layers % (pp * vpp) == 0
@@ -133,7 +140,7 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
         micro_batch_size=config["mbs"],
         precision=config["precision"],
         fp8_param_gather=base.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
-        **(split if split is not None else pipeline_split(model, base, pp, vpp)),
+        **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get("split", DEFAULT))),
         **_recompute_fields(model, base, config["recompute"], chunk),
         **_sharding_fields(base, config["sharding"], config["dp_overlap"]),
     ))
@@ -158,14 +165,16 @@ def recompute_choice(model: ModelSpec, e: ExecutionSpec) -> str:
 
 
 def config_of(model: ModelSpec, execution: ExecutionSpec) -> Config:
-    """The configuration nearest to an execution (the recipe's own, for seeding and reports)."""
+    """The configuration nearest to an execution (the recipe's own, for seeding and reports); its ``split`` is
+    ``default``, which stands for the execution's own split at its (PP, VPP)."""
     e = execution
     recompute = recompute_choice(model, e)
     sharding = "fsdp" if e.fsdp != "none" else "distopt" if e.use_distributed_optimizer else "ddp"
     overlap = "grad+param" if e.overlap_param_gather else "grad" if e.overlap_grad_reduce else "none"
     return {
         "tp": e.tp, "etp": e.etp if model.is_moe else None, "tp_comm_overlap": e.tp_comm_overlap,
-        "pp": e.pp, "vpp": e.vpp, "cp": e.cp, "ep": e.ep, "ep_overlap": e.overlap_moe_expert_parallel_comm,
+        "pp": e.pp, "vpp": e.vpp, "split": DEFAULT, "cp": e.cp, "ep": e.ep,
+        "ep_overlap": e.overlap_moe_expert_parallel_comm,
         "mbs": e.micro_batch_size, "recompute": recompute, "sharding": sharding, "dp_overlap": overlap,
         "precision": e.precision,
     }

@@ -5,8 +5,10 @@ and the LLM propose, what the trials log stores). The space builds an ``Executio
 (``primus_ext.tune.configure``, memoised here) by changing the recipe's execution only where an axis
 says so; everything else (GBS, sequence length, dispatcher, zero-bubble, ...) stays as the recipe
 wrote it. DP is derived (world / (TP*PP*CP)),
-sequence parallelism is on whenever TP > 1, and the pipeline split is Megatron's even split when the
-layers divide, else a generated ``pipeline_model_parallel_layout``.
+sequence parallelism is on whenever TP > 1, and the pipeline split is the ``split`` axis
+(``primus_ext.tune.splits``): by default Megatron's even split when the layers divide, else a generated
+``pipeline_model_parallel_layout``; besides it, legal uneven first/last stages, account_for flags and a
+weighted layout that unload the busiest stage.
 
 Axes are ordered: an axis's candidate values may depend on the axes before it (ETP on TP, VPP on PP,
 MBS on DP). Candidate values are a superset of what is legal; ``primus_ext.recipe.validate.check``
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 from primus_ext.tune.configure import (
     RECOMPUTE_CHOICES,
@@ -32,6 +35,7 @@ from primus_ext.tune.configure import (
     recompute_layers,
     to_execution,
 )
+from primus_ext.tune.splits import DEFAULT, split_candidates
 
 Config = dict[str, Any]
 
@@ -68,6 +72,10 @@ AXIS_DOCS: dict[str, str] = {
     "etp": "expert_tensor_parallel_size: 1 or equal to tp (MoE only)",
     "pp": "pipeline_model_parallel_size",
     "vpp": "virtual pipeline stages per pipeline rank (interleaved 1F1B when > 1; needs pp > 1)",
+    "split": "layers per pipeline stage: default (the recipe's own, Megatron's even split, or a generated layout) | "
+             "firstN/lastN (decoder_first/last_pipeline_num_layers) | acc-emb/acc-loss/acc-both "
+             "(account_for_embedding/loss_in_pipeline_split) | layout (output layer weighted by its cost); "
+             "legal candidates that unload the busiest stage only, at most 1 + splits.MAX_UNEVEN per (pp, vpp)",
     "cp": "context_parallel_size",
     "ep": "expert_model_parallel_size (MoE only)",
     "mbs": "micro_batch_size (global batch size is fixed; data_parallel_size = world / (tp*pp*cp))",
@@ -83,9 +91,10 @@ AXIS_DOCS: dict[str, str] = {
 """Axes in enumeration order: each axis's candidates may depend on the axes before it. Structural axes
 come first, then those that change memory, then the overlap flags."""
 AXIS_ORDER = tuple(AXIS_DOCS)
-STRUCTURAL_AXES = ("tp", "etp", "pp", "vpp", "cp", "ep")
+STRUCTURAL_AXES = ("tp", "etp", "pp", "vpp", "split", "cp", "ep")
 DOMAIN_DEPENDS: dict[str, tuple[str, ...]] = {
-    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "cp": ("tp", "pp"), "ep": ("pp", "etp"),
+    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "split": ("pp", "vpp"),
+    "cp": ("tp", "pp"), "ep": ("pp", "etp"),
     "mbs": ("tp", "pp", "cp"), "recompute": ("pp", "vpp"), "sharding": (), "precision": (),
     "tp_comm_overlap": ("tp",), "ep_overlap": ("ep",), "dp_overlap": ("sharding",),
 }
@@ -178,6 +187,9 @@ class Space:
             even = [v for v in range(1, MAX_VPP + 1) if m.num_layers % (pp * v) == 0]
             cands = sorted({*VPP_CANDIDATES, *even, b.vpp})
             return self._pinned(name, tuple(v for v in cands if pp * v <= m.num_layers + 1))
+        if name == "split":
+            pp, vpp = g("pp"), g("vpp")
+            return self._pinned(name, split_candidates(m, b, pp, vpp, self.pipeline_split(pp, vpp)))
         if name == "cp":
             cands = [c for c in POWERS_OF_TWO if b.seq_length // c >= MIN_TOKENS_PER_CP_RANK] + [b.cp]
             return self._pinned(name, sorted(c for c in cands if world % (g("tp") * g("pp") * c) == 0))
@@ -312,21 +324,29 @@ class Space:
             partial[name] = value
         return problems
 
-    def pipeline_split(self, pp: int, vpp: int) -> dict[str, Any]:
-        """Layout fields for (PP, VPP): the recipe's own when unchanged, else even or generated (memoised)."""
-        key = (pp, vpp)
+    def pipeline_split(self, pp: int, vpp: int, split: str = DEFAULT) -> dict[str, Any]:
+        """Layout fields for (PP, VPP) and a ``split`` value (``configure.pipeline_split``, memoised)."""
+        key = (pp, vpp, split)
         if key not in self._memo:
-            self._memo[key] = pipeline_split(self.model, self.base, pp, vpp)
+            self._memo[key] = pipeline_split(self.model, self.base, pp, vpp, split)
         return self._memo[key]
 
     def to_execution(self, config: Mapping[str, Any]) -> ExecutionSpec:
         """The recipe's execution with this configuration applied (not legality-checked)."""
         return to_execution(self.model, self.base, self.world, config,
-                            self.pipeline_split(config["pp"], config["vpp"]))
+                            self.pipeline_split(config["pp"], config["vpp"], config.get("split", DEFAULT)))
 
     def config_of(self, execution: ExecutionSpec) -> Config:
-        """The configuration nearest to an execution (the recipe's own, for seeding and reports)."""
-        return config_of(self.model, execution)
+        """The configuration nearest to an execution (the recipe's own, for seeding and reports); ``split`` is
+        the candidate whose layout fields the execution has, else ``default``."""
+        config = config_of(self.model, execution)
+        fields = {name: getattr(execution, name) for name in LAYOUT_FIELDS}
+        if config["pp"] > 1 and fields != self.pipeline_split(config["pp"], config["vpp"]):
+            for split in self.domain("split", config):
+                if self.pipeline_split(config["pp"], config["vpp"], split) == fields:
+                    config["split"] = split
+                    break
+        return config
 
 
 def parse_pins(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:

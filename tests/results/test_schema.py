@@ -164,3 +164,36 @@ def test_old_names_fail_the_schema(capsys):
     memory = _stdout_json(capsys, ["project", str(EIGHT_B), "--memory-only", "--json", "-"])
     memory["memory"]["mfu"] = 42.0
     assert not VALIDATOR.is_valid(memory)
+
+
+def test_stage_idle_and_imbalance_fields_validate_and_stay_optional():
+    """``project --json`` carries each stage's idle seconds and share and the imbalance flag; documents written
+    before them (schema version 1) still validate, and out-of-range values do not."""
+    import copy
+    import dataclasses
+
+    from primus_ext.hardware import load_system
+    from primus_ext.projection import project
+    from primus_ext.results.projection import projection_document
+    from primus_ext.specs import ExecutionSpec, ModelSpec
+
+    model = ModelSpec(name="dense", num_layers=16, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                      num_query_groups=8, kv_channels=128, vocab_size=128256)
+    execution = ExecutionSpec(tensor_model_parallel_size=1, pipeline_model_parallel_size=4, data_parallel_size=2,
+                              micro_batch_size=1, global_batch_size=64, seq_length=4096, precision="bf16")
+    doc = json.loads(json.dumps(projection_document(project(model, execution, load_system("h100", 1), None))))
+    _valid(doc, "projection")
+    shares = [s["idle_fraction"] for s in doc["stages"]]
+    assert all(s["idle_s"] >= 0 for s in doc["stages"]) and min(shares) < max(shares)
+    assert doc["imbalance"]["flagged"] and doc["imbalance"]["busiest_rank"] == 3
+    assert doc["imbalance"]["spread"] == pytest.approx(max(shares) - min(shares))
+    balanced = project(dataclasses.replace(model, vocab_size=1024), execution, load_system("h100", 1), None)
+    assert not _valid(json.loads(json.dumps(projection_document(balanced))), "projection")["imbalance"]["flagged"]
+    old = copy.deepcopy(doc)
+    del old["imbalance"]
+    for stage in old["stages"]:
+        del stage["idle_s"], stage["idle_fraction"]
+    _valid(old, "projection")
+    bad = copy.deepcopy(doc)
+    bad["stages"][0]["idle_fraction"] = 1.5
+    assert list(VALIDATOR.iter_errors(bad))

@@ -1,0 +1,117 @@
+"""The tuner's ``split`` axis: how the decoder layers go over the (PP, VPP) stages.
+
+``default`` is the split the space always had: the recipe's own at its (PP, VPP), else Megatron's even
+split when the layers divide, else a generated ``pipeline_model_parallel_layout``
+(``configure.balanced_layout``). The other candidates unload the first and last pipeline stages, which
+also carry the embedding and the output layer + loss (megatron-core 0.16.1
+``transformer_config.py`` ``__post_init__``, ``transformer_block.get_num_layers_to_build``):
+
+* ``first<a>`` / ``last<b>`` / ``first<a>-last<b>``: ``decoder_first/last_pipeline_num_layers``, each
+  0..k layers fewer than the even share, k derived from the model (``head_layers``);
+* ``acc-emb`` / ``acc-loss`` / ``acc-both``: ``account_for_embedding/loss_in_pipeline_split`` (each
+  counts as one layer);
+* ``layout``: a generated layout weighting the output layer + loss by its cost in decoder layers.
+
+Only candidates that ``stages.layout_problems`` accepts are kept, and only those whose busiest rank
+carries less estimated compute than the default's (layer-equivalents, ``stage_loads``); at most
+``MAX_UNEVEN`` of them, least busiest-rank load first. The axis has at most ``1 + MAX_UNEVEN`` values per
+(PP, VPP), and one (``default``) when PP = 1. Pure functions of the model and the recipe's execution.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from primus_ext.model.flops import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs, moe_mlp_macs
+from primus_ext.model.stages import LAYOUT_FIELDS, layout_problems, pipeline_plan
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+DEFAULT = "default"
+MAX_FEWER = 4
+"""Cap on k, the layers the first or last stage may shed (a 128k vocabulary on a 4k-hidden model costs ~4
+layers of a dense 8B: hidden*vocab against ~12 hidden^2)."""
+MAX_UNEVEN = 4
+"""Uneven candidates kept per (PP, VPP), best estimated busiest rank first: the exhaustive search's space
+grows by at most (1 + MAX_UNEVEN)x, in practice far less (most candidates are illegal or no better)."""
+ACCOUNT = {"acc-emb": (True, False), "acc-loss": (False, True), "acc-both": (True, True)}
+_FIRST_LAST = re.compile(r"^(?:first(\d+))?-?(?:last(\d+))?$")
+
+
+def layer_macs(model: ModelSpec, seq_length: int) -> float:
+    """Mean multiply-adds per token of one decoder layer (``primus_ext.model.flops``)."""
+    n = max(1, model.num_layers)
+    mlp = (model.num_moe_layers * moe_mlp_macs(model) + model.num_dense_layers * dense_mlp_macs(model)) / n \
+        if model.is_moe else dense_mlp_macs(model)
+    return attention_linear_macs(model) + attention_core_macs(model, seq_length) + mlp
+
+
+def head_layers(model: ModelSpec, seq_length: int) -> float:
+    """The output layer's cost in decoder layers: its GEMM (hidden x vocab) over a layer's multiply-adds per
+    token; both run forward and backward, so the ratio holds for the step (``flops.flops_breakdown``)."""
+    return logits_macs(model) / max(1.0, layer_macs(model, seq_length))
+
+
+def stage_loads(model: ModelSpec, execution: ExecutionSpec, head: float) -> list[float]:
+    """Per pipeline rank, its compute in decoder-layer equivalents: its layers, ``head`` for the output
+    layer, ``1 + head`` per MTP layer (a layer and its own output head); the embedding lookup has no GEMM
+    and counts 0."""
+    return [len(s.layers) + head * s.output + (1 + head) * s.mtp_layers for s in pipeline_plan(model, execution)]
+
+
+def split_fields(model: ModelSpec, pp: int, vpp: int, name: str, head: float) -> dict[str, Any]:
+    """Layout fields of a non-default candidate ``name`` (not legality-checked)."""
+    fields: dict[str, Any] = {f: False if f.startswith("account_for") else None for f in LAYOUT_FIELDS}
+    if name in ACCOUNT:
+        fields["account_for_embedding_in_pipeline_split"], fields["account_for_loss_in_pipeline_split"] = \
+            ACCOUNT[name]
+        return fields
+    if name == "layout":
+        from primus_ext.tune.configure import balanced_layout
+
+        fields["pipeline_model_parallel_layout"] = balanced_layout(model, pp, vpp, head=head)
+        return fields
+    m = _FIRST_LAST.match(name)
+    if not m or not any(m.groups()):
+        raise ValueError(f"unknown split {name!r}")
+    fields["decoder_first_pipeline_num_layers"] = int(m.group(1)) if m.group(1) else None
+    fields["decoder_last_pipeline_num_layers"] = int(m.group(2)) if m.group(2) else None
+    return fields
+
+
+def _names(model: ModelSpec, pp: int, head: float) -> list[str]:
+    share = math.ceil(model.num_layers / pp)
+    k = min(MAX_FEWER, max(1, math.ceil(head)))
+    names = []
+    for a in range(k + 1):
+        for b in range(k + 1):
+            first, last = share - a if a else None, share - b if b else None
+            if (a or b) and (first is None or first > 0) and (last is None or last > 0):
+                names.append("-".join(x for x in (first and f"first{first}", last and f"last{last}") if x))
+    return [*names, *ACCOUNT, "layout"]
+
+
+def split_candidates(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int,
+                     default: dict[str, Any]) -> tuple[str, ...]:
+    """``default`` plus the legal uneven candidates that unload the busiest rank (see the module doc)."""
+    if pp == 1:
+        return (DEFAULT,)
+    head = head_layers(model, base.seq_length)
+    shape = dict(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
+    own = ExecutionSpec(**shape, **default)
+    if layout_problems(model, own):
+        return (DEFAULT,)
+    bar = max(stage_loads(model, own, head))
+    scored = []
+    for name in _names(model, pp, head):
+        fields = split_fields(model, pp, vpp, name, head)
+        if fields == default or (name == "layout" and fields["pipeline_model_parallel_layout"] is None):
+            continue
+        candidate = ExecutionSpec(**shape, **fields)
+        if layout_problems(model, candidate):
+            continue
+        busiest = max(stage_loads(model, candidate, head))
+        if busiest < bar - 1e-9:
+            scored.append((busiest, name))
+    return (DEFAULT, *(name for _, name in sorted(scored)[:MAX_UNEVEN]))
