@@ -8,7 +8,10 @@ Usage (inside ``shims.parallel_context``)::
 Kinds: ``dense`` / ``moe`` -> a ``TransformerBlock`` (no final norm) of one layer, or of one period of an
 alternating sliding-window pattern (``RankShape.timed_layers``), from the GPT layer spec (MHA/GQA or MLA, MoE with
 shared experts); ``embedding`` -> ``LanguageModelEmbedding``;
-``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
+``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy. Each kind's
+builder is an entry of ``kind_builders.BUILDERS`` keyed by the ``primus_ext.model.kinds`` registry's names (kept
+out of ``model/``, which stays torch-free); the kind's traits (expert split, attention, sequence split,
+recompute) come from the registry.
 The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
 local spec (torch modules), with the shims of ``shims.py`` and, on a GPU, PyTorch's fused SDPA for
 the core attention (``attention.py``) and its grouped GEMM for the experts (``grouped.py``).
