@@ -32,7 +32,8 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
      over EP. Each collective moves ``tokens x hidden`` activations; ``projection.comm`` times them.
 3. ``register(MyKind())`` at the bottom of the module and add the module to ``registry._BUILTINS``.
 4. To measure it on hardware: a ``KindBuilder`` in ``primus_ext.measure.kind_builders.BUILDERS`` (torch-side).
-5. Say where its shapes come from (``rank_shape.rank_shapes``) and where its layers sit in a stage
+5. Add its name to ``rank_shape.LayerKind`` (the ``Literal`` type checkers read), say where its shapes come from
+   (``rank_shape.rank_shapes``) and where its layers sit in a stage
    (``projection.stage_sums``; hybrid layer patterns are the next step, issue 33).
 
 ``tests/model/kinds/test_registry.py`` checks every registered kind answers every hook and that no new
@@ -40,6 +41,6 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
 """
 
 from primus_ext.model.kinds.base import HOOKS, TRAITS, Kind, KindComm
-from primus_ext.model.kinds.registry import UnknownKind, get_kind, kind_of, known_kinds, register
+from primus_ext.model.kinds.registry import UnknownKind, get_kind, known_kinds, register
 
-__all__ = ["HOOKS", "TRAITS", "Kind", "KindComm", "UnknownKind", "get_kind", "kind_of", "known_kinds", "register"]
+__all__ = ["HOOKS", "TRAITS", "Kind", "KindComm", "UnknownKind", "get_kind", "known_kinds", "register"]

@@ -6,7 +6,7 @@ a lazy load keeps the import graph acyclic).
 
 from __future__ import annotations
 
-from primus_ext.errors import PrimusExtError
+from primus_ext.errors import PrimusExtError, cut
 from primus_ext.model.kinds.base import Kind
 
 _KINDS: dict[str, Kind] = {}
@@ -48,7 +48,7 @@ def get_kind(name: str) -> Kind:
         _load_builtins()
         found = _KINDS.get(name)
         if found is None:
-            raise UnknownKind(f"unknown layer kind {name!r}; known kinds: {', '.join(known_kinds())}")
+            raise UnknownKind(f"unknown layer kind {cut(name)}; known kinds: {', '.join(known_kinds())}")
     return found
 
 
@@ -57,7 +57,3 @@ def known_kinds() -> tuple[str, ...]:
     _load_builtins()
     return tuple(_KINDS)
 
-
-def kind_of(shape) -> Kind:
-    """``get_kind(shape.kind)``."""
-    return get_kind(shape.kind)

@@ -62,14 +62,19 @@ def test_register_refuses_a_second_class_under_a_taken_name():
     assert type(get_kind("dense")) is DenseKind
 
 
+def test_every_registered_kind_has_every_trait_and_hook():
+    for name in known_kinds():
+        kind = get_kind(name)
+        assert not getattr(type(kind), "__abstractmethods__", None), f"{name}: abstract hooks left"
+        for trait in TRAITS:
+            assert hasattr(kind, trait), (name, trait)
+        for hook in HOOKS:
+            assert callable(getattr(kind, hook)), (name, hook)
+
+
 @pytest.mark.parametrize("name", ["dense", "moe", "embedding", "output"])
 def test_every_kind_answers_every_hook(name):
     kind = get_kind(name)
-    assert not getattr(type(kind), "__abstractmethods__", None), "abstract hooks left"
-    for trait in TRAITS:
-        assert hasattr(kind, trait)
-    for hook in HOOKS:
-        assert callable(getattr(kind, hook))
     shape = _shapes()[name]
     gpu = load_gpu("h100")
     assert kind.params(shape) > 0 and kind.params(shape, impl="local") > 0
