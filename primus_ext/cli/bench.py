@@ -111,12 +111,13 @@ def bench_shapes(shapes: dict[str, Any]) -> dict[str, Any]:
     (``recompute_num_layers``)."""
     from dataclasses import replace
 
+    from primus_ext.model.kinds.registry import get_kind
     from primus_ext.model.lora import trained_in_full
 
     out: dict[str, Any] = {}
     for kind, shape in shapes.items():
         shape = trained_in_full(shape)  # a LoRA run is priced from the fully trained layer (model.lora)
-        if kind in ("dense", "moe") and shape.recompute != "none":
+        if get_kind(kind).recomputable and shape.recompute != "none":
             out[kind] = replace(shape, recompute="none", recompute_modules=())
             mods = f" {'+'.join(shape.recompute_modules)}" if shape.recompute_modules else ""
             out[f"{kind} (recompute {shape.recompute}{mods})"] = shape

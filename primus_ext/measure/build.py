@@ -8,7 +8,10 @@ Usage (inside ``shims.parallel_context``)::
 Kinds: ``dense`` / ``moe`` -> a ``TransformerBlock`` (no final norm) of one layer, or of one period of an
 alternating sliding-window pattern (``RankShape.timed_layers``), from the GPT layer spec (MHA/GQA or MLA, MoE with
 shared experts); ``embedding`` -> ``LanguageModelEmbedding``;
-``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy.
+``output`` -> final norm + ``ColumnParallelLinear`` output layer + vocab-parallel cross entropy. Each kind's
+builder is an entry of ``kind_builders.BUILDERS`` keyed by the ``primus_ext.model.kinds`` registry's names (kept
+out of ``model/``, which stays torch-free); the kind's traits (expert split, attention, sequence split,
+recompute) come from the registry.
 The transformer-engine spec is used only when TE imports and the device is CUDA; otherwise the
 local spec (torch modules), with the shims of ``shims.py`` and, on a GPU, PyTorch's fused SDPA for
 the core attention (``attention.py``) and its grouped GEMM for the experts (``grouped.py``).
@@ -39,10 +42,17 @@ from typing import Any
 import torch
 
 from primus_ext.measure.attention import NOTE as SDPA_NOTE
-from primus_ext.measure.attention import sdpa_core_attention_class
 from primus_ext.measure.grouped import apply_torch_grouped_gemm, grouped_unavailable
-from primus_ext.measure.shims import mla_core_attention_class, resolve_device
+from primus_ext.measure.kind_builders import (  # noqa: F401 (OutputLayerWithLoss, cp_core_attention_class: re-exported)
+    BUILDERS,
+    KindBuilder,
+    OutputLayerWithLoss,
+    _BuildContext,
+    cp_core_attention_class,
+)
+from primus_ext.measure.shims import resolve_device
 from primus_ext.model.costs import STAND_IN_SPEC
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 
 DROPOUT = 0.0
@@ -158,6 +168,8 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     if shape.precision == "fp8" and not use_te:
         notes.append("fp8 needs transformer-engine: measured in bf16")
     layers = shape.timed_layers
+    builder, kind = _builder(shape), get_kind(shape.kind)
+    ep, etp = kind.expert_split(shape)
     kw: dict[str, Any] = dict(
         num_layers=layers,
         hidden_size=a.hidden_size,
@@ -181,8 +193,8 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         tensor_model_parallel_size=shape.tp if distributed else 1,
         sequence_parallel=bool(distributed and shape.sequence_parallel and shape.tp > 1),
         # expert groups exist only for an MoE layer (megatron rejects EP > 1 without experts)
-        expert_model_parallel_size=shape.ep if distributed and shape.kind == "moe" else 1,
-        expert_tensor_parallel_size=(shape.etp if shape.kind == "moe" else shape.tp) if distributed else 1,
+        expert_model_parallel_size=ep if distributed else 1,
+        expert_tensor_parallel_size=etp if distributed else 1,
     )
     if not distributed:
         notes += _world1_notes(shape, use_te)
@@ -198,7 +210,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         kw.update(fp8="hybrid", fp8_recipe=recipe)
     if not a.multi_latent_attention:
         kw["num_query_groups"] = _div(a.num_query_groups, split, "num_query_groups")
-    if shape.kind == "moe":
+    if builder.experts:
         local = a.num_experts if distributed else _div(a.num_experts, shape.ep, "num_experts")
         built, topk, more = (local, a.moe_router_topk, []) if distributed else _moe_routing(shape, local)
         notes += more
@@ -216,7 +228,7 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
             moe_router_force_load_balancing=True,
             moe_router_pre_softmax=topk == 1,  # megatron requires it for top-1; cost unchanged
         )
-    if shape.kind in ("dense", "moe"):
+    if kind.recomputable:
         kw.update(_recompute_kwargs(shape, use_te or grouped, notes))
     if a.multi_latent_attention:
         kw.update(multi_latent_attention=True, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
@@ -229,15 +241,15 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
 def _world1_notes(shape: RankShape, use_te: bool) -> list[str]:
     """What a one-rank world leaves out of a per-rank measurement (the projection adds it back)."""
     notes = []
-    groups = [f"{n}={v}" for n, v in (("TP", shape.tp), ("EP", shape.ep if shape.kind == "moe" else 1))
-              if v > 1]
+    kind = get_kind(shape.kind)
+    groups = [f"{n}={v}" for n, v in (("TP", shape.tp), ("EP", kind.expert_split(shape)[0])) if v > 1]
     if groups:
         notes.append(f"{', '.join(groups)} emulated at per-rank sizes in one rank: no communication timed")
-    if shape.sequence_parallel and shape.tp > 1 and shape.kind != "embedding":
+    if shape.sequence_parallel and shape.tp > 1 and kind.takes_sequence_split:
         notes.append("sequence parallel: norms and residuals ran on the whole local sequence, not seq/TP")
-    if shape.cp > 1 and shape.kind in ("dense", "moe") and use_te:
+    if shape.cp > 1 and kind.attention and use_te:
         notes.append(f"CP={shape.cp}: attention over the local seq/CP chunk only (TE spec in one rank)")
-    elif shape.cp > 1 and shape.kind in ("dense", "moe"):
+    elif shape.cp > 1 and kind.attention:
         notes.append(f"CP={shape.cp}: local queries attend to the whole sequence (KV repeated, "
                      "load-balanced causal mask); the KV exchange is not timed")
     return notes
@@ -253,104 +265,17 @@ def _recompute_kwargs(shape: RankShape, grouped_experts: bool, notes: list[str])
             notes.append("moe_act recompute needs grouped expert GEMMs: measured without it")
         if not shape.arch.multi_latent_attention and "mla_up_proj" in modules:
             modules.remove("mla_up_proj")
-        if shape.kind != "moe":
+        if not _builder(shape).experts:
             modules = [m for m in modules if m not in ("moe", "shared_experts")]
         return dict(recompute_granularity="selective", recompute_modules=modules)
     return {}
 
 
-def _layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
-    from megatron.core.models.gpt import gpt_layer_specs as specs
-
-    a = shape.arch
-    experts = config.num_moe_experts if shape.kind == "moe" else None
-    if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=experts, moe_grouped_gemm=True, qk_layernorm=a.qk_layernorm,
-            multi_latent_attention=a.multi_latent_attention)
-    spec = specs.get_gpt_layer_local_spec(
-        num_experts=experts, moe_grouped_gemm=config.moe_grouped_gemm, qk_layernorm=a.qk_layernorm,
-        multi_latent_attention=a.multi_latent_attention, normalization=a.normalization)
-    sub = spec.submodules
-    attn_sub = sub.self_attention.submodules
-    if a.multi_latent_attention:
-        attn_sub.core_attention = mla_core_attention_class()
-    cp = shape.cp if shape.cp > 1 and config.context_parallel_size == 1 else 1
-    if sdpa:
-        attn_sub.core_attention = sdpa_core_attention_class(attn_sub.core_attention, cp)
-    elif cp > 1:
-        attn_sub.core_attention = cp_core_attention_class(attn_sub.core_attention, cp)
-    if config.sequence_parallel:
-        from primus_ext.measure.shims import SPTorchNorm
-
-        sub.input_layernorm = SPTorchNorm
-        sub.pre_mlp_layernorm = SPTorchNorm
-        for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):
-            if hasattr(attn_sub, name) and getattr(attn_sub, name) is not None and a.qk_layernorm:
-                setattr(attn_sub, name, SPTorchNorm)
-    return spec
-
-
-def cp_core_attention_class(base: type, cp: int) -> type:
-    """Core attention of one context-parallel rank in a one-rank world.
-
-    The rank's ``seq/CP`` queries attend to the whole sequence: keys and values are repeated CP
-    times (standing in for the chunks the ring exchange would bring) under the causal mask of
-    megatron's load-balanced split (rank 0 holds chunks 0 and 2*CP-1 of 2*CP). Same convention as
-    the unfused local attention at CP=1: the full score rectangle is computed, then masked.
-    """
-
-    class CPRankCoreAttention(base):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.register_buffer("cp_mask", None, persistent=False)  # model state, not an activation
-
-        def forward(self, query, key, value, attention_mask, *args, **kwargs):
-            sq = query.size(0)
-            keys = key.repeat(cp, *([1] * (key.dim() - 1)))
-            values = value.repeat(cp, *([1] * (value.dim() - 1)))
-            if self.cp_mask is None or tuple(self.cp_mask.shape[-2:]) != (sq, keys.size(0)):
-                chunk = sq // 2
-                q_pos = torch.cat([torch.arange(chunk), torch.arange((2 * cp - 1) * chunk, 2 * cp * chunk)])
-                self.cp_mask = (torch.arange(keys.size(0))[None, :] > q_pos[:, None])[None, None].to(query.device)
-            return super().forward(query, keys, values, self.cp_mask, *args, **kwargs)
-
-    CPRankCoreAttention.__name__ = f"CP{cp}{base.__name__}"
-    return CPRankCoreAttention
-
-
-def _recompute_targets(layer: torch.nn.Module, config) -> tuple[torch.nn.Module, ...]:
-    """Modules whose forward megatron re-runs in backward (timed by hooks for ``recompute_ms``)."""
-    if config.recompute_granularity == "full":
-        return (layer,)
-    if config.recompute_granularity != "selective":
-        return ()
-    attn = layer.self_attention
-    names = {
-        "core_attn": [attn.core_attention],
-        "layernorm": [layer.input_layernorm, layer.pre_mlp_layernorm],
-        "mlp": [layer.mlp], "moe": [layer.mlp],
-        "shared_experts": [getattr(layer.mlp, "shared_experts", None)],
-        "mla_up_proj": [getattr(attn, "linear_q_up_proj", None), getattr(attn, "linear_kv_up_proj", None)],
-    }
-    found: list[torch.nn.Module] = []
-    for mod_name in config.recompute_modules:
-        found += [m for m in names.get(mod_name, []) if m is not None and m not in found]
-    # drop modules nested inside another target (their time is already inside the parent's)
-    return tuple(m for m in found if not any(m is not p and m in set(p.modules()) for p in found))
-
-
-def _extra_expert_params(layer: torch.nn.Module, shape: RankShape, distributed: bool) -> int:
-    experts = getattr(layer.mlp, "experts", None)
-    if shape.kind != "moe" or distributed or experts is None:
-        return 0
-    built = experts.num_local_experts
-    per_expert = sum(p.numel() for p in experts.parameters()) // built
-    return (built - shape.arch.num_experts // shape.ep) * per_expert
-
-
-def _causal_mask(seq: int, device: torch.device) -> torch.Tensor:
-    return torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=device), 1)[None, None]
+def _builder(shape: RankShape) -> KindBuilder:
+    found = BUILDERS.get(shape.kind)
+    if found is None:
+        raise UnsupportedLayer(f"unknown layer kind {shape.kind!r} (builders: {', '.join(BUILDERS)})")
+    return found
 
 
 def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
@@ -362,15 +287,12 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
     ``stand_ins``: PyTorch's fused attention and grouped expert GEMMs in the local spec (default: on a GPU
     without TE, ``uses_torch_stand_ins``; ``True`` on CPU runs the same modules there, for tests).
     """
-    from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
-    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
-    from megatron.core.transformer.transformer_block import TransformerBlock
-
     dev = resolve_device(device)
     use_te = te_available(dev)
     stand_ins = uses_torch_stand_ins(dev, use_te) if stand_ins is None else stand_ins and not use_te
-    sdpa = stand_ins and shape.kind in ("dense", "moe")
-    moe_stand_in = stand_ins and shape.kind == "moe"
+    builder = _builder(shape)
+    sdpa = stand_ins and get_kind(shape.kind).attention
+    moe_stand_in = stand_ins and builder.experts
     why_not = grouped_unavailable(shape, dtype or _DTYPES[shape.precision], dev) if moe_stand_in else None
     grouped = moe_stand_in and why_not is None
     grouped_note = apply_torch_grouped_gemm() if grouped else ""
@@ -386,75 +308,15 @@ def build_layer(shape: RankShape, *, device: str | torch.device | None = None,
         notes.append(f"experts: one GEMM per local expert (SequentialMLP), no grouped GEMM: {why_not}")
     dtype = config.params_dtype
     a = shape.arch
-    tokens_seq = shape.local_seq
-    mbs = shape.micro_batch_size
     sp_split = shape.tp if config.sequence_parallel else 1
     vocab = a.vocab_size if distributed else _div(a.vocab_size or 0, shape.tp, "vocab_size")
-    targets: tuple[torch.nn.Module, ...] = ()
-    extra = 0
-
-    if shape.kind in ("dense", "moe"):
-        module = TransformerBlock(config, _layer_spec(shape, config, use_te, sdpa=sdpa), post_layer_norm=False)
-        rope = None
-        if not a.multi_latent_attention:
-            rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(tokens_seq).to(dev)
-        targets = tuple(t for layer in module.layers for t in _recompute_targets(layer, config))
-        extra = sum(_extra_expert_params(layer, shape, distributed) for layer in module.layers)
-
-        def make_inputs() -> dict[str, torch.Tensor | None]:
-            x = torch.randn(tokens_seq // sp_split, mbs, a.hidden_size, device=dev, dtype=dtype)
-            return {"hidden_states": x.requires_grad_(True), "attention_mask": _causal_mask(tokens_seq, dev),
-                    "rotary_pos_emb": rope}
-    elif shape.kind == "embedding":
-        module = LanguageModelEmbedding(config, vocab_size=vocab, max_sequence_length=tokens_seq,
-                                        position_embedding_type="rope")
-
-        def make_inputs() -> dict[str, torch.Tensor | None]:
-            ids = torch.randint(0, vocab, (mbs, tokens_seq), device=dev)
-            pos = torch.arange(tokens_seq, device=dev).expand(mbs, tokens_seq)
-            return {"input_ids": ids, "position_ids": pos}
-    elif shape.kind == "output":
-        module = OutputLayerWithLoss(config, vocab, use_te=use_te)
-
-        def make_inputs() -> dict[str, torch.Tensor | None]:
-            x = torch.randn(tokens_seq // sp_split, mbs, a.hidden_size, device=dev, dtype=dtype)
-            labels = torch.randint(0, vocab, (mbs, tokens_seq), device=dev)
-            return {"hidden_states": x.requires_grad_(True), "labels": labels}
-    else:
-        raise UnsupportedLayer(f"unknown layer kind {shape.kind!r}")
+    ctx = _BuildContext(shape=shape, config=config, use_te=use_te, sdpa=sdpa, distributed=distributed, device=dev,
+                        dtype=dtype, sp_split=sp_split, vocab=vocab)
+    module, make_inputs, targets, extra, layers = builder.build(ctx)
 
     module = module.to(device=dev, dtype=dtype)  # what Float16Module does: params in bf16/fp16
     return BuiltLayer(shape=shape, module=module, device=dev, dtype=dtype, config=config,
                       distributed=distributed, make_inputs=make_inputs, recompute_targets=targets,
                       notes=tuple(notes), spec_kind="te" if use_te else STAND_IN_SPEC if stand_ins else "local",
-                      extra_params=extra, layers=config.num_layers if shape.kind in ("dense", "moe") else 1,
+                      extra_params=extra, layers=layers,
                       param_names={n: p.numel() for n, p in module.named_parameters()})
-
-
-class OutputLayerWithLoss(torch.nn.Module):
-    """The last stage's tail as ``GPTModel`` runs it: final norm -> output layer -> CE loss [b, s]."""
-
-    def __init__(self, config, vocab_size: int, *, use_te: bool):
-        super().__init__()
-        from megatron.core import tensor_parallel
-        from megatron.core.transformer.torch_norm import WrappedTorchNorm
-
-        from primus_ext.measure.shims import SPTorchNorm
-
-        norm_cls: Any = SPTorchNorm if config.sequence_parallel else WrappedTorchNorm
-        if use_te:
-            from megatron.core.extensions.transformer_engine import TENorm
-
-            norm_cls = TENorm
-        self.final_layernorm = norm_cls(config=config, hidden_size=config.hidden_size,
-                                        eps=config.layernorm_epsilon)
-        self.output_layer = tensor_parallel.ColumnParallelLinear(
-            config.hidden_size, vocab_size, config=config, init_method=config.init_method, bias=False,
-            skip_bias_add=False, gather_output=False)
-        self._cross_entropy = tensor_parallel.vocab_parallel_cross_entropy
-
-    def forward(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        logits, _ = self.output_layer(self.final_layernorm(hidden_states))
-        loss = self._cross_entropy(logits, labels.transpose(0, 1).contiguous())
-        return loss.transpose(0, 1).contiguous()
-

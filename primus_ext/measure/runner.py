@@ -32,6 +32,7 @@ from primus_ext.measure.single import (
 )
 from primus_ext.measure.spawn import measure_spawned
 from primus_ext.model.costs import LayerCost
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 
 __all__ = ["MeasureFailed", "MeasureOptions", "Measurement", "device_name", "layout_for", "library_versions",
@@ -40,8 +41,7 @@ __all__ = ["MeasureFailed", "MeasureOptions", "Measurement", "device_name", "lay
 
 def layout_for(shape: RankShape, device: torch.device) -> ParallelLayout:
     """Ranks needed to run ``shape``'s TP/EP groups for real, or world 1 when they exceed the node."""
-    ep = shape.ep if shape.kind == "moe" else 1
-    etp = shape.etp if shape.kind == "moe" else shape.tp
+    ep, etp = get_kind(shape.kind).expert_split(shape)
     world = math.lcm(shape.tp, ep * etp)
     node = torch.cuda.device_count() if device.type == "cuda" else (os.cpu_count() or 1)
     if world == 1 or world > node or shape.cp > 1:

@@ -5,7 +5,7 @@ Usage::
     scale = default_scale(shapes, device)   # 1.0 on GPU; on CPU the largest 2**-k under the budget
 
 The estimate is the forward GEMM + attention FLOPs of the costliest layer kind at the scaled
-per-rank shape (closed-form parameters from ``primus_ext.model.params``; the local spec's
+per-rank shape (``Kind.fwd_flops_estimate``: closed-form parameters from ``primus_ext.model.params``; the local spec's
 unfused attention computes the full ``seq x seq`` score square).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from primus_ext.model import params as P
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 
 CPU_FWD_FLOP_BUDGET = 40e9
@@ -27,25 +27,9 @@ CANDIDATE_SCALES = tuple(2.0**-k for k in range(0, 9))
 
 
 def estimate_fwd_flops(shape: RankShape) -> float:
-    """Forward FLOPs of one micro-batch of ``shape`` on one rank (rough, for sizing only)."""
-    a = shape.arch
-    tokens = shape.tokens
-    if shape.kind == "embedding":
-        return float(tokens * a.hidden_size)
-    if shape.kind == "output":
-        return 2.0 * tokens * a.hidden_size * a.vocab_size / shape.tp
-    gemm = P.attention_params(shape)
-    if shape.kind == "moe":
-        per_expert = P.expert_params(shape) / max(1, shape.local_experts)
-        gemm += P.router_params(shape) + P.shared_expert_params(shape)
-        flops = 2.0 * tokens * gemm + 2.0 * shape.routed_tokens_per_rank * per_expert
-    else:
-        flops = 2.0 * tokens * (gemm + P.mlp_params(shape))
-    q_dim = a.qk_head_dim + a.qk_pos_emb_head_dim if a.multi_latent_attention else a.kv_channels
-    v_dim = a.v_head_dim if a.multi_latent_attention else a.kv_channels
-    heads = a.num_attention_heads // shape.tp
-    flops += 2.0 * shape.micro_batch_size * shape.local_seq**2 * heads * (q_dim + v_dim)
-    return flops * shape.timed_layers  # a window pattern's whole period is built and run
+    """Forward FLOPs of one micro-batch of ``shape`` on one rank (rough, for sizing only:
+    ``Kind.fwd_flops_estimate``)."""
+    return get_kind(shape.kind).fwd_flops_estimate(shape)
 
 
 def default_scale(shapes: Iterable[RankShape], device_type: str, *,

@@ -23,6 +23,7 @@ from primus_ext.measure.build import BuiltLayer, UnsupportedLayer, build_layer
 from primus_ext.measure.saved import peak_bytes, saved_bytes
 from primus_ext.measure.timing import MeasureTimeout, time_layer
 from primus_ext.model.costs import CostOrigin, LayerCost
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 
 MEASURE_ERRORS: tuple[type[BaseException], ...] = (
@@ -133,7 +134,8 @@ def _dtype_name(built_or_shape: BuiltLayer | RankShape) -> str:
 
 def _sequence_unsplit(built: BuiltLayer) -> bool:
     shape = built.shape
-    return not built.distributed and shape.sequence_parallel and shape.tp > 1 and shape.kind != "embedding"
+    split = get_kind(shape.kind).takes_sequence_split
+    return not built.distributed and shape.sequence_parallel and shape.tp > 1 and split
 
 
 def measure_built(built: BuiltLayer, target: RankShape, scale: float, opts: MeasureOptions,

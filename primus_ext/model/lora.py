@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from primus_ext.model.costs import LayerCost
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.roofline import gemm_bytes, membound_seconds
 from primus_ext.specs.system import GPUSpec
@@ -34,7 +35,7 @@ sft_trainer.yaml ``lora.target_modules``; peft/lora.py matches module names)."""
 def _targets(shape: RankShape) -> list[tuple[str, float, float, float, int, bool]]:
     """(target, tokens, in, out, split, expert) of every adapter of one layer kind (global in / out)."""
     a = shape.arch
-    if shape.kind not in ("dense", "moe") or not shape.lora_rank:
+    if not get_kind(shape.kind).lora_adapters or not shape.lora_rank:
         return []
     chosen = set(shape.lora_targets)
     t = shape.tokens  # the linears see the whole local sequence (sequence parallelism gathers it first)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
 Impl = Literal["local", "te"]
@@ -122,34 +123,56 @@ def shared_expert_params(shape: RankShape) -> int:
     return _mlp_params(arch, arch.moe_shared_expert_intermediate_size, shape.tp, bias=False) + gate
 
 
-def mlp_params(shape: RankShape) -> int:
-    """The MLP block (dense MLP, or router + local experts + shared experts), without its norm."""
+def dense_mlp_params(shape: RankShape) -> int:
+    """A dense MLP (fc1, fc2), without its norm."""
     arch = shape.arch
-    if shape.kind == "moe":
-        return router_params(shape) + expert_params(shape) + shared_expert_params(shape)
     return _mlp_params(arch, arch.ffn_hidden_size, shape.tp, bias=arch.add_bias_linear)
 
 
+def moe_mlp_params(shape: RankShape) -> int:
+    """An MoE block: router + local experts + shared experts, without its norm."""
+    return router_params(shape) + expert_params(shape) + shared_expert_params(shape)
+
+
+def mlp_params(shape: RankShape) -> int:
+    """The MLP block of a decoder layer (dense MLP, or router + local experts + shared experts), without its
+    norm (``Kind.mlp_params`` of the decoder kinds)."""
+    return get_kind(shape.kind).mlp_params(shape)
+
+
+def decoder_params(shape: RankShape, mlp: int, *, impl: Impl = "te") -> int:
+    """A decoder layer: input_layernorm + attention + pre_mlp_layernorm + the MLP block's ``mlp`` parameters."""
+    arch = shape.arch
+    norms = 2 * norm_params(arch, arch.hidden_size)
+    return norms + attention_params(shape, impl=impl) + mlp
+
+
+def embedding_params(shape: RankShape) -> int:
+    """Word embeddings, split over TP by vocabulary rows."""
+    return shape.arch.vocab_size // shape.tp * shape.arch.hidden_size
+
+
+def output_params(shape: RankShape) -> int:
+    """The output projection (split over TP by vocabulary rows) + the final layernorm."""
+    arch = shape.arch
+    return arch.vocab_size // shape.tp * arch.hidden_size + final_norm_params(arch)
+
+
 def layer_params(shape: RankShape, *, impl: Impl = "te") -> int:
-    """Parameters one rank holds for this layer kind (see the module docstring for the rules).
+    """Parameters one rank holds for this layer kind (see the module docstring for the rules;
+    ``Kind.params`` in ``primus_ext.model.kinds``).
 
     ``dense``/``moe``: input_layernorm + attention + pre_mlp_layernorm + MLP block.
     ``embedding``: word embeddings only (rope / no positions; learned positions are
     ``position_embedding_params``). ``output``: final layernorm + output projection (what
     ``primus_ext.measure.build`` builds for the kind; a tied single-stage model drops the projection).
     """
-    arch = shape.arch
-    if shape.kind == "embedding":
-        return arch.vocab_size // shape.tp * arch.hidden_size
-    if shape.kind == "output":
-        return arch.vocab_size // shape.tp * arch.hidden_size + final_norm_params(arch)
-    norms = 2 * norm_params(arch, arch.hidden_size)
-    return norms + attention_params(shape, impl=impl) + mlp_params(shape)
+    return get_kind(shape.kind).params(shape, impl=impl)
 
 
 def expert_layer_params(shape: RankShape) -> int:
     """The part of ``layer_params`` that lives in the expert-parallel groups (sharded over expert-DP)."""
-    return expert_params(shape) if shape.kind == "moe" else 0
+    return get_kind(shape.kind).expert_params(shape)
 
 
 def final_norm_params(arch: LayerArch) -> int:

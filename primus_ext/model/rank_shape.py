@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp8Recipe
 from primus_ext.specs.model import GATED_ACTIVATIONS
@@ -133,7 +134,7 @@ class RankShape:
         window, or every layer windowed), else ``window_attn_skip_freq`` (every N-th layer attends fully, e.g.
         GPT-OSS's window / full pairs: N = 2; N = 1: none windowed). ``measure.build`` times one period."""
         a = self.arch
-        if self.kind in ("dense", "moe") and a.window_size and a.window_attn_skip_freq >= 1:
+        if get_kind(self.kind).attention and a.window_size and a.window_attn_skip_freq >= 1:
             return a.window_attn_skip_freq
         return 0
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 
 from primus_ext.model.costs import LayerCost
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.params import layer_params
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.specs import GPUSpec
@@ -155,7 +156,7 @@ def causal_keys(shape: RankShape) -> float:
     return s / 2.0
 
 
-def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+def attention_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     a, t = shape.arch, shape.tokens
     g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
     tp, heads = shape.tp, shape.local_heads
@@ -183,17 +184,23 @@ def _attention(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     parts.other("rope", rope, MEMBOUND_BWD_FACTOR * rope)
 
 
-def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+def dense_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    """A dense MLP: fc1 (gated: two halves), fc2, the activation."""
     a, t = shape.arch, shape.tokens
     g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
     gate = 2 if a.gated else 1
-    if shape.kind == "dense":
-        ffn = a.ffn_hidden_size / shape.tp
-        parts.gemm("mlp", g(t, gate * ffn, a.hidden_size))
-        parts.gemm("mlp", g(t, a.hidden_size, ffn))
-        act = membound_seconds(t * ffn * (gate + 1) * ACT_BYTES, gpu)
-        parts.other("mlp_act", act, MEMBOUND_BWD_FACTOR * act)
-        return
+    ffn = a.ffn_hidden_size / shape.tp
+    parts.gemm("mlp", g(t, gate * ffn, a.hidden_size))
+    parts.gemm("mlp", g(t, a.hidden_size, ffn))
+    act = membound_seconds(t * ffn * (gate + 1) * ACT_BYTES, gpu)
+    parts.other("mlp_act", act, MEMBOUND_BWD_FACTOR * act)
+
+
+def moe_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    """An MoE block: router, the local experts' GEMMs and activation, permutation, shared experts."""
+    a, t = shape.arch, shape.tokens
+    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
+    gate = 2 if a.gated else 1
     local = max(1, shape.local_experts)
     per_expert = shape.routed_tokens_per_rank / local
     ffn = a.moe_ffn_hidden_size / shape.etp
@@ -213,7 +220,7 @@ def _mlp(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
         parts.other("shared_experts", sact, MEMBOUND_BWD_FACTOR * sact)
 
 
-def _norms_and_residuals(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+def norm_residual_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     rows = shape.tokens / shape.tp if shape.sequence_parallel else shape.tokens
     h = shape.arch.hidden_size
     norm = membound_seconds(2 * NORM_PASSES * rows * h * ACT_BYTES, gpu)  # pre-attention + pre-MLP norms
@@ -222,13 +229,17 @@ def _norms_and_residuals(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     parts.other("residual", residual, residual)
 
 
-def _edge(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+def embedding_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    """The word-embedding lookup: read and write each token's hidden vector."""
+    a, t = shape.arch, shape.tokens
+    lookup = membound_seconds(2 * t * a.hidden_size * ACT_BYTES, gpu)
+    parts.other("embedding", lookup, MEMBOUND_BWD_FACTOR * lookup)
+
+
+def output_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+    """The final norm, the output projection (logits) and the cross-entropy loss."""
     a, t = shape.arch, shape.tokens
     vocab = a.vocab_size / shape.tp
-    if shape.kind == "embedding":
-        lookup = membound_seconds(2 * t * a.hidden_size * ACT_BYTES, gpu)
-        parts.other("embedding", lookup, MEMBOUND_BWD_FACTOR * lookup)
-        return
     rows = t / shape.tp if shape.sequence_parallel else t
     norm = membound_seconds(NORM_PASSES * rows * a.hidden_size * ACT_BYTES, gpu)
     parts.other("layernorm", norm, MEMBOUND_BWD_FACTOR * norm)
@@ -255,12 +266,7 @@ DEFAULT_SELECTIVE = ("core_attn",)
 def layer_parts(shape: RankShape, gpu: GPUSpec) -> _Parts:
     """Per-module forward / data-grad / weight-grad seconds of one layer (no overhead)."""
     parts = _Parts({}, {}, {})
-    if shape.kind in ("embedding", "output"):
-        _edge(parts, shape, gpu)
-    else:
-        _attention(parts, shape, gpu)
-        _mlp(parts, shape, gpu)
-        _norms_and_residuals(parts, shape, gpu)
+    get_kind(shape.kind).roofline(parts, shape, gpu)
     return parts
 
 
@@ -278,30 +284,38 @@ def op_sac_recompute_s(shape: RankShape, gpu: GPUSpec) -> float:
     GEMM time, the same every-other rule without their exact call order."""
     parts = layer_parts(shape, gpu)
     redo = sum(parts.fwd.get(name, 0.0) for name in _ELEMENTWISE)
-    a, t, tp = shape.arch, shape.tokens, shape.tp
-    if shape.kind != "dense" or a.multi_latent_attention:
+    exact = get_kind(shape.kind).op_sac_gemms_s(shape, gpu)
+    if exact is None:
         gemms = sum(v for k, v in parts.fwd.items() if k not in _ELEMENTWISE and k != "core_attn")
         return redo + gemms / 2
+    for seconds in exact:
+        redo += seconds
+    return redo
+
+
+def dense_op_sac_gemms(shape: RankShape, gpu: GPUSpec) -> tuple[float, float, float]:
+    """The forward GEMMs op-level checkpointing re-runs in a Llama block (``op_sac_recompute_s``): wk, wo, and
+    w3 (gated) / fc2, in seconds."""
+    a, t, tp = shape.arch, shape.tokens, shape.tp
     g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
     ffn = a.ffn_hidden_size / tp
-    redo += g(t, a.num_query_groups * a.kv_channels / tp, a.hidden_size)          # wk
-    redo += g(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp)       # wo
-    redo += g(t, ffn, a.hidden_size) if a.gated else g(t, a.hidden_size, ffn)     # w3 (gated) / fc2
-    return redo
+    return (g(t, a.num_query_groups * a.kv_channels / tp, a.hidden_size),          # wk
+            g(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp),       # wo
+            g(t, ffn, a.hidden_size) if a.gated else g(t, a.hidden_size, ffn))     # w3 (gated) / fc2
 
 
 def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
     """(forward, backward) seconds of core attention: what a CP ring can hide its KV exchange behind."""
     parts = _Parts({}, {}, {})
-    if shape.kind in ("dense", "moe"):
-        _attention(parts, shape, gpu)
+    if get_kind(shape.kind).attention:
+        attention_parts(parts, shape, gpu)
     return parts.fwd.get("core_attn", 0.0), parts.dgrad.get("core_attn", 0.0)
 
 
 def launches(shape: RankShape) -> bool:
     """Whether the layer's kernels are launched one by one (pay ``Efficiency.kernel_overhead_s``): not under a
     full-iteration graph, nor a per-layer graph of a transformer layer."""
-    return shape.cuda_graph == "none" or (shape.cuda_graph == "layers" and shape.kind not in ("dense", "moe"))
+    return shape.cuda_graph == "none" or (shape.cuda_graph == "layers" and not get_kind(shape.kind).layer_graph)
 
 
 def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
@@ -312,9 +326,7 @@ def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
     embedding and output kinds keep their launches."""
     eff = gpu.efficiency
     overhead = eff.kernel_overhead_s if launches(shape) else 0.0
-    if shape.kind == "moe" and shape.cuda_graph != "full_iteration":
-        overhead += eff.moe_layer_overhead_s
-    return overhead
+    return overhead + get_kind(shape.kind).overhead_s(shape, gpu)
 
 
 @lru_cache(maxsize=16384)

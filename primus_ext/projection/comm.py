@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primus_ext.model.collectives import collective_time, p2p_time
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.memory import adam_step_bytes, dp_sharded, reduce_bytes
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
@@ -98,16 +99,14 @@ function, collectives included):
   * ``shared_experts``: ``moe_layer.py`` ``shared_experts_compute`` checkpoints the shared experts' MLP;
   * ``moe_act``, ``layernorm``, ``mla_up_proj``: element-wise / up-projection work, nothing communicated.
 Modules re-run once however many names cover them (as ``roofline.analytic_cost`` counts their compute)."""
-_PARTS = {"dense": frozenset(("attn", "mlp", "cp")), "moe": frozenset(("attn", "etp", "shared", "cp", "ep"))}
-"""The communicating parts of a decoder layer of each kind."""
 
 
 def recomputed_parts(shape: RankShape) -> frozenset[str]:
     """The communicating parts (``_tp_parts`` keys, ``cp``, ``ep``) a recomputed layer's backward re-runs:
     all of them under full recompute (``CheckpointFunction`` around the whole layer: ``transformer_block.py``
     ``_checkpointed_forward``), ``RECOMPUTED_COMM`` of the modules under selective."""
-    parts = _PARTS.get(shape.kind)
-    if parts is None or shape.recompute == "none" or op_sac(shape):
+    parts = get_kind(shape.kind).comm(shape, False).parts  # the communicating parts (``KindComm.parts``)
+    if not parts or shape.recompute == "none" or op_sac(shape):
         return frozenset()  # op-level checkpointing: whole parts are not re-run (``op_sac_gathers``)
     if shape.recompute == "full":
         return parts
@@ -130,45 +129,36 @@ def op_sac_gathers(parts: dict[str, float]) -> float:
 
 
 def _tp_parts(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> dict[str, float]:
-    """TP/ETP seconds of one forward pass of a decoder layer, by the module that communicates: ``attn`` (the
-    attention's pair), ``mlp`` (a dense MLP's), ``etp`` (the routed experts'), ``shared`` (shared experts')."""
-    a = shape.arch
-    act = shape.tokens * a.hidden_size * ACT_BYTES
-    sp = ex.sequence_parallel
-    if shape.kind == "dense":
-        pair = _pair(sp, act, pl.tp, system)
-        return {"attn": pair, "mlp": pair}
-    return {"attn": _pair(sp, act, pl.tp, system),
-            "etp": _pair(sp, act, pl.etp, system) if shape.etp > 1 else 0.0,
-            "shared": _pair(sp, act, pl.tp, system) if a.moe_shared_expert_intermediate_size and shape.tp > 1
-            else 0.0}
+    """TP/ETP seconds of one forward pass of a layer's TP-style pairs, by the module that communicates
+    (``Kind.comm``): ``attn`` (the attention's pair), ``mlp`` (a dense MLP's), ``etp`` (the routed experts'),
+    ``shared`` (shared experts')."""
+    act = shape.tokens * shape.arch.hidden_size * ACT_BYTES
+    pairs = get_kind(shape.kind).comm(shape, ex.sequence_parallel).pairs
+    return {part: _pair(ex.sequence_parallel, act, getattr(pl, group), system) for part, group in pairs}
+
+
+def _singles(ops: tuple[str, ...], shape: RankShape, pl: Placements, system: SystemSpec) -> float:
+    act = shape.tokens * shape.arch.hidden_size * ACT_BYTES
+    return sum((collective_time(op, act, pl.tp, system) for op in ops), 0.0)
 
 
 def _tp(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
-    """TP/ETP seconds of one pass (forward; backward moves the same)."""
-    a = shape.arch
-    act = shape.tokens * a.hidden_size * ACT_BYTES
-    sp = ex.sequence_parallel
-    if shape.kind in ("dense", "moe"):
-        return sum(_tp_parts(shape, ex, pl, system).values())
-    if shape.kind == "embedding":
-        return collective_time("reduce_scatter" if sp else "all_reduce", act, pl.tp, system)
-    return collective_time("all_gather", act, pl.tp, system) if sp else 0.0  # output: gather SP input
+    """TP/ETP seconds of one forward pass."""
+    comm = get_kind(shape.kind).comm(shape, ex.sequence_parallel)
+    return sum(_tp_parts(shape, ex, pl, system).values(), 0.0) + _singles(comm.fwd, shape, pl, system)
 
 
 def _tp_bwd(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
-    if shape.kind == "embedding":
-        return 0.0
-    if shape.kind == "output":
-        act = shape.tokens * shape.arch.hidden_size * ACT_BYTES
-        op = "reduce_scatter" if ex.sequence_parallel else "all_reduce"
-        return collective_time(op, act, pl.tp, system)
-    return _tp(shape, ex, pl, system)
+    """TP/ETP seconds of one backward pass (the forward's pairs again, unless the kind names its own)."""
+    comm = get_kind(shape.kind).comm(shape, ex.sequence_parallel)
+    if comm.bwd is None:
+        return _tp(shape, ex, pl, system)
+    return _singles(comm.bwd, shape, pl, system)
 
 
 def _cp(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> tuple[float, float]:
     """(forward, backward) CP seconds of one layer."""
-    if shape.cp <= 1 or shape.kind not in ("dense", "moe"):
+    if shape.cp <= 1 or not get_kind(shape.kind).attention:
         return 0.0, 0.0
     a = shape.arch
     if a.multi_latent_attention:
@@ -192,7 +182,7 @@ def _cp(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec)
 
 def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
     """EP seconds of one pass (dispatch + combine)."""
-    if shape.kind != "moe" or shape.ep <= 1:
+    if shape.ep <= 1 or not get_kind(shape.kind).comm(shape, ex.sequence_parallel).ep:
         return 0.0
     a = shape.arch
     local_tokens = shape.tokens / shape.tp
@@ -296,7 +286,7 @@ def layer_comm(
             bwd["cp"] = (cb + cr, hide(cb, attn[1], ovl) + hide(cr, attn[0], ovl))
         else:
             fwd["cp"], bwd["cp"] = (cf, cf), (cb + cr, cb + cr)
-    if shape.kind == "moe" and shape.ep > 1:
+    if shape.ep > 1 and get_kind(shape.kind).comm(shape, ex.sequence_parallel).ep:
         e = _ep(shape, ex, pl, system)
         er = e if "ep" in redo else 0.0
         if ex.overlap_moe_expert_parallel_comm:

@@ -28,6 +28,7 @@ from primus_ext.model.carry import carry_cost
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
@@ -216,7 +217,7 @@ def _layers(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
     for kind, shape in shapes.items():
         plain = replace(shape, recompute="none", recompute_modules=()) if shape.recompute != "none" else shape
         layers[(kind, False)] = _layer(plain, ex, system, providers)
-        if kind in ("dense", "moe"):
+        if get_kind(kind).recomputable:
             layers[(kind, True)] = _layer(shape, ex, system, providers) if plain is not shape else layers[(kind, False)]
     return layers, pp_bytes(shapes["embedding"], ex)
 

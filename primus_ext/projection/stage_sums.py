@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter
 
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.pipeline import ChunkTimes
 from primus_ext.model.stages import pipeline_plan
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -116,7 +117,7 @@ def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) 
             dense += n * layer.dense_params
             experts += n * layer.expert_params
         analytic_passes += 2 * n * layer.launched
-        decoder_layers += n if key[0] in ("dense", "moe") else 0
+        decoder_layers += n if get_kind(key[0]).decoder_layer else 0
         for kind, total, exposed in layer.comm_items:
             slot = comm.get(kind)
             if slot is None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 
 
@@ -199,37 +200,63 @@ def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: float) 
 
 @lru_cache(maxsize=4096)
 def _parts_none(shape: RankShape, impl: ActivationImpl) -> tuple[tuple[str, float], ...]:
-    a = shape.arch
+    return tuple(get_kind(shape.kind).saved(shape, impl).items())
+
+
+def _sizes(shape: RankShape, impl: ActivationImpl) -> tuple[int, int, float]:
+    """(element bytes, linear-input element bytes, tokens per rank along the sequence-parallel split)."""
     e = element_bytes(shape.precision)
     lin_e = 1 if (impl.fp8_linear_inputs and shape.precision == "fp8") else e
     sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
-    ts = shape.tokens / sp
+    return e, lin_e, shape.tokens / sp
+
+
+def output_saved(shape: RankShape, impl: ActivationImpl) -> dict[str, float]:
+    """The output kind: final norm, the output projection's input, the loss's logits and targets."""
+    a = shape.arch
+    e, lin_e, ts = _sizes(shape, impl)
+    parts: dict[str, float] = {}
+    parts["final_norm"] = _norm(impl, a.normalization == "LayerNorm", e, ts, a.hidden_size)
+    parts["output_in"] = lin_e * ts * a.hidden_size
+    parts["logits_fp32"] = loss_saved_bytes(shape, "native")  # the loss's exp(logits) in fp32
+    parts["loss_targets"] = (1 + INDEX_BYTES) * shape.tokens
+    return parts
+
+
+def decoder_saved(shape: RankShape, impl: ActivationImpl, *, mlp_input_fp8: bool) -> dict[str, float]:
+    """A decoder layer up to its MLP block's input: both norms, the attention block, the pre-MLP norm's output
+    (``mlp_input_fp8``: in fp8 when the linear inputs are, i.e. the MLP's first GEMM reads it directly)."""
+    a = shape.arch
+    e, lin_e, ts = _sizes(shape, impl)
     layernorm = a.normalization == "LayerNorm"
     parts: dict[str, float] = {}
-    if shape.kind == "embedding":
-        return ()
-    if shape.kind == "output":
-        parts["final_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)
-        parts["output_in"] = lin_e * ts * a.hidden_size
-        parts["logits_fp32"] = loss_saved_bytes(shape, "native")  # the loss's exp(logits) in fp32
-        parts["loss_targets"] = (1 + INDEX_BYTES) * shape.tokens
-        return tuple(parts.items())
     parts["input_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)
     parts["input_norm_out"] = lin_e * ts * a.hidden_size
     parts.update(_attention(shape, impl, e, lin_e, ts))
     parts["pre_mlp_norm"] = _norm(impl, layernorm, e, ts, a.hidden_size)
-    parts["pre_mlp_norm_out"] = (e if shape.kind == "moe" else lin_e) * ts * a.hidden_size
-    if shape.kind == "moe":
-        parts.update(_moe(shape, impl, e, lin_e, ts))
-    else:
-        ffn = a.ffn_hidden_size / shape.tp
-        gated = a.gated
-        parts["mlp_act"] = _act_bytes(impl, gated, e, shape.tokens, ffn)
-        parts["mlp_fc2_in"] = lin_e * shape.tokens * ffn
-    return tuple(parts.items())
+    parts["pre_mlp_norm_out"] = (lin_e if mlp_input_fp8 else e) * ts * a.hidden_size
+    return parts
 
 
-def _selective(shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) -> dict[str, float]:
+def dense_mlp_saved(shape: RankShape, impl: ActivationImpl) -> dict[str, float]:
+    """A dense MLP: the activation's input and fc2's input."""
+    e, lin_e, _ = _sizes(shape, impl)
+    ffn = shape.arch.ffn_hidden_size / shape.tp
+    return {"mlp_act": _act_bytes(impl, shape.arch.gated, e, shape.tokens, ffn),
+            "mlp_fc2_in": lin_e * shape.tokens * ffn}
+
+
+def moe_saved(shape: RankShape, impl: ActivationImpl) -> dict[str, float]:
+    """An MoE block: router, routed experts, shared experts."""
+    e, lin_e, ts = _sizes(shape, impl)
+    return _moe(shape, impl, e, lin_e, ts)
+
+
+def selective_decoder(shape: RankShape, impl: ActivationImpl, parts: dict[str, float], *,
+                      mlp_norm_separate: bool) -> tuple[set[str], float]:
+    """Apply selective recompute's attention and layernorm modules to a decoder layer's ``parts`` (in place);
+    return (the recomputed module names, a checkpoint input's bytes) for the MLP block's own rules.
+    ``mlp_norm_separate``: the pre-MLP norm is its own module (not fused into the MLP's first GEMM)."""
     a = shape.arch
     e = element_bytes(shape.precision)
     sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
@@ -248,25 +275,12 @@ def _selective(shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) 
     if "mla_up_proj" in modules and a.multi_latent_attention:
         _mla_up_proj(shape, impl, parts, e, sp)
     input_norm_separate = not impl.fused_input_norm or a.multi_latent_attention
-    mlp_norm_separate = not impl.fused_input_norm or shape.kind == "moe"
     if "layernorm" in modules:
         if input_norm_separate:
             parts["input_norm"], parts["input_norm_out"] = residual, 0.0
         if mlp_norm_separate:
             parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = residual, 0.0
-    if "mlp" in modules and shape.kind == "dense":
-        parts["mlp_act"] = parts["mlp_fc2_in"] = 0.0
-        if not mlp_norm_separate:  # TE: the checkpoint starts at the fused norm's input
-            parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = residual, 0.0
-    if shape.kind == "moe":
-        if "moe" in modules:
-            for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
-                parts[name] = 0.0
-        if "moe_act" in modules:
-            parts["experts_fc2_in"] = 0.0
-        if "shared_experts" in modules:
-            parts["shared_experts"] = 0.0
-    return parts
+    return modules, residual
 
 
 def _mla_up_proj(shape: RankShape, impl: ActivationImpl, parts: dict[str, float], e: int, sp: int) -> None:
@@ -339,13 +353,14 @@ def activation_parts(shape: RankShape, *, impl: ActivationImpl = TE, recompute: 
     under ``recompute_num_layers``).
     """
     mode = recompute or shape.recompute
-    if mode == "full" and shape.kind in ("dense", "moe"):
+    kind = get_kind(shape.kind)
+    if mode == "full" and kind.recomputable:
         sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
         e = element_bytes(shape.precision)
         return {"checkpoint_input": e * shape.tokens / sp * shape.arch.hidden_size}
     parts = dict(_parts_none(shape, impl))
-    if mode == "selective" and shape.kind in ("dense", "moe"):
-        parts = _selective(shape, impl, parts)
+    if mode == "selective" and kind.recomputable:
+        parts = kind.saved_selective(shape, impl, parts)
     return parts
 
 

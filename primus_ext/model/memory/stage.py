@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.model.fp8 import layer_weight_bytes
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.lora import lora_params
 from primus_ext.model.memory.activations import (
     LOCAL,
@@ -44,7 +45,6 @@ from primus_ext.model.params import (
     expert_layer_params,
     layer_params,
     position_embedding_params,
-    router_params,
 )
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.rank_shape import RankShape, rank_shapes
@@ -150,10 +150,11 @@ def _kind_terms(shape: RankShape, scale: float) -> KindTerms:
         act_sel = activation_bytes_per_layer(shape, impl=TE, recompute="selective") * scale
     else:
         act_sel = act_none
-    act_full = activation_bytes_per_layer(shape, impl=TE, recompute="full") if shape.kind in ("dense", "moe") else 0
+    kind = get_kind(shape.kind)
+    act_full = activation_bytes_per_layer(shape, impl=TE, recompute="full") if kind.recomputable else 0
     lora_dense, lora_expert = lora_params(shape)
     return KindTerms(params=layer_params(shape), expert_params=expert_layer_params(shape),
-                     router_params=router_params(shape) if shape.kind == "moe" else 0,
+                     router_params=kind.router_params(shape),
                      act_none=act_none, act_selected=act_sel, act_full=act_full,
                      wgrad_fraction=linear_input_fraction(shape), lora_dense=lora_dense, lora_expert=lora_expert)
 

@@ -1,0 +1,229 @@
+"""Per-kind builders of the real megatron-core modules ``build.build_layer`` measures (torch-side, so kept here
+rather than on ``primus_ext.model.kinds.Kind``; ``BUILDERS`` is keyed by the kind registry's names).
+
+A new layer kind adds a ``KindBuilder`` to ``BUILDERS``: ``build(ctx)`` returns (module, make_inputs, recompute
+targets, extra expert parameters, layers timed); ``tests/model/kinds/test_registry.py`` checks that every
+registered kind has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from primus_ext.measure.attention import sdpa_core_attention_class
+from primus_ext.measure.shims import mla_core_attention_class
+from primus_ext.model.rank_shape import RankShape
+
+
+def _layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    a = shape.arch
+    experts = config.num_moe_experts if BUILDERS[shape.kind].experts else None
+    if use_te:
+        return specs.get_gpt_layer_with_transformer_engine_spec(
+            num_experts=experts, moe_grouped_gemm=True, qk_layernorm=a.qk_layernorm,
+            multi_latent_attention=a.multi_latent_attention)
+    spec = specs.get_gpt_layer_local_spec(
+        num_experts=experts, moe_grouped_gemm=config.moe_grouped_gemm, qk_layernorm=a.qk_layernorm,
+        multi_latent_attention=a.multi_latent_attention, normalization=a.normalization)
+    sub = spec.submodules
+    attn_sub = sub.self_attention.submodules
+    if a.multi_latent_attention:
+        attn_sub.core_attention = mla_core_attention_class()
+    cp = shape.cp if shape.cp > 1 and config.context_parallel_size == 1 else 1
+    if sdpa:
+        attn_sub.core_attention = sdpa_core_attention_class(attn_sub.core_attention, cp)
+    elif cp > 1:
+        attn_sub.core_attention = cp_core_attention_class(attn_sub.core_attention, cp)
+    if config.sequence_parallel:
+        from primus_ext.measure.shims import SPTorchNorm
+
+        sub.input_layernorm = SPTorchNorm
+        sub.pre_mlp_layernorm = SPTorchNorm
+        for name in ("q_layernorm", "k_layernorm", "kv_layernorm"):
+            if hasattr(attn_sub, name) and getattr(attn_sub, name) is not None and a.qk_layernorm:
+                setattr(attn_sub, name, SPTorchNorm)
+    return spec
+
+
+def cp_core_attention_class(base: type, cp: int) -> type:
+    """Core attention of one context-parallel rank in a one-rank world.
+
+    The rank's ``seq/CP`` queries attend to the whole sequence: keys and values are repeated CP
+    times (standing in for the chunks the ring exchange would bring) under the causal mask of
+    megatron's load-balanced split (rank 0 holds chunks 0 and 2*CP-1 of 2*CP). Same convention as
+    the unfused local attention at CP=1: the full score rectangle is computed, then masked.
+    """
+
+    class CPRankCoreAttention(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_buffer("cp_mask", None, persistent=False)  # model state, not an activation
+
+        def forward(self, query, key, value, attention_mask, *args, **kwargs):
+            sq = query.size(0)
+            keys = key.repeat(cp, *([1] * (key.dim() - 1)))
+            values = value.repeat(cp, *([1] * (value.dim() - 1)))
+            if self.cp_mask is None or tuple(self.cp_mask.shape[-2:]) != (sq, keys.size(0)):
+                chunk = sq // 2
+                q_pos = torch.cat([torch.arange(chunk), torch.arange((2 * cp - 1) * chunk, 2 * cp * chunk)])
+                self.cp_mask = (torch.arange(keys.size(0))[None, :] > q_pos[:, None])[None, None].to(query.device)
+            return super().forward(query, keys, values, self.cp_mask, *args, **kwargs)
+
+    CPRankCoreAttention.__name__ = f"CP{cp}{base.__name__}"
+    return CPRankCoreAttention
+
+
+def _recompute_targets(layer: torch.nn.Module, config) -> tuple[torch.nn.Module, ...]:
+    """Modules whose forward megatron re-runs in backward (timed by hooks for ``recompute_ms``)."""
+    if config.recompute_granularity == "full":
+        return (layer,)
+    if config.recompute_granularity != "selective":
+        return ()
+    attn = layer.self_attention
+    names = {
+        "core_attn": [attn.core_attention],
+        "layernorm": [layer.input_layernorm, layer.pre_mlp_layernorm],
+        "mlp": [layer.mlp], "moe": [layer.mlp],
+        "shared_experts": [getattr(layer.mlp, "shared_experts", None)],
+        "mla_up_proj": [getattr(attn, "linear_q_up_proj", None), getattr(attn, "linear_kv_up_proj", None)],
+    }
+    found: list[torch.nn.Module] = []
+    for mod_name in config.recompute_modules:
+        found += [m for m in names.get(mod_name, []) if m is not None and m not in found]
+    # drop modules nested inside another target (their time is already inside the parent's)
+    return tuple(m for m in found if not any(m is not p and m in set(p.modules()) for p in found))
+
+
+def _extra_expert_params(layer: torch.nn.Module, shape: RankShape, distributed: bool) -> int:
+    experts = getattr(layer.mlp, "experts", None)
+    if not BUILDERS[shape.kind].experts or distributed or experts is None:
+        return 0
+    built = experts.num_local_experts
+    per_expert = sum(p.numel() for p in experts.parameters()) // built
+    return (built - shape.arch.num_experts // shape.ep) * per_expert
+
+
+def _causal_mask(seq: int, device: torch.device) -> torch.Tensor:
+    return torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=device), 1)[None, None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _BuildContext:
+    """What a kind's builder needs besides the shape: the config and the sizes ``build_layer`` settled."""
+
+    shape: RankShape
+    config: Any
+    use_te: bool
+    sdpa: bool
+    distributed: bool
+    device: torch.device
+    dtype: torch.dtype
+    sp_split: int
+    vocab: int
+
+
+_Built = tuple[torch.nn.Module, Callable[[], dict[str, Any]], tuple[torch.nn.Module, ...], int, int]
+"""(module, make_inputs, recompute targets, extra expert params, layers timed)."""
+
+
+def _build_decoder(ctx: _BuildContext) -> _Built:
+    """``dense`` / ``moe``: a ``TransformerBlock`` of ``timed_layers`` layers, no final norm."""
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.transformer_block import TransformerBlock
+
+    shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
+    tokens_seq, mbs = shape.local_seq, shape.micro_batch_size
+    module = TransformerBlock(config, _layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa), post_layer_norm=False)
+    rope = None
+    if not a.multi_latent_attention:
+        rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(tokens_seq).to(dev)
+    targets = tuple(t for layer in module.layers for t in _recompute_targets(layer, config))
+    extra = sum(_extra_expert_params(layer, shape, ctx.distributed) for layer in module.layers)
+
+    def make_inputs() -> dict[str, torch.Tensor | None]:
+        x = torch.randn(tokens_seq // ctx.sp_split, mbs, a.hidden_size, device=dev, dtype=ctx.dtype)
+        return {"hidden_states": x.requires_grad_(True), "attention_mask": _causal_mask(tokens_seq, dev),
+                "rotary_pos_emb": rope}
+    return module, make_inputs, targets, extra, config.num_layers
+
+
+def _build_embedding(ctx: _BuildContext) -> _Built:
+    """``embedding``: ``LanguageModelEmbedding`` (rope: no position table)."""
+    from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
+
+    shape, dev, vocab = ctx.shape, ctx.device, ctx.vocab
+    tokens_seq, mbs = shape.local_seq, shape.micro_batch_size
+    module = LanguageModelEmbedding(ctx.config, vocab_size=vocab, max_sequence_length=tokens_seq,
+                                    position_embedding_type="rope")
+
+    def make_inputs() -> dict[str, torch.Tensor | None]:
+        ids = torch.randint(0, vocab, (mbs, tokens_seq), device=dev)
+        pos = torch.arange(tokens_seq, device=dev).expand(mbs, tokens_seq)
+        return {"input_ids": ids, "position_ids": pos}
+    return module, make_inputs, (), 0, 1
+
+
+def _build_output(ctx: _BuildContext) -> _Built:
+    """``output``: final norm + output layer + vocab-parallel cross entropy (``OutputLayerWithLoss``)."""
+    shape, dev, vocab = ctx.shape, ctx.device, ctx.vocab
+    tokens_seq, mbs = shape.local_seq, shape.micro_batch_size
+    module = OutputLayerWithLoss(ctx.config, vocab, use_te=ctx.use_te)
+
+    def make_inputs() -> dict[str, torch.Tensor | None]:
+        x = torch.randn(tokens_seq // ctx.sp_split, mbs, shape.arch.hidden_size, device=dev, dtype=ctx.dtype)
+        labels = torch.randint(0, vocab, (mbs, tokens_seq), device=dev)
+        return {"hidden_states": x.requires_grad_(True), "labels": labels}
+    return module, make_inputs, (), 0, 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindBuilder:
+    """How ``build_layer`` builds one layer kind (torch-side, so kept here rather than on ``model.kinds.Kind``)."""
+
+    build: Callable[[_BuildContext], _Built]
+    experts: bool = False
+    """Built with routed experts: the MoE config keys, the expert groups, the ``moe`` recompute modules."""
+
+
+BUILDERS: dict[str, KindBuilder] = {
+    "dense": KindBuilder(build=_build_decoder),
+    "moe": KindBuilder(build=_build_decoder, experts=True),
+    "embedding": KindBuilder(build=_build_embedding),
+    "output": KindBuilder(build=_build_output),
+}
+"""Registry name (``primus_ext.model.kinds.known_kinds()``) -> its builder. A new kind adds its entry here."""
+
+
+class OutputLayerWithLoss(torch.nn.Module):
+    """The last stage's tail as ``GPTModel`` runs it: final norm -> output layer -> CE loss [b, s]."""
+
+    def __init__(self, config, vocab_size: int, *, use_te: bool):
+        super().__init__()
+        from megatron.core import tensor_parallel
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+        from primus_ext.measure.shims import SPTorchNorm
+
+        norm_cls: Any = SPTorchNorm if config.sequence_parallel else WrappedTorchNorm
+        if use_te:
+            from megatron.core.extensions.transformer_engine import TENorm
+
+            norm_cls = TENorm
+        self.final_layernorm = norm_cls(config=config, hidden_size=config.hidden_size,
+                                        eps=config.layernorm_epsilon)
+        self.output_layer = tensor_parallel.ColumnParallelLinear(
+            config.hidden_size, vocab_size, config=config, init_method=config.init_method, bias=False,
+            skip_bias_add=False, gather_output=False)
+        self._cross_entropy = tensor_parallel.vocab_parallel_cross_entropy
+
+    def forward(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits, _ = self.output_layer(self.final_layernorm(hidden_states))
+        loss = self._cross_entropy(logits, labels.transpose(0, 1).contiguous())
+        return loss.transpose(0, 1).contiguous()
+

@@ -1,0 +1,46 @@
+"""Layer kinds as objects: one class per kind says what a layer of it holds, costs, saves and communicates.
+
+Calculon models a network as ``Layer`` subclasses; here each ``RankShape.kind`` ("dense", "moe", "embedding",
+"output") names a registered ``Kind`` instance, and the formula modules ask it instead of branching on the name::
+
+    from primus_ext.model.kinds import get_kind
+    get_kind(shape.kind).params(shape)          # parameters one rank holds
+    get_kind("moe").comm(shape, True).pairs     # (("attn", "tp"), ("etp", "etp"), ...)
+
+Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
+------------------------------------------------------
+1. Subclass ``Kind`` in a module of this package; set ``name`` and the traits (``base.TRAITS``):
+   ``decoder_layer`` (one of ``num_layers``), ``recomputable`` (Megatron's full / selective recompute applies),
+   ``attention`` (self-attention: CP exchange, sliding windows, core-attention seconds), ``layer_graph``
+   (captured by per-layer CUDA graphs), ``lora_adapters`` (LoRA wraps its linears), ``takes_sequence_split``
+   (input split over TP under sequence parallelism).
+2. Implement the hooks (all pure, per rank, per micro-batch; ``shape`` is the kind's ``RankShape``):
+
+   - ``params(shape, impl=)`` -> int, parameter elements one rank holds; ``expert_params`` / ``router_params``
+     -> int, the parts of it in expert-parallel groups / in routers (default 0); ``expert_split`` ->
+     (EP, ETP) its weights are split over (default (1, TP)).
+   - ``roofline(parts, shape, gpu)`` -> None: add seconds to ``roofline._Parts`` with ``parts.gemm(name,
+     (fwd_s, dgrad_s, wgrad_s))`` and ``parts.other(name, fwd_s, bwd_s)``; names shared with
+     ``roofline._SELECTIVE`` are what selective recompute re-runs. ``op_sac_gemms_s`` -> seconds of each GEMM
+     torchtitan's op-level checkpointing re-runs, or ``None`` (half the forward GEMMs). ``overhead_s`` ->
+     seconds per pass beyond FLOPs and launches (default 0). ``fwd_flops_estimate`` -> forward FLOPs (rough,
+     to size CPU measurements).
+   - ``saved(shape, impl)`` -> {name: bytes} saved for backward without recompute (``activations.ActivationImpl``
+     says TE or local); ``saved_selective(shape, impl, parts)`` -> the same under selective recompute.
+   - ``comm(shape, sequence_parallel)`` -> ``KindComm``: the named TP pairs (group ``"tp"`` / ``"etp"``), single
+     forward / backward collectives over TP, the parts full recompute re-runs, whether it dispatches tokens
+     over EP. Each collective moves ``tokens x hidden`` activations; ``projection.comm`` times them.
+3. ``register(MyKind())`` at the bottom of the module and add the module to ``registry._BUILTINS``.
+4. To measure it on hardware: a ``KindBuilder`` in ``primus_ext.measure.kind_builders.BUILDERS`` (torch-side).
+5. Add its name to ``rank_shape.LayerKind`` (the ``Literal`` type checkers read), say where its shapes come from
+   (``rank_shape.rank_shapes``) and where its layers sit in a stage
+   (``projection.stage_sums``; hybrid layer patterns are the next step, issue 33).
+
+``tests/model/kinds/test_registry.py`` checks every registered kind answers every hook and that no new
+``kind == "..."`` branch appears outside this package.
+"""
+
+from primus_ext.model.kinds.base import HOOKS, TRAITS, Kind, KindComm
+from primus_ext.model.kinds.registry import UnknownKind, get_kind, known_kinds, register
+
+__all__ = ["HOOKS", "TRAITS", "Kind", "KindComm", "UnknownKind", "get_kind", "known_kinds", "register"]

@@ -1,0 +1,112 @@
+"""The ``Kind`` base class: what one layer kind costs, saves and communicates (see the package docstring).
+
+Pure and torch-free (the tuner's hot path calls these hooks through ``get_kind``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from primus_ext.hardware import GPUSpec
+    from primus_ext.model.memory.activations import ActivationImpl
+    from primus_ext.model.rank_shape import RankShape
+    from primus_ext.model.roofline import _Parts
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindComm:
+    """The collectives one layer of a kind runs per pass, named, not timed (``projection.comm`` prices them;
+    every one moves the layer's activation, ``tokens x hidden`` elements)."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+    """(part, group) TP-style exchanges, the same in forward and backward: an all-reduce, or all-gather +
+    reduce-scatter under sequence parallelism; ``group`` is a ``Placements`` field (``"tp"`` or ``"etp"``);
+    ``part`` names it for selective recompute (``projection.comm.RECOMPUTED_COMM``)."""
+    fwd: tuple[str, ...] = ()
+    """Single collectives over the TP group in forward (``collective_time`` op names)."""
+    bwd: tuple[str, ...] | None = None
+    """Single collectives over the TP group in backward; ``None``: the forward's pairs again."""
+    parts: frozenset[str] = frozenset()
+    """Every communicating part a full recompute re-runs (pair names, ``cp``, ``ep``); empty: not recomputable."""
+    ep: bool = False
+    """Token dispatch + combine over the expert-parallel group (EP > 1)."""
+
+
+class Kind(ABC):
+    """One layer kind: traits (class attributes) and hooks (methods). Subclass, then ``register`` an instance."""
+
+    name: ClassVar[str]
+    """The ``RankShape.kind`` string this class prices (the registry's key)."""
+    decoder_layer: ClassVar[bool] = False
+    """One of the decoder block's ``num_layers`` (not an embedding / output / MTP edge)."""
+    recomputable: ClassVar[bool] = False
+    """Megatron's activation recompute (full / selective, ``recompute_num_layers``) applies to it: a layer of the
+    decoder block (megatron-core ``transformer_block.py`` ``_checkpointed_forward`` wraps its layers only)."""
+    attention: ClassVar[bool] = False
+    """It runs self-attention: the CP exchange, the sliding-window pattern, core-attention seconds."""
+    layer_graph: ClassVar[bool] = False
+    """Captured by per-layer CUDA graphs (``cuda_graph == "layers"``; megatron-core graphs ``TransformerLayer``)."""
+    lora_adapters: ClassVar[bool] = False
+    """LoRA wraps its linears (``model.lora.TARGETS``: the GPT layer's ``linear_qkv`` ... ``linear_fc2``)."""
+    takes_sequence_split: ClassVar[bool] = True
+    """Its input arrives split over TP under sequence parallelism (the embedding's input is token ids: no)."""
+
+    # -- parameters (count of elements one rank holds) --------------------------------------------------------
+    @abstractmethod
+    def params(self, shape: RankShape, *, impl: str = "te") -> int:
+        """Parameters one rank holds for one layer of this kind (``model.params.layer_params``)."""
+
+    def expert_params(self, shape: RankShape) -> int:
+        """The part of ``params`` in the expert-parallel groups (sharded over expert-DP)."""
+        return 0
+
+    def router_params(self, shape: RankShape) -> int:
+        """The part of ``params`` that is a router (kept in fp32 by the memory model)."""
+        return 0
+
+    def expert_split(self, shape: RankShape) -> tuple[int, int]:
+        """(EP, ETP) the kind's weights are split over; no experts: (1, TP)."""
+        return 1, shape.tp
+
+    # -- compute (seconds) ----------------------------------------------------------------------------------
+    @abstractmethod
+    def roofline(self, parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
+        """Add the roofline seconds of one micro-batch to ``parts`` (``parts.gemm(name, (fwd, dgrad, wgrad))``,
+        ``parts.other(name, fwd, bwd)``): ``model.roofline.layer_parts``."""
+
+    def op_sac_gemms_s(self, shape: RankShape, gpu: GPUSpec) -> tuple[float, ...] | None:
+        """Seconds of each forward GEMM torchtitan's op-level checkpointing re-runs, when the exact call order is
+        known; ``None``: half the forward GEMM time (``roofline.op_sac_recompute_s``)."""
+        return None
+
+    def overhead_s(self, shape: RankShape, gpu: GPUSpec) -> float:
+        """Seconds per pass beyond FLOPs, bytes and kernel launches (e.g. an MoE layer's host sync)."""
+        return 0.0
+
+    @abstractmethod
+    def fwd_flops_estimate(self, shape: RankShape) -> float:
+        """Rough forward FLOPs of one micro-batch, for sizing CPU measurements (``measure.scale``)."""
+
+    # -- saved activations (bytes, one micro-batch, one rank) -----------------------------------------------
+    @abstractmethod
+    def saved(self, shape: RankShape, impl: ActivationImpl) -> dict[str, float]:
+        """Named bytes saved for backward without recompute (``memory.activations.activation_parts``)."""
+
+    def saved_selective(self, shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) -> dict[str, float]:
+        """``parts`` (from ``saved``) under selective recompute of ``shape.recompute_modules``."""
+        return parts
+
+    # -- communication (named collectives, per pass) -------------------------------------------------------
+    @abstractmethod
+    def comm(self, shape: RankShape, sequence_parallel: bool) -> KindComm:
+        """The TP / EP collectives of one layer (``projection.comm.layer_comm`` times them)."""
+
+
+HOOKS = ("params", "expert_params", "router_params", "expert_split", "roofline", "op_sac_gemms_s", "overhead_s",
+         "fwd_flops_estimate", "saved", "saved_selective", "comm")
+"""Every hook a kind answers (the defaults above serve kinds without experts or recompute)."""
+TRAITS = ("name", "decoder_layer", "recomputable", "attention", "layer_graph", "lora_adapters", "takes_sequence_split")
+"""Every trait (class attribute) a kind declares."""
