@@ -2,7 +2,7 @@
 rather than on ``primus_ext.model.kinds.Kind``; ``BUILDERS`` is keyed by the kind registry's names).
 
 A new layer kind adds a ``KindBuilder`` to ``BUILDERS``: ``build(ctx)`` returns (module, make_inputs, recompute
-targets, extra expert parameters, layers timed); ``tests/model/kinds/test_registry.py`` checks that every
+targets, extra expert parameters, layers timed); ``tests/model/kinds/test_kind_registry.py`` checks that every
 registered kind has one.
 """
 

@@ -36,7 +36,7 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
    (``rank_shape.rank_shapes``) and where its layers sit in a stage
    (``projection.stage_sums``; hybrid layer patterns are the next step, issue 33).
 
-``tests/model/kinds/test_registry.py`` checks every registered kind answers every hook and that no new
+``tests/model/kinds/test_kind_registry.py`` checks every registered kind answers every hook and that no new
 ``kind == "..."`` branch appears outside this package.
 """
 

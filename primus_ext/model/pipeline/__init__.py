@@ -17,7 +17,7 @@ The rooms behind it (other packages import from here, not from them):
   on first use of ``simulate_many`` / ``simulated_ops``, so importing this package stays numba-free;
 * ``registry``: every schedule as one ``Schedule`` object; ``resolve_schedule`` / ``spec_schedule`` are the only
   places that choose one. Outside this package no code compares schedule names (tests/model/pipeline/
-  test_registry.py greps for it): ask the object (``splits_wgrad``, ``label``, ``batch_kernel``, ...).
+  test_schedule_registry.py greps for it): ask the object (``splits_wgrad``, ``label``, ``batch_kernel``, ...).
 
 Adding a schedule (e.g. ZB-H2, ZB-V, V-half, V-min, DualPipe, DualPipeV)::
 
