@@ -8,3 +8,11 @@ before anything imports litellm.
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from hypothesis import settings
+
+# Property tests run the same examples on every machine (CI reproducible): a failing example found by an exploring
+# run elsewhere is a bug report, not a coin flip in CI. Explore with HYPOTHESIS_PROFILE=explore.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

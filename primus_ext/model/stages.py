@@ -14,10 +14,11 @@ validator and the tuner's legality check). Pure and torch-free.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.model.pipeline.registry import Schedule, resolve_schedule
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 _LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
@@ -110,10 +111,18 @@ def virtual_stages(execution: ExecutionSpec) -> int:
     ``transformer_config.py`` ``__post_init__``: ``virtual_pipeline_model_parallel_size =
     pipeline_model_parallel_layout.virtual_pipeline_model_parallel_size`` when that is > 1). The split
     (``pipeline_plan``), the schedule and the step tail all read it from here."""
+    fixed = _schedule(execution).fixed_chunks
+    if fixed:  # V-shaped and DeepSeek schedules place their own two chunks per rank
+        return fixed
     layout = execution.pipeline_model_parallel_layout
     if execution.virtual_pipeline_model_parallel_size is not None or not layout:
         return execution.vpp
     return layout_vpp(layout, execution.pp)
+
+
+def _schedule(execution: ExecutionSpec) -> Schedule:
+    """The schedule that runs (``registry.resolve_schedule``): it decides where each model stage sits."""
+    return resolve_schedule(execution.pipeline_schedule, execution.pp, execution.virtual_pipeline_model_parallel_size)
 
 
 @lru_cache(maxsize=1024)
@@ -166,8 +175,10 @@ def _layout_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Pr
     return flat
 
 
-def _even_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Problem]) -> list[list[int]]:
-    """Decoder layers per [rank][chunk] without a layout (Megatron's even / uneven split)."""
+def _even_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Problem],
+                 last_at: tuple[int, int] | None = None) -> list[list[int]]:
+    """Decoder layers per [rank][chunk] without a layout (Megatron's even / uneven split); ``last_at``: the
+    (rank, chunk) holding the last stage (the loss), when not Megatron's (PP-1, VPP-1) (V placement)."""
     pp, vpp, n = execution.pp, execution.vpp, model.num_layers
     first, last = execution.decoder_first_pipeline_num_layers, execution.decoder_last_pipeline_num_layers
     if pp == 1:
@@ -224,7 +235,8 @@ def _even_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Prob
     if execution.account_for_embedding_in_pipeline_split:
         counts[0][0] -= 1
     if execution.account_for_loss_in_pipeline_split:
-        counts[pp - 1][vpp - 1] -= 1
+        last_rank, last_chunk = last_at or (pp - 1, vpp - 1)
+        counts[last_rank][last_chunk] -= 1
     if min(min(c) for c in counts) < 0:
         problems.append(Problem(path="account_for_embedding_in_pipeline_split",
                                 message="not enough layers for the embedding/loss stage"))
@@ -235,38 +247,42 @@ def _even_counts(model: ModelSpec, execution: ExecutionSpec, problems: list[Prob
 def _plan(model: ModelSpec, execution: ExecutionSpec) -> tuple[tuple[StagePlan, ...], list[Problem]]:
     problems: list[Problem] = []
     pp = execution.pp
+    schedule = _schedule(execution)
+    chunks = virtual_stages(execution)
+    where = schedule.placement(pp, chunks)  # model stage -> (rank, chunk) holding it (loop, V or DualPipe)
+    per_stage: list[list[str]] | None = None
     if execution.pipeline_model_parallel_layout:
-        flat = _layout_counts(model, execution, problems)
-        if flat is None or problems:
+        per_stage = _layout_counts(model, execution, problems)
+        if per_stage is None or problems:
             return (), problems
-        vpp = len(flat) // pp
-        assert vpp == virtual_stages(execution), "the layout's VPP and the execution's disagree"
-        per_chunk = {(i % pp, i // pp): stage for i, stage in enumerate(flat)}
-        decoder = {k: v.count("decoder") for k, v in per_chunk.items()}
+        if len(per_stage) != len(where):
+            problems.append(Problem(path="pipeline_model_parallel_layout",
+                                    value=execution.pipeline_model_parallel_layout,
+                                    message=f"{len(per_stage)} stages, but the {schedule.label} schedule places "
+                                            f"{len(where)} on PP={pp}", fix=f"give {len(where)} '|'-separated stages"))
+            return (), problems
+        decoder = [stage.count("decoder") for stage in per_stage]
     else:
-        counts = _even_counts(model, execution, problems)
+        split = replace(execution, virtual_pipeline_model_parallel_size=len(where) // pp)
+        counts = _even_counts(model, split, problems, last_at=where[-1] if len(where) // pp == chunks else None)
         if problems:
             return (), problems
-        vpp = len(counts[0])
-        decoder = {(r, v): counts[r][v] for r in range(pp) for v in range(vpp)}
-        per_chunk = {}
-    chunks: dict[tuple[int, int], ChunkPlan] = {}
-    next_layer = 0
-    for flat_index in range(pp * vpp):
-        rank, chunk = flat_index % pp, flat_index // pp
-        count = decoder[(rank, chunk)]
-        types = per_chunk.get((rank, chunk))
-        first_chunk, last_chunk = flat_index == 0, flat_index == pp * vpp - 1
-        chunks[(rank, chunk)] = ChunkPlan(
-            rank=rank,
-            chunk=chunk,
-            layers=tuple(range(next_layer, next_layer + count)),
-            embedding="embedding" in types if types is not None else first_chunk,
-            output="loss" in types if types is not None else last_chunk,
-            mtp_layers=types.count("mtp") if types is not None else (model.mtp_num_layers if last_chunk else 0),
+        decoder = [counts[r][c] for r, c in where]
+    first_layer = [sum(decoder[:s]) for s in range(len(where))]
+    last_stage = len(where) - 1
+
+    def chunk_plan(rank: int, chunk: int) -> ChunkPlan:
+        stage = schedule.stage_of(rank, chunk, pp)
+        types = per_stage[stage] if per_stage is not None else None
+        return ChunkPlan(
+            rank=rank, chunk=chunk, layers=tuple(range(first_layer[stage], first_layer[stage] + decoder[stage])),
+            embedding="embedding" in types if types is not None else stage == 0,
+            output="loss" in types if types is not None else stage == last_stage,
+            mtp_layers=(types.count("mtp") if types is not None
+                        else model.mtp_num_layers if stage == last_stage else 0),
         )
-        next_layer += count
-    stages = tuple(StagePlan(rank=r, chunks=tuple(chunks[(r, v)] for v in range(vpp))) for r in range(pp))
+
+    stages = tuple(StagePlan(rank=r, chunks=tuple(chunk_plan(r, c) for c in range(chunks))) for r in range(pp))
     return stages, problems
 
 
@@ -288,6 +304,7 @@ def _split_only(execution: ExecutionSpec) -> ExecutionSpec:
     return ExecutionSpec(
         pipeline_model_parallel_size=execution.pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=execution.virtual_pipeline_model_parallel_size,
+        pipeline_schedule=execution.pipeline_schedule,
         **{name: getattr(execution, name) for name in LAYOUT_FIELDS},
     )
 

@@ -31,7 +31,7 @@ from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
-from primus_ext.model.pipeline import ChunkTimes, interleaving_problem, simulate
+from primus_ext.model.pipeline import ChunkTimes, interleaving_problem
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
@@ -279,8 +279,10 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
     if pp > 1:
         pl = group_placements(ex, system)
         within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
-        crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
-        p2p = tuple(across if crosses[s % pp] else within for s in range(pp * vpp - 1))
+        crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)  # link r joins ranks r and r+1 (PP-1: back to 0)
+        links = resolve_schedule(ex.pipeline_schedule, pp, ex.virtual_pipeline_model_parallel_size).p2p_links(pp, vpp)
+        p2p = tuple(0.0 if a == b else across if crosses[a if b == a + 1 else b if a == b + 1 else pp - 1] else within
+                    for a, b in links)  # the forward link a -> a+1, the wrap PP-1 -> 0, a V's way back b+1 -> b
     return _Stages(layers=layers, times=times, acc=stage_acc, p2p=p2p, pp_total_s=sum(p2p), static=static,
                    sources=layer_sources(layers))
 
@@ -321,8 +323,8 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     st = _stages(model, ex, system, providers, ctx)
     pl = group_placements(ex, system)
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
-    sim = simulate(schedule, times_t, m, p2p, timeline=timeline,
-                   moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm)
+    sim = get_schedule(schedule).run(times_t, m, p2p, timeline=timeline,
+                                     moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm)
     # the EP all-to-all the passes without a partner micro-batch leave exposed (in the simulated op times)
     alone = sim.unpaired or (0.0,) * pp
     # the send/recv seconds on the critical path (every schedule runs a fixed order: in [0, the pp total]),

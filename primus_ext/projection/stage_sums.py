@@ -48,7 +48,7 @@ _SPLIT_FIELDS = (
     "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_layer_ids",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_layer_ids", "pipeline_schedule",
 )
 """What the layer split and the recompute mix per chunk read (``_chunk_counts``)."""
 _split_key = attrgetter(*_SPLIT_FIELDS)

@@ -105,8 +105,19 @@ def test_zero_bubble_and_precision_and_fsdp():
     primus_pipeline = {"pipeline_model_parallel_size": 2, "patch_primus_pipeline": True}
     assert resolve({**BASE, **primus_pipeline, "pp_algorithm": "zero-bubble"})[1].pipeline_schedule == "zb-h1"
     assert resolve({**BASE, **primus_pipeline, "pp_algorithm": "1f1b"})[1].pipeline_schedule == "1f1b"
-    _, _, _, warnings = resolve_all({**BASE, **primus_pipeline, "pp_algorithm": "v-half"}, NODE)
-    assert any("V-shaped" in w for w in warnings)
+    for algorithm, name in (("v-half", "v-half"), ("v-min", "v-min"), ("zbv-formatted", "zb-v"),
+                            ("zero-bubble-heuristic", "zb-h1"), ("1f1b-interleaved", "1f1b")):
+        assert resolve({**BASE, **primus_pipeline, "pp_algorithm": algorithm})[1].pipeline_schedule == name
+    _, _, problems, _ = resolve_all({**BASE, **primus_pipeline, "pp_algorithm": "zbv-fast"}, NODE)
+    assert [p.path for p in problems] == ["pp_algorithm"]
+    # zero_bubble.yaml: the V family by its memory setup, zb2p by 2*PP pending backwards
+    v = {**zero_bubble, "zero_bubble_v_schedule": True, "num_virtual_stages_per_pipeline_rank": 2}
+    for setup, name in (("zb", "zb-v"), ("half", "v-half"), ("min", "v-min")):
+        assert resolve({**BASE, **v, "zero_bubble_v_schedule_mem_setup": setup})[1].pipeline_schedule == name
+    assert resolve({**BASE, **zero_bubble, "zero_bubble_max_pending_backward": 4})[1].pipeline_schedule == "zb-h2"
+    assert resolve({**BASE, **zero_bubble, "zero_bubble_max_pending_backward": 2})[1].pipeline_schedule == "zb-h1"
+    _, _, _, warnings = resolve_all({**BASE, **zero_bubble, "zero_bubble_max_pending_backward": "auto"}, NODE)
+    assert any("adaptive" in w for w in warnings)
     assert resolve({**BASE, "fp8": "hybrid"})[1].precision == "fp8"
     assert resolve({**BASE, "fp8": "e4m3"})[1].precision == "fp8"
     assert resolve({**BASE, "bf16": False, "fp16": True})[1].precision == "fp16"

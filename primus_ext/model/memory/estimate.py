@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from primus_ext.model.fp8 import layer_weight_bytes
-from primus_ext.model.memory.schedule import held_activations, prefix_sums
+from primus_ext.model.memory.schedule import held_activations
 from primus_ext.model.memory.stage import (
     CUDA_CONTEXT_BYTES,
     FIXED_OTHER_BYTES,
@@ -65,7 +65,7 @@ from primus_ext.model.memory.stage import (
     transient_terms,
 )
 from primus_ext.model.memory.state import optimizer_step_excess, sharding_bytes, state_bytes
-from primus_ext.model.pipeline.registry import get_schedule
+from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -223,7 +223,7 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
         backward_ws, logits, a2a = transient_terms(model, e, prof)
         static = prof.working + backward_ws + logits + a2a
         reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.edge_params,
-                     prof.chunk_saved, prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction,
+                     prof.chunk_saved, sum(prof.chunk_saved), prof.wgrad_fraction,
                      static, prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
                      prof.output_params, prof.trainable))
     return (model, tuple(reps), biggest_layer_params(ctx))
@@ -250,18 +250,18 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
     pp = e.pipeline_model_parallel_size
     m = max(1, e.global_batch_size // (e.micro_batch_size * e.data_parallel_size))
     vpp = e.virtual_pipeline_model_parallel_size or 1
-    schedule = get_schedule(e.pipeline_schedule)
+    schedule = resolve_schedule(e.pipeline_schedule, pp, e.virtual_pipeline_model_parallel_size)
     zb = schedule.splits_wgrad
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
     peak = 0.0
-    for (rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static, loss, layer, output,
+    for (rank, total_params, expert, router, edge, saved, per_mb, wgrad, static, loss, layer, output,
          trainable) in reps:
         params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
             e, sharding, total_params, expert, router, edge, biggest, weight, output, trainable)
         fsdp_gather = max(fsdp_layer, fsdp_loss)
         opt = opt_dense + opt_expert
-        activations = held_activations(pp, vpp, m, rank, extra, saved, prefix, per_mb)
-        if zb and rank:
+        activations = held_activations(schedule.chunk_in_flight(rank, pp, vpp, m, extra), saved)
+        if zb:
             activations += schedule.wgrad_held_microbatches(rank, pp, m) * per_mb * wgrad
         transient = static - loss_overlap(loss, layer, fsdp_layer, fsdp_loss, zb) + fsdp_gather
         other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES

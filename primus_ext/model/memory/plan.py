@@ -33,13 +33,13 @@ class ChunkComposition:
 @lru_cache(maxsize=1024)
 def plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: int | None,
           last: int | None, acc_e: bool, acc_l: bool, recompute_layers: int | tuple[int, ...],
-          offload_layers: int = 0) -> tuple[tuple[StagePlan, ...], tuple]:
+          offload_layers: int = 0, schedule: str = "1f1b") -> tuple[tuple[StagePlan, ...], tuple]:
     """The split and, per chunk, its composition; ``recompute_layers``: the first N layers of each chunk
     (block method) or the global ids of the recomputed layers (Primus's ``recompute_layer_ids``)."""
     execution = ExecutionSpec(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
                               pipeline_model_parallel_layout=layout, decoder_first_pipeline_num_layers=first,
                               decoder_last_pipeline_num_layers=last, account_for_embedding_in_pipeline_split=acc_e,
-                              account_for_loss_in_pipeline_split=acc_l)
+                              account_for_loss_in_pipeline_split=acc_l, pipeline_schedule=schedule)
     plan = pipeline_plan(model, execution)
     pattern = model.moe_layer_pattern
     comps = []

@@ -2,9 +2,9 @@
 
 Usage::
 
-    from primus_ext.model.memory.schedule import chunk_in_flight, held_activations, prefix_sums
+    from primus_ext.model.memory.schedule import chunk_in_flight, held_activations
     chunk_in_flight(execution, rank)           # (micro-batches held by chunk 0, chunk 1, ...)
-    held_activations(pp, vpp, m, rank, extra, saved, prefix_sums(saved), sum(saved))   # bytes, closed form
+    held_activations(chunk_in_flight(execution, rank), saved)   # bytes held at the peak
 
 1F1B holds ``min(PP - rank, M)`` micro-batches; Megatron's interleaved schedule holds its warm-up
 chunk-micro-batches plus the first steady-state forward (megatron-core 0.16.1 schedules.py
@@ -24,23 +24,6 @@ def chunk_in_flight(execution: ExecutionSpec, rank: int) -> tuple[float, ...]:
                                               max(1, execution.num_microbatches), extra)
 
 
-def prefix_sums(saved: tuple[float, ...]) -> tuple[float, ...]:
-    """``(0, s0, s0 + s1, ...)``: saved bytes of the first k chunks."""
-    out, acc = [0.0], 0.0
-    for s in saved:
-        acc += s
-        out.append(acc)
-    return tuple(out)
-
-
-def held_activations(pp: int, vpp: int, m: int, rank: int, extra: int, saved: tuple[float, ...],
-                     prefix: tuple[float, ...], per_mb: float) -> float:
-    """Bytes held at the peak: ``sum(chunk_in_flight * saved)`` in closed form (under the interleaved rule
-    whole cycles hold PP micro-batches per chunk, then the first ``q`` chunks PP more and chunk ``q`` the
-    remainder), so the pre-filter does not loop over chunks."""
-    if vpp == 1:
-        return float(min(pp - rank, m)) * saved[0]
-    in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)
-    cycles, rem = divmod(in_flight, pp * vpp)
-    q, r = divmod(rem, pp)
-    return cycles * pp * per_mb + pp * prefix[q] + r * saved[q]
+def held_activations(flights: tuple[float, ...], saved: tuple[float, ...]) -> float:
+    """Bytes held at the peak: ``sum(chunk_in_flight * saved)`` over the rank's chunks (any schedule's counts)."""
+    return sum(f * b for f, b in zip(flights, saved, strict=True))

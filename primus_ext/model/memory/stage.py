@@ -32,7 +32,7 @@ from primus_ext.model.memory.activations import (
 from primus_ext.model.memory.optimizer_state import dp_sharded
 from primus_ext.model.memory.plan import ChunkComposition, offloaded_layers, recompute_plan
 from primus_ext.model.memory.plan import plan as chunk_plan
-from primus_ext.model.memory.schedule import chunk_in_flight, held_activations, prefix_sums
+from primus_ext.model.memory.schedule import chunk_in_flight, held_activations
 from primus_ext.model.memory.state import (
     fsdp_shard_bytes,
     optimizer_step_excess,
@@ -46,7 +46,7 @@ from primus_ext.model.params import (
     layer_params,
     position_embedding_params,
 )
-from primus_ext.model.pipeline.registry import get_schedule
+from primus_ext.model.pipeline.registry import resolve
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.stages import StagePlan
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -220,7 +220,7 @@ def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
     plan_key = ("plan", id(model), e.pp, e.virtual_pipeline_model_parallel_size, e.pipeline_model_parallel_layout,
                 e.decoder_first_pipeline_num_layers, e.decoder_last_pipeline_num_layers,
                 e.account_for_embedding_in_pipeline_split, e.account_for_loss_in_pipeline_split, recompute_layers,
-                offloaded_layers(e))
+                offloaded_layers(e), e.pipeline_schedule)
     terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
                  e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules, e.cross_entropy_fusion_impl,
                  e.selective_ac_option, e.lora_rank, e.lora_targets)
@@ -366,12 +366,10 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
     # --- activations ---------------------------------------------------------------------------
     flights = chunk_in_flight(e, rank)
     per_mb = sum(prof.chunk_saved)
-    activations = held_activations(e.pp, e.vpp, max(1, e.num_microbatches), rank,
-                                   1 if e.overlap_moe_expert_parallel_comm else 0, prof.chunk_saved,
-                                   prefix_sums(prof.chunk_saved), per_mb)
+    activations = held_activations(flights, prof.chunk_saved)
     zb_hold = 0.0
-    schedule = get_schedule(e.pipeline_schedule)
-    if schedule.splits_wgrad and rank:
+    schedule = resolve(e)
+    if schedule.splits_wgrad:  # ZB-H1 defers none on rank 0; the V and DeepSeek schedules may
         held = schedule.wgrad_held_microbatches(rank, e.pp, max(1, e.num_microbatches))
         zb_hold = held * per_mb * prof.wgrad_fraction
         activations += zb_hold

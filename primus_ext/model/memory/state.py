@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from primus_ext.model.memory.optimizer_state import adam_state_bytes, dp_sharded
 from primus_ext.model.params import ROUTER_PARAM_BYTES
-from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.specs import ExecutionSpec
 
 FSDP_GATHERED_LAYERS = 2
@@ -145,8 +144,8 @@ def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, fl
             fsdp_layer, fsdp_loss = fsdp2_gathered_bytes(param_b, grad_b, weight[1], biggest, output)
         else:
             fsdp_layer = fsdp_loss = FSDP_GATHERED_LAYERS * biggest * param_b + biggest * grad_b
-    copies = get_schedule(e.pipeline_schedule).model_copies  # DualPipe: two model replicas per rank
-    return params * copies, grads * copies, opt_dense * copies, opt_expert * copies, fsdp_layer, fsdp_loss
+    # DualPipe's second model copy is in the counts: its plan gives each rank both copies' stages (model.stages)
+    return params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss
 
 
 def optimizer_step_excess(e: ExecutionSpec, sharding: tuple[float, float, float, float, float], params: float,

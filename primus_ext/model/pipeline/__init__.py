@@ -41,9 +41,11 @@ Adding a schedule (e.g. ZB-H2, ZB-V, V-half, V-min, DualPipe, DualPipeV)::
         def rank_order(self, rank, pp, vpp, m, group=None, extra_warmup=0): ...  # its op order
         def simulate(self, times, num_microbatches, p2p=(), **kwargs): ...     # its simulator
 
-Import the new module from this ``__init__`` (below) so that registering happens on package import.
+Import the new module from this ``__init__`` (below) so that registering happens on package import (``zb2``,
+``zbv`` and ``dualpipe`` are).
 """
 
+from primus_ext.model.pipeline import dualpipe, zb2, zbv  # noqa: F401  (they register their schedules)
 from primus_ext.model.pipeline.long import MAX_SIMULATED_OPS, pricing_problem, simulated_directly
 from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, Event, ScheduleResult
 from primus_ext.model.pipeline.registry import (

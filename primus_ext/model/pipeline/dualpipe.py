@@ -367,6 +367,13 @@ class DualPipe(_DeepSeekSchedule):
         """Model stage (layers) that copy ``chunk`` of ``rank`` holds: r for copy 0, PP-1-r for copy 1."""
         return rank if chunk == 0 else pp - 1 - rank
 
+    def stage_count(self, pp: int, chunks: int) -> int:
+        return pp  # both copies are the model cut in PP stages
+
+    def p2p_links(self, pp: int, chunks: int) -> tuple[tuple[int, int], ...]:
+        # simulate_dualpipe's p2p[l]: ranks l and l+1, crossed by both directions
+        return tuple((r, r + 1) for r in range(pp - 1))
+
 
 @register
 class DualPipeV(_DeepSeekSchedule):

@@ -12,6 +12,7 @@ registry, no caller compares schedule names. Adding a schedule: see the ``primus
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import ClassVar
 
 from primus_ext.errors import PrimusExtError
@@ -58,6 +59,25 @@ class Schedule:
             return rank if chunk == 0 else 2 * pp - 1 - rank
         return chunk * pp + rank
 
+    def stage_count(self, pp: int, chunks: int) -> int:
+        """Model stages the layers are split into: one per chunk (``pp * chunks``); DualPipe's two copies hold
+        the same ``pp`` stages."""
+        return pp * chunks
+
+    def placement(self, pp: int, chunks: int) -> tuple[tuple[int, int], ...]:
+        """``(rank, chunk)`` of each model stage in model order (the first holder where copies share one)."""
+        where: dict[int, tuple[int, int]] = {}
+        for chunk in range(chunks):
+            for rank in range(pp):
+                where.setdefault(self.stage_of(rank, chunk, pp), (rank, chunk))
+        return tuple(where[s] for s in range(self.stage_count(pp, chunks)))
+
+    def p2p_links(self, pp: int, chunks: int) -> tuple[tuple[int, int], ...]:
+        """The two ranks each ``p2p`` slot of ``simulate`` connects (equal: the hand-over stays on one rank and
+        costs nothing): slot ``s`` joins model stages ``s`` and ``s + 1``."""
+        where = self.placement(pp, chunks)
+        return tuple((where[s][0], where[s + 1][0]) for s in range(len(where) - 1))
+
     def rank_order(self, rank: int, pp: int, vpp: int, m: int, group: int | None = None,
                    extra_warmup: int = 0) -> list[tuple[int, int, int]]:
         """(kind, micro-batch, chunk) ops rank ``rank`` executes (fixed-order schedules; schedules.rank_order)."""
@@ -70,6 +90,25 @@ class Schedule:
         from primus_ext.model.pipeline.schedules import simulate
 
         return simulate(self.simulate_name or self.name, times, num_microbatches, p2p, **kwargs)
+
+    def run(self, times, num_microbatches: int, p2p=(), *, timeline: bool = False,
+            moe_a2a_overlap_warmup: bool = False):
+        """One step at any micro-batch count (what the projection calls). Megatron's schedules go through
+        ``schedules.simulate``; a schedule with its own simulator is simulated op by op up to
+        ``long.ZB_SIMULATED_OPS`` (its orders are built in Python, like ZB-H1's) and extended in closed form past
+        it (``long.long_step``; no timeline there)."""
+        if type(self).simulate is Schedule.simulate:
+            return self.simulate(times, num_microbatches, p2p, timeline=timeline,
+                                 moe_a2a_overlap_warmup=moe_a2a_overlap_warmup)
+        from primus_ext.model.pipeline.long import ZB_SIMULATED_OPS, long_step, simulated_directly
+
+        pp, chunks, p2p = len(times), len(times[0]), tuple(p2p)
+        if simulated_directly(pp, chunks, num_microbatches, ZB_SIMULATED_OPS):
+            if timeline:
+                return self.simulate(times, num_microbatches, p2p, timeline=True)
+            return _own_cached(self.name, times, num_microbatches, p2p)
+        return long_step(lambda k: _own_cached(self.name, times, k, p2p), num_microbatches, pp, chunks, pp,
+                         ZB_SIMULATED_OPS)
 
     def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
         """Micro-batches whose activations each model chunk of ``rank`` holds at its peak (what
@@ -100,6 +139,12 @@ class Schedule:
 
     def __repr__(self) -> str:
         return f"<schedule {self.name}>"
+
+
+@lru_cache(maxsize=4096)
+def _own_cached(name: str, times: tuple, m: int, p2p: tuple[float, ...]):
+    """A schedule's own simulator, memoised on its inputs (the tuner repeats them)."""
+    return SCHEDULES[name].simulate(times, m, p2p)
 
 
 SCHEDULES: dict[str, Schedule] = {}

@@ -151,20 +151,24 @@ def test_an_unknown_spec_schedule_is_a_recipe_problem():
     assert out and out[0].path == "pipeline_schedule" and "zb-h1" in out[0].fix
 
 
-def test_model_copies_scale_parameter_and_optimizer_state():
-    from primus_ext.model.memory.state import sharding_bytes, state_bytes
+def test_dualpipe_doubles_parameter_memory_and_dualpipev_does_not():
+    """The DeepSeek report's table 2: DualPipe keeps 2x the parameters per rank, DualPipeV (one copy cut in 2*PP
+    V-placed chunks) 1x. A middle rank of an even 8-stage split holds no embedding or output layer: exact."""
+    from dataclasses import replace
 
-    class TwoCopies(Schedule):
-        name = "test-two-copies"
-        label = "two copies"
-        model_copies = 2
+    from primus_ext.model.memory import estimate_memory
+    from primus_ext.model.stages import pipeline_plan
+    from primus_ext.recipe import load_recipe
 
-    register(TwoCopies)
-    try:
-        one = ExecutionSpec(pipeline_model_parallel_size=4)
-        two = ExecutionSpec(pipeline_model_parallel_size=4, pipeline_schedule="test-two-copies")
-        a = state_bytes(one, sharding_bytes(one), 1e9, 0.0, 0.0, 1e6, 1e7, (2.0, 0.0))
-        b = state_bytes(two, sharding_bytes(two), 1e9, 0.0, 0.0, 1e6, 1e7, (2.0, 0.0))
-        assert a[0] > 0 and b[:4] == tuple(2 * x for x in a[:4]) and b[4:] == a[4:]
-    finally:
-        del SCHEDULES["test-two-copies"]
+    recipe = load_recipe(Path(__file__).parents[3] / "recipes" / "llama3.1_70B-pretrain.yaml")
+    base = replace(recipe.execution, pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=None,
+                   pipeline_model_parallel_layout=None, global_batch_size=256)
+    mem = {s: estimate_memory(recipe.model, replace(base, pipeline_schedule=s), recipe.system).stages[3]
+           for s in ("1f1b", "dualpipe", "dualpipev")}
+    assert mem["dualpipe"].params_bytes == 2 * mem["1f1b"].params_bytes
+    assert mem["dualpipe"].optimizer_bytes == 2 * mem["1f1b"].optimizer_bytes
+    assert mem["dualpipev"].params_bytes == mem["1f1b"].params_bytes
+    plan = pipeline_plan(recipe.model, replace(base, pipeline_schedule="dualpipe"))
+    assert plan[3].chunks[0].layers == pipeline_plan(recipe.model, base)[3].layers   # copy 0: stage 3
+    assert plan[3].chunks[1].layers == pipeline_plan(recipe.model, base)[4].layers   # copy 1: stage PP-1-3
+    assert plan[0].embedding and plan[0].output and plan[7].embedding and plan[7].output
