@@ -160,6 +160,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     from primus_ext.recipe import load_recipe
     from primus_ext.report.tune_table import format_tune
     from primus_ext.tune.agent import SearchContext, TrialLog, read_log
+    from primus_ext.tune.configure import PRIMUS_SCHEDULES
     from primus_ext.tune.oracle import projection_oracle
     from primus_ext.tune.prefilter import MemoryFilter
     from primus_ext.tune.results import ENUMERABLE_MAX, tune
@@ -172,7 +173,8 @@ def _search(args: argparse.Namespace) -> _Searched:
     _check_outputs(args)
     recipe = load_recipe(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                          validate=False)
-    space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin))
+    space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin),
+                        schedules=PRIMUS_SCHEDULES if recipe.module else ())  # zero bubble runs under Primus only
     header = {"recipe": str(args.recipe), "cluster": recipe.system.name, "nodes": recipe.system.num_nodes,
               "margin": args.margin, "pins": {k: list(v) for k, v in space.pins.items()}}
     log_path = args.resume or args.log

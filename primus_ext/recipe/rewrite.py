@@ -36,6 +36,7 @@ from ruamel.yaml.error import YAMLError
 
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.files import atomic_write, output_problem
+from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.recipe.resolve import VPP_KEYS
 from primus_ext.recipe.target import target_of, with_target
 from primus_ext.recipe.templates import TEMPLATE
@@ -111,7 +112,24 @@ def megatron_args(e: ExecutionSpec, args: Mapping[str, Any], num_layers: int) ->
         out["use_custom_fsdp"] = e.fsdp == "megatron_fsdp"
     fp8 = args.get("fp8") if args.get("fp8") not in (None, False, True) else "hybrid"
     out["fp8"] = fp8 if e.precision == "fp8" else None
+    out.update(schedule_keys(e, args))
     return out
+
+
+def schedule_keys(e: ExecutionSpec, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys that run ``e``'s pipeline schedule: Primus's zero-bubble keys (or ``pp_algorithm`` where the recipe
+    uses Primus-pipeline); ``RecipeError`` for a schedule no key runs (DualPipe, DualPipeV: what-ifs)."""
+    schedule = resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size)
+    keys = schedule.recipe_keys(e.pp)
+    if keys is None:
+        raise RecipeError(problems=[Problem(
+            path="pipeline_schedule", value=schedule.name,
+            message=f"{schedule.label} is projected as a what-if: neither Primus's Megatron backend nor Megatron-LM "
+                    "has a key that runs it, so it cannot be written into the recipe",
+            fix="tune with --pin schedule=1f1b,interleaved,zb-h1,zb-h2,zb-v,v-half,v-min to write a recipe")])
+    if _given(args, "patch_primus_pipeline") and schedule.primus_names:
+        return {"pp_algorithm": schedule.primus_names[0]}  # primus_pipeline.yaml: one key picks the algorithm
+    return keys
 
 
 def execution_changes(recipe: Any, tuned: ExecutionSpec) -> dict[str, Any]:
@@ -120,7 +138,15 @@ def execution_changes(recipe: Any, tuned: ExecutionSpec) -> dict[str, Any]:
     layers = recipe.model.num_layers
     before = megatron_args(recipe.execution, args, layers)
     after = megatron_args(tuned, args, layers)
-    return {key: value for key, value in after.items() if value != before[key]}
+    changes = {key: value for key, value in after.items() if value != before.get(key)}
+    zero_bubble = [k for k in changes if k.startswith("zero_bubble") or k == "patch_zero_bubble"]
+    primus = bool(getattr(recipe, "module", ""))
+    if zero_bubble and changes.get("patch_zero_bubble", before.get("patch_zero_bubble")) and not primus:
+        raise RecipeError(problems=[Problem(
+            path="pipeline_schedule", value=tuned.pipeline_schedule,
+            message="the zero-bubble schedules run only under Primus (patch_zero_bubble); this is a Megatron-LM "
+                    "recipe", fix="tune with --pin schedule=1f1b,interleaved, or use a Primus experiment recipe")])
+    return changes
 
 
 def _yaml() -> YAML:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from primus_ext.errors import Problem
 from primus_ext.model.pipeline.long import budget_of, pricing_problem
-from primus_ext.model.pipeline.registry import SCHEDULES, spec_schedule
+from primus_ext.model.pipeline.registry import SCHEDULES, resolve_schedule, spec_schedule
 from primus_ext.model.stages import layout_problems, virtual_stages
 from primus_ext.recipe.upstream_rules import upstream_problems
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -79,11 +79,17 @@ def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
                            fix=f"use one of {', '.join(SCHEDULES)}"))
         return
     per_step = e.micro_batch_size * e.dp
+    schedule = resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size)
     if e.global_batch_size % per_step:
         out.append(Problem(path="global_batch_size", value=e.global_batch_size,
                            message=f"not divisible by MBS*DP = {e.micro_batch_size}*{e.dp} = {per_step}",
                            fix=f"use a multiple of {per_step}, or change micro_batch_size / the parallel sizes"))
-    elif e.vpp > 1 and e.pp > 1 and e.num_microbatches % e.pp:
+    elif schedule.fixed_chunks and (problems := schedule.legality(e.pp, e.virtual_pipeline_model_parallel_size,
+                                                                   e.num_microbatches)):
+        out.extend(Problem(path="pipeline_schedule", value=e.pipeline_schedule, message=p,
+                           fix="change the micro-batch count (global batch / (MBS * DP)), PP or the schedule")
+                   for p in problems)
+    elif e.vpp > 1 and e.pp > 1 and e.num_microbatches % e.pp and not schedule.fixed_chunks:
         # megatron-core schedules.py (interleaved): micro-batches run in groups of PP per model chunk
         # (microbatch_group_size_per_vp_stage defaults to PP); a partial last group raises.
         out.append(Problem(path="global_batch_size", value=e.global_batch_size,

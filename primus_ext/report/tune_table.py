@@ -11,7 +11,7 @@ from primus_ext.tune.agent import Trial
 from primus_ext.tune.results import TuneResult
 
 GIB = 2**30
-SHOWN_AXES = ("tp", "etp", "pp", "vpp", "split", "cp", "ep", "mbs", "recompute", "sharding", "precision",
+SHOWN_AXES = ("tp", "etp", "pp", "vpp", "schedule", "split", "cp", "ep", "mbs", "recompute", "sharding", "precision",
               "tp_comm_overlap", "ep_overlap", "dp_overlap")
 SHORT = {"tp_comm_overlap": "tp_ov", "ep_overlap": "ep_ov", "dp_overlap": "dp_ov", "precision": "prec",
          "recompute": "recomp", "sharding": "shard"}

@@ -8,10 +8,10 @@ per (PP, VPP) (``Space.pipeline_split``: layout generation is the slow part of b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from primus_ext.model.pipeline.registry import spec_schedule
+from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule, spec_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.tune.config_keys import fast_replace
@@ -115,13 +115,38 @@ def _sharding_fields(base: ExecutionSpec, sharding: str, overlap: str) -> dict[s
     return shard
 
 
+PRIMUS_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "v-half", "v-min")
+"""Explored on Primus recipes besides the recipe's own: what Primus's zero-bubble patch runs (zero_bubble.yaml)."""
+_ANY_MICROBATCHES = 1 << 20
+"""A micro-batch count that meets every schedule's count rules (even, >= 2*PP): the axis checks PP and VPP only;
+the count is checked with the batch axes (``recipe.validate``)."""
+
+
+def schedule_candidates(base: ExecutionSpec, pp: int, vpp: int, extra: Sequence[str]) -> tuple[str, ...]:
+    """The recipe's own schedule at (PP, VPP), then those of ``extra`` that run there as themselves: Megatron's and
+    the zero-bubble ones where ``resolve_schedule`` keeps them, the fixed-chunk ones at the VPP they are written
+    with (V schedules: 2, Primus sets it; DualPipe / DualPipeV: 1, their chunks are their own)."""
+    own = resolve_schedule(spec_schedule(base.pipeline_schedule, pp, vpp), pp, vpp if vpp > 1 else None).name
+    out = [own]
+    for name in extra:
+        s = get_schedule(name)
+        if s.fixed_chunks:
+            written = s.fixed_chunks if not s.legality(pp, s.fixed_chunks, _ANY_MICROBATCHES) else 1
+            runs = pp > 1 and vpp == written and not s.legality(pp, written, _ANY_MICROBATCHES)
+        else:
+            runs = resolve_schedule(s, pp, vpp if vpp > 1 else None) is s
+        if runs and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
 def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapping[str, Any],
                  split: Mapping[str, Any] | None = None) -> ExecutionSpec:
     """The recipe's execution ``base`` with this configuration applied (not legality-checked);
     ``split``: the layout fields of (PP, VPP) when already known (``pipeline_split``)."""
     tp, pp, vpp, cp = config["tp"], config["pp"], config["vpp"], config["cp"]
     chunk = max(1, model.num_layers // (pp * vpp))
-    schedule = spec_schedule(base.pipeline_schedule, pp, vpp).name
+    schedule = config.get("schedule") or spec_schedule(base.pipeline_schedule, pp, vpp).name
     return fast_replace(base, dict(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
@@ -173,7 +198,9 @@ def config_of(model: ModelSpec, execution: ExecutionSpec) -> Config:
     overlap = "grad+param" if e.overlap_param_gather else "grad" if e.overlap_grad_reduce else "none"
     return {
         "tp": e.tp, "etp": e.etp if model.is_moe else None, "tp_comm_overlap": e.tp_comm_overlap,
-        "pp": e.pp, "vpp": e.vpp, "split": DEFAULT, "cp": e.cp, "ep": e.ep,
+        "pp": e.pp, "vpp": e.vpp,
+        "schedule": resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size).name,
+        "split": DEFAULT, "cp": e.cp, "ep": e.ep,
         "ep_overlap": e.overlap_moe_expert_parallel_comm,
         "mbs": e.micro_batch_size, "recompute": recompute, "sharding": sharding, "dp_overlap": overlap,
         "precision": e.precision,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.model.pipeline.registry import SCHEDULES
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 from primus_ext.tune.configure import (
@@ -33,6 +34,7 @@ from primus_ext.tune.configure import (
     config_of,
     pipeline_split,
     recompute_layers,
+    schedule_candidates,
     to_execution,
 )
 from primus_ext.tune.splits import DEFAULT, split_candidates
@@ -72,6 +74,10 @@ AXIS_DOCS: dict[str, str] = {
     "etp": "expert_tensor_parallel_size: 1 or equal to tp (MoE only)",
     "pp": "pipeline_model_parallel_size",
     "vpp": "virtual pipeline stages per pipeline rank (interleaved 1F1B when > 1; needs pp > 1)",
+    "schedule": "pipeline schedule (pp > 1): 1f1b / interleaved (Megatron's, by vpp) | zb-h1, zb-h2 (Primus zero "
+                "bubble, vpp 1) | zb-v, v-half, v-min (Primus V schedules, vpp 2) | dualpipe, dualpipev (DeepSeek, "
+                "vpp 1; what-ifs: no recipe key runs them). Explored: the recipe's own, plus Primus's zero-bubble "
+                "family on Primus recipes; --pin schedule=... for the others",
     "split": "layers per pipeline stage: default (the recipe's own, Megatron's even split, or a generated layout) | "
              "firstN/lastN (decoder_first/last_pipeline_num_layers) | acc-emb/acc-loss/acc-both "
              "(account_for_embedding/loss_in_pipeline_split) | layout (output layer weighted by its cost); "
@@ -91,9 +97,9 @@ AXIS_DOCS: dict[str, str] = {
 """Axes in enumeration order: each axis's candidates may depend on the axes before it. Structural axes
 come first, then those that change memory, then the overlap flags."""
 AXIS_ORDER = tuple(AXIS_DOCS)
-STRUCTURAL_AXES = ("tp", "etp", "pp", "vpp", "split", "cp", "ep")
+STRUCTURAL_AXES = ("tp", "etp", "pp", "vpp", "schedule", "split", "cp", "ep")
 DOMAIN_DEPENDS: dict[str, tuple[str, ...]] = {
-    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "split": ("pp", "vpp"),
+    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "schedule": ("pp", "vpp"), "split": ("pp", "vpp"),
     "cp": ("tp", "pp"), "ep": ("pp", "etp"),
     "mbs": ("tp", "pp", "cp"), "recompute": ("pp", "vpp"), "sharding": (), "precision": (),
     "tp_comm_overlap": ("tp",), "ep_overlap": ("ep",), "dp_overlap": ("sharding",),
@@ -122,6 +128,8 @@ class Space:
     system: SystemSpec
     pins: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     """User limits: axis -> allowed values."""
+    schedules: tuple[str, ...] = ()
+    """Pipeline schedules explored besides the recipe's own (``PRIMUS_SCHEDULES`` on Primus recipes)."""
     _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     """Memo of ``pipeline_split`` (layout generation is the slow part of building an execution) and of
     the recipe's own configuration."""
@@ -187,6 +195,8 @@ class Space:
             even = [v for v in range(1, MAX_VPP + 1) if m.num_layers % (pp * v) == 0]
             cands = sorted({*VPP_CANDIDATES, *even, b.vpp})
             return self._pinned(name, tuple(v for v in cands if pp * v <= m.num_layers + 1))
+        if name == "schedule":
+            return self._pinned(name, schedule_candidates(b, g("pp"), g("vpp"), self.pins.get(name) or self.schedules))
         if name == "split":
             pp, vpp = g("pp"), g("vpp")
             return self._pinned(name, split_candidates(m, b, pp, vpp, self.pipeline_split(pp, vpp)))
@@ -381,15 +391,20 @@ def parse_pins(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
 
 def build_space(
     model: ModelSpec, execution: ExecutionSpec, system: SystemSpec,
-    pins: Mapping[str, Sequence[Any]] | None = None,
+    pins: Mapping[str, Sequence[Any]] | None = None, *, schedules: Sequence[str] = (),
 ) -> Space:
-    """The space around ``execution`` (the recipe's) on ``system``, limited by ``pins``."""
+    """The space around ``execution`` (the recipe's) on ``system``, limited by ``pins``; ``schedules``: pipeline
+    schedules to explore besides the recipe's own (``PRIMUS_SCHEDULES`` for a Primus recipe)."""
     pins = {k: tuple(v) for k, v in (pins or {}).items()}
     unknown = [k for k in pins if k not in AXIS_DOCS]
     if unknown:
         raise RecipeError(problems=[Problem(path="--pin", value=k, message="unknown axis",
                                             fix=f"axes: {', '.join(AXIS_ORDER)}") for k in unknown])
-    space = Space(model=model, base=execution, system=system, pins=pins)
+    bad = [v for v in pins.get("schedule", ()) if v not in SCHEDULES]
+    if bad:
+        raise RecipeError(problems=[Problem(path="--pin", value=v, message="unknown pipeline schedule",
+                                            fix=f"schedules: {', '.join(SCHEDULES)}") for v in bad])
+    space = Space(model=model, base=execution, system=system, pins=pins, schedules=tuple(schedules))
     if next(space.iter_configs(), None) is None:
         raise RecipeError(problems=[Problem(path="--pin", value=dict(pins),
                                             message="no configuration is left after the pins",

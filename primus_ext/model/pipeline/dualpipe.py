@@ -43,7 +43,7 @@ from typing import ClassVar
 
 from primus_ext.errors import PrimusExtError
 from primus_ext.model.pipeline.ops import BWD, FWD, NO_PAIR, WGRAD, ChunkTimes, ScheduleResult, Structure, replay
-from primus_ext.model.pipeline.registry import Schedule, register
+from primus_ext.model.pipeline.registry import Schedule, peak_count, register
 
 NAMES = ("dualpipe", "dualpipev")
 IGRAD = 3
@@ -318,6 +318,9 @@ class _DeepSeekSchedule(Schedule):
     def legality(self, pp: int, vpp: int | None, num_microbatches: int) -> list[str]:
         return dualpipe_problems(self.name, pp, vpp, num_microbatches)
 
+    def recipe_keys(self, pp: int) -> dict[str, object] | None:
+        return None  # Primus's Megatron backend and Megatron-LM have no DualPipe: projected as a what-if
+
     def rank_order(self, rank: int, pp: int, vpp: int, m: int, group: int | None = None,
                    extra_warmup: int = 0) -> list[tuple[int, int, int]]:
         """(kind, micro-batch, chunk) in run order: an overlapped pair as its F then its B, an input-grad-only B
@@ -341,7 +344,7 @@ class _DeepSeekSchedule(Schedule):
         if dualpipe_problems(self.name, pp, 1, m):
             total = pp + 1 if self.name == "dualpipe" else 2 * pp + 1
             return (float(total - total // 2), float(total // 2))
-        return tuple(float(n) for n in in_flight_by_chunk(self.name, rank, pp, m))
+        return tuple(float(n) for n in in_flight_by_chunk(self.name, rank, pp, peak_count(pp, m)))
 
     def in_flight_microbatches(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> float:
         """Whole-stage micro-batches: DualPipe's chunks are whole stages (sum), DualPipeV's halves (mean)."""
@@ -351,7 +354,7 @@ class _DeepSeekSchedule(Schedule):
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         if dualpipe_problems(self.name, pp, 1, m):
             return 0
-        held = wgrad_held_chunks(self.name, rank, pp, m)
+        held = wgrad_held_chunks(self.name, rank, pp, peak_count(pp, m))
         return held if self.name == "dualpipe" else math.ceil(held / 2)  # DualPipeV: half-stage chunks
 
 

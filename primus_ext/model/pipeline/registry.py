@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import ClassVar
 
-from primus_ext.errors import PrimusExtError
+from primus_ext.errors import InfeasibleConfig, PrimusExtError
 
 
 class Schedule:
@@ -91,6 +91,12 @@ class Schedule:
 
         return simulate(self.simulate_name or self.name, times, num_microbatches, p2p, **kwargs)
 
+    def recipe_keys(self, pp: int) -> dict[str, object] | None:
+        """The Primus zero-bubble keys (modules/megatron/zero_bubble.yaml) that run this schedule, at their Primus
+        defaults where they do not matter; None when no Primus / Megatron-LM key runs it (a what-if)."""
+        return {"patch_zero_bubble": False, "zero_bubble_v_schedule": False, "zero_bubble_v_schedule_mem_setup": "half",
+                "zero_bubble_max_pending_backward": "auto"}
+
     def run(self, times, num_microbatches: int, p2p=(), *, timeline: bool = False,
             moe_a2a_overlap_warmup: bool = False):
         """One step at any micro-batch count (what the projection calls). Megatron's schedules go through
@@ -103,12 +109,22 @@ class Schedule:
         from primus_ext.model.pipeline.long import ZB_SIMULATED_OPS, long_step, simulated_directly
 
         pp, chunks, p2p = len(times), len(times[0]), tuple(p2p)
-        if simulated_directly(pp, chunks, num_microbatches, ZB_SIMULATED_OPS):
-            if timeline:
-                return self.simulate(times, num_microbatches, p2p, timeline=True)
-            return _own_cached(self.name, times, num_microbatches, p2p)
-        return long_step(lambda k: _own_cached(self.name, times, k, p2p), num_microbatches, pp, chunks, pp,
-                         ZB_SIMULATED_OPS)
+        group = 2 if chunks > 1 else 1  # references step by 2 micro-batches (DualPipe splits them in two halves)
+        # first try references of a few dozen micro-batches (the steady state of these orders sets in after ~2*PP;
+        # long_step checks three equal increments), then the full budget
+        small = 2 * pp * chunks * (2 * pp * group + 3 * group * max(2, pp) + 2)
+        for budget in (min(small, ZB_SIMULATED_OPS), ZB_SIMULATED_OPS):
+            if simulated_directly(pp, chunks, num_microbatches, budget):
+                if timeline:
+                    return self.simulate(times, num_microbatches, p2p, timeline=True)
+                return _own_cached(self.name, times, num_microbatches, p2p)
+            try:
+                return long_step(lambda k: _own_cached(self.name, times, k, p2p), num_microbatches, pp, chunks,
+                                 group, budget)
+            except InfeasibleConfig:
+                if budget == ZB_SIMULATED_OPS:
+                    raise
+        raise AssertionError("unreachable")
 
     def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
         """Micro-batches whose activations each model chunk of ``rank`` holds at its peak (what
@@ -139,6 +155,13 @@ class Schedule:
 
     def __repr__(self) -> str:
         return f"<schedule {self.name}>"
+
+
+def peak_count(pp: int, m: int) -> int:
+    """The micro-batch count a split-W schedule's memory peak is read at: the peak is reached in the warm-up, so
+    the held counts stop changing from 3*PP micro-batches on (ZB-H2, the V and DeepSeek schedules, PP 2-8:
+    tests/model/pipeline/test_schedule_registry.py); 4*PP keeps the count's parity (DualPipe: even)."""
+    return min(m, 4 * pp)
 
 
 @lru_cache(maxsize=4096)
@@ -260,6 +283,9 @@ class ZBH1(Schedule):
         if (vpp or 1) > 1:
             problems.append("zb-h1 is a one-chunk schedule; use interleaved with VPP > 1")
         return problems
+
+    def recipe_keys(self, pp: int) -> dict[str, object] | None:
+        return {**super().recipe_keys(pp), "patch_zero_bubble": True}  # zb1p: "auto" is projected as it
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         # rank r defers up to r weight-grads (zb.py's greedy order; Qi et al. §3.1 ZB-H1 memory = 1F1B's + W inputs)

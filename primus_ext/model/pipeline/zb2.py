@@ -29,7 +29,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, ScheduleResult, Structure, replay
-from primus_ext.model.pipeline.registry import Schedule, register
+from primus_ext.model.pipeline.registry import Schedule, peak_count, register
 
 _READY_TOLERANCE = 1e-12
 """Relative slack of "input already there" (as ``pipeline.zb``): two sums of the same op times that differ in
@@ -256,6 +256,10 @@ class ZBH2(Schedule):
     kept_over_vpp = True
     batch_kernel = None  # op order chosen greedily on the op times: one configuration at a time
 
+    def recipe_keys(self, pp: int) -> dict[str, object] | None:
+        # zero_bubble.yaml: "when number of stages are 8, setting to 16 will use zb2p"
+        return {**super().recipe_keys(pp), "patch_zero_bubble": True, "zero_bubble_max_pending_backward": 2 * pp}
+
     def legality(self, pp: int, vpp: int | None, num_microbatches: int) -> list[str]:
         return zb_h2_problems(pp, vpp, num_microbatches)
 
@@ -268,10 +272,10 @@ class ZBH2(Schedule):
         return zb_h2(times, num_microbatches, tuple(p2p), kwargs.get("timeline", False))
 
     def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
-        return (float(zb_h2_in_flight(rank, pp, m)),)
+        return (float(zb_h2_in_flight(rank, pp, peak_count(pp, m))),)
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
-        return zb_h2_wgrad_held(rank, pp, m)
+        return zb_h2_wgrad_held(rank, pp, peak_count(pp, m))
 
 
 __all__ = ["ZBH2", "greedy_orders", "loop_stage", "peak_in_flight", "peak_wgrad_held", "place_mapped",

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, ScheduleResult, replay
-from primus_ext.model.pipeline.registry import Schedule, register
+from primus_ext.model.pipeline.registry import Schedule, peak_count, register
 from primus_ext.model.pipeline.zb2 import greedy_orders, place_mapped, split_times, v_stage
 
 V_SCHEDULES = ("zb-v", "v-half", "v-min")
@@ -258,6 +258,13 @@ class _VSchedule(Schedule):
     kept_over_vpp = True  # Primus's flag sets VPP = 2 itself (zbpp_utils.py); another VPP is refused by legality
     batch_kernel = None  # one configuration at a time (``simulate_v``)
 
+    mem_setup: ClassVar[str] = ""
+    """Primus ``zero_bubble_v_schedule_mem_setup`` value (zerobubble/README.md's flag table)."""
+
+    def recipe_keys(self, pp: int) -> dict[str, object] | None:
+        return {**super().recipe_keys(pp), "patch_zero_bubble": True, "zero_bubble_v_schedule": True,
+                "zero_bubble_v_schedule_mem_setup": self.mem_setup}
+
     def legality(self, pp: int, vpp: int | None, num_microbatches: int) -> list[str]:
         return v_problems(self.name, pp, vpp, num_microbatches)
 
@@ -273,12 +280,12 @@ class _VSchedule(Schedule):
         """Per chunk: micro-batches held at the rank's peak (their sum / 2 = whole-stage micro-batches)."""
         if v_problems(self.name, pp, 2, m):
             return (0.0, 0.0)
-        return tuple(float(n) for n in held_at_peak(self.name, rank, pp, m))
+        return tuple(float(n) for n in held_at_peak(self.name, rank, pp, peak_count(pp, m)))
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         if v_problems(self.name, pp, 2, m):
             return 0
-        return math.ceil(wgrad_held_chunks(self.name, rank, pp, m) / 2)  # half-stage chunks
+        return math.ceil(wgrad_held_chunks(self.name, rank, pp, peak_count(pp, m)) / 2)  # half-stage chunks
 
 
 @register
@@ -286,6 +293,7 @@ class ZBV(_VSchedule):
     """ZB-V (arXiv:2405.15362 table 1; Primus zbv.py): 1F1B's memory, bubble ~ the fill alone."""
 
     name = "zb-v"
+    mem_setup = "zb"
     label = "ZB-V"
     primus_names = ("zbv-formatted",)  # primus_pipeline.yaml pp_algorithm
 
@@ -295,6 +303,7 @@ class VHalf(_VSchedule):
     """V-Half (arXiv:2405.15362 sec. 3; Primus zbv_greedy.py "half"): about half of 1F1B's activations."""
 
     name = "v-half"
+    mem_setup = "half"
     label = "V-Half"
     primus_names = ("v-half",)  # primus_pipeline.yaml pp_algorithm
 
@@ -304,6 +313,7 @@ class VMin(_VSchedule):
     """V-Min (arXiv:2405.15362 sec. 3; Primus zbv_greedy.py "min"): about a third of 1F1B's activations."""
 
     name = "v-min"
+    mem_setup = "min"
     label = "V-Min"
     primus_names = ("v-min",)  # primus_pipeline.yaml pp_algorithm
 

@@ -172,3 +172,35 @@ def test_dualpipe_doubles_parameter_memory_and_dualpipev_does_not():
     assert plan[3].chunks[0].layers == pipeline_plan(recipe.model, base)[3].layers   # copy 0: stage 3
     assert plan[3].chunks[1].layers == pipeline_plan(recipe.model, base)[4].layers   # copy 1: stage PP-1-3
     assert plan[0].embedding and plan[0].output and plan[7].embedding and plan[7].output
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8])
+def test_split_w_memory_peaks_stop_changing_past_peak_count(pp):
+    """``peak_count``: the held counts at 3*PP and 12*PP micro-batches agree (the peak is in the warm-up)."""
+    from primus_ext.model.pipeline.dualpipe import in_flight_by_chunk, wgrad_held_chunks
+    from primus_ext.model.pipeline.zb2 import zb_h2_in_flight, zb_h2_wgrad_held
+    from primus_ext.model.pipeline.zbv import held_at_peak
+
+    for m in (3 * pp, 4 * pp):
+        for r in range(pp):
+            for name in ("zb-v", "v-half", "v-min"):
+                assert held_at_peak(name, r, pp, m) == held_at_peak(name, r, pp, 12 * pp)
+            for name in ("dualpipe", "dualpipev"):
+                assert in_flight_by_chunk(name, r, pp, 4 * pp) == in_flight_by_chunk(name, r, pp, 12 * pp)
+                assert wgrad_held_chunks(name, r, pp, 4 * pp) == wgrad_held_chunks(name, r, pp, 12 * pp)
+            assert zb_h2_in_flight(r, pp, m) == zb_h2_in_flight(r, pp, 12 * pp)
+            assert zb_h2_wgrad_held(r, pp, m) == zb_h2_wgrad_held(r, pp, 12 * pp)
+
+
+@pytest.mark.parametrize("name", ["zb-h2", "zb-v", "v-half", "dualpipe", "dualpipev"])
+def test_long_steps_of_own_simulators_extend_exactly(name):
+    """``Schedule.run`` past its small reference budget equals the op-by-op simulation (uneven chunk times)."""
+    s = get_schedule(name)
+    chunks = s.chunks_per_rank(1)
+    times = tuple(tuple(ChunkTimes(fwd=1.0 + 0.1 * r + 0.05 * c, bwd=2.1 + 0.1 * r, wgrad=0.9)
+                        for c in range(chunks)) for r in range(4))
+    m = 160
+    long = s.run(times, m, (0.01,) * (4 * chunks - 1))
+    direct = s.simulate(times, m, (0.01,) * (4 * chunks - 1))
+    assert long.makespan == pytest.approx(direct.makespan, rel=1e-9)
+    assert long.busy == pytest.approx(direct.busy, rel=1e-9)
