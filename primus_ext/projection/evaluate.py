@@ -278,8 +278,9 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
     p2p: tuple[float, ...] = ()
     if pp > 1:
         pl = group_placements(ex, system)
-        within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
         crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
+        within = p2p_time(nbytes, False, system)  # across nodes only priced when a boundary crosses (a one-node
+        across = p2p_time(nbytes, True, system) if any(crosses) else within  # profile may have no NIC: cpu)
         p2p = tuple(across if crosses[s % pp] else within for s in range(pp * vpp - 1))
     return _Stages(layers=layers, times=times, acc=stage_acc, p2p=p2p, pp_total_s=sum(p2p), static=static,
                    sources=layer_sources(layers))
