@@ -172,7 +172,8 @@ def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loa
     if problems:
         raise RecipeError(problems=problems, source="(training logs)")
     comparisons = []
-    costs = _costs(args, base)
+    fresh = args.store is not None and not Path(args.store).exists()  # the record will create it: nothing to read
+    costs = None if fresh and args.compute == "store" else _costs(args, base)
     for path, loader, log in read:
         recipe = loader([])
         found, follow = mismatches(recipe, log)
