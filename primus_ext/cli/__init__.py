@@ -79,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # `key=value` overrides may also follow the options (argparse alone stops collecting them there)
-    if extra and isinstance(getattr(args, "overrides", None), list) and all(
+    trailing = "overrides" if isinstance(getattr(args, "overrides", None), list) else "inputs"  # calibrate's
+    if extra and isinstance(getattr(args, trailing, None), list) and all(
             "=" in x and not x.startswith("-") for x in extra):
-        args.overrides += extra
+        setattr(args, trailing, [*getattr(args, trailing), *extra])
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):

@@ -3,6 +3,7 @@
     primus-ext calibrate RECIPE train.log --cluster mi355x --nodes 1        # compare, store a calibration record
     primus-ext calibrate RECIPE run1.log run2.log --follow-log             # runs of other layouts of the model
     primus-ext calibrate RECIPE train.log --dry-run --json -               # compare only, JSON to stdout
+    primus-ext calibrate RECIPE-verify-top                                 # the logs of a tune --verify-top folder
     primus-ext calibrate --list                                            # the records in the timing store
 
 Logs are read as Megatron-LM, Primus, Megatron-Bridge, NeMo 2 and the built-in trainer write them
@@ -13,12 +14,16 @@ stored in the timing store (``--store``, else the default one), and from then on
 ``train --projection-only`` apply it: exactly to this workload, and with a wider band to nearby configurations
 of the same model on the same GPU type (``--uncalibrated`` there turns it off). Exit codes: 0 stored (or
 compared, ``--dry-run``), 2 unreadable log, mismatched recipe, or no physical correction fits.
+
+Given a ``tune --verify-top`` folder instead of RECIPE, the manifest names the recipe and each candidate's log:
+one record is fitted across the candidates that ran (``cli.calibrate_folder``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="compare real training logs with the projection; store the correction")
-    p.add_argument("recipe", nargs="?", help="the experiment YAML the logged run used")
+    p.add_argument("recipe", nargs="?", help="the experiment YAML the logged run used, or a tune --verify-top folder")
     p.add_argument("inputs", nargs="*", metavar="LOG|key=value",
                    help="training logs (files, or a folder of *.log) and Megatron argument overrides")
     p.add_argument("--cluster", help="hardware profile of the run (e.g. mi355x, h100); default from the recipe")
@@ -118,46 +123,68 @@ def run(args: argparse.Namespace) -> int:
         raise PrimusExtError("calibrate needs RECIPE and at least one LOG (or --list / --forget)")
     check_json_out(args.json)
     check_outputs(("--json", args.json))
+    if Path(args.recipe).is_dir():  # a tune --verify-top folder: its manifest names the recipe and the logs
+        from primus_ext.cli.calibrate_folder import folder_jobs
+
+        base, jobs, skipped = folder_jobs(args, Path(args.recipe))
+        for line in skipped:
+            print(f"skipped {line}", file=sys.stderr)
+        return _conclude(args, base, _compare_all(args, base, jobs, skip_unreadable=True))
     logs, overrides = _split_inputs(list(args.inputs))
     if not logs:
         from primus_ext.errors import PrimusExtError
 
         raise PrimusExtError("no training log given: primus-ext calibrate RECIPE LOG [LOG ...]")
-    recipe, comparisons = _compare_all(args, logs, overrides)
-    return _conclude(args, recipe, comparisons)
-
-
-def _compare_all(args: argparse.Namespace, logs: list[Path], overrides: list[str]) -> tuple[Any, list[LogComparison]]:
-    from primus_ext.calibration.compare import compare_log, mismatches
-    from primus_ext.cli.project import _costs
-    from primus_ext.errors import PrimusExtError, Problem, RecipeError
-    from primus_ext.logs import LogError, read_log
-    from primus_ext.recipe import load_recipe
 
     def load(extra: list[str]) -> Any:
+        from primus_ext.recipe import load_recipe
+
         return load_recipe(args.recipe, [*overrides, *extra], cluster=args.cluster, nodes=args.nodes,
                            config_roots=args.config_root)
 
     base = load([])
+    loader: Loader = lambda extra: load(extra) if extra else base  # noqa: E731 (the base, loaded once)
+    return _conclude(args, base, _compare_all(args, base, [(path, loader) for path in logs]))
+
+
+Loader = Callable[[list[str]], Any]
+"""Loads the recipe a log ran, with extra ``key=value`` overrides (``--follow-log``)."""
+
+
+def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loader]], *,
+                 skip_unreadable: bool = False) -> list[LogComparison]:
+    """Each log against the projection of the recipe its loader gives. An unreadable log is an error (exit 2),
+    or with ``skip_unreadable`` said and left out (a verify-top candidate whose run failed)."""
+    from primus_ext.calibration.compare import compare_log, mismatches
+    from primus_ext.cli.project import _costs
+    from primus_ext.errors import PrimusExtError, Problem, RecipeError
+    from primus_ext.logs import LogError, read_log
+
     read, problems = [], []
-    for path in logs:
+    for path, loader in jobs:
         try:
-            read.append((path, read_log(path)))
+            read.append((path, loader, read_log(path)))
         except LogError as err:
+            if skip_unreadable:
+                print(f"skipped {path}: {err}", file=sys.stderr)
+                continue
             problems.append(Problem(path=str(path), message=str(err), fix="give a training log of the run"))
     if problems:
         raise RecipeError(problems=problems, source="(training logs)")
     comparisons = []
-    costs = _costs(args, base)
-    for path, log in read:
-        found, follow = mismatches(base, log)
+    fresh = args.store is not None and not Path(args.store).exists()  # the record will create it: nothing to read
+    costs = None if fresh and args.compute == "store" else _costs(args, base)
+    for path, loader, log in read:
+        recipe = loader([])
+        found, follow = mismatches(recipe, log)
         for flag in log.flags:
             print(f"warning: {path}: {flag}", file=sys.stderr)
         if found and not args.follow_log:
             problems.extend(Problem(path=f"{path}: {p.path}", value=p.value, message=p.message, fix=p.fix)
                             for p in found)
             continue
-        recipe = load(follow) if found else base
+        if found:
+            recipe = loader(follow)
         comparisons.append(compare_log(recipe, log, costs, path=str(path), followed=follow if found else ()))
         left = comparisons[-1].mismatches
         if left:
@@ -167,7 +194,7 @@ def _compare_all(args: argparse.Namespace, logs: list[Path], overrides: list[str
         raise RecipeError(problems=problems, source=f"{args.recipe} (against the logged runs)")
     if not comparisons:
         raise PrimusExtError("no log could be compared")
-    return base, comparisons
+    return comparisons
 
 
 def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogComparison]) -> int:

@@ -155,10 +155,11 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
           f"~{need / 1024**3:.1f} GiB {where} by the memory model", file=sys.stderr)
     training = ProgressLine("training", iters, label=f"starting {nproc} ranks")
     if not args.verify:
-        with training:
+        with training:  # the Megatron-format lines wait until the progress line is closed
             result = run_training(target.model, target.execution, world_size=nproc, iters=iters, device=device,
-                                  progress=lambda done, _n, step_s: training.update(
+                                  log=False, progress=lambda done, _n, step_s: training.update(
                                       done, label=f"iteration {done}", unit_s=step_s))
+        _print_log(result)
         print(json.dumps(result.as_dict(), indent=2))
         return 0
     from primus_ext.launcher.projection_only import write_reports
@@ -172,10 +173,11 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
     try:
         verify = verify_short_run(target, iters=iters, store=args.store, progress=LayerProgress(),
                                   on_projection=projected, notice=lambda text: print(text, file=sys.stderr),
-                                  on_step=lambda done, _n, step_s: training.update(
+                                  log=False, on_step=lambda done, _n, step_s: training.update(
                                       done, label=f"iteration {done}", unit_s=step_s))
     finally:
         training.close()
+    _print_log(verify.training)
     doc = verify.as_dict()
     folder = _workspace(args, config)
     files = write_reports(verify.projection, folder, recipe=recipe, overrides=args.overrides,
@@ -198,6 +200,13 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
               f"{doc['projected_exposed_comm_s'] * 1e3:.2f} ms")
     print(f"wrote {folder / 'verify.json'}, {files['html']}", file=sys.stderr)
     return 0
+
+
+def _print_log(result: Any) -> None:
+    """The run's iteration lines in Megatron's format (``TrainResult.log_lines``) on stderr, after the progress
+    line: ``2> train.log`` keeps them for ``primus-ext calibrate RECIPE train.log``."""
+    sys.stderr.write("".join(f"{line}\n" for line in result.log_lines()))
+    sys.stderr.flush()
 
 
 def _gpu_count() -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TextIO
 
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
@@ -254,12 +254,14 @@ def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store:
                      progress: Callable[[int, int, Any], None] | None = None,
                      on_projection: Callable[[Any, str], None] | None = None,
                      on_step: Callable[[int, int, float], None] | None = None,
-                     notice: Callable[[str], None] | None = None) -> VerifyResult:
+                     notice: Callable[[str], None] | None = None,
+                     log: TextIO | bool | None = True) -> VerifyResult:
     """Measure the target's layers here, project, run the built-in trainer, return both.
 
     ``progress(done, total, shape)``: per layer measured; ``on_projection(projection, fabric)``: once projected,
     before training starts (so the projected step time is known while the run goes); ``on_step(done, iters,
-    step_s)``: after each training iteration; ``notice(text)``: before a step that takes a while unannounced."""
+    step_s)``: after each training iteration; ``notice(text)``: before a step that takes a while unannounced;
+    ``log``: where the run's Megatron-format lines go (``trainer.run_plan``: True = stderr, a stream, or False)."""
     from types import SimpleNamespace
 
     from primus_ext.launcher.projection_only import CostPlan, cost_provider, measure_missing
@@ -276,7 +278,7 @@ def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store:
     projection = project(target.model, target.execution, system, cost_provider(costs))
     if on_projection:
         on_projection(projection, fabric)
-    training = run_plan(train_plan, progress=on_step)
+    training = run_plan(train_plan, progress=on_step, log=log)
     return VerifyResult(projection=projection, training=training, measured=measured, fabric=fabric)
 
 

@@ -278,8 +278,9 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
     p2p: tuple[float, ...] = ()
     if pp > 1:
         pl = group_placements(ex, system)
-        within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
         crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)  # link r joins ranks r and r+1 (PP-1: back to 0)
+        within = p2p_time(nbytes, False, system)  # across nodes only priced when a boundary crosses (a one-node
+        across = p2p_time(nbytes, True, system) if any(crosses) else within  # profile may have no NIC: cpu)
         links = resolve_schedule(ex.pipeline_schedule, pp, ex.virtual_pipeline_model_parallel_size).p2p_links(pp, vpp)
         p2p = tuple(0.0 if a == b else across if crosses[a if b == a + 1 else b if a == b + 1 else pp - 1] else within
                     for a, b in links)  # the forward link a -> a+1, the wrap PP-1 -> 0, a V's way back b+1 -> b

@@ -185,8 +185,9 @@ def _p2p(memo: dict, nbytes: float, ex: ExecutionSpec, system: SystemSpec) -> np
     key = (nbytes, pp, vpp, pl.pp_boundary_crosses, pl.pp.crosses)
     found = memo.get(key)
     if found is None:
-        within, across = p2p_time(nbytes, False, system), p2p_time(nbytes, True, system)
         crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
+        within = p2p_time(nbytes, False, system)  # as evaluate._stages: across only when a boundary crosses
+        across = p2p_time(nbytes, True, system) if any(crosses) else within
         found = memo[key] = np.array([across if crosses[s % pp] else within for s in range(pp * vpp - 1)])
     return found
 

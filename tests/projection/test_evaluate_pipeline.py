@@ -35,6 +35,18 @@ def test_layout_with_two_stages_per_rank_and_vpp_unset_runs_interleaved():
     assert isinstance(batch.problems[0], InfeasibleConfig) and batch.problems[1] is None
 
 
+def test_pipeline_on_one_node_of_a_profile_without_nic():
+    """The cpu profile has no scale-out link: PP within its one node prices its p2p on the scale-up link only
+    (it raised 'no scale-out (NIC) bandwidth' when the across-node time was priced unconditionally)."""
+    system = load_system("cpu", 1)
+    small = replace(LLAMA, num_layers=4)
+    ex = ExecutionSpec(pipeline_model_parallel_size=2, data_parallel_size=1, global_batch_size=4, seq_length=128)
+    one = evaluate(small, ex, system)
+    batch = evaluate_many(small, [ex], system)
+    assert one.breakdown.bubble_s > 0 and batch.problems[0] is None
+    assert batch.step_time_s[0] == pytest.approx(one.step_time_s, rel=1e-9)
+
+
 @pytest.mark.parametrize("tp,pp,m", [(2, 4, 6), (2, 4, 8), (1, 8, 6), (4, 2, 4)])
 def test_zero_bubble_pp_exposed_within_total_and_breakdown_adds_up(tp, pp, m):
     system = load_system("h100", 1)

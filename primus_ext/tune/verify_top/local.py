@@ -70,7 +70,7 @@ def run_local(folder: Path, manifest: dict[str, Any], variants: Sequence[Any], *
             target = local_target(variant, scale=scale, nproc=ranks, device=device)
             check_fits(target)
             say(f"{entry['name']}: {entry['summary']} on {ranks} x {device}, {iters} iterations")
-            verify = verify_short_run(target, iters=iters, store=store, notice=say, on_step=on_step)
+            verify = verify_short_run(target, iters=iters, store=store, notice=say, on_step=on_step, log=False)
         except PrimusExtError as err:
             entry["local"] = {"not_run": " ".join(str(err).split())}
             say(f"{entry['name']}: not run here: {entry['local']['not_run']}")

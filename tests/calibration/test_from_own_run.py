@@ -1,0 +1,93 @@
+"""End to end on this machine: train a tiny recipe with the built-in trainer, keep its log, calibrate from it,
+then project the same recipe (the logged step comes back within the record's band) and a nearby one (its kernel
+part moves by the record's factor, its band widens by ``NEARBY_SPREAD``).
+
+    python -m pytest -q tests/calibration/test_from_own_run.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from primus_ext.calibration import NEARBY_SPREAD
+from primus_ext.cli import main
+
+# two DP ranks of the cpu profile, one micro-batch of 2 each: the built-in trainer runs it as written (no shrink)
+TINY = """\
+num_layers: 2
+hidden_size: 256
+ffn_hidden_size: 512
+num_attention_heads: 4
+group_query_attention: true
+num_query_groups: 2
+seq_length: 128
+max_position_embeddings: 128
+micro_batch_size: 2
+global_batch_size: 4
+vocab_size: 1024
+bf16: true
+swiglu: true
+normalization: RMSNorm
+add_bias_linear: false
+position_embedding_type: rope
+untie_embeddings_and_output_weights: true
+tensor_model_parallel_size: 1
+"""
+TARGET = ["--cluster", "cpu", "--nodes", "1"]
+
+
+def _project(recipe: Path, store: Path, out: Path, *extra: str) -> dict:
+    assert main(["project", str(recipe), *extra, *TARGET, "--analytic", "--store", str(store), "--json",
+                 str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def _parts(doc: dict) -> tuple[float, float]:
+    """(kernels, links) of an uncalibrated projection, as ``calibration.apply.parts_of`` splits a step."""
+    b = doc["breakdown"]
+    return b["compute_s"] + b["bubble_s"] + b["optimizer_s"], sum(c["exposed_s"] for c in b["comm"].values())
+
+
+@pytest.mark.slow
+def test_train_calibrate_then_project_same_and_nearby(tmp_path: Path, capsys):
+    recipe, log, store = tmp_path / "tiny.yaml", tmp_path / "train.log", tmp_path / "timings.sqlite"
+    recipe.write_text(TINY)
+    assert main(["train", "--config", str(recipe), *TARGET, "--train-iters", "6", "--device", "cpu",
+                 "--nproc", "2"]) == 0
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    first = next(i for i, line in enumerate(lines) if " iteration        1/       6 |" in line)
+    # the Megatron-format lines come after the progress line is done (none of them interleaved with it)
+    assert all(not line.startswith("training") for line in lines[first:])
+    log.write_text(err)  # what `primus-ext train ... 2> train.log` keeps
+
+    out = tmp_path / "calibration.json"
+    assert main(["calibrate", str(recipe), str(log), *TARGET, "--analytic", "--store", str(store), "--json",
+                 str(out)]) == 0
+    doc = json.loads(out.read_text())
+    [run] = doc["runs"]
+    measured, spread = run["measured"]["step_s"], doc["record"]["correction"]["spread"]
+    k = doc["record"]["correction"]["kernel_factor"]
+    assert run["iterations_used"] >= 3 and measured > 0 and 0.2 <= k <= 20
+    assert doc["stored_in"] == str(store)
+
+    # (a) the same recipe: the logged step, within the record's band
+    same = _project(recipe, store, tmp_path / "same.json")
+    band = same["calibration"]["band"]
+    assert same["calibration"]["match"] == "exact" and band == pytest.approx(max(spread, 0.02))
+    assert abs(same["step_time_s"] - measured) <= band * measured
+    assert same["calibration"]["uncalibrated_step_time_s"] == pytest.approx(run["projected"]["step_s"])
+
+    # (b) a nearby configuration (micro-batch 1: two micro-batches per rank): the kernel part x k, links as they were
+    near = _project(recipe, store, tmp_path / "near.json", "micro_batch_size=1")
+    plain = _project(recipe, store, tmp_path / "plain.json", "micro_batch_size=1", "--uncalibrated")
+    assert "calibration" not in plain and near["calibration"]["match"] == "nearby"
+    kernels, links = _parts(plain)
+    assert near["step_time_s"] == pytest.approx(k * kernels + links, rel=1e-9)
+    assert near["calibration"]["kernel_factor"] == pytest.approx(k)
+    assert near["calibration"]["band"] == pytest.approx(band + NEARBY_SPREAD)
+    assert near["tokens_per_s_per_gpu"] == pytest.approx(
+        plain["tokens_per_s_per_gpu"] * plain["step_time_s"] / near["step_time_s"])
