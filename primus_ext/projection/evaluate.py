@@ -321,6 +321,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
               timeline: bool, ctx: _Context | None = None) -> Projection:
     m, schedule = schedule_of(ex)
     pp, vpp = ex.pp, virtual_stages(ex)
+    mc = get_schedule(schedule).chunk_microbatches(m)  # per-rank sums are per micro-batch through every chunk
     st = _stages(model, ex, system, providers, ctx)
     pl = group_placements(ex, system)
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
@@ -356,7 +357,7 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
 
     busiest = max(range(pp), key=lambda r: sim.busy[r])
     acc_b = stage_acc[busiest]
-    comms = [CommTime(kind=k, total_s=m * v[0], exposed_s=m * v[1] + (alone[busiest] if k == "ep" else 0.0),
+    comms = [CommTime(kind=k, total_s=mc * v[0], exposed_s=mc * v[1] + (alone[busiest] if k == "ep" else 0.0),
                       group=describe(getattr(pl, k, pl.dp_cp)))
              for k, v in sorted(acc_b["comm"].items(), key=lambda kv: LAYER_COMM_KINDS.index(kv[0]))]
     if pp > 1:
@@ -374,12 +375,12 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
                               group=describe(pl.dp_cp)))
     eff = system.gpu.efficiency
     breakdown = Breakdown(
-        compute_s=m * acc_b["compute"],
+        compute_s=mc * acc_b["compute"],
         comms=tuple(comms),
         bubble_s=max(0.0, sim.makespan - pp_exposed - sim.busy[busiest]),
         optimizer_s=max(opts),
-        overhead_s=m * acc_b["analytic_passes"] * eff.kernel_overhead_s,
-        recompute_s=m * acc_b["recompute"],
+        overhead_s=mc * acc_b["analytic_passes"] * eff.kernel_overhead_s,
+        recompute_s=mc * acc_b["recompute"],
     )
     stages = tuple(StageTime(rank=r, busy_s=sim.busy[r], finish_s=sim.finish[r], **st.static[r]) for r in range(pp))
     flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size, frozen_weights=bool(ex.lora_rank))
@@ -442,3 +443,15 @@ def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cos
             memo.clear()
         found = memo[execution] = _evaluate(model, execution, system, ctx.providers, False, ctx)
     return found
+
+
+def step_floor(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None) -> float:
+    """Seconds ``evaluate``'s step cannot go below, without simulating the schedule: the busiest rank's passes run
+    one after another (every micro-batch through each of its chunks, at their paired times: the shortest a pass
+    takes). The tuner's branch and bound uses it for schedules whose simulation is costly (op orders built in
+    Python). Raises as ``evaluate``."""
+    m, schedule = schedule_of(execution)
+    ctx = _context(model, system, _providers(costs))
+    st = _stages(model, execution, system, ctx.providers, ctx)
+    busiest = max(sum(c.fwd + c.bwd for c in row) for row in st.times)
+    return get_schedule(schedule).chunk_microbatches(m) * busiest

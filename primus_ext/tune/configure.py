@@ -115,8 +115,12 @@ def _sharding_fields(base: ExecutionSpec, sharding: str, overlap: str) -> dict[s
     return shard
 
 
-PRIMUS_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "v-half", "v-min")
-"""Explored on Primus recipes besides the recipe's own: what Primus's zero-bubble patch runs (zero_bubble.yaml)."""
+PRIMUS_SCHEDULES = ("zb-v", "v-half", "v-min")
+"""Explored on Primus recipes besides the recipe's own: Primus's V schedules (zero_bubble.yaml's V family: zero
+bubble at 1F1B's activation memory or less). ZB-H1 / ZB-H2 are explored when pinned (``--pin schedule=...``):
+their op orders are chosen greedily on each configuration's op times, ~40 ms a projection here, and on
+DeepSeek-V3 @ 1 024 H100s they add ~20 s to the exhaustive search without beating the V schedules
+(benchmarks/pipeline_schedules.py)."""
 _ANY_MICROBATCHES = 1 << 20
 """A micro-batch count that meets every schedule's count rules (even, >= 2*PP): the axis checks PP and VPP only;
 the count is checked with the batch axes (``recipe.validate``)."""
@@ -146,7 +150,10 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
     ``split``: the layout fields of (PP, VPP) when already known (``pipeline_split``)."""
     tp, pp, vpp, cp = config["tp"], config["pp"], config["vpp"], config["cp"]
     chunk = max(1, model.num_layers // (pp * vpp))
-    schedule = config.get("schedule") or spec_schedule(base.pipeline_schedule, pp, vpp).name
+    schedule = spec_schedule(base.pipeline_schedule, pp, vpp).name
+    if config.get("schedule"):  # as it runs at this (PP, VPP): interleaved at VPP 1 is 1F1B
+        chosen = get_schedule(config["schedule"])
+        schedule = (chosen if chosen.fixed_chunks else resolve_schedule(chosen, pp, vpp if vpp > 1 else None)).name
     return fast_replace(base, dict(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,

@@ -127,6 +127,23 @@ class ProjectionOracle:
         return [s if isinstance(s, PrimusExtError) else self._calibrated(e, s)
                 for e, s in zip(executions, scores, strict=True)]
 
+    def step_floor(self, execution: ExecutionSpec) -> float:
+        """Seconds no score of ``execution`` goes below (``projection.evaluate.step_floor``), calibrated as the
+        scores are: a corrected step is at least min(k, 1) x the raw one + the fixed overhead; raises as
+        ``__call__``."""
+        from primus_ext.projection.evaluate import step_floor
+
+        floor = step_floor(self.model, execution, self.system, self.costs)
+        if not self.calibrations:
+            return floor
+        from primus_ext.calibration import find_record
+
+        found = find_record(list(self.calibrations), self.model, execution, self.system)
+        if found is None:
+            return floor
+        correction = found[0].correction
+        return floor * min(1.0, correction.kernel_factor) + correction.overhead_s
+
     def _calibrated(self, execution: ExecutionSpec, score: Score) -> Score:
         if not self.calibrations:
             return score

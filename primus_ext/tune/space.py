@@ -76,8 +76,8 @@ AXIS_DOCS: dict[str, str] = {
     "vpp": "virtual pipeline stages per pipeline rank (interleaved 1F1B when > 1; needs pp > 1)",
     "schedule": "pipeline schedule (pp > 1): 1f1b / interleaved (Megatron's, by vpp) | zb-h1, zb-h2 (Primus zero "
                 "bubble, vpp 1) | zb-v, v-half, v-min (Primus V schedules, vpp 2) | dualpipe, dualpipev (DeepSeek, "
-                "vpp 1; what-ifs: no recipe key runs them). Explored: the recipe's own, plus Primus's zero-bubble "
-                "family on Primus recipes; --pin schedule=... for the others",
+                "vpp 1; what-ifs: no recipe key runs them). Explored: the recipe's own, plus Primus's V schedules "
+                "on Primus recipes; --pin schedule=... for the others",
     "split": "layers per pipeline stage: default (the recipe's own, Megatron's even split, or a generated layout) | "
              "firstN/lastN (decoder_first/last_pipeline_num_layers) | acc-emb/acc-loss/acc-both "
              "(account_for_embedding/loss_in_pipeline_split) | layout (output layer weighted by its cost); "

@@ -14,7 +14,8 @@ from primus_ext.tune.space import build_space, parse_pins
 
 def test_to_execution_derives_dp_sp_schedule(mixtral):
     space = build_space(mixtral.model, mixtral.execution, mixtral.system)
-    config = {**space.config_of(mixtral.execution), "tp": 2, "etp": 1, "pp": 2, "vpp": 1}
+    config = {**space.config_of(mixtral.execution), "tp": 2, "etp": 1, "pp": 2, "vpp": 1, "schedule": "1f1b"}
+    assert space.to_execution({**config, "schedule": "interleaved"}).pipeline_schedule == "1f1b"  # as it runs
     e = space.to_execution(config)
     assert e.data_parallel_size == 32 // (2 * 2 * 1)          # world 4 nodes x 8
     assert e.sequence_parallel and e.pipeline_schedule == "1f1b"
@@ -64,7 +65,7 @@ def test_block_recompute_counts_layers_per_chunk(choice, chunk, layers):
 
 def test_block_recompute_round_trips_and_the_space_memo_changes_nothing(mixtral):
     space = build_space(mixtral.model, mixtral.execution, mixtral.system)
-    config = {**space.config_of(mixtral.execution), "pp": 1, "vpp": 1, "recompute": "block50"}
+    config = {**space.config_of(mixtral.execution), "pp": 1, "vpp": 1, "schedule": "1f1b", "recompute": "block50"}
     e = to_execution(mixtral.model, mixtral.execution, mixtral.system.world_size, config)
     chunk = mixtral.model.num_layers
     assert (e.recompute_granularity, e.recompute_method, e.recompute_num_layers) == ("full", "block", chunk // 2)

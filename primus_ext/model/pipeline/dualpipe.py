@@ -373,6 +373,9 @@ class DualPipe(_DeepSeekSchedule):
     def stage_count(self, pp: int, chunks: int) -> int:
         return pp  # both copies are the model cut in PP stages
 
+    def chunk_microbatches(self, m: int) -> int:
+        return m // 2  # one direction per copy, M/2 micro-batches each
+
     def p2p_links(self, pp: int, chunks: int) -> tuple[tuple[int, int], ...]:
         # simulate_dualpipe's p2p[l]: ranks l and l+1, crossed by both directions
         return tuple((r, r + 1) for r in range(pp - 1))

@@ -91,6 +91,10 @@ class Schedule:
 
         return simulate(self.simulate_name or self.name, times, num_microbatches, p2p, **kwargs)
 
+    def chunk_microbatches(self, m: int) -> int:
+        """Micro-batches each model chunk of a rank runs in a step of ``m`` (DualPipe: each copy half of them)."""
+        return m
+
     def recipe_keys(self, pp: int) -> dict[str, object] | None:
         """The Primus zero-bubble keys (modules/megatron/zero_bubble.yaml) that run this schedule, at their Primus
         defaults where they do not matter; None when no Primus / Megatron-LM key runs it (a what-if)."""
@@ -100,10 +104,10 @@ class Schedule:
     def run(self, times, num_microbatches: int, p2p=(), *, timeline: bool = False,
             moe_a2a_overlap_warmup: bool = False):
         """One step at any micro-batch count (what the projection calls). Megatron's schedules go through
-        ``schedules.simulate``; a schedule with its own simulator is simulated op by op up to
-        ``long.ZB_SIMULATED_OPS`` (its orders are built in Python, like ZB-H1's) and extended in closed form past
-        it (``long.long_step``; no timeline there)."""
-        if type(self).simulate is Schedule.simulate:
+        ``schedules.simulate``; the others (orders built in Python, op by op: the zero-bubble, V and DeepSeek
+        ones) are simulated directly up to a few dozen micro-batches and extended in closed form past that
+        (``long.long_step``, no timeline there), with ``long.ZB_SIMULATED_OPS`` as the fallback budget."""
+        if self.batch_kernel is not None:  # Megatron's fixed orders: schedules.simulate's periodic fast path
             return self.simulate(times, num_microbatches, p2p, timeline=timeline,
                                  moe_a2a_overlap_warmup=moe_a2a_overlap_warmup)
         from primus_ext.model.pipeline.long import ZB_SIMULATED_OPS, long_step, simulated_directly

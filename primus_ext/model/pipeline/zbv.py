@@ -31,7 +31,7 @@ import math
 from functools import lru_cache
 from typing import ClassVar
 
-from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, ScheduleResult, replay
+from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, ScheduleResult, Structure, replay
 from primus_ext.model.pipeline.registry import Schedule, peak_count, register
 from primus_ext.model.pipeline.zb2 import greedy_orders, place_mapped, split_times, v_stage
 
@@ -192,6 +192,12 @@ def v_orders(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...],
 
 
 @lru_cache(maxsize=256)
+def _block_structure(schedule: str, pp: int, m: int) -> Structure:
+    """V-half's / V-min's placed structure: their orders ignore the op times, so it is built once per (PP, M)."""
+    return place_mapped([list(o) for o in block_orders(schedule, pp, m)], pp, 2, m, v_stage)
+
+
+@lru_cache(maxsize=256)
 def block_orders(schedule: str, pp: int, m: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     """V-half's / V-min's per-rank orders: the block, squeezed, Ws in free slots (they ignore the op times)."""
     block = v_half_block(pp) if schedule == "v-half" else v_min_block(pp)
@@ -216,7 +222,8 @@ def simulate_v(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int,
         raise ValueError(f"{schedule} needs times for exactly 2 chunks per rank")
     p2p = list(tuple(p2p) + (0.0,) * (2 * pp - 1 - len(p2p)))
     p2p[pp - 1] = 0.0  # the V's turn: chunk 0 -> chunk 1 on rank P-1, same device
-    st = place_mapped([list(o) for o in v_orders(schedule, times, m)], pp, 2, m, v_stage)
+    st = (_block_structure(schedule, pp, m) if schedule != "zb-v"
+          else place_mapped([list(o) for o in v_orders(schedule, times, m)], pp, 2, m, v_stage))
     return replay(schedule, st, times, m, split_times(times), tuple(p2p), timeline)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import RecipeError
+from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.recipe.validate import check
 from primus_ext.tune.legality import is_structural
 from primus_ext.tune.space import AXIS_ORDER, DOMAIN_DEPENDS, STRUCTURAL_AXES, Config, Space
@@ -207,6 +208,9 @@ def _upper_bound(ctx: SearchContext, space: Space, prefix: Config, depth: int) -
     for name in AXIS_ORDER[depth:]:
         allowed = space.domain(name, config)
         config[name] = min(allowed, key=lambda v: LEAST_COMPUTE.index(v)) if name == "recompute" else allowed[0]
+    floor = getattr(ctx.oracle, "step_floor", None)
+    if floor is not None and get_schedule(config.get("schedule") or "1f1b").batch_kernel is None:
+        return _floor_bound(ctx, space, config, depth, floor)
     trial = ctx.try_config(config, origin="exhaustive", counted=False, trusted=True, keep_rejected=False)
     if trial.status == "projected":  # a candidate like any other: cached, never projected again
         score = trial.score
@@ -222,3 +226,33 @@ def _upper_bound(ctx: SearchContext, space: Space, prefix: Config, depth: int) -
     if compute <= 0:
         return float("inf")
     return score.tokens_per_s_per_gpu * score.step_time_s / compute
+
+
+FLOOR_AXES = ("sharding", "precision", "tp_comm_overlap", "ep_overlap")
+"""The axes after the micro-batch that change a pass's time (and so the step floor): every value is tried."""
+
+
+def _floor_bound(ctx: SearchContext, space: Space, config: Config, depth: int, floor: Any) -> float:
+    """The bound for a schedule simulated one configuration at a time (Python op orders), without simulating it:
+    the most tok/s/GPU the step floor (``oracle.step_floor``: the busiest rank's passes back to back) allows, over
+    every value of the axes that change a pass's time, at the least recompute; ``inf`` when a representative
+    cannot be priced (the prefix is then searched in full)."""
+    variants = [dict(config)]
+    for name in FLOOR_AXES:
+        if AXIS_ORDER.index(name) >= depth:
+            variants = [{**v, name: x} for v in variants for x in space.domain(name, v)] or variants
+    best = 0.0
+    for variant in variants:
+        execution = space.to_execution(variant)
+        if check(space.model, execution, space.system):
+            continue
+        try:
+            seconds = floor(execution)
+        except RecipeError:
+            return float("inf")
+        ctx.stats.bound_projections += 1
+        if seconds <= 0:
+            return float("inf")
+        e = execution
+        best = max(best, e.global_batch_size * e.seq_length / (e.world_size * seconds))
+    return best if best > 0 else float("inf")
