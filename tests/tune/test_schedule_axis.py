@@ -1,0 +1,98 @@
+"""The tuner's pipeline-schedule axis: candidates, the step floor that bounds costly schedules, exactness of the
+branch and bound with them, and what the rewrite writes back."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from primus_ext.errors import RecipeError
+from primus_ext.projection import evaluate
+from primus_ext.projection.evaluate import step_floor
+from primus_ext.recipe.rewrite import execution_changes
+from primus_ext.recipe.validate import check
+from primus_ext.tune.agent import SearchContext
+from primus_ext.tune.configure import PRIMUS_SCHEDULES
+from primus_ext.tune.oracle import projection_oracle
+from primus_ext.tune.prefilter import MemoryFilter
+from primus_ext.tune.results import tune
+from primus_ext.tune.space import AXIS_ORDER, build_space
+from primus_ext.tune.strategies import StrategyOptions
+
+ALL = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipe", "dualpipev")
+PINS = {"tp": (1, 2), "pp": (2, 4), "vpp": (1, 2), "cp": (1,), "ep": (4, 8), "mbs": (1, 2),
+        "recompute": ("none", "full"), "sharding": ("distopt",)}
+
+
+def test_candidates_follow_pp_and_vpp(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, schedules=PRIMUS_SCHEDULES)
+    assert space.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 2}) == ("interleaved", *PRIMUS_SCHEDULES)
+    assert space.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 1}) == ("1f1b",)
+    assert space.domain("schedule", {"tp": 1, "etp": 1, "pp": 1, "vpp": 1}) == ("1f1b",)
+    pinned = build_space(mixtral.model, mixtral.execution, mixtral.system, {"schedule": ALL})
+    assert pinned.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 1}) == ("1f1b", "zb-h1", "zb-h2",
+                                                                                "dualpipe", "dualpipev")
+    assert pinned.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 4}) == ("interleaved",)
+    with pytest.raises(RecipeError, match="unknown pipeline schedule"):
+        build_space(mixtral.model, mixtral.execution, mixtral.system, {"schedule": ("zb-h3",)})
+
+
+def test_step_floor_never_exceeds_the_projected_step(mixtral):
+    """The floor the branch and bound uses for costly schedules is a true lower bound of ``evaluate``'s step."""
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, {**PINS, "schedule": ALL})
+    rng = random.Random(3)
+    seen: set[str] = set()
+    for _ in range(400):
+        config: dict = {}
+        for name in AXIS_ORDER:
+            config[name] = rng.choice(space.domain(name, config))
+        e = space.to_execution(config)
+        if check(space.model, e, space.system):
+            continue
+        seen.add(e.pipeline_schedule)
+        assert step_floor(space.model, e, space.system) <= evaluate(space.model, e, space.system).step_time_s
+    assert {"zb-h1", "zb-v", "dualpipe", "dualpipev"} <= seen
+
+
+def test_branch_and_bound_with_costly_schedules_finds_the_plain_optimum(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system,
+                        {**PINS, "schedule": ("interleaved", "1f1b", "v-half", "dualpipev")})
+    oracle = projection_oracle(space.model, space.system, None)
+    results = {}
+    for bound in (False, True):
+        ctx = SearchContext(space=space, oracle=oracle, prefilter=MemoryFilter(space.model, space.system),
+                            budget=1, detail=False)
+        results[bound] = tune(ctx, "exhaustive", options=StrategyOptions(bound=bound))
+    plain, bnb = results[False], results[True]
+    assert bnb.best.tokens_per_s_per_gpu == pytest.approx(plain.best.tokens_per_s_per_gpu, rel=1e-12)
+    assert bnb.stats.projected < plain.stats.projected
+
+
+def test_rewrite_writes_primus_zero_bubble_keys_and_refuses_what_ifs(mixtral):
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, {"schedule": ALL})
+    config = {**space.config_of(mixtral.execution), "pp": 4, "vpp": 2, "schedule": "v-min", "split": "default"}
+    changes = execution_changes(mixtral, space.to_execution(config))
+    assert changes["patch_zero_bubble"] is True and changes["zero_bubble_v_schedule"] is True
+    assert changes["zero_bubble_v_schedule_mem_setup"] == "min"
+    assert changes.get("num_virtual_stages_per_pipeline_rank", 2) == 2
+    zb2 = execution_changes(mixtral, space.to_execution({**config, "vpp": 1, "schedule": "zb-h2"}))
+    assert zb2["zero_bubble_max_pending_backward"] == 8 and "zero_bubble_v_schedule" not in zb2
+    with pytest.raises(RecipeError, match="what-if"):
+        execution_changes(mixtral, space.to_execution({**config, "vpp": 1, "schedule": "dualpipe"}))
+
+
+def test_a_megatron_lm_recipe_gets_no_zero_bubble_keys(tmp_path: Path):
+    from primus_ext.recipe import load_recipe
+
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("num_layers: 16\nhidden_size: 1024\nffn_hidden_size: 4096\nnum_attention_heads: 16\n"
+                    "seq_length: 4096\nmicro_batch_size: 1\nglobal_batch_size: 64\nbf16: true\nswiglu: true\n"
+                    "vocab_size: 32000\npipeline_model_parallel_size: 2\n")
+    recipe = load_recipe(flat, cluster="h100", nodes=1)
+    space = build_space(recipe.model, recipe.execution, recipe.system, {"schedule": ALL})
+    assert space.domain("schedule", {"tp": 1, "etp": None, "pp": 2, "vpp": 2})[0] == "interleaved"
+    config = {**space.config_of(recipe.execution), "schedule": "zb-h1"}
+    with pytest.raises(RecipeError, match="only under Primus"):
+        execution_changes(recipe, space.to_execution(config))
