@@ -25,6 +25,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from primus_ext.model.pipeline import MAX_SIMULATED_OPS, simulated_directly
+from primus_ext.model.pipeline.registry import resolve_schedule
+from primus_ext.model.stages import virtual_stages
 from primus_ext.projection.result import StageIdle, stage_idle  # noqa: F401  (re-exported: the reports import it here)
 
 OP_KINDS = ("forward", "backward", "wgrad")
@@ -95,13 +97,18 @@ def _single_rank_ops(projection: Any) -> list[Any]:
     return ops
 
 
-def _input_done(events: list[Any], pp: int, vpp: int) -> dict[int, float]:
-    """id(op) -> when its input was computed on another rank (the dependency the simulator waits on)."""
-    stages = pp * vpp
-    ends = {(e.kind, e.chunk * pp + e.rank, e.microbatch): e.end for e in events}
+def _input_done(events: list[Any], projection: Any) -> dict[int, float]:
+    """id(op) -> when its input was computed on another rank (the dependency the simulator waits on); model
+    stages as the schedule places them (Megatron's loop, a V, DualPipe's two copies)."""
+    ex = projection.execution
+    pp, chunks = max(1, ex.pp), max(1, virtual_stages(ex))
+    schedule = resolve_schedule(ex.pipeline_schedule, pp, ex.virtual_pipeline_model_parallel_size)
+    stages = schedule.stage_count(pp, chunks)
+    stage_of = {(r, c): schedule.stage_of(r, c, pp) for r in range(pp) for c in range(chunks)}
+    ends = {(e.kind, stage_of[(e.rank, e.chunk)], e.microbatch): e.end for e in events}
     out: dict[int, float] = {}
     for e in events:
-        stage = e.chunk * pp + e.rank
+        stage = stage_of[(e.rank, e.chunk)]
         if e.kind == "F" and stage > 0:
             done = ends.get(("F", stage - 1, e.microbatch))
         elif e.kind == "B" and stage < stages - 1:
@@ -154,13 +161,12 @@ def step_segments(projection: Any) -> list[Segment]:
         return []
     events = step_ops(projection)
     shares = layer_comm_shares(projection.breakdown)
-    ex = projection.execution
-    inputs = _input_done(events, max(1, ex.pp), max(1, ex.vpp)) if projection.timeline else {}
+    inputs = _input_done(events, projection) if projection.timeline else {}
     makespan = max((e.end for e in events), default=0.0)
     eps = _MIN_GAP_FRACTION * max(makespan, 1e-12)
     out: list[Segment] = []
     for rank in _ranks(projection):
-        mine = sorted((e for e in events if e.rank == rank), key=lambda e: e.start)
+        mine = _split_pairs(sorted((e for e in events if e.rank == rank), key=lambda e: e.start), projection, rank)
         t = 0.0
         for e in mine:
             if e.start - t > eps:
@@ -170,13 +176,55 @@ def step_segments(projection: Any) -> list[Segment]:
                 if e.start - arrived > eps:
                     out.append(Segment(rank=rank, kind="pp", start_s=arrived, end_s=e.start,
                                        label=f"{e.kind} mb{e.microbatch} c{e.chunk}: input in flight (p2p)"))
-            label = f"{e.kind} mb{e.microbatch} c{e.chunk}"
+            label = f"{e.kind} mb{e.microbatch} c{e.chunk}{getattr(e, 'note', '')}"
             out += op_segments(rank, OP_KIND_OF.get(e.kind, "forward"), e.start, e.end, label, shares)
             t = max(t, e.end)
         if makespan - t > eps:
             out.append(Segment(rank=rank, kind="bubble", start_s=t, end_s=makespan, label="idle"))
         out += _tail(rank, makespan, projection.breakdown)
     return out
+
+
+def _split_pairs(mine: list[Any], projection: Any, rank: int) -> list[Any]:
+    """An overlapped F&B pair (DualPipe) is two events sharing one interval: drawn as its F then its B, the
+    interval split in proportion to the two passes' times on this rank (``StageTime.fwd_s`` / ``bwd_s``), each
+    labelled with its partner, so no second of the step is drawn twice."""
+    if not any(getattr(e, "overlapped", False) for e in mine):
+        return mine
+    stage = next((st for st in projection.stages if st.rank == rank), None)
+    out: list[Any] = []
+    i = 0
+    while i < len(mine):
+        e = mine[i]
+        pair = mine[i + 1] if i + 1 < len(mine) else None
+        if (getattr(e, "overlapped", False) and pair is not None and getattr(pair, "overlapped", False)
+                and pair.start == e.start and pair.end == e.end):
+            f, b = (e, pair) if e.kind == "F" else (pair, e)
+            fwd = stage.fwd_s[f.chunk] if stage is not None and f.chunk < len(stage.fwd_s) else 1.0
+            bwd = stage.bwd_s[b.chunk] if stage is not None and b.chunk < len(stage.bwd_s) else 1.0
+            cut = f.start + (f.end - f.start) * fwd / (fwd + bwd) if fwd + bwd > 0 else f.start
+            out += [_Drawn(f.rank, f.chunk, f.microbatch, f.kind, f.start, cut,
+                           f" (overlapped with {b.kind} mb{b.microbatch} c{b.chunk})"),
+                    _Drawn(b.rank, b.chunk, b.microbatch, b.kind, cut, b.end,
+                           f" (overlapped with {f.kind} mb{f.microbatch} c{f.chunk})")]
+            i += 2
+            continue
+        out.append(e)
+        i += 1
+    return out
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """Half of an overlapped pair as drawn (``Event``'s fields the segments read, plus a label suffix)."""
+
+    rank: int
+    chunk: int
+    microbatch: int
+    kind: str
+    start: float
+    end: float
+    note: str = ""
 
 
 def _tail(rank: int, start: float, breakdown: Any) -> list[Segment]:

@@ -113,14 +113,14 @@ class Schedule:
         from primus_ext.model.pipeline.long import ZB_SIMULATED_OPS, long_step, simulated_directly
 
         pp, chunks, p2p = len(times), len(times[0]), tuple(p2p)
+        if timeline and simulated_directly(pp, chunks, num_microbatches, ZB_SIMULATED_OPS):
+            return self.simulate(times, num_microbatches, p2p, timeline=True)  # a report: every op drawn
         group = 2 if chunks > 1 else 1  # references step by 2 micro-batches (DualPipe splits them in two halves)
         # first try references of a few dozen micro-batches (the steady state of these orders sets in after ~2*PP;
         # long_step checks three equal increments), then the full budget
         small = 2 * pp * chunks * (2 * pp * group + 3 * group * max(2, pp) + 2)
         for budget in (min(small, ZB_SIMULATED_OPS), ZB_SIMULATED_OPS):
             if simulated_directly(pp, chunks, num_microbatches, budget):
-                if timeline:
-                    return self.simulate(times, num_microbatches, p2p, timeline=True)
                 return _own_cached(self.name, times, num_microbatches, p2p)
             try:
                 return long_step(lambda k: _own_cached(self.name, times, k, p2p), num_microbatches, pp, chunks,
