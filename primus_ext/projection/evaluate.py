@@ -445,13 +445,14 @@ def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cos
     return found
 
 
-def step_floor(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None) -> float:
+def step_floor(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec,
+               costs: Costs = None) -> tuple[float, dict[str, str]]:
     """Seconds ``evaluate``'s step cannot go below, without simulating the schedule: the busiest rank's passes run
     one after another (every micro-batch through each of its chunks, at their paired times: the shortest a pass
     takes). The tuner's branch and bound uses it for schedules whose simulation is costly (op orders built in
-    Python). Raises as ``evaluate``."""
+    Python). Returns it with the layers' cost sources (``Projection.sources``); raises as ``evaluate``."""
     m, schedule = schedule_of(execution)
     ctx = _context(model, system, _providers(costs))
     st = _stages(model, execution, system, ctx.providers, ctx)
     busiest = max(sum(c.fwd + c.bwd for c in row) for row in st.times)
-    return get_schedule(schedule).chunk_microbatches(m) * busiest
+    return get_schedule(schedule).chunk_microbatches(m) * busiest, dict(st.sources)

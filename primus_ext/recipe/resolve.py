@@ -275,16 +275,20 @@ def _schedule(a: ArgReader, pp: int, vpp: int | None) -> str:
     ``zero_bubble_max_pending_backward`` >= 2*PP for ZB-H2: zero_bubble.yaml), Primus-pipeline's ``pp_algorithm``,
     else Megatron's 1F1B / interleaved (VPP > 1)."""
     requested = get_schedule("1f1b")
-    if a.bool("patch_zero_bubble") and a.bool("enable_zero_bubble", True):
+    patched = a.bool("patch_zero_bubble")
+    if patched and a.bool("enable_1f1b_v"):  # zbpp_utils.py: 1F1B-V runs with enable_zero_bubble off
+        a.warnings.append("enable_1f1b_v (1F1B on a V placement) is projected as V-half (the V schedule with "
+                          "1F1B's activation memory)")
+        requested = get_schedule("v-half")
+    # zbpp_utils.py validate_arguments: zero_bubble_v_schedule turns enable_zero_bubble on
+    elif patched and (a.bool("enable_zero_bubble", True) or a.bool("zero_bubble_v_schedule")):
         requested = by_primus_name("patch_zero_bubble") or requested
         pending = a.raw("zero_bubble_max_pending_backward")
+        if isinstance(pending, str) and pending.strip().isdigit():
+            pending = int(pending)  # a key=value override arrives as text
         if a.bool("zero_bubble_v_schedule"):
             setup = a.choice("zero_bubble_v_schedule_mem_setup", tuple(V_MEM_SETUPS), "half")
             requested = get_schedule(V_MEM_SETUPS[setup or "half"])
-        elif a.bool("enable_1f1b_v"):
-            a.warnings.append("enable_1f1b_v (1F1B on a V placement) is projected as V-half (the V schedule with "
-                              "1F1B's activation memory)")
-            requested = get_schedule("v-half")
         elif isinstance(pending, int) and not isinstance(pending, bool) and pending >= 2 * pp:
             requested = get_schedule("zb-h2")  # zero_bubble.yaml: 2*stages pending backwards = zb2p
         elif pending == "auto" and pp > 1:

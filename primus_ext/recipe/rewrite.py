@@ -127,8 +127,14 @@ def schedule_keys(e: ExecutionSpec, args: Mapping[str, Any]) -> dict[str, Any]:
             message=f"{schedule.label} is projected as a what-if: neither Primus's Megatron backend nor Megatron-LM "
                     "has a key that runs it, so it cannot be written into the recipe",
             fix="tune with --pin schedule=1f1b,interleaved,zb-h1,zb-h2,zb-v,v-half,v-min to write a recipe")])
-    if _given(args, "patch_primus_pipeline") and schedule.primus_names:
-        return {"pp_algorithm": schedule.primus_names[0]}  # primus_pipeline.yaml: one key picks the algorithm
+    if _given(args, "patch_primus_pipeline"):  # primus_pipeline.yaml: pp_algorithm picks the algorithm
+        if not schedule.primus_names:
+            raise RecipeError(problems=[Problem(
+                path="pp_algorithm", value=schedule.name,
+                message=f"{schedule.label} has no pp_algorithm value in Primus-pipeline (patch_primus_pipeline)",
+                fix="set patch_primus_pipeline: false to run it through patch_zero_bubble, or tune with "
+                    "--pin schedule=1f1b,interleaved,zb-h1,zb-v,v-half,v-min")])
+        return {"pp_algorithm": schedule.primus_names[0]}
     return keys
 
 

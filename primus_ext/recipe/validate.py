@@ -84,6 +84,22 @@ def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
         out.append(Problem(path="global_batch_size", value=e.global_batch_size,
                            message=f"not divisible by MBS*DP = {e.micro_batch_size}*{e.dp} = {per_step}",
                            fix=f"use a multiple of {per_step}, or change micro_batch_size / the parallel sizes"))
+    if schedule.splits_wgrad and schedule.recipe_keys(e.pp) is not None and e.use_distributed_optimizer:
+        # Primus zbpp_utils.py validate_arguments: zero bubble with the distributed optimizer asserts both off
+        for key in ("overlap_grad_reduce", "overlap_param_gather"):
+            if getattr(e, key):
+                out.append(Problem(path=key, value=True, message=f"Primus's zero-bubble schedules ({schedule.label}) "
+                                   "refuse it with the distributed optimizer", fix=f"set {key}: false"))
+    if schedule.fixed_chunks and e.pp > 1 and schedule.chunk_placement == "v" and (
+            e.pipeline_model_parallel_layout or e.decoder_first_pipeline_num_layers is not None
+            or e.decoder_last_pipeline_num_layers is not None or e.account_for_embedding_in_pipeline_split
+            or e.account_for_loss_in_pipeline_split):
+        out.append(Problem(path="pipeline_model_parallel_layout", value=schedule.name,
+                           message=f"{schedule.label} places its stages in a V; uneven first / last stages and "
+                                   "layouts are not projected under it (Primus's V offsets differ from Megatron's)",
+                           fix="use the even split with a V schedule"))
+    if e.global_batch_size % per_step:
+        pass  # the micro-batch count is not whole: the rules below have nothing to count
     elif schedule.fixed_chunks and (problems := schedule.legality(e.pp, e.virtual_pipeline_model_parallel_size,
                                                                    e.num_microbatches)):
         out.extend(Problem(path="pipeline_schedule", value=e.pipeline_schedule, message=p,

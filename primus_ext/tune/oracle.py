@@ -133,12 +133,14 @@ class ProjectionOracle:
         ``__call__``."""
         from primus_ext.projection.evaluate import step_floor
 
-        floor = step_floor(self.model, execution, self.system, self.costs)
+        floor, sources = step_floor(self.model, execution, self.system, self.costs)
         if not self.calibrations:
             return floor
         from primus_ext.calibration import find_record
+        from primus_ext.calibration.record import costs_of
 
-        found = find_record(list(self.calibrations), self.model, execution, self.system)
+        costs = costs_of(sources)  # the record ``_calibrated`` would apply to this execution's score
+        found = find_record([r for r in self.calibrations if r.costs == costs], self.model, execution, self.system)
         if found is None:
             return floor
         correction = found[0].correction

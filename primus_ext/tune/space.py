@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.model.pipeline.registry import SCHEDULES
+from primus_ext.model.pipeline.registry import SCHEDULES, get_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 from primus_ext.tune.configure import (
@@ -99,10 +99,11 @@ come first, then those that change memory, then the overlap flags."""
 AXIS_ORDER = tuple(AXIS_DOCS)
 STRUCTURAL_AXES = ("tp", "etp", "pp", "vpp", "schedule", "split", "cp", "ep")
 DOMAIN_DEPENDS: dict[str, tuple[str, ...]] = {
-    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "schedule": ("pp", "vpp"), "split": ("pp", "vpp"),
+    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "schedule": ("pp", "vpp"),
+    "split": ("pp", "vpp", "schedule"),
     "cp": ("tp", "pp"), "ep": ("pp", "etp"),
     "mbs": ("tp", "pp", "cp"), "recompute": ("pp", "vpp"), "sharding": (), "precision": (),
-    "tp_comm_overlap": ("tp",), "ep_overlap": ("ep",), "dp_overlap": ("sharding",),
+    "tp_comm_overlap": ("tp",), "ep_overlap": ("ep",), "dp_overlap": ("sharding", "schedule", "pp"),
 }
 """The earlier axes each axis's candidates read (``Space.domain``): what its memo is keyed on
 (``tests/tune/test_space.py`` checks the memo against the computation over whole spaces)."""
@@ -199,6 +200,8 @@ class Space:
             return self._pinned(name, schedule_candidates(b, g("pp"), g("vpp"), self.pins.get(name) or self.schedules))
         if name == "split":
             pp, vpp = g("pp"), g("vpp")
+            if get_schedule(g("schedule")).fixed_chunks:  # V / DualPipe: even split only (recipe.validate)
+                return self._pinned(name, (DEFAULT,))
             return self._pinned(name, split_candidates(m, b, pp, vpp, self.pipeline_split(pp, vpp)))
         if name == "cp":
             cands = [c for c in POWERS_OF_TWO if b.seq_length // c >= MIN_TOKENS_PER_CP_RANK] + [b.cp]
@@ -224,6 +227,9 @@ class Space:
             return self._choices(name, SHARDING_DEFAULT, SHARDING_CHOICES)
         if name == "dp_overlap":
             options = DP_OVERLAP_CHOICES[g("sharding")]
+            schedule = get_schedule(g("schedule") or "1f1b")
+            if schedule.splits_wgrad and schedule.recipe_keys(g("pp") or 1) is not None and g("sharding") != "ddp":
+                options = ("none",)  # Primus's zero bubble refuses DP overlap with the distributed optimizer
             if name not in self.pins:
                 strongest = options[-1]
                 own = self._recipe_config.get(name)

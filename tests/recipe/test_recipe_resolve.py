@@ -207,3 +207,15 @@ def test_shared_expert_gate_is_read_and_counted():
     with_gate, without = rank_shapes(gated[0], gated[1])["moe"], rank_shapes(plain[0], plain[1])["moe"]
     assert layer_params(with_gate) - layer_params(without) == gated[0].hidden_size
     assert with_gate.key() != without.key()
+
+
+def test_zero_bubble_keys_as_primus_reads_them():
+    """zbpp_utils.py validate_arguments: zero_bubble_v_schedule turns enable_zero_bubble on; a pending-backward
+    count given as text (a key=value override) is a number; pp_algorithm takes primus_pipeline.yaml's values only."""
+    zb = {**BASE, "pipeline_model_parallel_size": 2, "patch_zero_bubble": True}
+    v = {**zb, "enable_zero_bubble": False, "zero_bubble_v_schedule": True, "zero_bubble_v_schedule_mem_setup": "zb"}
+    assert resolve(v)[1].pipeline_schedule == "zb-v"
+    assert resolve({**zb, "zero_bubble_max_pending_backward": "4"})[1].pipeline_schedule == "zb-h2"
+    _, _, problems, _ = resolve_all({**BASE, "pipeline_model_parallel_size": 2, "patch_primus_pipeline": True,
+                                     "pp_algorithm": "DualPipeV"}, NODE)
+    assert [p.path for p in problems] == ["pp_algorithm"]

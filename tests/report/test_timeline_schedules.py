@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def test_every_second_of_the_step_is_drawn_once(schedule, vpp):
     assert segments
     for rank in range(ex.pp):
         mine = sorted((s for s in segments if s.rank == rank), key=lambda s: s.start_s)
-        assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(mine, mine[1:], strict=False))  # no overlap
+        assert all(a.end_s <= b.start_s + 1e-12 for a, b in pairwise(mine))  # no overlap
         assert sum(totals_by_kind(segments, rank).values()) == pytest.approx(p.step_time_s, rel=1e-9)
     paired = [s for s in segments if "overlapped with" in s.label]
     assert bool(paired) == schedule.startswith("dualpipe")

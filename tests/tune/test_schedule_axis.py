@@ -52,7 +52,7 @@ def test_step_floor_never_exceeds_the_projected_step(mixtral):
         if check(space.model, e, space.system):
             continue
         seen.add(e.pipeline_schedule)
-        assert step_floor(space.model, e, space.system) <= evaluate(space.model, e, space.system).step_time_s
+        assert step_floor(space.model, e, space.system)[0] <= evaluate(space.model, e, space.system).step_time_s
     assert {"zb-h1", "zb-v", "dualpipe", "dualpipev"} <= seen
 
 
@@ -96,3 +96,49 @@ def test_a_megatron_lm_recipe_gets_no_zero_bubble_keys(tmp_path: Path):
     config = {**space.config_of(recipe.execution), "schedule": "zb-h1"}
     with pytest.raises(RecipeError, match="only under Primus"):
         execution_changes(recipe, space.to_execution(config))
+
+
+def test_primus_zero_bubble_rules(mixtral):
+    """Primus zbpp_utils.py: zero bubble with the distributed optimizer refuses DP overlap; the V family takes the
+    even split only; the tuner offers no overlap there."""
+    from dataclasses import replace
+
+    v = replace(mixtral.execution, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2,
+                pipeline_schedule="zb-v", use_distributed_optimizer=True, overlap_grad_reduce=True,
+                overlap_param_gather=True, pipeline_model_parallel_layout=None, decoder_last_pipeline_num_layers=4)
+    paths = {p.path for p in check(mixtral.model, v, mixtral.system)}
+    assert {"overlap_grad_reduce", "overlap_param_gather", "pipeline_model_parallel_layout"} <= paths
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, schedules=PRIMUS_SCHEDULES)
+    prefix = {"tp": 1, "etp": 1, "pp": 4, "vpp": 2, "schedule": "v-half", "sharding": "distopt"}
+    assert space.domain("dp_overlap", prefix) == ("none",)
+    assert space.domain("split", prefix) == ("default",)
+    assert "grad+param" in space.domain("dp_overlap", {**prefix, "schedule": "interleaved"})
+
+
+def test_rewrite_zero_bubble_spellings(mixtral):
+    from dataclasses import replace
+
+    from primus_ext.recipe.rewrite import schedule_keys
+
+    base = replace(mixtral.execution, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=None)
+    assert schedule_keys(replace(base, pipeline_schedule="zb-h1"), {})["zero_bubble_max_pending_backward"] == 4
+    assert schedule_keys(replace(base, pipeline_schedule="zb-h1"), {"patch_primus_pipeline": True}) == {
+        "pp_algorithm": "zero-bubble"}
+    with pytest.raises(RecipeError, match="no pp_algorithm"):
+        schedule_keys(replace(base, pipeline_schedule="zb-h2"), {"patch_primus_pipeline": True})
+
+
+def test_prefilter_peak_equals_the_estimate_for_every_schedule(mixtral):
+    """The pre-filter's representatives cover every rank whose held counts do not fall with the rank (DualPipeV:
+    its later ranks hold more deferred weight-gradients)."""
+    from dataclasses import replace
+
+    from primus_ext.model.memory import estimate_memory, peak_bytes
+
+    for name in ALL:
+        vpp = 2 if name in ("interleaved", "zb-v", "v-half", "v-min") else None
+        e = replace(mixtral.execution, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=vpp,
+                    pipeline_schedule=name, pipeline_model_parallel_layout=None, data_parallel_size=8,
+                    global_batch_size=256)
+        full = estimate_memory(mixtral.model, e, mixtral.system).peak_bytes
+        assert peak_bytes(mixtral.model, e, mixtral.system) == pytest.approx(full, rel=1e-9), name

@@ -46,7 +46,7 @@ from primus_ext.model.params import (
     layer_params,
     position_embedding_params,
 )
-from primus_ext.model.pipeline.registry import resolve
+from primus_ext.model.pipeline.registry import get_schedule, resolve
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.stages import StagePlan
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -256,9 +256,11 @@ def _build_context(model: ModelSpec, e: ExecutionSpec, measured: Measured | None
 
 def _plan_with_reps(model: ModelSpec, key: tuple) -> tuple:
     plan, comps = chunk_plan(model, *key)
+    if get_schedule(key[-1]).batch_kernel is None:  # split-W / V / DualPipe: held counts need not fall with rank
+        return plan, comps, tuple(range(len(comps)))
     seen: dict[tuple[ChunkComposition, ...], int] = {}
     for rank, comp in enumerate(comps):
-        seen.setdefault(comp, rank)  # the lowest rank of a composition holds the most micro-batches
+        seen.setdefault(comp, rank)  # the lowest rank of a composition holds the most micro-batches (1F1B's rule)
     return plan, comps, tuple(seen.values())
 
 

@@ -387,7 +387,6 @@ class DualPipeV(_DeepSeekSchedule):
 
     name = "dualpipev"
     label = "DualPipeV"
-    primus_names = ("DualPipeV",)  # torchtitan pipeline_parallel_schedule (Primus torchtitan patches)
     chunk_placement = "v"
     model_copies = MODEL_COPIES["dualpipev"]
 

@@ -289,7 +289,8 @@ class ZBH1(Schedule):
         return problems
 
     def recipe_keys(self, pp: int) -> dict[str, object] | None:
-        return {**super().recipe_keys(pp), "patch_zero_bubble": True}  # zb1p: "auto" is projected as it
+        # zero_bubble.yaml: "when number of stages are 8 ... setting to 8 will use zb1p" ("auto" is adaptive)
+        return {**super().recipe_keys(pp), "patch_zero_bubble": True, "zero_bubble_max_pending_backward": pp}
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         # rank r defers up to r weight-grads (zb.py's greedy order; Qi et al. §3.1 ZB-H1 memory = 1F1B's + W inputs)
