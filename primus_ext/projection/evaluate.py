@@ -386,9 +386,12 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     flops = model_flops_per_step(model, ex.seq_length, ex.global_batch_size, frozen_weights=bool(ex.lora_rank))
     world = ex.world_size
     tflops = flops / step / world / 1e12
-    notes = ()
+    notes: tuple[str, ...] = ()
     if world != system.world_size:
         notes = (f"execution world size {world} != cluster {system.world_size} GPUs; per-GPU figures use {world}",)
+    if get_schedule(schedule).model_copies > 1:
+        notes += (f"{get_schedule(schedule).label}: the gradient sync between the two copies of a stage (ranks s and "
+                  "PP-1-s) is not priced",)
     return Projection(
         step_time_s=step,
         tokens_per_s_per_gpu=ex.global_batch_size * ex.seq_length / (step * world),

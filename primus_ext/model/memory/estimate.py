@@ -261,9 +261,9 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
             e, sharding, total_params, expert, router, edge, biggest, weight, output, trainable)
         fsdp_gather = max(fsdp_layer, fsdp_loss)
         opt = opt_dense + opt_expert
-        activations = held_activations(schedule.chunk_in_flight(rank, pp, vpp, m, extra), saved)
-        if zb:
-            activations += schedule.wgrad_held_microbatches(rank, pp, m) * per_mb * wgrad
+        w_bytes = per_mb * wgrad if zb else 0.0
+        activations = max(held_activations(f, saved) + w * w_bytes
+                          for f, w in schedule.held_states(rank, pp, vpp, m, extra))
         transient = static - loss_overlap(loss, layer, fsdp_layer, fsdp_loss, zb) + fsdp_gather
         other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES
                  + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES)

@@ -32,7 +32,7 @@ from primus_ext.model.memory.activations import (
 from primus_ext.model.memory.optimizer_state import dp_sharded
 from primus_ext.model.memory.plan import ChunkComposition, offloaded_layers, recompute_plan
 from primus_ext.model.memory.plan import plan as chunk_plan
-from primus_ext.model.memory.schedule import chunk_in_flight, held_activations
+from primus_ext.model.memory.schedule import held_activations
 from primus_ext.model.memory.state import (
     fsdp_shard_bytes,
     optimizer_step_excess,
@@ -366,15 +366,14 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
         prof.output_params, prof.trainable)
     fsdp_gather = max(fsdp_layer, fsdp_loss)
     # --- activations ---------------------------------------------------------------------------
-    flights = chunk_in_flight(e, rank)
-    per_mb = sum(prof.chunk_saved)
-    activations = held_activations(flights, prof.chunk_saved)
-    zb_hold = 0.0
     schedule = resolve(e)
-    if schedule.splits_wgrad:  # ZB-H1 defers none on rank 0; the V and DeepSeek schedules may
-        held = schedule.wgrad_held_microbatches(rank, e.pp, max(1, e.num_microbatches))
-        zb_hold = held * per_mb * prof.wgrad_fraction
-        activations += zb_hold
+    states = schedule.held_states(rank, e.pp, e.vpp, max(1, e.num_microbatches),
+                                  1 if e.overlap_moe_expert_parallel_comm else 0)
+    per_mb = sum(prof.chunk_saved)
+    w_bytes = per_mb * prof.wgrad_fraction if schedule.splits_wgrad else 0.0  # split-W: inputs kept for the W
+    flights, held_w = max(states, key=lambda st: held_activations(st[0], prof.chunk_saved) + st[1] * w_bytes)
+    zb_hold = held_w * w_bytes
+    activations = held_activations(flights, prof.chunk_saved) + zb_hold
     in_flight = activations / per_mb if per_mb else flights[0]
     # --- other ---------------------------------------------------------------------------------
     backward_ws, logits, a2a = transient_terms(model, e, prof)

@@ -144,6 +144,13 @@ class Schedule:
         """Micro-batches whose weight-gradient inputs stay held past their backward (split-W schedules)."""
         return 0
 
+    def held_states(self, rank: int, pp: int, vpp: int, m: int,
+                    extra: int = 0) -> tuple[tuple[tuple[float, ...], float], ...]:
+        """(micro-batches held per chunk, whole-stage micro-batches of weight-gradient inputs held) at the moments
+        that can be ``rank``'s memory peak; the memory model takes the largest. By default one state: the two
+        peaks taken together (exact where they coincide, an upper bound otherwise)."""
+        return ((self.chunk_in_flight(rank, pp, vpp, m, extra), float(self.wgrad_held_microbatches(rank, pp, m))),)
+
     kept_over_vpp: ClassVar[bool] = False
     """Selected by its own flag, the spec keeps it even when VPP is set (Primus's patch_zero_bubble: the recipe
     records zb-h1; what runs is then ``resolve``'s choice)."""

@@ -255,6 +255,20 @@ def wgrad_held_chunks(schedule: str, rank: int, pp: int, m: int) -> int:
     return peak
 
 
+@lru_cache(maxsize=1024)
+def held_states(schedule: str, rank: int, pp: int, m: int) -> tuple[tuple[tuple[float, float], float], ...]:
+    """The states along ``rank``'s uniform-time order that no other state holds less than in every part: (forward
+    activations per chunk, deferred weight-gradient inputs in whole-stage units: two half-stage chunks each), so
+    the memory model can take the joint peak rather than the sum of the two parts' separate peaks."""
+    held, w, states = [0, 0], 0, set()
+    for kind, _, chunk in v_orders(schedule, unit_times(pp), m)[rank]:
+        held[chunk] += 1 if kind == FWD else -1 if kind == BWD else 0
+        w += 1 if kind == BWD else -1 if kind == WGRAD else 0
+        states.add((held[0], held[1], w))
+    top = [x for x in states if not any(y != x and all(b >= a for a, b in zip(x, y, strict=True)) for y in states)]
+    return tuple(((float(a), float(b)), c / 2) for a, b, c in sorted(top))
+
+
 # --------------------------------------------------------------------------- registry
 class _VSchedule(Schedule):
     """What ZB-V, V-half and V-min share: two V-placed chunks per rank whatever VPP says, split backward."""
@@ -288,6 +302,12 @@ class _VSchedule(Schedule):
         if v_problems(self.name, pp, 2, m):
             return (0.0, 0.0)
         return tuple(float(n) for n in held_at_peak(self.name, rank, pp, peak_count(pp, m)))
+
+    def held_states(self, rank: int, pp: int, vpp: int, m: int,
+                    extra: int = 0) -> tuple[tuple[tuple[float, ...], float], ...]:
+        if v_problems(self.name, pp, 2, m):
+            return super().held_states(rank, pp, vpp, m, extra)
+        return held_states(self.name, rank, pp, peak_count(pp, m))
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         if v_problems(self.name, pp, 2, m):

@@ -16,7 +16,7 @@ import pytest
 from primus_ext.hardware import load_system
 from primus_ext.model.memory import estimate_memory, fits, peak_bytes
 from primus_ext.model.memory.activations import TE, activation_bytes_per_layer, activation_parts
-from primus_ext.model.memory.stage import chunk_in_flight
+from primus_ext.model.memory.schedule import chunk_in_flight
 from primus_ext.model.params import layer_params
 from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.specs import ExecutionSpec, ModelSpec

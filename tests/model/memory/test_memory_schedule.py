@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from primus_ext.model.memory.stage import chunk_in_flight
+from primus_ext.model.memory.schedule import chunk_in_flight
 from primus_ext.specs import ExecutionSpec
 
 
