@@ -5,7 +5,7 @@ wall time with the schedule axis in the space (issue 35).
     python benchmarks/pipeline_schedules.py --only llama
 
 For each case: the exhaustive search over the default space of a Primus recipe (the recipe's schedule plus
-Primus's V schedules: ``tune``'s default), its wall time, then one exhaustive search per schedule family
+V-half and V-min: ``tune``'s default), its wall time, then one exhaustive search per schedule family
 (``--pin schedule=...``): Megatron (1f1b, interleaved), zero bubble (zb-h1, zb-h2), V (zb-v, v-half, v-min),
 DeepSeek (dualpipe, dualpipev; what-ifs: no recipe key runs them), each family's optimum and how much it moves
 against Megatron's. Analytic roofline costs; figures are in benchmarks/RESULTS.md.
@@ -51,7 +51,7 @@ def run_case(key: str) -> None:
     print(f"{key}: {path} on {nodes} x {cluster} ({recipe.system.world_size} GPUs)")
     result, wall = _search(recipe, {}, PRIMUS_SCHEDULES)
     best = result.best
-    print(f"  default space (recipe's schedule + Primus V schedules): exhaustive {wall:.2f} s, "
+    print(f"  default space (recipe's schedule + V-half, V-min): exhaustive {wall:.2f} s, "
           f"{result.stats.projected} projected; best {best.tokens_per_s_per_gpu:.1f} tok/s/GPU {best.config}"
           if best else f"  default space: exhaustive {wall:.2f} s, nothing fits")
     reference = None

@@ -91,13 +91,12 @@ def _batch(e: ExecutionSpec, out: list[Problem]) -> None:
                 out.append(Problem(path=key, value=True, message=f"Primus's zero-bubble schedules ({schedule.label}) "
                                    "refuse it with the distributed optimizer", fix=f"set {key}: false"))
     if schedule.fixed_chunks and e.pp > 1 and schedule.chunk_placement == "v" and (
-            e.pipeline_model_parallel_layout or e.decoder_first_pipeline_num_layers is not None
-            or e.decoder_last_pipeline_num_layers is not None or e.account_for_embedding_in_pipeline_split
-            or e.account_for_loss_in_pipeline_split):
-        out.append(Problem(path="pipeline_model_parallel_layout", value=schedule.name,
-                           message=f"{schedule.label} places its stages in a V; uneven first / last stages and "
-                                   "layouts are not projected under it (Primus's V offsets differ from Megatron's)",
-                           fix="use the even split with a V schedule"))
+            e.decoder_first_pipeline_num_layers is not None or e.decoder_last_pipeline_num_layers is not None
+            or e.account_for_embedding_in_pipeline_split or e.account_for_loss_in_pipeline_split):
+        out.append(Problem(path="decoder_first_pipeline_num_layers", value=schedule.name,
+                           message=f"{schedule.label} places its stages in a V; uneven first / last stages are not "
+                                   "projected under it (Primus's V layer offsets differ from Megatron's)",
+                           fix="use the even split or a pipeline_model_parallel_layout (stages in model order)"))
     if e.global_batch_size % per_step:
         pass  # the micro-batch count is not whole: the rules below have nothing to count
     elif schedule.fixed_chunks and (problems := schedule.legality(e.pp, e.virtual_pipeline_model_parallel_size,

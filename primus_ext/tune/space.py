@@ -76,7 +76,7 @@ AXIS_DOCS: dict[str, str] = {
     "vpp": "virtual pipeline stages per pipeline rank (interleaved 1F1B when > 1; needs pp > 1)",
     "schedule": "pipeline schedule (pp > 1): 1f1b / interleaved (Megatron's, by vpp) | zb-h1, zb-h2 (Primus zero "
                 "bubble, vpp 1) | zb-v, v-half, v-min (Primus V schedules, vpp 2) | dualpipe, dualpipev (DeepSeek, "
-                "vpp 1; what-ifs: no recipe key runs them). Explored: the recipe's own, plus Primus's V schedules "
+                "vpp 1; what-ifs: no recipe key runs them). Explored: the recipe's own, plus V-half and V-min "
                 "on Primus recipes; --pin schedule=... for the others",
     "split": "layers per pipeline stage: default (the recipe's own, Megatron's even split, or a generated layout) | "
              "firstN/lastN (decoder_first/last_pipeline_num_layers) | acc-emb/acc-loss/acc-both "
@@ -200,7 +200,7 @@ class Space:
             return self._pinned(name, schedule_candidates(b, g("pp"), g("vpp"), self.pins.get(name) or self.schedules))
         if name == "split":
             pp, vpp = g("pp"), g("vpp")
-            if get_schedule(g("schedule")).fixed_chunks:  # V / DualPipe: even split only (recipe.validate)
+            if get_schedule(g("schedule")).fixed_chunks:  # V / DualPipe: the default split (even or a layout) only
                 return self._pinned(name, (DEFAULT,))
             return self._pinned(name, split_candidates(m, b, pp, vpp, self.pipeline_split(pp, vpp)))
         if name == "cp":

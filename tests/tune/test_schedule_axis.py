@@ -107,7 +107,7 @@ def test_primus_zero_bubble_rules(mixtral):
                 pipeline_schedule="zb-v", use_distributed_optimizer=True, overlap_grad_reduce=True,
                 overlap_param_gather=True, pipeline_model_parallel_layout=None, decoder_last_pipeline_num_layers=4)
     paths = {p.path for p in check(mixtral.model, v, mixtral.system)}
-    assert {"overlap_grad_reduce", "overlap_param_gather", "pipeline_model_parallel_layout"} <= paths
+    assert {"overlap_grad_reduce", "overlap_param_gather", "decoder_first_pipeline_num_layers"} <= paths
     space = build_space(mixtral.model, mixtral.execution, mixtral.system, schedules=PRIMUS_SCHEDULES)
     prefix = {"tp": 1, "etp": 1, "pp": 4, "vpp": 2, "schedule": "v-half", "sharding": "distopt"}
     assert space.domain("dp_overlap", prefix) == ("none",)
