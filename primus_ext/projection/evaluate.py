@@ -33,6 +33,7 @@ from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline import ChunkTimes, interleaving_problem
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
+from primus_ext.model.pipeline.zbv import wgrad_share
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds, launches
@@ -326,7 +327,9 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     pl = group_placements(ex, system)
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
     sim = get_schedule(schedule).run(times_t, m, p2p, timeline=timeline,
-                                     moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm)
+                                     moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm,
+                                     wgrad_share=wgrad_share(model.hidden_size, model.num_attention_heads,
+                                                             ex.seq_length))
     # the EP all-to-all the passes without a partner micro-batch leave exposed (in the simulated op times)
     alone = sim.unpaired or (0.0,) * pp
     # the send/recv seconds on the critical path (every schedule runs a fixed order: in [0, the pp total]),

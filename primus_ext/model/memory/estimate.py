@@ -66,6 +66,7 @@ from primus_ext.model.memory.stage import (
 )
 from primus_ext.model.memory.state import optimizer_step_excess, sharding_bytes, state_bytes
 from primus_ext.model.pipeline.registry import resolve_schedule
+from primus_ext.model.pipeline.zbv import wgrad_share
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -254,6 +255,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
     schedule = resolve_schedule(e.pipeline_schedule, pp, e.virtual_pipeline_model_parallel_size)
     zb = schedule.splits_wgrad
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
+    share = wgrad_share(model.hidden_size, model.num_attention_heads, e.seq_length)
     peak = 0.0
     for (rank, total_params, expert, router, edge, saved, per_mb, wgrad, static, loss, layer, output,
          trainable) in reps:
@@ -263,7 +265,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
         opt = opt_dense + opt_expert
         w_bytes = per_mb * wgrad if zb else 0.0
         activations = max(held_activations(f, saved) + w * w_bytes
-                          for f, w in schedule.held_states(rank, pp, vpp, m, extra))
+                          for f, w in schedule.held_states(rank, pp, vpp, m, extra, share))
         transient = static - loss_overlap(loss, layer, fsdp_layer, fsdp_loss, zb) + fsdp_gather
         other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES
                  + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES)

@@ -47,6 +47,7 @@ from primus_ext.model.params import (
     position_embedding_params,
 )
 from primus_ext.model.pipeline.registry import get_schedule, resolve
+from primus_ext.model.pipeline.zbv import wgrad_share
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.stages import StagePlan
 from primus_ext.specs import ExecutionSpec, ModelSpec
@@ -368,7 +369,8 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
     # --- activations ---------------------------------------------------------------------------
     schedule = resolve(e)
     states = schedule.held_states(rank, e.pp, e.vpp, max(1, e.num_microbatches),
-                                  1 if e.overlap_moe_expert_parallel_comm else 0)
+                                  1 if e.overlap_moe_expert_parallel_comm else 0,
+                                  wgrad_share(model.hidden_size, model.num_attention_heads, e.seq_length))
     per_mb = sum(prof.chunk_saved)
     w_bytes = per_mb * prof.wgrad_fraction if schedule.splits_wgrad else 0.0  # split-W: inputs kept for the W
     flights, held_w = max(states, key=lambda st: held_activations(st[0], prof.chunk_saved) + st[1] * w_bytes)

@@ -89,6 +89,7 @@ class Schedule:
         """``schedules.simulate`` under this schedule's name."""
         from primus_ext.model.pipeline.schedules import simulate
 
+        kwargs.pop("wgrad_share", None)  # Megatron's orders and ZB-H1's do not weigh deferred W against memory
         return simulate(self.simulate_name or self.name, times, num_microbatches, p2p, **kwargs)
 
     def chunk_microbatches(self, m: int) -> int:
@@ -102,29 +103,32 @@ class Schedule:
                 "zero_bubble_max_pending_backward": "auto"}
 
     def run(self, times, num_microbatches: int, p2p=(), *, timeline: bool = False,
-            moe_a2a_overlap_warmup: bool = False):
+            moe_a2a_overlap_warmup: bool = False, wgrad_share: float = 0.0):
         """One step at any micro-batch count (what the projection calls). Megatron's schedules go through
         ``schedules.simulate``; the others (orders built in Python, op by op: the zero-bubble, V and DeepSeek
         ones) are simulated directly up to a few dozen micro-batches and extended in closed form past that
-        (``long.long_step``, no timeline there), with ``long.ZB_SIMULATED_OPS`` as the fallback budget."""
+        (``long.long_step``, no timeline there), with ``long.ZB_SIMULATED_OPS`` as the fallback budget.
+        ``wgrad_share``: a deferred W's inputs over a chunk's forward activations (``zbv.wgrad_share``), for a
+        schedule whose order keeps both under one memory limit (ZB-V)."""
         if self.batch_kernel is not None:  # Megatron's fixed orders: schedules.simulate's periodic fast path
             return self.simulate(times, num_microbatches, p2p, timeline=timeline,
                                  moe_a2a_overlap_warmup=moe_a2a_overlap_warmup)
         from primus_ext.model.pipeline.long import ZB_SIMULATED_OPS, long_step, simulated_directly
 
         pp, chunks, p2p = len(times), len(times[0]), tuple(p2p)
+        share = {"wgrad_share": wgrad_share} if wgrad_share else {}
         if timeline and simulated_directly(pp, chunks, num_microbatches, ZB_SIMULATED_OPS):
-            return self.simulate(times, num_microbatches, p2p, timeline=True)  # a report: every op drawn
+            return self.simulate(times, num_microbatches, p2p, timeline=True, **share)  # a report: every op
         group = 2 if chunks > 1 else 1  # references step by 2 micro-batches (DualPipe splits them in two halves)
         # first try references of a few dozen micro-batches (the steady state of these orders sets in after ~2*PP;
         # long_step checks three equal increments), then the full budget
         small = 2 * pp * chunks * (2 * pp * group + 3 * group * max(2, pp) + 2)
         for budget in (min(small, ZB_SIMULATED_OPS), ZB_SIMULATED_OPS):
             if simulated_directly(pp, chunks, num_microbatches, budget):
-                return _own_cached(self.name, times, num_microbatches, p2p)
+                return _own_cached(self.name, times, num_microbatches, p2p, wgrad_share)
             try:
-                return long_step(lambda k: _own_cached(self.name, times, k, p2p), num_microbatches, pp, chunks,
-                                 group, budget)
+                return long_step(lambda k: _own_cached(self.name, times, k, p2p, wgrad_share), num_microbatches,
+                                 pp, chunks, group, budget)
             except InfeasibleConfig:
                 if budget == ZB_SIMULATED_OPS:
                     raise
@@ -144,10 +148,11 @@ class Schedule:
         """Micro-batches whose weight-gradient inputs stay held past their backward (split-W schedules)."""
         return 0
 
-    def held_states(self, rank: int, pp: int, vpp: int, m: int,
-                    extra: int = 0) -> tuple[tuple[tuple[float, ...], float], ...]:
+    def held_states(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0,
+                    wgrad_share: float = 0.0) -> tuple[tuple[tuple[float, ...], float], ...]:
         """(micro-batches held per chunk, whole-stage micro-batches of weight-gradient inputs held) at the moments
-        that can be ``rank``'s memory peak; the memory model takes the largest. By default one state: the two
+        that can be ``rank``'s memory peak; the memory model takes the largest (``wgrad_share``: as ``run``).
+        By default one state: the two
         peaks taken together (exact where they coincide, an upper bound otherwise)."""
         return ((self.chunk_in_flight(rank, pp, vpp, m, extra), float(self.wgrad_held_microbatches(rank, pp, m))),)
 
@@ -176,9 +181,9 @@ def peak_count(pp: int, m: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _own_cached(name: str, times: tuple, m: int, p2p: tuple[float, ...]):
+def _own_cached(name: str, times: tuple, m: int, p2p: tuple[float, ...], wgrad_share: float = 0.0):
     """A schedule's own simulator, memoised on its inputs (the tuner repeats them)."""
-    return SCHEDULES[name].simulate(times, m, p2p)
+    return SCHEDULES[name].simulate(times, m, p2p, **({"wgrad_share": wgrad_share} if wgrad_share else {}))
 
 
 SCHEDULES: dict[str, Schedule] = {}

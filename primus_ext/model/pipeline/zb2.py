@@ -94,7 +94,7 @@ def place_mapped(orders: list, pp: int, chunks: int, m: int, stage_of: StageOf) 
 
 
 def greedy_orders(times: tuple[tuple[ChunkTimes, ...], ...], m: int, caps: tuple[int, ...], stage_of: StageOf,
-                  w_caps: tuple[int, ...] | None = None) -> list[list[tuple[int, int, int]]]:
+                  w_caps: tuple[int, ...] | None = None, w_weight: float = 0.0) -> list[list[tuple[int, int, int]]]:
     """Per-rank (kind, micro-batch, chunk) orders, chosen in time order on the compute times (no send/recv).
 
     At each moment a free rank runs: a B whose input is there (the lower chunk's first: it completes a
@@ -103,7 +103,9 @@ def greedy_orders(times: tuple[tuple[ChunkTimes, ...], ...], m: int, caps: tuple
     per later chunk (so a rank never fills up with early chunks while the micro-batch that would free them
     waits on its own later chunk; the later chunk's F first, as zbv.py, which turns micro-batches round and
     frees memory sooner); else its oldest deferred W; else it waits for the next input. ``w_caps[rank]``: with
-    more W deferred than this, the rank runs its oldest W first (None: no bound)."""
+    more W deferred than this, the rank runs its oldest W first (None: no bound). ``w_weight``: a deferred W's
+    held inputs in forward-activation units, counted against ``caps`` with them (Primus zbv.py's one memory limit:
+    F adds f_mem, B frees all but the W part, W the rest; 0: the W count is bounded by ``w_caps`` alone)."""
     pp, chunks = len(times), len(times[0])
     stages = pp * chunks
     durs = split_times(times)
@@ -129,7 +131,7 @@ def greedy_orders(times: tuple[tuple[ChunkTimes, ...], ...], m: int, caps: tuple
                 if src is not None:
                     candidates.append((0, c, src, BWD, c))
             mb = next_op[FWD][r][c]
-            if mb < m and in_flight + chunks - c <= caps[r]:
+            if mb < m and in_flight + w_weight * len(pending_w[r]) + chunks - c <= caps[r]:
                 src = end.get((FWD, s - 1, mb)) if s > 0 else 0.0
                 if src is not None:
                     candidates.append((1, -c, src, FWD, c))

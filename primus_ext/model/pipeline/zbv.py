@@ -182,13 +182,22 @@ def zb_v_caps(pp: int) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=256)
-def v_orders(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...],
-             m: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
-    """Per-rank (kind, micro-batch, chunk) orders of a V schedule; ``times`` matter for ``zb-v`` only."""
+def v_orders(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int,
+             w_share: float = 0.0) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """Per-rank (kind, micro-batch, chunk) orders of a V schedule; ``times`` and ``w_share`` (a deferred W's inputs
+    as a share of a chunk's forward activations: ``wgrad_share``) matter for ``zb-v`` only."""
     pp = len(times)
     if schedule != "zb-v":
         return block_orders(schedule, pp, m)
-    return tuple(tuple(o) for o in greedy_orders(times, m, zb_v_caps(pp), v_stage, zb_v_caps(pp)))
+    return tuple(tuple(o) for o in greedy_orders(times, m, zb_v_caps(pp), v_stage, zb_v_caps(pp), w_share))
+
+
+def wgrad_share(hidden_size: int, num_attention_heads: int, seq_length: int) -> float:
+    """A deferred W's held inputs over a layer's forward activations, as Primus's zero-bubble runtime estimates
+    them to build its ZB-V order (zerobubble/runtime.py: f_mem = 34h + 5as, w_mem = -32h; Korthikanti et al.
+    2022 per-token activation bytes)."""
+    f_mem = 34 * hidden_size + 5 * num_attention_heads * seq_length
+    return 32 * hidden_size / f_mem if f_mem > 0 else 0.0
 
 
 @lru_cache(maxsize=256)
@@ -210,7 +219,7 @@ def unit_times(pp: int) -> tuple[tuple[ChunkTimes, ...], ...]:
 
 
 def simulate_v(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int, p2p: tuple[float, ...] = (),
-               timeline: bool = False) -> ScheduleResult:
+               timeline: bool = False, w_share: float = 0.0) -> ScheduleResult:
     """Simulate a V schedule. ``times[rank][chunk]``: chunk 0 the rank's first-arm stage, chunk 1 its return-arm
     stage; ``p2p[s]``: send/recv seconds between virtual stages s and s+1 (s = P-1, the turn on rank P-1, is
     local and costs nothing whatever it says)."""
@@ -223,7 +232,7 @@ def simulate_v(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: int,
     p2p = list(tuple(p2p) + (0.0,) * (2 * pp - 1 - len(p2p)))
     p2p[pp - 1] = 0.0  # the V's turn: chunk 0 -> chunk 1 on rank P-1, same device
     st = (_block_structure(schedule, pp, m) if schedule != "zb-v"
-          else place_mapped([list(o) for o in v_orders(schedule, times, m)], pp, 2, m, v_stage))
+          else place_mapped([list(o) for o in v_orders(schedule, times, m, w_share)], pp, 2, m, v_stage))
     return replay(schedule, st, times, m, split_times(times), tuple(p2p), timeline)
 
 
@@ -256,12 +265,13 @@ def wgrad_held_chunks(schedule: str, rank: int, pp: int, m: int) -> int:
 
 
 @lru_cache(maxsize=1024)
-def held_states(schedule: str, rank: int, pp: int, m: int) -> tuple[tuple[tuple[float, float], float], ...]:
+def held_states(schedule: str, rank: int, pp: int, m: int,
+                w_share: float = 0.0) -> tuple[tuple[tuple[float, float], float], ...]:
     """The states along ``rank``'s uniform-time order that no other state holds less than in every part: (forward
     activations per chunk, deferred weight-gradient inputs in whole-stage units: two half-stage chunks each), so
     the memory model can take the joint peak rather than the sum of the two parts' separate peaks."""
     held, w, states = [0, 0], 0, set()
-    for kind, _, chunk in v_orders(schedule, unit_times(pp), m)[rank]:
+    for kind, _, chunk in v_orders(schedule, unit_times(pp), m, w_share)[rank]:
         held[chunk] += 1 if kind == FWD else -1 if kind == BWD else 0
         w += 1 if kind == BWD else -1 if kind == WGRAD else 0
         states.add((held[0], held[1], w))
@@ -295,7 +305,8 @@ class _VSchedule(Schedule):
         return list(v_orders(self.name, unit_times(pp), m)[rank])
 
     def simulate(self, times, num_microbatches: int, p2p=(), **kwargs):
-        return simulate_v(self.name, times, num_microbatches, tuple(p2p), kwargs.get("timeline", False))
+        return simulate_v(self.name, times, num_microbatches, tuple(p2p), kwargs.get("timeline", False),
+                          kwargs.get("wgrad_share", 0.0))
 
     def chunk_in_flight(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0) -> tuple[float, ...]:
         """Per chunk: micro-batches held at the rank's peak (their sum / 2 = whole-stage micro-batches)."""
@@ -303,11 +314,11 @@ class _VSchedule(Schedule):
             return (0.0, 0.0)
         return tuple(float(n) for n in held_at_peak(self.name, rank, pp, peak_count(pp, m)))
 
-    def held_states(self, rank: int, pp: int, vpp: int, m: int,
-                    extra: int = 0) -> tuple[tuple[tuple[float, ...], float], ...]:
+    def held_states(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0,
+                    wgrad_share: float = 0.0) -> tuple[tuple[tuple[float, ...], float], ...]:
         if v_problems(self.name, pp, 2, m):
-            return super().held_states(rank, pp, vpp, m, extra)
-        return held_states(self.name, rank, pp, peak_count(pp, m))
+            return super().held_states(rank, pp, vpp, m, extra, wgrad_share)
+        return held_states(self.name, rank, pp, peak_count(pp, m), wgrad_share)
 
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         if v_problems(self.name, pp, 2, m):

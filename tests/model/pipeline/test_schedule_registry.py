@@ -204,3 +204,18 @@ def test_long_steps_of_own_simulators_extend_exactly(name):
     direct = s.simulate(times, m, (0.01,) * (4 * chunks - 1))
     assert long.makespan == pytest.approx(direct.makespan, rel=1e-9)
     assert long.busy == pytest.approx(direct.busy, rel=1e-9)
+
+
+def test_zb_v_keeps_deferred_weight_gradients_under_one_limit():
+    """Primus zbv.py keeps forward activations and deferred W inputs under one limit (2P chunks of f_mem); with a
+    W share the greedy order's joint holding stays within it, and a larger share defers fewer W."""
+    from primus_ext.model.pipeline.zbv import held_states, wgrad_share
+
+    share = wgrad_share(4096, 32, 4096)  # runtime.py: 32h / (34h + 5as)
+    assert share == pytest.approx(32 * 4096 / (34 * 4096 + 5 * 32 * 4096))
+    for pp in (2, 4, 8):
+        for rank in range(pp):
+            joint = max(f0 + f1 + share * 2 * w for (f0, f1), w in held_states("zb-v", rank, pp, 4 * pp, share))
+            assert joint <= 2 * pp + 1e-9
+            heavy = max(w for _, w in held_states("zb-v", rank, pp, 4 * pp, 1.0))
+            assert heavy <= max(w for _, w in held_states("zb-v", rank, pp, 4 * pp, 0.0))
