@@ -120,9 +120,7 @@ PRIMUS_SCHEDULES = ("v-half", "v-min")
 about 1/2 and 1/3 of 1F1B's activation memory; their op orders are fixed per (PP, M)). ZB-V, ZB-H1 and ZB-H2
 are explored when pinned (``--pin schedule=...``): their orders are chosen greedily on each configuration's op
 times, ~40 ms a projection here (on DeepSeek-V3 @ 1 024 H100s ZB-H1 / ZB-H2 add ~20 s to the exhaustive
-search without beating the V schedules: benchmarks/pipeline_schedules.py), and ZB-V's order, capped on forward
-activations and deferred weight-gradients separately rather than jointly as Primus's zbv.py does, holds more
-than 1F1B's memory on models with a large weight-gradient share."""
+search without beating the V schedules: benchmarks/pipeline_schedules.py)."""
 _ANY_MICROBATCHES = 1 << 20
 """A micro-batch count that meets every schedule's count rules (even, >= 2*PP): the axis checks PP and VPP only;
 the count is checked with the batch axes (``recipe.validate``)."""
