@@ -20,7 +20,7 @@ optimizer step, exposed parameter all-gather. Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -168,7 +168,7 @@ def step_segments(projection: Any) -> list[Segment]:
     for rank in _ranks(projection):
         mine = _split_pairs(sorted((e for e in events if e.rank == rank), key=lambda e: e.start), projection, rank)
         t = 0.0
-        for e in mine:
+        for e, note in mine:
             if e.start - t > eps:
                 arrived = min(max(inputs.get(id(e), e.start), t), e.start)
                 if arrived - t > eps:
@@ -176,7 +176,7 @@ def step_segments(projection: Any) -> list[Segment]:
                 if e.start - arrived > eps:
                     out.append(Segment(rank=rank, kind="pp", start_s=arrived, end_s=e.start,
                                        label=f"{e.kind} mb{e.microbatch} c{e.chunk}: input in flight (p2p)"))
-            label = f"{e.kind} mb{e.microbatch} c{e.chunk}{getattr(e, 'note', '')}"
+            label = f"{e.kind} mb{e.microbatch} c{e.chunk}{note}"
             out += op_segments(rank, OP_KIND_OF.get(e.kind, "forward"), e.start, e.end, label, shares)
             t = max(t, e.end)
         if makespan - t > eps:
@@ -185,14 +185,14 @@ def step_segments(projection: Any) -> list[Segment]:
     return out
 
 
-def _split_pairs(mine: list[Any], projection: Any, rank: int) -> list[Any]:
-    """An overlapped F&B pair (DualPipe) is two events sharing one interval: drawn as its F then its B, the
-    interval split in proportion to the two passes' times on this rank (``StageTime.fwd_s`` / ``bwd_s``), each
-    labelled with its partner, so no second of the step is drawn twice."""
+def _split_pairs(mine: list[Any], projection: Any, rank: int) -> list[tuple[Any, str]]:
+    """(op, label suffix) in time order. An overlapped F&B pair (DualPipe) is two events sharing one interval:
+    drawn as its F then its B, the interval split in proportion to the two passes' times on this rank
+    (``StageTime.fwd_s`` / ``bwd_s``), each labelled with its partner, so no second of the step is drawn twice."""
     if not any(getattr(e, "overlapped", False) for e in mine):
-        return mine
+        return [(e, "") for e in mine]
     stage = next((st for st in projection.stages if st.rank == rank), None)
-    out: list[Any] = []
+    out: list[tuple[Any, str]] = []
     i = 0
     while i < len(mine):
         e = mine[i]
@@ -203,28 +203,13 @@ def _split_pairs(mine: list[Any], projection: Any, rank: int) -> list[Any]:
             fwd = stage.fwd_s[f.chunk] if stage is not None and f.chunk < len(stage.fwd_s) else 1.0
             bwd = stage.bwd_s[b.chunk] if stage is not None and b.chunk < len(stage.bwd_s) else 1.0
             cut = f.start + (f.end - f.start) * fwd / (fwd + bwd) if fwd + bwd > 0 else f.start
-            out += [_Drawn(f.rank, f.chunk, f.microbatch, f.kind, f.start, cut,
-                           f" (overlapped with {b.kind} mb{b.microbatch} c{b.chunk})"),
-                    _Drawn(b.rank, b.chunk, b.microbatch, b.kind, cut, b.end,
-                           f" (overlapped with {f.kind} mb{f.microbatch} c{f.chunk})")]
+            out += [(replace(f, end=cut), f" (overlapped with {b.kind} mb{b.microbatch} c{b.chunk})"),
+                    (replace(b, start=cut), f" (overlapped with {f.kind} mb{f.microbatch} c{f.chunk})")]
             i += 2
             continue
-        out.append(e)
+        out.append((e, ""))
         i += 1
     return out
-
-
-@dataclass(frozen=True)
-class _Drawn:
-    """Half of an overlapped pair as drawn (``Event``'s fields the segments read, plus a label suffix)."""
-
-    rank: int
-    chunk: int
-    microbatch: int
-    kind: str
-    start: float
-    end: float
-    note: str = ""
 
 
 def _tail(rank: int, start: float, breakdown: Any) -> list[Segment]:
