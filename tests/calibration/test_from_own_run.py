@@ -11,31 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny import tiny_recipe
 
 from primus_ext.calibration import NEARBY_SPREAD
 from primus_ext.cli import main
 
 # two DP ranks of the cpu profile, one micro-batch of 2 each: the built-in trainer runs it as written (no shrink)
-TINY = """\
-num_layers: 2
-hidden_size: 256
-ffn_hidden_size: 512
-num_attention_heads: 4
-group_query_attention: true
-num_query_groups: 2
-seq_length: 128
-max_position_embeddings: 128
-micro_batch_size: 2
-global_batch_size: 4
-vocab_size: 1024
-bf16: true
-swiglu: true
-normalization: RMSNorm
-add_bias_linear: false
-position_embedding_type: rope
-untie_embeddings_and_output_weights: true
-tensor_model_parallel_size: 1
-"""
+TINY = tiny_recipe(micro_batch_size=2, global_batch_size=4, tensor_model_parallel_size=1)
 TARGET = ["--cluster", "cpu", "--nodes", "1"]
 
 

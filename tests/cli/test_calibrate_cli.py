@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from tiny import tiny_recipe
 
 from primus_ext.calibration.apply import parts_of
 from primus_ext.cli import main
@@ -25,26 +26,7 @@ LLAMA = REPO / "tests" / "support" / "recipes" / "primus_llama3.2_1b_fp8_mi355x.
 LLAMA_LOG = SHARED / "validation" / "logs" / "primus-llama3.2-1b-fp8-8xMI355X.log"
 PRIMUS_CONFIGS = SHARED / "primus_configs"
 
-TINY = """\
-num_layers: 2
-hidden_size: 256
-ffn_hidden_size: 512
-num_attention_heads: 4
-group_query_attention: true
-num_query_groups: 2
-seq_length: 128
-max_position_embeddings: 128
-micro_batch_size: 1
-global_batch_size: 2048
-vocab_size: 1024
-bf16: true
-swiglu: true
-normalization: RMSNorm
-add_bias_linear: false
-position_embedding_type: rope
-untie_embeddings_and_output_weights: true
-tensor_model_parallel_size: 1
-"""
+TINY = tiny_recipe(micro_batch_size=1, global_batch_size=2048, tensor_model_parallel_size=1)
 TARGET = ["--cluster", "h100", "--nodes", "1"]
 # the search varies the micro-batch only: candidates of different step sizes (~110, 220, 440 ms projected)
 SEARCH = [*TARGET, "--strategy", "exhaustive", "--analytic", "--no-regret", "--pin", "tp=1", "--pin", "pp=1",

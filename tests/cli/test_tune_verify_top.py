@@ -11,30 +11,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from tiny import tiny_recipe
 
 from primus_ext.cli import main
 from primus_ext.tune.verify_top.local import megatron_log_lines
 
-TINY = """\
-num_layers: 2
-hidden_size: 256
-ffn_hidden_size: 512
-num_attention_heads: 4
-group_query_attention: true
-num_query_groups: 2
-seq_length: 128
-max_position_embeddings: 128
-micro_batch_size: 1
-global_batch_size: 16
-vocab_size: 1024
-bf16: true
-swiglu: true
-normalization: RMSNorm
-add_bias_linear: false
-position_embedding_type: rope
-untie_embeddings_and_output_weights: true
-tensor_model_parallel_size: 1
-"""
+TINY = tiny_recipe(micro_batch_size=1, global_batch_size=16, tensor_model_parallel_size=1)
 # TP1 PP1 pinned: each candidate runs on one local rank (DP 1); the search varies MBS, recompute, sharding, overlap
 SEARCH = ["--cluster", "h100", "--nodes", "1", "--strategy", "exhaustive", "--analytic", "--no-regret",
           "--pin", "tp=1", "--pin", "pp=1"]
