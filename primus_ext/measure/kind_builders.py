@@ -182,6 +182,65 @@ def _build_output(ctx: _BuildContext) -> _Built:
     return module, make_inputs, (), 0, 1
 
 
+def _local_norm(config) -> type:
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from primus_ext.measure.shims import SPTorchNorm
+
+    return SPTorchNorm if config.sequence_parallel else WrappedTorchNorm
+
+
+def mamba_layer_spec(config, *, use_te: bool, d_conv: int = 4, chunk_size: int = 128):
+    """megatron-core's ``mamba_stack_spec`` ``mamba_layer`` (models/mamba/mamba_layer_specs.py@0.16.1): TE fuses the
+    norm into ``in_proj`` (``TELayerNormColumnParallelLinear``); the local form keeps it as the layer's ``norm``
+    in front of a ``ColumnParallelLinear`` (same parameters). Call after ``mamba_stubs.mamba_modules()``."""
+    from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+    from megatron.core.ssm.mamba_layer import MambaLayer, MambaLayerSubmodules
+    from megatron.core.ssm.mamba_mixer import MambaMixer, MambaMixerSubmodules
+    from megatron.core.transformer.identity_op import IdentityOp
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    if use_te:
+        from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
+
+        in_proj, out_proj, norm = TELayerNormColumnParallelLinear, TERowParallelLinear, IdentityOp
+    else:
+        from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+
+        in_proj, out_proj, norm = ColumnParallelLinear, RowParallelLinear, _local_norm(config)
+    mixer = ModuleSpec(module=MambaMixer, params={"d_conv": d_conv, "chunk_size": chunk_size},
+                       submodules=MambaMixerSubmodules(in_proj=in_proj, out_proj=out_proj))
+    return ModuleSpec(module=MambaLayer, submodules=MambaLayerSubmodules(
+        norm=norm, mixer=mixer, mamba_bda=get_bias_dropout_add))
+
+
+def _build_mamba(ctx: _BuildContext) -> _Built:
+    """``mamba``: one megatron-core ``MambaLayer`` at per-rank sizes (heads and groups / TP in a one-rank world).
+    Without mamba_ssm / causal_conv1d (a CPU) it builds with its real parameters and its forward raises
+    ``NotImplementedError``: the measurement falls back to the analytic cost (``mamba_stubs``)."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer.spec_utils import build_module
+
+    from primus_ext.measure.mamba_stubs import mamba_modules
+
+    mamba_modules()
+    shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
+    split = 1 if ctx.distributed else shape.tp
+    config.mamba_num_heads = a.mamba_num_heads // split
+    config.mamba_head_dim = a.mamba_head_dim
+    config.mamba_num_groups = a.mamba_num_groups // split
+    config.mamba_state_dim = a.mamba_state_dim
+    spec = mamba_layer_spec(config, use_te=ctx.use_te, d_conv=a.mamba_d_conv, chunk_size=a.mamba_chunk_size)
+    groups = ProcessGroupCollection.use_mpu_process_groups()
+    module = build_module(spec, config=config, layer_number=1, pg_collection=groups)
+
+    def make_inputs() -> dict[str, torch.Tensor | None]:
+        x = torch.randn(shape.local_seq // ctx.sp_split, shape.micro_batch_size, a.hidden_size, device=dev,
+                        dtype=ctx.dtype)
+        return {"hidden_states": x.requires_grad_(True)}
+    return module, make_inputs, (), 0, 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class KindBuilder:
     """How ``build_layer`` builds one layer kind (torch-side, so kept here rather than on ``model.kinds.Kind``)."""
@@ -196,6 +255,7 @@ BUILDERS: dict[str, KindBuilder] = {
     "moe": KindBuilder(build=_build_decoder, experts=True),
     "embedding": KindBuilder(build=_build_embedding),
     "output": KindBuilder(build=_build_output),
+    "mamba": KindBuilder(build=_build_mamba),
 }
 """Registry name (``primus_ext.model.kinds.known_kinds()``) -> its builder. A new kind adds its entry here."""
 

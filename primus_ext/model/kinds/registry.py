@@ -10,7 +10,7 @@ from primus_ext.errors import PrimusExtError, cut
 from primus_ext.model.kinds.base import Kind
 
 _KINDS: dict[str, Kind] = {}
-_BUILTINS = ("primus_ext.model.kinds.decoder", "primus_ext.model.kinds.edges")
+_BUILTINS = ("primus_ext.model.kinds.decoder", "primus_ext.model.kinds.edges", "primus_ext.model.kinds.mamba")
 _loaded = False
 
 
