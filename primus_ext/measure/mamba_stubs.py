@@ -9,9 +9,9 @@ megatron-core 0.16.1 ``ssm/mamba_mixer.py`` imports ``mamba_ssm`` (SSD scan, gat
 module goes into ``sys.modules`` only while the mixer module is imported, then is removed again (torch's own
 triton probe never sees it): the kernels raise ``NotImplementedError`` when called, the gated norm is a module
 with the real one's single ``weight`` [d_inner / TP] (mamba_ssm ops/triton/layernorm_gated.py ``RMSNorm``: no
-bias), and ``einops`` (used only in ``forward``) is declared present. So the modules build with their real
-parameters (counted exactly) and their forward says it cannot run; where the real packages import (a GPU
-machine with mamba-ssm), nothing is replaced.
+bias), and ``einops`` (used only in ``forward``) is declared present, its functions refusing like the kernels.
+So the modules build with their real parameters (counted exactly) and their forward says it cannot run; where
+the real packages import (a GPU machine with mamba-ssm), nothing is replaced.
 """
 
 from __future__ import annotations
@@ -101,5 +101,6 @@ def mamba_modules() -> types.ModuleType:
     if _missing("einops"):  # used by forward only, which the stand-in kernels refuse anyway
         cp = importlib.import_module("megatron.core.ssm.mamba_context_parallel")
         mixer.HAVE_EINOPS = cp.HAVE_EINOPS = True
+        mixer.rearrange = mixer.repeat = cp.repeat = _no_kernel
         STUBBED.append("einops")
     return mixer
