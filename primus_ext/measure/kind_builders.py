@@ -153,6 +153,42 @@ def _build_decoder(ctx: _BuildContext) -> _Built:
     return module, make_inputs, targets, extra, config.num_layers
 
 
+def _half_spec(spec, keep: str):
+    """A GPT layer spec cut to the half a hybrid stack's layer holds (``mamba_stack_spec``): ``attention``
+    (input norm + self-attention) or ``mlp`` (pre-MLP norm + MLP / MoE); the other half's modules are
+    megatron-core's identities, as the hybrid spec leaves them."""
+    from megatron.core.transformer.identity_op import IdentityFuncOp, IdentityOp
+
+    sub = spec.submodules
+    if keep == "attention":
+        sub.pre_mlp_layernorm, sub.mlp, sub.mlp_bda = IdentityOp, IdentityOp, IdentityFuncOp
+    else:
+        sub.input_layernorm, sub.self_attention, sub.self_attn_bda = IdentityOp, IdentityOp, IdentityFuncOp
+    return spec
+
+
+def _build_half(ctx: _BuildContext) -> _Built:
+    """``hybrid_attention`` / ``hybrid_mlp`` / ``hybrid_moe``: one hybrid-stack ``TransformerLayer`` half."""
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.transformer_block import TransformerBlock
+
+    shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
+    keep = BUILDERS[shape.kind].half
+    spec = _half_spec(_layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa), keep)
+    module = TransformerBlock(config, spec, post_layer_norm=False)
+    rope = None
+    if keep == "attention" and not a.multi_latent_attention:
+        rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(shape.local_seq).to(dev)
+    extra = sum(_extra_expert_params(layer, shape, ctx.distributed) for layer in module.layers)
+
+    def make_inputs() -> dict[str, torch.Tensor | None]:
+        x = torch.randn(shape.local_seq // ctx.sp_split, shape.micro_batch_size, a.hidden_size, device=dev,
+                        dtype=ctx.dtype)
+        return {"hidden_states": x.requires_grad_(True), "attention_mask": _causal_mask(shape.local_seq, dev),
+                "rotary_pos_emb": rope}
+    return module, make_inputs, (), extra, config.num_layers
+
+
 def _build_embedding(ctx: _BuildContext) -> _Built:
     """``embedding``: ``LanguageModelEmbedding`` (rope: no position table)."""
     from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
@@ -248,6 +284,8 @@ class KindBuilder:
     build: Callable[[_BuildContext], _Built]
     experts: bool = False
     """Built with routed experts: the MoE config keys, the expert groups, the ``moe`` recompute modules."""
+    half: str = ""
+    """A hybrid stack's half layer: ``attention`` or ``mlp`` kept (``_build_half``)."""
 
 
 BUILDERS: dict[str, KindBuilder] = {
@@ -256,6 +294,9 @@ BUILDERS: dict[str, KindBuilder] = {
     "embedding": KindBuilder(build=_build_embedding),
     "output": KindBuilder(build=_build_output),
     "mamba": KindBuilder(build=_build_mamba),
+    "hybrid_attention": KindBuilder(build=_build_half, half="attention"),
+    "hybrid_mlp": KindBuilder(build=_build_half, half="mlp"),
+    "hybrid_moe": KindBuilder(build=_build_half, experts=True, half="mlp"),
 }
 """Registry name (``primus_ext.model.kinds.known_kinds()``) -> its builder. A new kind adds its entry here."""
 

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
 SYMBOLS = (MAMBA, ATTENTION, MLP, MOE)
 """megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py ``Symbols.VALID``."""
+SYMBOL_KINDS = {MAMBA: "mamba", ATTENTION: "hybrid_attention", MLP: "hybrid_mlp", MOE: "hybrid_moe"}
+"""Layer symbol -> the registered layer kind that prices it (``model.kinds.mamba``, ``model.kinds.hybrid``)."""
 
 MAMBA_D_CONV = 4
 """Causal conv1d taps: ``MambaMixer(d_conv=4)`` (ssm/mamba_mixer.py@0.16.1; ``mamba_stack_spec`` passes none)."""
@@ -259,23 +261,12 @@ def symbol_params(model: ModelSpec, execution: ExecutionSpec) -> dict[str, int]:
     """Parameters one rank holds for one layer of each symbol in ``model.hybrid_layer_pattern`` (TE spec):
     ``M`` the ``MambaLayer``; ``*`` input norm + self-attention (GQA or MLA); ``-`` pre-MLP norm + dense MLP;
     ``E`` pre-MLP norm + router + local experts + shared experts (mamba_layer_specs.py ``mamba_stack_spec``)."""
-    from primus_ext.model import params as P
+    from primus_ext.model.kinds.registry import get_kind
     from primus_ext.model.rank_shape import rank_shapes
 
     shapes = rank_shapes(model, execution)
-    present = set(model.hybrid_layer_pattern)
-    out: dict[str, int] = {}
-    if MAMBA in present:
-        out[MAMBA] = mixer_params(shapes["mamba"])
-    base = shapes.get("dense") or shapes["moe"]
-    norm = P.norm_params(base.arch, base.arch.hidden_size)
-    if ATTENTION in present:
-        out[ATTENTION] = norm + P.attention_params(base)
-    if MLP in present:
-        out[MLP] = norm + P.dense_mlp_params(shapes["dense"])
-    if MOE in present:
-        out[MOE] = norm + P.moe_mlp_params(shapes["moe"])
-    return out
+    return {symbol: get_kind(kind).params(shapes[kind]) for symbol, kind in SYMBOL_KINDS.items()
+            if symbol in model.hybrid_layer_pattern}
 
 
 def stage_params(model: ModelSpec, execution: ExecutionSpec) -> tuple[int, ...]:

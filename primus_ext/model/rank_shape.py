@@ -19,7 +19,7 @@ from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp8Recipe
 from primus_ext.specs.model import GATED_ACTIVATIONS
 
-LayerKind = Literal["dense", "moe", "embedding", "output", "mamba"]
+LayerKind = Literal["dense", "moe", "embedding", "output", "mamba", "hybrid_attention", "hybrid_mlp", "hybrid_moe"]
 Recompute = Literal["none", "selective", "full"]
 
 DEFAULT_MOE_IMBALANCE = 1.0
@@ -321,6 +321,8 @@ def rank_shapes(
         lora_targets=execution.lora_targets if execution.lora_rank else (),
     )
     shapes: dict[LayerKind, RankShape] = {}
+    if model.hybrid_layer_pattern:
+        return _hybrid_shapes(model, execution, common)
     if model.num_dense_layers:
         shapes["dense"] = RankShape(kind="dense", arch=_layer_arch(model, moe=False), **common)
     if model.num_moe_layers:
@@ -329,7 +331,22 @@ def rank_shapes(
     edge = dict(common, recompute="none", recompute_modules=(), selective_ac="modules", attention_kernel="fused")
     shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
-    if "M" in model.hybrid_layer_pattern:  # model.hybrid.MAMBA; MambaStack recomputes nothing
-        shapes["mamba"] = RankShape(kind="mamba", arch=_mamba_arch(model), **dict(common, recompute="none",
-                                    recompute_modules=(), selective_ac="modules"))
+    return shapes
+
+
+def _hybrid_shapes(model: ModelSpec, execution: ExecutionSpec, common: dict) -> dict[LayerKind, RankShape]:
+    """A hybrid model's kinds, one per layer symbol present (``model.hybrid.SYMBOL_KINDS``), + the edges. Nothing
+    recomputes: megatron-core's ``MambaStack`` has no activation-checkpointing path (recipe validation refuses)."""
+    from primus_ext.model.hybrid import MOE, SYMBOL_KINDS
+
+    plain = dict(common, recompute="none", recompute_modules=(), selective_ac="modules")
+    shapes: dict[LayerKind, RankShape] = {}
+    for symbol in sorted(set(model.hybrid_layer_pattern), key="M*-E".index):
+        kind = SYMBOL_KINDS[symbol]
+        arch = _mamba_arch(model) if symbol == "M" else _layer_arch(model, moe=symbol == MOE)
+        shapes[kind] = RankShape(kind=kind, arch=arch, **plain)  # type: ignore[arg-type]
+    vocab = model.padded_vocab_size(execution.tp)
+    edge = dict(plain, attention_kernel="fused")
+    shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
+    shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     return shapes

@@ -132,3 +132,26 @@ def test_mamba_stack_params_equal_megatron(one_rank_world):
     for symbol, layer in zip(m.hybrid_layer_pattern, stack.layers, strict=True):
         assert sum(p.numel() for p in layer.parameters()) == per[symbol], symbol
     assert sum(p.numel() for p in stack.parameters()) == sum(per[s] for s in m.hybrid_layer_pattern)
+
+
+HALVES = {
+    "hybrid_attention": RankShape(kind="hybrid_attention", arch=ARCH, tp=2, seq_length=64),
+    "hybrid_mlp": RankShape(kind="hybrid_mlp", arch=ARCH, seq_length=64),
+    "hybrid_moe": RankShape(kind="hybrid_moe", arch=replace(ARCH, ffn_hidden_size=0, num_experts=4, moe_router_topk=2,
+                                                            moe_ffn_hidden_size=64,
+                                                            moe_shared_expert_intermediate_size=128), seq_length=64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HALVES))
+def test_hybrid_half_layers_equal_megatron_and_run(name, one_rank_world):
+    """The ``*`` / ``-`` / ``E`` layers as ``measure`` builds them: megatron-core's count, and a forward + backward
+    that runs on CPU (these are timed for real, unlike the Mamba mixer)."""
+    from primus_ext.measure.build import build_layer
+
+    shape = HALVES[name]
+    built = build_layer(shape, device="cpu")
+    assert layer_params(shape) == built.param_count
+    out = built.module(**built.make_inputs())
+    out = out[0] if isinstance(out, tuple) else out
+    out.float().sum().backward()

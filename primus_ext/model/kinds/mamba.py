@@ -2,8 +2,8 @@
 ``in_proj``, Mamba-2 mixer, residual add). The formulas are ``model.hybrid``'s; this class prices them.
 
 Not recomputable: ``MambaStack`` (ssm/mamba_block.py@0.16.1) has no activation-checkpointing path, unlike
-``TransformerBlock``. No attention, no per-layer CUDA graph of ``TransformerLayer`` (its graph scope is
-``mamba``), no LoRA targets. Costs are analytic (roofline): the SSD scan and conv1d kernels (mamba_ssm /
+``TransformerBlock``. No attention, per-layer CUDA graphs (its graph scope is
+``mamba``: captured), no LoRA targets. Costs are analytic (roofline): the SSD scan and conv1d kernels (mamba_ssm /
 causal_conv1d Triton and CUDA) do not run on a CPU.
 """
 
@@ -39,6 +39,7 @@ class MambaKind(Kind):
 
     name = "mamba"
     decoder_layer = True
+    layer_graph = True  # MambaLayer is a GraphableMegatronModule (cuda_graph_scope "mamba")
 
     def params(self, shape, *, impl="te") -> int:
         return Hy.mixer_params(shape)

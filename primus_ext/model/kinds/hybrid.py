@@ -1,0 +1,136 @@
+"""The non-Mamba layers of a hybrid model (megatron-core 0.16.1 models/mamba/mamba_layer_specs.py
+``mamba_stack_spec``): each is half a GPT layer, its own one of ``num_layers``.
+
+* ``hybrid_attention`` (``*``): ``TransformerLayer`` with input norm + self-attention, no MLP;
+* ``hybrid_mlp`` (``-``): ``MLPLayer`` with pre-MLP norm + dense MLP, no attention;
+* ``hybrid_moe`` (``E``): ``MoETransformerLayer`` with pre-MLP norm + MoE block, no attention.
+
+A ``*`` and a ``-`` together hold and cost what one ``dense`` layer does (likewise ``*`` + ``E`` and ``moe``):
+the formulas are the decoder kinds', split at the pre-MLP norm. None is recomputable: ``MambaStack`` has no
+activation-checkpointing path (ssm/mamba_block.py@0.16.1).
+"""
+
+from __future__ import annotations
+
+from primus_ext.model import params as P
+from primus_ext.model import roofline as R
+from primus_ext.model.kinds.base import Kind, KindComm
+from primus_ext.model.kinds.decoder import MoEKind
+from primus_ext.model.kinds.registry import register
+from primus_ext.model.memory import activations as A
+
+
+def norm_residual_half(parts, shape, gpu) -> None:
+    """One norm and one residual add (a GPT layer has two of each: ``roofline.norm_residual_parts``)."""
+    rows = shape.tokens / shape.tp if shape.sequence_parallel else shape.tokens
+    h = shape.arch.hidden_size
+    norm = R.membound_seconds(R.NORM_PASSES * rows * h * R.ACT_BYTES, gpu)
+    parts.other("layernorm", norm, R.MEMBOUND_BWD_FACTOR * norm)
+    residual = R.membound_seconds(3 * rows * h * R.ACT_BYTES, gpu)  # read 2, write 1
+    parts.other("residual", residual, residual)
+
+
+def _norm(shape) -> int:
+    return P.norm_params(shape.arch, shape.arch.hidden_size)
+
+
+def _pre_mlp_saved(shape, impl, *, fp8_input: bool) -> dict[str, float]:
+    """The pre-MLP norm's saved bytes (``activations.decoder_saved``'s last two parts)."""
+    parts = A.decoder_saved(shape, impl, mlp_input_fp8=fp8_input)
+    return {"pre_mlp_norm": parts["pre_mlp_norm"], "pre_mlp_norm_out": parts["pre_mlp_norm_out"]}
+
+
+class HybridAttentionKind(Kind):
+    """``hybrid_attention``: input norm + self-attention (GQA or MLA) + residual."""
+
+    name = "hybrid_attention"
+    decoder_layer = True
+    attention = True
+    layer_graph = True
+
+    def params(self, shape, *, impl="te") -> int:
+        return _norm(shape) + P.attention_params(shape, impl=impl)
+
+    def roofline(self, parts, shape, gpu) -> None:
+        R.attention_parts(parts, shape, gpu)
+        norm_residual_half(parts, shape, gpu)
+
+    def fwd_flops_estimate(self, shape) -> float:
+        a = shape.arch
+        q_dim = a.qk_head_dim + a.qk_pos_emb_head_dim if a.multi_latent_attention else a.kv_channels
+        v_dim = a.v_head_dim if a.multi_latent_attention else a.kv_channels
+        core = 2.0 * shape.micro_batch_size * shape.local_seq**2 * shape.local_heads * (q_dim + v_dim)
+        return 2.0 * shape.tokens * P.attention_params(shape) + core
+
+    def saved(self, shape, impl) -> dict[str, float]:
+        parts = A.decoder_saved(shape, impl, mlp_input_fp8=False)
+        del parts["pre_mlp_norm"], parts["pre_mlp_norm_out"]
+        return parts
+
+    def comm(self, shape, sequence_parallel) -> KindComm:
+        return KindComm(pairs=(("attn", "tp"),))
+
+
+class HybridMLPKind(Kind):
+    """``hybrid_mlp``: pre-MLP norm + dense MLP + residual."""
+
+    name = "hybrid_mlp"
+    decoder_layer = True
+    layer_graph = True
+
+    def params(self, shape, *, impl="te") -> int:
+        return _norm(shape) + P.dense_mlp_params(shape)
+
+    def roofline(self, parts, shape, gpu) -> None:
+        R.dense_mlp_parts(parts, shape, gpu)
+        norm_residual_half(parts, shape, gpu)
+
+    def fwd_flops_estimate(self, shape) -> float:
+        return 2.0 * shape.tokens * P.dense_mlp_params(shape)
+
+    def saved(self, shape, impl) -> dict[str, float]:
+        parts = _pre_mlp_saved(shape, impl, fp8_input=True)
+        parts.update(A.dense_mlp_saved(shape, impl))
+        return parts
+
+    def comm(self, shape, sequence_parallel) -> KindComm:
+        return KindComm(pairs=(("mlp", "tp"),))
+
+
+class HybridMoEKind(MoEKind):
+    """``hybrid_moe``: pre-MLP norm + router / routed experts / shared experts + residual (the MoE kind's expert
+    split, router and host-sync overhead)."""
+
+    name = "hybrid_moe"
+    recomputable = False
+    attention = False
+    lora_adapters = False
+
+    def params(self, shape, *, impl="te") -> int:
+        return _norm(shape) + P.moe_mlp_params(shape)
+
+    def roofline(self, parts, shape, gpu) -> None:
+        R.moe_mlp_parts(parts, shape, gpu)
+        norm_residual_half(parts, shape, gpu)
+
+    def fwd_flops_estimate(self, shape) -> float:
+        per_expert = P.expert_params(shape) / max(1, shape.local_experts)
+        gemm = P.router_params(shape) + P.shared_expert_params(shape)
+        return 2.0 * shape.tokens * gemm + 2.0 * shape.routed_tokens_per_rank * per_expert
+
+    def saved(self, shape, impl) -> dict[str, float]:
+        parts = _pre_mlp_saved(shape, impl, fp8_input=False)
+        parts.update(A.moe_saved(shape, impl))
+        return parts
+
+    def saved_selective(self, shape, impl, parts):
+        return parts
+
+    def comm(self, shape, sequence_parallel) -> KindComm:
+        full = super().comm(shape, sequence_parallel)
+        return KindComm(pairs=tuple(p for p in full.pairs if p[0] != "attn"), ep=True)
+
+
+HYBRID_ATTENTION = register(HybridAttentionKind())
+HYBRID_MLP = register(HybridMLPKind())
+HYBRID_MOE = register(HybridMoEKind())
