@@ -40,6 +40,8 @@ SYMBOLS = (MAMBA, ATTENTION, MLP, MOE)
 """megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py ``Symbols.VALID``."""
 SYMBOL_KINDS = {MAMBA: "mamba", ATTENTION: "hybrid_attention", MLP: "hybrid_mlp", MOE: "hybrid_moe"}
 """Layer symbol -> the registered layer kind that prices it (``model.kinds.mamba``, ``model.kinds.hybrid``)."""
+HYBRID_KINDS = tuple(SYMBOL_KINDS.values())
+"""The hybrid kinds in symbol order (M * - E): how stage sums and memory plans count a chunk's layers."""
 
 MAMBA_D_CONV = 4
 """Causal conv1d taps: ``MambaMixer(d_conv=4)`` (ssm/mamba_mixer.py@0.16.1; ``mamba_stack_spec`` passes none)."""
