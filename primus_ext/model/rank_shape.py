@@ -243,6 +243,8 @@ class RankShape:
             q_lora_rank=shrink(a.q_lora_rank, 64) if a.q_lora_rank else a.q_lora_rank,
             kv_lora_rank=shrink(a.kv_lora_rank, 64),
             vocab_size=shrink(a.vocab_size, 128 * self.tp),
+            # Mamba heads in multiples of the groups (themselves a multiple of TP): megatron-core's splits hold
+            mamba_num_heads=shrink(a.mamba_num_heads, max(1, a.mamba_num_groups)),
         )
         seq = shrink(self.seq_length, 2 * self.cp * 64)
         return replace(self, arch=arch, seq_length=seq)

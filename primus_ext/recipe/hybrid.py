@@ -109,6 +109,11 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
     except HybridPatternError as err:
         problems.append(Problem(path="pipeline_model_parallel_size", value=execution.pp, message=str(err),
                                 fix="choose a PP dividing num_layers, without virtual stages"))
+    for key in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if getattr(execution, key):
+            problems.append(Problem(path=key, value=True, message="megatron-core's MambaStack splits the layer "
+                                    "pattern by counts alone (_select_layers_for_pipeline_parallel)",
+                                    fix=f"set {key}: false"))
     if execution.pipeline_model_parallel_layout:
         problems.append(Problem(path="pipeline_model_parallel_layout", value=execution.pipeline_model_parallel_layout,
                                 message="megatron-core's MambaStack splits by layer counts, not by a layout",
