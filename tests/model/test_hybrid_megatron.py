@@ -155,3 +155,40 @@ def test_hybrid_half_layers_equal_megatron_and_run(name, one_rank_world):
     out = built.module(**built.make_inputs())
     out = out[0] if isinstance(out, tuple) else out
     out.float().sum().backward()
+
+
+def _saved(fn, params) -> int:
+    """Unique-storage bytes autograd keeps from ``fn()`` (parameters excluded), as ``measure.saved`` counts."""
+    excluded = {p.untyped_storage()._cdata for p in params}
+    kept: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        key = t.untyped_storage()._cdata
+        if key not in excluded:
+            kept[key] = t
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(t.untyped_storage().nbytes() for t in kept.values())
+
+
+def test_mamba_saved_bytes_of_the_parts_that_run_on_cpu(one_rank_world):
+    """The mixer's input side (norm + in_proj) and out_proj, measured with ``saved_tensors_hooks`` on the real
+    modules (local spec), equal the kind's ``input_norm`` + ``input_norm_out`` and ``mamba_out_proj`` parts; the
+    scan's own parts (``mamba_zxbcdt``, ``mamba_out_x``, ``mamba_gated_norm``) follow mamba_ssm's
+    ``ctx.save_for_backward`` (cited in ``model.hybrid.mamba_saved``), which cannot run here."""
+    from primus_ext.measure.build import build_layer
+    from primus_ext.model.kinds import get_kind
+    from primus_ext.model.memory.activations import LOCAL
+
+    shape = RankShape(kind="mamba", arch=ARCH, seq_length=64, micro_batch_size=2, tp=2)
+    built = build_layer(shape, device="cpu")
+    layer, params = built.module, list(built.module.parameters())
+    x = built.make_inputs()["hidden_states"]
+    parts = get_kind("mamba").saved(shape, LOCAL)
+    front = _saved(lambda: layer.mixer.in_proj(layer.norm(x)), params)
+    assert front == parts["input_norm"] + parts["input_norm_out"]
+    d_inner = ARCH.mamba_num_heads * ARCH.mamba_head_dim // shape.tp
+    y = torch.randn(64, 2, d_inner, dtype=x.dtype, requires_grad=True)
+    assert _saved(lambda: layer.mixer.out_proj(y), params) == parts["mamba_out_proj"]
