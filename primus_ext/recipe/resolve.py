@@ -446,10 +446,8 @@ def resolve_all(
     execution = resolve_execution(reader, model, system, environ)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
-    if model.hybrid_layer_pattern:
-        more, notes = hybrid_problems(model, execution)
-        problems += more
-        reader.warnings.extend(notes)
+    if model.hybrid_layer_pattern:  # its legality problems: recipe.validate.check (the tuner's rule set too)
+        reader.warnings.extend(hybrid_problems(model, execution)[1])
     problems += renamed_problems(args)
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
     found = unmodelled_keys(args)

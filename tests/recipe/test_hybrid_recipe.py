@@ -35,14 +35,21 @@ def test_ratios_allocate_like_megatron_core():
     assert not problems and model.hybrid_layer_pattern == "MMM*MM*MMM"  # = megatron-core (tests/model/test_hybrid.py)
 
 
+def _legality(args):
+    from primus_ext.recipe.validate import check
+
+    model, execution, problems, _ = resolve_all(args, NODE)
+    return problems + check(model, execution, NODE)
+
+
 def test_what_megatron_core_asserts_is_refused():
-    _, _, problems, _ = resolve_all(dict(NEMOTRON_H_8B, tensor_model_parallel_size=16), NODE)
+    problems = _legality(dict(NEMOTRON_H_8B, tensor_model_parallel_size=16))
     assert any("tensor parallel 16" in p.message for p in problems)
     _, _, problems, _ = resolve_all(dict(NEMOTRON_H_8B, hybrid_override_pattern="M*"), NODE)
     assert [p.path for p in problems] == ["hybrid_override_pattern"]
-    _, _, problems, _ = resolve_all(dict(NEMOTRON_H_8B, pipeline_model_parallel_size=2,
-                                         num_layers_per_virtual_pipeline_stage=13), NODE)
+    problems = _legality(dict(NEMOTRON_H_8B, pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=13))
     assert any("virtual" in p.message for p in problems)
+    assert not _legality(dict(NEMOTRON_H_8B, pipeline_model_parallel_size=4))
     _, _, problems, _ = resolve_all(dict(NEMOTRON_H_8B, spec=["x.hybrid_mamba_mla_layer_specs", "kda_stack"]), NODE)
     assert [p.path for p in problems] == ["spec"] and "Kimi delta attention" in problems[0].message
 
