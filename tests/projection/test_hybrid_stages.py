@@ -47,3 +47,19 @@ def test_stage_parameters_in_the_projection_and_the_memory_model_agree_with_the_
     assert per_rank == stage_params(MODEL, ex)
     ctx = stage_context(MODEL, ex, None)
     assert tuple(int(rank_profile(ctx, r).total_params) for r in range(4)) == stage_params(MODEL, ex)
+
+
+def test_the_batch_evaluator_prices_hybrid_layers_as_evaluate_does():
+    from primus_ext.hardware import load_system
+    from primus_ext.projection.evaluate import evaluate
+    from primus_ext.projection.evaluate_batch import evaluate_many
+
+    system = load_system("h100", 1)
+    base = dict(seq_length=2048, global_batch_size=64)
+    executions = [ExecutionSpec(**base, data_parallel_size=8, expert_model_parallel_size=8),
+                  ExecutionSpec(**base, data_parallel_size=2, tensor_model_parallel_size=2,
+                                pipeline_model_parallel_size=2)]
+    batch = evaluate_many(MODEL, executions, system)
+    for i, ex in enumerate(executions):
+        assert batch.problems[i] is None
+        assert batch.tokens_per_s_per_gpu[i] == pytest.approx(evaluate(MODEL, ex, system).tokens_per_s_per_gpu)
