@@ -124,3 +124,24 @@ def test_mamba_kind_answers_every_hook():
         # zxbcdt: T x in_proj width (84 / 2 per rank) in bf16
         assert saved["mamba_zxbcdt"] == 2 * 4096 * 42
     assert kind.comm(shape, True).pairs == (("mamba", "tp"),)
+
+
+def test_model_flops_of_attention_plus_mlp_layers_equal_a_gpt_layer():
+    """``*-`` twice holds what two GPT layers hold: the same model FLOPs; an ``M`` adds its mixer's."""
+    from dataclasses import replace
+
+    from primus_ext.model.flops import flops_breakdown
+    from primus_ext.specs import ModelSpec
+
+    gpt = ModelSpec(num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4, num_query_groups=2,
+                    kv_channels=64, vocab_size=1000)
+    hybrid = replace(gpt, num_layers=4, hybrid_layer_pattern="*-*-")
+    assert flops_breakdown(hybrid, 512).total == pytest.approx(flops_breakdown(gpt, 512).total)
+    mamba = replace(hybrid, num_layers=5, hybrid_layer_pattern="M*-*-", mamba_num_heads=8, mamba_head_dim=64,
+                    mamba_num_groups=2, mamba_state_dim=16)
+    shape = RankShape(kind="mamba", arch=LayerArch(hidden_size=256, num_attention_heads=4, num_query_groups=2,
+                                                   kv_channels=64, ffn_hidden_size=1024, mamba_num_heads=8,
+                                                   mamba_head_dim=64, mamba_num_groups=2, mamba_state_dim=16,
+                                                   mamba_d_conv=4, mamba_chunk_size=128), seq_length=512)
+    per_token = 3 * Hy.layer_flops(shape) / 512  # forward + backward (2x) per token
+    assert flops_breakdown(mamba, 512).mamba == pytest.approx(per_token)
