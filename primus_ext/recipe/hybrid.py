@@ -18,6 +18,8 @@ from primus_ext.errors import Problem
 from primus_ext.recipe.args import ArgReader
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
+HYBRID_MODEL_TYPE = "mamba"
+"""The Primus ``model_type`` that builds megatron-core's ``MambaModel`` (Primus models/megatron/mamba_base.yaml)."""
 HYBRID_KEYS = ("is_hybrid_model", "hybrid_override_pattern", "hybrid_attention_ratio", "hybrid_mlp_ratio",
                "mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
 """The Megatron arguments this module reads (megatron-core TransformerConfig / MambaModel names)."""

@@ -23,7 +23,7 @@ from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip
 from primus_ext.recipe.graphs import cuda_graph_mode
-from primus_ext.recipe.hybrid import HYBRID_KEYS, hybrid_model, hybrid_problems, spec_problems
+from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
 from primus_ext.recipe.key_effects import architecture_problems, renamed_problems, unmodelled_keys, unmodelled_warning
 from primus_ext.recipe.launch import launch_spec
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
@@ -440,7 +440,7 @@ def resolve_all(
     reader = ArgReader(args, problems, primus=primus)
     model = resolve_model(reader, name=name)
     refused = architecture_problems(args)
-    if args.get("model_type") == "mamba":
+    if args.get("model_type") == HYBRID_MODEL_TYPE:
         refused = refused or spec_problems(args)
         model = model if refused else hybrid_model(reader, model)
     execution = resolve_execution(reader, model, system, environ)
