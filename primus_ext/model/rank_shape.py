@@ -337,16 +337,18 @@ def rank_shapes(
 
 
 def _hybrid_shapes(model: ModelSpec, execution: ExecutionSpec, common: dict) -> dict[LayerKind, RankShape]:
-    """A hybrid model's kinds, one per layer symbol present (``model.hybrid.SYMBOL_KINDS``), + the edges. Nothing
-    recomputes: megatron-core's ``MambaStack`` has no activation-checkpointing path (recipe validation refuses)."""
-    from primus_ext.model.hybrid import MOE, SYMBOL_KINDS
+    """A hybrid model's kinds, one per layer symbol present (``model.hybrid.SYMBOL_KINDS``), + the edges. Full
+    recompute does not apply (megatron-core's ``MambaStack`` has no layer-checkpointing path); selective recompute
+    does, inside the attention / MLP / MoE layers (their kinds' ``saved_selective``), not in a Mamba layer."""
+    from primus_ext.model.hybrid import MAMBA, MOE, SYMBOL_KINDS
 
     plain = dict(common, recompute="none", recompute_modules=(), selective_ac="modules")
+    inner = dict(common, selective_ac="modules") if common["recompute"] == "selective" else plain
     shapes: dict[LayerKind, RankShape] = {}
     for symbol in sorted(set(model.hybrid_layer_pattern), key="M*-E".index):
         kind = SYMBOL_KINDS[symbol]
-        arch = _mamba_arch(model) if symbol == "M" else _layer_arch(model, moe=symbol == MOE)
-        shapes[kind] = RankShape(kind=kind, arch=arch, **plain)  # type: ignore[arg-type]
+        arch = _mamba_arch(model) if symbol == MAMBA else _layer_arch(model, moe=symbol == MOE)
+        shapes[kind] = RankShape(kind=kind, arch=arch, **(plain if symbol == MAMBA else inner))  # type: ignore
     vocab = model.padded_vocab_size(execution.tp)
     edge = dict(plain, attention_kernel="fused")
     shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)

@@ -135,7 +135,7 @@ def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
     if found is None:
         mtp = "moe" if ctx.model.is_moe else "dense"
         keys = (("dense", False), ("dense", True), ("moe", False), ("moe", True), (mtp, False), ("output", False),
-                ("embedding", False), ("output", False), *((kind, False) for kind in HYBRID_KINDS))
+                ("embedding", False), ("output", False), *((k, (k, True) in layers) for k in HYBRID_KINDS))
         found = np.zeros((KINDS, len(FIELDS)))
         for row, key_ in enumerate(keys):
             layer = layers.get(key_)

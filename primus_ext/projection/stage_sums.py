@@ -100,7 +100,8 @@ def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) 
     n_dk, n_dr, n_mk, n_mr, mtp, emb, out, *hybrid = chunk
     items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
              (("moe", True), n_mr, True)]
-    items += [((kind, False), n, True) for kind, n in zip(HYBRID_KINDS, hybrid, strict=True)]
+    # a hybrid kind's recomputed variant is its selective-recompute one (or the plain one: ``evaluate._layers``)
+    items += [((kind, (kind, True) in layers), n, True) for kind, n in zip(HYBRID_KINDS, hybrid, strict=True)]
     if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
         items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
     if emb:

@@ -127,7 +127,4 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
     if execution.recompute_granularity == "full":
         warnings.append("recompute_granularity full: megatron-core's MambaStack has no layer-checkpointing path "
                         "(TransformerBlock's _checkpointed_forward); projected without recompute")
-    elif execution.recompute_granularity == "selective":
-        warnings.append("selective recompute inside a hybrid stack's attention / MoE layers is not priced for "
-                        "hybrid models; projected without recompute (more activation memory, less backward time)")
     return problems, warnings

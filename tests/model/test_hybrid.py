@@ -145,3 +145,26 @@ def test_model_flops_of_attention_plus_mlp_layers_equal_a_gpt_layer():
                                                    mamba_d_conv=4, mamba_chunk_size=128), seq_length=512)
     per_token = 3 * Hy.layer_flops(shape) / 512  # forward + backward (2x) per token
     assert flops_breakdown(mamba, 512).mamba == pytest.approx(per_token)
+
+
+@pytest.mark.parametrize("name", ["hybrid_attention", "hybrid_mlp", "hybrid_moe"])
+def test_hybrid_half_kinds_answer_every_hook(name):
+    from dataclasses import replace
+
+    from primus_ext.hardware import load_gpu
+    from primus_ext.model.memory.activations import LOCAL, TE
+    from primus_ext.model.roofline import _Parts
+
+    arch = replace(ARCH, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=64) if name == "hybrid_moe" else ARCH
+    shape = RankShape(kind=name, arch=arch, seq_length=256, tp=2, sequence_parallel=True, recompute="selective",
+                      recompute_modules=("core_attn", "layernorm", "mlp", "moe"))
+    kind = get_kind(name)
+    assert kind.params(shape) > 0 and kind.fwd_flops_estimate(shape) > 0
+    parts = _Parts({}, {}, {})
+    kind.roofline(parts, shape, load_gpu("h100"))
+    assert parts.fwd and all(v >= 0 for v in parts.fwd.values())
+    for impl in (TE, LOCAL):
+        saved = kind.saved(shape, impl)
+        assert sum(kind.saved_selective(shape, impl, dict(saved)).values()) < sum(saved.values())
+    comm = kind.comm(shape, True)
+    assert {part for part, _ in comm.pairs} <= comm.parts and comm.ep == (name == "hybrid_moe")

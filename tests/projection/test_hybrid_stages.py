@@ -63,3 +63,23 @@ def test_the_batch_evaluator_prices_hybrid_layers_as_evaluate_does():
     for i, ex in enumerate(executions):
         assert batch.problems[i] is None
         assert batch.tokens_per_s_per_gpu[i] == pytest.approx(evaluate(MODEL, ex, system).tokens_per_s_per_gpu)
+
+
+def test_selective_recompute_applies_inside_the_hybrid_layers():
+    """core_attn / moe / layernorm recompute run inside ``TransformerLayer`` / ``MoELayer``, which a ``MambaStack``
+    holds too: less activation memory, more backward time; full recompute is not a MambaStack path (no change)."""
+    from primus_ext.hardware import load_system
+    from primus_ext.model.memory import estimate_memory
+    from primus_ext.projection.evaluate import evaluate
+
+    system = load_system("h100", 1)
+    base = ExecutionSpec(seq_length=4096, global_batch_size=64, data_parallel_size=8, expert_model_parallel_size=8)
+    selective = ExecutionSpec(**{**base.__dict__, "recompute_granularity": "selective",
+                                 "recompute_modules": ("moe", "core_attn", "layernorm")})
+    full = ExecutionSpec(**{**base.__dict__, "recompute_granularity": "full", "recompute_method": "uniform",
+                            "recompute_num_layers": 1})
+    act = {name: estimate_memory(MODEL, ex, system).stages[0].activations_bytes
+           for name, ex in (("none", base), ("selective", selective), ("full", full))}
+    assert act["selective"] < act["none"] == act["full"]
+    step = {name: evaluate(MODEL, ex, system).step_time_s for name, ex in (("none", base), ("selective", selective))}
+    assert step["selective"] > step["none"]

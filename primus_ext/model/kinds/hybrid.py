@@ -6,8 +6,9 @@
 * ``hybrid_moe`` (``E``): ``MoETransformerLayer`` with pre-MLP norm + MoE block, no attention.
 
 A ``*`` and a ``-`` together hold and cost what one ``dense`` layer does (likewise ``*`` + ``E`` and ``moe``):
-the formulas are the decoder kinds', split at the pre-MLP norm. None is recomputable: ``MambaStack`` has no
-activation-checkpointing path (ssm/mamba_block.py@0.16.1).
+the formulas are the decoder kinds', split at the pre-MLP norm. Selective recompute applies (``recomputable``):
+its modules are checkpointed inside ``TransformerLayer`` / ``MoELayer`` themselves; full recompute does not:
+``MambaStack`` has no layer-checkpointing path (ssm/mamba_block.py@0.16.1), so ``rank_shape`` never asks for it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ def _norm(shape) -> int:
     return P.norm_params(shape.arch, shape.arch.hidden_size)
 
 
+def _residual(shape) -> float:
+    """A checkpoint's input: the residual stream (``activations.selective_decoder``)."""
+    sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
+    return A.element_bytes(shape.precision) * shape.tokens / sp * shape.arch.hidden_size
+
+
+def _modules(shape) -> set[str]:
+    return set(shape.recompute_modules or ("core_attn",))
+
+
 def _pre_mlp_saved(shape, impl, *, fp8_input: bool) -> dict[str, float]:
     """The pre-MLP norm's saved bytes (``activations.decoder_saved``'s last two parts)."""
     parts = A.decoder_saved(shape, impl, mlp_input_fp8=fp8_input)
@@ -45,6 +56,7 @@ class HybridAttentionKind(Kind):
 
     name = "hybrid_attention"
     decoder_layer = True
+    recomputable = True
     attention = True
     layer_graph = True
 
@@ -67,8 +79,12 @@ class HybridAttentionKind(Kind):
         del parts["pre_mlp_norm"], parts["pre_mlp_norm_out"]
         return parts
 
+    def saved_selective(self, shape, impl, parts):
+        A.selective_decoder(shape, impl, parts, mlp_norm_separate=False)  # no MLP half
+        return parts
+
     def comm(self, shape, sequence_parallel) -> KindComm:
-        return KindComm(pairs=(("attn", "tp"),))
+        return KindComm(pairs=(("attn", "tp"),), parts=frozenset(("attn", "cp")))
 
 
 class HybridMLPKind(Kind):
@@ -76,6 +92,7 @@ class HybridMLPKind(Kind):
 
     name = "hybrid_mlp"
     decoder_layer = True
+    recomputable = True
     layer_graph = True
 
     def params(self, shape, *, impl="te") -> int:
@@ -93,8 +110,19 @@ class HybridMLPKind(Kind):
         parts.update(A.dense_mlp_saved(shape, impl))
         return parts
 
+    def saved_selective(self, shape, impl, parts):
+        # as the dense kind's MLP half: TE fuses the pre-MLP norm into fc1, the local spec keeps it separate
+        modules, separate = _modules(shape), not impl.fused_input_norm
+        if "layernorm" in modules and separate:
+            parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = _residual(shape), 0.0
+        if "mlp" in modules:
+            parts["mlp_act"] = parts["mlp_fc2_in"] = 0.0
+            if not separate:  # TE: the checkpoint starts at the fused norm's input
+                parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = _residual(shape), 0.0
+        return parts
+
     def comm(self, shape, sequence_parallel) -> KindComm:
-        return KindComm(pairs=(("mlp", "tp"),))
+        return KindComm(pairs=(("mlp", "tp"),), parts=frozenset(("mlp",)))
 
 
 class HybridMoEKind(MoEKind):
@@ -102,7 +130,6 @@ class HybridMoEKind(MoEKind):
     split, router and host-sync overhead)."""
 
     name = "hybrid_moe"
-    recomputable = False
     attention = False
     lora_adapters = False
 
@@ -124,11 +151,23 @@ class HybridMoEKind(MoEKind):
         return parts
 
     def saved_selective(self, shape, impl, parts):
+        # the MoE layer's pre-MLP norm is a module of its own in both specs; the MoE modules as the moe kind's
+        modules = _modules(shape)
+        if "layernorm" in modules:
+            parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = _residual(shape), 0.0
+        if "moe" in modules:
+            for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
+                parts[name] = 0.0
+        if "moe_act" in modules:
+            parts["experts_fc2_in"] = 0.0
+        if "shared_experts" in modules:
+            parts["shared_experts"] = 0.0
         return parts
 
     def comm(self, shape, sequence_parallel) -> KindComm:
         full = super().comm(shape, sequence_parallel)
-        return KindComm(pairs=tuple(p for p in full.pairs if p[0] != "attn"), ep=True)
+        return KindComm(pairs=tuple(p for p in full.pairs if p[0] != "attn"), parts=full.parts - {"attn", "cp"},
+                        ep=True)
 
 
 HYBRID_ATTENTION = register(HybridAttentionKind())

@@ -297,8 +297,8 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
             total -= sum(c * t.act_selected for c, t in offloaded)
             total += max(t.act_selected for _, t in offloaded)
     for count, kind in zip(comp.hybrid, HYBRID_KINDS, strict=False):
-        if count:  # nothing recomputes in a MambaStack: every layer keeps what it saves
-            total += count * ctx.terms[kind].act_none
+        if count:  # no full recompute in a MambaStack; selective inside its attention / MLP / MoE layers
+            total += count * ctx.terms[kind].act_selected
     if comp.output:
         total += ctx.terms["output"].act_none
     if comp.mtp and mtp_kind:
