@@ -145,7 +145,7 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
 NEMOTRON_H_VOCAB = 131072
 """The Nemotron-H tokenizer's vocabulary: ``--padded-vocab-size 131072`` in Megatron-LM
 examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-Nano-9B-v2.sh @d98e8a64 (Nemotron-3-Nano's row
-states none; with it the model holds 31.58e9 parameters, the "31.6B total" NVIDIA publishes for it)."""
+states none; with it the model holds 31.58e9 parameters, the "30B-A3B" of its name)."""
 
 
 def _hybrid_pattern(notes: str) -> str | None:
