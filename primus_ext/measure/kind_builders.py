@@ -153,6 +153,42 @@ def _build_decoder(ctx: _BuildContext) -> _Built:
     return module, make_inputs, targets, extra, config.num_layers
 
 
+def _half_spec(spec, keep: str):
+    """A GPT layer spec cut to the half a hybrid stack's layer holds (``mamba_stack_spec``): ``attention``
+    (input norm + self-attention) or ``mlp`` (pre-MLP norm + MLP / MoE); the other half's modules are
+    megatron-core's identities, as the hybrid spec leaves them."""
+    from megatron.core.transformer.identity_op import IdentityFuncOp, IdentityOp
+
+    sub = spec.submodules
+    if keep == "attention":
+        sub.pre_mlp_layernorm, sub.mlp, sub.mlp_bda = IdentityOp, IdentityOp, IdentityFuncOp
+    else:
+        sub.input_layernorm, sub.self_attention, sub.self_attn_bda = IdentityOp, IdentityOp, IdentityFuncOp
+    return spec
+
+
+def _build_half(ctx: _BuildContext) -> _Built:
+    """``hybrid_attention`` / ``hybrid_mlp`` / ``hybrid_moe``: one hybrid-stack ``TransformerLayer`` half."""
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.transformer_block import TransformerBlock
+
+    shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
+    keep = BUILDERS[shape.kind].half
+    spec = _half_spec(_layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa), keep)
+    module = TransformerBlock(config, spec, post_layer_norm=False)
+    rope = None
+    if keep == "attention" and not a.multi_latent_attention:
+        rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(shape.local_seq).to(dev)
+    extra = sum(_extra_expert_params(layer, shape, ctx.distributed) for layer in module.layers)
+
+    def make_inputs() -> dict[str, torch.Tensor | None]:
+        x = torch.randn(shape.local_seq // ctx.sp_split, shape.micro_batch_size, a.hidden_size, device=dev,
+                        dtype=ctx.dtype)
+        return {"hidden_states": x.requires_grad_(True), "attention_mask": _causal_mask(shape.local_seq, dev),
+                "rotary_pos_emb": rope}
+    return module, make_inputs, (), extra, config.num_layers
+
+
 def _build_embedding(ctx: _BuildContext) -> _Built:
     """``embedding``: ``LanguageModelEmbedding`` (rope: no position table)."""
     from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
@@ -182,6 +218,65 @@ def _build_output(ctx: _BuildContext) -> _Built:
     return module, make_inputs, (), 0, 1
 
 
+def _local_norm(config) -> type:
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from primus_ext.measure.shims import SPTorchNorm
+
+    return SPTorchNorm if config.sequence_parallel else WrappedTorchNorm
+
+
+def mamba_layer_spec(config, *, use_te: bool, d_conv: int = 4, chunk_size: int = 128):
+    """megatron-core's ``mamba_stack_spec`` ``mamba_layer`` (models/mamba/mamba_layer_specs.py@0.16.1): TE fuses the
+    norm into ``in_proj`` (``TELayerNormColumnParallelLinear``); the local form keeps it as the layer's ``norm``
+    in front of a ``ColumnParallelLinear`` (same parameters). Call after ``mamba_stubs.mamba_modules()``."""
+    from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+    from megatron.core.ssm.mamba_layer import MambaLayer, MambaLayerSubmodules
+    from megatron.core.ssm.mamba_mixer import MambaMixer, MambaMixerSubmodules
+    from megatron.core.transformer.identity_op import IdentityOp
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    if use_te:
+        from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear, TERowParallelLinear
+
+        in_proj, out_proj, norm = TELayerNormColumnParallelLinear, TERowParallelLinear, IdentityOp
+    else:
+        from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+
+        in_proj, out_proj, norm = ColumnParallelLinear, RowParallelLinear, _local_norm(config)
+    mixer = ModuleSpec(module=MambaMixer, params={"d_conv": d_conv, "chunk_size": chunk_size},
+                       submodules=MambaMixerSubmodules(in_proj=in_proj, out_proj=out_proj))
+    return ModuleSpec(module=MambaLayer, submodules=MambaLayerSubmodules(
+        norm=norm, mixer=mixer, mamba_bda=get_bias_dropout_add))
+
+
+def _build_mamba(ctx: _BuildContext) -> _Built:
+    """``mamba``: one megatron-core ``MambaLayer`` at per-rank sizes (heads and groups / TP in a one-rank world).
+    Without mamba_ssm / causal_conv1d (a CPU) it builds with its real parameters and its forward raises
+    ``NotImplementedError``: the measurement falls back to the analytic cost (``mamba_stubs``)."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer.spec_utils import build_module
+
+    from primus_ext.measure.mamba_stubs import mamba_modules
+
+    mamba_modules()
+    shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
+    split = 1 if ctx.distributed else shape.tp
+    config.mamba_num_heads = a.mamba_num_heads // split
+    config.mamba_head_dim = a.mamba_head_dim
+    config.mamba_num_groups = a.mamba_num_groups // split
+    config.mamba_state_dim = a.mamba_state_dim
+    spec = mamba_layer_spec(config, use_te=ctx.use_te, d_conv=a.mamba_d_conv, chunk_size=a.mamba_chunk_size)
+    groups = ProcessGroupCollection.use_mpu_process_groups()
+    module = build_module(spec, config=config, layer_number=1, pg_collection=groups)
+
+    def make_inputs() -> dict[str, torch.Tensor | None]:
+        x = torch.randn(shape.local_seq // ctx.sp_split, shape.micro_batch_size, a.hidden_size, device=dev,
+                        dtype=ctx.dtype)
+        return {"hidden_states": x.requires_grad_(True)}
+    return module, make_inputs, (), 0, 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class KindBuilder:
     """How ``build_layer`` builds one layer kind (torch-side, so kept here rather than on ``model.kinds.Kind``)."""
@@ -189,6 +284,8 @@ class KindBuilder:
     build: Callable[[_BuildContext], _Built]
     experts: bool = False
     """Built with routed experts: the MoE config keys, the expert groups, the ``moe`` recompute modules."""
+    half: str = ""
+    """A hybrid stack's half layer: ``attention`` or ``mlp`` kept (``_build_half``)."""
 
 
 BUILDERS: dict[str, KindBuilder] = {
@@ -196,6 +293,10 @@ BUILDERS: dict[str, KindBuilder] = {
     "moe": KindBuilder(build=_build_decoder, experts=True),
     "embedding": KindBuilder(build=_build_embedding),
     "output": KindBuilder(build=_build_output),
+    "mamba": KindBuilder(build=_build_mamba),
+    "hybrid_attention": KindBuilder(build=_build_half, half="attention"),
+    "hybrid_mlp": KindBuilder(build=_build_half, half="mlp"),
+    "hybrid_moe": KindBuilder(build=_build_half, experts=True, half="mlp"),
 }
 """Registry name (``primus_ext.model.kinds.known_kinds()``) -> its builder. A new kind adds its entry here."""
 

@@ -47,10 +47,12 @@ class FlopsBreakdown:
     mlp: float
     logits: float
     mtp_extra: float = 0.0
+    mamba: float = 0.0
+    """A hybrid model's Mamba-2 mixers (projections, conv1d, SSD scan: ``model.hybrid.layer_flops``)."""
 
     @property
     def total(self) -> float:
-        return self.attention_linear + self.attention_core + self.mlp + self.logits + self.mtp_extra
+        return self.attention_linear + self.attention_core + self.mlp + self.logits + self.mtp_extra + self.mamba
 
 
 def attention_linear_macs(model: ModelSpec) -> float:
@@ -105,6 +107,8 @@ def flops_breakdown(model: ModelSpec, seq_length: int, *, causal: bool = True,
     as model FLOPs count the model's GEMMs only."""
     scale = (FROZEN_WEIGHT_PASSES if frozen_weights else PASSES_FWD_BWD) * FLOPS_PER_MAC
     core_scale = PASSES_FWD_BWD * FLOPS_PER_MAC
+    if model.hybrid_layer_pattern:
+        return _hybrid_breakdown(model, seq_length, scale, core_scale, causal)
     n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
     mtp = model.mtp_num_layers
     per_layer_attn = attention_linear_macs(model)
@@ -119,6 +123,30 @@ def flops_breakdown(model: ModelSpec, seq_length: int, *, causal: bool = True,
         logits=scale * logits_macs(model) * (1 + mtp),
         mtp_extra=scale * mtp_extra,
     )
+
+
+def _hybrid_breakdown(model: ModelSpec, seq_length: int, scale: float, core_scale: float,
+                      causal: bool) -> FlopsBreakdown:
+    """A hybrid model: attention on its ``*`` layers, a dense MLP on ``-``, an MoE block on ``E``, a Mamba-2
+    mixer on ``M`` (megatron-core's own ``hybrid_flops``, megatron/training/training.py@core_v0.16.1, counts the
+    mixer's projections the same way but its scan as ``7 * d_in * N`` per token; here the SSD algorithm's chunk
+    matmuls and the conv1d, ``model.hybrid``)."""
+    from primus_ext.model.hybrid import layer_flops
+    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.specs import ExecutionSpec
+
+    pattern = model.hybrid_layer_pattern
+    n_attn, n_mamba = pattern.count("*"), pattern.count("M")
+    mamba = 0.0
+    if n_mamba:
+        shape = rank_shapes(model, ExecutionSpec(seq_length=seq_length))["mamba"]
+        mamba = scale * n_mamba * layer_flops(shape) / FLOPS_PER_MAC / shape.tokens
+    moe = moe_mlp_macs(model) if pattern.count("E") else 0.0
+    return FlopsBreakdown(
+        attention_linear=scale * attention_linear_macs(model) * n_attn,
+        attention_core=core_scale * attention_core_macs(model, seq_length, causal=causal) * n_attn,
+        mlp=scale * (pattern.count("-") * dense_mlp_macs(model) + pattern.count("E") * moe),
+        logits=scale * logits_macs(model), mamba=mamba)
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int, *, causal: bool = True,

@@ -19,7 +19,7 @@ from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp8Recipe
 from primus_ext.specs.model import GATED_ACTIVATIONS
 
-LayerKind = Literal["dense", "moe", "embedding", "output"]
+LayerKind = Literal["dense", "moe", "embedding", "output", "mamba", "hybrid_attention", "hybrid_mlp", "hybrid_moe"]
 Recompute = Literal["none", "selective", "full"]
 
 DEFAULT_MOE_IMBALANCE = 1.0
@@ -63,6 +63,18 @@ class LayerArch:
     """Groups a token may route to (``ModelSpec.moe_router_group_topk``); 0 = unrestricted."""
     vocab_size: int = 0
     """Padded vocabulary (embedding / output kinds only)."""
+    mamba_num_heads: int = 0
+    """Mamba-2 mixer heads H (resolved: ``model.hybrid.mamba_num_heads``); 0 for every other kind."""
+    mamba_head_dim: int = 0
+    """Channels per Mamba head P (d_inner = H * P)."""
+    mamba_num_groups: int = 0
+    """B / C groups G (heads share a group's B and C)."""
+    mamba_state_dim: int = 0
+    """SSM state width N."""
+    mamba_d_conv: int = 0
+    """Causal conv1d taps K."""
+    mamba_chunk_size: int = 0
+    """SSD chunk length Q."""
 
     @property
     def gated(self) -> bool:
@@ -70,7 +82,8 @@ class LayerArch:
         return self.activation in GATED_ACTIVATIONS
 
 
-_KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate")
+_KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate", "mamba_num_heads",
+                      "mamba_head_dim", "mamba_num_groups", "mamba_state_dim", "mamba_d_conv", "mamba_chunk_size")
 """``LayerArch`` fields left out of ``RankShape.key()`` while 0 (added after timing stores existed)."""
 
 
@@ -230,6 +243,8 @@ class RankShape:
             q_lora_rank=shrink(a.q_lora_rank, 64) if a.q_lora_rank else a.q_lora_rank,
             kv_lora_rank=shrink(a.kv_lora_rank, 64),
             vocab_size=shrink(a.vocab_size, 128 * self.tp),
+            # Mamba heads in multiples of the groups (themselves a multiple of TP): megatron-core's splits hold
+            mamba_num_heads=shrink(a.mamba_num_heads, max(1, a.mamba_num_groups)),
         )
         seq = shrink(self.seq_length, 2 * self.cp * 64)
         return replace(self, arch=arch, seq_length=seq)
@@ -266,6 +281,15 @@ def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
     )
 
 
+def _mamba_arch(model: ModelSpec) -> LayerArch:
+    """A Mamba layer's arch: the model's, with the mixer's sizes (``model.hybrid`` defaults for K and Q)."""
+    from primus_ext.model.hybrid import MAMBA_CHUNK_SIZE, MAMBA_D_CONV
+
+    return replace(_layer_arch(model, moe=False), mamba_num_heads=model.mamba_num_heads,
+                   mamba_head_dim=model.mamba_head_dim, mamba_num_groups=model.mamba_num_groups,
+                   mamba_state_dim=model.mamba_state_dim, mamba_d_conv=MAMBA_D_CONV, mamba_chunk_size=MAMBA_CHUNK_SIZE)
+
+
 def recompute_of(execution: ExecutionSpec) -> Recompute:
     return execution.recompute_granularity or "none"
 
@@ -299,12 +323,34 @@ def rank_shapes(
         lora_targets=execution.lora_targets if execution.lora_rank else (),
     )
     shapes: dict[LayerKind, RankShape] = {}
+    if model.hybrid_layer_pattern:
+        return _hybrid_shapes(model, execution, common)
     if model.num_dense_layers:
         shapes["dense"] = RankShape(kind="dense", arch=_layer_arch(model, moe=False), **common)
     if model.num_moe_layers:
         shapes["moe"] = RankShape(kind="moe", arch=_layer_arch(model, moe=True), **common)
     vocab = model.padded_vocab_size(execution.tp)
     edge = dict(common, recompute="none", recompute_modules=(), selective_ac="modules", attention_kernel="fused")
+    shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
+    shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
+    return shapes
+
+
+def _hybrid_shapes(model: ModelSpec, execution: ExecutionSpec, common: dict) -> dict[LayerKind, RankShape]:
+    """A hybrid model's kinds, one per layer symbol present (``model.hybrid.SYMBOL_KINDS``), + the edges. Full
+    recompute does not apply (megatron-core's ``MambaStack`` has no layer-checkpointing path); selective recompute
+    does, inside the attention / MLP / MoE layers (their kinds' ``saved_selective``), not in a Mamba layer."""
+    from primus_ext.model.hybrid import MAMBA, MOE, SYMBOL_KINDS
+
+    plain = dict(common, recompute="none", recompute_modules=(), selective_ac="modules")
+    inner = dict(common, selective_ac="modules") if common["recompute"] == "selective" else plain
+    shapes: dict[LayerKind, RankShape] = {}
+    for symbol in sorted(set(model.hybrid_layer_pattern), key="M*-E".index):
+        kind = SYMBOL_KINDS[symbol]
+        arch = _mamba_arch(model) if symbol == MAMBA else _layer_arch(model, moe=symbol == MOE)
+        shapes[kind] = RankShape(kind=kind, arch=arch, **(plain if symbol == MAMBA else inner))  # type: ignore
+    vocab = model.padded_vocab_size(execution.tp)
+    edge = dict(plain, attention_kernel="fused")
     shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
     return shapes

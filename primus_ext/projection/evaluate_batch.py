@@ -36,6 +36,7 @@ import numpy as np
 from primus_ext.errors import PrimusExtError
 from primus_ext.model.collectives import p2p_time
 from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.hybrid import HYBRID_KINDS
 from primus_ext.model.pipeline import simulate_many, unpaired_counts
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.placement import group_placements
@@ -66,9 +67,9 @@ FIELDS = ("fwd", "bwd", "compute", "recompute", "dense", "experts", "passes", "l
           *(f"{part}_{kind}" for kind in LAYER_COMM_KINDS for part in ("total", "exposed", "has")))
 """Per-micro-batch values summed over a chunk's layers (``stage_sums._chunk``'s sums)."""
 _F = {name: k for k, name in enumerate(FIELDS)}
-KINDS = 8
+KINDS = 8 + len(HYBRID_KINDS)
 """Layer kinds of a chunk: dense kept / recomputed, MoE kept / recomputed, MTP layer, MTP's output head
-(shared parameters: none of its own), embedding, output."""
+(shared parameters: none of its own), embedding, output, then a hybrid model's ``HYBRID_KINDS``."""
 
 PARTS = ("compute_s", "bubble_s", "optimizer_s", "recompute_s", "overhead_s",
          *(f"{part}_{kind}_s" for kind in (*LAYER_COMM_KINDS, "pp", "dp_grad", "dp_param")
@@ -134,7 +135,7 @@ def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
     if found is None:
         mtp = "moe" if ctx.model.is_moe else "dense"
         keys = (("dense", False), ("dense", True), ("moe", False), ("moe", True), (mtp, False), ("output", False),
-                ("embedding", False), ("output", False))
+                ("embedding", False), ("output", False), *((k, (k, True) in layers) for k in HYBRID_KINDS))
         found = np.zeros((KINDS, len(FIELDS)))
         for row, key_ in enumerate(keys):
             layer = layers.get(key_)
@@ -147,7 +148,7 @@ def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
             if row != 5:  # the MTP head shares the output layer's parameters
                 out[_F["dense"]], out[_F["experts"]] = layer.dense_params, layer.expert_params
             out[_F["passes"]] = 2 * layer.launched
-            out[_F["layers"]] = row < 5
+            out[_F["layers"]] = row < 5 or row >= 8
             for kind, total, exposed in layer.comm_items:
                 out[_F[f"total_{kind}"]] += total
                 out[_F[f"exposed_{kind}"]] += exposed
@@ -172,8 +173,8 @@ def _counts(ctx: _Context, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ..
     found = ctx.batch.get(key)
     if found is None:
         rows = [row for _, row in distinct]
-        found = ctx.batch[key] = (np.array([(dk, dr, mk, mr, mtp, mtp, emb, out)
-                                            for k in rank_rows for dk, dr, mk, mr, mtp, emb, out in rows[k]],
+        found = ctx.batch[key] = (np.array([(dk, dr, mk, mr, mtp, mtp, emb, out, *hybrid)
+                                            for k in rank_rows for dk, dr, mk, mr, mtp, emb, out, *hybrid in rows[k]],
                                            dtype=np.float64), rank_rows)
     return found
 

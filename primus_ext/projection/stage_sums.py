@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter
 
+from primus_ext.model.hybrid import HYBRID_KINDS
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.pipeline import ChunkTimes
 from primus_ext.model.stages import pipeline_plan
@@ -61,8 +62,10 @@ def _chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int,
 
 @lru_cache(maxsize=4096)
 def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Per rank, per chunk: (dense kept, dense recomputed, moe kept, moe recomputed, mtp, embedding, output)."""
+    """Per rank, per chunk: (dense kept, dense recomputed, moe kept, moe recomputed, mtp, embedding, output,
+    then the ``HYBRID_KINDS`` counts: a hybrid model's layers by symbol, none recomputed)."""
     pattern = model.moe_layer_pattern
+    hybrid = model.hybrid_layer_pattern
     granularity = ex.recompute_granularity
     block = granularity == "full" and ex.recompute_method == "block"
     chosen = frozenset(ex.recompute_layer_ids) if granularity == "full" else frozenset()  # Primus's per-layer ids
@@ -71,7 +74,11 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
         row = []
         for chunk in stage.chunks:
             counts = [0, 0, 0, 0]
+            kinds = [0, 0, 0, 0]
             for position, layer in enumerate(chunk.layers):
+                if hybrid:  # MambaStack: no recompute (recipe validation refuses it)
+                    kinds["M*-E".index(hybrid[layer])] += 1
+                    continue
                 moe = layer < len(pattern) and pattern[layer]
                 if granularity is None:
                     recomputed = False
@@ -82,7 +89,7 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
                 else:
                     recomputed = True
                 counts[2 * moe + recomputed] += 1
-            row.append((*counts, chunk.mtp_layers, chunk.embedding, chunk.output))
+            row.append((*counts, chunk.mtp_layers, chunk.embedding, chunk.output, *kinds))
         out.append(tuple(row))
     return tuple(out)
 
@@ -90,9 +97,11 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
 def _chunk(chunk: tuple, layers: dict[tuple[str, bool], _Layer], mtp_kind: str) -> tuple:
     """One model chunk's per-micro-batch sums: (fwd, bwd, compute, recompute, dense params, expert params,
     analytic passes, decoder layers, ((comm kind, total, exposed), ...), ChunkTimes)."""
-    n_dk, n_dr, n_mk, n_mr, mtp, emb, out = chunk
+    n_dk, n_dr, n_mk, n_mr, mtp, emb, out, *hybrid = chunk
     items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
              (("moe", True), n_mr, True)]
+    # a hybrid kind's recomputed variant is its selective-recompute one (or the plain one: ``evaluate._layers``)
+    items += [((kind, (kind, True) in layers), n, True) for kind, n in zip(HYBRID_KINDS, hybrid, strict=True)]
     if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
         items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
     if emb:

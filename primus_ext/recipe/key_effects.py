@@ -291,7 +291,7 @@ def unmodelled_warning(found: Mapping[str, str]) -> str:
 
 _MODEL_TYPES = {
     "gpt": None,
-    "mamba": "Mamba / hybrid Mamba models (model_type: mamba, megatron-core MambaModel) are not modelled",
+    "mamba": None,  # megatron-core MambaModel / mamba_stack_spec: recipe.hybrid (other specs refused there)
     "deepseek_v4": "DeepSeek-V4 (compressed sparse attention, hyper-connections, hash routing) is not modelled",
     "kimi_k3": "Kimi-K3 (block attention residuals, latent MoE, gated MLA output) is not modelled",
     "diffusion_model": "diffusion models (Flux and other DiT trainers) are not modelled",
@@ -313,11 +313,6 @@ def _positive(value: Any) -> bool:
 ArchitectureRule = tuple[str, Callable[[Any], bool], str]
 
 ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
-    ("is_hybrid_model", _set, "hybrid Mamba / attention models (is_hybrid_model) are not modelled"),
-    ("hybrid_override_pattern", _set, "hybrid layer patterns (hybrid_override_pattern: Mamba M, attention *, "
-                                      "MLP -, MoE E) are not modelled"),
-    ("hybrid_attention_ratio", _positive, "hybrid Mamba models (hybrid_attention_ratio) are not modelled"),
-    ("hybrid_mlp_ratio", _positive, "hybrid Mamba models (hybrid_mlp_ratio) are not modelled"),
     ("experimental_attention_variant", _set, "experimental attention variants (gated delta net / linear "
                                              "attention, DeepSeek sparse attention) are not modelled"),
     ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) are not modelled"),
@@ -330,14 +325,14 @@ ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
     ("num_hash_layers", _positive, "hash-routed MoE layers (num_hash_layers) are not modelled"),
     ("use_legacy_models", _set, "legacy (non-megatron-core) models are not modelled"),
     ("perform_rl_step", _set, "reinforcement-learning steps (generation + training) are not modelled"),
-    ("model_type", lambda v: v is not None and v != "gpt", ""),  # sentence from _MODEL_TYPES
+    ("model_type", lambda v: v is not None and v not in ("gpt", "mamba"), ""),  # sentence from _MODEL_TYPES
 )
 """(key, selects-the-family test on its value, sentence) for every architecture the projection refuses."""
 
 ARCHITECTURE_KEYS = frozenset(key for key, _, _ in ARCHITECTURE_RULES)
 
 _ARCHITECTURE_PARAM_WORDS = """
-mamba_d_conv mamba_expand mamba_head_dim mamba_num_groups mamba_num_heads mamba_state_dim
+mamba_d_conv mamba_expand
 disable_mamba_mem_eff_path use_mamba_mem_eff_path hybrid_attention_enabled
 linear_conv_kernel_dim linear_key_head_dim linear_num_key_heads linear_num_value_heads linear_value_head_dim
 kda_backend kda_chunk_size kda_gate_lower_bound kda_use_full_rank_gate use_short_conv conv_L_cache conv_bias
@@ -382,8 +377,9 @@ def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | 
                 _MODEL_TYPES["diffusion_model"] if str(value).startswith(DIFFUSION_PREFIXES)
                 else f"model_type {shown(value)} is not a GPT model: not modelled")
         problems.append(Problem(path=origins.get(key, key), value=value,
-                                message=f"{sentence}: primus-ext projects GPT-style megatron-core models only "
-                                        "(dense, MoE, MLA), so no figure is given for this recipe",
+                                message=f"{sentence}: primus-ext projects GPT-style megatron-core models (dense, MoE, "
+                                        "MLA) and megatron-core hybrid Mamba stacks only, so no figure is given "
+                                        "for this recipe",
                                 fix="project a GPT-style recipe; this architecture is not supported yet"))
     return problems
 

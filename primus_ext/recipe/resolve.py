@@ -23,6 +23,7 @@ from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip
 from primus_ext.recipe.graphs import cuda_graph_mode
+from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
 from primus_ext.recipe.key_effects import architecture_problems, renamed_problems, unmodelled_keys, unmodelled_warning
 from primus_ext.recipe.launch import launch_spec
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
@@ -66,7 +67,7 @@ _OTHER_READ = (
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
-    "use_turbo_deepep", "recompute_layer_ids", "lora", "stage",
+    "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", *HYBRID_KEYS,
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -463,13 +464,20 @@ def resolve_all(
     problems: list[Problem] = []
     reader = ArgReader(args, problems, primus=primus)
     model = resolve_model(reader, name=name)
-    execution = resolve_execution(reader, model, system, environ)
     refused = architecture_problems(args)
+    if args.get("model_type") == HYBRID_MODEL_TYPE:
+        refused = refused or spec_problems(args)
+        model = model if refused else hybrid_model(reader, model)
+    execution = resolve_execution(reader, model, system, environ)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
+    if model.hybrid_layer_pattern:  # its legality problems: recipe.validate.check (the tuner's rule set too)
+        reader.warnings.extend(hybrid_problems(model, execution)[1])
     problems += renamed_problems(args)
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
     found = unmodelled_keys(args)
+    if model.hybrid_layer_pattern:
+        found.pop("spec", None)  # megatron-core's (or Primus's copy of) mamba_stack_spec: what is projected
     warnings = [*reader.warnings, unmodelled_warning(found)] if found else reader.warnings
     return model, execution, unique, warnings
 

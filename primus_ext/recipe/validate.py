@@ -319,6 +319,10 @@ def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> lis
     _sharding(execution, out)
     _offloading(model, execution, out)
     out.extend(upstream_problems(model, execution, system))
+    if model.hybrid_layer_pattern:
+        from primus_ext.recipe.hybrid import hybrid_problems
+
+        out.extend(hybrid_problems(model, execution)[0])
     chunks = execution.pp * execution.vpp
     if chunks > model.num_layers + model.mtp_num_layers + 2:
         key = "virtual_pipeline_model_parallel_size" if execution.vpp > 1 else "pipeline_model_parallel_size"

@@ -91,6 +91,22 @@ class ModelSpec:
     mtp_num_layers: int = 0
     """Multi-token-prediction depth (DeepSeek-V3 uses 1)."""
 
+    # --- hybrid Mamba models (megatron-core MambaModel; ``primus_ext.model.hybrid``) ---------------------------
+    hybrid_layer_pattern: str = ""
+    """One symbol per decoder layer as megatron-core's ``allocate_layers`` resolves ``hybrid_override_pattern`` /
+    ``hybrid_attention_ratio`` / ``hybrid_mlp_ratio``: ``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` MoE.
+    Empty for a GPT model (every layer attention + MLP)."""
+    mamba_num_heads: int = 0
+    """Mamba-2 heads, resolved (megatron's ``None`` = 2 * hidden / ``mamba_head_dim``); 0 without Mamba layers."""
+    mamba_head_dim: int = 64
+    mamba_num_groups: int = 8
+    mamba_state_dim: int = 128
+    """TransformerConfig defaults (megatron-core 0.16.1 transformer_config.py ``mamba_*``)."""
+
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self.hybrid_layer_pattern)
+
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)

@@ -63,9 +63,11 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
     layers, hidden, heads = _int(row["num_layers"]), _int(row["hidden"]), _int(row["num_heads"])
     if not (layers and hidden and heads):
         return ArchRow(name=name, model=None, skipped_reason=f"architecture of {name} not given in model_archs.csv")
-    if "mamba" in notes.lower() or ("hybrid" in notes.lower() and "Nemotron" in name):
-        return ArchRow(name=name, model=None, skipped_reason=f"{name} is a hybrid Mamba model (not modelled)")
     assumptions: list[str] = []
+    hybrid = _hybrid_pattern(notes)
+    if hybrid is None and ("mamba" in notes.lower() or ("hybrid" in notes.lower() and "Nemotron" in name)):
+        return ArchRow(name=name, model=None, skipped_reason=f"{name} is a hybrid Mamba model whose layer pattern "
+                       "the notes do not give (`pattern M*-E...`)")
     ffn = _int(row["ffn_hidden"])
     if ffn is None:
         ffn = MEGATRON_GPT_FFN_MULT * hidden
@@ -77,6 +79,9 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
         if not mla:
             assumptions.append("MHA assumed (num_kv_heads not stated)")
     vocab = _int(row["vocab"])
+    if vocab is None and hybrid:
+        vocab = NEMOTRON_H_VOCAB
+        assumptions.append(f"vocab {NEMOTRON_H_VOCAB} (Nemotron-H tokenizer; not stated)")
     if vocab is None:
         return ArchRow(name=name, model=None, skipped_reason=f"vocabulary of {name} not given")
     experts = _int(row["num_experts"])
@@ -119,7 +124,8 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
         moe_router_topk=_int(row["topk"]) or 2,
         moe_ffn_hidden_size=_int(row["moe_ffn_hidden"]),
         moe_shared_expert_intermediate_size=shared or None,
-        moe_layer_pattern=tuple([False] * first_k + [True] * (layers - first_k)) if experts else (),
+        moe_layer_pattern=(tuple(c == "E" for c in hybrid) if hybrid else
+                           tuple([False] * first_k + [True] * (layers - first_k)) if experts else ()),
         moe_router_num_groups=num_groups,
         moe_router_group_topk=group_topk,
         multi_latent_attention=mla,
@@ -129,7 +135,51 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
         qk_pos_emb_head_dim=_note_int(notes, "qk_pos_emb_head_dim") or 64,
         v_head_dim=_note_int(notes, "v_head_dim") or 128,
     )
+    if hybrid:
+        model = _hybrid_model(model, hybrid, notes, assumptions)
+        if isinstance(model, str):
+            return ArchRow(name=name, model=None, skipped_reason=model)
     return ArchRow(name=name, model=model, assumptions=tuple(assumptions))
+
+
+NEMOTRON_H_VOCAB = 131072
+"""The Nemotron-H tokenizer's vocabulary: ``--padded-vocab-size 131072`` in Megatron-LM
+examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-Nano-9B-v2.sh @d98e8a64 (Nemotron-3-Nano's row
+states none; with it the model holds 31.58e9 parameters, the "30B-A3B" of its name)."""
+
+
+def _hybrid_pattern(notes: str) -> str | None:
+    """``"pattern MEMEM*E..."`` in the notes -> the hybrid layer pattern (megatron-core symbols M * - E)."""
+    match = re.search(r"pattern\s+([ME*\-]{2,})", notes)
+    return match.group(1) if match else None
+
+
+def _hybrid_model(model: ModelSpec, pattern: str, notes: str, assumptions: list[str]) -> ModelSpec | str:
+    """``model`` as a hybrid Mamba model (``model.hybrid``), or why it cannot be one."""
+    from dataclasses import replace
+
+    from primus_ext.model.hybrid import (
+        MAMBA_HEAD_DIM,
+        MAMBA_NUM_GROUPS,
+        MAMBA_STATE_DIM,
+        HybridPatternError,
+        allocate_layers,
+        mamba_num_heads,
+    )
+
+    try:
+        allocate_layers(model.num_layers, 0.0, 0.0, pattern)
+        head_dim = _note_int(notes, "mamba_head_dim") or MAMBA_HEAD_DIM
+        heads = mamba_num_heads(model.hidden_size, head_dim, _note_int(notes, "mamba_num_heads"))
+    except HybridPatternError as err:
+        return f"{model.name}: {err}"
+    groups = _note_int(notes, "mamba_num_groups") or MAMBA_NUM_GROUPS
+    state = _note_int(notes, "mamba_state_dim") or MAMBA_STATE_DIM
+    if not (_note_int(notes, "mamba_num_groups") and _note_int(notes, "mamba_state_dim")):
+        assumptions.append(f"Mamba groups {groups}, state {state}, head dim {head_dim} where not stated "
+                           "(megatron-core TransformerConfig defaults)")
+    return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
+                   mamba_num_groups=groups, mamba_state_dim=state, position_embedding_type="none")
 
 
 REQUIRED_ARCH_COLUMNS = ("name", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",

@@ -52,12 +52,9 @@ def test_unmodelled_values_are_named_defaults_are_not():
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [
-    ("model_type", "mamba", "Mamba"),
     ("model_type", "deepseek_v4", "DeepSeek-V4"),
     ("model_type", "kimi_k3", "Kimi-K3"),
     ("model_type", "flux_schnell", "diffusion"),
-    ("is_hybrid_model", True, "hybrid"),
-    ("hybrid_override_pattern", "M-M-*-", "hybrid layer patterns"),
     ("experimental_attention_variant", "gated_delta_net", "gated delta net"),
     ("linear_attention_freq", 4, "linear-attention"),
     ("lfm_layer_types", ["conv", "full_attention"], "LFM2"),

@@ -26,9 +26,10 @@ CONFIGS = ROOT / "examples" / "megatron" / "configs" if ROOT else Path()
 EXAMPLES = sorted([*(CONFIGS / "MI300X").rglob("*.yaml"), *(CONFIGS / "MI325X").rglob("*.yaml")]) if ROOT else []
 CLUSTER = {"MI300X": "mi300x", "MI325X": "mi325x"}
 
-REFUSED_FAMILIES = ("mamba_", "zebra_llama_", "qwen3_5_", "flux_")
-"""Mamba / hybrid, linear-attention (Qwen3.5's gated delta net) and diffusion recipes."""
-PROJECTED_FAMILIES = ("llama2_", "llama3", "qwen2.5_", "qwen3_14B", "qwen3_8B", "qwen3_4B", "qwen3_32B",
+REFUSED_FAMILIES = ("zebra_llama_", "qwen3_5_", "flux_")
+"""Primus's own hybrid stacks (Zebra-Llama: HybridStack, gated delta net, Kimi delta attention), linear attention
+(Qwen3.5's gated delta net) and diffusion recipes."""
+PROJECTED_FAMILIES = ("mamba_", "llama2_", "llama3", "qwen2.5_", "qwen3_14B", "qwen3_8B", "qwen3_4B", "qwen3_32B",
                       "qwen3_30B", "mixtral_8x7B", "deepseek_v2_lite", "gpt_oss_20B", "llama4_")
 
 
@@ -110,8 +111,13 @@ def test_a_recipe_outside_any_checkout_says_it_used_the_bundled_presets(tmp_path
 
 def test_architecture_refusals_name_the_family():
     with pytest.raises(RecipeError) as err:
-        load_recipe(CONFIGS / "MI300X" / "mamba_370M-pretrain.yaml", env={})
-    assert "Mamba" in str(err.value) and err.value.exit_code == 2
+        load_recipe(CONFIGS / "MI300X" / "zebra_llama_1B-pretrain.yaml", env={})
+    assert "HybridStack" in str(err.value) and err.value.exit_code == 2
+    with pytest.raises(RecipeError) as err:
+        load_recipe(CONFIGS / "MI300X" / "zebra_llama_1B_gdn-pretrain.yaml", env={})
+    assert "gated delta net" in str(err.value)
+    # megatron-core's MambaModel (Primus's copy of mamba_stack_spec): 48 Mamba-2 layers
+    assert load_recipe(CONFIGS / "MI300X" / "mamba_370M-pretrain.yaml", env={}).model.hybrid_layer_pattern == "M" * 48
     with pytest.raises(RecipeError) as err:
         load_recipe(CONFIGS / "MI300X" / "qwen3_5_35B_A3B-BF16-pretrain.yaml", env={})
     assert "gated delta net" in str(err.value)

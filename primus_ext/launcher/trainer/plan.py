@@ -84,6 +84,11 @@ def _problems(model: ModelSpec, e: ExecutionSpec, world_size: int, iters: int, w
         out.append(Problem(path="multi_latent_attention", value=True,
                            message="the built-in trainer builds MHA/GQA models only",
                            fix="train MLA models through Primus / Megatron-LM"))
+    if model.hybrid_layer_pattern:
+        out.append(Problem(path="model_type", value="mamba",
+                           message="the built-in trainer builds GPT models only (a hybrid Mamba model is projected, "
+                                   "not trained: its scan kernels need mamba-ssm on a GPU)",
+                           fix="train hybrid models through Primus / Megatron-LM"))
     if e.global_batch_size % (e.micro_batch_size * dp):
         out.append(Problem(path="global_batch_size", value=e.global_batch_size,
                            message=f"not a multiple of micro_batch_size * DP = {e.micro_batch_size * dp}",

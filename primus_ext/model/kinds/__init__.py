@@ -1,7 +1,9 @@
 """Layer kinds as objects: one class per kind says what a layer of it holds, costs, saves and communicates.
 
 Calculon models a network as ``Layer`` subclasses; here each ``RankShape.kind`` ("dense", "moe", "embedding",
-"output") names a registered ``Kind`` instance, and the formula modules ask it instead of branching on the name::
+"output"; a hybrid Mamba model's "mamba", "hybrid_attention", "hybrid_mlp", "hybrid_moe": ``kinds.mamba``,
+``kinds.hybrid``, ``model.hybrid``) names a registered ``Kind`` instance, and the formula modules ask it instead
+of branching on the name::
 
     from primus_ext.model.kinds import get_kind
     get_kind(shape.kind).params(shape)          # parameters one rank holds
@@ -34,7 +36,7 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
 4. To measure it on hardware: a ``KindBuilder`` in ``primus_ext.measure.kind_builders.BUILDERS`` (torch-side).
 5. Add its name to ``rank_shape.LayerKind`` (the ``Literal`` type checkers read), say where its shapes come from
    (``rank_shape.rank_shapes``) and where its layers sit in a stage
-   (``projection.stage_sums``; hybrid layer patterns are the next step, issue 33).
+   (``projection.stage_sums``; a hybrid model's layer symbols map to kinds in ``model.hybrid.SYMBOL_KINDS``).
 
 ``tests/model/kinds/test_kind_registry.py`` checks every registered kind answers every hook and that no new
 ``kind == "..."`` branch appears outside this package.

@@ -10,7 +10,8 @@ from primus_ext.errors import PrimusExtError, cut
 from primus_ext.model.kinds.base import Kind
 
 _KINDS: dict[str, Kind] = {}
-_BUILTINS = ("primus_ext.model.kinds.decoder", "primus_ext.model.kinds.edges")
+_BUILTINS = ("primus_ext.model.kinds.decoder", "primus_ext.model.kinds.edges", "primus_ext.model.kinds.mamba",
+             "primus_ext.model.kinds.hybrid")
 _loaded = False
 
 

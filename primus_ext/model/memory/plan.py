@@ -28,6 +28,9 @@ class ChunkComposition:
     """Of the first ``cpu_offloading_num_layers`` layers of the model (activation CPU offloading): how
     many this chunk holds, dense and MoE."""
     offload_moe: int = 0
+    hybrid: tuple[int, ...] = ()
+    """A hybrid model's layers in this chunk by kind (``projection.stage_sums.HYBRID_KINDS``: M * - E); none
+    recomputes or offloads (megatron-core's ``MambaStack``)."""
 
 
 @lru_cache(maxsize=1024)
@@ -46,6 +49,11 @@ def plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: 
     for stage in plan:
         row = []
         for chunk in stage.chunks:
+            if model.hybrid_layer_pattern:
+                symbols = [model.hybrid_layer_pattern[i] for i in chunk.layers]
+                row.append(ChunkComposition(dense=0, moe=0, embedding=chunk.embedding, output=chunk.output,
+                                            mtp=chunk.mtp_layers, hybrid=tuple(map(symbols.count, "M*-E"))))
+                continue
             moe = [i < len(pattern) and pattern[i] for i in chunk.layers]
             if isinstance(recompute_layers, tuple):
                 head = [m for i, m in zip(chunk.layers, moe, strict=True) if i in recompute_layers]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.model.fp8 import layer_weight_bytes
+from primus_ext.model.hybrid import HYBRID_KINDS
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.lora import lora_params
 from primus_ext.model.memory.activations import (
@@ -298,6 +299,9 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
             # of backward) the GPU keeps the L - N other layers plus one offloaded layer in transit.
             total -= sum(c * t.act_selected for c, t in offloaded)
             total += max(t.act_selected for _, t in offloaded)
+    for count, kind in zip(comp.hybrid, HYBRID_KINDS, strict=False):
+        if count:  # no full recompute in a MambaStack; selective inside its attention / MLP / MoE layers
+            total += count * ctx.terms[kind].act_selected
     if comp.output:
         total += ctx.terms["output"].act_none
     if comp.mtp and mtp_kind:
@@ -310,7 +314,8 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
 
 def biggest_layer_params(ctx: StageContext) -> int:
     """Parameters of the largest transformer layer on a rank (what FSDP gathers at a time)."""
-    return max((t.params for t in (ctx.terms.get("dense"), ctx.terms.get("moe")) if t), default=0)
+    kinds = ("dense", "moe", *HYBRID_KINDS)
+    return max((t.params for t in map(ctx.terms.get, kinds) if t), default=0)
 
 
 def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
@@ -329,13 +334,19 @@ def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
         edge += n_mtp * ctx.mtp_extra_params + (0 if embedding else ctx.terms["embedding"].params)
     chunks = [_chunk_activations(ctx, comp) for comp in comps]
     present = [t for c, t in ((n_dense, dense), (n_moe, moe)) if c and t]
+    hybrid = [(sum(c.hybrid[k] for c in comps), ctx.terms[kind]) for k, kind in enumerate(HYBRID_KINDS)
+              if comps[0].hybrid and any(c.hybrid[k] for c in comps)]
+    present += [t for _, t in hybrid]
+    total += sum(n * t.params for n, t in hybrid)
+    expert = n_moe * (moe.expert_params if moe else 0) + sum(n * t.expert_params for n, t in hybrid)
+    router = n_moe * (moe.router_params if moe else 0) + sum(n * t.router_params for n, t in hybrid)
     return RankProfile(
-        total_params=float(total + edge), expert_params=float(n_moe * (moe.expert_params if moe else 0)),
-        router_params=float(n_moe * (moe.router_params if moe else 0)), edge_params=float(edge),
+        total_params=float(total + edge), expert_params=float(expert),
+        router_params=float(router), edge_params=float(edge),
         chunk_saved=tuple(saved for saved, _ in chunks), working=max(work for _, work in chunks),
         biggest_layer=max((t.act_none for t in present), default=0.0),
         wgrad_fraction=max((t.wgrad_fraction for t in present), default=0.0),
-        loss_side=output or n_mtp > 0, moe_layers=n_moe,
+        loss_side=output or n_mtp > 0, moe_layers=n_moe + sum(n for n, t in hybrid if t.expert_params),
         output_params=float(ctx.output_params if output else 0),
         loss_saved=ctx.terms["output"].act_none if output and not n_mtp and len(comps) == 1 else 0.0,
         trainable=(float(n_dense * (dense.lora_dense if dense else 0) + n_moe * (moe.lora_dense if moe else 0)),

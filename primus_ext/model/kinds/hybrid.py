@@ -1,0 +1,175 @@
+"""The non-Mamba layers of a hybrid model (megatron-core 0.16.1 models/mamba/mamba_layer_specs.py
+``mamba_stack_spec``): each is half a GPT layer, its own one of ``num_layers``.
+
+* ``hybrid_attention`` (``*``): ``TransformerLayer`` with input norm + self-attention, no MLP;
+* ``hybrid_mlp`` (``-``): ``MLPLayer`` with pre-MLP norm + dense MLP, no attention;
+* ``hybrid_moe`` (``E``): ``MoETransformerLayer`` with pre-MLP norm + MoE block, no attention.
+
+A ``*`` and a ``-`` together hold and cost what one ``dense`` layer does (likewise ``*`` + ``E`` and ``moe``):
+the formulas are the decoder kinds', split at the pre-MLP norm. Selective recompute applies (``recomputable``):
+its modules are checkpointed inside ``TransformerLayer`` / ``MoELayer`` themselves; full recompute does not:
+``MambaStack`` has no layer-checkpointing path (ssm/mamba_block.py@0.16.1), so ``rank_shape`` never asks for it.
+"""
+
+from __future__ import annotations
+
+from primus_ext.model import params as P
+from primus_ext.model import roofline as R
+from primus_ext.model.kinds.base import Kind, KindComm
+from primus_ext.model.kinds.decoder import MoEKind
+from primus_ext.model.kinds.registry import register
+from primus_ext.model.memory import activations as A
+
+
+def norm_residual_half(parts, shape, gpu) -> None:
+    """One norm and one residual add (a GPT layer has two of each: ``roofline.norm_residual_parts``)."""
+    rows = shape.tokens / shape.tp if shape.sequence_parallel else shape.tokens
+    h = shape.arch.hidden_size
+    norm = R.membound_seconds(R.NORM_PASSES * rows * h * R.ACT_BYTES, gpu)
+    parts.other("layernorm", norm, R.MEMBOUND_BWD_FACTOR * norm)
+    residual = R.membound_seconds(3 * rows * h * R.ACT_BYTES, gpu)  # read 2, write 1
+    parts.other("residual", residual, residual)
+
+
+def _norm(shape) -> int:
+    return P.norm_params(shape.arch, shape.arch.hidden_size)
+
+
+def _residual(shape) -> float:
+    """A checkpoint's input: the residual stream (``activations.selective_decoder``)."""
+    sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
+    return A.element_bytes(shape.precision) * shape.tokens / sp * shape.arch.hidden_size
+
+
+def _modules(shape) -> set[str]:
+    return set(shape.recompute_modules or ("core_attn",))
+
+
+def _pre_mlp_saved(shape, impl, *, fp8_input: bool) -> dict[str, float]:
+    """The pre-MLP norm's saved bytes (``activations.decoder_saved``'s last two parts)."""
+    parts = A.decoder_saved(shape, impl, mlp_input_fp8=fp8_input)
+    return {"pre_mlp_norm": parts["pre_mlp_norm"], "pre_mlp_norm_out": parts["pre_mlp_norm_out"]}
+
+
+class HybridAttentionKind(Kind):
+    """``hybrid_attention``: input norm + self-attention (GQA or MLA) + residual."""
+
+    name = "hybrid_attention"
+    decoder_layer = True
+    recomputable = True
+    attention = True
+    layer_graph = True
+
+    def params(self, shape, *, impl="te") -> int:
+        return _norm(shape) + P.attention_params(shape, impl=impl)
+
+    def roofline(self, parts, shape, gpu) -> None:
+        R.attention_parts(parts, shape, gpu)
+        norm_residual_half(parts, shape, gpu)
+
+    def fwd_flops_estimate(self, shape) -> float:
+        a = shape.arch
+        q_dim = a.qk_head_dim + a.qk_pos_emb_head_dim if a.multi_latent_attention else a.kv_channels
+        v_dim = a.v_head_dim if a.multi_latent_attention else a.kv_channels
+        core = 2.0 * shape.micro_batch_size * shape.local_seq**2 * shape.local_heads * (q_dim + v_dim)
+        return 2.0 * shape.tokens * P.attention_params(shape) + core
+
+    def saved(self, shape, impl) -> dict[str, float]:
+        parts = A.decoder_saved(shape, impl, mlp_input_fp8=False)
+        del parts["pre_mlp_norm"], parts["pre_mlp_norm_out"]
+        return parts
+
+    def saved_selective(self, shape, impl, parts):
+        A.selective_decoder(shape, impl, parts, mlp_norm_separate=False)  # no MLP half
+        return parts
+
+    def comm(self, shape, sequence_parallel) -> KindComm:
+        return KindComm(pairs=(("attn", "tp"),), parts=frozenset(("attn", "cp")))
+
+
+class HybridMLPKind(Kind):
+    """``hybrid_mlp``: pre-MLP norm + dense MLP + residual."""
+
+    name = "hybrid_mlp"
+    decoder_layer = True
+    recomputable = True
+    layer_graph = True
+
+    def params(self, shape, *, impl="te") -> int:
+        return _norm(shape) + P.dense_mlp_params(shape)
+
+    def roofline(self, parts, shape, gpu) -> None:
+        R.dense_mlp_parts(parts, shape, gpu)
+        norm_residual_half(parts, shape, gpu)
+
+    def fwd_flops_estimate(self, shape) -> float:
+        return 2.0 * shape.tokens * P.dense_mlp_params(shape)
+
+    def saved(self, shape, impl) -> dict[str, float]:
+        parts = _pre_mlp_saved(shape, impl, fp8_input=True)
+        parts.update(A.dense_mlp_saved(shape, impl))
+        return parts
+
+    def saved_selective(self, shape, impl, parts):
+        # as the dense kind's MLP half: TE fuses the pre-MLP norm into fc1, the local spec keeps it separate
+        modules, separate = _modules(shape), not impl.fused_input_norm
+        if "layernorm" in modules and separate:
+            parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = _residual(shape), 0.0
+        if "mlp" in modules:
+            parts["mlp_act"] = parts["mlp_fc2_in"] = 0.0
+            if not separate:  # TE: the checkpoint starts at the fused norm's input
+                parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = _residual(shape), 0.0
+        return parts
+
+    def comm(self, shape, sequence_parallel) -> KindComm:
+        return KindComm(pairs=(("mlp", "tp"),), parts=frozenset(("mlp",)))
+
+
+class HybridMoEKind(MoEKind):
+    """``hybrid_moe``: pre-MLP norm + router / routed experts / shared experts + residual (the MoE kind's expert
+    split, router and host-sync overhead)."""
+
+    name = "hybrid_moe"
+    attention = False
+    lora_adapters = False
+
+    def params(self, shape, *, impl="te") -> int:
+        return _norm(shape) + P.moe_mlp_params(shape)
+
+    def roofline(self, parts, shape, gpu) -> None:
+        R.moe_mlp_parts(parts, shape, gpu)
+        norm_residual_half(parts, shape, gpu)
+
+    def fwd_flops_estimate(self, shape) -> float:
+        per_expert = P.expert_params(shape) / max(1, shape.local_experts)
+        gemm = P.router_params(shape) + P.shared_expert_params(shape)
+        return 2.0 * shape.tokens * gemm + 2.0 * shape.routed_tokens_per_rank * per_expert
+
+    def saved(self, shape, impl) -> dict[str, float]:
+        parts = _pre_mlp_saved(shape, impl, fp8_input=False)
+        parts.update(A.moe_saved(shape, impl))
+        return parts
+
+    def saved_selective(self, shape, impl, parts):
+        # the MoE layer's pre-MLP norm is a module of its own in both specs; the MoE modules as the moe kind's
+        modules = _modules(shape)
+        if "layernorm" in modules:
+            parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = _residual(shape), 0.0
+        if "moe" in modules:
+            for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
+                parts[name] = 0.0
+        if "moe_act" in modules:
+            parts["experts_fc2_in"] = 0.0
+        if "shared_experts" in modules:
+            parts["shared_experts"] = 0.0
+        return parts
+
+    def comm(self, shape, sequence_parallel) -> KindComm:
+        full = super().comm(shape, sequence_parallel)
+        return KindComm(pairs=tuple(p for p in full.pairs if p[0] != "attn"), parts=full.parts - {"attn", "cp"},
+                        ep=True)
+
+
+HYBRID_ATTENTION = register(HybridAttentionKind())
+HYBRID_MLP = register(HybridMLPKind())
+HYBRID_MOE = register(HybridMoEKind())

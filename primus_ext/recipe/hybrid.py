@@ -1,0 +1,130 @@
+"""A recipe's hybrid Mamba model (``model_type: mamba``): megatron-core 0.16.1's ``MambaModel`` with its
+``mamba_stack_spec`` (Primus's ``models/mamba/mamba_layer_specs.py`` copy builds the same stack).
+
+``resolve_all`` calls ``hybrid_model`` on the resolved ``ModelSpec``: the layer pattern from
+``hybrid_override_pattern`` / ``hybrid_attention_ratio`` / ``hybrid_mlp_ratio`` (``model.hybrid.allocate_layers``),
+the mixer sizes from ``mamba_*``, and the problems megatron-core would raise (head / group splits over TP and CP,
+interleaved pipelines, an uneven pipeline split). Refused with a sentence (``HYBRID_SPEC_REFUSALS``): Primus's own
+``HybridStack`` specs (Zebra-Llama: its own mixer / MLP allocation, an expand-1 mixer, MLA with extra norms) and the
+gated-delta-net / Kimi-delta-attention linear-attention mixers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from primus_ext.errors import Problem
+from primus_ext.recipe.args import ArgReader
+from primus_ext.specs import ExecutionSpec, ModelSpec
+
+HYBRID_MODEL_TYPE = "mamba"
+"""The Primus ``model_type`` that builds megatron-core's ``MambaModel`` (Primus models/megatron/mamba_base.yaml)."""
+HYBRID_KEYS = ("is_hybrid_model", "hybrid_override_pattern", "hybrid_attention_ratio", "hybrid_mlp_ratio",
+               "mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
+"""The Megatron arguments this module reads (megatron-core TransformerConfig / MambaModel names)."""
+
+HYBRID_SPEC_REFUSALS = (
+    (("gdn_", "gated_delta"), "gated delta net (linear attention) mixers are not modelled"),
+    (("kda_", "kimi_delta"), "Kimi delta attention (linear attention) mixers are not modelled"),
+    (("hybrid_mamba_mla_layer_specs", "hybridstack", "hybrid_stack_spec"),
+     "Primus's HybridStack spec (hybrid_mamba_mla_layer_specs: its own mixer / MLP allocation, an expand-1 "
+     "Mamba mixer, MLA with extra norms; megatron-core's mamba_stack_spec is what projects) is not modelled"),
+)
+"""(markers in the ``spec`` argument, sentence): hybrid layer specs the projection refuses."""
+
+
+def spec_refusal(spec: Any) -> str | None:
+    """Why the recipe's ``spec`` (a [module, name] pair or a string) is not a modelled hybrid stack, or ``None``."""
+    text = " ".join(map(str, spec)) if isinstance(spec, list | tuple) else str(spec or "")
+    lowered = text.lower()
+    for markers, sentence in HYBRID_SPEC_REFUSALS:
+        if any(marker in lowered for marker in markers):
+            return sentence
+    return None
+
+
+def spec_problems(args: Any) -> list[Problem]:
+    """A refused hybrid spec of a ``model_type: mamba`` recipe as a problem (empty when modelled)."""
+    why = spec_refusal(args.get("spec"))
+    if why is None:
+        return []
+    return [Problem(path="spec", value=args.get("spec"),
+                    message=f"{why}: primus-ext projects GPT-style megatron-core models (dense, MoE, MLA) and "
+                            "megatron-core hybrid Mamba stacks only, so no figure is given for this recipe",
+                    fix="project a recipe on megatron-core's mamba_stack_spec (or a GPT-style one)")]
+
+
+def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
+    """``model`` with its hybrid layer pattern and Mamba sizes; problems go to ``a``."""
+    from primus_ext.model.hybrid import (
+        MAMBA_HEAD_DIM,
+        MAMBA_NUM_GROUPS,
+        MAMBA_STATE_DIM,
+        HybridPatternError,
+        allocate_layers,
+        mamba_num_heads,
+    )
+
+    attention = a.float("hybrid_attention_ratio") or 0.0
+    mlp = a.float("hybrid_mlp_ratio") or 0.0
+    override = a.raw("hybrid_override_pattern")
+    if override is not None and not isinstance(override, str):
+        a.bad("hybrid_override_pattern", "must be a string of M * - E", fix="e.g. hybrid_override_pattern: M*M-")
+        override = None
+    try:
+        pattern = allocate_layers(model.num_layers, attention, mlp, override)
+    except HybridPatternError as err:
+        key = "hybrid_override_pattern" if override else "hybrid_attention_ratio"
+        a.bad(key, str(err), fix="give one symbol (M * - E) per layer, counts matching the ratios when both are set")
+        pattern = "M" * max(1, model.num_layers)
+    head_dim = a.int("mamba_head_dim") or MAMBA_HEAD_DIM
+    try:
+        heads = mamba_num_heads(model.hidden_size, head_dim, a.int("mamba_num_heads"))
+    except HybridPatternError as err:
+        a.bad("mamba_head_dim", str(err), fix="set mamba_num_heads, or a mamba_head_dim dividing 2 x hidden_size")
+        heads = 1
+    a.int("mamba_state_dim")
+    a.bool("is_hybrid_model")
+    return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
+                   mamba_num_groups=a.int("mamba_num_groups") or MAMBA_NUM_GROUPS,
+                   mamba_state_dim=a.int("mamba_state_dim") or MAMBA_STATE_DIM,
+                   moe_layer_pattern=tuple(c == "E" for c in pattern) if model.num_experts else ())
+
+
+def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Problem], list[str]]:
+    """(problems, warnings) of a hybrid model under ``execution``: what megatron-core 0.16.1 asserts
+    (ssm/mamba_mixer.py, mamba_context_parallel.py, mamba_block.py) and what the projection does not price."""
+    from primus_ext.model.hybrid import HybridPatternError, check_mamba_split, stage_patterns
+
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    if "M" in model.hybrid_layer_pattern:
+        why = check_mamba_split(model.mamba_num_heads, model.mamba_num_groups, execution.tp, execution.cp)
+        if why:
+            problems.append(Problem(path="tensor_model_parallel_size", value=execution.tp, message=why,
+                                    fix="choose TP (and CP) dividing mamba_num_heads and mamba_num_groups"))
+    try:
+        stage_patterns(model.hybrid_layer_pattern, execution.pp, first=execution.decoder_first_pipeline_num_layers,
+                       last=execution.decoder_last_pipeline_num_layers,
+                       vpp=execution.virtual_pipeline_model_parallel_size)
+    except HybridPatternError as err:
+        problems.append(Problem(path="pipeline_model_parallel_size", value=execution.pp, message=str(err),
+                                fix="choose a PP dividing num_layers, without virtual stages"))
+    for key in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if getattr(execution, key):
+            problems.append(Problem(path=key, value=True, message="megatron-core's MambaStack splits the layer "
+                                    "pattern by counts alone (_select_layers_for_pipeline_parallel)",
+                                    fix=f"set {key}: false"))
+    if execution.pipeline_model_parallel_layout:
+        problems.append(Problem(path="pipeline_model_parallel_layout", value=execution.pipeline_model_parallel_layout,
+                                message="megatron-core's MambaStack splits by layer counts, not by a layout",
+                                fix="drop pipeline_model_parallel_layout"))
+    if model.mtp_num_layers:
+        problems.append(Problem(path="mtp_num_layers", value=model.mtp_num_layers,
+                                message="multi-token prediction of a hybrid Mamba model is not modelled",
+                                fix="set mtp_num_layers: 0"))
+    if execution.recompute_granularity == "full":
+        warnings.append("recompute_granularity full: megatron-core's MambaStack has no layer-checkpointing path "
+                        "(TransformerBlock's _checkpointed_forward); projected without recompute")
+    return problems, warnings

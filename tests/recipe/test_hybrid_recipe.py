@@ -1,0 +1,60 @@
+"""``model_type: mamba`` recipes resolve to megatron-core's hybrid stack, or are refused with a sentence."""
+
+from __future__ import annotations
+
+from recipe_data import BASE
+
+from primus_ext.hardware import load_system
+from primus_ext.projection.project import project
+from primus_ext.recipe.resolve import resolve_all
+
+NODE = load_system("h100", 1)
+NEMOTRON_H_8B = dict(
+    BASE, model_type="mamba", num_layers=52, hidden_size=4096, ffn_hidden_size=21504, num_attention_heads=32,
+    group_query_attention=True, num_query_groups=8, kv_channels=128, squared_relu=True, swiglu=False,
+    normalization="RMSNorm", position_embedding_type="none", add_bias_linear=False,
+    hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+    mamba_head_dim=64, mamba_num_heads=128, mamba_num_groups=8, mamba_state_dim=128, seq_length=4096,
+    micro_batch_size=1, global_batch_size=64, tensor_model_parallel_size=2)
+"""Megatron-LM examples/post_training/modelopt/conf/nvidia/Nemotron-H-8B-Base-8K.sh @d98e8a64, as a flat recipe."""
+
+
+def test_nemotron_h_resolves_and_projects():
+    model, execution, problems, _ = resolve_all(NEMOTRON_H_8B, NODE)
+    assert not problems, problems
+    assert model.hybrid_layer_pattern.count("M") == 24 and model.hybrid_layer_pattern.count("*") == 4
+    assert (model.mamba_num_heads, model.mamba_head_dim, model.mamba_num_groups) == (128, 64, 8)
+    p = project(model, execution, NODE)
+    assert p.tokens_per_s_per_gpu > 0 and 0 < p.mfu <= 1
+    assert {"mamba", "hybrid_attention", "hybrid_mlp"} <= set(p.sources)
+
+
+def test_ratios_allocate_like_megatron_core():
+    args = {k: v for k, v in NEMOTRON_H_8B.items() if k != "hybrid_override_pattern"}
+    model, _, problems, _ = resolve_all(dict(args, num_layers=10, hybrid_attention_ratio=0.2), NODE)
+    assert not problems and model.hybrid_layer_pattern == "MMM*MM*MMM"  # = megatron-core (tests/model/test_hybrid.py)
+
+
+def _legality(args):
+    from primus_ext.recipe.validate import check
+
+    model, execution, problems, _ = resolve_all(args, NODE)
+    return problems + check(model, execution, NODE)
+
+
+def test_what_megatron_core_asserts_is_refused():
+    problems = _legality(dict(NEMOTRON_H_8B, tensor_model_parallel_size=16))
+    assert any("tensor parallel 16" in p.message for p in problems)
+    _, _, problems, _ = resolve_all(dict(NEMOTRON_H_8B, hybrid_override_pattern="M*"), NODE)
+    assert [p.path for p in problems] == ["hybrid_override_pattern"]
+    problems = _legality(dict(NEMOTRON_H_8B, pipeline_model_parallel_size=2, num_layers_per_virtual_pipeline_stage=13))
+    assert any("virtual" in p.message for p in problems)
+    assert not _legality(dict(NEMOTRON_H_8B, pipeline_model_parallel_size=4))
+    _, _, problems, _ = resolve_all(dict(NEMOTRON_H_8B, spec=["x.hybrid_mamba_mla_layer_specs", "kda_stack"]), NODE)
+    assert [p.path for p in problems] == ["spec"] and "Kimi delta attention" in problems[0].message
+
+
+def test_recompute_is_projected_without_and_said_so():
+    _, _, problems, warnings = resolve_all(dict(NEMOTRON_H_8B, recompute_granularity="full",
+                                                        recompute_method="uniform", recompute_num_layers=1), NODE)
+    assert not problems and any("MambaStack has no layer-checkpointing" in w for w in warnings)
