@@ -200,7 +200,7 @@ class Space:
             return self._pinned(name, schedule_candidates(b, g("pp"), g("vpp"), self.pins.get(name) or self.schedules))
         if name == "split":
             pp, vpp = g("pp"), g("vpp")
-            if get_schedule(g("schedule")).fixed_chunks:  # V / DualPipe: the default split (even or a layout) only
+            if get_schedule(g("schedule") or "1f1b").fixed_chunks:  # V / DualPipe: the default split only
                 return self._pinned(name, (DEFAULT,))
             return self._pinned(name, split_candidates(m, b, pp, vpp, self.pipeline_split(pp, vpp)))
         if name == "cp":
