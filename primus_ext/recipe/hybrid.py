@@ -96,6 +96,7 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
     """(problems, warnings) of a hybrid model under ``execution``: what megatron-core 0.16.1 asserts
     (ssm/mamba_mixer.py, mamba_context_parallel.py, mamba_block.py) and what the projection does not price."""
     from primus_ext.model.hybrid import HybridPatternError, check_mamba_split, stage_patterns
+    from primus_ext.model.pipeline.registry import resolve_schedule
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -120,6 +121,12 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
         problems.append(Problem(path="pipeline_model_parallel_layout", value=execution.pipeline_model_parallel_layout,
                                 message="megatron-core's MambaStack splits by layer counts, not by a layout",
                                 fix="drop pipeline_model_parallel_layout"))
+    schedule = resolve_schedule(execution.pipeline_schedule, execution.pp,
+                                execution.virtual_pipeline_model_parallel_size)
+    if schedule.fixed_chunks and execution.pp > 1:
+        problems.append(Problem(path="pipeline_schedule", value=schedule.name,
+                                message=f"{schedule.label} needs two model chunks per rank; megatron-core's MambaStack "
+                                        "builds one per pipeline rank", fix="use 1F1B or ZB-H1 / ZB-H2"))
     if model.mtp_num_layers:
         problems.append(Problem(path="mtp_num_layers", value=model.mtp_num_layers,
                                 message="multi-token prediction of a hybrid Mamba model is not modelled",
