@@ -65,6 +65,12 @@ DEFAULT_PARAMS = (
     # unfused row-wise quantisation kernels); >= 0.3 of the per-tensor rate: with FP8 at twice the BF16 peak
     # and fp8_gemm_max >= 0.55 gemm_max, never below 0.33x the BF16 GEMM
     Param(name="fp8_rowwise_ratio", low=0.30, high=1.0),
+    # large FP4 GEMMs' fraction of the FP4 peak as a ratio to FP8's of the FP8 peak (``roofline.gemm_efficiency``):
+    # <= 1, block scales every 16 / 32 elements keep FP4 GEMMs no closer to their peak than FP8 ones; >= 0.5: every
+    # FP4 GPU's FP4 peak is >= 2x its FP8 peak (B200 / GB200 2.0, B300 3.1, GB300 3.0, MI355X 2.0; hardware_specs.csv),
+    # so 0.5 is an FP4 GEMM as fast as the FP8 GEMM of its shape, below which no one would train in FP4.
+    # Constrained only by FP4 rows (the six NVFP4 GB200 rows of the development set): one value per family.
+    Param(name="fp4_fp8_ratio", low=0.5, high=1.0),
     # fused (flash) attention's fraction of dense peak over forward + backward (1 : 2.5 FLOPs) at 128-wide heads;
     # <= 0.65: on H100 BF16 FlashAttention-3 reaches at most 75 % of peak forward (its best case, wider heads)
     # and 1.5-1.75x FlashAttention-2's backward, ~0.5-0.55 (Shah et al. 2024, arXiv:2407.08608, abstract and
