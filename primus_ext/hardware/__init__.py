@@ -101,6 +101,10 @@ _REQUIRED = (
 )
 
 
+_OPTIONAL_NUMBERS = ("fp4_dense_tflops", "sfu_exp_per_s", "tdp_w")
+"""Profile figures a GPU may lack (no FP4 tensor cores, SFU rate not published): 0 / absent = none."""
+
+
 def _is_number(value: Any) -> bool:
     """What YAML loaded as a number (a bool is an int to Python, not a number here; ``5e+10`` is a string)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -146,6 +150,12 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         for key in _REQUIRED
         if data.get(key) is not None and not _is_number(data[key])
     ]
+    problems += [
+        Problem(path=f"{source}:{key}", value=data[key], message="profile field is not a number",
+                fix="write a number YAML reads as one (1.0e+3, not 1e+3: YAML 1.1 needs the dot), or leave it out")
+        for key in _OPTIONAL_NUMBERS
+        if data.get(key) is not None and not _is_number(data[key])
+    ]
     eff_data = data.get("efficiency") or {}
     known = {f.name for f in dataclasses.fields(Efficiency)}
     problems += [
@@ -164,8 +174,14 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
     problems += measured_problems
     if not measured_problems:
         eff_data = {**eff_data, "measured": tuple(eff_data.get("measured") or ())}  # YAML list -> hashable spec
+    inherits = data.get("inherits_efficiency_from")
+    if inherits is not None and not isinstance(inherits, str):
+        problems.append(Problem(path=f"{source}:inherits_efficiency_from", value=inherits,
+                                message="not a profile name", fix=f"use one of {', '.join(list_profiles())}"))
     if problems:
         raise RecipeError(problems=problems, source=source)
+    if inherits:  # the softmax runs on this GPU's SFUs, the efficiency was fitted at the other's rate (roofline)
+        eff_data = {**eff_data, "attention_sfu_exp_per_s": load_gpu(inherits).sfu_exp_per_s}
     return GPUSpec(
         name=str(data.get("name", Path(source).stem)),
         bf16_dense_tflops=float(data["bf16_dense_tflops"]),
@@ -178,6 +194,9 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         gpus_per_node=int(data.get("gpus_per_node", 8)),
         family=str(data.get("family", "")),
         tdp_w=float(data.get("tdp_w", 0.0)),
+        fp4_dense_tflops=float(data.get("fp4_dense_tflops") or 0.0),
+        sfu_exp_per_s=float(data.get("sfu_exp_per_s") or 0.0),
+        inherits_efficiency_from=inherits or "",
         sources=str(data.get("gpu", "")) + " profile " + source,
         efficiency=Efficiency(**eff_data),
     )
@@ -229,6 +248,10 @@ def yaml_number(value: float) -> str:
     return text
 
 
+_DERIVED = frozenset({"calibration", "attention_sfu_exp_per_s"})
+"""Efficiency fields a profile writer does not copy: the calibration line (written on its own) and the SFU rate
+``inherits_efficiency_from`` sets at load."""
+
 EFFICIENCY_HEADER = "# --- calibrated efficiency (written by `primus-ext validate --fit --write-profiles`) ---"
 
 
@@ -259,7 +282,7 @@ def profile_text(name: str, efficiency: Efficiency, fields: list[str], *, notes:
         kept_lines = [line for line in text.splitlines() if not any(line.startswith(k) for k in notes)]
         text = "\n".join([*kept_lines, *notes.values()]) + "\n"
     defaults = Efficiency()
-    kept = [f.name for f in dataclasses.fields(Efficiency) if f.name not in fields and f.name != "calibration"
+    kept = [f.name for f in dataclasses.fields(Efficiency) if f.name not in fields and f.name not in _DERIVED
             and getattr(efficiency, f.name) != getattr(defaults, f.name)]
     lines = [EFFICIENCY_HEADER, "efficiency:"]
     for key in (*fields, *kept):

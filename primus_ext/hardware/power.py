@@ -37,7 +37,8 @@ def power_capped(gpu: GPUSpec, power_w: float) -> GPUSpec:
     if scale >= 1.0:
         return gpu
     return replace(gpu, bf16_dense_tflops=gpu.bf16_dense_tflops * scale,
-                   fp8_dense_tflops=gpu.fp8_dense_tflops * scale, tdp_w=power_w,
+                   fp8_dense_tflops=gpu.fp8_dense_tflops * scale, fp4_dense_tflops=gpu.fp4_dense_tflops * scale,
+                   sfu_exp_per_s=gpu.sfu_exp_per_s * scale, tdp_w=power_w,
                    sources=f"{gpu.sources}; capped at {power_w:g} W: peaks x{scale:.3f} (f ~ P^(1/3))")
 
 

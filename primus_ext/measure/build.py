@@ -59,7 +59,8 @@ DROPOUT = 0.0
 """Hidden/attention dropout of the measured layers: Llama-3 / DeepSeek-V3 / Mixtral pretraining
 recipes in Megatron and Primus set both to 0 (shared/primus_configs)."""
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.bfloat16}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+           "fp8": torch.bfloat16, "fp4": torch.bfloat16}
 
 
 class UnsupportedLayer(ValueError):
@@ -165,8 +166,10 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
     act, gated = _activation(a.activation)
     dtype = dtype or _DTYPES[shape.precision]
     notes: list[str] = []
-    if shape.precision == "fp8" and not use_te:
-        notes.append("fp8 needs transformer-engine: measured in bf16")
+    if shape.precision in ("fp8", "fp4") and not use_te:
+        notes.append(f"{shape.precision} needs transformer-engine: measured in bf16")
+    elif shape.precision == "fp4" and shape.fp4_recipe != "nvfp4":
+        notes.append("mxfp4 is Primus's ROCm recipe, not megatron-core's: measured in bf16")
     layers = shape.timed_layers
     builder, kind = _builder(shape), get_kind(shape.kind)
     ep, etp = kind.expert_split(shape)
@@ -208,6 +211,8 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         if shape.fp8_recipe == "rowwise":
             notes.append("fp8 rowwise (torchao) has no Transformer Engine recipe: measured with tensorwise scaling")
         kw.update(fp8="hybrid", fp8_recipe=recipe)
+    if use_te and shape.precision == "fp4" and shape.fp4_recipe == "nvfp4":
+        kw.update(fp4="e2m1", fp4_recipe="nvfp4")  # megatron-core 0.16 TransformerConfig (TE >= 2.7)
     if not a.multi_latent_attention:
         kw["num_query_groups"] = _div(a.num_query_groups, split, "num_query_groups")
     if builder.experts:

@@ -127,8 +127,11 @@ def measured_origin(device: torch.device, scale: float, *, sequence_unsplit: boo
 
 def _dtype_name(built_or_shape: BuiltLayer | RankShape) -> str:
     if isinstance(built_or_shape, BuiltLayer):
-        fp8 = built_or_shape.spec_kind == "te" and built_or_shape.shape.precision == "fp8"
-        return "fp8" if fp8 else str(built_or_shape.dtype).removeprefix("torch.")
+        shape = built_or_shape.shape
+        te = built_or_shape.spec_kind == "te"
+        if te and (shape.precision == "fp8" or (shape.precision == "fp4" and shape.fp4_recipe == "nvfp4")):
+            return shape.precision  # the GEMMs ran quantised (measure.build: TE's fp8 / NVFP4 recipe)
+        return str(built_or_shape.dtype).removeprefix("torch.")
     return {"fp32": "float32", "fp16": "float16"}.get(built_or_shape.precision, "bfloat16")
 
 

@@ -70,8 +70,8 @@ _COST_FIELDS = ("fwd_ms", "bwd_ms", "wgrad_ms", "recompute_ms", "params", "saved
 """``LayerCost`` fields stored as columns of their own; its origin is the ``source`` column (``CostOrigin.label``)."""
 
 
-_PRECISION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"}
-"""An entry's ``dtype`` (torch's name, or ``fp8`` under TE) as a ``RankShape.precision``."""
+_PRECISION_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8", "fp4": "fp4"}
+"""An entry's ``dtype`` (torch's name, or ``fp8`` / ``fp4`` under TE) as a ``RankShape.precision``."""
 
 
 def _layer_cost(row: dict[str, Any], precision: str, target: RankShape | None = None) -> LayerCost:

@@ -13,6 +13,7 @@ linear layers of the transformer block).
 
 from __future__ import annotations
 
+from primus_ext.model import fp4
 from primus_ext.specs import ExecutionSpec
 
 NON_TN_FP8_FAMILIES = frozenset({"blackwell"})
@@ -55,7 +56,10 @@ def layer_weight_bytes(e: ExecutionSpec, family: str, *, param_bytes: float) -> 
     """(parameter, fp8 cache) bytes per transformer-layer GEMM parameter of ``e`` on a ``family`` GPU.
 
     ``fp8_param_gather``: the parameter is the fp8 weight itself (no bf16 copy, no cache). fp8 GEMMs on
-    bf16 parameters: the bf16 weight plus TE's cache. Otherwise ``param_bytes`` and no cache."""
+    bf16 parameters: the bf16 weight plus TE's cache. fp4: ``model.fp4.layer_weight_bytes``. Otherwise
+    ``param_bytes`` and no cache."""
+    if e.precision == "fp4":
+        return fp4.layer_weight_bytes(e, param_bytes=param_bytes)
     if e.precision != "fp8":
         return param_bytes, 0.0
     if e.fp8_param_gather:

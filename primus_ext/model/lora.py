@@ -90,7 +90,7 @@ def skinny_gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: s
 
 def adapter_seconds(shape: RankShape, gpu: GPUSpec) -> float:
     """Forward seconds of one layer kind's adapters for one micro-batch (two skinny GEMMs per target)."""
-    precision = "bf16" if shape.precision == "fp8" else shape.precision
+    precision = "bf16" if shape.precision in ("fp8", "fp4") else shape.precision
     total = 0.0
     for _, tokens, n_in, n_out, split, _ in _targets(shape):
         total += skinny_gemm_seconds(tokens, shape.lora_rank, n_in / split, gpu, precision)  # x A

@@ -16,7 +16,7 @@ from typing import Literal
 
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.specs import ExecutionSpec, ModelSpec
-from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp8Recipe
+from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp4Recipe, Fp8Recipe
 from primus_ext.specs.model import GATED_ACTIVATIONS
 
 LayerKind = Literal["dense", "moe", "embedding", "output", "mamba", "hybrid_attention", "hybrid_mlp", "hybrid_moe"]
@@ -104,6 +104,8 @@ class RankShape:
     precision: str = "bf16"
     fp8_recipe: Fp8Recipe = "delayed"
     """The fp8 scaling recipe (``ExecutionSpec.fp8_recipe``); ``delayed`` whenever ``precision`` is not fp8."""
+    fp4_recipe: Fp4Recipe = "nvfp4"
+    """The fp4 scaling recipe (``ExecutionSpec.fp4_recipe``); ``nvfp4`` whenever ``precision`` is not fp4."""
     recompute: Recompute = "none"
     recompute_modules: tuple[str, ...] = ()
     selective_ac: Literal["modules", "op"] = "modules"
@@ -181,6 +183,8 @@ class RankShape:
                 del data["arch"][name]
         if data["fp8_recipe"] == "delayed":
             del data["fp8_recipe"]
+        if data["precision"] != "fp4":
+            del data["fp4_recipe"]
         if data["attention_kernel"] == "fused":
             del data["attention_kernel"]
         if data["cuda_graph"] == "none":
@@ -313,6 +317,7 @@ def rank_shapes(
         seq_length=execution.seq_length,
         precision=execution.precision,
         fp8_recipe=execution.fp8_recipe if execution.precision == "fp8" else "delayed",
+        fp4_recipe=execution.fp4_recipe if execution.precision == "fp4" else "nvfp4",
         recompute=recompute_of(execution),
         recompute_modules=execution.recompute_modules,
         selective_ac=execution.selective_ac_option if execution.recompute_granularity == "selective" else "modules",

@@ -21,7 +21,10 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
   * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead), plus
     ``Efficiency.moe_layer_overhead_s`` for an MoE layer (router, dispatcher sync, permutation); CUDA
     graphs remove them (``fixed_overhead_s``);
-  * FP8 GEMMs reach ``Efficiency.fp8_gemm_max`` of the FP8 peak instead of ``gemm_max``;
+  * FP8 GEMMs reach ``Efficiency.fp8_gemm_max`` of the FP8 peak instead of ``gemm_max``; FP4 GEMMs
+    ``fp8_gemm_max * fp4_fp8_ratio`` of the FP4 peak, plus their quantisation passes (``model.fp4``);
+  * attention's softmax share on a GPU whose special-function units differ from those of the GPUs its
+    ``Efficiency.attention`` was fitted on (``attention_sfu_exp_per_s``: B300 / GB300) scales by the SFU ratio;
   * recompute: the forward time of what is recomputed (full layer, or the selective modules; torchtitan's
     op-level selective checkpointing: ``op_sac_recompute_s``).
 Parameter counts come from ``primus_ext.model.params.layer_params`` (exact megatron-core counts).
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 
 from primus_ext.model.costs import LayerCost
+from primus_ext.model.fp4 import fp4_element_bytes, quantise_seconds
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.params import layer_params
 from primus_ext.model.rank_shape import RankShape
@@ -83,15 +87,20 @@ def gemm_efficiency(flops: float, gpu: GPUSpec, precision: str = "bf16", recipe:
         top = eff.fp8_gemm_max * (eff.fp8_rowwise_ratio if recipe == "rowwise" else 1.0)
         base = eff.gemm_max * gpu.bf16_dense_tflops
         half *= top * gpu.fp8_dense_tflops / base if base > 0 else 1.0
+    elif precision == "fp4":  # the same fixed time per GEMM at FP4's own large-GEMM rate (see above)
+        top = eff.fp8_gemm_max * eff.fp4_fp8_ratio
+        base = eff.gemm_max * gpu.bf16_dense_tflops
+        half *= top * gpu.peak_tflops("fp4") / base if base > 0 else 1.0
     return top * flops / (flops + half)
 
 
-def gemm_bytes(m: float, n: float, k: float, precision: str) -> float:
+def gemm_bytes(m: float, n: float, k: float, precision: str, recipe: str = "nvfp4") -> float:
     """HBM bytes one M x N x K GEMM moves at least: both operands read once (1 byte per element in
     FP8, 2 in BF16), the BF16 result written once. NVIDIA "GPU Performance Background User's Guide"
     (docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background, "Math and Memory
-    Bounds"): arithmetic intensity ``2MNK / (2(MK + NK + MN))`` for FP16 operands."""
-    operand = FP8_BYTES if precision == "fp8" else ACT_BYTES
+    Bounds"): arithmetic intensity ``2MNK / (2(MK + NK + MN))`` for FP16 operands. FP4 operands: half a byte
+    plus their block scales (``model.fp4.fp4_element_bytes``; ``recipe`` the fp4 recipe)."""
+    operand = FP8_BYTES if precision == "fp8" else fp4_element_bytes(recipe) if precision == "fp4" else ACT_BYTES
     return (m * k + k * n) * operand + m * n * ACT_BYTES
 
 
@@ -105,11 +114,16 @@ def gemm_seconds(m: float, n: float, k: float, gpu: GPUSpec, precision: str, *, 
     if flops <= 0 or count <= 0:
         return 0.0
     math_s = flops / (gpu.peak_tflops(precision) * 1e12 * gemm_efficiency(flops, gpu, precision, recipe))
-    return count * max(math_s, membound_seconds(gemm_bytes(m, n, k, precision), gpu))
+    return count * max(math_s, membound_seconds(gemm_bytes(m, n, k, precision, recipe), gpu))
 
 
 def membound_seconds(nbytes: float, gpu: GPUSpec) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm) if nbytes > 0 else 0.0
+
+
+def gemm_recipe(shape: RankShape) -> str:
+    """The scaling recipe the shape's GEMMs run with: the fp4 recipe for fp4, else the fp8 one."""
+    return shape.fp4_recipe if shape.precision == "fp4" else shape.fp8_recipe
 
 
 @dataclass
@@ -129,6 +143,16 @@ class _Parts:
         self.fwd[name] = self.fwd.get(name, 0.0) + fwd
         self.dgrad[name] = self.dgrad.get(name, 0.0) + bwd
 
+    def linear(self, name: str, m: float, n: float, k: float, shape: RankShape, gpu: GPUSpec, *,
+               count: float = 1.0) -> None:
+        """``count`` linear layers' GEMMs (M tokens x N outputs x K inputs) in the shape's precision; in fp4 with
+        their quantisation passes (``model.fp4.quantise_seconds``), under the same module name (a recomputed
+        module re-runs its quantisation too)."""
+        recipe = gemm_recipe(shape)
+        self.gemm(name, gemm_seconds(m, n, k, gpu, shape.precision, recipe=recipe, count=count))
+        if shape.precision == "fp4":
+            self.other(name, *quantise_seconds(m, n, k, gpu, recipe, count=count))
+
 
 def attention_efficiency(head_dim: float, gpu: GPUSpec, kernel: str = "fused") -> float:
     """Fraction of dense peak of fused attention at per-head matmul width ``head_dim`` (the mean of the
@@ -136,10 +160,30 @@ def attention_efficiency(head_dim: float, gpu: GPUSpec, kernel: str = "fused") -
     softmax cost (exp on the special-function units, 256x slower than the tensor cores on H100: Shah
     et al. 2024, FlashAttention-3, arXiv:2407.08608, sec. 3.3), so the efficiency grows as
     ``d / (d + ATTENTION_HALF_HEAD_DIM)``; ``Efficiency.attention`` is the value at head dim 128 for the
-    ``fused`` kernel, ``FLASH2_RATIO`` of it for ``flash2``."""
+    ``fused`` kernel, ``FLASH2_RATIO`` of it for ``flash2``. Divided by ``softmax_sfu_factor`` on a GPU whose
+    special-function units differ from those ``Efficiency.attention`` was fitted on."""
     ref = REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + ATTENTION_HALF_HEAD_DIM)
     fused = gpu.efficiency.attention * head_dim / (head_dim + ATTENTION_HALF_HEAD_DIM) / ref
+    fused /= softmax_sfu_factor(head_dim, gpu)
     return fused * FLASH2_RATIO if kernel == "flash2" else fused
+
+
+def softmax_sfu_factor(head_dim: float, gpu: GPUSpec) -> float:
+    """Attention's time on ``gpu`` over its time at the SFU rate ``Efficiency.attention`` was fitted at.
+
+    In ``attention_efficiency``'s law the time per score element is ``head_dim`` (the matmuls) plus
+    ``ATTENTION_HALF_HEAD_DIM`` (the softmax: its exponentials on the special-function units) in the same units,
+    so the softmax is ``96 / (head_dim + 96)`` of it, 43 % at head dim 128. That share runs ``ref / own`` times as
+    long, where ``ref`` is ``Efficiency.attention_sfu_exp_per_s`` (the SFU rate of the GPUs the efficiency was
+    fitted on) and ``own`` the GPU's ``sfu_exp_per_s``. 1 when either is not stated or they are equal: every GPU
+    with its own calibration (H100 / H200 / B200 / GB200 / AMD) is unchanged; B300 / GB300, which inherit
+    B200 / GB200's efficiencies with twice the exponential rate (NVIDIA Blackwell Ultra), run attention at
+    1 / (0.57 + 0.43 / 2) = 1.27x at head dim 128."""
+    ref, own = gpu.efficiency.attention_sfu_exp_per_s, gpu.sfu_exp_per_s
+    if ref <= 0 or own <= 0:
+        return 1.0
+    share = ATTENTION_HALF_HEAD_DIM / (head_dim + ATTENTION_HALF_HEAD_DIM)
+    return 1.0 - share + share * ref / own
 
 
 def causal_keys(shape: RankShape) -> float:
@@ -158,24 +202,24 @@ def causal_keys(shape: RankShape) -> float:
 
 def attention_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     a, t = shape.arch, shape.tokens
-    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
+    g = partial(parts.linear, shape=shape, gpu=gpu)
     tp, heads = shape.tp, shape.local_heads
     if a.multi_latent_attention:
         qk = a.qk_head_dim + a.qk_pos_emb_head_dim
         if a.q_lora_rank:
-            parts.gemm("attn_linear", g(t, a.q_lora_rank, a.hidden_size))
-            parts.gemm("mla_up_proj", g(t, a.num_attention_heads * qk / tp, a.q_lora_rank))
+            g("attn_linear", t, a.q_lora_rank, a.hidden_size)
+            g("mla_up_proj", t, a.num_attention_heads * qk / tp, a.q_lora_rank)
         else:
-            parts.gemm("attn_linear", g(t, a.num_attention_heads * qk / tp, a.hidden_size))
-        parts.gemm("attn_linear", g(t, a.kv_lora_rank + a.qk_pos_emb_head_dim, a.hidden_size))
+            g("attn_linear", t, a.num_attention_heads * qk / tp, a.hidden_size)
+        g("attn_linear", t, a.kv_lora_rank + a.qk_pos_emb_head_dim, a.hidden_size)
         kv_up = a.num_attention_heads * (a.qk_head_dim + a.v_head_dim) / tp
-        parts.gemm("mla_up_proj", g(t, kv_up, a.kv_lora_rank))
-        parts.gemm("attn_linear", g(t, a.hidden_size, a.num_attention_heads * a.v_head_dim / tp))
+        g("mla_up_proj", t, kv_up, a.kv_lora_rank)
+        g("attn_linear", t, a.hidden_size, a.num_attention_heads * a.v_head_dim / tp)
         width = qk + a.v_head_dim
     else:
         qkv = (a.num_attention_heads + 2 * a.num_query_groups) * a.kv_channels / tp
-        parts.gemm("attn_linear", g(t, qkv, a.hidden_size))
-        parts.gemm("attn_linear", g(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp))
+        g("attn_linear", t, qkv, a.hidden_size)
+        g("attn_linear", t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp)
         width = 2 * a.kv_channels
     core_flops = 2.0 * t * causal_keys(shape) * heads * width
     core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(width / 2, gpu, shape.attention_kernel))
@@ -187,11 +231,11 @@ def attention_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
 def dense_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     """A dense MLP: fc1 (gated: two halves), fc2, the activation."""
     a, t = shape.arch, shape.tokens
-    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
+    g = partial(parts.linear, shape=shape, gpu=gpu)
     gate = 2 if a.gated else 1
     ffn = a.ffn_hidden_size / shape.tp
-    parts.gemm("mlp", g(t, gate * ffn, a.hidden_size))
-    parts.gemm("mlp", g(t, a.hidden_size, ffn))
+    g("mlp", t, gate * ffn, a.hidden_size)
+    g("mlp", t, a.hidden_size, ffn)
     act = membound_seconds(t * ffn * (gate + 1) * ACT_BYTES, gpu)
     parts.other("mlp_act", act, MEMBOUND_BWD_FACTOR * act)
 
@@ -199,14 +243,14 @@ def dense_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
 def moe_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     """An MoE block: router, the local experts' GEMMs and activation, permutation, shared experts."""
     a, t = shape.arch, shape.tokens
-    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
+    g = partial(parts.linear, shape=shape, gpu=gpu)
     gate = 2 if a.gated else 1
     local = max(1, shape.local_experts)
     per_expert = shape.routed_tokens_per_rank / local
     ffn = a.moe_ffn_hidden_size / shape.etp
     parts.gemm("router", gemm_seconds(shape.tokens, a.num_experts, a.hidden_size, gpu, "bf16"))
-    parts.gemm("moe", g(per_expert, gate * ffn, a.hidden_size, count=local))
-    parts.gemm("moe", g(per_expert, a.hidden_size, ffn, count=local))
+    g("moe", per_expert, gate * ffn, a.hidden_size, count=local)
+    g("moe", per_expert, a.hidden_size, ffn, count=local)
     act = membound_seconds(shape.routed_tokens_per_rank * ffn * (gate + 1) * ACT_BYTES, gpu)
     parts.other("moe_act", act, MEMBOUND_BWD_FACTOR * act)
     # permute + unpermute: read and write every routed token's hidden vector twice
@@ -214,8 +258,8 @@ def moe_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     parts.other("moe_permute", perm, perm)
     if a.moe_shared_expert_intermediate_size:
         shared = a.moe_shared_expert_intermediate_size / shape.tp
-        parts.gemm("shared_experts", g(t, gate * shared, a.hidden_size))
-        parts.gemm("shared_experts", g(t, a.hidden_size, shared))
+        g("shared_experts", t, gate * shared, a.hidden_size)
+        g("shared_experts", t, a.hidden_size, shared)
         sact = membound_seconds(t * shared * (gate + 1) * ACT_BYTES, gpu)
         parts.other("shared_experts", sact, MEMBOUND_BWD_FACTOR * sact)
 
@@ -244,7 +288,7 @@ def output_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     norm = membound_seconds(NORM_PASSES * rows * a.hidden_size * ACT_BYTES, gpu)
     parts.other("layernorm", norm, MEMBOUND_BWD_FACTOR * norm)
     # megatron-core's output layer is tensor_parallel.ColumnParallelLinear, outside TE's fp8 autocast
-    logits_precision = "bf16" if shape.precision == "fp8" else shape.precision
+    logits_precision = "bf16" if shape.precision in ("fp8", "fp4") else shape.precision
     parts.gemm("logits", gemm_seconds(t, vocab, a.hidden_size, gpu, logits_precision))
     ce = membound_seconds(SOFTMAX_CE_PASSES * t * vocab * LOGITS_BYTES, gpu)
     parts.other("cross_entropy", ce, ce)
@@ -297,7 +341,7 @@ def dense_op_sac_gemms(shape: RankShape, gpu: GPUSpec) -> tuple[float, float, fl
     """The forward GEMMs op-level checkpointing re-runs in a Llama block (``op_sac_recompute_s``): wk, wo, and
     w3 (gated) / fc2, in seconds."""
     a, t, tp = shape.arch, shape.tokens, shape.tp
-    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
+    g = partial(gemm_seconds, gpu=gpu, precision=shape.precision, recipe=gemm_recipe(shape))
     ffn = a.ffn_hidden_size / tp
     return (g(t, a.num_query_groups * a.kv_channels / tp, a.hidden_size),          # wk
             g(t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp),       # wo
@@ -372,4 +416,5 @@ __all__ = [
     "layer_parts",
     "membound_seconds",
     "op_sac_recompute_s",
+    "softmax_sfu_factor",
 ]

@@ -119,7 +119,7 @@ _COMM_FIELDS = (
 _SHAPE_FIELDS = (
     "tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "sequence_parallel", "micro_batch_size", "seq_length", "precision",
-    "recompute_granularity", "recompute_modules", "fp8_recipe", "attention_kernel",
+    "recompute_granularity", "recompute_modules", "fp8_recipe", "fp4_recipe", "attention_kernel",
     "cuda_graph", "lora_rank", "lora_targets",
 )
 """What ``rank_shapes`` reads (tests/projection/test_evaluate_fast.py mutates every other field)."""

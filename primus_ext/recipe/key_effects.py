@@ -99,9 +99,11 @@ UNMODELLED: dict[str, Unmodelled] = {
     "fp8_dot_product_attention": _u(False, "FP8 attention: step time and memory"),
     "fp8_multi_head_attention": _u(False, "FP8 attention projections: step time and memory"),
     "fp8_param": _u(False, "parameters kept in FP8: memory"),
-    "first_last_layers_bf16": _u(False, "first / last layers in BF16 under FP8: step time"),
-    "num_layers_at_start_in_bf16": _u(1, "BF16 layers at the start under FP8: step time", when=_EDGES),
-    "num_layers_at_end_in_bf16": _u(1, "BF16 layers at the end under FP8: step time", when=_EDGES),
+    "first_last_layers_bf16": _u(False, "first / last layers in BF16 under FP8 / FP4: step time"),
+    "num_layers_at_start_in_bf16": _u(1, "BF16 layers at the start under FP8 / FP4: step time", when=_EDGES),
+    "num_layers_at_end_in_bf16": _u(1, "BF16 layers at the end under FP8 / FP4: step time", when=_EDGES),
+    "fp4_quantizer_factory": _u(None, "a user FP4 quantisation factory (fp4_recipe custom): step time and memory"),
+    "mxfp4_gradient_stochastic_rounding": _u(False, "stochastic rounding of MXFP4 gradients: step time"),
     "keep_fp8_transpose_cache": _u(False, "FP8 transposed-weight cache: memory"),
     "keep_fp8_transpose_cache_when_using_custom_fsdp": _u(False, "FP8 transposed-weight cache: memory"),
     "no_fp8_weight_transpose_cache": _u(False, "FP8 transposed-weight cache: memory"),
@@ -346,7 +348,6 @@ dsa_indexer_head_dim dsa_indexer_loss_coeff dsa_indexer_n_heads dsa_indexer_topk
 attn_res_block_size routed_expert_hidden_size latent_moe_use_norm mla_use_output_gate mla_use_nope
 quantile_balancing_center_bias quantile_balancing_ema_decay quantile_balancing_margin_max
 quantile_balancing_margin_min quantile_balancing_num_bins quantile_balancing_update_interval
-fp4_param fp4_quantizer_factory fp4_recipe mxfp4_gradient_stochastic_rounding
 grpo_clamp_eps_lower grpo_clamp_eps_upper grpo_default_temperature grpo_default_top_p grpo_entropy_term_weight
 grpo_filter_groups_with_same_reward grpo_group_size grpo_iterations grpo_kl_beta grpo_prompts_per_step
 langrl_env_config langrl_inference_server_conversation_template langrl_inference_server_type
@@ -360,8 +361,8 @@ use_fla_fused_norm_gated use_fla_kda_in_kernel_gate use_fla_triton_kda use_kimi_
 fp4_use_native_te_autocast mxfp4_backward_precision
 """
 ARCHITECTURE_PARAMS = frozenset(_ARCHITECTURE_PARAM_WORDS.split())
-"""Sizes and switches of families the projection refuses (FP4 included: ``fp4`` itself is refused by the
-resolver); Megatron ignores them unless the family is selected."""
+"""Sizes and switches of families the projection refuses (Primus's diffusion FP4 switches included); Megatron ignores
+them unless the family is selected."""
 
 
 def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> list[Problem]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.errors import Problem
+from primus_ext.model.fp4 import fp4_problem
 from primus_ext.model.pipeline.registry import by_primus_name, get_schedule, spec_schedule
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
@@ -62,7 +63,8 @@ _OTHER_READ = (
     "moe_router_force_load_balancing", "moe_expert_capacity_factor", "first_k_dense_replace",
     "zero_bubble_v_schedule", "pp_algorithm", "cpu_offloading", "cpu_offloading_num_layers",
     "cpu_offloading_activations", "cpu_offloading_weights", "cross_entropy_fusion_impl",
-    "fp8_param_gather", "fp8_recipe", "moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate",
+    "fp8_param_gather", "fp8_recipe", "fp4_recipe", "fp4_param",
+    "moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate",
     "cuda_graph_impl", "cuda_graph_scope", "enable_cuda_graph", "external_cuda_graph",
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
@@ -311,13 +313,18 @@ def _schedule(a: ArgReader, pp: int, vpp: int | None) -> str:
 
 
 def _precision(a: ArgReader) -> str:
-    fp8 = a.raw("fp8")
+    fp8, fp4 = a.raw("fp8"), a.raw("fp4")
+    if fp4 not in (None, False):  # megatron-core TransformerConfig: fp4 is 'e2m1' or None, never with fp8
+        if fp8 not in (None, False):
+            a.bad("fp4", "fp4 and fp8 are both set (megatron-core refuses: 'fp4 and fp8 cannot be used "
+                  "simultaneously')", fix="set one of them to null")
+        elif fp4 not in ("e2m1", True):
+            a.bad("fp4", "must be e2m1", fix="set fp4: e2m1, or null for no FP4")
+        return "fp4"
     if fp8 not in (None, False):
         if fp8 not in ("e4m3", "hybrid", True):
             a.bad("fp8", "must be e4m3 or hybrid", fix="set fp8: hybrid (or e4m3), or null for no FP8")
         return "fp8"
-    if a.raw("fp4") not in (None, False):
-        a.bad("fp4", "FP4 training is not modelled", fix="project with fp8 (set fp4: null, fp8: hybrid)")
     bf16, fp16 = a.bool("bf16"), a.bool("fp16")
     if bf16 and fp16:
         a.bad("fp16", "bf16 and fp16 are both set", fix="set one of them to false")
@@ -336,6 +343,25 @@ def _fp8_recipe(a: ArgReader, system: SystemSpec) -> str:
                           "scaling")
         return "delayed"
     return value or "delayed"
+
+
+def _fp4_recipe(a: ArgReader, system: SystemSpec, precision: str) -> str:
+    """megatron-core 0.16 ``fp4_recipe``: nvfp4 (default) or custom; Primus adds mxfp4 (its fp4_utils.py). An FP4
+    recipe on a GPU that cannot run it is refused with the sentence of ``model.fp4.fp4_problem``."""
+    value = a.choice("fp4_recipe", ("nvfp4", "mxfp4", "custom"), "nvfp4") or "nvfp4"
+    if precision != "fp4":
+        if a.bool("fp4_param"):
+            a.bad("fp4_param", "fp4_param needs fp4 (megatron-core: 'fp4_param must be used together with fp4 "
+                  "mode')", fix="set fp4: e2m1, or fp4_param: false")
+        return value if value != "custom" else "nvfp4"
+    if value == "custom":
+        a.warnings.append("fp4_recipe custom (a user quantisation factory) is projected as nvfp4")
+        value = "nvfp4"
+    problem = fp4_problem(system.gpu, value)
+    if problem:
+        a.bad("fp4", problem, fix="project this recipe in fp8 (fp4: null, fp8: hybrid), or on a GPU with FP4 tensor "
+              "cores (b200, gb200, b300, gb300 with nvfp4; mi350x, mi355x with mxfp4)")
+    return value
 
 
 MX_FAMILIES = frozenset({"blackwell", "cdna4"})
@@ -394,7 +420,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
     optimizer = optimizer_dtypes(a)
     lora_rank, lora_targets = lora(a)
     precision = _precision(a)
-    bf16_main_grads = optimizer.pop("bf16_main_grads") and precision in ("bf16", "fp8")
+    bf16_main_grads = optimizer.pop("bf16_main_grads") and precision in ("bf16", "fp8", "fp4")
     return ExecutionSpec(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
@@ -441,6 +467,8 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16") or bf16_main_grads,
         fp8_param_gather=a.bool("fp8_param_gather"),
         fp8_recipe=_fp8_recipe(a, system),  # type: ignore[arg-type]
+        fp4_recipe=_fp4_recipe(a, system, precision),  # type: ignore[arg-type]
+        fp4_param=a.bool("fp4_param") and precision == "fp4",
         cross_entropy_fusion_impl=loss_impl(a),  # type: ignore[arg-type]
         cuda_graph=cuda_graph_mode(a),  # type: ignore[arg-type]
         **optimizer,

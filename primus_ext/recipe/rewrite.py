@@ -112,6 +112,10 @@ def megatron_args(e: ExecutionSpec, args: Mapping[str, Any], num_layers: int) ->
         out["use_custom_fsdp"] = e.fsdp == "megatron_fsdp"
     fp8 = args.get("fp8") if args.get("fp8") not in (None, False, True) else "hybrid"
     out["fp8"] = fp8 if e.precision == "fp8" else None
+    if _given(args, "fp4"):  # megatron-core refuses fp4 beside fp8: a tuned precision replaces the recipe's fp4
+        out["fp4"] = args.get("fp4") if e.precision == "fp4" else None
+    if _given(args, "fp4_param"):  # megatron-core: fp4_param must be used together with fp4
+        out["fp4_param"] = e.fp4_param
     out.update(schedule_keys(e, args))
     return out
 

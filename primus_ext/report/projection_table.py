@@ -55,8 +55,11 @@ def memory_summary(memory: Any) -> dict[str, Any] | None:
     }
 
 
-def calibration_label(calibration: str) -> str:
-    """A short form of a profile's calibration string: whose rows its efficiencies come from."""
+def calibration_label(calibration: str, inherits_from: str = "") -> str:
+    """A short form of a profile's calibration string: whose rows its efficiencies come from (``inherits_from``: the
+    profile a GPU without runs of its own takes them from, ``GPUSpec.inherits_efficiency_from``)."""
+    if inherits_from:
+        return f"inherited from {inherits_from} (no measured run of this GPU): {calibration_label(calibration)}"
     if calibration.startswith("pooled prior"):
         return "pooled prior: no measured run of this GPU family, fitted on other families' runs"
     rows = re.search(r"on (?:all )?(\d+ [\w/]+ rows)", calibration)
@@ -104,7 +107,8 @@ def format_projection(p: Projection) -> str:
         f"  tokens/s/GPU     {p.tokens_per_s_per_gpu:,.0f}" + _band_text(p),
         f"  step time        {p.step_time_ms:,.1f} ms",
         f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   (MFU {p.mfu:.1%})",
-        f"  efficiencies     {calibration_label(system.gpu.efficiency.calibration)}",
+        "  efficiencies     " + calibration_label(system.gpu.efficiency.calibration,
+                                                  system.gpu.inherits_efficiency_from),
         *_calibration_lines(p),
     ]
     if p.memory is not None:

@@ -13,7 +13,7 @@ from primus_ext.specs.launch import DEFAULT_LAUNCH, LaunchSpec
 
 RecomputeGranularity = Literal["full", "selective"]
 RecomputeMethod = Literal["uniform", "block"]
-Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
 PipelineSchedule = str
 """A name registered in ``primus_ext.model.pipeline.registry.SCHEDULES`` (open: schedules register themselves;
 specs is the bottom layer and cannot import the registry, so ``recipe.validate`` checks the name)."""
@@ -21,6 +21,7 @@ Dispatcher = Literal["alltoall", "allgather", "flex"]
 CPCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 FSDPKind = Literal["none", "torch_fsdp2", "megatron_fsdp"]
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "blockwise", "rowwise"]
+Fp4Recipe = Literal["nvfp4", "mxfp4"]
 AttentionKernel = Literal["fused", "flash2"]
 CudaGraph = Literal["none", "layers", "full_iteration"]
 OptimizerDtype = Literal["fp32", "fp16", "bf16", "fp8"]
@@ -134,6 +135,13 @@ class ExecutionSpec:
     scales: torchao's float8 recipe of that name, read from torchtitan runs; not a Megatron choice)."""
     fp8_param_gather: bool = False
     """Megatron's ``--fp8-param-gather``: parameters kept in fp8 (and all-gathered in fp8), no bf16 copy."""
+    fp4_recipe: Fp4Recipe = "nvfp4"
+    """How fp4 tensors are scaled (used when ``precision`` is fp4, megatron-core's ``fp4: e2m1``): ``nvfp4``
+    (megatron-core 0.16 ``fp4_recipe: nvfp4``, Transformer Engine's NVFP4BlockScaling: E2M1 data, one E4M3 scale
+    per 16 elements and an fp32 scale per tensor) or ``mxfp4`` (Primus's ``fp4_recipe: mxfp4`` on MI355X: one E8M0
+    scale per 32 elements). ``model.fp4`` says which GEMMs run in fp4 and what the quantisation costs."""
+    fp4_param: bool = False
+    """megatron-core's ``fp4_param`` (``--fp4-param-gather``): transformer-layer weights kept in fp4, no bf16 copy."""
     grad_reduce_in_bf16: bool = False
     """Keep the DDP gradient buffer (main grads) in bf16 and reduce in bf16 instead of fp32."""
 

@@ -25,6 +25,14 @@ class Efficiency:
     """Asymptotic fraction of the *FP8* dense peak reached by large FP8 GEMMs. Lower than
     ``gemm_max``: scaling-factor handling and casts keep FP8 GEMMs further from their (2x) peak;
     NVIDIA's FP8 recipes report ~1.3-1.5x end-to-end over BF16, not 2x (Megatron-Bridge tables)."""
+    fp4_fp8_ratio: float = 1.0
+    """Large FP4 GEMMs reach this fraction of ``fp8_gemm_max`` (of the *FP4* peak): block-scale handling per 16 / 32
+    elements keeps them at most as close to their peak as FP8 GEMMs. 1 = as close, the uncalibrated default;
+    fitted (bounded to [0.5, 1], ``validate.calibrate``) only where FP4 rows exist."""
+    attention_sfu_exp_per_s: float = 0.0
+    """Exponentials per second of the special-function units of the GPUs ``attention`` was calibrated on; 0 = this
+    GPU's own ``GPUSpec.sfu_exp_per_s``. A GPU that inherits its family's efficiencies with faster SFUs (B300 /
+    GB300 from B200 / GB200) runs the softmax share of attention faster by that ratio (``roofline``)."""
     fp8_rowwise_ratio: float = 1.0
     """Row-wise scaled FP8 GEMMs (per-row scales applied in the epilogue, with their separate quantisation
     kernels: torchao's ``rowwise`` float8 recipe) reach this fraction of ``fp8_gemm_max``. 1 = as fast as
@@ -76,13 +84,25 @@ class GPUSpec:
     """Tensor/matrix-core generation (hopper, blackwell, cdna3, cdna4): GPUs of one family share
     calibrated efficiency fractions (same silicon architecture, different clocks / memory)."""
     tdp_w: float = 0.0
+    fp4_dense_tflops: float = 0.0
+    """Dense FP4 (NVFP4 / MXFP4) peak; 0 = no FP4 tensor cores: FP4 recipes are refused there."""
+    sfu_exp_per_s: float = 0.0
+    """Exponentials per second of the special-function units (attention's softmax); 0 = not stated."""
+    inherits_efficiency_from: str = ""
+    """The profile whose calibrated efficiencies this GPU uses because no measured run of its own exists (B300 ->
+    B200): printed beside every projection on it; its SFU rate is ``Efficiency.attention_sfu_exp_per_s``."""
     sources: str = ""
     efficiency: Efficiency = field(default_factory=Efficiency)
 
     def peak_tflops(self, precision: str) -> float:
-        """Dense peak for the GEMM precision (fp8 falls back to bf16 when not supported)."""
+        """Dense peak for the GEMM precision (fp8 falls back to bf16 when not supported). fp4 on a GPU without an
+        FP4 peak is refused before a projection starts (``model.fp4.fp4_problem``); here it raises ``ValueError``."""
         if precision == "fp8" and self.fp8_dense_tflops > 0:
             return self.fp8_dense_tflops
+        if precision == "fp4":
+            if self.fp4_dense_tflops <= 0:
+                raise ValueError(f"{self.name} has no FP4 tensor cores (no fp4_dense_tflops in its profile)")
+            return self.fp4_dense_tflops
         if precision == "fp32":
             return self.bf16_dense_tflops / 2
         return self.bf16_dense_tflops

@@ -172,6 +172,7 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
         micro_batch_size=config["mbs"],
         precision=config["precision"],
         fp8_param_gather=base.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
+        fp4_param=base.fp4_param and config["precision"] == "fp4",  # and fp4 ones fp4
         **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get("split", DEFAULT))),
         **_recompute_fields(model, base, config["recompute"], chunk),
         **_sharding_fields(base, config["sharding"], config["dp_overlap"]),

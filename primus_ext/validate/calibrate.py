@@ -65,6 +65,13 @@ DEFAULT_PARAMS = (
     # unfused row-wise quantisation kernels); >= 0.3 of the per-tensor rate: with FP8 at twice the BF16 peak
     # and fp8_gemm_max >= 0.55 gemm_max, never below 0.33x the BF16 GEMM
     Param(name="fp8_rowwise_ratio", low=0.30, high=1.0),
+    # large FP4 GEMMs' fraction of the FP4 peak as a ratio to FP8's of the FP8 peak (``roofline.gemm_efficiency``):
+    # <= 1, block scales every 16 / 32 elements keep FP4 GEMMs no closer to their peak than FP8 ones; >= 0.5: every
+    # FP4 GPU's FP4 peak is >= 2x its FP8 peak (B200 / GB200 2.0, B300 3.1, GB300 3.0, MI355X 2.0; hardware_specs.csv),
+    # so 0.5 is an FP4 GEMM as fast as the FP8 GEMM of its shape, below which no one would train in FP4.
+    # Constrained only by FP4 rows (the six NVFP4 GB200 rows of the development set): one value per family, fitted
+    # alone on them with the family's other values held (``fit_split``).
+    Param(name="fp4_fp8_ratio", low=0.5, high=1.0),
     # fused (flash) attention's fraction of dense peak over forward + backward (1 : 2.5 FLOPs) at 128-wide heads;
     # <= 0.65: on H100 BF16 FlashAttention-3 reaches at most 75 % of peak forward (its best case, wider heads)
     # and 1.5-1.75x FlashAttention-2's backward, ~0.5-0.55 (Shah et al. 2024, arXiv:2407.08608, abstract and
@@ -260,6 +267,35 @@ SHARED_SEARCH_STEPS = 12
 """Golden-section steps of the one-dimensional fit of a shared parameter (0.618^12 = 0.3 % of its range)."""
 
 
+FP4_PARAM = "fp4_fp8_ratio"
+"""The one parameter the FP4 rows calibrate: every other one is fitted on the rows that do not run FP4 (``fit_split``),
+so adding FP4 rows never moves what the BF16 / FP8 rows are projected with."""
+
+
+def _is_fp4(run: RunRow) -> bool:
+    return run.execution is not None and run.execution.precision == "fp4"
+
+
+def _without_fp4(families: dict[str, list[RunRow]]) -> dict[str, list[RunRow]]:
+    return {name: [r for r in members if not _is_fp4(r)] or members for name, members in families.items()}
+
+
+def fit_split(members: Sequence[RunRow], projector: Projector, start: Efficiency, params: Sequence[Param], *,
+              unconstrained: set[str], loss: Loss = mean_abs_log) -> tuple[Efficiency, float]:
+    """``fit_efficiency`` with the FP4 rows kept apart: the parameters other than ``FP4_PARAM`` on the other rows,
+    then ``FP4_PARAM`` alone on the FP4 rows with those held (one bounded ratio for all of them, never per row).
+    The loss returned is over every row. Rows that all run FP4 are fitted together as they are."""
+    fp4 = [r for r in members if _is_fp4(r)]
+    rest = [r for r in members if not _is_fp4(r)]
+    ratio = [p for p in params if p.name == FP4_PARAM]
+    if not rest or not fp4 or not ratio:
+        return fit_efficiency(members, projector, start, params, unconstrained=unconstrained, loss=loss)
+    efficiency, _ = fit_efficiency(rest, projector, start, [p for p in params if p.name != FP4_PARAM],
+                                   unconstrained=unconstrained, loss=loss)
+    efficiency, _ = fit_efficiency(fp4, projector, efficiency, ratio, unconstrained=unconstrained, loss=loss)
+    return efficiency, objective(members, projector, efficiency, loss)
+
+
 def _fit_families(families: dict[str, list[RunRow]], projector: Projector, own: Sequence[Param],
                   held: dict[str, float], loss: Loss,
                   progress: Callable[[str], None] | None) -> dict[str, tuple[Efficiency, float, set[str]]]:
@@ -277,7 +313,7 @@ def _fit_families(families: dict[str, list[RunRow]], projector: Projector, own: 
         reset = [p for p in {p.name: p for p in (*DEFAULT_PARAMS, *own)}.values() if p.name not in profile.measured]
         start = replace(fresh_start(profile, reset), **unmeasured(held, profile))
         kept: set[str] = set()
-        efficiency, value = fit_efficiency(members, projector, start, mine, unconstrained=kept, loss=loss)
+        efficiency, value = fit_split(members, projector, start, mine, unconstrained=kept, loss=loss)
         out[name] = (efficiency, value, kept)
     return out
 
@@ -327,7 +363,7 @@ def fit_by_gpu(
         for param in common:
             if progress:
                 progress(f"fitting {param.name} on the rows of {'/'.join(families)} together")
-            value = _fit_shared(families, fits, param, projector, loss, held)  # sees the shared values fitted so far
+            value = _fit_shared(_without_fp4(families), fits, param, projector, loss, held)  # and those fitted so far
             if value is not None:
                 fitted_shared[param.name] = held[param.name] = value
         if fitted_shared:
@@ -372,7 +408,7 @@ def fit_pooled(
     if progress:
         progress(f"fitting the pooled prior on {len(members)} rows")
     kept: set[str] = set()
-    efficiency, value = fit_efficiency(members, projector, Efficiency(), params, unconstrained=kept, loss=loss)
+    efficiency, value = fit_split(members, projector, Efficiency(), params, unconstrained=kept, loss=loss)
     families = sorted({family_of(m) for m in members})
     fitted = ", ".join(p.name for p in params if p.name not in kept)
     efficiency = replace(efficiency, calibration=(

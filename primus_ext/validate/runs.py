@@ -23,6 +23,7 @@ from primus_ext.errors import RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
 from primus_ext.hardware.power import clock_scale, power_capped
 from primus_ext.model.flops import model_flops_per_token
+from primus_ext.model.fp4 import fp4_problem
 from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.model.stages import layout_problems
 from primus_ext.recipe.graphs import graph_mode
@@ -74,15 +75,20 @@ def _float(text: str) -> float | None:
 
 
 def precision_of(label: str) -> str | None:
-    """Map a CSV precision label to a GEMM precision; ``None`` when unsupported (NVFP4, blank)."""
+    """Map a CSV precision label to a GEMM precision (NVFP4 / MXFP4 -> fp4); ``None`` when unsupported (blank)."""
     text = label.upper()
     if "FP4" in text:
-        return None
+        return "fp4"
     if "FP8" in text:
         return "fp8"
     if "BF16" in text:
         return "bf16"
     return None
+
+
+def fp4_recipe_of(label: str) -> str:
+    """The fp4 recipe a row's precision label names: MXFP4, else NVFP4 (megatron-core's only built-in one)."""
+    return "mxfp4" if "MXFP4" in label.upper() else "nvfp4"
 
 
 def fp8_recipe_of(label: str, notes: str) -> str:
@@ -263,6 +269,7 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         cross_entropy_fusion_impl=loss_impl,  # type: ignore[arg-type]
         fp8_param_gather=fp8_params,
         fp8_recipe=fp8_recipe_of(row["precision"], row["notes"] or ""),  # type: ignore[arg-type]
+        fp4_recipe=fp4_recipe_of(row["precision"]),  # type: ignore[arg-type]
         moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
         moe_router_force_load_balancing=model.is_moe,
     )
@@ -352,6 +359,11 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
         except RecipeError:
             return skip(f"no hardware profile for GPU {row['gpu']!r}")
     execution, assumptions = execution_of(row, arch.model, precision)
+    if precision == "fp4":
+        problem = fp4_problem(gpu, execution.fp4_recipe)
+        if problem:
+            return skip(problem)
+        assumptions.append("fp4: megatron-core defaults fp4_param false, first_last_layers_bf16 false (not stated)")
     watts = board_power_w(row["notes"] or "")
     if watts and clock_scale(watts, gpu.tdp_w) < 1.0:  # a power-capped part (e.g. Grand Teton H100 @500W)
         assumptions.append(f"GPUs at {watts:g} W of {gpu.tdp_w:g} W: peaks x{clock_scale(watts, gpu.tdp_w):.3f}")

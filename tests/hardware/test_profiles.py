@@ -31,6 +31,7 @@ def test_profiles_match_datasheet_csv():
         gpu = load_gpu(canonical_name(row["gpu"]))
         assert gpu.bf16_dense_tflops == pytest.approx(float(row["bf16_dense_tflops"]))
         assert gpu.fp8_dense_tflops == pytest.approx(float(row["fp8_dense_tflops"]))
+        assert gpu.fp4_dense_tflops == pytest.approx(float(row["fp4_dense_tflops"] or 0))  # blank: no FP4
         assert gpu.hbm_bytes == pytest.approx(float(row["hbm_gb"]) * 1e9)
         assert gpu.scaleup_domain == int(row["scaleup_domain"])
         # NIC column is in Gb/s (bits): 400 Gb/s = 50 GB/s

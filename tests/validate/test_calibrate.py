@@ -315,3 +315,23 @@ def test_a_parameter_left_out_of_the_fit_starts_at_its_plain_default_not_the_pro
     without = [p for p in DEFAULT_PARAMS if p.name != "scaleup_link"]
     profiled = _stated(rows(Efficiency(gemm_max=0.5)), Efficiency(scaleup_link=0.62))
     assert fit_by_gpu(profiled, fake_projector, params=without)["hopper"][0].scaleup_link == Efficiency().scaleup_link
+
+
+def fp4_projector(run):
+    """``fake_projector``, and FP4 rows scaled by ``fp4_fp8_ratio`` (a stand-in for FP4 GEMMs)."""
+    eff = run.system.gpu.efficiency
+    return fake_projector(run) * (eff.fp4_fp8_ratio if run.execution.precision == "fp4" else 1.0)
+
+
+def test_fp4_rows_calibrate_only_the_fp4_ratio():
+    truth = Efficiency(gemm_max=0.62, attention=0.55, fp4_fp8_ratio=0.8)
+    plain = rows(truth)
+    fp4 = [replace(r, index=100 + i, precision_label="NVFP4", execution=replace(r.execution, precision="fp4"))
+           for i, r in enumerate(rows(truth, models=("D",), per_model=6))]
+    fp4 = [replace(r, measured_tokens_per_sec_per_gpu=r.measured_tokens_per_sec_per_gpu * 0.8) for r in fp4]
+    alone = fit_by_gpu(plain, fp4_projector)["hopper"][0]
+    both = fit_by_gpu(plain + fp4, fp4_projector)["hopper"][0]
+    # the BF16 rows' efficiencies are what they were without the FP4 rows; the ratio comes from the FP4 rows
+    assert (both.gemm_max, both.attention) == (alone.gemm_max, alone.attention)
+    assert alone.fp4_fp8_ratio == 1.0 and both.fp4_fp8_ratio == pytest.approx(0.8, abs=0.01)
+    assert "fp4_fp8_ratio" in both.calibration.split(" on ")[0]

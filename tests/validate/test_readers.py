@@ -8,7 +8,7 @@ from validate_rows import ARCH_HEADER, runs_of, write
 
 from primus_ext.errors import RecipeError
 from primus_ext.validate.archs import read_archs
-from primus_ext.validate.runs import fp8_recipe_of, precision_of, read_runs
+from primus_ext.validate.runs import fp4_recipe_of, fp8_recipe_of, precision_of, read_runs
 
 VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation"
 
@@ -31,7 +31,7 @@ def test_runs_map_columns_flags_and_skips(tmp_path):
     runs = runs_of(tmp_path, (
         'NeMo,2025,M,4096,FP8,H100,64,2,2,2,1,,,16,1,256,"recipe:[recompute_granularity=""full""; '
         'recompute_num_layers=2]",1000,,,,\n'
-        "NeMo,2025,M,4096,NVFP4,B200,8,1,1,,1,,,8,1,64,,900,,,,\n"
+        "NeMo,2025,M,4096,NVFP4,H100,8,1,1,,1,,,8,1,64,,900,,,,\n"
         "x LoRA,2025,M,4096,BF16,H100,8,1,1,,1,,,8,1,64,,900,,,,\n"
         "NeMo,2025,Unknown,4096,BF16,H100,8,1,1,,1,,,8,1,64,,900,,,,\n"
         "NeMo,2025,M,4096,BF16,TPU9,8,1,1,,1,,,8,1,64,,900,,,,\n"))
@@ -41,13 +41,24 @@ def test_runs_map_columns_flags_and_skips(tmp_path):
     assert e.recompute_granularity == "full" and e.recompute_num_layers == 2 and e.sequence_parallel
     assert e.pipeline_schedule == "interleaved" and run.system.world_size == 64
     reasons = [r.skipped_reason for r in runs[1:]]
-    assert "NVFP4" in reasons[0] and "fine-tuning" in reasons[1] and "unknown architecture" in reasons[2]
+    assert "has no FP4 tensor cores" in reasons[0] and "fine-tuning" in reasons[1]
+    assert "unknown architecture" in reasons[2]
     assert "TPU9" in reasons[3]
 
 
 def test_precision_labels():
     assert precision_of("FP8 rowwise (torchao float8)") == "fp8" and precision_of("MXFP8") == "fp8"
-    assert precision_of("BF16") == "bf16" and precision_of("NVFP4") is None and precision_of("") is None
+    assert precision_of("BF16") == "bf16" and precision_of("NVFP4") == "fp4" and precision_of("") is None
+    assert precision_of("MXFP4") == "fp4" and fp4_recipe_of("MXFP4") == "mxfp4" and fp4_recipe_of("NVFP4") == "nvfp4"
+
+
+def test_nvfp4_rows_on_blackwell_are_projected_with_the_recipe(tmp_path):
+    runs = runs_of(tmp_path, ("NeMo,2025,M,4096,NVFP4,GB200,8,1,1,,1,,,8,1,64,,900,,,,\n"
+                              "NeMo,2025,M,4096,MXFP4,MI355X,8,1,1,,1,,,8,1,64,,900,,,,\n"
+                              "NeMo,2025,M,4096,NVFP4,MI355X,8,1,1,,1,,,8,1,64,,900,,,,\n"))
+    assert not runs[0].skipped_reason and runs[0].execution.precision == "fp4"
+    assert runs[0].execution.fp4_recipe == "nvfp4" and runs[1].execution.fp4_recipe == "mxfp4"
+    assert "use fp4_recipe: mxfp4" in runs[2].skipped_reason
 
 
 @pytest.mark.parametrize(("label", "notes", "recipe"), [

@@ -13,7 +13,8 @@ import torch
 
 from primus_ext.launcher.trainer.plan import TrainPlan
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.bfloat16}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+           "fp8": torch.bfloat16, "fp4": torch.bfloat16}
 
 
 def _activation(name: str) -> tuple[Any, bool]:
@@ -83,6 +84,8 @@ def transformer_config(plan: TrainPlan, *, cpu: bool, use_te: bool):
     if use_te and e.precision == "fp8":
         # the recipe's scaling; torchao's rowwise (read from torchtitan runs only) has no TE recipe
         kw.update(fp8="hybrid", fp8_recipe="tensorwise" if e.fp8_recipe == "rowwise" else e.fp8_recipe)
+    if use_te and e.precision == "fp4" and e.fp4_recipe == "nvfp4":
+        kw.update(fp4="e2m1", fp4_recipe="nvfp4", fp4_param=e.fp4_param)  # megatron-core 0.16 (TE >= 2.7)
     return TransformerConfig(**kw)
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from primus_ext.model.fp4 import fp4_element_bytes
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 
@@ -110,7 +111,7 @@ def _act_bytes(impl: ActivationImpl, gated: bool, e: int, tokens: float, ffn: fl
     return (2 if impl.fused_swiglu else 4) * e * tokens * ffn
 
 
-def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: float) -> dict[str, float]:
+def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: float, ts: float) -> dict[str, float]:
     a = shape.arch
     t, b, s = shape.tokens, shape.micro_batch_size, shape.local_seq
     heads = shape.local_heads
@@ -168,11 +169,11 @@ def _attention(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: f
             parts["attn_qkv"] = qkv_inputs
         probs = 0 if e == FP32_BYTES else e  # fp32 softmax output; bf16 probabilities for the bmm
         parts["attn_scores"] = (FP32_BYTES + probs) * b * heads * s * s * cp
-    parts["attn_out"] = e * t * heads * vh + (t * heads * vh if lin_e == 1 else 0)
+    parts["attn_out"] = e * t * heads * vh + (lin_e * t * heads * vh if lin_e < e else 0)
     return parts
 
 
-def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: int, ts: float) -> dict[str, float]:
+def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: float, ts: float) -> dict[str, float]:
     a = shape.arch
     k, experts = a.moe_router_topk, a.num_experts
     gated = a.gated
@@ -203,10 +204,15 @@ def _parts_none(shape: RankShape, impl: ActivationImpl) -> tuple[tuple[str, floa
     return tuple(get_kind(shape.kind).saved(shape, impl).items())
 
 
-def _sizes(shape: RankShape, impl: ActivationImpl) -> tuple[int, int, float]:
-    """(element bytes, linear-input element bytes, tokens per rank along the sequence-parallel split)."""
+def _sizes(shape: RankShape, impl: ActivationImpl) -> tuple[int, float, float]:
+    """(element bytes, linear-input element bytes, tokens per rank along the sequence-parallel split). fp4: the
+    column-wise quantised input TE keeps for the weight gradient, with its block scales (``model.fp4``)."""
     e = element_bytes(shape.precision)
-    lin_e = 1 if (impl.fp8_linear_inputs and shape.precision == "fp8") else e
+    lin_e: float = e
+    if impl.fp8_linear_inputs and shape.precision == "fp8":
+        lin_e = 1
+    elif impl.fp8_linear_inputs and shape.precision == "fp4":
+        lin_e = fp4_element_bytes(shape.fp4_recipe)
     sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
     return e, lin_e, shape.tokens / sp
 

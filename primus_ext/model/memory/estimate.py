@@ -193,15 +193,15 @@ _SHAPE_FIELDS = (
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_activations", "cross_entropy_fusion_impl", "selective_ac_option",
-    "lora_rank", "lora_targets", "recompute_layer_ids", "pipeline_schedule",
+    "lora_rank", "lora_targets", "recompute_layer_ids", "pipeline_schedule", "fp4_recipe",
 )
 """Every ExecutionSpec field the per-rank constants depend on (per-rank shapes, split and the schedule's placement
 of it, recompute, offload)."""
 _RUN_FIELDS = (
     "data_parallel_size", "use_distributed_optimizer", "fsdp", "data_parallel_sharding_strategy",
     "grad_reduce_in_bf16", "global_batch_size", "overlap_moe_expert_parallel_comm",
-    "fp8_param_gather", "fp8_recipe", "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype",
-    "exp_avg_sq_dtype", "store_param_remainders",
+    "fp8_param_gather", "fp8_recipe", "fp4_recipe", "fp4_param", "use_precision_aware_optimizer", "main_params_dtype",
+    "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders",
 )
 """The other fields the peak depends on (sharding, micro-batch count, schedule, grad precision); the rest of
 an ExecutionSpec (overlap flags, dispatcher, ...) does not change memory."""

@@ -27,7 +27,7 @@ def _te_masters(e: ExecutionSpec) -> bool:
 
 def _remainders(e: ExecutionSpec) -> bool:
     """FusedAdam keeps only the 16 low bits of the fp32 master (the bf16 parameter holds the rest)."""
-    return e.store_param_remainders and e.precision in ("bf16", "fp8")  # megatron's config.bf16 (fp8 runs too)
+    return e.store_param_remainders and e.precision in ("bf16", "fp8", "fp4")  # config.bf16 (fp8 / fp4 runs too)
 
 
 def master_bytes(e: ExecutionSpec) -> float:
