@@ -19,7 +19,6 @@ from typing import Any
 
 from primus_ext.errors import Problem
 from primus_ext.model.fp4 import fp4_problem
-from primus_ext.model.pipeline.registry import by_primus_name, get_schedule, spec_schedule
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip
@@ -29,6 +28,7 @@ from primus_ext.recipe.key_effects import architecture_problems, renamed_problem
 from primus_ext.recipe.launch import launch_spec
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
+from primus_ext.recipe.pipeline_keys import schedule_from_keys
 from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
@@ -268,50 +268,6 @@ def _layout_ok(a: ArgReader, layout: str) -> bool:
     return True
 
 
-V_MEM_SETUPS = {"zb": "zb-v", "half": "v-half", "min": "v-min"}
-"""Primus ``zero_bubble_v_schedule_mem_setup`` -> the V schedule it runs (zerobubble/README.md's flag table)."""
-
-
-def _schedule(a: ArgReader, pp: int, vpp: int | None) -> str:
-    """The schedule the recipe's keys select (registry names): Primus's zero-bubble patch (``patch_zero_bubble``
-    with ``zero_bubble_v_schedule`` + ``zero_bubble_v_schedule_mem_setup`` for the V family, and
-    ``zero_bubble_max_pending_backward`` >= 2*PP for ZB-H2: zero_bubble.yaml), Primus-pipeline's ``pp_algorithm``,
-    else Megatron's 1F1B / interleaved (VPP > 1)."""
-    requested = get_schedule("1f1b")
-    patched = a.bool("patch_zero_bubble")
-    if patched and a.bool("enable_1f1b_v"):  # zbpp_utils.py: 1F1B-V runs with enable_zero_bubble off
-        a.warnings.append("enable_1f1b_v (1F1B on a V placement) is projected as V-half (the V schedule with "
-                          "1F1B's activation memory)")
-        requested = get_schedule("v-half")
-    # zbpp_utils.py validate_arguments: zero_bubble_v_schedule turns enable_zero_bubble on
-    elif patched and (a.bool("enable_zero_bubble", True) or a.bool("zero_bubble_v_schedule")):
-        requested = by_primus_name("patch_zero_bubble") or requested
-        pending = a.raw("zero_bubble_max_pending_backward")
-        if isinstance(pending, str) and pending.strip().isdigit():
-            pending = int(pending)  # a key=value override arrives as text
-        if a.bool("zero_bubble_v_schedule"):
-            setup = a.choice("zero_bubble_v_schedule_mem_setup", tuple(V_MEM_SETUPS), "half")
-            requested = get_schedule(V_MEM_SETUPS[setup or "half"])
-        elif isinstance(pending, int) and not isinstance(pending, bool) and pending >= 2 * pp:
-            requested = get_schedule("zb-h2")  # zero_bubble.yaml: 2*stages pending backwards = zb2p
-        elif pending == "auto" and pp > 1:
-            a.warnings.append("zero_bubble_max_pending_backward: auto (adaptive memory limit) is projected as ZB-H1 "
-                              "(zb1p); set it to 2*PP for ZB-H2")
-    if a.bool("patch_primus_pipeline"):
-        algorithm = a.raw("pp_algorithm")
-        chosen = by_primus_name(algorithm) if isinstance(algorithm, str) else None
-        if chosen is None:
-            a.bad("pp_algorithm", "unknown Primus pipeline algorithm",
-                  fix="use one of 1f1b, 1f1b-interleaved, zero-bubble, zero-bubble-heuristic, zbv-formatted, v-half, "
-                      "v-min")
-        else:
-            requested = chosen
-    if requested.fixed_chunks and pp > 1:
-        return requested.name  # V schedules set VPP = 2 themselves (zbpp_utils.py); legality checks the rest
-    # registry.spec_schedule: one stage → 1F1B; the zero-bubble flag wins over VPP; any VPP given → interleaved
-    return spec_schedule(requested, pp, (2 if vpp else 1) if pp > 1 else 1).name
-
-
 def _precision(a: ArgReader) -> str:
     fp8, fp4 = a.raw("fp8"), a.raw("fp4")
     if fp4 not in (None, False):  # megatron-core TransformerConfig: fp4 is 'e2m1' or None, never with fp8
@@ -408,7 +364,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
     if vpp is None and layout:
         vpp = layout_vpp(layout, pp)  # Megatron derives VPP from the layout's stage count
         vpp = vpp if vpp > 1 else None
-    schedule = _schedule(a, pp, vpp)
+    schedule = schedule_from_keys(a, pp, vpp)
     granularity = a.choice("recompute_granularity", ("full", "selective"))
     if granularity is None and a.bool("recompute_activations"):
         granularity = "selective"  # Megatron-LM arguments.py: --recompute-activations

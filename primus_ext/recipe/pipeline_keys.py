@@ -1,0 +1,51 @@
+"""The pipeline schedule a recipe's keys select: Megatron's VPP, Primus's zero-bubble patch and Primus-pipeline's
+``pp_algorithm`` (modules/megatron/zero_bubble.yaml, primus_pipeline.yaml, zerobubble/README.md's flag table,
+backends/megatron/core/pipeline_parallel/zerobubble/zbpp_utils.py's validate_arguments)."""
+
+from __future__ import annotations
+
+from primus_ext.model.pipeline.registry import by_primus_name, get_schedule, spec_schedule
+from primus_ext.recipe.args import ArgReader
+
+V_MEM_SETUPS = {"zb": "zb-v", "half": "v-half", "min": "v-min"}
+"""Primus ``zero_bubble_v_schedule_mem_setup`` -> the V schedule it runs (zerobubble/README.md's flag table)."""
+
+
+def schedule_from_keys(a: ArgReader, pp: int, vpp: int | None) -> str:
+    """The schedule the recipe's keys select (registry names): Primus's zero-bubble patch (``patch_zero_bubble``
+    with ``zero_bubble_v_schedule`` + ``zero_bubble_v_schedule_mem_setup`` for the V family, and
+    ``zero_bubble_max_pending_backward`` >= 2*PP for ZB-H2: zero_bubble.yaml), Primus-pipeline's ``pp_algorithm``,
+    else Megatron's 1F1B / interleaved (VPP > 1)."""
+    requested = get_schedule("1f1b")
+    patched = a.bool("patch_zero_bubble")
+    if patched and a.bool("enable_1f1b_v"):  # zbpp_utils.py: 1F1B-V runs with enable_zero_bubble off
+        a.warnings.append("enable_1f1b_v (1F1B on a V placement) is projected as V-half (the V schedule with "
+                          "1F1B's activation memory)")
+        requested = get_schedule("v-half")
+    # zbpp_utils.py validate_arguments: zero_bubble_v_schedule turns enable_zero_bubble on
+    elif patched and (a.bool("enable_zero_bubble", True) or a.bool("zero_bubble_v_schedule")):
+        requested = by_primus_name("patch_zero_bubble") or requested
+        pending = a.raw("zero_bubble_max_pending_backward")
+        if isinstance(pending, str) and pending.strip().isdigit():
+            pending = int(pending)  # a key=value override arrives as text
+        if a.bool("zero_bubble_v_schedule"):
+            setup = a.choice("zero_bubble_v_schedule_mem_setup", tuple(V_MEM_SETUPS), "half")
+            requested = get_schedule(V_MEM_SETUPS[setup or "half"])
+        elif isinstance(pending, int) and not isinstance(pending, bool) and pending >= 2 * pp:
+            requested = get_schedule("zb-h2")  # zero_bubble.yaml: 2*stages pending backwards = zb2p
+        elif pending == "auto" and pp > 1:
+            a.warnings.append("zero_bubble_max_pending_backward: auto (adaptive memory limit) is projected as ZB-H1 "
+                              "(zb1p); set it to 2*PP for ZB-H2")
+    if a.bool("patch_primus_pipeline"):
+        algorithm = a.raw("pp_algorithm")
+        chosen = by_primus_name(algorithm) if isinstance(algorithm, str) else None
+        if chosen is None:
+            a.bad("pp_algorithm", "unknown Primus pipeline algorithm",
+                  fix="use one of 1f1b, 1f1b-interleaved, zero-bubble, zero-bubble-heuristic, zbv-formatted, v-half, "
+                      "v-min")
+        else:
+            requested = chosen
+    if requested.fixed_chunks and pp > 1:
+        return requested.name  # V schedules set VPP = 2 themselves (zbpp_utils.py); legality checks the rest
+    # registry.spec_schedule: one stage → 1F1B; the zero-bubble flag wins over VPP; any VPP given → interleaved
+    return spec_schedule(requested, pp, (2 if vpp else 1) if pp > 1 else 1).name
