@@ -125,14 +125,7 @@ class MoEKind(DecoderKind):
     def saved_selective(self, shape, impl, parts):
         # the MoE layer's pre-MLP norm is a module of its own in both specs
         modules, _ = A.selective_decoder(shape, impl, parts, mlp_norm_separate=True)
-        if "moe" in modules:
-            for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
-                parts[name] = 0.0
-        if "moe_act" in modules:
-            parts["experts_fc2_in"] = 0.0
-        if "shared_experts" in modules:
-            parts["shared_experts"] = 0.0
-        return parts
+        return drop_recomputed_moe(modules, parts)
 
     def comm(self, shape, sequence_parallel) -> KindComm:
         pairs = [("attn", "tp")]
@@ -145,3 +138,16 @@ class MoEKind(DecoderKind):
 
 DENSE = register(DenseKind())
 MOE = register(MoEKind())
+
+
+def drop_recomputed_moe(modules: object, parts: dict[str, float]) -> dict[str, float]:
+    """``parts`` without the MoE tensors that selective recompute of ``modules`` rebuilds instead of saving
+    (megatron-core 0.16.1 ``recompute_modules``: moe, moe_act, shared_experts)."""
+    if "moe" in modules:
+        for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
+            parts[name] = 0.0
+    if "moe_act" in modules:
+        parts["experts_fc2_in"] = 0.0
+    if "shared_experts" in modules:
+        parts["shared_experts"] = 0.0
+    return parts

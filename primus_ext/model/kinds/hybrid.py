@@ -16,7 +16,7 @@ from __future__ import annotations
 from primus_ext.model import params as P
 from primus_ext.model import roofline as R
 from primus_ext.model.kinds.base import Kind, KindComm
-from primus_ext.model.kinds.decoder import MoEKind
+from primus_ext.model.kinds.decoder import MoEKind, drop_recomputed_moe
 from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
 
@@ -155,14 +155,7 @@ class HybridMoEKind(MoEKind):
         modules = _modules(shape)
         if "layernorm" in modules:
             parts["pre_mlp_norm"], parts["pre_mlp_norm_out"] = _residual(shape), 0.0
-        if "moe" in modules:
-            for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
-                parts[name] = 0.0
-        if "moe_act" in modules:
-            parts["experts_fc2_in"] = 0.0
-        if "shared_experts" in modules:
-            parts["shared_experts"] = 0.0
-        return parts
+        return drop_recomputed_moe(modules, parts)
 
     def comm(self, shape, sequence_parallel) -> KindComm:
         full = super().comm(shape, sequence_parallel)
