@@ -335,3 +335,16 @@ def test_fp4_rows_calibrate_only_the_fp4_ratio():
     assert (both.gemm_max, both.attention) == (alone.gemm_max, alone.attention)
     assert alone.fp4_fp8_ratio == 1.0 and both.fp4_fp8_ratio == pytest.approx(0.8, abs=0.01)
     assert "fp4_fp8_ratio" in both.calibration.split(" on ")[0]
+
+
+def test_hybrid_mamba_rows_are_projected_but_not_fitted():
+    """A hybrid model's rows (its Mamba mixers priced analytically) do not move the GPU's fitted efficiencies,
+    however far off they are."""
+    truth = Efficiency(gemm_max=0.62, attention=0.55)
+    plain = rows(truth)
+    hybrid = [replace(r, index=200 + i, model=replace(r.model, hybrid_layer_pattern="M*" * 4),
+                      measured_tokens_per_sec_per_gpu=r.measured_tokens_per_sec_per_gpu * 0.5)
+              for i, r in enumerate(rows(truth, models=("D",), per_model=6))]
+    alone = fit_by_gpu(plain, fake_projector)["hopper"][0]
+    both = fit_by_gpu(plain + hybrid, fake_projector)["hopper"][0]
+    assert (both.gemm_max, both.attention) == (alone.gemm_max, alone.attention)
