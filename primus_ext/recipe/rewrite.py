@@ -101,7 +101,10 @@ def megatron_args(e: ExecutionSpec, args: Mapping[str, Any], num_layers: int) ->
         key = "num_virtual_stages_per_pipeline_rank"
     for other in VPP_KEYS:
         out[other] = None
-    if not e.pipeline_model_parallel_layout:  # a layout states the virtual stages itself: Megatron-LM refuses both
+    schedule = resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size)
+    if schedule.chunk_placement == "v":
+        pass  # Primus's V schedules set VPP = 2 themselves and refuse num_layers_per_virtual_pipeline_stage
+    elif not e.pipeline_model_parallel_layout:  # a layout states the virtual stages itself: Megatron-LM refuses both
         out[key] = (num_layers // e.pp // vpp) if key == "num_layers_per_virtual_pipeline_stage" and vpp else vpp
     # Megatron: --recompute-activations means selective recompute
     if _given(args, "recompute_activations"):

@@ -309,11 +309,30 @@ def _offloading(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
                            fix="set cuda_graph_impl: none or cpu_offloading: false"))
 
 
+def _primus_v(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
+    """Primus's V schedules (zbpp_utils.py validate_arguments): an even layer count per pipeline stage, set as
+    two virtual stages of num_layers / PP / 2 layers by Primus itself, so no layout of the recipe's own."""
+    schedule = resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size)
+    if not (schedule.chunk_placement == "v" and schedule.recipe_keys(e.pp) is not None and e.pp > 1):
+        return
+    if m.num_layers % e.pp or (m.num_layers // e.pp) % 2:
+        out.append(Problem(path="pipeline_model_parallel_size", value=e.pp,
+                           message=f"{schedule.label} (Primus) needs an even number of layers per pipeline stage; "
+                                   f"num_layers={m.num_layers} over PP={e.pp}",
+                           fix="choose a PP giving an even count of layers per stage, or another schedule"))
+    if e.pipeline_model_parallel_layout:
+        out.append(Problem(path="pipeline_model_parallel_layout", value=e.pipeline_model_parallel_layout,
+                           message=f"{schedule.label} (Primus) sets the virtual stages itself (num_layers / PP / 2 "
+                                   "layers each), which Megatron-LM refuses beside a layout",
+                           fix="drop pipeline_model_parallel_layout, or use another schedule"))
+
+
 def check(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> list[Problem]:
     """Every legality violation of running ``model`` with ``execution`` on ``system``."""
     out: list[Problem] = []
     _parallel(model, execution, system, out)
     _batch(execution, out)
+    _primus_v(model, execution, out)
     _moe(model, execution, system, out)
     _recompute(model, execution, out)
     _sharding(execution, out)

@@ -76,7 +76,7 @@ def test_rewrite_writes_primus_zero_bubble_keys_and_refuses_what_ifs(mixtral):
     changes = execution_changes(mixtral, space.to_execution(config))
     assert changes["patch_zero_bubble"] is True and changes["zero_bubble_v_schedule"] is True
     assert changes["zero_bubble_v_schedule_mem_setup"] == "min"
-    assert changes.get("num_virtual_stages_per_pipeline_rank", 2) == 2
+    assert changes.get("num_virtual_stages_per_pipeline_rank") is None  # Primus sets VPP = 2 for a V itself
     zb2 = execution_changes(mixtral, space.to_execution({**config, "vpp": 1, "schedule": "zb-h2"}))
     assert zb2["zero_bubble_max_pending_backward"] == 8 and "zero_bubble_v_schedule" not in zb2
     with pytest.raises(RecipeError, match="what-if"):
@@ -142,3 +142,16 @@ def test_prefilter_peak_equals_the_estimate_for_every_schedule(mixtral):
                     global_batch_size=256)
         full = estimate_memory(mixtral.model, e, mixtral.system).peak_bytes
         assert peak_bytes(mixtral.model, e, mixtral.system) == pytest.approx(full, rel=1e-9), name
+
+
+def test_primus_v_schedules_need_an_even_layer_count_per_stage_and_no_layout(deepseek):
+    """zbpp_utils.py validate_arguments: num_layers % PP == 0 and an even count per stage; Primus sets the two
+    virtual stages itself, which Megatron-LM refuses beside a layout. DeepSeek-V3's 61 layers take neither."""
+    from dataclasses import replace
+
+    e = replace(deepseek.execution, pipeline_schedule="v-half", virtual_pipeline_model_parallel_size=2)
+    problems = {p.path: p.message for p in check(deepseek.model, e, deepseek.system)}
+    assert "even number of layers" in problems["pipeline_model_parallel_size"]
+    assert "layout" in problems["pipeline_model_parallel_layout"]
+    dualpipev = replace(e, pipeline_schedule="dualpipev", virtual_pipeline_model_parallel_size=None)
+    assert "pipeline_model_parallel_size" not in {p.path for p in check(deepseek.model, dualpipev, deepseek.system)}
