@@ -279,8 +279,9 @@ def _is_fp4(run: RunRow) -> bool:
 def _is_hybrid(run: RunRow) -> bool:
     """A hybrid Mamba model's row: projected and reported, never fitted. Its Mamba mixers are priced by an analytic
     roofline with an assumed backward / forward ratio (the SSD scan cannot run here), so its error says how far
-    that model is off, not how efficient the GPU's GEMMs, attention or links are (with them fitted, the three
-    Nemotron-3-Nano rows moved the other models' held-out p90 from 30.9 to 33.0 %)."""
+    that model is off, not how efficient the GPU's GEMMs, attention or links are (fitted, the three
+    Nemotron-3-Nano rows moved the 127 other rows' held-out p90 from 30.9 to 34.5 %; not fitted, those keep 30.9 %:
+    benchmarks/RESULTS.md)."""
     return run.model is not None and bool(run.model.hybrid_layer_pattern)
 
 
