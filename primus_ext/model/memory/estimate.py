@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from primus_ext.model.fp8 import layer_weight_bytes
-from primus_ext.model.memory.schedule import held_activations
+from primus_ext.model.memory.schedule import held_activations, megatron_held, prefix_sums
 from primus_ext.model.memory.stage import (
     CUDA_CONTEXT_BYTES,
     FIXED_OTHER_BYTES,
@@ -225,7 +225,7 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
         backward_ws, logits, a2a = transient_terms(model, e, prof)
         static = prof.working + backward_ws + logits + a2a
         reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.edge_params,
-                     prof.chunk_saved, sum(prof.chunk_saved), prof.wgrad_fraction,
+                     prof.chunk_saved, prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction,
                      static, prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
                      prof.output_params, prof.trainable))
     return (model, tuple(reps), biggest_layer_params(ctx))
@@ -255,17 +255,22 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
     schedule = resolve_schedule(e.pipeline_schedule, pp, e.virtual_pipeline_model_parallel_size)
     zb = schedule.splits_wgrad
     extra = 1 if e.overlap_moe_expert_parallel_comm else 0
-    share = wgrad_share(model.hidden_size, model.num_attention_heads, e.seq_length)
+    share = 0.0 if schedule.batch_kernel is not None else wgrad_share(model.hidden_size, model.num_attention_heads,
+                                                                       e.seq_length)
     peak = 0.0
-    for (rank, total_params, expert, router, edge, saved, per_mb, wgrad, static, loss, layer, output,
+    megatron = schedule.batch_kernel is not None  # 1F1B / interleaved: their counts in closed form
+    for (rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static, loss, layer, output,
          trainable) in reps:
         params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
             e, sharding, total_params, expert, router, edge, biggest, weight, output, trainable)
         fsdp_gather = max(fsdp_layer, fsdp_loss)
         opt = opt_dense + opt_expert
-        w_bytes = per_mb * wgrad if zb else 0.0
-        activations = max(held_activations(f, saved) + w * w_bytes
-                          for f, w in schedule.held_states(rank, pp, vpp, m, extra, share))
+        if megatron:
+            activations = megatron_held(pp, vpp, m, rank, extra, saved, prefix, per_mb)
+        else:
+            w_bytes = per_mb * wgrad if zb else 0.0
+            activations = max(held_activations(f, saved) + w * w_bytes
+                              for f, w in schedule.held_states(rank, pp, vpp, m, extra, share))
         transient = static - loss_overlap(loss, layer, fsdp_layer, fsdp_loss, zb) + fsdp_gather
         other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES
                  + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES)
