@@ -384,9 +384,8 @@ def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, deta
                                   wgrad_share(model.hidden_size, model.num_attention_heads, e.seq_length))
     per_mb = sum(prof.chunk_saved)
     w_bytes = per_mb * prof.wgrad_fraction if schedule.splits_wgrad else 0.0  # split-W: inputs kept for the W
-    flights, held_w = max(states, key=lambda st: held_activations(st[0], prof.chunk_saved) + st[1] * w_bytes)
-    zb_hold = held_w * w_bytes
-    activations = held_activations(flights, prof.chunk_saved) + zb_hold
+    activations, flights, zb_hold = max((held_activations(f, prof.chunk_saved) + w * w_bytes, f, w * w_bytes)
+                                        for f, w in states)
     in_flight = activations / per_mb if per_mb else flights[0]
     # --- other ---------------------------------------------------------------------------------
     backward_ws, logits, a2a = transient_terms(model, e, prof)
