@@ -183,10 +183,11 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
     files = write_reports(verify.projection, folder, recipe=recipe, overrides=args.overrides,
                           html_path=Path(args.html) if args.html else None, verify=doc,
                           extra={"costs": "measured here (short-run verification)"})
+    from primus_ext.results import dumps
     from primus_ext.results.projection import verify_document  # the result schema's "verify" document
 
     record = verify_document(doc, training=verify.training.as_dict(), recipe=recipe)
-    (folder / "verify.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    (folder / "verify.json").write_text(dumps(record) + "\n")
     print(f"measured  {doc['measured_step_s'] * 1e3:9.2f} ms/step (spread {doc['measured_spread']:.0%}, "
           f"{doc['measured_steps']} steps)\nprojected {doc['projected_step_s'] * 1e3:9.2f} ms/step  "
           f"error {doc['error_pct']:+.1f}%")

@@ -16,7 +16,6 @@ scale < 1 projects with the scaled entries standing in for their targets, and th
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,6 +154,7 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
     projection) is shown beside the projection in the HTML (the recipe as written, after auto-tune)."""
     from primus_ext.report.html import ReportInputs, render_html
     from primus_ext.report.timeline_png import timeline_png
+    from primus_ext.results import dumps
     from primus_ext.results.projection import projection_document, verify_fields
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
                               **({"verify": verify_fields(verify)} if verify else {}))
     files = {"json": out_dir / "projection.json", "html": html_path or out_dir / "projection.html",
              "png": out_dir / "projection_timeline.png"}
-    files["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    files["json"].write_text(dumps(doc) + "\n", encoding="utf-8")
     inputs = ReportInputs(recipe=str(doc["recipe"] or ""), overrides=tuple(overrides),
                           cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()),
                           extra=dict(extra or {}))

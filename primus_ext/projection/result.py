@@ -40,7 +40,7 @@ class CommTime:
 
     @property
     def exposed_fraction(self) -> float:
-        return self.exposed_s / self.total_s if self.total_s > 0 else 0.0
+        return min(1.0, max(0.0, self.exposed_s / self.total_s)) if self.total_s > 0 else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,7 +58,26 @@ class _Loader(_Base):
         return super().construct_mapping(node, deep=deep)
 
 
+def _depth_refusal(err: yaml.YAMLError) -> YAMLTooLarge | None:
+    """PyYAML >= 6.0.3's scanner has a nesting bound of its own (1 000 flow levels) that it may reach before this
+    module's event count does (it scans a flow collection ahead of the events): the same refusal, in our words."""
+    problem = getattr(err, "problem", None) or str(err)
+    return YAMLTooLarge(f"nested more than {MAX_DEPTH} levels deep") if "nesting depth" in problem else None
+
+
 def _count_events(text: str) -> None:
+    try:
+        _walk_events(text)
+    except YAMLTooLarge:
+        raise
+    except yaml.YAMLError as err:
+        refusal = _depth_refusal(err)
+        if refusal is None:
+            raise
+        raise refusal from None
+
+
+def _walk_events(text: str) -> None:
     depth = 0
     for count, event in enumerate(yaml.parse(text, Loader=_Base), start=1):
         if count > MAX_EVENTS:

@@ -72,11 +72,19 @@ def tables_to_stderr(out: str | None) -> Iterator[None]:
         yield
 
 
+def dumps(doc: Any) -> str:
+    """``doc`` as the JSON text every result file carries: plain types, floats rounded and float noise over a
+    schema bound clamped (``results.conform``), indented."""
+    from primus_ext.results.conform import conform  # conform reads the schema, which imports this module
+
+    return json.dumps(conform(json.loads(json.dumps(doc, default=_plain))), indent=2)
+
+
 def emit_json(doc: Any, out: str | None) -> None:
     """Write ``doc`` as JSON to ``out``: ``-`` is stdout (the JSON only), else a file (said on stderr)."""
     if out is None:
         return
-    text = json.dumps(doc, indent=2, default=_plain)
+    text = dumps(doc)
     if out == "-":
         print(text)
         return
