@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.results import dumps
 from primus_ext.specs import ExecutionSpec
 
 DEFAULT_ITERS = 20
@@ -221,7 +222,8 @@ def write_variants(recipe: Any, candidates: Sequence[Candidate], folder: Path, *
         loaded.append(variant)
     manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "recipe": str(recipe.source),
                 "cluster": recipe.system.name, "nodes": recipe.system.num_nodes, "train_iters": iters,
-                "candidates": entries, "local": None, "tune": dict(tune_document or {})}
+                "candidates": entries, "local": None,
+                "tune": json.loads(dumps(tune_document)) if tune_document else {}}  # as `tune --json` wrote it
     atomic_write(folder / LAUNCH, _launch_script(entries, iters), backup=False)
     os.chmod(folder / LAUNCH, 0o755)
     write_manifest(folder, manifest)
