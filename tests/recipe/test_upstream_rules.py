@@ -64,7 +64,7 @@ def test_refused_and_accepted_as_megatron_lm_checks(write, name, base, bad, bad_
     hits = [p for p in err.value.problems if p.path == path and word in f"{p.message} {p.fix}"]
     assert hits, [str(p) for p in err.value.problems]
     assert hits[0].fix and ("arguments.py" in hits[0].message or "Megatron-LM" in hits[0].message)
-    load_recipe(write(f"{name}-good.yaml", {**base, **good}), env=good_env, cluster="mi300x")  # accepted: no RecipeError
+    load_recipe(write(f"{name}-good.yaml", {**base, **good}), env=good_env, cluster="mi300x")  # accepted
 
 
 def _experiment(write, name: str, overrides: dict) -> str:
@@ -77,7 +77,8 @@ def test_primus_sets_eight_connections_for_fsdp_and_one_otherwise(write):
     """Primus's env patch: FSDP runs get 8 (so Megatron-FSDP passes with Primus's default 1 exported), TP runs
     keep the exported 1; with disable_env_patches the exported value stands."""
     fsdp = {**MFSDP, "ckpt_format": "fsdp_dtensor"}
-    assert load_recipe(_experiment(write, "fsdp", fsdp), env={}, cluster="mi300x").execution.launch.connections(fsdp=True) == "8"
+    recipe = load_recipe(_experiment(write, "fsdp", fsdp), env={}, cluster="mi300x")
+    assert recipe.execution.launch.connections(fsdp=True) == "8"
     load_recipe(_experiment(write, "tp", TP2), env={}, cluster="mi300x")
     with pytest.raises(RecipeError) as err:
         load_recipe(_experiment(write, "off", {**fsdp, "disable_env_patches": True}), env={}, cluster="mi300x")
