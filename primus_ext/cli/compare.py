@@ -92,7 +92,8 @@ def project_side(side: Side, session: Any, *, cluster: str | None = None, nodes:
     return recipe, session.project(recipe)
 
 
-def _session(args: argparse.Namespace) -> Any:
+def session_of(args: argparse.Namespace) -> Any:
+    """Both sides' projection session (``primus_ext.session``): ``project``'s costs and calibration."""
     from primus_ext.session import CostChoice, Session
 
     return Session(CostChoice(mode="analytic" if args.analytic else "store", store=args.store,
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs(("--html", args.html))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
-    session, roots = _session(args), tuple(args.config_root)
+    session, roots = session_of(args), tuple(args.config_root)
     recipe_a, a = project_side(side_a, session, cluster=args.cluster, nodes=args.nodes, config_roots=roots)
     recipe_b, b = project_side(side_b, session, cluster=args.cluster_b or args.cluster,
                                nodes=args.nodes_b or args.nodes, config_roots=roots)
