@@ -163,8 +163,7 @@ def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str
     found: list[Any] = []
     target = resolve_target(None, cluster=args.projection_cluster, block={}, env=env, problems=found)
     if target is None:
-        raise RecipeError(problems=[replace(p, path="--projection-cluster", fix=p.fix.replace(
-            "--cluster", "--projection-cluster")) for p in found], source="megatron arguments")
+        raise _launcher_flags(RecipeError(problems=found, source="megatron arguments"))
     if target.source == "--cluster":
         target = replace(target, source="--projection-cluster")
     cluster = target.cluster
@@ -305,5 +304,6 @@ def _launcher_flags(err: RecipeError) -> RecipeError:
     def named(text: str) -> str:
         return text.replace("--cluster", "--projection-cluster").replace("--nodes", "--projection-nodes")
 
-    return RecipeError(problems=[replace(p, path=named(p.path), fix=named(p.fix) if p.fix else p.fix)
-                                 for p in err.problems], source=err.source)
+    return RecipeError(problems=[replace(p, path=named(p.path), message=named(p.message),
+                                         fix=named(p.fix) if p.fix else p.fix) for p in err.problems],
+                       source=err.source)

@@ -317,11 +317,13 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
                                   + (f"; did you mean `{hint[0]}`?" if hint else ""))
     state.target = resolve_target(state.path, cluster=cluster, block=block, env=state.env, problems=state.problems,
                                   gpus=state.gpus)
-    if state.target is None:
-        return None
-    name = state.target.cluster
+    name = state.target.cluster if state.target is not None else None
     name_path = ("--cluster" if cluster is not None else "primus_ext.cluster" if "cluster" in block else
-                 state.target.source if state.target.source.startswith("$") else "cluster")
+                 state.target.source if state.target is not None and state.target.source.startswith("$") else "cluster")
+    if state.target is not None and not isinstance(name, str):
+        state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
+                                      fix="e.g. cluster: mi300x"))
+        return None
     count: Any
     if nodes is not None:
         nodes_path, count = "--nodes", nodes
@@ -333,13 +335,11 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
     else:
         nodes_path, count = "nodes", DEFAULT_NODES
         state.nodes_defaulted = True
-    if not isinstance(name, str):
-        state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
-                                      fix="e.g. cluster: mi300x"))
-        return None
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES:
+    bad_count = isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES
+    if bad_count:
         state.problems.append(Problem(path=nodes_path, value=count,
                                       message=f"node count must be an integer in 1..{MAX_NODES}", fix="e.g. nodes: 4"))
+    if name is None or bad_count:
         return None
     try:
         return load_system(name, count)
