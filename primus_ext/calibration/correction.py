@@ -43,8 +43,10 @@ PLAUSIBLE_KERNEL_FACTOR = (1 / 3, 3.0)
 of the development set (``shared/validation``, ``primus-ext validate``) at measured / projected step 0.64-1.80
 in-sample and at most 1.91 held out (``validate --cv``); the real Primus MI355X log, an AMD GPU on NVIDIA-pooled
 efficiencies, needs ~2.0. A factor beyond 3 (or below 1/3) is half as far again past all of them: the log is not
-the recipe's workload (another model, precision or batch) or the run was broken (throttled clocks, a debug build,
-a shared GPU), and stored it would move every later projection of the model."""
+the recipe's workload (another model, precision or batch), the run was broken (throttled clocks, a debug build,
+a shared GPU), or its cost is one the projection does not model (e.g. the DeepSeek-V2-Lite MI355X log's Turbo DeepEP:
+x4.98); stored, it would move every later projection of the model, so only ``--force`` stores it (said in the
+record's notes)."""
 MEMORY_FACTOR_RANGE = (0.5, 3.0)
 """Measured / projected peak memory accepted as an allocator correction: below 0.5 the model counts tensors the
 run did not hold; above 3 (PyTorch's caching allocator reserves up to ~1.3-2x what is allocated under
@@ -171,7 +173,9 @@ def implausible_factor(correction: Correction) -> str:
         return ""
     return (f"kernel factor x{k:.3g} is outside the plausible range [x{low:.2f}, x{high:.0f}]: the shipped profiles "
             "miss every published run of the development set by less than x2, so a run this far off is another "
-            "workload than the recipe (model, precision, batch) or a broken run (throttled, debug build, shared GPU)")
+            "workload than the recipe (model, precision, batch), a broken run (throttled, debug build, shared GPU) "
+            "or one whose cost the projection does not model (the recipe's warnings name such keys); stored, it "
+            "would move every later projection of this model")
 
 
 def memory_factor(measured_bytes: float, projected_bytes: float) -> tuple[float | None, str]:

@@ -106,13 +106,14 @@ class Recipe:
     """The target GPU profile and where it was stated (``recipe.target.resolve_target``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view: the three specs, the cluster, warnings and unknown keys."""
+        """JSON-ready view: the three specs, the cluster and where it was stated, warnings and unknown keys."""
         return {
             "source": self.source,
             "exp_name": self.exp_name,
             "model": dataclasses.asdict(self.model),
             "execution": dataclasses.asdict(self.execution),
             "system": {**dataclasses.asdict(self.system), "world_size": self.system.world_size},
+            "target_source": None if self.target is None else self.target.source,
             "unknown_keys": dict(self.unknown_keys),
             "unmodelled_keys": dict(self.unmodelled),
             "preset_files": list(self.preset_files),
