@@ -54,7 +54,7 @@ def test_a_19x_log_is_refused_as_implausible_unless_forced(good, tmp_path: Path,
     log = write_log(tmp_path / "slow.log", steady(kernel_step(recipe, 19.0), 30))
     err = _refused(["calibrate", str(recipe), str(log), *TARGET, "--store", str(store)], capsys)
     low, high = PLAUSIBLE_KERNEL_FACTOR
-    assert "outside the plausible range" in err and f"x{high:.0f}" in err and "--force" in err
+    assert "outside the plausible range" in err and f"[x{low:.2f}, x{high:.0f}]" in err and "--force" in err
     assert _factors(store) == [GOOD_K]
     # --force stores it (more iterations than the good record: better evidenced), and says so in its notes
     assert main(["calibrate", str(recipe), str(log), *TARGET, "--store", str(store), "--force"]) == 0
