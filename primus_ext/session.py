@@ -66,7 +66,8 @@ class Session:
 
     choice: CostChoice = field(default_factory=CostChoice)
     provider: Any = None
-    """A ready cost provider used instead of the store (perf CI's committed store); ``None``: ``choice`` decides."""
+    """A ready cost provider used instead of the store (perf CI's committed store; no stored calibration applies to
+    its figures); ``None``: ``choice`` decides."""
     env: Mapping[str, str] | None = None
     """The environment for ``${VAR}`` templates, ``$NNODES`` and ``$PRIMUS_EXT_CLUSTER`` (default ``os.environ``)."""
     gpus: Callable[[], Sequence[str]] | None = None
