@@ -1,4 +1,4 @@
-"""Suite-wide test settings.
+"""Suite-wide test settings: no network for litellm, one target GPU for the tests' recipes, reproducible hypothesis.
 
 litellm fetches a model-price map from the internet when imported unless told to use its bundled
 copy; the tests (and primus-ext itself) never reach outside 127.0.0.1, so that is switched off here
@@ -8,6 +8,11 @@ before anything imports litellm.
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The small recipes the tests write state no target GPU, and primus-ext projects nothing on an unstated one
+# (recipe.target: --cluster, the recipe's comment, $PRIMUS_EXT_CLUSTER, a Primus configs/<GPU>/ folder, this
+# machine's GPUs). The suite names the profile its figures were written against, once, here (not inherited from
+# the shell: every machine runs the same tests); tests of the rule itself clear it (tests/recipe/test_target.py).
+os.environ["PRIMUS_EXT_CLUSTER"] = "mi300x"
 
 from hypothesis import settings
 

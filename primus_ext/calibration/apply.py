@@ -66,8 +66,10 @@ def band_of(record: CalibrationRecord, match: Match) -> float:
     return spread + (NEARBY_SPREAD if match == "nearby" else 0.0)
 
 
-def apply_record(projection: Projection, record: CalibrationRecord, match: Match) -> Projection:
-    """``projection`` with its step, throughput, MFU, breakdown and peak memory corrected by ``record``."""
+def apply_record(projection: Projection, record: CalibrationRecord, match: Match, *,
+                 store: str | None = None) -> Projection:
+    """``projection`` with its step, throughput, MFU, breakdown and peak memory corrected by ``record`` (held in the
+    timing store ``store``: named in the note, with how to list or forget it)."""
     c = record.correction
     b = projection.breakdown
     step = c.step(parts_of(b))
@@ -88,11 +90,14 @@ def apply_record(projection: Projection, record: CalibrationRecord, match: Match
             memory = calibrated_memory(memory, c.memory_factor)
     applied = CalibrationApplied(match=match, kernel_factor=k, overhead_s=c.overhead_s, scope=c.scope,
                                  memory_factor=c.memory_factor, band=band, uncalibrated_step_s=projection.step_time_s,
-                                 uncalibrated_peak_bytes=peak_before, record=record.describe())
+                                 uncalibrated_peak_bytes=peak_before, record=record.describe(), logs=record.logs,
+                                 date=record.date, store=store)
     note = (f"calibrated ({match}) from {record.describe()}: kernels x{k:.3f}"
             + (f" + {c.overhead_s * 1e3:.1f} ms/step" if c.overhead_s else "")
             + (" (whole step)" if c.scope == "step" else "") + f", band +-{band:.0%}; per-stage times and the "
-            "timeline are as projected")
+            f"timeline are as projected. Stored record: {record.source()}"
+            + (f" in {store}" if store else "") + " (primus-ext calibrate --list to see it, --forget RECIPE to undo "
+            "it, --uncalibrated to ignore it)")
     return replace(projection, step_time_s=step, tokens_per_s_per_gpu=tokens,
                    model_tflops_per_gpu=projection.model_tflops_per_gpu * ratio, mfu=projection.mfu * ratio,
                    breakdown=breakdown, memory=memory, band=(tokens / (1 + band), tokens * (1 + band)),
@@ -126,12 +131,16 @@ def calibrate_score(score: Score, record: CalibrationRecord, match: Match) -> Sc
                    mfu=score.mfu * ratio, breakdown=new, peak_bytes=peak)
 
 
-def apply_stored(projection: Projection, store_path: str | None = None) -> Projection:
-    """``projection`` corrected by the store's record for its workload (exact, else nearby), or as it is."""
+def apply_stored(projection: Projection, store_path: str | None = None, *,
+                 records: Sequence[CalibrationRecord] | None = None) -> Projection:
+    """``projection`` corrected by the store's record for its workload (exact, else nearby), or as it is.
+    ``records``: the store's records of this model on this GPU type, when the caller read them already."""
     from primus_ext.calibration.record import costs_of, load_records
+    from primus_ext.measure.store import default_store_path
 
-    target = Workload.of(projection.model, projection.execution, projection.system)
-    records = load_records(store_path, model=target.model, gpu=target.gpu)
+    if records is None:
+        target = Workload.of(projection.model, projection.execution, projection.system)
+        records = load_records(store_path, model=target.model, gpu=target.gpu)
     costs = costs_of(dict(projection.sources))
     usable = [r for r in records if r.costs == costs]
     found = find_record(usable, projection.model, projection.execution, projection.system)
@@ -142,4 +151,4 @@ def apply_stored(projection: Projection, store_path: str | None = None) -> Proje
         note = (f"a calibration record of {other[0].describe()} exists but corrects {other[0].costs} layer costs and "
                 f"this projection uses {costs} ones: not applied (calibrate again with the same --compute)")
         return replace(projection, notes=(*projection.notes, note))
-    return apply_record(projection, *found)
+    return apply_record(projection, *found, store=str(store_path or default_store_path()))

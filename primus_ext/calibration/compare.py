@@ -3,10 +3,14 @@
     c = compare_log(recipe, log, costs)          # c.measured / c.projected: RunFigures; c.projection: uncalibrated
     record = fit_record([c, ...], cluster="mi355x")
 
-The log's argument dump (Megatron prints every argument at start-up) is checked against the recipe: a run of
-another layout, batch or model size is not the recipe's, and calibrating one from the other would fold that
-difference into the kernel factor. ``mismatches`` lists each with the override that fixes it; the CLI's ``--follow-log``
-reloads the recipe with the log's layout and batch instead (said in ``notes``).
+What the log states (its argument dump: Megatron prints every argument at start-up; the batch of its iteration
+lines; the GPU names nvidia-smi / rocm-smi / torch print) is checked against the recipe: a run of another model,
+precision, layout, batch, sequence length, GPU type or GPU count is not the recipe's, and calibrating one from the
+other would fold that difference into the kernel factor. ``mismatches`` lists each with its fix (for the layout,
+batch and sequence length, the override; the CLI's ``--follow-log`` reloads the recipe with the log's instead,
+said in ``notes``); ``unstated`` names what the log does not say (assumed the recipe's, said). ``log_problems``
+refuses a log that cannot stand for the run's steady state (warm-up only, too few steady iterations, mostly
+unusable lines).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.calibration.apply import parts_of
-from primus_ext.calibration.correction import CorrectionError, fit_correction, memory_factor
+from primus_ext.calibration.correction import CorrectionError, fit_correction, implausible_factor, memory_factor
 from primus_ext.calibration.record import CalibrationRecord, RunFigures, costs_of, now
 from primus_ext.calibration.workload import Workload
 from primus_ext.errors import Problem
@@ -39,6 +43,15 @@ CHECKED_ARGS: tuple[tuple[str, str], ...] = (
 """Megatron arguments (as the log's dump names them) that must agree between the run and the projection."""
 FOLLOWED = frozenset(name for name, where in CHECKED_ARGS if where == "execution")
 """What ``--follow-log`` adopts from the log (the layout and batch; a different model or GPU count is refused)."""
+FROM_LOG = {"global_batch_size": "global_batch_size", "seq_length": "seq_length"}
+"""Arguments read from the parsed log (``TrainingLog`` attribute) when its dump does not print them: Megatron's
+iteration lines print the global batch size."""
+MIN_STEADY_ITERATIONS = 3
+"""Steady-state iterations (after warm-up, spikes dropped) a calibration needs: the median of fewer is one or two
+steps, and a spread needs three to say anything (``logs.stats``: range / median below four)."""
+MAX_UNUSABLE = 0.5
+"""Largest share of iteration lines without a usable step time (not a number, non-positive): beyond it the run was
+not healthy (timer faults, overflow), and its few good lines are not a steady state."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,13 +102,93 @@ def _logged(text: str) -> Any:
             return text
 
 
+def _ran(log: TrainingLog, name: str) -> Any:
+    """What the log states for argument ``name`` (its dump, else what its iteration lines print), or None."""
+    if name in log.config:
+        return _logged(log.config[name])
+    return getattr(log, FROM_LOG[name]) if name in FROM_LOG else None
+
+
+def logged_precision(config: dict[str, str]) -> str | None:
+    """The run's compute precision as its argument dump states it (megatron-core's order: ``fp4`` e2m1, ``fp8``
+    e4m3 / hybrid, ``bf16``, ``fp16``, else fp32), ``None`` when the dump has none of these arguments."""
+    if not any(k in config for k in ("fp4", "fp8", "bf16", "fp16")):
+        return None
+
+    def on(key: str) -> bool:
+        return str(_logged(config.get(key, "None"))).lower() not in ("none", "false", "0")
+
+    return next((p for p in ("fp4", "fp8", "bf16", "fp16") if on(p)), "fp32")
+
+
+def logged_gpus(log: TrainingLog) -> list[str]:
+    """The hardware profiles of the GPUs the log names (nvidia-smi, rocm-smi, torch device names)."""
+    from primus_ext.hardware import profile_of_device
+
+    return sorted({p for name in log.devices if (p := profile_of_device(name)) is not None})
+
+
+def _precision_and_gpu(recipe: Recipe, log: TrainingLog) -> list[Problem]:
+    from primus_ext.hardware import canonical_name
+
+    problems = []
+    precision = logged_precision(log.config)
+    if precision is not None and precision != recipe.execution.precision:
+        problems.append(Problem(path="precision", value=recipe.execution.precision,
+                                message=f"the run logged {precision} (its fp4 / fp8 / bf16 / fp16 arguments)",
+                                fix=f"calibrate with the recipe the run used (its precision: {precision})"))
+    gpus = logged_gpus(log)
+    if gpus and canonical_name(recipe.system.name) not in gpus:
+        problems.append(Problem(path="GPU type", value=recipe.system.name,
+                                message=f"the log names {', '.join(log.devices[:2])} ({', '.join(gpus)})",
+                                fix=f"calibrate on the run's GPU: --cluster {gpus[0]}"))
+    return problems
+
+
+def unstated(log: TrainingLog) -> list[str]:
+    """What the workload check could not read in the log (assumed the recipe's)."""
+    missing = [name for name in ("global_batch_size", "seq_length", "world_size", "num_layers", "hidden_size")
+               if _ran(log, name) is None]
+    if logged_precision(log.config) is None:
+        missing.append("precision")
+    if not logged_gpus(log):
+        missing.append("GPU type")
+    return missing
+
+
+def log_problems(log: TrainingLog) -> list[Problem]:
+    """Why ``log`` cannot stand for its run's steady state (empty when it can): warm-up only, fewer than
+    ``MIN_STEADY_ITERATIONS`` steady iterations, more than ``MAX_UNUSABLE`` of its lines without a step time."""
+    stats, problems = log.stats, []
+    if stats.from_warmup:
+        problems.append(Problem(path="iterations", value=len(log.iterations),
+                                message="the log holds warm-up iterations only (the first 2 of a run: compilation, "
+                                        "allocator growth, NCCL set-up), so its step time is not the steady state",
+                                fix=f"log at least {MIN_STEADY_ITERATIONS} iterations after the first 2 "
+                                    "(log_interval 1), or --force"))
+    elif stats.n < MIN_STEADY_ITERATIONS:
+        problems.append(Problem(path="iterations", value=stats.n,
+                                message=f"{stats.n} steady-state iteration(s) after warm-up and spikes, fewer than "
+                                        f"{MIN_STEADY_ITERATIONS}",
+                                fix=f"log at least {MIN_STEADY_ITERATIONS} iterations after the first 2, or --force"))
+    bad = sum(1 for f in log.flags if f.field == "step time")
+    unreadable = sum(1 for f in log.flags if f.field == "step time" and "not a number" in f.why)
+    lines = len(log.iterations) + unreadable
+    if lines and bad / lines > MAX_UNUSABLE:
+        problems.append(Problem(path="iterations", value=f"{bad} of {lines}",
+                                message=f"{bad / lines:.0%} of the iteration lines have no usable step time (not a "
+                                        f"number or non-positive), more than {MAX_UNUSABLE:.0%}: the run was not "
+                                        "healthy and its remaining lines are not its steady state",
+                                fix="calibrate from a healthy run, or --force"))
+    return problems
+
+
 def mismatches(recipe: Recipe, log: TrainingLog) -> tuple[list[Problem], list[str]]:
-    """Arguments the log states differently from the recipe, and the overrides that would make them agree."""
-    problems, overrides = [], []
+    """What the log states differently from the recipe (model, precision, layout, batch, sequence length, GPU type
+    and count), and the overrides that would make the followable ones agree (``FOLLOWED``)."""
+    problems, overrides = _precision_and_gpu(recipe, log), []
     for name, where in CHECKED_ARGS:
-        if name not in log.config:
-            continue
-        ran, projected = _logged(log.config[name]), _spec_value(recipe, name, where)
+        ran, projected = _ran(log, name), _spec_value(recipe, name, where)
         if name == "virtual_pipeline_model_parallel_size" and ran in (None, 1) and projected in (None, 1):
             continue
         if ran is None or ran == projected:
@@ -140,19 +233,23 @@ def compare_log(recipe: Recipe, log: TrainingLog, costs: Costs = None, *, path: 
         notes.append("measured TFLOP/s/GPU: the projection's model FLOPs over the measured step (the log prints none)")
     measured_peak, projected_peak, rank = _memory_side(log, projection)
     measured = RunFigures(step_s=stats.median_s, tokens_per_s_per_gpu=measured_tokens, tflops_per_gpu=measured_tflops,
-                          peak_bytes=measured_peak, spread=stats.spread)
+                          peak_bytes=measured_peak, spread=stats.spread, iterations=stats.n)
     projected = RunFigures(step_s=projection.step_time_s, tokens_per_s_per_gpu=projection.tokens_per_s_per_gpu,
                            tflops_per_gpu=projection.model_tflops_per_gpu, peak_bytes=projected_peak)
     if stats.averaged:
         notes.append("the log's step time averages its logging interval including warm-up: an upper bound")
+    missing = unstated(log)
+    if missing:
+        notes.append(f"the log does not state its {', '.join(missing)}: assumed the recipe's")
     return LogComparison(path=path, log=log, projection=projection, measured=measured, projected=projected,
                          mismatches=tuple(problems), overrides=tuple(followed), memory_rank=rank,
                          notes=tuple(notes))
 
 
-def fit_record(comparisons: Sequence[LogComparison], *, cluster: str = "") -> CalibrationRecord:
+def fit_record(comparisons: Sequence[LogComparison], *, cluster: str = "", force: bool = False) -> CalibrationRecord:
     """The calibration record of these runs (one workload: the first run's; the others must share its model,
-    precision and GPU type). Raises ``CorrectionError`` when no physical correction fits."""
+    precision and GPU type). Raises ``CorrectionError`` when no physical correction fits, or one outside the
+    plausible range (``correction.PLAUSIBLE_KERNEL_FACTOR``) unless ``force`` (then said in its notes)."""
     first = comparisons[0].projection
     workload = Workload.of(first.model, first.execution, first.system)
     for c in comparisons[1:]:
@@ -164,6 +261,11 @@ def fit_record(comparisons: Sequence[LogComparison], *, cluster: str = "") -> Ca
     correction = fit_correction(parts, [c.measured.step_s for c in comparisons],
                                 [c.measured.spread for c in comparisons])
     notes: list[str] = []
+    implausible = implausible_factor(correction)
+    if implausible and not force:
+        raise CorrectionError(f"{implausible}; --force stores it anyway")
+    if implausible:
+        notes.append(f"stored with --force: {implausible}")
     factors = []
     for c in comparisons:
         if c.measured.peak_bytes and c.projected.peak_bytes:

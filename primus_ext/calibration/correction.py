@@ -17,7 +17,8 @@ error, ``c >= 0``). When the projected links alone exceed the measured step, the
 the whole step is scaled (``scope="step"``: ``step' = k * step``).
 
 Bounds (beyond them the run and the projection disagree about more than efficiency: refused, not stored):
-``k`` in [``K_MIN``, ``K_MAX``], and the calibrated step's MFU must stay at or below 100 %.
+``k`` in [``K_MIN``, ``K_MAX``], and the calibrated step's MFU must stay at or below 100 %. Inside them, a factor
+outside ``PLAUSIBLE_KERNEL_FACTOR`` is stored only when the user insists (``calibrate --force``).
 
 Memory gets its own factor: the measured peak (``max reserved``) over the projected peak of the same rank.
 """
@@ -37,6 +38,15 @@ K_MAX = 20.0
 """Kernels at most 20x slower than projected: a GEMM at 1/20 of its projected ~0.6-0.8 of peak runs at ~3-4 %
 of peak, below what any tuned BLAS reaches at training sizes; beyond this the run is not what was projected
 (other model, debug build, throttled GPU)."""
+PLAUSIBLE_KERNEL_FACTOR = (1 / 3, 3.0)
+"""Kernel factors a stored record may carry without ``--force``: the shipped profiles project the 136 published runs
+of the development set (``shared/validation``, ``primus-ext validate``) at measured / projected step 0.64-1.80
+in-sample and at most 1.91 held out (``validate --cv``); the real Primus MI355X log, an AMD GPU on NVIDIA-pooled
+efficiencies, needs ~2.0. A factor beyond 3 (or below 1/3) is half as far again past all of them: the log is not
+the recipe's workload (another model, precision or batch), the run was broken (throttled clocks, a debug build,
+a shared GPU), or its cost is one the projection does not model (e.g. the DeepSeek-V2-Lite MI355X log's Turbo DeepEP:
+x4.98); stored, it would move every later projection of the model, so only ``--force`` stores it (said in the
+record's notes)."""
 MEMORY_FACTOR_RANGE = (0.5, 3.0)
 """Measured / projected peak memory accepted as an allocator correction: below 0.5 the model counts tensors the
 run did not hold; above 3 (PyTorch's caching allocator reserves up to ~1.3-2x what is allocated under
@@ -153,6 +163,19 @@ def _check_physical(correction: Correction, parts: Sequence[StepParts], measured
         if mfu > 1.0:
             raise CorrectionError(f"{figures}: the corrected step would run at {mfu:.0%} MFU (above the GPU's peak); "
                                   "the recipe projects less work than the run did")
+
+
+def implausible_factor(correction: Correction) -> str:
+    """Why ``correction``'s kernel factor is outside ``PLAUSIBLE_KERNEL_FACTOR`` (empty when inside)."""
+    low, high = PLAUSIBLE_KERNEL_FACTOR
+    k = correction.kernel_factor
+    if low <= k <= high:
+        return ""
+    return (f"kernel factor x{k:.3g} is outside the plausible range [x{low:.2f}, x{high:.0f}]: the shipped profiles "
+            "miss every published run of the development set by less than x2, so a run this far off is another "
+            "workload than the recipe (model, precision, batch), a broken run (throttled, debug build, shared GPU) "
+            "or one whose cost the projection does not model (the recipe's warnings name such keys); stored, it "
+            "would move every later projection of this model")
 
 
 def memory_factor(measured_bytes: float, projected_bytes: float) -> tuple[float | None, str]:

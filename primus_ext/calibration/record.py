@@ -2,6 +2,8 @@
 
 Stored in the timing store (``TimingStore.record_calibration``), one per workload; ``load_records`` reads them
 back (a record the store holds but this version cannot read is skipped with a warning, never applied half).
+``save_record`` replaces a workload's record only with a better-evidenced one (``better_evidenced``: at least as
+many steady iterations and no larger spread); records of other workloads stay side by side.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from primus_ext.calibration.correction import Correction
+from primus_ext.calibration.correction import Correction, CorrectionError
 from primus_ext.calibration.workload import Workload
 
 RECORD_VERSION = 1
@@ -31,10 +33,13 @@ class RunFigures:
     peak_bytes: float | None = None
     spread: float = 0.0
     """Relative spread of the step time (measured side)."""
+    iterations: int = 0
+    """Steady-state iterations the measured step is the median of (0: projected side, or a record older than it)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"step_s": self.step_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-                "tflops_per_gpu": self.tflops_per_gpu, "peak_bytes": self.peak_bytes, "spread": self.spread}
+                "tflops_per_gpu": self.tflops_per_gpu, "peak_bytes": self.peak_bytes, "spread": self.spread,
+                "iterations": self.iterations}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunFigures:
@@ -50,8 +55,11 @@ class RunFigures:
         step = num("step_s")
         if step is None or step <= 0:
             raise ValueError("step_s must be positive")
+        iterations = data.get("iterations", 0)
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+            raise ValueError("iterations must be a whole number >= 0")
         return cls(step_s=step, tokens_per_s_per_gpu=num("tokens_per_s_per_gpu"), tflops_per_gpu=num("tflops_per_gpu"),
-                   peak_bytes=num("peak_bytes"), spread=num("spread") or 0.0)
+                   peak_bytes=num("peak_bytes"), spread=num("spread") or 0.0, iterations=iterations)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +87,24 @@ class CalibrationRecord:
         runs = f"{len(self.logs)} log{'s' if len(self.logs) != 1 else ''}"
         framework = f", {self.framework}" if self.framework else ""
         return f"{runs} of {self.workload.label} ({self.date[:10] or 'undated'}{framework})"
+
+    @property
+    def iterations(self) -> int:
+        """Steady-state iterations behind the record (all its runs)."""
+        return sum(m.iterations for m in self.measured)
+
+    def evidence(self) -> str:
+        """``3 runs, 24 steady iterations, spread 1.2 %``."""
+        runs = len(self.measured)
+        return (f"{runs} run{'s' if runs != 1 else ''}, {self.iterations or 'unrecorded'} steady iterations, spread "
+                f"{self.correction.spread:.1%}")
+
+    def source(self) -> str:
+        """Which logs, when, the factor: ``train.log (2026-12-06): kernels x1.180``."""
+        names = ", ".join(Path(p).name or p for p in self.logs[:3]) + (
+            f" and {len(self.logs) - 3} more" if len(self.logs) > 3 else "")
+        when = self.date[:10] or "undated"
+        return f"{names or 'unnamed logs'} ({when}): kernels x{self.correction.kernel_factor:.3f}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": RECORD_VERSION, "workload": self.workload.to_dict(), "correction": self.correction.to_dict(),
@@ -108,11 +134,35 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def save_record(record: CalibrationRecord, store_path: str | os.PathLike[str] | None = None) -> Path:
-    """Store ``record`` in the timing store (default: the user's); returns the store's path."""
+def better_evidenced(new: CalibrationRecord, old: CalibrationRecord) -> bool:
+    """``new`` may replace ``old`` (the same workload): at least as many steady iterations, no larger spread."""
+    return new.iterations >= old.iterations and new.correction.spread <= old.correction.spread
+
+
+class RecordKept(CorrectionError):
+    """The store holds a better-evidenced record of the same workload: the new one is not stored."""
+
+
+def save_record(record: CalibrationRecord, store_path: str | os.PathLike[str] | None = None, *,
+                replace: bool = False) -> Path:
+    """Store ``record`` in the timing store (default: the user's); returns the store's path. Raises ``RecordKept``
+    (nothing written) when the store holds a record of the same workload that ``record`` is not better evidenced
+    than, unless ``replace``."""
     from primus_ext.measure.store import TimingStore
 
+    key = record.workload.key()
     with TimingStore(store_path, device="any", versions="any") as store:
+        for data in store.calibrations(model=record.workload.model, gpu=record.workload.gpu):
+            try:
+                old = CalibrationRecord.from_dict(data)
+            except (KeyError, TypeError, ValueError):
+                continue  # unreadable (load_records warns): replaced
+            if old.workload.key() == key and not replace and not better_evidenced(record, old):
+                raise RecordKept(
+                    f"{store.path} holds a better-evidenced record of this workload ({old.source()}; "
+                    f"{old.evidence()}) than these runs ({record.source()}; {record.evidence()}): kept, this one not "
+                    "stored. A record is replaced only by runs with at least as many steady iterations and no larger "
+                    "spread; `primus-ext calibrate --forget RECIPE` removes the old one, --force replaces it")
         store.record_calibration(key=record.workload.key(), model=record.workload.model, gpu=record.workload.gpu,
                                  precision=record.workload.precision, record=record.to_dict(), date=record.date,
                                  host=record.host or socket.gethostname())

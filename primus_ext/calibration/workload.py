@@ -58,9 +58,13 @@ class Workload:
         parts = [f"{short[k]}{getattr(execution, k)}" for k in _LAYOUT_FIELDS
                  if getattr(execution, k) not in (None, 1) or k == "micro_batch_size"]
         label = f"{model.name or 'model'} on {system.world_size} x {system.gpu.name}: {' '.join(parts)}"
-        arch = {k: v for k, v in asdict(model).items() if k != "name"}  # a renamed preset is the same model
-        return cls(model=fingerprint(arch), execution=fingerprint(execution), gpu=system.gpu.name,
+        return cls(model=cls.model_key(model), execution=fingerprint(execution), gpu=system.gpu.name,
                    num_gpus=system.world_size, precision=execution.precision, label=label, layout=layout)
+
+    @staticmethod
+    def model_key(model: ModelSpec) -> str:
+        """``fingerprint`` of the architecture: every field but the name (a renamed preset is the same model)."""
+        return fingerprint({k: v for k, v in asdict(model).items() if k != "name"})
 
     def match(self, other: Workload) -> Match | None:
         """How a record of ``self`` applies to ``other``."""

@@ -8,12 +8,19 @@
 
 Logs are read as Megatron-LM, Primus, Megatron-Bridge, NeMo 2 and the built-in trainer write them
 (``primus_ext.logs``): warm-up and outliers are dropped and the step time is the median of the stable segment.
-The log's argument dump must agree with the recipe on layout, batch, model size and GPU count (every difference
-is listed with its fix; ``--follow-log`` projects the layout and batch the log ran instead). The record is
-stored in the timing store (``--store``, else the default one), and from then on ``project``, ``tune`` and
-``train --projection-only`` apply it: exactly to this workload, and with a wider band to nearby configurations
-of the same model on the same GPU type (``--uncalibrated`` there turns it off). Exit codes: 0 stored (or
-compared, ``--dry-run``), 2 unreadable log, mismatched recipe, or no physical correction fits.
+What the log states must agree with the recipe: model size, precision, layout, global batch, sequence length, GPU
+type and GPU count (every difference is listed with its fix; ``--follow-log`` projects the layout, batch and
+sequence length the log ran instead; what the log does not state is assumed the recipe's and said). Refused unless
+``--force``: a log of warm-up iterations only, with fewer than 3 steady iterations or with most lines unusable, and
+a kernel factor outside the plausible range (``calibration.correction.PLAUSIBLE_KERNEL_FACTOR``, x1/3 to x3,
+stated with its reason). The record is stored in the timing store (``--store``, else the default one), and from
+then on ``project``, ``compare``, ``tune`` and ``train --projection-only`` apply it: exactly to this workload, and
+with a wider band to nearby configurations of the same model on the same GPU type, each naming it (source log,
+date, factor; ``--uncalibrated`` there ignores it). A workload's record is replaced only by better-evidenced runs
+(at least as many steady iterations, no larger spread; ``--force`` replaces it anyway); other workloads' records
+stay side by side. ``--list`` shows every record (logs, date, factor, evidence), ``--forget RECIPE`` removes its
+model's records (``--forget`` alone: all). Exit codes: 0 stored (or compared, ``--dry-run``), 2 unreadable log,
+mismatched recipe, a refused log or correction, or a better record kept.
 
 Given a ``tune --verify-top`` folder instead of RECIPE, the manifest names the recipe and each candidate's log:
 one record is fitted across the candidates that ran (``cli.calibrate_folder``).
@@ -50,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--follow-log", action="store_true",
                    help="project the layout and batch each log ran (instead of refusing a recipe that differs)")
     p.add_argument("--dry-run", action="store_true", help="compare only; store nothing")
+    p.add_argument("--force", action="store_true",
+                   help="store a correction outside the plausible range, from a warm-up-only or mostly unusable log, "
+                        "or over a better-evidenced record of the same workload")
     p.add_argument("--json", metavar="OUT", help="write the comparison as JSON ('-': stdout, the JSON only)")
     p.add_argument("--list", action="store_true", help="list the calibration records in the store and exit")
     p.add_argument("--forget", action="store_true", help="remove the records of RECIPE's model (all without RECIPE)")
@@ -76,37 +86,64 @@ def _split_inputs(items: list[str]) -> tuple[list[Path], list[str]]:
 
 def _list(args: argparse.Namespace) -> int:
     from primus_ext.calibration import load_records
+    from primus_ext.measure.store import default_store_path
 
+    path = args.store or default_store_path()
     records = load_records(args.store)
     if not records:
-        print("no calibration records (primus-ext calibrate RECIPE LOG stores one)")
+        print(f"no calibration records in {path} (primus-ext calibrate RECIPE LOG stores one)")
         return 0
+    print(f"{len(records)} calibration record(s) in {path}; each changes every later projection of its model on its "
+          "GPU type (exactly its own workload, nearby ones with a wider band):")
     for r in records:
         c = r.correction
         memory = f", memory x{c.memory_factor:.3f}" if c.memory_factor else ""
         print(f"{r.describe()}\n    kernels x{c.kernel_factor:.3f} + {c.overhead_s * 1e3:.1f} ms/step"
-              f"{' (whole step)' if c.scope == 'step' else ''}{memory}, spread {c.spread:.1%}; {r.workload.precision}")
+              f"{' (whole step)' if c.scope == 'step' else ''}{memory}; {r.workload.precision}, {r.costs} layer costs"
+              f"\n    from {', '.join(r.logs) or 'unnamed logs'} ({r.date or 'undated'}): {r.evidence()}")
+        for note in r.notes:
+            print(f"    note: {note}")
+    print("undo: primus-ext calibrate --forget RECIPE (that model's records), --forget (all); "
+          "or --uncalibrated on project / compare / tune to ignore them once")
     return 0
 
 
 def _forget(args: argparse.Namespace) -> int:
+    from primus_ext.calibration import load_records
     from primus_ext.calibration.workload import Workload
     from primus_ext.measure.store import TimingStore, default_store_path
 
     model = None
     if args.recipe:
-        from primus_ext.recipe import load_recipe
-
-        recipe = load_recipe(args.recipe, [], cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root)
-        model = Workload.of(recipe.model, recipe.execution, recipe.system).model
+        model = Workload.model_key(_model_of(args))
     path = Path(args.store) if args.store else default_store_path()
     if not path.exists():
-        print("no calibration records")
+        print(f"no calibration records ({path} does not exist)")
         return 0
+    for r in load_records(path, model=model):
+        print(f"forgetting {r.describe()}: {r.source()}")
     with TimingStore(path, device="any", versions="any") as store:
         n = store.forget_calibrations(model=model)
     print(f"removed {n} calibration record(s) from {path}")
     return 0
+
+
+def _model_of(args: argparse.Namespace) -> Any:
+    """RECIPE's model (``--forget``): the architecture alone names its records, on any target (a recipe that states
+    none is read on the ``cpu`` profile: the model does not depend on it)."""
+    from primus_ext.errors import RecipeError
+    from primus_ext.session import Session
+
+    def load(cluster: str | None) -> Any:
+        return Session().load(args.recipe, [], cluster=cluster, nodes=args.nodes, config_roots=args.config_root,
+                              validate=False).model
+
+    try:
+        return load(args.cluster)
+    except RecipeError as err:
+        if args.cluster is not None or not any(p.path == "--cluster" for p in err.problems):
+            raise
+        return load("cpu")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,10 +174,10 @@ def run(args: argparse.Namespace) -> int:
         raise PrimusExtError("no training log given: primus-ext calibrate RECIPE LOG [LOG ...]")
 
     def load(extra: list[str]) -> Any:
-        from primus_ext.recipe import load_recipe
+        from primus_ext.session import Session
 
-        return load_recipe(args.recipe, [*overrides, *extra], cluster=args.cluster, nodes=args.nodes,
-                           config_roots=args.config_root)
+        return Session().load(args.recipe, [*overrides, *extra], cluster=args.cluster, nodes=args.nodes,
+                              config_roots=args.config_root)
 
     base = load([])
     loader: Loader = lambda extra: load(extra) if extra else base  # noqa: E731 (the base, loaded once)
@@ -155,8 +192,8 @@ def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loa
                  skip_unreadable: bool = False) -> list[LogComparison]:
     """Each log against the projection of the recipe its loader gives. An unreadable log is an error (exit 2),
     or with ``skip_unreadable`` said and left out (a verify-top candidate whose run failed)."""
-    from primus_ext.calibration.compare import compare_log, mismatches
-    from primus_ext.cli.project import _costs
+    from primus_ext.calibration.compare import compare_log, log_problems, mismatches
+    from primus_ext.cli.project import session_of
     from primus_ext.errors import PrimusExtError, Problem, RecipeError
     from primus_ext.logs import LogError, read_log
 
@@ -173,12 +210,20 @@ def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loa
         raise RecipeError(problems=problems, source="(training logs)")
     comparisons = []
     fresh = args.store is not None and not Path(args.store).exists()  # the record will create it: nothing to read
-    costs = None if fresh and args.compute == "store" else _costs(args, base)
+    session = session_of(args, calibrated=False)  # the comparison is against the uncalibrated projection
+    costs = None if fresh and args.compute == "store" else session.costs(base.system.gpu.name)
     for path, loader, log in read:
         recipe = loader([])
         found, follow = mismatches(recipe, log)
-        for flag in log.flags:
+        for flag in log.flags[:20]:
             print(f"warning: {path}: {flag}", file=sys.stderr)
+        if len(log.flags) > 20:
+            print(f"warning: {path}: {len(log.flags) - 20} more flagged lines", file=sys.stderr)
+        weak = log_problems(log)
+        if weak and not args.force:
+            problems.extend(Problem(path=f"{path}: {p.path}", value=p.value, message=p.message, fix=p.fix)
+                            for p in weak)
+            continue
         if found and not args.follow_log:
             problems.extend(Problem(path=f"{path}: {p.path}", value=p.value, message=p.message, fix=p.fix)
                             for p in found)
@@ -207,13 +252,15 @@ def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogCompar
     record: CalibrationRecord | None = None
     refused = stored = None
     try:
-        record = fit_record(comparisons, cluster=comparisons[0].projection.system.name)
-    except CorrectionError as err:
+        record = fit_record(comparisons, cluster=comparisons[0].projection.system.name, force=args.force)
+        if not args.dry_run:
+            stored = str(save_record(record, args.store, replace=args.force))
+    except CorrectionError as err:  # no physical or plausible correction, or a better record kept (RecordKept)
         refused = str(err)
-    if record is not None and not args.dry_run:
-        stored = str(save_record(record, args.store))
     with tables_to_stderr(args.json):
         print(format_calibration(comparisons, record, stored=stored, refused=refused))
+        if recipe.target is not None:
+            print(recipe.target.describe(recipe.system))
     if args.json:
         emit_json(_document(recipe, comparisons, record, stored, refused), args.json)
     if refused:

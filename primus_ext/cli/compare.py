@@ -8,8 +8,11 @@
 
 Each side is one argument: a recipe path, optionally followed by ``key=value`` overrides (quote the
 argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster`` and
-``--nodes`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` to B only. Layer costs are the analytic
-roofline unless ``--store FILE`` names a timing store. Prints a table (figure, A, B, change from A to B,
+``--nodes`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` to B only; without them each side's target is
+found as ``project`` finds it (``primus_ext.session``). Layer costs and calibration are ``project``'s: the timing
+store (``--store FILE``, else the default one when it exists) with the roofline for what it lacks, and a stored
+calibration record that applies (``--analytic``: roofline only; ``--uncalibrated``: ignore records), so a side
+shows the figure ``project`` prints for it. Prints a table (figure, A, B, change from A to B,
 judged better / worse where the direction is clear); ``--html FILE`` writes one self-contained page with the
 table and both full reports side by side. Exit 0; 2 when a side is not a valid recipe.
 """
@@ -73,23 +76,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nodes-b", type=int, help="node count of side B only")
     parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
                         help="folder searched for model/module presets (repeatable)")
-    parser.add_argument("--store", metavar="FILE", help="timing store with measured layer costs (default: analytic)")
+    parser.add_argument("--store", metavar="FILE",
+                        help="timing store with measured layer costs (default: the default store, when it exists)")
+    parser.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
+    parser.add_argument("--uncalibrated", action="store_true",
+                        help="ignore calibration records from real runs (primus-ext calibrate) in the store")
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as one self-contained HTML page")
     parser.set_defaults(func=run)
 
 
-def _project(side: Side, args: argparse.Namespace, cluster: str | None, nodes: int | None) -> tuple[Any, Any]:
-    from primus_ext.projection import project
-    from primus_ext.recipe import load_recipe
+def project_side(side: Side, session: Any, *, cluster: str | None = None, nodes: int | None = None,
+                 config_roots: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """One side's recipe and projection through ``session`` (``primus_ext.session``: ``project``'s figure)."""
+    recipe = session.load(side.recipe, side.overrides, cluster=cluster, nodes=nodes, config_roots=config_roots)
+    return recipe, session.project(recipe)
 
-    recipe = load_recipe(side.recipe, list(side.overrides), cluster=cluster, nodes=nodes,
-                         config_roots=args.config_root)
-    costs = None
-    if args.store:
-        from primus_ext.measure.store import store_for_target
 
-        costs = store_for_target(args.store, recipe.system.gpu.name)
-    return recipe, project(recipe.model, recipe.execution, recipe.system, costs)
+def session_of(args: argparse.Namespace) -> Any:
+    """Both sides' projection session (``primus_ext.session``): ``project``'s costs and calibration."""
+    from primus_ext.session import CostChoice, Session
+
+    return Session(CostChoice(mode="analytic" if args.analytic else "store", store=args.store,
+                              calibrated=not args.uncalibrated))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,10 +107,18 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs(("--html", args.html))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
-    recipe_a, a = _project(side_a, args, args.cluster, args.nodes)
-    recipe_b, b = _project(side_b, args, args.cluster_b or args.cluster, args.nodes_b or args.nodes)
+    session, roots = session_of(args), tuple(args.config_root)
+    recipe_a, a = project_side(side_a, session, cluster=args.cluster, nodes=args.nodes, config_roots=roots)
+    recipe_b, b = project_side(side_b, session, cluster=args.cluster_b or args.cluster,
+                               nodes=args.nodes_b or args.nodes, config_roots=roots)
     labels = (side_a.label, side_b.label)
     print(format_compare(compare_rows(a, b), labels))
+    for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):
+        print(f"{label}: {session.target_line(recipe)}")
+    for label, projection in zip(labels, (a, b), strict=True):  # which stored record changed a side's figures
+        for note in projection.notes:
+            if note.startswith("calibrated (") or "a calibration record of" in note:
+                print(f"{label}: {note}")
     for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):
         for warning in recipe.warnings:
             print(f"warning ({label}): {warning}", file=sys.stderr)

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     import torch
 
     from primus_ext.model.memory import Memory
-    from primus_ext.projection.evaluate import Costs
     from primus_ext.recipe import Recipe
+    from primus_ext.session import Session
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,37 +67,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _costs(args: argparse.Namespace, recipe: Recipe) -> Costs:
-    if args.analytic or args.compute == "analytic":
-        return None
-    if args.compute == "measured":
-        from primus_ext.launcher.projection_only import CostPlan, cost_provider, measure_missing
-        from primus_ext.measure.scale import default_scale
-        from primus_ext.measure.shims import resolve_device
-        from primus_ext.model.rank_shape import rank_shapes
+def session_of(args: argparse.Namespace, *, calibrated: bool) -> Session:
+    """The projection session of ``project`` / ``calibrate``'s cost flags (``--compute``, ``--analytic``, ``--store``,
+    ``--device``, ``--accept-scaled``); ``calibrated``: apply stored calibration records."""
+    from primus_ext.session import CostChoice, Session
 
-        device = resolve_device(None)
-        _same_device_or_accepted(device, recipe, args.accept_scaled)
-        scale = args.scale
-        if scale is None:
-            scale = default_scale(rank_shapes(recipe.model, recipe.execution).values(), device.type)
-        plan = CostPlan(mode="measured", store=args.store, scale=scale)
+    mode = "analytic" if args.analytic or args.compute == "analytic" else args.compute
+    return Session(CostChoice(mode=mode, store=args.store, device=args.device, accept_scaled=args.accept_scaled,
+                              calibrated=calibrated))
 
-        def progress(done: int, total: int, _shape: Any) -> None:
-            print(f"\rmeasuring missing layers [{done}/{total}]", end="" if done < total else "\n",
-                  file=sys.stderr, flush=True)
 
-        for line in measure_missing(recipe, plan, progress=progress):
-            print(f"  {line}", file=sys.stderr)
-        return cost_provider(plan)
-    from primus_ext.measure.store import default_store_path, store_for_target
+def measure_first(args: argparse.Namespace, session: Session, recipe: Recipe) -> Session:
+    """``--compute measured``: measure what the store lacks on this device, then the session reading those entries
+    (as they are for scale 1, standing in for their full-size shapes below)."""
+    from dataclasses import replace
 
-    path = args.store
-    if path is None:
-        if not default_store_path().exists():
-            return None
-        path = default_store_path()
-    return store_for_target(path, recipe.system.gpu.name, device=args.device, accept_scaled=args.accept_scaled)
+    from primus_ext.launcher.projection_only import CostPlan, measure_missing
+    from primus_ext.measure.scale import default_scale
+    from primus_ext.measure.shims import resolve_device
+    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.session import Session
+
+    device = resolve_device(None)
+    _same_device_or_accepted(device, recipe, args.accept_scaled)
+    scale = args.scale
+    if scale is None:
+        scale = default_scale(rank_shapes(recipe.model, recipe.execution).values(), device.type)
+    plan = CostPlan(mode="measured", store=args.store, scale=scale)
+
+    def progress(done: int, total: int, _shape: Any) -> None:
+        print(f"\rmeasuring missing layers [{done}/{total}]", end="" if done < total else "\n",
+              file=sys.stderr, flush=True)
+
+    for line in measure_missing(recipe, plan, progress=progress):
+        print(f"  {line}", file=sys.stderr)
+    return Session(replace(session.choice, accept_scaled=scale < 1), env=session.env)
 
 
 def _same_device_or_accepted(device: torch.device, recipe: Recipe, accept: bool) -> None:
@@ -122,13 +126,13 @@ def _same_device_or_accepted(device: torch.device, recipe: Recipe, accept: bool)
 
 def run(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs
-    from primus_ext.recipe import load_recipe
     from primus_ext.results import check_json_out, emit_json
 
     check_json_out(args.json)
     check_outputs(("--json", args.json), ("--html", args.html), ("--trace", args.trace))  # before any work
-    recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
-                         config_roots=args.config_root)
+    session = session_of(args, calibrated=not args.uncalibrated)  # target, cost chain, calibration: one place
+    recipe = session.load(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                          config_roots=args.config_root)
     model, execution, system = recipe.model, recipe.execution, recipe.system
     if args.memory_only:
         from primus_ext.model.memory import estimate_memory
@@ -143,20 +147,17 @@ def run(args: argparse.Namespace) -> int:
 
             print(format_memory_table(memory))
             print(presets_line(recipe))
+            print(session.target_line(recipe))
             for warning in recipe.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
         return _exit_code(memory)
 
-    from primus_ext.projection import project
     from primus_ext.report.projection_table import format_projection
     from primus_ext.results.projection import projection_document
 
-    costs = _costs(args, recipe)
-    projection = project(model, execution, system, costs)
-    if not args.uncalibrated:
-        from primus_ext.calibration import apply_stored
-
-        projection = apply_stored(projection, args.store)
+    if session.choice.mode == "measured":
+        session = measure_first(args, session, recipe)
+    projection = session.project(recipe)
     if args.trace:
         from primus_ext.report.trace import write_trace
 
@@ -172,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(format_projection(projection))
         print(presets_line(recipe))
+        print(session.target_line(recipe))
         for warning in recipe.warnings:
             print(f"warning: {warning}", file=sys.stderr)
     return _exit_code(projection.memory)

@@ -34,14 +34,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_ext.recipe import load_recipe
+    from primus_ext.session import Session
 
-    recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
-                         config_roots=args.config_root)
+    session = Session()  # the target: primus_ext.session's one rule
+    recipe = session.load(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                          config_roots=args.config_root)
     if args.json:
         print(json.dumps(recipe.to_dict(), indent=2, default=str))
     else:
         print(format_recipe(recipe))
+        print(session.target_line(recipe))
     return 0
 
 

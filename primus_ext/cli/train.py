@@ -106,10 +106,10 @@ def _as_written(args: argparse.Namespace, config: str) -> Any:
     """After auto-tune, the recipe it started from (shown beside the tuned one in the HTML report); else None."""
     if config == args.config:
         return None
-    from primus_ext.recipe import load_recipe
+    from primus_ext.session import Session
 
-    return load_recipe(args.config, args.overrides, cluster=args.cluster, nodes=args.nodes,
-                       config_roots=args.config_root)
+    return Session().load(args.config, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                          config_roots=args.config_root)
 
 
 def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
@@ -127,6 +127,8 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
                               html_path=Path(args.html) if args.html else None, progress=LayerProgress(),
                               baseline=_as_written(args, config), calibrated=not args.uncalibrated)
     print(format_projection(outcome.projection))
+    if recipe.target is not None:
+        print(recipe.target.describe(recipe.system))
     for line in outcome.measured:
         print(f"measured {line}", file=sys.stderr)
     for warning in recipe.warnings:
@@ -225,7 +227,7 @@ def run_command(args: argparse.Namespace) -> int:
     for text in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=f".*{text}.*", category=UserWarning)
     from primus_ext.files import check_outputs
-    from primus_ext.recipe import load_recipe
+    from primus_ext.session import Session
 
     check_outputs(("--html", args.html), ("--out", getattr(args, "out", None)))  # before tuning or measuring
     config = args.config
@@ -234,8 +236,8 @@ def run_command(args: argparse.Namespace) -> int:
         if code:
             return code
         print(f"auto-tune: continuing with {config}", file=sys.stderr)
-    recipe = load_recipe(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
-                         config_roots=args.config_root)
+    recipe = Session().load(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                            config_roots=args.config_root)  # the target: primus_ext.session's one rule
     if args.projection_only:
         return _projection_only(args, recipe, config)
     if args.train_iters or args.verify or args.launcher == "builtin":

@@ -7,7 +7,9 @@
     primus-ext tune RECIPE --pin tp=1,2 --pin recompute=none,block25,block50 --margin 0.05 --apply
 
 The search goes legality -> memory pre-filter (``--margin``: fraction of HBM kept free) -> projection
-(analytic roofline, or the timing store with ``--store``). ``--out FILE`` writes a tuned copy of the
+(``project``'s: the timing store, ``--store`` or the default one when it exists, with the roofline for what it
+lacks; ``--analytic`` the roofline only; the stored calibration records of the model, ``--uncalibrated`` to ignore
+them; ``primus_ext.session``). ``--out FILE`` writes a tuned copy of the
 recipe, ``--apply`` rewrites it in place (backup ``RECIPE.bak``); both print the diff and reload the
 result to check it resolves to the tuned configuration. ``--json OUT`` writes everything (ranking,
 best, gain, regret, Pareto front, sensitivity, notes) as the result schema's ``tune`` document
@@ -45,8 +47,8 @@ MIN_VERIFY_ITERS = 3
 
 if TYPE_CHECKING:
     from primus_ext.errors import Problem
-    from primus_ext.projection.evaluate import Costs
     from primus_ext.recipe import Recipe
+    from primus_ext.session import Session
     from primus_ext.specs import ExecutionSpec
     from primus_ext.tune.agent import SearchStats
     from primus_ext.tune.space import Space
@@ -109,13 +111,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _costs(args: argparse.Namespace, gpu_name: str) -> Costs:
-    if args.analytic:
-        return None
-    from primus_ext.measure.store import default_store_path, store_for_target
+def _session(args: argparse.Namespace) -> Session:
+    """The search's projection session (``primus_ext.session``): ``project``'s target, costs and calibration."""
+    from primus_ext.session import CostChoice, Session
 
-    path = args.store or (default_store_path() if default_store_path().exists() else None)
-    return None if path is None else store_for_target(path, gpu_name)
+    return Session(CostChoice(mode="analytic" if args.analytic else "store", store=args.store,
+                              calibrated=not args.uncalibrated))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,11 +158,9 @@ class _Searched:
 def _search(args: argparse.Namespace) -> _Searched:
     """Search, print the tables; the result."""
     from primus_ext.errors import Problem, RecipeError
-    from primus_ext.recipe import load_recipe
     from primus_ext.report.tune_table import format_tune
     from primus_ext.tune.agent import SearchContext, TrialLog, read_log
     from primus_ext.tune.configure import PRIMUS_SCHEDULES
-    from primus_ext.tune.oracle import projection_oracle
     from primus_ext.tune.prefilter import MemoryFilter
     from primus_ext.tune.results import ENUMERABLE_MAX, tune
     from primus_ext.tune.space import build_space, parse_pins
@@ -171,19 +170,18 @@ def _search(args: argparse.Namespace) -> _Searched:
         raise RecipeError(problems=[Problem(path="--budget/--margin", value=(args.budget, args.margin),
                                             message="budget must be >= 1 and margin in [0, 1)")])
     _check_outputs(args)
-    recipe = load_recipe(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
-                         validate=False)
+    session = _session(args)
+    recipe = session.load(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
+                          validate=False)
     space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin),
                         schedules=PRIMUS_SCHEDULES if recipe.module else ())  # zero bubble runs under Primus only
     header = {"recipe": str(args.recipe), "cluster": recipe.system.name, "nodes": recipe.system.num_nodes,
               "margin": args.margin, "pins": {k: list(v) for k, v in space.pins.items()}}
     log_path = args.resume or args.log
     previous = read_log(args.resume, expect=header) if args.resume else []
-    costs = _costs(args, recipe.system.gpu.name)
-    records, memory_factor = _calibrations(args, recipe)
-    ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, costs, records),
+    ctx = SearchContext(space=space, oracle=session.oracle(recipe),
                         prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin,
-                                               memory_factor=memory_factor),
+                                               memory_factor=session.memory_factor(recipe)),
                         budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
@@ -210,33 +208,15 @@ def _search(args: argparse.Namespace) -> _Searched:
     from primus_ext.results.tune import tune_document
 
     document = tune_document(result, recipe=recipe, margin=args.margin, launch_environment=environment)
-    if records:
-        line = (f"scores calibrated from real runs: {'; '.join(r.describe() for r in records)} (exact for its own "
-                "workload, nearby with a wider band for the rest; --uncalibrated to ignore)")
+    print(session.target_line(recipe))
+    line = session.calibration_line(recipe)
+    if line:
         print(line)
         document["notes"] = [*document.get("notes", []), line]
     nothing = RecipeError(problems=[_nothing_runs(ctx.stats, space, recipe, args)]) if (
         result.best_execution is None) else None
     return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing,
                      ranked=result.ranked, to_execution=space.to_execution)
-
-
-def _calibrations(args: argparse.Namespace, recipe: Recipe) -> tuple[tuple, Any]:
-    """The store's calibration records of this model on this GPU type, and the pre-filter's memory factor."""
-    if args.uncalibrated:
-        return (), None
-    from primus_ext.calibration import Workload, find_record, load_records
-
-    target = Workload.of(recipe.model, recipe.execution, recipe.system)
-    records = tuple(load_records(args.store, model=target.model, gpu=target.gpu))
-    if not records:
-        return (), None
-
-    def memory_factor(execution: ExecutionSpec) -> float:
-        found = find_record(records, recipe.model, execution, recipe.system)
-        return (found[0].correction.memory_factor or 1.0) if found else 1.0
-
-    return records, memory_factor
 
 
 def _nothing_runs(stats: SearchStats, space: Space, recipe: Recipe, args: argparse.Namespace) -> Problem:

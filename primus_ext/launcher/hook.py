@@ -41,13 +41,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from primus_ext.cli._args import nonnegative_float
-from primus_ext.errors import PrimusExtError
+from primus_ext.errors import PrimusExtError, RecipeError
 from primus_ext.launcher.projection_only import CostPlan, experiment_dir, margin_note, projection_only
-
-CLUSTER_ENV = "PRIMUS_EXT_CLUSTER"
-"""Hardware profile used when ``--projection-cluster`` is not given (e.g. ``mi300x``)."""
-DEFAULT_CLUSTER = "h100"
-"""Last resort when neither the flag nor the environment names the cluster (said in the report)."""
+from primus_ext.recipe.target import CLUSTER_ENV
 
 PER_LAYER_LISTS = ("cp_comm_type",)
 """Megatron-LM arguments with ``nargs='+'``: one value for every layer, or one value per layer."""
@@ -62,7 +58,8 @@ def add_projection_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                        help="project step time and memory of this configuration, write the reports, exit "
                             "(0 fits, 2 illegal, 3 out of memory) without training")
     group.add_argument("--projection-cluster", default=None,
-                       help=f"hardware profile of the run (default ${CLUSTER_ENV}, else {DEFAULT_CLUSTER})")
+                       help=f"hardware profile of the run (default ${CLUSTER_ENV}, else this machine's GPUs; "
+                            "nothing naming it exits 2)")
     group.add_argument("--projection-nodes", type=int, default=None,
                        help="nodes of the run (default: $WORLD_SIZE / GPUs per node, else $NNODES, else 1)")
     group.add_argument("--projection-out", default=None,
@@ -151,21 +148,25 @@ class ArgsRecipe:
     system: Any
     source: str = "megatron arguments"
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    target: Any = None
+    """``recipe.target.Target``: the profile and where it was stated."""
 
 
 def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str] | None = None) -> ArgsRecipe:
     """Specs of a parsed Megatron namespace on the ``--projection-cluster``; raises ``RecipeError``."""
-    from primus_ext.errors import RecipeError
     from primus_ext.hardware import load_gpu, load_system
     from primus_ext.recipe import check
     from primus_ext.recipe.resolve import resolve_all
+    from primus_ext.recipe.target import resolve_target
 
     env = os.environ if env is None else env
-    notes = []
-    cluster = args.projection_cluster or env.get(CLUSTER_ENV)
-    if not cluster:
-        cluster = DEFAULT_CLUSTER
-        notes.append(f"no --projection-cluster or ${CLUSTER_ENV}: projected on {DEFAULT_CLUSTER}")
+    found: list[Any] = []
+    target = resolve_target(None, cluster=args.projection_cluster, block={}, env=env, problems=found)
+    if target is None:
+        raise _launcher_flags(RecipeError(problems=found, source="megatron arguments"))
+    if target.source == "--cluster":
+        target = replace(target, source="--projection-cluster")
+    cluster = target.cluster
     nodes = args.projection_nodes
     if nodes is None:
         world = _env_int(env, "WORLD_SIZE")
@@ -178,7 +179,7 @@ def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str
         problems = check(model, execution, system)
     if problems:
         raise RecipeError(problems=list(problems), source="megatron arguments")
-    return ArgsRecipe(model=model, execution=execution, system=system, warnings=(*notes, *warnings))
+    return ArgsRecipe(model=model, execution=execution, system=system, warnings=tuple(warnings), target=target)
 
 
 def megatron_mapping(args: argparse.Namespace) -> dict[str, Any]:
@@ -226,6 +227,10 @@ def _report(recipe: Any, plan: CostPlan, folder: Path | None, out: TextIO, *, qu
         return err.exit_code
     if not quiet:
         print(format_projection(outcome.projection), file=out)
+        target = getattr(recipe, "target", None)
+        if target is not None:
+            print(target.describe(outcome.projection.system).replace("--cluster to", "--projection-cluster to"),
+                  file=out)
         for warning in getattr(recipe, "warnings", ()):
             print(f"warning: {warning}", file=out)
         for reason in outcome.reasons:
@@ -276,32 +281,29 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
     env = os.environ if env is None else env
     out = stream or sys.stdout
     rank0 = _global_rank(env) == 0
-    try:
-        if cluster is None and "cluster" not in _recipe_block(config, env):
-            cluster = env.get(CLUSTER_ENV) or None
-        # the node count: nodes, the recipe's block, then $NNODES (the loader's order, from env)
+    try:  # the target and the node count: the loader's one rule (recipe.target), from env
         recipe = load_recipe(config, list(overrides), cluster=cluster, nodes=nodes, config_roots=config_roots,
                              env=env, module=module)
+    except RecipeError as err:
+        if rank0:
+            print(f"error: {_launcher_flags(err)}", file=out)
+        return err.exit_code
     except PrimusExtError as err:
         if rank0:
             print(f"error: {err}", file=out)
         return err.exit_code
+    if recipe.target is not None and recipe.target.source == "--cluster":
+        recipe = replace(recipe, target=replace(recipe.target, source="--projection-cluster"))
     plan = costs or CostPlan()
     folder = (Path(out_dir) if out_dir is not None else experiment_dir(config, env=env)) if rank0 else None
     return _report(recipe, plan, folder, out, quiet=not rank0, overrides=overrides)
 
 
-def _recipe_block(config: str | Path, env: Mapping[str, str]) -> Mapping[str, Any]:
-    """The experiment's target (``# primus-ext: {...}`` comment or ``primus_ext:`` block; ``{}`` when absent or
-    unreadable: the loader reports)."""
-    from primus_ext.recipe.presets import load_preset
-    from primus_ext.recipe.target import target_block
+def _launcher_flags(err: RecipeError) -> RecipeError:
+    """``err`` with the command line's ``--cluster`` / ``--nodes`` named as the launcher's ``--projection-*``."""
+    def named(text: str) -> str:
+        return text.replace("--cluster", "--projection-cluster").replace("--nodes", "--projection-nodes")
 
-    path = Path(config)
-    if not path.is_file():
-        return {}
-    problems: list[Any] = []
-    warnings: list[str] = []
-    values = load_preset(path, env, problems, warnings).values
-    block = target_block(path, values.get("primus_ext"), "modules" in values, problems, warnings)
-    return block if isinstance(block, dict) else {}
+    return RecipeError(problems=[replace(p, path=named(p.path), message=named(p.message),
+                                         fix=named(p.fix) if p.fix else p.fix) for p in err.problems],
+                       source=err.source)

@@ -16,7 +16,8 @@ memory). It runs inside ``primus-cli``'s argument handling: before Primus builds
 a backend or initialises ``torch.distributed``.
 
 Cluster and nodes: ``--projection-cluster`` / ``--projection-nodes``, else the recipe's ``# primus-ext:``
-comment (or ``primus_ext:`` block), else ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``. Presets
+comment (or ``primus_ext:`` block), else ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``; the cluster then from the
+experiment's ``configs/<GPU>/`` folder, else this machine's GPUs (``recipe.target``: nothing naming it exits 2). Presets
 (``model: llama3.1_8B.yaml``) resolve in the Primus checkout that runs the command (and in
 ``--projection-config-root`` folders).
 """
@@ -55,8 +56,8 @@ def add_suite_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                             "into the experiment directory, exit 0 (fits) / 2 (illegal) / 3 (out of memory) "
                             "without training")
     group.add_argument("--projection-cluster", default=None, metavar="PROFILE",
-                       help="hardware profile of the run (default: the recipe's primus_ext block, then "
-                            f"${CLUSTER_ENV})")
+                       help="hardware profile of the run (default: the recipe's # primus-ext comment, then "
+                            f"${CLUSTER_ENV}, its configs/<GPU>/ folder, this machine's GPUs)")
     group.add_argument("--projection-nodes", type=int, default=None, metavar="N",
                        help="nodes of the run (default: the recipe's primus_ext block, then $NNODES)")
     group.add_argument("--projection-costs", choices=["analytic", "store", "measured"], default="store",

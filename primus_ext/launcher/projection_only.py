@@ -103,6 +103,15 @@ def measure_missing(recipe: Any, plan: CostPlan, *,
     return tuple(f"{m.target.kind}: ok" if m.ok else f"{m.target.kind}: FAILED {m.error}" for m in results)
 
 
+def session_of(plan: CostPlan, *, calibrated: bool = True) -> Any:
+    """The projection session (``primus_ext.session``) of a cost plan: ``project``'s chain, with the store entries of
+    the target GPU (or ``plan.store_device``'s) and, below scale 1, the scaled entries standing in for their targets."""
+    from primus_ext.session import CostChoice, Session
+
+    return Session(CostChoice(mode=plan.mode, store=plan.store, device=plan.store_device if plan.mode == "store"
+                              else None, accept_scaled=plan.scale < 1, calibrated=calibrated))
+
+
 def cost_provider(plan: CostPlan, gpu_name: str | None = None) -> Any:
     """The projection's ``costs`` argument for a plan (``None`` = analytic roofline only).
 
@@ -191,19 +200,15 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
     """Project a loaded (hence legal) recipe and write its reports; exit code 0 or 3 (see module). ``baseline``: a
     loaded recipe (the one auto-tune started from) projected with the same costs and shown beside it in the HTML.
     ``calibrated``: apply the store's calibration record from real runs of this workload (or a nearby one)."""
-    from primus_ext.projection import project
-
     plan = costs or CostPlan()
+    session = session_of(plan, calibrated=calibrated)
     measured: tuple[str, ...] = ()
     if plan.mode == "measured":
         measured = measure_missing(recipe, plan, progress=progress)
-    projection = project(recipe.model, recipe.execution, recipe.system, cost_provider(plan, recipe.system.gpu.name))
+    projection = session.project(recipe, calibrated=False)
     if plan.mode == "measured" and plan.scale < 1:
         projection = _full_scale_memory(projection)
-    if calibrated:
-        from primus_ext.calibration import apply_stored
-
-        projection = apply_stored(projection, plan.store)
+    projection = session.calibrate(projection)
     reasons = oom_reasons(projection)
     files: dict[str, Path] = {}
     if out_dir is not None:
@@ -212,8 +217,7 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
             extra["store"] = str(plan.store or "default store")
         beside = None
         if baseline is not None:
-            beside = ("the recipe as written", project(baseline.model, baseline.execution, baseline.system,
-                                                       cost_provider(plan, baseline.system.gpu.name)))
+            beside = ("the recipe as written", session.project(baseline, calibrated=False))
         files = write_reports(projection, out_dir, recipe=recipe, overrides=overrides, html_path=html_path,
                               extra=extra, baseline=beside)
     return ProjectionOutcome(projection=projection, exit_code=EXIT_OOM if reasons else EXIT_OK, reasons=reasons,

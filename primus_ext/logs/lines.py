@@ -25,6 +25,9 @@ import re
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 FIELD = re.compile(r"^\s*([A-Za-z][^:|]*?)\s*:\s*([^|]*?)\s*$")
+DEVICE = re.compile(r"\b(?:NVIDIA|AMD Instinct)\s+(?:[A-Z]{1,3}\d{2,4}[A-Z]{0,2})(?:[ -]\w+){0,3}")
+"""A GPU's device name as nvidia-smi, rocm-smi and ``torch.cuda.get_device_name`` print it (``NVIDIA H100 80GB HBM3``,
+``AMD Instinct MI300X``)."""
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 MEMORY = re.compile(r"\[Rank (\d+)\]\s*\((?:after (\d+) iterations)?[^)]*\)\s*memory \(MB\)(.*)$")
 BRIDGE_STEP = re.compile(r"Step Time\s*:\s*([-+\d.eE]+)\s*s\b(?:.*?GPU utilization\s*:\s*([-+\d.eE]+)\s*"

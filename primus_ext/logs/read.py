@@ -23,6 +23,8 @@ MAX_LINE_CHARS = 64 * 1024
 MAX_ITERATIONS = 1_000_000
 MAX_CONFIG = 10_000
 MAX_ECHOES = 10_000
+MAX_DEVICES = 8
+"""Distinct GPU device names kept (a node has one kind; a mixed log names a few)."""
 MAX_RANK_LAG = 2
 """Another rank's line of the same iteration may arrive this many iterations late (interleaved output)."""
 """Repeated lines remembered since the last new one (a restart's first lines may repeat the old run's)."""
@@ -84,6 +86,7 @@ class _Reader:
         self.signatures: dict[int, tuple[tuple[str, str], ...]] = {}  # the current run's lines, for dedupe
         self.ranks: dict[int, int | None] = {}  # the rank prefix each kept line carried
         self.echoes: list[tuple[Iteration, tuple[tuple[str, str], ...]]] = []  # repeats since the last new line
+        self.devices: dict[str, None] = {}  # GPU device names printed (nvidia-smi, rocm-smi, torch)
 
     def flag(self, line: int, name: str, value: object, why: str) -> None:
         if len(self.flags) < 1000:
@@ -96,6 +99,8 @@ class _Reader:
             return
         if self.version is None:
             self.version = L.version_of(text)
+        if len(self.devices) < MAX_DEVICES and ("NVIDIA" in text or "AMD Instinct" in text):
+            self.devices.update(dict.fromkeys(m.group().strip() for m in L.DEVICE.finditer(text)))
         if self.log_interval is None:
             m = L.LOG_INTERVAL.search(text)
             if m:
@@ -225,7 +230,7 @@ class _Reader:
             tokens_per_s_per_gpu=stable_median(iterations, stats, "tokens_per_s_per_gpu"),
             tflops_per_gpu=stable_median(iterations, stats, "tflops_per_gpu"), framework_version=self.version,
             restarts=len(runs) - 1, config=dict(self.config), global_batch_size=batch,
-            seq_length=int(seq) if seq.isdigit() else None)
+            seq_length=int(seq) if seq.isdigit() else None, devices=tuple(self.devices)[:MAX_DEVICES])
 
 
 def read_log(path_or_text_lines: str | os.PathLike[str] | Iterable[str]) -> TrainingLog:

@@ -77,6 +77,8 @@ class StepStats:
     """(iteration, reason) of every iteration of the last run left out: warm-up, non-positive, spike."""
     averaged: bool = False
     """The lines used each average several iterations including warm-up (e.g. one line at log_interval=10)."""
+    from_warmup: bool = False
+    """No iteration after warm-up has a positive time: the figure is of warm-up iterations (an upper bound)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +99,9 @@ class TrainingLog:
     """The argument dump (``name ....... value``) when the log has one."""
     global_batch_size: int | None = None
     seq_length: int | None = None
+    devices: tuple[str, ...] = ()
+    """GPU device names the log prints (``NVIDIA H100 80GB HBM3``, ``AMD Instinct MI300X``: nvidia-smi, rocm-smi,
+    torch), distinct, in order of appearance; empty when it names none."""
 
     @property
     def peak_reserved_bytes(self) -> int | None:

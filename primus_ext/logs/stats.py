@@ -50,11 +50,12 @@ def stable_stats(iterations: Sequence[Iteration]) -> StepStats | None:
     warm = [it for it in iterations if _window_start(it) <= warm_end]
     rest = [it for it in iterations if _window_start(it) > warm_end]
     positive = [it for it in rest if it.step_time_s > 0]
-    averaged = False
+    averaged = from_warmup = False
     if not positive:  # every line reaches into warm-up: use them, marked averaged
         rest, warm = list(iterations), []
         positive = [it for it in rest if it.step_time_s > 0]
         averaged = any(it.averaged_over > 1 for it in positive)
+        from_warmup = True
     for it in warm:
         reason = "warm-up" if it.averaged_over <= 1 else (
             f"warm-up (averages iterations {_window_start(it)}-{it.index})")
@@ -83,7 +84,7 @@ def stable_stats(iterations: Sequence[Iteration]) -> StepStats | None:
     median = statistics.median(times)
     excluded.sort(key=lambda e: e[0])
     return StepStats(median_s=median, spread=_spread(times, median), n=len(kept), first=kept[0].index,
-                     last=kept[-1].index, excluded=tuple(excluded), averaged=averaged)
+                     last=kept[-1].index, excluded=tuple(excluded), averaged=averaged, from_warmup=from_warmup)
 
 
 def stable_median(iterations: Sequence[Iteration], stats: StepStats, attr: str) -> float | None:

@@ -92,16 +92,24 @@ def _costs(suite: Suite):
     return store
 
 
-def _project(entry: Entry, costs: Costs) -> EntryResult:
-    from primus_ext.projection import project
-    from primus_ext.recipe import load_recipe
+def session_of(costs: Costs) -> Any:
+    """The suite's projection session (``primus_ext.session``): the suite's committed store (else the roofline), no
+    stored calibration (a user's records must not move a CI figure), and an environment whose ``$NNODES`` and
+    ``$PRIMUS_EXT_CLUSTER`` do not move an entry, nor the runner's GPUs (reproducible: its target is the entry's
+    or its recipe's, else the entry is an error naming --cluster)."""
     from primus_ext.recipe.loader import NODES_ENV
+    from primus_ext.recipe.target import CLUSTER_ENV
+    from primus_ext.session import CostChoice, Session
 
-    # a suite entry is reproducible: the launch environment's $NNODES does not move its node count
-    env = {k: v for k, v in os.environ.items() if k != NODES_ENV}
-    recipe = load_recipe(entry.recipe, entry.overrides, cluster=entry.cluster, nodes=entry.nodes,
-                         config_roots=entry.config_roots, env=env)
-    result = project(recipe.model, recipe.execution, recipe.system, costs, band=False)
+    env = {k: v for k, v in os.environ.items() if k not in (NODES_ENV, CLUSTER_ENV)}
+    return Session(CostChoice(mode="analytic" if costs is None else "store", calibrated=False), provider=costs,
+                   env=env, gpus=tuple)
+
+
+def _project(entry: Entry, session: Any) -> EntryResult:
+    recipe = session.load(entry.recipe, entry.overrides, cluster=entry.cluster, nodes=entry.nodes,
+                          config_roots=entry.config_roots)
+    result = session.project(recipe, band=False)
     sources = sorted(set(result.sources.values()))
     memory = result.memory
     return EntryResult(
@@ -155,14 +163,14 @@ def classify(entry: Entry, current: EntryResult, baseline: Mapping[str, Any] | N
 def run_suite(suite: Suite, baseline: Mapping[str, Mapping[str, Any]] | None, *,
               progress: Callable[[str], None] | None = None) -> SuiteResult:
     """Project and classify every entry. ``baseline`` None = record mode (every entry passes)."""
-    costs = _costs(suite)
+    session = session_of(_costs(suite))
     results = []
     for i, entry in enumerate(suite.entries):
         if progress:
             progress(f"[{i + 1}/{len(suite.entries)}] {entry.name}")
         start = time.perf_counter()
         try:
-            current = _project(entry, costs)
+            current = _project(entry, session)
         except PrimusExtError as err:
             results.append(EntryResult(name=entry.name, status="error", message=str(err).replace("\n", " "),
                                        wall_s=time.perf_counter() - start))

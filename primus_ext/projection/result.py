@@ -115,12 +115,19 @@ class CalibrationApplied:
     uncalibrated_peak_bytes: float | None
     record: str
     """Which runs: ``CalibrationRecord.describe()``."""
+    logs: tuple[str, ...] = ()
+    """The record's source logs (paths as given to ``calibrate``)."""
+    date: str = ""
+    """When the record was stored (ISO 8601, UTC)."""
+    store: str | None = None
+    """The timing store holding it (``primus-ext calibrate --list`` / ``--forget`` there)."""
 
     def to_dict(self) -> dict[str, object]:
         return {"match": self.match, "kernel_factor": self.kernel_factor, "overhead_s": self.overhead_s,
                 "scope": self.scope, "memory_factor": self.memory_factor, "band": self.band,
                 "uncalibrated_step_time_s": self.uncalibrated_step_s,
-                "uncalibrated_peak_bytes": self.uncalibrated_peak_bytes, "record": self.record}
+                "uncalibrated_peak_bytes": self.uncalibrated_peak_bytes, "record": self.record,
+                "logs": list(self.logs), "date": self.date, "store": self.store}
 
 
 @dataclass(frozen=True, kw_only=True)

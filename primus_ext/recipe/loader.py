@@ -10,15 +10,11 @@ at top level, no ``modules``) is the whole argument set; command-line values sti
 Presets are looked up in the config roots (``config_roots``), else in the Primus checkout the recipe
 lives in (``presets.find_primus_root``); ``Recipe.preset_files`` lists every file read.
 
-The target cluster comes from ``cluster`` / ``nodes`` arguments (``--cluster`` / ``--nodes``), else
-from an optional top-level block that is ours, not Primus's (Primus's loader ignores unknown top-level
-keys)::
-
-    primus_ext:
-      cluster: mi300x   # a profile name, see primus_ext.hardware.list_profiles()
-      nodes: 4
-
-else ``mi300x``; the node count, else ``$NNODES`` (what Primus's launch scripts export), else 1. Usage::
+The target cluster follows the one rule of ``recipe.target.resolve_target``: ``cluster`` (``--cluster``), the
+recipe's ``# primus-ext: {cluster: mi300x, nodes: 4}`` comment (or the older top-level ``primus_ext:`` block),
+``$PRIMUS_EXT_CLUSTER``, a Primus ``configs/<GPU>/`` folder, this machine's GPUs; nothing stating it is a problem
+(never a silent default). ``Recipe.target`` says where it came from. The node count: ``nodes`` (``--nodes``),
+the comment, ``$NNODES`` (what Primus's launch scripts export), else 1. Usage::
 
     recipe = load_recipe("recipes/llama3.1_8B-pretrain.yaml", ["micro_batch_size=2"], nodes=8)
     recipe.model.hidden_size, recipe.execution.dp, recipe.warnings
@@ -32,7 +28,7 @@ import dataclasses
 import difflib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -54,11 +50,13 @@ from primus_ext.recipe.presets import (
     load_preset,
 )
 from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
-from primus_ext.recipe.target import target_block
+from primus_ext.recipe.target import Target, resolve_target, target_block
 from primus_ext.recipe.validate import check
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
-DEFAULT_CLUSTER = "mi300x"
+LISTING_CLUSTER = "mi300x"
+"""When the target cannot be loaded, the arguments are still resolved on this profile to list their problems too
+(nothing is projected on it)."""
 DEFAULT_NODES = 1
 EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "platform", "primus_ext"})
 """Top-level keys of a Primus experiment (``PrimusParser``: meta info, ``platform``, ``modules``) and ours."""
@@ -104,15 +102,18 @@ class Recipe:
     unmodelled: Mapping[str, str] = field(default_factory=dict)
     """Keys set to a value that changes time or memory but that the projection does not price: key ->
     ``value (projected as X): effect`` (``key_effects.UNMODELLED``; also one line of ``warnings``)."""
+    target: Target | None = None
+    """The target GPU profile and where it was stated (``recipe.target.resolve_target``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view: the three specs, the cluster, warnings and unknown keys."""
+        """JSON-ready view: the three specs, the cluster and where it was stated, warnings and unknown keys."""
         return {
             "source": self.source,
             "exp_name": self.exp_name,
             "model": dataclasses.asdict(self.model),
             "execution": dataclasses.asdict(self.execution),
             "system": {**dataclasses.asdict(self.system), "world_size": self.system.world_size},
+            "target_source": None if self.target is None else self.target.source,
             "unknown_keys": dict(self.unknown_keys),
             "unmodelled_keys": dict(self.unmodelled),
             "preset_files": list(self.preset_files),
@@ -163,6 +164,8 @@ class _State:
     """Every YAML file read, in reading order."""
     nodes_defaulted: bool = False
     """No node count was given anywhere (1 node assumed)."""
+    target: Target | None = None
+    gpus: Callable[[], Sequence[str]] | None = None
 
     def fail_if_problems(self) -> None:
         if self.problems:
@@ -313,8 +316,15 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
             hint = difflib.get_close_matches(str(key), sorted(CLUSTER_KEYS), n=1)
             state.warnings.append(f"unknown key `{cut(key)}` in primus_ext (ignored; known: {sorted(CLUSTER_KEYS)})"
                                   + (f"; did you mean `{hint[0]}`?" if hint else ""))
-    name_path = "--cluster" if cluster is not None else "primus_ext.cluster" if "cluster" in block else "cluster"
-    name = cluster if cluster is not None else block.get("cluster", DEFAULT_CLUSTER)
+    state.target = resolve_target(state.path, cluster=cluster, block=block, env=state.env, problems=state.problems,
+                                  gpus=state.gpus)
+    name = state.target.cluster if state.target is not None else None
+    name_path = ("--cluster" if cluster is not None else "primus_ext.cluster" if "cluster" in block else
+                 state.target.source if state.target is not None and state.target.source.startswith("$") else "cluster")
+    if state.target is not None and not isinstance(name, str):
+        state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
+                                      fix="e.g. cluster: mi300x"))
+        return None
     count: Any
     if nodes is not None:
         nodes_path, count = "--nodes", nodes
@@ -326,13 +336,11 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
     else:
         nodes_path, count = "nodes", DEFAULT_NODES
         state.nodes_defaulted = True
-    if not isinstance(name, str):
-        state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
-                                      fix="e.g. cluster: mi300x"))
-        return None
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES:
+    bad_count = isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES
+    if bad_count:
         state.problems.append(Problem(path=nodes_path, value=count,
                                       message=f"node count must be an integer in 1..{MAX_NODES}", fix="e.g. nodes: 4"))
+    if name is None or bad_count:
         return None
     try:
         return load_system(name, count)
@@ -365,6 +373,7 @@ def load_recipe(
     validate: bool = True,
     env: Mapping[str, str] | None = None,
     module: str | None = None,
+    gpus: Callable[[], Sequence[str]] | None = None,
 ) -> Recipe:
     """Load, resolve and (unless ``validate=False``) legality-check a recipe. Raises ``RecipeError``.
 
@@ -372,6 +381,7 @@ def load_recipe(
     ``env``: the environment for ``${VAR}`` templates (default ``os.environ``).
     ``module``: the experiment module to load (``pre_trainer`` / ``post_trainer``, with Primus's fallback to the
     other); default ``pre_trainer``, else the only one.
+    ``gpus``: this machine's GPU device names for the target rule (default ``hardware.visible.visible_gpus``).
     With ``validate=False`` legality problems are returned in ``Recipe.problems`` instead of raised
     (the tuner loads a recipe that way to search for a legal execution).
     """
@@ -380,7 +390,7 @@ def load_recipe(
     roots = tuple(Path(r) for r in config_roots)
     found_root = None if roots else find_primus_root(Path(path))
     state = _State(path=Path(path), env=os.environ if env is None else env,
-                   roots=roots or ((found_root,) if found_root else ()))
+                   roots=roots or ((found_root,) if found_root else ()), gpus=gpus)
     if not is_file(state.path):
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path))
@@ -408,7 +418,7 @@ def load_recipe(
     if system is None:  # a bad cluster / node count: still list every argument problem with it
         from primus_ext.hardware import load_system
 
-        _, _, arg_problems, _ = resolve_all(args.values, load_system(DEFAULT_CLUSTER, DEFAULT_NODES),
+        _, _, arg_problems, _ = resolve_all(args.values, load_system(LISTING_CLUSTER, DEFAULT_NODES),
                                             name=model_name or "model")
         state.problems += _repoint(arg_problems, args.values, args.origins)
     state.fail_if_problems()
@@ -449,6 +459,7 @@ def load_recipe(
         preset_files=_reading_order(state.files, state.path),
         unmodelled=MappingProxyType(unmodelled_keys(args.values)),
         config_root=display(found_root) if found_root else None,
+        target=state.target,
     )
 
 

@@ -8,12 +8,25 @@ comment form carries the same mapping and is invisible to every YAML reader::
 
 ``target_of(text)`` reads it (the block, when a file has one, wins key by key: it is the older spelling);
 ``with_target(text, mapping)`` writes or updates it (``tune --apply`` / ``--out`` record what they tuned for).
+
+The target GPU, one rule for every command and the launcher (``resolve_target``; the first that states it wins)::
+
+    --cluster (the launcher: --projection-cluster)
+    the recipe's ``# primus-ext: {cluster: ...}`` comment (or ``primus_ext:`` block)
+    $PRIMUS_EXT_CLUSTER
+    a Primus recipe's folder: examples/megatron/configs/MI355X/... names its GPU
+    the GPUs visible on this machine (torch.cuda device names)
+
+Nothing stating it is an error naming ``--cluster`` and the profiles, never a silent default; ``Target.source`` says
+which one it was (the reports print it).
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,4 +100,105 @@ def with_target(text: str, mapping: Mapping[str, Any]) -> str:
     return newline.join(lines)
 
 
-__all__ = ["DIRECTIVE", "target_block", "target_of", "with_target"]
+CLUSTER_ENV = "PRIMUS_EXT_CLUSTER"
+"""Hardware profile of every projection in this shell when neither ``--cluster`` nor the recipe names one."""
+CONFIGS_FOLDER = "configs"
+"""Primus keeps its examples per GPU: ``examples/<backend>/configs/<GPU>/<recipe>.yaml`` (MI300X, MI325X, MI355X;
+the MLPerf GPT-OSS example writes ``MI355``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The target GPU profile of a projection and where it was stated."""
+
+    cluster: str
+    """The profile name as stated (``load_system`` resolves aliases)."""
+    source: str
+    """Where it came from, for people: ``--cluster``, ``the recipe's # primus-ext comment``, ..."""
+
+    def describe(self, system: Any = None) -> str:
+        """``target: 1 node x 8 mi355x (from the recipe's folder configs/MI355X; --cluster to change)``."""
+        where = self.cluster
+        if system is not None:
+            where = (f"{system.num_nodes} node{'s' if system.num_nodes != 1 else ''} x {system.gpu.gpus_per_node} "
+                     f"{system.gpu.name}" + (f" ({self.cluster})" if system.gpu.name != self.cluster else ""))
+        change = "" if self.source.startswith("--") else "; --cluster to change"
+        return f"target: {where} (from {self.source}{change})"
+
+
+def _profile_named(folder: str) -> str | None:
+    """The profile a Primus GPU folder names (``MI355X`` -> ``mi355x``; ``MI355`` -> ``mi355x``, its one extension)."""
+    from primus_ext.hardware import canonical_name, list_profiles
+
+    key, names = canonical_name(folder), list_profiles()
+    if key in names:
+        return key
+    longer = [n for n in names if n.startswith(key) and len(n) == len(key) + 1 and n[-1].isalpha()]
+    return longer[0] if len(longer) == 1 and key[-1].isdigit() else None
+
+
+def folder_target(path: str | os.PathLike[str]) -> Target | None:
+    """The GPU a recipe's folder names: the folder right under a ``configs`` folder (nearest to the file)."""
+    parts = Path(os.path.abspath(path)).parts[:-1]
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i - 1] == CONFIGS_FOLDER:
+            name = _profile_named(parts[i])
+            if name is not None:
+                return Target(cluster=name, source=f"the recipe's folder {CONFIGS_FOLDER}/{parts[i]}")
+    return None
+
+
+def visible_target(gpus: Sequence[str], problems: list[Problem]) -> Target | None:
+    """The profile of the GPUs this machine shows (all one kind), else ``None`` (a problem when they name none)."""
+    from primus_ext.hardware import list_profiles, profile_of_device
+
+    if not gpus:
+        return None
+    found = {profile_of_device(name) for name in gpus}
+    if len(found) == 1 and None not in found:
+        [name] = found
+        return Target(cluster=name, source=f"this machine's GPUs ({len(gpus)} x {gpus[0]})")
+    problems.append(Problem(
+        path="--cluster", value=None,
+        message=f"no target GPU is stated, and this machine's GPUs ({', '.join(sorted(set(gpus)))}) "
+                + ("are of several kinds" if len(found) > 1 else "name no hardware profile"),
+        fix=f"pass --cluster with one of: {', '.join(list_profiles())}"))
+    return None
+
+
+def resolve_target(path: str | os.PathLike[str] | None, *, cluster: str | None, block: Mapping[str, Any],
+                   env: Mapping[str, str], problems: list[Problem],
+                   gpus: Callable[[], Sequence[str]] | None = None) -> Target | None:
+    """The one rule (module docstring): the target, or ``None`` with the reason appended to ``problems``.
+    ``gpus``: the visible GPUs' device names (default ``hardware.visible.visible_gpus``, asked last)."""
+    from primus_ext.hardware import list_profiles
+
+    if cluster is not None:
+        return Target(cluster=cluster, source="--cluster")
+    if "cluster" in block:
+        return Target(cluster=block["cluster"], source="the recipe's # primus-ext: target")
+    if env.get(CLUSTER_ENV, "").strip():
+        return Target(cluster=env[CLUSTER_ENV].strip(), source=f"${CLUSTER_ENV}")
+    found = folder_target(path) if path is not None else None
+    if found is not None:
+        return found
+    if gpus is None:
+        from primus_ext.hardware.visible import visible_gpus
+
+        gpus = visible_gpus
+    unknown: list[Problem] = []
+    found = visible_target(tuple(gpus()), unknown)
+    problems += unknown
+    if found is not None or unknown:
+        return found
+    problems.append(Problem(
+        path="--cluster", value=None,
+        message="no target GPU: neither --cluster, the recipe's `# primus-ext: {cluster: ...}` comment, "
+                f"${CLUSTER_ENV}, a Primus {CONFIGS_FOLDER}/<GPU>/ folder nor a GPU of this machine names it",
+        fix=f"pass --cluster with one of: {', '.join(list_profiles())} (or write `# primus-ext: {{cluster: NAME, "
+            "nodes: N}` at the top of the recipe)"))
+    return None
+
+
+__all__ = ["CLUSTER_ENV", "DIRECTIVE", "Target", "folder_target", "resolve_target", "target_block", "target_of",
+           "with_target"]

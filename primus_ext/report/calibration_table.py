@@ -79,7 +79,7 @@ def format_calibration(comparisons: Sequence[LogComparison], record: Calibration
     if record is not None:
         blocks.append(format_correction(comparisons, record))
     if stored:
-        blocks.append(f"stored in {stored}: project, tune and train --projection-only now apply it to "
+        blocks.append(f"stored in {stored}: project, compare, tune and train --projection-only now apply it to "
                       f"{record.workload.label if record else 'this workload'} (and nearby configurations)")
     elif refused is None:
         blocks.append("--dry-run: nothing stored")

@@ -42,7 +42,9 @@ def _closed(properties: dict[str, Any], required: list[str] | None = None) -> di
 FIGURES = {"step_time_s": NONNEG, "tokens_per_s_per_gpu": NONNEG, "tflops_per_gpu": NONNEG, "mfu": FRACTION}
 TARGET = {"model": STR, "cluster": STR, "gpu": STR, "nodes": INT, "world_size": INT}
 RECIPE = {"recipe": _null(STR), "preset_files": {"type": "array", "items": STR}, "config_root": _null(STR),
-          "warnings": {"type": "array", "items": STR}}
+          "warnings": {"type": "array", "items": STR}, "target_source": _null(STR)}
+"""``target_source``: where the target GPU was stated (``recipe.target``); optional, as documents written before it
+stay valid under schema version 1."""
 HEADER = {"schema_version": {"const": SCHEMA_VERSION}, "kind": {"enum": list(KINDS)}}
 PARTS = {f"{part}_gib": NUM for part in ("params", "grads", "optimizer", "activations", "other")}
 
@@ -83,9 +85,14 @@ CALIBRATION_APPLIED = _closed({
     "match": {"enum": ["exact", "nearby"]}, "kernel_factor": NONNEG, "overhead_s": NONNEG,
     "scope": {"enum": ["kernels", "step"]}, "memory_factor": _null(NONNEG), "band": NONNEG,
     "uncalibrated_step_time_s": NONNEG, "uncalibrated_peak_bytes": _null(NONNEG), "record": STR,
-})
+    "logs": {"type": "array", "items": STR}, "date": STR, "store": _null(STR),
+}, required=["match", "kernel_factor", "overhead_s", "scope", "memory_factor", "band", "uncalibrated_step_time_s",
+             "uncalibrated_peak_bytes", "record"])
+"""``logs`` / ``date`` / ``store`` (which stored record changed the figures, and where to ``--forget`` it) are
+optional: documents written before them stay valid under schema version 1."""
 RUN_FIGURES = _closed({"step_s": NONNEG, "tokens_per_s_per_gpu": _null(NONNEG), "tflops_per_gpu": _null(NONNEG),
-                       "peak_bytes": _null(NONNEG), "spread": NONNEG})
+                       "peak_bytes": _null(NONNEG), "spread": NONNEG, "iterations": INT},
+                      required=["step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "peak_bytes", "spread"])
 LOG_COMPARISON = _closed({
     "log": STR, "format": STR, "framework": _null(STR), "measured": RUN_FIGURES, "projected": RUN_FIGURES,
     "step_ratio": NONNEG, "iterations_used": INT, "first_iteration": _null(INT), "last_iteration": _null(INT),
@@ -150,13 +157,13 @@ SCHEMA: dict[str, Any] = {
     "allOf": [
         _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
                              "verify": _ref("verify"), "timeline": {"type": "array"}},
-              optional=("overrides", "verify", "timeline", "calibration", "imbalance")),
+              optional=("overrides", "verify", "timeline", "calibration", "imbalance", "target_source")),
         _kind("calibration", {
             **TARGET, "runs": {"type": "array", "items": LOG_COMPARISON, "minItems": 1},
             "record": _null({"type": "object"}), "stored_in": _null(STR), "refused": _null(STR),
             "applies_to": {"type": "array", "items": STR}, **RECIPE,
-        }),
-        _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}),
+        }, optional=("target_source",)),
+        _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}, optional=("target_source",)),
         _kind("tune", {
             **TARGET, "strategy": STR, "margin": _null(FRACTION), "best": _null(_ref("trial")),
             "baseline": _null(_ref("trial")), "gain": _null(NUM), "optimum": _null(_ref("trial")),
@@ -174,7 +181,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
         _kind("baseline", {"suite": STR,
                            "entries": {"type": "object", "additionalProperties": _ref("baseline_entry")}}),
-        _kind("verify", {**VERIFY, "training": {"type": "object"}, **RECIPE}),
+        _kind("verify", {**VERIFY, "training": {"type": "object"}, **RECIPE}, optional=("target_source",)),
         _kind("validation", {
             "label": STR, "rows": {"type": "array", "items": _ref("validation_row")}, "summary": {"type": "object"},
             "one_run_offset_summary": {"type": "object"}, "calibrated_from_user_run": _ref("validation_report"),

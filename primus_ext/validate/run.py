@@ -214,8 +214,9 @@ def validate_runs(runs: Sequence[RunRow], projector: Projector, *, label: str = 
 
 
 def analytic_projector(run: RunRow) -> float:
-    """Projected tokens/s/GPU of a row from the analytic projection (roofline costs)."""
-    from primus_ext.projection import evaluate
+    """Projected tokens/s/GPU of a row from the analytic projection (roofline costs, never a stored calibration:
+    ``primus_ext.session.Session.analytic``)."""
+    from primus_ext.session import Session
 
     assert run.model is not None and run.execution is not None and run.system is not None
-    return evaluate(run.model, run.execution, run.system).tokens_per_s_per_gpu
+    return Session.analytic().evaluate(run.model, run.execution, run.system).tokens_per_s_per_gpu

@@ -87,13 +87,13 @@ def test_nodes_from_nnodes_after_the_block(experiment, write):
     assert load_recipe(experiment, env={"NNODES": "8"}).system.num_nodes == 2  # the block wins
     assert load_recipe(experiment, nodes=4, env={"NNODES": "8"}).system.num_nodes == 4
     flat = write("flat.yaml", BASE)
-    assert load_recipe(flat, env={"NNODES": "8"}).system.num_nodes == 8
-    assert load_recipe(flat, env={}).system.num_nodes == 1
+    assert load_recipe(flat, env={"NNODES": "8"}, cluster="mi300x").system.num_nodes == 8
+    assert load_recipe(flat, env={}, cluster="mi300x").system.num_nodes == 1
 
 
 def test_bad_nnodes_is_a_problem_naming_the_variable(write):
     with pytest.raises(RecipeError) as err:
-        load_recipe(write("flat.yaml", BASE), env={"NNODES": "four"})
+        load_recipe(write("flat.yaml", BASE), env={"NNODES": "four"}, cluster="mi300x")
     assert err.value.problems[0].path == "$NNODES"
 
 

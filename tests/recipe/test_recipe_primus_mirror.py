@@ -100,12 +100,12 @@ def test_presets_come_from_the_checkout_and_are_listed():
 def test_a_recipe_outside_any_checkout_says_it_used_the_bundled_presets(tmp_path: Path):
     copy = tmp_path / "llama3.1_8B.yaml"
     shutil.copy(CONFIGS / "MI300X" / "llama3.1_8B-BF16-pretrain.yaml", copy)
-    recipe = load_recipe(copy, env={})
+    recipe = load_recipe(copy, env={}, cluster="mi300x")  # outside configs/<GPU>/: no target of its own
     assert recipe.config_root is None
     assert any("bundled" in w and "--config-root" in w for w in recipe.warnings)
     assert any(Path(f).resolve().is_relative_to(SHIPPED_RECIPES) for f in recipe.preset_files)
     # with --config-root the checkout's presets are used and the bundled ones never mixed in
-    rooted = load_recipe(copy, config_roots=[ROOT], env={})
+    rooted = load_recipe(copy, config_roots=[ROOT], env={}, cluster="mi300x")
     assert not any(Path(f).resolve().is_relative_to(SHIPPED_RECIPES) for f in rooted.preset_files)
 
 
@@ -135,7 +135,7 @@ def test_deepseek_v3_preset_resolves_like_its_file(tmp_path: Path):
         "modules:\n  pre_trainer:\n    framework: megatron\n    config: pre_trainer.yaml\n"
         "    model: deepseek_v3.yaml\n    overrides: {seq_length: 4096, expert_model_parallel_size: 8}\n"
     )
-    recipe = load_recipe(exp, config_roots=[ROOT], env={}, validate=False)
+    recipe = load_recipe(exp, config_roots=[ROOT], env={}, validate=False, cluster="mi300x")
     model = recipe.model
     assert model.num_layers == preset["num_layers"] == 61
     assert model.num_moe_layers == 58 and model.moe_layer_pattern[:3] == (False,) * 3

@@ -50,7 +50,7 @@ def test_undefined_without_default_is_a_problem_with_its_path():
 def test_loader_reports_every_undefined_variable(write):
     path = write("r.yaml", "num_layers: ${L}\nhidden_size: ${H}\n")
     with pytest.raises(RecipeError) as err:
-        load_recipe(path, env={})
+        load_recipe(path, env={}, cluster="mi300x")
     assert len(err.value.problems) == 2
     assert {p.path.split(":")[-1] for p in err.value.problems} == {"num_layers", "hidden_size"}
 

@@ -60,11 +60,11 @@ PAIRS = [
                          ids=[p[0] for p in PAIRS])
 def test_refused_and_accepted_as_megatron_lm_checks(write, name, base, bad, bad_env, good, good_env, path, word):
     with pytest.raises(RecipeError) as err:
-        load_recipe(write(f"{name}-bad.yaml", {**base, **bad}), env=bad_env)
+        load_recipe(write(f"{name}-bad.yaml", {**base, **bad}), env=bad_env, cluster="mi300x")
     hits = [p for p in err.value.problems if p.path == path and word in f"{p.message} {p.fix}"]
     assert hits, [str(p) for p in err.value.problems]
     assert hits[0].fix and ("arguments.py" in hits[0].message or "Megatron-LM" in hits[0].message)
-    load_recipe(write(f"{name}-good.yaml", {**base, **good}), env=good_env)  # accepted: no RecipeError
+    load_recipe(write(f"{name}-good.yaml", {**base, **good}), env=good_env, cluster="mi300x")  # accepted
 
 
 def _experiment(write, name: str, overrides: dict) -> str:
@@ -77,10 +77,11 @@ def test_primus_sets_eight_connections_for_fsdp_and_one_otherwise(write):
     """Primus's env patch: FSDP runs get 8 (so Megatron-FSDP passes with Primus's default 1 exported), TP runs
     keep the exported 1; with disable_env_patches the exported value stands."""
     fsdp = {**MFSDP, "ckpt_format": "fsdp_dtensor"}
-    assert load_recipe(_experiment(write, "fsdp", fsdp), env={}).execution.launch.connections(fsdp=True) == "8"
-    load_recipe(_experiment(write, "tp", TP2), env={})
+    recipe = load_recipe(_experiment(write, "fsdp", fsdp), env={}, cluster="mi300x")
+    assert recipe.execution.launch.connections(fsdp=True) == "8"
+    load_recipe(_experiment(write, "tp", TP2), env={}, cluster="mi300x")
     with pytest.raises(RecipeError) as err:
-        load_recipe(_experiment(write, "off", {**fsdp, "disable_env_patches": True}), env={})
+        load_recipe(_experiment(write, "off", {**fsdp, "disable_env_patches": True}), env={}, cluster="mi300x")
     assert any(p.path.endswith("use_megatron_fsdp") and "CUDA_DEVICE_MAX_CONNECTIONS" in p.message
                for p in err.value.problems)
 
@@ -95,9 +96,9 @@ def test_primus_sets_eight_connections_for_fsdp_and_one_otherwise(write):
 ])
 def test_primus_rocm_checks(write, overrides, path, word, fine):
     with pytest.raises(RecipeError) as err:
-        load_recipe(_experiment(write, "bad", overrides), env={})
+        load_recipe(_experiment(write, "bad", overrides), env={}, cluster="mi300x")
     assert any(p.path.endswith(path) and word in p.message for p in err.value.problems), err.value.problems
-    load_recipe(_experiment(write, "fine", fine), env={})
+    load_recipe(_experiment(write, "fine", fine), env={}, cluster="mi300x")
 
 
 def test_turbo_deepep_compute_units_at_ep16(write):
@@ -105,7 +106,7 @@ def test_turbo_deepep_compute_units_at_ep16(write):
 
     recipe = load_recipe(_experiment(write, "ep", {"use_turbo_deepep": True, "turbo_deepep_num_cu": 64,
                                                     "moe_token_dispatcher_type": "flex",
-                                                    "moe_router_dtype": "fp32"}), env={})
+                                                    "moe_router_dtype": "fp32"}), env={}, cluster="mi300x")
     import dataclasses
 
     wide = dataclasses.replace(recipe.execution, expert_model_parallel_size=16)
