@@ -173,6 +173,8 @@ def _search(args: argparse.Namespace) -> _Searched:
     _check_outputs(args)
     recipe = load_recipe(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                          validate=False)
+    if args.out:
+        _check_out_folder(args, recipe)
     space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin),
                         schedules=PRIMUS_SCHEDULES if recipe.module else ())  # zero bubble runs under Primus only
     header = {"recipe": str(args.recipe), "cluster": recipe.system.name, "nodes": recipe.system.num_nodes,
@@ -291,6 +293,43 @@ def _check_outputs(args: argparse.Namespace) -> None:
             problems += err.problems
     if problems:
         raise RecipeError(problems=problems)
+
+
+def _check_out_folder(args: argparse.Namespace, recipe: Recipe) -> None:
+    """``--out`` in another folder than the recipe's: a copy of the recipe there must read the same presets and
+    resolve to the same model and execution (relative presets resolve from the file's folder, and outside a Primus
+    checkout from primus-ext's bundled ones), else exit 2 before the search rather than after it (``_write`` checks
+    the tuned copy the same way)."""
+    from pathlib import Path
+
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.files import temp_path
+    from primus_ext.recipe import load_recipe
+
+    source, target = Path(os.path.realpath(args.recipe)), Path(os.path.realpath(args.out))
+    if source.parent == target.parent:
+        return
+    probe = temp_path(target, "check.yaml")
+    try:
+        probe.write_bytes(source.read_bytes())
+        there = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
+                            validate=False)
+        differs = [what for what, same in (
+            ("the presets read", there.preset_files[:-1] == recipe.preset_files[:-1]),
+            ("the model", there.model == recipe.model), ("the execution", there.execution == recipe.execution))
+            if not same]
+        why = f"a copy there resolves {', '.join(differs)} differently" if differs else ""
+    except RecipeError as err:
+        why = "a copy there does not load: " + "; ".join(f"{p.path}: {p.message}" for p in err.problems[:2])
+    finally:
+        probe.unlink(missing_ok=True)
+    if why:
+        raise RecipeError(problems=[Problem(
+            path="--out", value=args.out,
+            message=f"{why} (its relative presets resolve from {target.parent}, not from {source.parent}); "
+                    "nothing was searched or written",
+            fix="write the tuned copy in the recipe's folder (or elsewhere in its Primus checkout), or pass "
+                "--config-root with the Primus checkout whose presets the recipe reads")])
 
 
 def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> None:
