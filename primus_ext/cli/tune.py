@@ -348,8 +348,9 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
     target = args.recipe if args.apply else args.out
     preview = rewrite(args.recipe, changes, out=target, cluster=cluster, dry_run=True, module=recipe.module,
                       force=args.force)
-    if not preview.changed:
-        print(f"{target}: already the tuned configuration, nothing to write")
+    if preview.current:  # the configuration and the target comment (cluster, nodes) are already the tuned ones
+        print(f"{target}: already the tuned configuration for {cluster['nodes']} x {recipe.system.gpu.gpus_per_node} "
+              f"{cluster['cluster']}, nothing to write")
         return
     probe = temp_path(Path(os.path.realpath(target)), "check.yaml")  # beside where it is written
     sweep(Path(os.path.realpath(target)))

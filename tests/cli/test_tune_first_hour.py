@@ -37,3 +37,43 @@ def test_out_in_a_folder_that_resolves_other_presets_exits_2_before_the_search(r
     err = capsys.readouterr().err
     assert code == 2 and "--out" in err and "presets read" in err and "nothing was searched" in err
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def _own_pins(recipe: Path) -> list[str]:
+    """``--pin`` of every axis to the recipe's own value: the recipe is the only candidate."""
+    from primus_ext.recipe import load_recipe
+    from primus_ext.tune.space import build_space
+
+    loaded = load_recipe(recipe, validate=False)
+    config = build_space(loaded.model, loaded.execution, loaded.system).config_of(loaded.execution)
+    def text(value: object) -> str:
+        return "true" if value is True else "false" if value is False else "none" if value is None else str(value)
+
+    return [x for axis, value in config.items() for x in ("--pin", f"{axis}={text(value)}")]
+
+
+def test_apply_with_nothing_to_change_moves_the_target_comment(recipes, capsys):
+    """The recipe's own configuration wins on another node count: --apply rewrites the target comment only (the
+    file must load for the cluster it was tuned for); a second run has nothing to write."""
+    recipe = recipes / "mixtral_8x22B-pretrain.yaml"
+    before = recipe.read_text()
+    assert "# primus-ext: {cluster: mi355x, nodes: 8}" in before
+    argv = ["tune", str(recipe), "--cluster", "mi355x", "--nodes", "16", "--analytic", "--no-regret",
+            "--strategy", "exhaustive", *_own_pins(recipe), "--apply"]
+    assert main(argv) == 0
+    after = recipe.read_text()
+    assert "# primus-ext: {cluster: mi355x, nodes: 16}" in after and "nodes: 8}" not in after
+    assert [a for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b] == [
+        "# primus-ext: {cluster: mi355x, nodes: 8}"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "nothing to write" in capsys.readouterr().out and recipe.read_text() == after
+
+
+def test_out_with_nothing_to_change_still_writes_the_copy(recipes, capsys):
+    recipe, out = recipes / "mixtral_8x22B-pretrain.yaml", recipes / "tuned.yaml"
+    argv = ["tune", str(recipe), "--cluster", "mi355x", "--nodes", "8", "--analytic", "--no-regret",
+            "--strategy", "exhaustive", *_own_pins(recipe), "--out", str(out)]
+    assert main(argv) == 0 and out.read_text() == recipe.read_text()
+    capsys.readouterr()
+    assert main(argv) == 0 and "nothing to write" in capsys.readouterr().out
