@@ -183,7 +183,8 @@ def _search(args: argparse.Namespace) -> _Searched:
     previous = read_log(args.resume, expect=header) if args.resume else []
     costs = _costs(args, recipe.system.gpu.name)
     records, memory_factor = _calibrations(args, recipe)
-    ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, costs, records),
+    oracle = projection_oracle(recipe.model, recipe.system, costs, records)
+    ctx = SearchContext(space=space, oracle=oracle,
                         prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin,
                                                memory_factor=memory_factor),
                         budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
@@ -194,7 +195,8 @@ def _search(args: argparse.Namespace) -> _Searched:
                               llm_timeout_s=args.llm_timeout, llm_total_s=args.llm_total)
     try:
         result = tune(ctx, args.strategy, baseline=recipe.execution, options=options,
-                      regret=not args.no_regret and (candidates or 0) <= ENUMERABLE_MAX, candidates=candidates)
+                      regret=not args.no_regret and (candidates or 0) <= ENUMERABLE_MAX, candidates=candidates,
+                      band=oracle.band)
     finally:
         if ctx.log is not None:
             ctx.log.close()

@@ -169,7 +169,9 @@ SCHEMA: dict[str, Any] = {
             "notes": {"type": "array", "items": STR}, "best_execution": _null({"type": "object"}),
             "launch_environment": {"type": "object"}, **RECIPE,
             "verify_top": {"type": "object", "required": ["candidates", "regret", "spearman"]},
-        }, optional=(*TARGET, *RECIPE, "verify_top")),
+            "fastest": _null(_ref("trial")), "tie_band": _null(_ref("band")),
+            "ties": {"type": "array", "items": _ref("trial")}, "kept_recipe": BOOL, "same_figures": INT,
+        }, optional=(*TARGET, *RECIPE, "verify_top", "fastest", "tie_band", "ties", "kept_recipe", "same_figures")),
         _kind("ci", {"suite": STR, "exit_code": {"enum": [0, 1, 2]}, "counts": {
             "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
         _kind("baseline", {"suite": STR,

@@ -77,3 +77,26 @@ def test_out_with_nothing_to_change_still_writes_the_copy(recipes, capsys):
     assert main(argv) == 0 and out.read_text() == recipe.read_text()
     capsys.readouterr()
     assert main(argv) == 0 and "nothing to write" in capsys.readouterr().out
+
+
+def test_default_recipe_ties_keep_the_recipe_without_duplicate_rows(tmp_path, capsys):
+    """The README's recipe: the fastest found is ~1 % ahead, inside the projection's ~+-10 % band: the recipe is
+    kept and the output says so; the recipe's row is listed once; MFU in percent on the console, a fraction in
+    the JSON."""
+    import json
+
+    pytest.importorskip("optuna")
+    doc = tmp_path / "tune.json"
+    assert main(["tune", str(RECIPES / "llama3.1_8B-pretrain.yaml"), "--budget", "40", "--analytic", "--no-regret",
+                 "--top", "40", "--json", str(doc)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(doc.read_text())
+    assert data["kept_recipe"] and data["best"] == data["baseline"] and data["gain"] == 0.0
+    assert data["tie_band"]["low"] < data["baseline"]["tokens_per_s_per_gpu"] <= data["fastest"]["tokens_per_s_per_gpu"]
+    assert "best: the recipe's own configuration" in out and "tie inside the fastest's band" in out
+    table = out.split("\n\n")[1].splitlines()[2:]
+    assert len(table) == len(data["ranked"][:40]) and sum(" recipe " in row for row in table) == 1
+    rows = [row.split(None, 1)[1].replace(" recipe ", " ") for row in table]
+    assert len(set(rows)) == len(rows)  # no two rows alike
+    mfu = data["ranked"][0]["mfu"]
+    assert 0 < mfu < 1 and f"{mfu:.1%}" in table[0]
