@@ -204,7 +204,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     environment = {"CUDA_DEVICE_MAX_CONNECTIONS": launch.cuda_device_max_connections,
                    "source": launch.connections_source, "framework": launch.framework,
                    "fsdp_sets_8": launch.framework == "primus" and launch.env_patches}
-    print(format_tune(result, top=args.top))
+    print(format_tune(result, top=args.top, gpu=recipe.system.gpu))
     print(f"memory margin: {args.margin:.0%} of each GPU's HBM kept free"
           + (" (the default: context, NCCL buffers, workspaces and fragmentation are already in each peak; the "
              "margin is for what the model cannot see; --margin changes it)" if args.margin == DEFAULT_MARGIN else ""))

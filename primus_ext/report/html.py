@@ -27,6 +27,7 @@ from primus_ext.model.memory import capacity_bytes
 from primus_ext.projection.result import imbalance
 from primus_ext.report.compare import compare_rows, compare_table_html, layout_label
 from primus_ext.report.html_assets import CSS, JS
+from primus_ext.report.mfu import mfu_text
 from primus_ext.report.timeline import (
     COLORS,
     KINDS,
@@ -180,7 +181,8 @@ def _kpis(p: Any) -> str:
             f'interval">{p.band[0]:,.0f} .. {p.band[1]:,.0f}</span>)') if p.band else ""
     return (f'<div class="kpi">tokens/s/GPU<b>{p.tokens_per_s_per_gpu:,.0f}</b>{band}</div>'
             f'<div class="kpi">step time<b>{p.step_time_s * 1e3:,.1f} ms</b></div>'
-            f'<div class="kpi">model TFLOP/s/GPU<b>{p.model_tflops_per_gpu:,.1f}</b>MFU {p.mfu:.1%}</div>' + fits)
+            f'<div class="kpi">model TFLOP/s/GPU<b>{p.model_tflops_per_gpu:,.1f}</b>'
+            f'{html.escape(mfu_text(p.mfu, p.system.gpu, p.execution.precision))}</div>' + fits)
 
 
 def _timeline_note(p: Any) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus_ext.report.mfu import mfu_basis
+from primus_ext.specs import GPUSpec
 from primus_ext.tune.agent import Trial
 from primus_ext.tune.results import TuneResult
 
@@ -56,7 +58,20 @@ def _baseline_label(trial: Trial) -> str:
     return " (over the margin)" if m is not None and m.peak_bytes <= m.capacity_bytes else " (out of memory)"
 
 
-def format_tune(result: TuneResult, *, top: int = 10) -> str:
+def _mfu_legend(trials: list[Trial], gpu: GPUSpec | None) -> list[str]:
+    """What the MFU column is taken against, when a row runs below BF16 (FP8 / FP4 peaks)."""
+    precisions = sorted({str(t.config.get("precision")) for t in trials if t.score is not None})
+    low = [p for p in precisions if gpu is not None and mfu_basis(gpu, p) in ("FP8", "FP4")]
+    if gpu is None or not low:
+        return []
+    peaks = "; ".join(f"{p}: the {mfu_basis(gpu, p)} peak, {gpu.peak_tflops(p):,.0f} TFLOP/s "
+                      f"(x{gpu.peak_tflops(p) / gpu.bf16_dense_tflops:.2g} the BF16 peak: MFU against BF16 is that "
+                      "much higher)" for p in low)
+    return [f"MFU: model TFLOP/s over the {gpu.name} dense peak of the row's precision; {peaks}"]
+
+
+def format_tune(result: TuneResult, *, top: int = 10, gpu: GPUSpec | None = None) -> str:
+    """The report; ``gpu``: the target's, to say which peak the MFU column is taken against."""
     st = result.stats
     lines = [f"strategy {result.strategy}: {st.projected} projected, {st.rejected_by_prefilter} rejected by the "
              f"memory pre-filter, {st.illegal} illegal, {st.cache_hits} cache hits"
@@ -72,6 +87,7 @@ def format_tune(result: TuneResult, *, top: int = 10) -> str:
     if base is not None and base.score is not None and all(t.key != base.key for _, t in ranked):
         ranked.append(("recipe" + ("~" if base.key in tied else "") + _baseline_label(base), base))
     lines += _trials_table(ranked) if ranked else ["no configuration was projected"]
+    lines += _mfu_legend([t for _, t in ranked], gpu)
     lines.append("")
     lines += _best_lines(result)
     if result.pareto:
