@@ -5,13 +5,16 @@
     primus-ext compare "recipes/x.yaml tensor_model_parallel_size=4" "recipes/x.yaml tensor_model_parallel_size=8"
     primus-ext compare recipes/deepseek_v3-pretrain.yaml "recipes/deepseek_v3-pretrain.yaml" --nodes-b 128 \\
         --html compare.html
+    primus-ext compare recipes/llama3.1_70B-pretrain.yaml "micro_batch_size=2" --json - | jq .rows
 
 Each side is one argument: a recipe path, optionally followed by ``key=value`` overrides (quote the
 argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster`` and
 ``--nodes`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` to B only. Layer costs are the analytic
 roofline unless ``--store FILE`` names a timing store. Prints a table (figure, A, B, change from A to B,
 judged better / worse where the direction is clear); ``--html FILE`` writes one self-contained page with the
-table and both full reports side by side. Exit 0; 2 when a side is not a valid recipe.
+table and both full reports side by side; ``--json OUT`` both projections and the rows as the result schema's
+``comparison`` document (``primus_ext.results``; ``-``: stdout, the table then on stderr). Exit 0; 2 when a side
+is not a valid recipe.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="folder searched for model/module presets (repeatable)")
     parser.add_argument("--store", metavar="FILE", help="timing store with measured layer costs (default: analytic)")
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as one self-contained HTML page")
+    parser.add_argument("--json", metavar="OUT", help="also write both projections and the rows as JSON, the result "
+                        "schema's comparison document ('-': stdout, the JSON only; the table goes to stderr)")
     parser.set_defaults(func=run)
 
 
@@ -96,13 +101,16 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs
     from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
     from primus_ext.report.html import ReportInputs
+    from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
-    check_outputs(("--html", args.html))  # before any work
+    check_json_out(args.json)
+    check_outputs(("--html", args.html), ("--json", args.json))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
     recipe_a, a = _project(side_a, args, args.cluster, args.nodes)
     recipe_b, b = _project(side_b, args, args.cluster_b or args.cluster, args.nodes_b or args.nodes)
     labels = (side_a.label, side_b.label)
-    print(format_compare(compare_rows(a, b), labels))
+    with tables_to_stderr(args.json):
+        print(format_compare(compare_rows(a, b), labels))
     for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):
         for warning in recipe.warnings:
             print(f"warning ({label}): {warning}", file=sys.stderr)
@@ -113,4 +121,9 @@ def run(args: argparse.Namespace) -> int:
         with open(args.html, "w", encoding="utf-8") as fh:
             fh.write(render_compare_html(a, b, labels=labels, inputs=inputs))
         print(f"wrote {args.html}", file=sys.stderr)
+    if args.json:
+        from primus_ext.results.compare import comparison_document
+
+        emit_json(comparison_document(a, b, labels=labels, recipes=(recipe_a, recipe_b),
+                                      overrides=(side_a.overrides, side_b.overrides)), args.json)
     return 0

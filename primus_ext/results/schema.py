@@ -128,6 +128,13 @@ VALIDATION_REPORT = {"type": "object", "required": ["rows", "summary"],
                                     "summary": {"type": "object"}}}
 
 
+CELL: dict[str, Any] = {"type": ["number", "string", "null"]}
+COMPARISON_SIDE = _closed({**PROJECTION, **RECIPE, "label": STR, "overrides": {"type": "array", "items": STR}},
+                          required=[k for k in (*PROJECTION, *RECIPE, "label", "overrides")
+                                    if k not in ("calibration", "imbalance")])
+"""One side of ``compare --json``: the ``projection`` document's fields (less its header), a label, the overrides."""
+
+
 def _kind(kind: str, properties: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
     """The schema of one kind: the header, ``properties`` (all required but ``optional``), nothing else."""
     props = {**HEADER, **properties, "kind": {"const": kind}}
@@ -146,7 +153,8 @@ SCHEMA: dict[str, Any] = {
     "$defs": {"stage_memory": STAGE_MEMORY, "memory": MEMORY, "band": BAND, "comm": COMM, "breakdown": BREAKDOWN,
               "stage_time": STAGE_TIME, "trial": TRIAL, "ci_entry": CI_ENTRY, "baseline_entry": BASELINE_ENTRY,
               "validation_row": VALIDATION_ROW, "validation_report": VALIDATION_REPORT,
-              "verify": _closed(VERIFY), "calibration_applied": CALIBRATION_APPLIED},
+              "verify": _closed(VERIFY), "calibration_applied": CALIBRATION_APPLIED,
+              "comparison_side": COMPARISON_SIDE},
     "allOf": [
         _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
                              "verify": _ref("verify"), "timeline": {"type": "array"}},
@@ -157,6 +165,8 @@ SCHEMA: dict[str, Any] = {
             "applies_to": {"type": "array", "items": STR}, **RECIPE,
         }),
         _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}),
+        _kind("comparison", {"a": _ref("comparison_side"), "b": _ref("comparison_side"), "rows": {
+            "type": "array", "items": _closed({"name": STR, "a": CELL, "b": CELL, "unit": STR, "change": STR})}}),
         _kind("tune", {
             **TARGET, "strategy": STR, "margin": _null(FRACTION), "best": _null(_ref("trial")),
             "baseline": _null(_ref("trial")), "gain": _null(NUM), "optimum": _null(_ref("trial")),
