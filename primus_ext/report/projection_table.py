@@ -13,7 +13,7 @@ from typing import Any
 from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.projection.result import Projection, imbalance
 from primus_ext.report.mfu import mfu_text
-from primus_ext.report.timeline import stage_idle
+from primus_ext.report.timeline import idle_headline, stage_idle
 
 GIB = 1024**3
 
@@ -110,6 +110,7 @@ def format_projection(p: Projection) -> str:
         f"  step time        {p.step_time_ms:,.1f} ms",
         f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   "
         f"({mfu_text(p.mfu, p.system.gpu, p.execution.precision)})",
+        *([f"  pipeline idle    {idle}"] if (idle := idle_headline(p)) else []),
         "  efficiencies     " + calibration_label(system.gpu.efficiency.calibration,
                                                   system.gpu.inherits_efficiency_from),
         *_calibration_lines(p),
