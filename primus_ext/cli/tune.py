@@ -156,6 +156,7 @@ class _Searched:
 
 def _search(args: argparse.Namespace) -> _Searched:
     """Search, print the tables; the result."""
+    from primus_ext.cli._progress import ProgressLine
     from primus_ext.errors import Problem, RecipeError
     from primus_ext.recipe import load_recipe
     from primus_ext.report.tune_table import format_tune
@@ -190,14 +191,17 @@ def _search(args: argparse.Namespace) -> _Searched:
                         budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
-    candidates = None if args.no_regret else space.size()
     options = StrategyOptions(seed=args.seed, llm_model=args.llm, llm_api_base=args.llm_api_base,
                               llm_timeout_s=args.llm_timeout, llm_total_s=args.llm_total)
+    bar = ProgressLine(f"tune {recipe.model.name}", args.budget, label="counting the candidates",
+                       poll=lambda: ctx.spent).__enter__()  # projections spent of the budget, on stderr
     try:
+        candidates = None if args.no_regret else space.size()
         result = tune(ctx, args.strategy, baseline=recipe.execution, options=options,
                       regret=not args.no_regret and (candidates or 0) <= ENUMERABLE_MAX, candidates=candidates,
-                      band=oracle.band)
+                      band=oracle.band, on_phase=lambda phase: _phase(bar, phase, min(ctx.spent, args.budget)))
     finally:
+        bar.close()
         if ctx.log is not None:
             ctx.log.close()
     launch = recipe.execution.launch
@@ -223,6 +227,12 @@ def _search(args: argparse.Namespace) -> _Searched:
         result.best_execution is None) else None
     return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing,
                      ranked=result.ranked, to_execution=space.to_execution)
+
+
+def _phase(bar: Any, phase: str, spent: int) -> None:
+    """The progress line enters a phase of ``tune``: the estimate is the search's only (the budget's projections)."""
+    bar.eta = phase.startswith("searching")
+    bar.update(spent, label=phase)
 
 
 def _calibrations(args: argparse.Namespace, recipe: Recipe) -> tuple[tuple, Any]:

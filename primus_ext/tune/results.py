@@ -149,10 +149,14 @@ def tune(
     regret: bool = True,
     candidates: int | None = None,
     band: Callable[[ExecutionSpec], tuple[float, float] | None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> TuneResult:
     """Run ``strategy`` on ``ctx``; then the baseline, the regret reference, ties, Pareto and sensitivity.
-    ``band``: an execution's projected band as factors of its throughput (``(0.9, 1.1)``), for the ties."""
+    ``band``: an execution's projected band as factors of its throughput (``(0.9, 1.1)``), for the ties;
+    ``on_phase``: told each phase as it starts (the CLI's progress line)."""
     options = options or StrategyOptions()
+    say = on_phase or (lambda _phase: None)
+    say(f"searching ({strategy})")
     start = time.perf_counter()
     before = ctx.stats.projected
     base_trial = evaluate_execution(ctx, baseline, origin="recipe") if baseline is not None else None
@@ -173,6 +177,7 @@ def tune(
                                   budget=ctx.budget, detail=False,
                                   trials={k: t for k, t in ctx.trials.items() if t.status == "projected"})
         t0 = time.perf_counter()
+        say("exhaustive reference for the regret")
         get_strategy("exhaustive")(reference, options)
         reference.stats.wall_s = time.perf_counter() - t0
         optimum, ex_stats, known = reference.best(), reference.stats, reference.trials
@@ -182,6 +187,7 @@ def tune(
     interval, ties, kept_recipe = _ties(fastest, ranked, base_trial, factors)
     if kept_recipe:
         best = base_trial
+    say("ties and sensitivity")
     before = ctx.stats.projected
     around = best if best is not None and not ctx.space.membership(best.config) else fastest
     sens = sensitivity(ctx, around, known) if around is not None else ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,3 +28,29 @@ def test_json_to_a_file_keeps_the_tables_and_json_to_stdout_replaces_them(memory
     assert doc["kind"] == ("memory" if memory_only else "projection")
     assert main(["project", RECIPE, "--analytic", *extra, "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out) == doc
+
+
+def test_tune_and_projection_only_show_progress_on_stderr(tmp_path, capsys, monkeypatch):
+    """No silent seconds: the tuner's phases and projections spent, projection-only's steps, all on stderr (stdout
+    stays the report / the JSON); no GPU device file here: projection-only does not import torch to ask."""
+    import sys
+
+    pytest.importorskip("optuna")
+    assert main(["tune", RECIPE, "--analytic", "--budget", "10", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["kind"] == "tune"
+    for phase in ("counting the candidates", "searching (tpe)", "exhaustive reference for the regret",
+                  "ties and sensitivity"):
+        assert "tune llama3.1_8B  [" in captured.err and phase in captured.err, phase
+    import primus_ext.cli.train as train
+
+    monkeypatch.setattr(train.sys, "platform", "linux")
+    monkeypatch.setattr(train.os.path, "exists", lambda _path: False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would raise
+    assert train._device(SimpleNamespace(device=None)) == "cpu"
+    monkeypatch.undo()
+    assert main(["train", "--config", RECIPE, "--projection-only", "--analytic", "--workspace", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    steps = [line for line in captured.err.splitlines() if line.startswith("projection-only  [")]
+    assert [s.split("  ")[2].split("/")[0] for s in steps] == ["1", "2", "3", "4"]  # projecting .. the PNG
+    assert "drawing the timeline PNG" in steps[-1] and "tokens/s/GPU" in captured.out
