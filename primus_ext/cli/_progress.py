@@ -7,12 +7,15 @@
     # stderr: "training  [######......]  2/3  iteration 2  elapsed 0:25  ETA ~0:12"
 
 On a terminal the line is redrawn in place and a ticker refreshes the clock every second, so a long unit
-(one slow layer, one training step) still shows time passing. Anywhere else (a log file, CI) it writes one
-line per update and a "still ..." line every ``HEARTBEAT_S`` seconds. Always stderr: stdout stays the
-command's result (JSON included). The estimate is plain arithmetic: the mean duration of the units done so
-far (or the ``unit_s`` each update reports) times the units left; before the first unit ends, the expected
-duration given by the caller (a projection), marked with ``~``. (Not ``rich.progress``: it is not a
-dependency here, and it draws nothing on a stream that is not a terminal, which is where silence hurts.)
+(one slow layer, one training step) still shows time passing; ``poll`` lets the ticker read the count itself
+(the tuner's projections spent) where the work has no hook to call ``update``. ``PhaseLine`` shows the steps
+of a command (projecting, writing the report, drawing the PNG) with the elapsed time and no estimate.
+Anywhere else (a log file, CI) it writes one line per update and a "still ..." line every ``HEARTBEAT_S``
+seconds. Always stderr: stdout stays the command's result (JSON included). The estimate is plain arithmetic:
+the mean duration of the units done so far (or the ``unit_s`` each update reports) times the units left;
+before the first unit ends, the expected duration given by the caller (a projection), marked with ``~``.
+(Not ``rich.progress``: it is not a dependency here, and it draws nothing on a stream that is not a terminal,
+which is where silence hurts.)
 """
 
 from __future__ import annotations
@@ -54,8 +57,12 @@ class ProgressLine:
     """One task's progress on ``stream`` (stderr); see the module docstring. Thread-safe updates."""
 
     def __init__(self, title: str, total: int, *, expected_unit_s: float | None = None, label: str = "",
-                 enabled: bool = True, stream: TextIO | None = None, now: Callable[[], float] = time.monotonic):
+                 enabled: bool = True, stream: TextIO | None = None, now: Callable[[], float] = time.monotonic,
+                 poll: Callable[[], int] | None = None, eta: bool = True):
+        """``poll``: the units done, read at every tick (drawn on a terminal, in the heartbeat elsewhere);
+        ``eta``: show the estimate of what is left (not for steps of unlike lengths)."""
         self.title, self.total, self.expected = title, total, expected_unit_s
+        self.poll, self.eta = poll, eta
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled and total > 0
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -99,7 +106,7 @@ class ProgressLine:
         eta = f"ETA {'~' if left is not None and not self.unit_s and self.done < self.total else ''}{clock(left)}"
         label = f"  {self.label}" if self.label else ""
         return (f"{self.title}  [{'#' * filled}{'.' * (BAR_WIDTH - filled)}]  {self.done}/{self.total}{label}  "
-                f"elapsed {clock(elapsed)}  {eta}")
+                f"elapsed {clock(elapsed)}" + (f"  {eta}" if self.eta else ""))
 
     def close(self) -> None:
         self._stop.set()
@@ -114,11 +121,21 @@ class ProgressLine:
         quiet_since = self.now()
         while not self._stop.wait(TICK_S):
             with self._lock:
+                if self.poll is not None:
+                    self._polled(self.poll())
                 if self.tty:
                     self._write(self.line())
                 elif self.now() - max(self.last, quiet_since) >= HEARTBEAT_S:
                     quiet_since = self.now()
                     self._write_raw(f"  still {self.line()}\n")
+
+    def _polled(self, done: int) -> None:
+        """A count read by ``poll``: the units since the last count share the time since it."""
+        done = min(done, self.total)
+        if done > self.done:
+            t = self.now()
+            self.unit_s += [(t - self.last) / (done - self.done)] * (done - self.done)
+            self.done, self.last = done, t
 
     def _write(self, text: str) -> None:
         self._write_raw(f"\r{text}\x1b[K" if self.tty else text + "\n")
@@ -145,3 +162,34 @@ class LayerProgress:
         self.bar.update(done, label=kind if done < total else "done")
         if done >= total:
             self.bar.close()
+
+
+class PhaseLine:
+    """The steps of one command as a ``ProgressLine`` without an estimate: ``phase("projecting")`` opens it (again
+    after ``close``, e.g. around another progress line) and moves it to that step of ``phases``."""
+
+    def __init__(self, title: str, phases: Sequence[str], *, enabled: bool = True, stream: TextIO | None = None,
+                 now: Callable[[], float] = time.monotonic):
+        self.title, self.phases, self.enabled, self.stream, self.now = title, tuple(phases), enabled, stream, now
+        self.bar: ProgressLine | None = None
+
+    def __call__(self, phase: str) -> None:
+        done = self.phases.index(phase) if phase in self.phases else None
+        if self.bar is None:
+            self.bar = ProgressLine(self.title, len(self.phases), label=phase, enabled=self.enabled,
+                                    stream=self.stream, now=self.now, eta=False)
+            self.bar.done = done or 0
+            self.bar.__enter__()  # draws the line
+            return
+        self.bar.update(self.bar.done if done is None else done, label=phase)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> PhaseLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

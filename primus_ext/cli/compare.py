@@ -5,6 +5,7 @@
     primus-ext compare "recipes/x.yaml tensor_model_parallel_size=4" "recipes/x.yaml tensor_model_parallel_size=8"
     primus-ext compare recipes/deepseek_v3-pretrain.yaml "recipes/deepseek_v3-pretrain.yaml" --nodes-b 128 \\
         --html compare.html
+    primus-ext compare recipes/llama3.1_70B-pretrain.yaml "micro_batch_size=2" --json - | jq .rows
 
 Each side is one argument: a recipe path, optionally followed by ``key=value`` overrides (quote the
 argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster`` and
@@ -14,7 +15,9 @@ store (``--store FILE``, else the default one when it exists) with the roofline 
 calibration record that applies (``--analytic``: roofline only; ``--uncalibrated``: ignore records), so a side
 shows the figure ``project`` prints for it. Prints a table (figure, A, B, change from A to B,
 judged better / worse where the direction is clear); ``--html FILE`` writes one self-contained page with the
-table and both full reports side by side. Exit 0; 2 when a side is not a valid recipe.
+table and both full reports side by side; ``--json OUT`` both projections and the rows as the result schema's
+``comparison`` document (``primus_ext.results``; ``-``: stdout, the table then on stderr). Exit 0; 2 when a side
+is not a valid recipe.
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--uncalibrated", action="store_true",
                         help="ignore calibration records from real runs (primus-ext calibrate) in the store")
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as one self-contained HTML page")
+    parser.add_argument("--json", metavar="OUT", help="also write both projections and the rows as JSON, the result "
+                        "schema's comparison document ('-': stdout, the JSON only; the table goes to stderr)")
     parser.set_defaults(func=run)
 
 
@@ -104,21 +109,24 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs
     from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
     from primus_ext.report.html import ReportInputs
+    from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
-    check_outputs(("--html", args.html))  # before any work
+    check_json_out(args.json)
+    check_outputs(("--html", args.html), ("--json", args.json))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
     session, roots = session_of(args), tuple(args.config_root)
     recipe_a, a = project_side(side_a, session, cluster=args.cluster, nodes=args.nodes, config_roots=roots)
     recipe_b, b = project_side(side_b, session, cluster=args.cluster_b or args.cluster,
                                nodes=args.nodes_b or args.nodes, config_roots=roots)
     labels = (side_a.label, side_b.label)
-    print(format_compare(compare_rows(a, b), labels))
-    for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):
-        print(f"{label}: {session.target_line(recipe)}")
-    for label, projection in zip(labels, (a, b), strict=True):  # which stored record changed a side's figures
-        for note in projection.notes:
-            if note.startswith("calibrated (") or "a calibration record of" in note:
-                print(f"{label}: {note}")
+    with tables_to_stderr(args.json):  # with --json -, stdout carries the JSON only
+        print(format_compare(compare_rows(a, b), labels))
+        for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):
+            print(f"{label}: {session.target_line(recipe)}")
+        for label, projection in zip(labels, (a, b), strict=True):  # which stored record changed a side's figures
+            for note in projection.notes:
+                if note.startswith("calibrated (") or "a calibration record of" in note:
+                    print(f"{label}: {note}")
     for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):
         for warning in recipe.warnings:
             print(f"warning ({label}): {warning}", file=sys.stderr)
@@ -129,4 +137,9 @@ def run(args: argparse.Namespace) -> int:
         with open(args.html, "w", encoding="utf-8") as fh:
             fh.write(render_compare_html(a, b, labels=labels, inputs=inputs))
         print(f"wrote {args.html}", file=sys.stderr)
+    if args.json:
+        from primus_ext.results.compare import comparison_document
+
+        emit_json(comparison_document(a, b, labels=labels, recipes=(recipe_a, recipe_b),
+                                      overrides=(side_a.overrides, side_b.overrides)), args.json)
     return 0

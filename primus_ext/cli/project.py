@@ -3,7 +3,7 @@
     primus-ext project recipes/llama3.1_8B-pretrain.yaml
     primus-ext project recipes/deepseek_v3-pretrain.yaml --cluster h100 --nodes 128 --analytic
     primus-ext project recipes/llama3.1_70B-pretrain.yaml tensor_model_parallel_size=8 --store timings.sqlite
-    primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json out.json      # JSON document to a file
+    primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json out.json      # tables, and the JSON to a file
     primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json -             # to stdout, nothing else there
     primus-ext project recipes/qwen3_30B_A3B-pretrain.yaml --memory-only
 
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="write the simulated step as a Chrome trace (JSON; open in ui.perfetto.dev)")
     parser.add_argument("--html", metavar="FILE", help="write the report as one self-contained HTML page")
     parser.add_argument("--json", metavar="OUT",
-                        help="write the result as JSON instead of tables to OUT ('-': stdout, the JSON only)")
+                        help="also write the result as JSON to OUT ('-': stdout, the JSON only, instead of the tables)")
     parser.set_defaults(func=run)
 
 
@@ -140,16 +140,15 @@ def run(args: argparse.Namespace) -> int:
         from primus_ext.results.projection import memory_document
 
         memory = estimate_memory(model, execution, system)
-        if args.json:
-            emit_json(memory_document(memory, recipe=recipe), args.json)
-        else:
+        if args.json != "-":  # the tables, unless stdout is the JSON's
             from primus_ext.cli.recipe import presets_line
 
             print(format_memory_table(memory))
             print(presets_line(recipe))
             print(session.target_line(recipe))
-            for warning in recipe.warnings:
-                print(f"warning: {warning}", file=sys.stderr)
+        for warning in recipe.warnings:  # on stderr, with --json - too
+            print(f"warning: {warning}", file=sys.stderr)
+        emit_json(memory_document(memory, recipe=recipe), args.json)
         return _exit_code(memory)
 
     from primus_ext.report.projection_table import format_projection
@@ -166,16 +165,15 @@ def run(args: argparse.Namespace) -> int:
         from primus_ext.report.html import write_html
 
         write_html(projection, args.html, recipe=recipe, overrides=args.overrides)
-    if args.json:
-        emit_json(projection_document(projection, recipe=recipe, timeline=args.timeline), args.json)
-    else:
+    if args.json != "-":  # the tables, unless stdout is the JSON's (--json FILE keeps them)
         from primus_ext.cli.recipe import presets_line
 
         print(format_projection(projection))
         print(presets_line(recipe))
         print(session.target_line(recipe))
-        for warning in recipe.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+    for warning in recipe.warnings:  # on stderr, with --json - too
+        print(f"warning: {warning}", file=sys.stderr)
+    emit_json(projection_document(projection, recipe=recipe, timeline=args.timeline), args.json)
     return _exit_code(projection.memory)
 
 

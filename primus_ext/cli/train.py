@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -88,9 +89,16 @@ def _auto_tune(args: argparse.Namespace) -> tuple[int, str]:
     return code, target if getattr(namespace, "written", None) else args.config
 
 
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+"""Device files a GPU needs on Linux: the NVIDIA driver's control node, ROCm's amdkfd, WSL's GPU bridge. Without
+any of them torch.cuda.is_available() is False, and importing torch to ask (seconds) is skipped."""
+
+
 def _device(args: argparse.Namespace) -> str:
     if args.device:
         return args.device
+    if sys.platform == "linux" and not any(os.path.exists(path) for path in GPU_DEVICE_FILES):
+        return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -113,19 +121,25 @@ def _as_written(args: argparse.Namespace, config: str) -> Any:
 
 
 def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
-    from primus_ext.cli._progress import LayerProgress
-    from primus_ext.launcher.projection_only import CostPlan, projection_only
+    from primus_ext.cli._progress import LayerProgress, PhaseLine
+    from primus_ext.launcher.projection_only import REPORT_PHASES, CostPlan, projection_only
     from primus_ext.report.projection_table import format_projection
 
-    if args.analytic:
-        plan = CostPlan(mode="analytic")
-    elif args.scale is not None or _device(args) == "cuda":  # on a GPU: measure what is missing at full size
-        plan = CostPlan(mode="measured", store=args.store, scale=args.scale or 1.0, device=args.device)
-    else:
-        plan = CostPlan(mode="store", store=args.store)
-    outcome = projection_only(recipe, out_dir=_workspace(args, config), costs=plan, overrides=args.overrides,
-                              html_path=Path(args.html) if args.html else None, progress=LayerProgress(),
-                              baseline=_as_written(args, config), calibrated=not args.uncalibrated)
+    phases = PhaseLine("projection-only", ("checking for a GPU", *REPORT_PHASES))  # stderr: no silent seconds
+    with phases:
+        if args.analytic:
+            plan = CostPlan(mode="analytic")
+        else:
+            phases("checking for a GPU")
+            if args.scale is not None or _device(args) == "cuda":  # on a GPU: measure what is missing at full size
+                plan = CostPlan(mode="measured", store=args.store, scale=args.scale or 1.0, device=args.device)
+                phases.close()  # the layer measurement draws its own line
+            else:
+                plan = CostPlan(mode="store", store=args.store)
+        outcome = projection_only(recipe, out_dir=_workspace(args, config), costs=plan, overrides=args.overrides,
+                                  html_path=Path(args.html) if args.html else None, progress=LayerProgress(),
+                                  baseline=_as_written(args, config), calibrated=not args.uncalibrated,
+                                  phase=phases)
     print(format_projection(outcome.projection))
     if recipe.target is not None:
         print(recipe.target.describe(recipe.system))

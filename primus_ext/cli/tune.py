@@ -157,6 +157,7 @@ class _Searched:
 
 def _search(args: argparse.Namespace) -> _Searched:
     """Search, print the tables; the result."""
+    from primus_ext.cli._progress import ProgressLine
     from primus_ext.errors import Problem, RecipeError
     from primus_ext.report.tune_table import format_tune
     from primus_ext.tune.agent import SearchContext, TrialLog, read_log
@@ -173,32 +174,39 @@ def _search(args: argparse.Namespace) -> _Searched:
     session = _session(args)
     recipe = session.load(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                           validate=False)
+    if args.out:
+        _check_out_folder(args, recipe)
     space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin),
                         schedules=PRIMUS_SCHEDULES if recipe.module else ())  # zero bubble runs under Primus only
     header = {"recipe": str(args.recipe), "cluster": recipe.system.name, "nodes": recipe.system.num_nodes,
               "margin": args.margin, "pins": {k: list(v) for k, v in space.pins.items()}}
     log_path = args.resume or args.log
     previous = read_log(args.resume, expect=header) if args.resume else []
-    ctx = SearchContext(space=space, oracle=session.oracle(recipe),
+    oracle = session.oracle(recipe)
+    ctx = SearchContext(space=space, oracle=oracle,
                         prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin,
                                                memory_factor=session.memory_factor(recipe)),
                         budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
-    candidates = None if args.no_regret else space.size()
     options = StrategyOptions(seed=args.seed, llm_model=args.llm, llm_api_base=args.llm_api_base,
                               llm_timeout_s=args.llm_timeout, llm_total_s=args.llm_total)
+    bar = ProgressLine(f"tune {recipe.model.name}", args.budget, label="counting the candidates",
+                       poll=lambda: ctx.spent).__enter__()  # projections spent of the budget, on stderr
     try:
+        candidates = None if args.no_regret else space.size()
         result = tune(ctx, args.strategy, baseline=recipe.execution, options=options,
-                      regret=not args.no_regret and (candidates or 0) <= ENUMERABLE_MAX, candidates=candidates)
+                      regret=not args.no_regret and (candidates or 0) <= ENUMERABLE_MAX, candidates=candidates,
+                      band=oracle.band, on_phase=lambda phase: _phase(bar, phase, min(ctx.spent, args.budget)))
     finally:
+        bar.close()
         if ctx.log is not None:
             ctx.log.close()
     launch = recipe.execution.launch
     environment = {"CUDA_DEVICE_MAX_CONNECTIONS": launch.cuda_device_max_connections,
                    "source": launch.connections_source, "framework": launch.framework,
                    "fsdp_sets_8": launch.framework == "primus" and launch.env_patches}
-    print(format_tune(result, top=args.top))
+    print(format_tune(result, top=args.top, gpu=recipe.system.gpu))
     print(f"memory margin: {args.margin:.0%} of each GPU's HBM kept free"
           + (" (the default: context, NCCL buffers, workspaces and fragmentation are already in each peak; the "
              "margin is for what the model cannot see; --margin changes it)" if args.margin == DEFAULT_MARGIN else ""))
@@ -217,6 +225,12 @@ def _search(args: argparse.Namespace) -> _Searched:
         result.best_execution is None) else None
     return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing,
                      ranked=result.ranked, to_execution=space.to_execution)
+
+
+def _phase(bar: Any, phase: str, spent: int) -> None:
+    """The progress line enters a phase of ``tune``: the estimate is the search's only (the budget's projections)."""
+    bar.eta = phase.startswith("searching")
+    bar.update(spent, label=phase)
 
 
 def _nothing_runs(stats: SearchStats, space: Space, recipe: Recipe, args: argparse.Namespace) -> Problem:
@@ -273,6 +287,43 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise RecipeError(problems=problems)
 
 
+def _check_out_folder(args: argparse.Namespace, recipe: Recipe) -> None:
+    """``--out`` in another folder than the recipe's: a copy of the recipe there must read the same presets and
+    resolve to the same model and execution (relative presets resolve from the file's folder, and outside a Primus
+    checkout from primus-ext's bundled ones), else exit 2 before the search rather than after it (``_write`` checks
+    the tuned copy the same way)."""
+    from pathlib import Path
+
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.files import temp_path
+    from primus_ext.recipe import load_recipe
+
+    source, target = Path(os.path.realpath(args.recipe)), Path(os.path.realpath(args.out))
+    if source.parent == target.parent:
+        return
+    probe = temp_path(target, "check.yaml")
+    try:
+        probe.write_bytes(source.read_bytes())
+        there = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
+                            validate=False)
+        differs = [what for what, same in (
+            ("the presets read", there.preset_files[:-1] == recipe.preset_files[:-1]),
+            ("the model", there.model == recipe.model), ("the execution", there.execution == recipe.execution))
+            if not same]
+        why = f"a copy there resolves {', '.join(differs)} differently" if differs else ""
+    except RecipeError as err:
+        why = "a copy there does not load: " + "; ".join(f"{p.path}: {p.message}" for p in err.problems[:2])
+    finally:
+        probe.unlink(missing_ok=True)
+    if why:
+        raise RecipeError(problems=[Problem(
+            path="--out", value=args.out,
+            message=f"{why} (its relative presets resolve from {target.parent}, not from {source.parent}); "
+                    "nothing was searched or written",
+            fix="write the tuned copy in the recipe's folder (or elsewhere in its Primus checkout), or pass "
+                "--config-root with the Primus checkout whose presets the recipe reads")])
+
+
 def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> None:
     """Rewrite, then reload the written file to check it resolves to the tuned execution. A probe copy is written
     beside the target (relative ``extends`` and presets resolve from the target's folder, as they will for the
@@ -289,8 +340,9 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
     target = args.recipe if args.apply else args.out
     preview = rewrite(args.recipe, changes, out=target, cluster=cluster, dry_run=True, module=recipe.module,
                       force=args.force)
-    if not preview.changed:
-        print(f"{target}: already the tuned configuration, nothing to write")
+    if preview.current:  # the configuration and the target comment (cluster, nodes) are already the tuned ones
+        print(f"{target}: already the tuned configuration for {cluster['nodes']} x {recipe.system.gpu.gpus_per_node} "
+              f"{cluster['cluster']}, nothing to write")
         return
     probe = temp_path(Path(os.path.realpath(target)), "check.yaml")  # beside where it is written
     sweep(Path(os.path.realpath(target)))

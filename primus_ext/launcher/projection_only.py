@@ -156,17 +156,25 @@ def margin_note(memory: Any) -> str | None:
             "GiB free); what the memory model cannot see may not fit there")
 
 
+REPORT_PHASES = ("projecting", "writing projection.json", "writing the HTML report", "drawing the timeline PNG")
+"""What ``projection_only`` tells its ``phase`` callback, in order (the CLI's progress line)."""
+
+
 def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrides: Sequence[str] = (),
                   html_path: Path | None = None, extra: Mapping[str, str] | None = None,
-                  verify: Mapping[str, Any] | None = None, baseline: tuple[str, Any] | None = None) -> dict[str, Path]:
+                  verify: Mapping[str, Any] | None = None, baseline: tuple[str, Any] | None = None,
+                  phase: Callable[[str], None] | None = None) -> dict[str, Path]:
     """projection.json, projection.html and projection_timeline.png into ``out_dir``; ``baseline`` (label,
-    projection) is shown beside the projection in the HTML (the recipe as written, after auto-tune)."""
+    projection) is shown beside the projection in the HTML (the recipe as written, after auto-tune); ``phase``:
+    told each of ``REPORT_PHASES[1:]`` as it starts."""
+    say = phase or (lambda _phase: None)
     from primus_ext.report.html import ReportInputs, render_html
     from primus_ext.report.timeline_png import timeline_png
     from primus_ext.results import dumps
     from primus_ext.results.projection import projection_document, verify_fields
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    say(REPORT_PHASES[1])
     doc = projection_document(projection, recipe=recipe, overrides=list(overrides),
                               **({"verify": verify_fields(verify)} if verify else {}))
     files = {"json": out_dir / "projection.json", "html": html_path or out_dir / "projection.html",
@@ -176,7 +184,9 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
                           cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()),
                           extra=dict(extra or {}))
     files["html"].parent.mkdir(parents=True, exist_ok=True)
+    say(REPORT_PHASES[2])
     files["html"].write_text(render_html(projection, inputs=inputs, verify=verify, baseline=baseline), encoding="utf-8")
+    say(REPORT_PHASES[3])
     files["png"].write_bytes(timeline_png(projection))
     return files
 
@@ -196,15 +206,19 @@ def _full_scale_memory(projection: Any) -> Any:
 def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None = None,
                     overrides: Sequence[str] = (), html_path: Path | None = None,
                     progress: Callable[[int, int, Any], None] | None = None,
-                    baseline: Any = None, calibrated: bool = True) -> ProjectionOutcome:
+                    baseline: Any = None, calibrated: bool = True,
+                    phase: Callable[[str], None] | None = None) -> ProjectionOutcome:
     """Project a loaded (hence legal) recipe and write its reports; exit code 0 or 3 (see module). ``baseline``: a
     loaded recipe (the one auto-tune started from) projected with the same costs and shown beside it in the HTML.
-    ``calibrated``: apply the store's calibration record from real runs of this workload (or a nearby one)."""
+    ``calibrated``: apply the store's calibration record from real runs of this workload (or a nearby one).
+    ``progress``: the layer measurement's hook; ``phase``: told each of ``REPORT_PHASES`` as it starts."""
     plan = costs or CostPlan()
     session = session_of(plan, calibrated=calibrated)
     measured: tuple[str, ...] = ()
     if plan.mode == "measured":
         measured = measure_missing(recipe, plan, progress=progress)
+    if phase is not None:
+        phase(REPORT_PHASES[0])
     projection = session.project(recipe, calibrated=False)
     if plan.mode == "measured" and plan.scale < 1:
         projection = _full_scale_memory(projection)
@@ -219,6 +233,6 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
         if baseline is not None:
             beside = ("the recipe as written", session.project(baseline, calibrated=False))
         files = write_reports(projection, out_dir, recipe=recipe, overrides=overrides, html_path=html_path,
-                              extra=extra, baseline=beside)
+                              extra=extra, baseline=beside, phase=phase)
     return ProjectionOutcome(projection=projection, exit_code=EXIT_OOM if reasons else EXIT_OK, reasons=reasons,
                              files=files, measured=measured)

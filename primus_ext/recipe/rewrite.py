@@ -57,6 +57,8 @@ class RewriteResult:
     diff: str
     """Unified diff of the file (empty when nothing changed)."""
     backup: str | None = None
+    current: bool = False
+    """The target already holds exactly this text (nothing to write)."""
 
 
 def _given(args: Mapping[str, Any], key: str) -> bool:
@@ -278,11 +280,11 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
             _set(block, key, value, changed, f"primus_ext.{key}", edits, ("primus_ext",))
     for key, value in changes.items():
         _set(target, key, value, changed, key, edits, target_path)
-    if not changed:
-        return text, {}
-    marked = cluster and not isinstance(block, CommentedMap)
+    marked = bool(cluster) and not isinstance(block, CommentedMap)
     if marked:  # the target as a comment: Primus's schema check refuses a top-level primus_ext block
         changed.update({f"# primus-ext.{k}": v for k, v in cluster.items() if target_of(text, []).get(k) != v})
+    if not changed:  # a stale target comment alone is a change: the file must load for the cluster it is tuned for
+        return text, {}
     edited = edit_text(text, edits)
     if edited is not None:
         return (with_target(edited, cluster) if marked else edited), changed
@@ -329,4 +331,4 @@ def rewrite(path: str | Path, changes: Mapping[str, Any], *, out: str | Path | N
     backup = None
     if not dry_run and text != before:
         backup = atomic_write(real, text, mode_from=source)
-    return RewriteResult(path=str(target), changed=changed, diff=diff, backup=backup)
+    return RewriteResult(path=str(target), changed=changed, diff=diff, backup=backup, current=text == before)

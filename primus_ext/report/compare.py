@@ -16,6 +16,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+from primus_ext.report.mfu import bf16_mfu, mfu_basis
 from primus_ext.report.timeline import COMM_KINDS, stage_idle
 
 GIB = 1024**3
@@ -56,6 +57,19 @@ def layout_label(ex: Any) -> str:
             f"seq {ex.seq_length}, {ex.precision}")
 
 
+def _mfu_rows(a: Any, b: Any) -> list[Row]:
+    """MFU against each side's precision peak, named; beside it, against the BF16 peak when a side runs below
+    BF16 (the figure two precisions compare on)."""
+    basis = [mfu_basis(p.system.gpu, p.execution.precision) for p in (a, b)]
+    name = f"MFU (of the {basis[0]} dense peak)" if basis[0] == basis[1] else "MFU (of each side's precision peak)"
+    rows = [Row(name=name, a=a.mfu * 100, b=b.mfu * 100, unit="%", better="higher" if basis[0] == basis[1] else "")]
+    if set(basis) - {"BF16", "FP32"}:
+        rows.append(Row(name="MFU (of the BF16 dense peak)", unit="%", better="higher",
+                        a=bf16_mfu(a.mfu, a.system.gpu, a.execution.precision) * 100,
+                        b=bf16_mfu(b.mfu, b.system.gpu, b.execution.precision) * 100))
+    return rows
+
+
 def compare_rows(a: Any, b: Any) -> list[Row]:
     """The figures of projections ``a`` and ``b``, in display order."""
     rows = [
@@ -67,7 +81,7 @@ def compare_rows(a: Any, b: Any) -> list[Row]:
         Row(name="tokens/s/GPU", a=a.tokens_per_s_per_gpu, b=b.tokens_per_s_per_gpu, better="higher"),
         Row(name="step time", a=a.step_time_s * 1e3, b=b.step_time_s * 1e3, unit="ms", better="lower"),
         Row(name="model TFLOP/s/GPU", a=a.model_tflops_per_gpu, b=b.model_tflops_per_gpu, better="higher"),
-        Row(name="MFU", a=a.mfu * 100, b=b.mfu * 100, unit="%", better="higher"),
+        *_mfu_rows(a, b),
     ]
     if a.memory is not None or b.memory is not None:
         def peak(p: Any) -> float | None:

@@ -5,8 +5,9 @@
 
 Sections: headline figures (and, given a ``baseline``, that projection beside this one: the recipe as
 written after auto-tune); the timeline of one step per pipeline stage (``report.timeline``): an overview
-with warm-up, two steady-state cycles and cool-down to one scale, the elided middle of a long steady state
-marked, and a zoomable detail (one steady-state cycle by default), ops and every exposed communication kind
+with warm-up, the steady state (cycles from the middle of the step, as many as it takes for every stage to be
+as busy as over its whole steady state) and cool-down to one scale, the elided stretches marked, and a zoomable
+detail (one steady-state cycle by default), ops and every exposed communication kind
 in their own colours; the step-time breakdown of the busiest rank with every stage's idle time; per-stage
 memory bars against the allocatable HBM; the inputs (recipe, overrides, cluster, execution, cost sources,
 notes); and, after a short real run (``--verify``), measured vs projected.
@@ -27,6 +28,7 @@ from primus_ext.model.memory import capacity_bytes
 from primus_ext.projection.result import imbalance
 from primus_ext.report.compare import compare_rows, compare_table_html, layout_label
 from primus_ext.report.html_assets import CSS, JS
+from primus_ext.report.mfu import mfu_text
 from primus_ext.report.timeline import (
     COLORS,
     KINDS,
@@ -34,12 +36,14 @@ from primus_ext.report.timeline import (
     LAYER_COMMS,
     OP_KIND_OF,
     OP_KINDS,
-    STEADY_CYCLES,
     drawn,
+    elided_s,
+    idle_headline,
     layer_comm_shares,
     not_drawn_note,
     stage_idle,
     steady_cycle_s,
+    steady_window,
     step_ops,
     step_segments,
     view_windows,
@@ -81,9 +85,9 @@ def _timeline_doc(projection: Any) -> dict[str, Any]:
     windows = view_windows(projection, segments)
     total = max((s.end_s for s in segments), default=0.0)
     detail = (0.0, total)
-    if len(windows) > 1:  # the first steady-state cycle
-        start = windows[0][1] - STEADY_CYCLES * steady_cycle_s(projection)
-        detail = (start, start + steady_cycle_s(projection))
+    steady = steady_window(projection, segments) if len(windows) > 1 else None
+    if steady is not None:  # the first cycle of the steady state drawn
+        detail = (steady[0], steady[0] + steady_cycle_s(projection))
     return {
         "kinds": list(KINDS), "colors": COLORS, "labels": LABELS, "ranks": sorted({s.rank for s in segments}) or [0],
         "chunks": max(1, projection.execution.vpp), "total_us": _us(total),
@@ -176,11 +180,14 @@ def _kpis(p: Any) -> str:
         cls, word = ("ok", "fits") if mem.fits else ("bad", "DOES NOT FIT")
         fits = (f'<div class="kpi">memory peak<b>{mem.peak_bytes / GIB:.1f} GiB</b>'
                 f'<span class="{cls}">{word}</span> of {mem.capacity_bytes / GIB:.1f} GiB HBM</div>')
+    headline = idle_headline(p)
+    idle = f'<div class="kpi">pipeline idle<b>{html.escape(headline)}</b></div>' if headline else ""
     band = (f' (sensitivity band <span title="every efficiency +-10 %, measurement spread; not a confidence '
             f'interval">{p.band[0]:,.0f} .. {p.band[1]:,.0f}</span>)') if p.band else ""
     return (f'<div class="kpi">tokens/s/GPU<b>{p.tokens_per_s_per_gpu:,.0f}</b>{band}</div>'
             f'<div class="kpi">step time<b>{p.step_time_s * 1e3:,.1f} ms</b></div>'
-            f'<div class="kpi">model TFLOP/s/GPU<b>{p.model_tflops_per_gpu:,.1f}</b>MFU {p.mfu:.1%}</div>' + fits)
+            f'<div class="kpi">model TFLOP/s/GPU<b>{p.model_tflops_per_gpu:,.1f}</b>'
+            f'{html.escape(mfu_text(p.mfu, p.system.gpu, p.execution.precision))}</div>' + fits + idle)
 
 
 def _timeline_note(p: Any) -> str:
@@ -189,12 +196,14 @@ def _timeline_note(p: Any) -> str:
     segments = step_segments(p)
     windows = view_windows(p, segments)
     ops = f"{p.num_microbatches} micro-batches x {max(1, p.execution.vpp)} chunk(s) per stage"
-    if len(windows) == 1:
+    steady = steady_window(p, segments)
+    if len(windows) == 1 or steady is None:
         return f"{ops}; the whole step to scale; below, the same step to zoom into."
-    hidden = windows[1][0] - windows[0][1]
-    return (f"{ops}. Above: warm-up, {STEADY_CYCLES} steady-state cycles and cool-down with the step tail, to one "
-            f"scale; the hatched band stands for {hidden:,.2f} s of steady state that repeats the cycles shown. "
-            "Below: one steady-state cycle, zoomable. Exposed communication is drawn in its own colour per kind.")
+    cycles = round((steady[1] - steady[0]) / (steady_cycle_s(p) or 1))
+    return (f"{ops}. Above: warm-up, {cycles} steady-state cycles from the middle of the step (every stage as busy "
+            f"in them as over its whole steady state) and cool-down with the step tail, to one scale; the hatched "
+            f"bands stand for {elided_s(windows):,.2f} s that repeat the steady state shown. Below: one steady-state "
+            "cycle, zoomable. Exposed communication is drawn in its own colour per kind.")
 
 
 def _idle_html(p: Any) -> str:

@@ -12,7 +12,8 @@ from typing import Any
 
 from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.projection.result import Projection, imbalance
-from primus_ext.report.timeline import stage_idle
+from primus_ext.report.mfu import mfu_text
+from primus_ext.report.timeline import idle_headline, stage_idle
 
 GIB = 1024**3
 
@@ -99,14 +100,17 @@ def format_projection(p: Projection) -> str:
     layout = (f"TP{ex.tp} PP{ex.pp}" + (f" VPP{ex.vpp}" if ex.vpp > 1 else "") + f" CP{ex.cp} EP{ex.ep} DP{ex.dp}"
               f" MBS{ex.micro_batch_size} GBS{ex.global_batch_size} seq{ex.seq_length} {ex.precision}")
     lines = [
-        f"Projection: {p.model.name} on {ex.world_size} x {system.gpu.name} ({system.num_nodes} nodes)",
+        f"Projection: {p.model.name} on {ex.world_size} x {system.gpu.name} "
+        f"({system.num_nodes} node{'' if system.num_nodes == 1 else 's'})",
         f"  {layout}, {p.num_microbatches} micro-batches, schedule {_schedule(p)}",
         *([f"  LoRA rank {ex.lora_rank} on {', '.join(ex.lora_targets)}: base weights frozen (no weight gradients, "
            "no optimizer state); trained parameters are the adapters'"] if ex.lora_rank else []),
         "",
         f"  tokens/s/GPU     {p.tokens_per_s_per_gpu:,.0f}" + _band_text(p),
         f"  step time        {p.step_time_ms:,.1f} ms",
-        f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   (MFU {p.mfu:.1%})",
+        f"  model TFLOP/s    {p.model_tflops_per_gpu:,.1f} per GPU   "
+        f"({mfu_text(p.mfu, p.system.gpu, p.execution.precision)})",
+        *([f"  pipeline idle    {idle}"] if (idle := idle_headline(p)) else []),
         "  efficiencies     " + calibration_label(system.gpu.efficiency.calibration,
                                                   system.gpu.inherits_efficiency_from),
         *_calibration_lines(p),

@@ -20,6 +20,7 @@ optimizer step, exposed parameter all-gather. Pure: no I/O.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
@@ -234,7 +235,13 @@ def totals_by_kind(segments: list[Segment], rank: int) -> dict[str, float]:
 
 
 STEADY_CYCLES = 2
-"""Steady-state micro-batch cycles (one F + one B of every chunk on a rank) shown between warm-up and cool-down."""
+"""Fewest steady-state micro-batch cycles (one F + one B of every chunk on a rank) the overview shows."""
+STEADY_TOLERANCE = 0.02
+"""The steady-state window drawn is the fewest cycles (2, 4, 8, ...) around the middle of the steady state in which
+every stage's busy share lies within this of its share over the whole steady state (warm-up end to cool-down start):
+an interleaved schedule repeats every PP micro-batches, not every cycle, and a window of two cycles can catch a
+stage waiting (29 % busy) where the step keeps it 82 % busy."""
+BUSY_KINDS = frozenset((*OP_KINDS, *LAYER_COMMS))
 
 
 def steady_cycle_s(projection: Any) -> float:
@@ -243,19 +250,83 @@ def steady_cycle_s(projection: Any) -> float:
     return sum(busiest.fwd_s) + sum(busiest.bwd_s) if busiest else 0.0
 
 
-def view_windows(projection: Any, segments: list[Segment]) -> list[tuple[float, float]]:
-    """Time intervals (s) of the default view: warm-up, a steady-state period, cool-down and the step tail,
-    each to the same scale; the middle of a long steady state is elided. One interval when nothing is elided."""
+def busy_share(segments: list[Segment], rank: int, start: float, end: float) -> float:
+    """The share of [start, end] that ``rank`` computes (ops and their exposed layer communication)."""
+    if end <= start:
+        return 0.0
+    busy = sum(max(0.0, min(end, s.end_s) - max(start, s.start_s)) for s in segments
+               if s.rank == rank and s.kind in BUSY_KINDS and s.end_s > start and s.start_s < end)
+    return busy / (end - start)
+
+
+def _phases(projection: Any, segments: list[Segment]) -> tuple[float, float, float]:
+    """(warm-up end: every rank has started a backward; cool-down start: the first rank's last forward ended;
+    the step's end)."""
     end = max((s.end_s for s in segments), default=0.0)
     events = list(projection.timeline)
-    if not events:
-        return [(0.0, end)]
     ranks = {e.rank for e in events}
     first_b = [min((e.start for e in events if e.rank == r and e.kind == "B"), default=0.0) for r in ranks]
     last_f = [max((e.end for e in events if e.rank == r and e.kind == "F"), default=end) for r in ranks]
-    warm, cool = max(first_b), min(last_f)
+    return max(first_b, default=0.0), min(last_f, default=end), end
+
+
+def steady_window(projection: Any, segments: list[Segment]) -> tuple[float, float] | None:
+    """The steady state drawn: ``STEADY_CYCLES`` cycles or more (doubling) around the middle of the steady state,
+    until every stage's busy share in them is its share over the whole steady state (``STEADY_TOLERANCE``); the
+    whole steady state when no shorter window is; None without a simulated timeline or a steady state of two
+    cycles."""
+    if not projection.timeline:
+        return None
+    warm, cool, _ = _phases(projection, segments)
     cycle = steady_cycle_s(projection)
-    steady_end = warm + STEADY_CYCLES * cycle
-    if cycle <= 0 or cool - steady_end < 2 * cycle:
+    if cycle <= 0 or cool - warm < STEADY_CYCLES * cycle:
+        return None
+    ranks = sorted({s.rank for s in segments})
+    mine = {r: [s for s in segments if s.rank == r] for r in ranks}
+    whole = {r: busy_share(mine[r], r, warm, cool) for r in ranks}
+    middle, cycles = (warm + cool) / 2, STEADY_CYCLES
+    while middle - cycles * cycle / 2 > warm and middle + cycles * cycle / 2 < cool:
+        a, b = middle - cycles * cycle / 2, middle + cycles * cycle / 2
+        if all(abs(busy_share(mine[r], r, a, b) - whole[r]) <= STEADY_TOLERANCE for r in ranks):
+            return a, b
+        cycles *= 2
+    return warm, cool
+
+
+def view_windows(projection: Any, segments: list[Segment]) -> list[tuple[float, float]]:
+    """Time intervals (s) of the default view, each to the same scale: warm-up, the steady state
+    (``steady_window``), cool-down and the step tail; what lies between them (repeating the steady state) is
+    elided. One interval when nothing is elided."""
+    end = max((s.end_s for s in segments), default=0.0)
+    steady = steady_window(projection, segments)
+    if steady is None:
         return [(0.0, end)]
-    return [(0.0, steady_end), (cool, end)]
+    warm, cool, _ = _phases(projection, segments)
+    cycle = steady_cycle_s(projection)
+    windows: list[tuple[float, float]] = []
+    for a, b in ((0.0, warm), steady, (cool, end)):  # a gap of under a cycle is drawn, not elided
+        if windows and a - windows[-1][1] < cycle:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], b))
+        else:
+            windows.append((a, b))
+    return windows
+
+
+def elided_s(windows: list[tuple[float, float]]) -> float:
+    """Seconds of the step between the windows (not drawn)."""
+    return sum(b[0] - a[1] for a, b in itertools.pairwise(windows))
+
+
+def idle_headline(projection: Any) -> str | None:
+    """Every stage's pipeline idle in one line (None with one stage): the breakdown's bubble is the busiest
+    stage's, which can idle 1 % while the others idle 17 %."""
+    idle = stage_idle(projection)
+    if len(idle) < 2:
+        return None
+    shares = [s.idle_fraction for s in idle]
+    lo, hi = min(shares), max(shares)
+    busiest = max(projection.stages, key=lambda s: s.busy_s).rank
+    mine = next(s.idle_fraction for s in idle if s.rank == busiest)
+    spread = f"{lo:.1%}" if hi - lo < 0.0005 else f"{lo:.1%} .. {hi:.1%}"
+    return (f"{spread} of the step per stage (mean {sum(shares) / len(shares):.1%} of {len(shares)} stages); "
+            f"the step breakdown is the busiest stage's ({busiest}: {mine:.1%})")

@@ -3,9 +3,9 @@
     from primus_ext.report.timeline_png import timeline_png
     Path("timeline.png").write_bytes(timeline_png(projection))
 
-The view is the HTML report's overview (``report.timeline.view_windows``): warm-up, a steady-state
-period and cool-down with the step tail, to one scale, the elided middle of a long steady state shown as
-a break in the time axis. One row per pipeline stage, a colour per op and per exposed communication
+The view is the HTML report's overview (``report.timeline.view_windows``): warm-up, the steady state from
+the middle of the step and cool-down with the step tail, to one scale, each elided stretch shown as a break
+in the time axis. One row per pipeline stage, a colour per op and per exposed communication
 kind (``report.timeline.COLORS``), a legend, the time in one unit (ms or s) on the axis.
 """
 
@@ -20,6 +20,7 @@ from primus_ext.report.timeline import (
     LABELS,
     Segment,
     drawn,
+    elided_s,
     not_drawn_note,
     step_segments,
     view_windows,
@@ -70,7 +71,7 @@ def timeline_figure(segments: list[Segment], windows: list[tuple[float, float]],
             ax.plot([x - 0.01, x + 0.01], [-0.02, 0.02], transform=ax.transAxes, color="k", clip_on=False, lw=1)
     axes[0][0].set_yticks(ranks, [f"stage {r}" for r in ranks])
     axes[0][0].set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)
-    elided = f" (steady state between the panels elided: {windows[1][0] - windows[0][1]:,.2f} s)" \
+    elided = f" (between the panels, {elided_s(windows):,.2f} s repeating the steady state elided)" \
         if len(windows) > 1 else ""
     fig.suptitle(title + elided, fontsize=11)
     kinds = [k for k in KINDS if k in present]

@@ -1,5 +1,5 @@
-"""One result schema for every command's JSON: ``project``, ``project --memory-only``, ``tune``, ``ci`` and its
-baseline file, ``train --verify`` and ``validate`` (incl. ``--calibrate-from``).
+"""One result schema for every command's JSON: ``project``, ``project --memory-only``, ``compare``, ``tune``, ``ci``
+and its baseline file, ``train --verify``, ``calibrate`` and ``validate`` (incl. ``--calibrate-from``).
 
     primus-ext project recipes/llama3.1_8B-pretrain.yaml --json - | jq .tokens_per_s_per_gpu
     primus-ext tune recipes/llama3.1_8B-pretrain.yaml --json - | jq .best.tokens_per_s_per_gpu
@@ -26,10 +26,10 @@ from primus_ext.errors import Problem, RecipeError
 SCHEMA_VERSION = 1
 """Raised when a field is renamed, removed or changes its unit (added fields keep the version)."""
 
-KINDS = ("projection", "memory", "tune", "ci", "baseline", "verify", "validation", "calibration")
+KINDS = ("projection", "memory", "tune", "ci", "baseline", "verify", "validation", "calibration", "comparison")
 """What a document is: ``project``, ``project --memory-only``, ``tune``, ``ci``, the ``ci`` baseline file,
 ``train --verify`` (verify.json), ``validate`` (with ``--calibrate-from``: its ``calibrated_from_user_run``),
-``calibrate`` (runs from training logs against their projections, and the stored record)."""
+``calibrate`` (runs from training logs against their projections, and the stored record), ``compare``."""
 
 GIB = 1024**3
 

@@ -135,6 +135,13 @@ VALIDATION_REPORT = {"type": "object", "required": ["rows", "summary"],
                                     "summary": {"type": "object"}}}
 
 
+CELL: dict[str, Any] = {"type": ["number", "string", "null"]}
+COMPARISON_SIDE = _closed({**PROJECTION, **RECIPE, "label": STR, "overrides": {"type": "array", "items": STR}},
+                          required=[k for k in (*PROJECTION, *RECIPE, "label", "overrides")
+                                    if k not in ("calibration", "imbalance", "target_source")])
+"""One side of ``compare --json``: the ``projection`` document's fields (less its header), a label, the overrides."""
+
+
 def _kind(kind: str, properties: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
     """The schema of one kind: the header, ``properties`` (all required but ``optional``), nothing else."""
     props = {**HEADER, **properties, "kind": {"const": kind}}
@@ -153,7 +160,8 @@ SCHEMA: dict[str, Any] = {
     "$defs": {"stage_memory": STAGE_MEMORY, "memory": MEMORY, "band": BAND, "comm": COMM, "breakdown": BREAKDOWN,
               "stage_time": STAGE_TIME, "trial": TRIAL, "ci_entry": CI_ENTRY, "baseline_entry": BASELINE_ENTRY,
               "validation_row": VALIDATION_ROW, "validation_report": VALIDATION_REPORT,
-              "verify": _closed(VERIFY), "calibration_applied": CALIBRATION_APPLIED},
+              "verify": _closed(VERIFY), "calibration_applied": CALIBRATION_APPLIED,
+              "comparison_side": COMPARISON_SIDE},
     "allOf": [
         _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
                              "verify": _ref("verify"), "timeline": {"type": "array"}},
@@ -164,6 +172,8 @@ SCHEMA: dict[str, Any] = {
             "applies_to": {"type": "array", "items": STR}, **RECIPE,
         }, optional=("target_source",)),
         _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}, optional=("target_source",)),
+        _kind("comparison", {"a": _ref("comparison_side"), "b": _ref("comparison_side"), "rows": {
+            "type": "array", "items": _closed({"name": STR, "a": CELL, "b": CELL, "unit": STR, "change": STR})}}),
         _kind("tune", {
             **TARGET, "strategy": STR, "margin": _null(FRACTION), "best": _null(_ref("trial")),
             "baseline": _null(_ref("trial")), "gain": _null(NUM), "optimum": _null(_ref("trial")),
@@ -176,7 +186,9 @@ SCHEMA: dict[str, Any] = {
             "notes": {"type": "array", "items": STR}, "best_execution": _null({"type": "object"}),
             "launch_environment": {"type": "object"}, **RECIPE,
             "verify_top": {"type": "object", "required": ["candidates", "regret", "spearman"]},
-        }, optional=(*TARGET, *RECIPE, "verify_top")),
+            "fastest": _null(_ref("trial")), "tie_band": _null(_ref("band")),
+            "ties": {"type": "array", "items": _ref("trial")}, "kept_recipe": BOOL, "same_figures": INT,
+        }, optional=(*TARGET, *RECIPE, "verify_top", "fastest", "tie_band", "ties", "kept_recipe", "same_figures")),
         _kind("ci", {"suite": STR, "exit_code": {"enum": [0, 1, 2]}, "counts": {
             "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
         _kind("baseline", {"suite": STR,

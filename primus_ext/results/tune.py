@@ -5,7 +5,9 @@
 
 Every trial (best, baseline, optimum, ranking, Pareto front) has the projection's figure names
 (``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``) and memory in GiB (``peak_memory_gib``, ``capacity_gib``);
-``gain``, ``regret`` and a sensitivity ``change`` are fractions (0.12 = 12 % faster).
+``gain``, ``regret`` and a sensitivity ``change`` are fractions (0.12 = 12 % faster). ``best`` is the configuration
+chosen: the recipe's own when it ties with the fastest (``kept_recipe``; ``ties``: the configurations inside
+``tie_band``, the fastest's band), else ``fastest``.
 """
 
 from __future__ import annotations
@@ -63,4 +65,9 @@ def tune_document(result: TuneResult, *, recipe: Recipe | None = None, margin: f
         exhaustive_stats=None if result.exhaustive_stats is None else dataclasses.asdict(result.exhaustive_stats),
         candidates=result.candidates, notes=list(result.notes),
         best_execution=None if result.best_execution is None else dataclasses.asdict(result.best_execution),
-        launch_environment=dict(launch_environment or {}), **recipe_fields(recipe))
+        launch_environment=dict(launch_environment or {}), fastest=trial_fields(result.fastest),
+        tie_band=None if result.band is None else {
+            "low": result.band[0], "high": result.band[1],
+            "what": "tokens_per_s_per_gpu band of the fastest configuration: configurations projected inside it tie"},
+        ties=[trial_fields(t) for t in result.ties[:top]], kept_recipe=result.kept_recipe,
+        same_figures=result.same_figures, **recipe_fields(recipe))

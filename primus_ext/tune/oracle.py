@@ -146,6 +146,32 @@ class ProjectionOracle:
         correction = found[0].correction
         return floor * min(1.0, correction.kernel_factor) + correction.overhead_s
 
+    def band(self, execution: ExecutionSpec) -> tuple[float, float] | None:
+        """The band of ``execution``'s score as factors of its throughput: the calibration record's that applies
+        (its runs' spread, wider when nearby), else the projection's sensitivity band (every efficiency
+        +-``EFFICIENCY_RANGE``, widened by the measurement spread); None when it cannot be projected. The tuner's
+        ties (``tune.results``)."""
+        from primus_ext.projection import project
+
+        try:
+            p = project(self.model, execution, self.system, self.costs, memory=False)
+        except PrimusExtError:
+            return None
+        if self.calibrations:
+            from primus_ext.calibration import find_record
+            from primus_ext.calibration.apply import band_of
+            from primus_ext.calibration.record import costs_of
+
+            costs = costs_of(dict(p.sources))
+            found = find_record([r for r in self.calibrations if r.costs == costs], self.model, execution,
+                                self.system)
+            if found is not None:
+                width = band_of(*found)
+                return max(0.0, 1 - width), 1 + width
+        if p.band is None or p.tokens_per_s_per_gpu <= 0:
+            return None
+        return p.band[0] / p.tokens_per_s_per_gpu, p.band[1] / p.tokens_per_s_per_gpu
+
     def _calibrated(self, execution: ExecutionSpec, score: Score) -> Score:
         if not self.calibrations:
             return score

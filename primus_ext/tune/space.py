@@ -64,10 +64,13 @@ SHARDING_DEFAULT = ("distopt", "fsdp")
 optimizer (all-reduce = reduce-scatter + all-gather) with more memory; ``--pin sharding=ddp,...``."""
 
 DP_OVERLAP_CHOICES = {"ddp": ("none", "grad"), "distopt": ("none", "grad", "grad+param"),
-                      "fsdp": ("none", "grad+param")}
+                      "fsdp": ("none", "grad+param"), "torch_fsdp2": ("none", "grad")}
 """Data-parallel overlap settings per sharding. Explored by default: the last (every overlap the sharding
 allows, Megatron's recommended setting: an overlapped collective is never more exposed than a blocking
-one) plus the recipe's own; ``--pin dp_overlap=none,grad,...`` explores the others."""
+one) plus the recipe's own; ``--pin dp_overlap=none,grad,...`` explores the others. ``fsdp`` is
+Megatron-FSDP's; a recipe on torch FSDP2 (``use_torch_fsdp2``) keeps FSDP2 under ``sharding=fsdp``, which
+gathers its parameters ahead by itself and refuses ``overlap_param_gather`` (Megatron-LM arguments.py:
+it needs the distributed optimizer or Megatron-FSDP), so its strongest setting is ``grad``."""
 
 AXIS_DOCS: dict[str, str] = {
     "tp": "tensor_model_parallel_size (sequence_parallel is on whenever tp > 1)",
@@ -92,7 +95,7 @@ AXIS_DOCS: dict[str, str] = {
     "tp_comm_overlap": "overlap TP communication with GEMMs (needs tp > 1)",
     "ep_overlap": "overlap_moe_expert_parallel_comm: hide EP all-to-all behind the other micro-batch (needs ep > 1)",
     "dp_overlap": "overlap data-parallel communication: none | grad (overlap_grad_reduce, with ddp) | "
-                  "grad+param (+ overlap_param_gather, with distopt or fsdp)",
+                  "grad+param (+ overlap_param_gather, with distopt or Megatron-FSDP; torch FSDP2: none | grad)",
 }
 """Axes in enumeration order: each axis's candidates may depend on the axes before it. Structural axes
 come first, then those that change memory, then the overlap flags."""
@@ -226,7 +229,9 @@ class Space:
         if name == "sharding":
             return self._choices(name, SHARDING_DEFAULT, SHARDING_CHOICES)
         if name == "dp_overlap":
-            options = DP_OVERLAP_CHOICES[g("sharding")]
+            sharding = g("sharding")
+            options = DP_OVERLAP_CHOICES["torch_fsdp2" if sharding == "fsdp" and self.base.fsdp == "torch_fsdp2"
+                                         else sharding]
             schedule = get_schedule(g("schedule") or "1f1b")
             if schedule.splits_wgrad and schedule.recipe_keys(g("pp") or 1) is not None and g("sharding") != "ddp":
                 options = ("none",)  # Primus's zero bubble refuses DP overlap with the distributed optimizer

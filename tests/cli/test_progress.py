@@ -46,3 +46,34 @@ def test_layer_progress_follows_measure_many_calls():
     text = out.getvalue()
     assert "0/2  dense" in text and "1/2  output" in text and "2/2  done" in text
     assert hook.bar.enabled is False  # closed at the end
+
+
+def test_a_polled_count_reaches_the_heartbeat(monkeypatch):
+    """Work without a hook (the tuner's search): the ticker reads the count and the heartbeat line carries it."""
+    import time
+
+    import primus_ext.cli._progress as progress
+
+    monkeypatch.setattr(progress, "TICK_S", 0.01)
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.0)
+    out, spent = io.StringIO(), [0]
+    with ProgressLine("tune", 10, stream=out, poll=lambda: spent[0]):
+        spent[0] = 7
+        deadline = time.monotonic() + 5
+        while "7/10" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert any(line.startswith("  still tune") and "7/10" in line for line in out.getvalue().splitlines())
+
+
+def test_phase_line_names_each_step_without_an_estimate():
+    from primus_ext.cli._progress import PhaseLine
+
+    out = io.StringIO()
+    with PhaseLine("projection-only", ("a", "b", "c"), stream=out) as phases:
+        phases("a")
+        phases("c")
+        phases.close()  # another line may take over ...
+        phases("b")     # ... and the steps go on after it
+    lines = out.getvalue().splitlines()
+    assert ["0/3  a" in lines[0], "2/3  c" in lines[1], "1/3  b" in lines[2]] == [True] * 3 and len(lines) == 3
+    assert not any("ETA" in line for line in lines) and all("elapsed" in line for line in lines)

@@ -39,3 +39,10 @@ def llama405b():
 def deepseek_v3():
     """DeepSeek-V3 as shipped: 64 micro-batches x 4 chunks, exposed EP all-to-all about a fifth of the step."""
     return _recipe("deepseek_v3")
+
+
+@pytest.fixture(scope="session")
+def llama70b():
+    """Llama-3.1-70B as shipped: interleaved 1F1B, 128 micro-batches x 5 chunks on PP 8; the last stage (output
+    layer and loss) the busiest, the other seven idle ~17 % of the step."""
+    return _recipe("llama3.1_70B")

@@ -94,8 +94,9 @@ def test_production_recipe_is_legible(name, comm, request, tmp_path: Path):
     dom = _browse(page, tmp_path, "--dump-dom").stdout
     overview, detail, *others = _svgs(dom)
     stages = p.execution.pp
-    # overview: warm-up, 2 steady cycles, cool-down: at least 90 distinct ops per stage, >= 3 px median
-    assert int(overview["data-ops-min"]) >= 90 and float(overview["data-op-px"]) >= 3.0
+    # overview: warm-up, the steady state (PP = 8 cycles: the period of interleaved 1F1B), cool-down: at least 90
+    # distinct ops per stage, >= 2 px median
+    assert int(overview["data-ops-min"]) >= 90 and float(overview["data-op-px"]) >= 2.0
     assert int(overview["data-ops"]) / int(overview["width"]) > 0.5  # distinct ops per pixel of width
     # the zoomed steady-state cycle: >= 6 ops on every stage, tens of pixels each, labelled
     assert int(detail["data-ops-min"]) >= 6 and float(detail["data-op-px"]) >= 30

@@ -12,6 +12,7 @@ from primus_ext.projection import project
 from primus_ext.report.timeline import (
     LAYER_COMMS,
     stage_idle,
+    steady_cycle_s,
     step_segments,
     totals_by_kind,
     view_windows,
@@ -78,8 +79,8 @@ def test_stage_idle_names_every_stage(request):
 def test_view_windows_elide_the_middle_of_a_long_steady_state(llama405b, projection):
     segments = step_segments(llama405b)
     windows = view_windows(llama405b, segments)
-    assert len(windows) == 2 and windows[0][0] == 0.0
-    assert windows[1][1] == pytest.approx(llama405b.step_time_s)
+    assert len(windows) == 3 and windows[0][0] == 0.0  # warm-up | steady state | cool-down and tail
+    assert windows[2][1] == pytest.approx(llama405b.step_time_s)
     shown = sum(b - a for a, b in windows)
     assert shown < 0.1 * llama405b.step_time_s  # the 192 x 8 steady state is mostly elided
     small = view_windows(projection, step_segments(projection))
@@ -103,3 +104,34 @@ def test_segments_span_the_step_under_ep_overlap(pp, vpp):
         segments = step_segments(q)
         end = max(s.end_s for s in segments)
         assert end == pytest.approx(q.step_time_s, rel=1e-9)
+
+
+def test_the_steady_state_drawn_is_the_steady_state(llama70b):
+    """Interleaved 1F1B repeats every PP micro-batches: two cycles after the warm-up caught stage 0 waiting (~30 %
+    busy) where the step keeps it ~83 % busy (issue 43). The window drawn holds every stage as busy as its whole
+    steady state, and lies in it."""
+    from primus_ext.report.timeline import _phases, busy_share, steady_window
+
+    segments = step_segments(llama70b)
+    warm, cool, _ = _phases(llama70b, segments)
+    steady = steady_window(llama70b, segments)
+    assert steady is not None and warm < steady[0] < steady[1] < cool and steady in view_windows(llama70b, segments)
+    for rank in range(llama70b.execution.pp):
+        whole = busy_share(segments, rank, warm, cool)
+        assert busy_share(segments, rank, *steady) == pytest.approx(whole, abs=0.02)
+    assert busy_share(segments, 0, *steady) > 0.8
+    two_after_warm_up = busy_share(segments, 0, warm, warm + 2 * steady_cycle_s(llama70b))
+    assert two_after_warm_up < 0.5  # what the old window drew
+
+
+def test_idle_headline_names_every_stage(llama70b, projection):
+    """The breakdown's bubble is the busiest stage's (~1 %); the headline gives every stage's idle (~17 %)."""
+    from primus_ext.report.projection_table import format_projection
+    from primus_ext.report.timeline import idle_headline
+
+    idle = stage_idle(llama70b)
+    line = idle_headline(llama70b)
+    assert f"{min(s.idle_fraction for s in idle):.1%} .. {max(s.idle_fraction for s in idle):.1%}" in line
+    assert max(s.idle_fraction for s in idle) > 0.15 and "busiest stage's (7: " in line
+    assert f"  pipeline idle    {line}" in format_projection(llama70b)
+    assert idle_headline(replace(projection, stages=projection.stages[:1], timeline=())) is None

@@ -67,12 +67,28 @@ def test_project_exit_codes_follow_the_gate(capsys):
     assert capsys.readouterr().out == ""  # an illegal recipe: the reason on stderr, no document
 
 
+def test_compare_json_to_stdout_only_and_to_a_file(tmp_path: Path, capsys):
+    argv = ["compare", str(EIGHT_B), "micro_batch_size=1 fp8=null", "--json"]
+    doc = _valid(_stdout_json(capsys, [*argv, "-"]), "comparison")
+    project = _stdout_json(capsys, ["project", str(EIGHT_B), "--analytic", "--json", "-"])
+    assert doc["a"]["tokens_per_s_per_gpu"] == project["tokens_per_s_per_gpu"] and doc["a"]["label"] in argv[1]
+    assert doc["b"]["overrides"] == ["micro_batch_size=1", "fp8=null"] and doc["b"]["inputs"]["execution"][
+        "precision"] == "bf16"
+    throughput = next(r for r in doc["rows"] if r["name"] == "tokens/s/GPU")
+    assert throughput["a"] == doc["a"]["tokens_per_s_per_gpu"] and throughput["change"].endswith("worse")
+    out = tmp_path / "compare.json"
+    assert main([*argv, str(out)]) == 0
+    assert "tokens/s/GPU" in capsys.readouterr().out  # the table stays on stdout when the JSON goes to a file
+    assert _valid(json.loads(out.read_text()), "comparison") == doc
+
+
 def test_tune_json_to_stdout_only_and_to_a_file(tmp_path: Path, capsys):
     argv = ["tune", str(EIGHT_B), "--strategy", "exhaustive", "--analytic"]
     doc = _valid(_stdout_json(capsys, [*argv, "--json", "-"]), "tune")
     best = doc["best"]
     assert best["status"] == "projected" and 0 < best["mfu"] < 1 and best["peak_memory_gib"] < best["capacity_gib"]
-    assert doc["regret"] == 0 and doc["ranked"][0] == best
+    assert doc["regret"] == 0 and doc["ranked"][0] == doc["fastest"]
+    assert best == (doc["baseline"] if doc["kept_recipe"] else doc["fastest"])
     out = tmp_path / "tune.json"
     assert main([*argv, "--json", str(out)]) == 0
     assert "best:" in capsys.readouterr().out  # the tables stay on stdout when the JSON goes to a file

@@ -10,12 +10,13 @@ import dataclasses
 import json
 
 import pytest
-from tune_fakes import fake_filter, fake_oracle, fake_peak
+from tune_fakes import fake_estimate, fake_filter, fake_fits, fake_oracle, fake_peak
 
 from primus_ext.errors import RecipeError
 from primus_ext.recipe.validate import check
 from primus_ext.tune.agent import SearchContext, TrialLog, read_log
 from primus_ext.tune.config_keys import config_key
+from primus_ext.tune.prefilter import MemoryFilter
 from primus_ext.tune.results import pareto_front, tune
 from primus_ext.tune.space import build_space
 from primus_ext.tune.strategies import StrategyOptions
@@ -144,3 +145,20 @@ def test_incumbent_includes_seeded_trials(small):
     second.trials.pop(worse.key)
     second.try_config(worse.config, origin="test")
     assert second.best().tokens_per_s_per_gpu == best.tokens_per_s_per_gpu
+
+
+def test_tpe_projects_when_only_full_recompute_fits(small):
+    """Its first phase tells TPE 0 for layouts that need full recompute; when nothing else fits, those layouts
+    are projected afterwards (the search had ended with 0 projected: issue 43, Llama-3.1-70B FP8 on 8 MI300X)."""
+    pytest.importorskip("optuna")
+    model, _, system, space = small
+
+    def only_full(m, e, s, *, margin=0.0):
+        return e.recompute_granularity == "full" and e.recompute_method == "uniform" and fake_fits(m, e, s)
+
+    prefilter = MemoryFilter(model, system, fits_fn=only_full, estimate_fn=fake_estimate)
+    ctx = SearchContext(space=space, oracle=fake_oracle(model, system), prefilter=prefilter, budget=100)
+    result = tune(ctx, "tpe", options=StrategyOptions(seed=0), candidates=space.size())
+    assert result.stats.projected > 0 and result.best is not None
+    assert result.best.config["recompute"] == "full"
+    assert result.regret == pytest.approx(0.0, abs=1e-9)

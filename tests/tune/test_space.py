@@ -93,3 +93,27 @@ def test_config_key_is_sorted_compact_json():
     for config in ({"tp": 2, "etp": None, "tp_comm_overlap": True, "recompute": "block50", "dp_overlap": "grad+param"},
                    {"b": False, "a": 'quote"d', "c": 1.5}, {"é": [1, 2]}, {}):
         assert config_key(config) == json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def test_torch_fsdp2_recipe_keeps_legal_fsdp_candidates(tiny):
+    """A Primus recipe on torch FSDP2 (``use_torch_fsdp2``, overlap_grad_reduce on): ``sharding=fsdp`` offers
+    the overlap FSDP2 accepts (Megatron refuses overlap_param_gather there), so the recipe is a point of its
+    space and its FSDP candidates are legal, pinned or not (they were all illegal: issue 43)."""
+    model, execution, system = tiny
+    fsdp2 = dataclasses.replace(execution, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                                data_parallel_size=8, sequence_parallel=False, use_distributed_optimizer=False,
+                                fsdp="torch_fsdp2", overlap_grad_reduce=True,
+                                launch=dataclasses.replace(execution.launch, framework="primus", env_patches=True,
+                                                          gradient_accumulation_fusion=False))
+    assert check(model, fsdp2, system) == []
+    for pins in ({}, {"sharding": ("fsdp",)}):
+        space = build_space(model, fsdp2, system, pins)
+        config = space.config_of(fsdp2)
+        assert config["sharding"] == "fsdp" and config["dp_overlap"] == "grad"
+        assert space.membership(config) == [] and space.to_execution(config) == fsdp2
+        fsdp = [c for c in space.iter_configs() if c["sharding"] == "fsdp"]
+        assert {c["dp_overlap"] for c in fsdp} == {"grad"}
+        legal = [c for c in fsdp if not check(model, space.to_execution(c), system)]
+        assert legal and all(space.to_execution(c).fsdp == "torch_fsdp2" for c in legal)
+    pinned = build_space(model, fsdp2, system, {"sharding": ("fsdp",), "dp_overlap": ("none", "grad", "grad+param")})
+    assert {c["dp_overlap"] for c in pinned.iter_configs()} == {"none", "grad"}

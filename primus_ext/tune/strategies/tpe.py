@@ -169,6 +169,9 @@ class _OuterSearch:
         self.expanded: set[tuple[Any, ...]] = set()
         self.polished: set[str] = set()
         self.told: set[tuple[Any, ...]] = set()
+        self.skipped: dict[tuple[Any, ...], None] = {}
+        """Layouts the first phase told 0 unprojected (their completion needs full recompute), in the order
+        sampled: ordinary candidates afterwards (a re-sample or ``expand`` projects them)."""
 
     # --- outer layouts ------------------------------------------------------------------------
     def repaired(self, outer: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -252,6 +255,10 @@ class _OuterSearch:
                 return
             asked = self.study.ask(self.distributions)
             key = tuple(asked.params[n] if n in asked.params else self.fixed[n] for n in OUTER)
+            if key in self.skipped and not skip_full:  # told 0 unprojected in the first phase: project it now
+                del self.skipped[key]
+                self.study.tell(asked, self.evaluate(key) or 0.0)
+                continue
             if key in self.told or key in self.tried:
                 self.study.tell(asked, self.values.get(key, 0.0))
                 continue
@@ -261,6 +268,8 @@ class _OuterSearch:
             self.told.add(key)  # told below, through ``asked``
             config = self.complete(key)  # None when nothing fits: 0
             skip = skip_full and config is not None and config["recompute"] == LEAST_COMPUTE[-1]
+            if skip:
+                self.skipped[key] = None
             value = None if skip else self.evaluate(key)
             self.study.tell(asked, value or 0.0)
 
@@ -303,9 +312,15 @@ class _OuterSearch:
         """One best-first step: project neighbours of the best unexpanded layout until one beats it.
         Neighbours go in order of the recompute their completion needs relative to the layout's (a
         move that must recompute more rarely wins; one that frees recompute often does). False when
-        every projected layout is exhausted."""
+        every projected layout is exhausted (and none the first phase skipped is left)."""
         open_ = [(v, k) for k, v in self.values.items() if k not in self.expanded]
         if not open_:
+            while self.skipped:  # every layout that fits needs full recompute: climb from those skipped first
+                key = next(iter(self.skipped))
+                del self.skipped[key]
+                if key not in self.tried:
+                    self.evaluate(key)
+                    return True
             return False
         value, node = max(open_, key=lambda vk: vk[0])
         level = self._recompute_level(node)
