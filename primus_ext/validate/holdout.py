@@ -13,6 +13,7 @@ fit projects one row per configuration per evaluation.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from primus_ext.errors import PrimusExtError
@@ -45,11 +46,14 @@ def leave_one_out(runs: Sequence[RunRow], projector: Projector, *, by: Holdout =
     for i, group in enumerate(groups):
         train = [r for r in rows_in if group_of(r, by) != group]
         fits = fit_all(train, projector)
-        for run in apply_all([r for r in scored if group_of(r, by) == group], fits):
+        held = [r for r in scored if group_of(r, by) == group]
+        for original, run in zip(held, apply_all(held, fits), strict=True):
             try:
-                results.append(_result(run, projector(run)))
+                result = _result(run, projector(run))
             except PrimusExtError as err:
-                results.append(_result(run, None, f"projection refused: {err}"))
+                result = _result(run, None, f"projection refused: {err}")
+            # rows of one configuration stay one configuration for the data's bounds, whatever their folds fitted
+            results.append(replace(result, config=_result(original, None).config))
         if progress:
             progress(i + 1, len(groups), group)
     results.sort(key=lambda r: r.index)
