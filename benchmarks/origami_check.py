@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -108,7 +108,7 @@ def origami_gemm(cdll: ctypes.CDLL):
     plain = Efficiency()
     fallback = roofline.gemm_seconds
 
-    @lru_cache(maxsize=None)
+    @cache
     def latency(profile: str, m: int, n: int, k: int, precision: str, count: int) -> float:
         arch, cus, lds, l2, khz = HARDWARE[profile]
         code = DTYPES["bf16"] if precision != "fp8" else DTYPES["fp8"][arch.decode()]

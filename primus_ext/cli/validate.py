@@ -1,11 +1,13 @@
 """``primus-ext validate``: projected vs measured tokens/s/GPU over published runs.
 
     primus-ext validate ../shared/validation/measured_throughput.csv \
-        --archs ../shared/validation/model_archs.csv [--hardware ../shared/validation/hardware_specs.csv] \
+        [--archs ../shared/validation/model_archs.csv] [--hardware ../shared/validation/hardware_specs.csv] \
         [--json OUT] [--cv [--jobs N]] [--fit] [--calibrate-from MY_RUN.json]
 
 ``--cv`` adds leave-one-model-out cross-validation of the per-GPU calibration (one fit per held-out
 model, each from the plain defaults, ``--jobs`` folds at a time: 10 minutes on 2 cores, 19 on one);
+``--holdout submission|gpu`` holds out one row / one GPU type instead (``validate.holdout``: AMD boards fitted on
+AMD rows only, ``validate.amd``; ``mlperf_training.csv``: 43 s);
 ``--fit`` fits the per-GPU efficiency parameters on all rows and prints the ``efficiency:`` blocks to paste
 into the hardware profiles; ``--calibrate-from`` applies the workload offset of one measured run of your own
 and reports the error it leaves.
