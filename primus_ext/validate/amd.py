@@ -13,8 +13,9 @@ Why knobs and not ``calibrate.DEFAULT_PARAMS``: every MLPerf row of a board runs
 LoRA, TP1 DP8), so its rows pin one number; fitting eight parameters to it would leave seven at whatever the search
 passed through. The knobs a board gets are the first ``n`` of ``KNOBS``, ``n`` its distinct configurations:
 
-1. ``compute``: one factor on the large-GEMM (BF16 and FP8) and attention fractions of peak, from the plain
-   ``Efficiency()`` defaults (never a fit on another vendor's rows);
+1. ``compute``: one factor on the large-GEMM (BF16 and FP8) and attention fractions of peak (what the AMD rows pin;
+   the start, ``POOLED_PRIOR``, lends only what they cannot pin: the GEMM size roll-off, the MoE layer's fixed cost,
+   the links, row-wise FP8, and the ratios between the fractions of a board with one configuration);
 2. ``attention``: attention's fraction alone (rows of other attention shares: head dims, sequence lengths).
 A run environment (one cluster's fabric and collective library) adds its own links (``fit_environment``).
 
@@ -35,6 +36,15 @@ from primus_ext.validate.run import Projector
 from primus_ext.validate.runs import RunRow
 from primus_ext.validate.search import golden_section, nelder_mead
 
+POOLED_PRIOR = Efficiency(
+    gemm_max=0.4692, fp8_gemm_max=0.4687, fp8_rowwise_ratio=0.6438, attention=0.4438, gemm_half_size_flops=2.804e10,
+    moe_layer_overhead_s=7.983e-4, scaleout_link=0.74, scaleup_link=0.8428,
+    calibration="pooled prior: fitted on the 127 Hopper / Blackwell rows of measured_throughput.csv together")
+"""Where an AMD board's rows cannot say (the GEMM size roll-off, the MoE layer's fixed cost, the links, row-wise FP8),
+the pooled fit on every NVIDIA row (``validate --fit --write-profiles``, mean |log error| 0.111: the block every AMD
+profile carried before issue 45) is the start and stays; the compute fractions, which the AMD rows do pin, are fitted
+on them. ``START`` picks it."""
+START = POOLED_PRIOR
 GEMM_MAX_CAP = 0.95
 """Largest fraction of dense peak a fitted GEMM efficiency may take (``calibrate.DEFAULT_PARAMS`` bound)."""
 ATTENTION_CAP = 0.65
@@ -166,15 +176,16 @@ class AmdFit:
 
 
 def fit_board(rows: Sequence[RunRow], projector: Projector, *, label: str = "") -> AmdFit:
-    """One AMD board's efficiency from its rows: the first ``configurations(rows)`` knobs, from the plain defaults."""
+    """One AMD board's efficiency from its rows: the first ``configurations(rows)`` knobs, from ``START``."""
     n = configurations(rows)
     knobs = KNOBS[:max(1, min(n, len(KNOBS)))]
-    efficiency, loss = fit_knobs(rows, projector, Efficiency(), knobs)
+    efficiency, loss = fit_knobs(rows, projector, START, knobs)
     models = sorted({r.model_name for r in rows})
     efficiency = replace(efficiency, calibration=(
         f"fitted {', '.join(k.name for k in knobs)} on {len(rows)} {board_of(rows[0]).upper()} rows ({n} "
-        f"configurations, {len(models)} models: {', '.join(models)}) of {label or 'AMD runs'}, from the plain "
-        f"defaults, AMD rows only; mean |log error| {loss:.3f}"))
+        f"configurations, {len(models)} models: {', '.join(models)}) of {label or 'AMD runs'}, AMD rows only; "
+        f"mean |log error| {loss:.3f}; GEMM roll-off, MoE layer cost and links, which no AMD row constrains, from "
+        "the pooled NVIDIA prior (validate.amd.POOLED_PRIOR)"))
     return AmdFit(efficiency=efficiency, rows=len(rows), configurations=n, knobs=tuple(k.name for k in knobs),
                   loss=loss)
 

@@ -12,6 +12,7 @@ from primus_ext.hardware import load_gpu
 from primus_ext.specs import Efficiency
 from primus_ext.validate.amd import (
     KNOBS,
+    START,
     apply_all,
     carry_to_sibling,
     configurations,
@@ -31,16 +32,16 @@ def _fp8_projector(run):
     return 10_000.0 * run.system.gpu.efficiency.fp8_gemm_max
 
 
-def test_one_configuration_pins_one_knob_from_the_plain_defaults(tmp_path):
+def test_one_configuration_pins_one_knob(tmp_path):
     rows = "".join(f"MLPerf,2025,M,8192,FP8,MI300X,8,1,1,,1,,,8,1,8,,{v},,,,\n" for v in (2700, 2750, 2800))
     runs = runs_of(tmp_path, rows)
     assert all(is_amd(r) for r in runs) and configurations(runs) == 1
     fit = fit_board(runs, _fp8_projector)
     assert fit.knobs == ("compute",)
     assert fit.efficiency.fp8_gemm_max == pytest.approx(0.275, rel=0.01)  # the middle row: 2750 / 10 000
-    plain = Efficiency()  # the other fractions move with it, from the plain defaults (never another vendor's fit)
-    assert fit.efficiency.gemm_max / fit.efficiency.fp8_gemm_max == pytest.approx(plain.gemm_max / plain.fp8_gemm_max)
-    assert "AMD rows only" in fit.efficiency.calibration and fit.efficiency.scaleup_link == plain.scaleup_link
+    start = START  # the other fractions move with it; what no AMD row constrains stays at the start
+    assert fit.efficiency.gemm_max / fit.efficiency.fp8_gemm_max == pytest.approx(start.gemm_max / start.fp8_gemm_max)
+    assert "AMD rows only" in fit.efficiency.calibration and fit.efficiency.scaleup_link == start.scaleup_link
 
 
 def test_knobs_stay_inside_their_physical_caps():
@@ -84,7 +85,8 @@ def test_the_band_widens_where_a_board_rests_on_few_runs():
     for board in ("mi300x", "mi325x", "mi350x", "mi355x"):
         gpu = load_gpu(board)
         assert gpu.vendor == "amd" and band_range(gpu) > EFFICIENCY_RANGE
-        assert "pooled prior" not in gpu.efficiency.calibration  # no NVIDIA-derived efficiencies on an AMD board
+        # compute fractions fitted on AMD rows, not the NVIDIA prior's (its values only where no AMD row says)
+        assert gpu.efficiency.calibration.startswith("fitted compute") and "AMD rows only" in gpu.efficiency.calibration
 
 
 @pytest.mark.skipif(not (VALIDATION / "mlperf_training.csv").exists(), reason="shared/validation not present")
