@@ -4,7 +4,9 @@ Run from the repository root::
 
     python benchmarks/amd_prior_check.py
 
-No AMD row of ``shared/validation/measured_throughput.csv`` is complete (``validate`` skips them: GBS or
+Since issue 45 the AMD profiles carry fits on AMD rows only (``benchmarks/amd_calibration.py``, which also uses
+these rows); this script now checks the shipped profiles, whatever they hold. Before: no AMD row of
+``shared/validation/measured_throughput.csv`` is complete (``validate`` skips them: GBS or
 precision not stated), so no AMD family has an efficiency fit of its own; their profiles carry the prior
 that ``primus-ext validate --fit --write-profiles`` fits on all NVIDIA rows together
 (``validate.calibrate.fit_pooled``). The rows whose only gap is the global batch can still check it: with

@@ -1,11 +1,13 @@
 """``primus-ext validate``: projected vs measured tokens/s/GPU over published runs.
 
     primus-ext validate ../shared/validation/measured_throughput.csv \
-        --archs ../shared/validation/model_archs.csv [--hardware ../shared/validation/hardware_specs.csv] \
+        [--archs ../shared/validation/model_archs.csv] [--hardware ../shared/validation/hardware_specs.csv] \
         [--json OUT] [--cv [--jobs N]] [--fit] [--calibrate-from MY_RUN.json]
 
 ``--cv`` adds leave-one-model-out cross-validation of the per-GPU calibration (one fit per held-out
 model, each from the plain defaults, ``--jobs`` folds at a time: 10 minutes on 2 cores, 19 on one);
+``--holdout submission|gpu`` holds out one row / one GPU type instead (``validate.holdout``: AMD boards fitted on
+AMD rows only, ``validate.amd``; ``mlperf_training.csv``: 43 s);
 ``--fit`` fits the per-GPU efficiency parameters on all rows and prints the ``efficiency:`` blocks to paste
 into the hardware profiles; ``--calibrate-from`` applies the workload offset of one measured run of your own
 and reports the error it leaves.
@@ -19,6 +21,7 @@ import math
 import os
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from primus_ext.cli._args import positive_int
@@ -33,12 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="projected vs measured throughput on published runs",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("measurements", help="CSV in the layout of shared/validation/measured_throughput.csv")
-    p.add_argument("--archs", required=True, help="CSV in the layout of shared/validation/model_archs.csv")
-    p.add_argument("--hardware", help="CSV in the layout of shared/validation/hardware_specs.csv")
+    p.add_argument("--archs", help="CSV in the layout of shared/validation/model_archs.csv (default: model_archs.csv "
+                                   "beside MEASUREMENTS)")
+    p.add_argument("--hardware", help="CSV in the layout of shared/validation/hardware_specs.csv (default: "
+                                      "hardware_specs.csv beside MEASUREMENTS, when there is one)")
     p.add_argument("--json", dest="json_out", metavar="OUT",
                    help="write rows and summary as JSON to OUT ('-': stdout, the JSON only; the tables go to stderr)")
     p.add_argument("--cv", action="store_true", help="leave-one-model-out cross-validation of the calibration "
                                                             "(one fit per model: ~10 min on 2 cores)")
+    p.add_argument("--holdout", choices=("model", "submission", "gpu"), default="model",
+                   help="with --cv: what a fold holds out: a model's rows (default), one row (one submission), or one "
+                        "GPU type's rows (an AMD board then takes its family sibling's fit: validate.holdout)")
     p.add_argument("--jobs", type=positive_int, default=_usable_cpus(),
                    help="with --cv: folds fitted in parallel processes (default: the CPUs this process may use)")
     p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")
@@ -163,8 +171,10 @@ def _report(args: argparse.Namespace) -> dict:
     from primus_ext.validate.stated import with_measured
 
     store, store_gpu = _open_measured(args)  # bad --store input fails before the projection runs
-    archs = read_archs(args.archs)
-    gpus = read_hardware(args.hardware) if args.hardware else None
+    beside = Path(args.measurements).parent
+    archs = read_archs(args.archs or beside / "model_archs.csv")
+    hardware = args.hardware or (beside / "hardware_specs.csv" if (beside / "hardware_specs.csv").is_file() else None)
+    gpus = read_hardware(hardware) if hardware else None
     runs = read_runs(args.measurements, archs, gpus)
     report = validate_runs(runs, analytic_projector, label="analytic projection, profile efficiencies")
     print("\n".join(_summary_lines(report)))
@@ -189,7 +199,22 @@ def _report(args: argparse.Namespace) -> dict:
         print("\n" + "\n".join(_summary_lines(user, data_bounds=False)[:2]))
         out["calibrated_from_user_run"] = user.to_dict()
     if args.fit:
-        fits = fit_by_gpu(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
+        from primus_ext.validate.amd import fit_amd, is_amd
+
+        fits = fit_by_gpu([r for r in runs if not is_amd(r)], analytic_projector, label=Path(args.measurements).name,
+                          progress=_progress)  # AMD boards: on AMD rows only, each board on its own (validate.amd)
+        amd_fits = fit_amd(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
+        for board, fit in amd_fits.items():
+            print(f"# {board}: {fit.rows} AMD rows, {fit.configurations} configurations, knobs {', '.join(fit.knobs)}, "
+                  f"mean |log error| {fit.loss:.3f}")
+            print("efficiency:")
+            for key in ("gemm_max", "fp8_gemm_max", "attention"):
+                print(f"  {key}: {yaml_number(getattr(fit.efficiency, key))}")
+            print(f"  calibration: {fit.efficiency.calibration!r}")
+            out.setdefault("amd_fits", {})[board] = {"gemm_max": fit.efficiency.gemm_max, "rows": fit.rows,
+                                                     "fp8_gemm_max": fit.efficiency.fp8_gemm_max,
+                                                     "attention": fit.efficiency.attention, "loss": fit.loss,
+                                                     "configurations": fit.configurations, "knobs": list(fit.knobs)}
         print("\nfitted efficiency blocks per GPU family (profiles of a family share them):")
         for name, (eff, n, loss) in fits.items():
             values = {p.name: getattr(eff, p.name) for p in DEFAULT_PARAMS}
@@ -221,16 +246,28 @@ def _report(args: argparse.Namespace) -> dict:
                 chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None
                 if chosen is not None:
                     texts[profile] = profile_text(profile, with_measured(chosen, load_gpu(profile).efficiency), names)
+            for board, fit in amd_fits.items():  # the board's band (its held-out error) as its profile states it
+                band = load_gpu(board).efficiency.band
+                texts[board] = profile_text(board, replace(fit.efficiency, band=band),
+                                            ["gemm_max", "fp8_gemm_max", "attention", "band"])
             for path in write_profiles(texts, Path(args.write_profiles)):
                 print(f"wrote {path}")
     if args.cv:
         from primus_ext.cli._progress import ProgressLine
         from primus_ext.validate.calibrate import usable
 
-        models = {r.model_name for r in usable(runs)}
-        with ProgressLine(f"cross-validation ({args.jobs} at a time)", len(models), label="fitting") as bar:
-            cv = leave_one_model_out(runs, analytic_projector, jobs=args.jobs, progress=lambda done, _n, model:
-                                     bar.update(done, label=f"left out {model}"))
+        if args.holdout == "model":
+            models = {r.model_name for r in usable(runs)}
+            with ProgressLine(f"cross-validation ({args.jobs} at a time)", len(models), label="fitting") as bar:
+                cv = leave_one_model_out(runs, analytic_projector, jobs=args.jobs, progress=lambda done, _n, model:
+                                         bar.update(done, label=f"left out {model}"))
+        else:
+            from primus_ext.validate.holdout import group_of, leave_one_out
+
+            groups = {group_of(r, args.holdout) for r in usable(runs)}
+            with ProgressLine(f"cross-validation by {args.holdout}", len(groups), label="fitting") as bar:
+                cv = leave_one_out(runs, analytic_projector, by=args.holdout, progress=lambda done, _n, group:
+                                   bar.update(done, label=f"left out {group}"))
         print("\n" + "\n".join(_summary_lines(cv)))
         print("\n".join(_model_lines(cv)))
         out["cross_validation"] = cv.to_dict()

@@ -193,6 +193,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         nic_bandwidth_bytes_per_s=float(data["nic_gbit_per_gpu"]) * GBIT,
         gpus_per_node=int(data.get("gpus_per_node", 8)),
         family=str(data.get("family", "")),
+        vendor=str(data.get("vendor", "")),
         tdp_w=float(data.get("tdp_w", 0.0)),
         fp4_dense_tflops=float(data.get("fp4_dense_tflops") or 0.0),
         sfu_exp_per_s=float(data.get("sfu_exp_per_s") or 0.0),

@@ -25,6 +25,14 @@ from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 EFFICIENCY_RANGE = 0.10
 """Relative range assumed for each efficiency parameter, calibrated, measured (``Efficiency.measured``: one
 kernel's value at one size stands for a layer's) or not (DESIGN.md "Sources of error")."""
+
+
+def band_range(gpu: GPUSpec) -> float:
+    """How far each efficiency moves for the band: the profile's ``Efficiency.band`` (wider where its calibration
+    rests on few rows), never below ``EFFICIENCY_RANGE``."""
+    return max(EFFICIENCY_RANGE, gpu.efficiency.band)
+
+
 _SCALED = ("gemm_max", "fp8_gemm_max", "attention", "hbm", "scaleup_link", "scaleout_link", "overlap")
 
 
@@ -95,8 +103,9 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
     interval = None
     if band:
         nominal = tuple(_AtNominal(provider=p, gpu=system.gpu) for p in providers) if providers else ()
-        low = _evaluate(model, execution, _scaled_system(system, 1 - EFFICIENCY_RANGE), nominal, False)
-        high = _evaluate(model, execution, _scaled_system(system, 1 + EFFICIENCY_RANGE), nominal, False)
+        width = band_range(system.gpu)
+        low = _evaluate(model, execution, _scaled_system(system, 1 - width), nominal, False)
+        high = _evaluate(model, execution, _scaled_system(system, 1 + width), nominal, False)
         spread = 0.0
         for shape in rank_shapes(model, execution).values():
             cost = _lookup(shape, providers, system)

@@ -63,9 +63,11 @@ def calibration_label(calibration: str, inherits_from: str = "") -> str:
         return f"inherited from {inherits_from} (no measured run of this GPU): {calibration_label(calibration)}"
     if calibration.startswith("pooled prior"):
         return "pooled prior: no measured run of this GPU family, fitted on other families' runs"
-    rows = re.search(r"on (?:all )?(\d+ [\w/]+ rows)", calibration)
+    rows = re.search(r"on (?:all )?(\d+ [\w/]+ rows)(?: \((\d+) configurations?)?", calibration)
     if calibration.startswith("fitted") and rows:
-        return f"calibrated on {rows.group(1)} of published runs"
+        few = rows.group(2)
+        where = f" ({few} configuration{'s' if few != '1' else ''}, AMD runs only)" if few else ""
+        return f"calibrated on {rows.group(1)}{where} of published runs"
     return calibration or "uncalibrated defaults"
 
 
@@ -76,8 +78,12 @@ def _band_text(p: Projection) -> str:
     if c is not None:
         return (f"   (band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: +-{c.band:.0%}, the calibrating runs' spread"
                 + (", widened for a nearby configuration)" if c.match == "nearby" else ")"))
-    return (f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: every efficiency +-10 %, measurement "
-            "spread; not a confidence interval)")
+    from primus_ext.projection.project import EFFICIENCY_RANGE, band_range
+
+    width = band_range(p.system.gpu)
+    wide = ", widened: its calibration rests on few runs" if width > EFFICIENCY_RANGE else ""
+    return (f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: every efficiency +-{width:.0%}{wide}, "
+            "measurement spread; not a confidence interval)")
 
 
 def _calibration_lines(p: Projection) -> list[str]:

@@ -17,7 +17,8 @@ from typing import Any
 from primus_ext.projection.result import IMBALANCE_THRESHOLD, imbalance, stage_idle
 from primus_ext.results import document, gib
 
-BAND_WHAT = ("tokens_per_s_per_gpu with every efficiency +-10 % and the measurement spread: a sensitivity band, "
+BAND_WHAT = ("tokens_per_s_per_gpu with every efficiency moved by the profile's band (+-10 %, wider where its "
+             "calibration rests on few runs: efficiency.band) and the measurement spread: a sensitivity band, "
              "not a confidence interval")
 PARTS = ("params", "grads", "optimizer", "activations", "other")
 """A stage's memory parts (``<part>_gib``); they add up to its ``peak_memory_gib``."""

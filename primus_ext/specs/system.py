@@ -57,6 +57,10 @@ class Efficiency:
     """Alpha term of a collective step inside the scale-up domain, seconds."""
     network_latency_s: float = 5.0e-6
     """Additional alpha per step across scale-up domains, seconds."""
+    band: float = 0.10
+    """Relative range each efficiency is moved down and up for the projection's band (``projection.project``): 0.10
+    where a family's calibration rests on many rows; wider where it rests on few (an AMD board's held-out error,
+    ``validate.amd``), so a projection on it is never printed with the confidence of a well-sampled family."""
     measured: tuple[str, ...] = ()
     """Parameters whose values were measured on the hardware (kernel microbenchmarks) rather than fitted to
     end-to-end runs: ``validate --fit`` and its cross-validation keep them as the profile states them."""
@@ -83,6 +87,9 @@ class GPUSpec:
     family: str = ""
     """Tensor/matrix-core generation (hopper, blackwell, cdna3, cdna4): GPUs of one family share
     calibrated efficiency fractions (same silicon architecture, different clocks / memory)."""
+    vendor: str = ""
+    """``amd`` / ``nvidia``: an AMD board is calibrated on AMD runs only, each board on its own rows
+    (``validate.amd``), never on another vendor's fit where AMD rows exist."""
     tdp_w: float = 0.0
     fp4_dense_tflops: float = 0.0
     """Dense FP4 (NVFP4 / MXFP4) peak; 0 = no FP4 tensor cores: FP4 recipes are refused there."""

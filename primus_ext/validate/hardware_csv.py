@@ -37,6 +37,7 @@ def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
         data["name"] = name
         data["gpus_per_node"] = base.gpus_per_node if base else (4 if int(data["scaleup_domain"]) == 72 else 8)
         data["family"] = base.family if base else ""
+        data["vendor"] = base.vendor if base else ""
         data["tdp_w"] = float(row.get("tdp_w") or 0.0)
         if base is not None:  # not CSV columns: the SFU rate and where a GPU without runs takes its efficiencies
             data["sfu_exp_per_s"] = base.sfu_exp_per_s

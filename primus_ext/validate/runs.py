@@ -30,11 +30,10 @@ from primus_ext.recipe.graphs import graph_mode
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 from primus_ext.validate.csvio import read_rows
+from primus_ext.validate.finetune import apply_finetune, finetune_of, is_finetune
 
 REQUIRED_RUN_COLUMNS = ("source", "model", "seq_len", "precision", "gpu", "num_gpus", "tp", "pp", "vpp", "cp",
                         "ep", "etp", "dp", "mbs", "gbs", "extra_flags", "tokens_per_sec_per_gpu", "notes")
-
-FINETUNE_MARKERS = ("lora", "sft", "fine-tun", "finetun", "peft")
 
 MEGATRON_BRIDGE_TE_LOSS_FAMILIES = ("Llama", "Qwen3", "DeepSeek")
 """Model families whose Megatron-Bridge pre-training recipes use Transformer Engine's cross entropy
@@ -327,9 +326,9 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
     def skip(reason: str) -> RunRow:
         return replace(base, skipped_reason=reason)
 
-    text = " ".join((row["source"], row["notes"], row["extra_flags"])).lower()
-    if any(marker in text for marker in FINETUNE_MARKERS):
-        return skip("fine-tuning run (pre-training throughput only)")
+    tune = finetune_of(row) if is_finetune(row) else None
+    if isinstance(tune, str):
+        return skip(tune)
     arch = archs.get(name)
     if arch is None:
         return skip(f"unknown architecture {name!r} (not in the archs file)")
@@ -359,6 +358,9 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
         except RecipeError:
             return skip(f"no hardware profile for GPU {row['gpu']!r}")
     execution, assumptions = execution_of(row, arch.model, precision)
+    if tune is not None:  # a fine-tuning run: LoRA adapters on a frozen base, or SFT (validate.finetune)
+        execution = apply_finetune(execution, tune)
+        assumptions += tune.assumptions
     if precision == "fp4":
         problem = fp4_problem(gpu, execution.fp4_recipe)
         if problem:

@@ -75,3 +75,21 @@ def test_validate_refuses_a_job_count_below_one(tmp_path, capsys, jobs):
     with pytest.raises(SystemExit) as exit_:
         main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--cv", "--jobs", jobs])
     assert exit_.value.code == 2 and "--jobs" in capsys.readouterr().err
+
+
+def test_validate_holds_out_one_submission_with_the_archs_beside_the_runs(tmp_path):
+    """No --archs: model_archs.csv beside the runs; --cv --holdout submission fits each AMD board on the other rows."""
+    (tmp_path / "model_archs.csv").write_text(ARCH)
+    header = RUNS.splitlines()[0]
+    rows = "".join(f'MLPerf llama2_70b_lora,2025,M,8192,FP8,MI325X,8,1,1,,1,,,8,1,8,"LoRA r=16",{v},,,,\n'
+                   for v in (300_000, 306_000, 312_000))
+    (tmp_path / "r.csv").write_text(header + "\n" + rows)
+    out = tmp_path / "v.json"
+    assert main(["validate", str(tmp_path / "r.csv"), "--cv", "--holdout", "submission", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["summary"]["n_projected"] == 3 and data["summary"]["n_skipped"] == 0
+    held = data["cross_validation"]
+    assert held["label"] == "leave-one-submission-out"
+    errors = [r["error_pct"] for r in held["rows"]]
+    # each row against a fit on the two others: the low and high rows land on opposite sides, within the spread
+    assert errors[0] > 0 > errors[2] and max(abs(e) for e in errors) < 5.0

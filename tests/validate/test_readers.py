@@ -41,7 +41,7 @@ def test_runs_map_columns_flags_and_skips(tmp_path):
     assert e.recompute_granularity == "full" and e.recompute_num_layers == 2 and e.sequence_parallel
     assert e.pipeline_schedule == "interleaved" and run.system.world_size == 64
     reasons = [r.skipped_reason for r in runs[1:]]
-    assert "has no FP4 tensor cores" in reasons[0] and "fine-tuning" in reasons[1]
+    assert "has no FP4 tensor cores" in reasons[0] and "LoRA rank not stated" in reasons[1]
     assert "unknown architecture" in reasons[2]
     assert "TPU9" in reasons[3]
 
