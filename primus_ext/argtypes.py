@@ -1,4 +1,5 @@
-"""Argument types shared by the subcommands (this module's leading ``_`` keeps it out of the subcommand list)."""
+"""Argument types shared by the subcommands (``cli``) and the launcher hooks (``launcher``): argparse ``type=``
+functions that refuse a bad value with a usage error (exit code 2)."""
 
 from __future__ import annotations
 

@@ -94,8 +94,8 @@ def _project(side: Side, args: argparse.Namespace, cluster: str | None, nodes: i
 
 def run(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs
-    from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
-    from primus_ext.report.html import ReportInputs
+    from primus_ext.report.compare import compare_rows, format_compare
+    from primus_ext.report.html import ReportInputs, render_compare_html
 
     check_outputs(("--html", args.html))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)

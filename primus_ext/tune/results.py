@@ -2,7 +2,7 @@
 
     result = tune(ctx, "tpe", baseline=recipe.execution, options=StrategyOptions(seed=0))
     result.best.config, result.gain, result.regret, result.pareto, result.sensitivity
-    result.to_dict()                    # the ``tune`` document of ``primus-ext tune --json`` (less the recipe)
+    tune_document(result)               # the ``tune`` document of ``primus-ext tune --json``: primus_ext.results.tune
 
 Regret is measured against the exhaustive optimum when the space is enumerable (``ENUMERABLE_MAX``
 candidates): the exhaustive search then runs on the same oracle and cache, so its projections are
@@ -67,12 +67,6 @@ class TuneResult:
     trials: tuple[Trial, ...] = ()
     """Every trial kept (projected, illegal, rejected) in the order tried."""
     best_execution: ExecutionSpec | None = None
-
-    def to_dict(self, *, top: int = 50) -> dict[str, Any]:
-        """The result schema's ``tune`` document (``primus_ext.results.tune``), without the recipe's fields."""
-        from primus_ext.results.tune import tune_document
-
-        return tune_document(self, top=top)
 
 
 def pareto_front(trials: list[Trial]) -> tuple[Trial, ...]:
