@@ -136,12 +136,6 @@ def moe_mlp_params(shape: RankShape) -> int:
     return router_params(shape) + expert_params(shape) + shared_expert_params(shape)
 
 
-def mlp_params(shape: RankShape) -> int:
-    """The MLP block of a decoder layer (dense MLP, or router + local experts + shared experts), without its
-    norm (``Kind.mlp_params`` of the decoder kinds)."""
-    return get_kind(shape.kind).mlp_params(shape)
-
-
 def decoder_params(shape: RankShape, mlp: int, *, impl: Impl = "te") -> int:
     """A decoder layer: input_layernorm + attention + pre_mlp_layernorm + the MLP block's ``mlp`` parameters."""
     arch = shape.arch
