@@ -16,7 +16,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["primus_ext", "primus_ext.*"]),
-    package_data={"primus_ext": ["hardware/profiles/*.yaml", "py.typed"]},
+    package_data={"primus_ext": ["hardware/profiles/*.yaml", "hardware/families.yaml", "py.typed"]},
     include_package_data=True,
     install_requires=[
         "torch>=2.4",
