@@ -177,7 +177,8 @@ def estimate_memory(
     ctx = stage_context(model, execution, measured)
     stages = []
     for rank in range(execution.pp):
-        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True, fp8_any_layout=system.gpu.fp8_any_layout)
+        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True,
+                                                fp8_any_layout=system.gpu.fp8_any_layout)
         stages.append(StageMemory(rank=rank, params_bytes=totals[0], grads_bytes=totals[1],
                                   optimizer_bytes=totals[2], activations_bytes=totals[3],
                                   other_bytes=totals[4], total_bytes=sum(totals),
