@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-from test_profiles import MYBOX
 
 from primus_ext.errors import RecipeError
 from primus_ext.hardware import list_profiles, load_gpu, load_system
@@ -18,6 +17,9 @@ from primus_ext.recipe.upstream_rules import upstream_problems
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 PACKAGE = Path(__file__).resolve().parents[2] / "primus_ext"
+MYBOX = ("bf16_dense_tflops: 100\nfp8_dense_tflops: 200\nhbm_gb: 10\nhbm_tbps: 1\n"
+         "scaleup_gbps_per_direction: 50\nscaleup_domain: 4\nnic_gbit_per_gpu: 100\n")
+"""The datasheet part of a user's profile (every required field; as tests/hardware/test_profiles.py)."""
 
 
 @pytest.fixture
