@@ -1,9 +1,10 @@
 """Pipeline ops and their replay: the types of ``model.pipeline`` and the core every schedule runs on.
 
-A schedule is a per-rank op order (kind, micro-batch, chunk); ``place`` (or ``place_positional``, the periodic
-order) turns the orders into a topological ``Structure`` (each op's same-rank predecessor and input dependency; one
-routine for every schedule whose ops run alone, whatever its chunk placement), and ``replay`` runs it: every op
-starts when its rank is free and its input arrived (upstream forward + p2p, or downstream backward + p2p).
+A schedule is a per-rank op order (kind, micro-batch, chunk); ``place`` turns the orders into a topological
+``Structure`` (each op's same-rank predecessor and input dependency; ``place_positional``: in the periodic order;
+one routine, ``_place``, for every schedule whose ops run alone, whatever its chunk placement), and ``replay`` runs
+it: every op starts when its rank is free and its input arrived (upstream forward + p2p, or downstream backward +
+p2p).
 
 Overlapped pairs (DualPipe's "F&B", DeepSeek-V3 report arXiv:2412.19437 sec. 3.2.1): one op that runs the
 forward of one micro-batch beside the backward of another, each hiding the other's EP all-to-all. The op has two
@@ -129,88 +130,78 @@ def loop_stage(rank: int, chunk: int, pp: int) -> int:
     return chunk * pp + rank
 
 
-class _Placer:
-    """Ops placed one at a time in a topological order: each op's same-rank predecessor, its input (F of stage s
-    waits for F of s-1 over p2p slot s-1, B of s for B of s+1 over slot s, the last stage's B for its own F; a W has
-    no input, its B precedes it on its rank) and its duration slot (``duration_slot``). The one placement routine
-    of every schedule whose ops run alone (``place``, ``place_positional``)."""
-
-    def __init__(self, pp: int, chunks: int, m: int, unpaired: list | None, stage_of: StageOf):
-        self.pp, self.chunks, self.m, self.stages, self.unpaired = pp, chunks, m, pp * chunks, unpaired
-        self.stage = [[stage_of(r, c, pp) for c in range(chunks)] for r in range(pp)]
-        # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
-        self.placed = [0] * (3 * self.stages * m)
-        self.ops: list[tuple[int, int, int, int]] = []
-        self.steps: list[tuple[int, int, int, int]] = []
-        self.last = [0] * pp
-
-    def put(self, r: int, kind: int, mb: int, chunk: int) -> bool:
-        """Place the op when its input is placed (True), else leave it (False)."""
-        stages, m, placed = self.stages, self.m, self.placed
-        stage = self.stage[r][chunk]
-        if kind == FWD:
-            cslot = stage - 1
-            dep = placed[(stage - 1) * m + mb] if stage > 0 else -1
-        elif kind == WGRAD:
-            dep, cslot = -1, -1
-        elif stage < stages - 1:
-            cslot = stage
-            dep = placed[(stages + stage + 1) * m + mb]
-        else:
-            cslot = -1
-            dep = placed[stage * m + mb]
-        if dep == 0:
-            return False
-        ops = self.ops
-        ops.append((kind, r, chunk, mb))
-        position = len(ops)
-        placed[(kind * stages + stage) * m + mb] = position
-        alone = self.unpaired is not None and (kind, mb, chunk) in self.unpaired[r]
-        self.steps.append((self.last[r], max(dep, 0), duration_slot(kind, r, chunk, self.pp, self.chunks, alone),
-                           cslot))
-        self.last[r] = position
-        return True
-
-    def structure(self) -> Structure:
-        return Structure(tuple(self.ops), tuple(self.steps), tuple(self.last))
+def _place(streams: list, pp: int, vpp: int, m: int, unpaired: list | None, stage_of: StageOf,
+           strict: bool) -> Structure | None:
+    """The one placement routine: ``streams`` of (rank, kind, micro-batch, chunk) ops, each stream placed in its
+    order as far as its inputs are placed, the streams swept until every op is (``strict``: one pass; ``None``
+    when an op's input is not placed yet). F of stage s waits for F of s-1 (p2p slot s-1), B of s for B of s+1
+    (slot s), the last stage's B for its own F; a W has no input (its B precedes it on its rank)."""
+    stages = pp * vpp
+    stage_at = [[stage_of(r, c, pp) for c in range(vpp)] for r in range(pp)]
+    # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
+    placed = [0] * (3 * stages * m)
+    ops: list[tuple[int, int, int, int]] = []
+    steps: list[tuple[int, int, int, int]] = []
+    pointers = [0] * len(streams)
+    last = [0] * pp
+    lengths = [len(s) for s in streams]
+    remaining = sum(lengths)
+    while remaining:
+        progressed = False
+        for i, stream in enumerate(streams):
+            ptr, n = pointers[i], lengths[i]
+            while ptr < n:
+                r, kind, mb, chunk = stream[ptr]
+                stage = stage_at[r][chunk]
+                if kind == FWD:
+                    cslot = stage - 1
+                    dep = placed[cslot * m + mb] if stage > 0 else -1
+                elif kind == WGRAD:
+                    dep, cslot = -1, -1
+                elif stage < stages - 1:
+                    cslot = stage
+                    dep = placed[(stages + stage + 1) * m + mb]
+                else:
+                    cslot = -1
+                    dep = placed[stage * m + mb]
+                if dep == 0:
+                    break
+                ops.append((kind, r, chunk, mb))
+                position = len(ops)
+                placed[(kind * stages + stage) * m + mb] = position
+                alone = unpaired is not None and (kind, mb, chunk) in unpaired[r]
+                steps.append((last[r], max(dep, 0), duration_slot(kind, r, chunk, pp, vpp, alone), cslot))
+                last[r] = position
+                ptr += 1
+            remaining -= ptr - pointers[i]
+            progressed = progressed or ptr != pointers[i]
+            pointers[i] = ptr
+        if strict and remaining:
+            return None
+        assert progressed, "pipeline order deadlocks"
+    return Structure(tuple(ops), tuple(steps), tuple(last))
 
 
 def place(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None,
           stage_of: StageOf = loop_stage) -> Structure:
     """Per-rank (kind, micro-batch, chunk) orders -> a topological ``Structure``, sweeping the ranks, each as far
     as its inputs are placed. ``unpaired[r]``: rank r's ops that run without a partner micro-batch (their own
-    duration slots); ``stage_of``: where chunk c of rank r sits in the model (``loop_stage``, or a V:
-    ``zb2.v_stage``)."""
-    placer = _Placer(pp, vpp, m, unpaired, stage_of)
-    pointers = [0] * pp
-    lengths = [len(o) for o in orders]
-    remaining = sum(lengths)
-    while remaining:
-        progressed = False
-        for r in range(pp):
-            order, ptr = orders[r], pointers[r]
-            while ptr < lengths[r] and placer.put(r, *order[ptr]):
-                ptr += 1
-            remaining -= ptr - pointers[r]
-            progressed = progressed or ptr != pointers[r]
-            pointers[r] = ptr
-        assert progressed, "pipeline order deadlocks"
-    return placer.structure()
+    duration slots, ``duration_slot``); ``stage_of``: where chunk c of rank r sits in the model (``loop_stage``,
+    or a V: ``zb2.v_stage``)."""
+    found = _place([[(r, *op) for op in order] for r, order in enumerate(orders)], pp, vpp, m, unpaired, stage_of,
+                   False)
+    assert found is not None
+    return found
 
 
 def place_positional(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None) -> Structure | None:
     """The ops sorted by their position in their rank's order (at each position the forwards by rank, then the
     backwards by reverse rank): periodic in the steady state, unlike ``place``'s sweep order (``pipeline.periodic``).
     ``None`` when that order is not topological."""
-    placer = _Placer(pp, vpp, m, unpaired, loop_stage)
-    length = max(map(len, orders))
     forward, backward = range(pp), range(pp - 1, -1, -1)
-    for t in range(length):
-        for ranks, want in ((forward, FWD), (backward, BWD)):
-            for r in ranks:
-                if t < len(orders[r]) and orders[r][t][0] == want and not placer.put(r, *orders[r][t]):
-                    return None
-    return placer.structure()
+    keyed = [(r, *orders[r][t]) for t in range(max(map(len, orders))) for ranks, want in ((forward, FWD),
+             (backward, BWD)) for r in ranks if t < len(orders[r]) and orders[r][t][0] == want]
+    return _place([keyed], pp, vpp, m, unpaired, loop_stage, True)
 
 
 def busy_times(times: tuple[tuple[ChunkTimes, ...], ...], m: int,
