@@ -7,7 +7,7 @@ import pytest
 
 from primus_ext.model.hybrid import HYBRID_KINDS, stage_patterns
 from primus_ext.model.stages import pipeline_plan
-from primus_ext.projection.stage_sums import _chunk_counts
+from primus_ext.projection.table import chunk_counts as _chunk_counts
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 NANO = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
