@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from primus_ext.cli._args import nonnegative_float
 from primus_ext.launcher.verify_top.variants import DEFAULT_ITERS as DEFAULT_VERIFY_ITERS
 from primus_ext.model.memory import DEFAULT_MARGIN
+from primus_ext.tune.strategies import STRATEGIES
 
 MIN_VERIFY_ITERS = 3
 """The log reader drops a run's first two iterations as warm-up (``primus_ext.logs.stats``)."""
@@ -59,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=int, help="node count; default from the recipe")
     p.add_argument("--config-root", action="append", default=[], metavar="DIR",
                    help="folder searched for model/module presets (repeatable)")
-    p.add_argument("--strategy", choices=("exhaustive", "tpe", "llm"), default="tpe")
+    p.add_argument("--strategy", choices=tuple(STRATEGIES), default="tpe")
     p.add_argument("--budget", type=int, default=100, help="projections the strategy may spend (default 100)")
     p.add_argument("--llm", metavar="MODEL", help="litellm model string for --strategy llm (e.g. openai/gpt-4o)")
     p.add_argument("--llm-api-base", metavar="URL", help="OpenAI-compatible endpoint (e.g. a local server)")
