@@ -1,7 +1,7 @@
 """Per-rank shapes: what one GPU of the target run computes for one layer and one micro-batch.
 
 Two configurations with the same per-rank shape cost the same compute, whatever their PP, DP or
-node count (DESIGN.md). ``rank_shapes(model, execution)`` collapses a model into the distinct layer
+node count (docs/DESIGN.md "Terms"). ``rank_shapes(model, execution)`` collapses a model into the distinct layer
 kinds one rank executes; each is measured (or modelled) once.
 
 Pure and torch-free: this sits on the tuner's hot path.

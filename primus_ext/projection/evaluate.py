@@ -5,8 +5,8 @@
     >>> p = project(model, execution, system, store)        # CLI: + timeline, memory, uncertainty band
     >>> p.tokens_per_s_per_gpu, p.breakdown.comm("ep").exposed_s, p.sources
 
-DESIGN.md "Upscale": per layer and micro-batch, compute from the cost chain (the given providers in
-order - the timing store first - then the analytic roofline) + exposed TP / CP / EP / FSDP comm
+docs/DESIGN.md "Downscale, measure, upscale": per layer and micro-batch, compute from the cost chain (the given
+providers in order - the timing store first - then the analytic roofline) + exposed TP / CP / EP / FSDP comm
 (``projection.comm``); per pipeline chunk the sum over its layers (+ embedding on the first chunk,
 output + loss and MTP on the last); the step is the simulated schedule (``model.pipeline``) with
 send/recv between stages, then the step tail: exposed DP gradient reduction (when ``overlap_grad_reduce``,

@@ -25,7 +25,7 @@ from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 
 EFFICIENCY_RANGE = 0.10
 """Relative range assumed for each efficiency parameter, calibrated, measured (``Efficiency.measured``: one
-kernel's value at one size stands for a layer's) or not (DESIGN.md "Sources of error")."""
+kernel's value at one size stands for a layer's) or not (docs/DESIGN.md "Sources of error")."""
 _SCALED = ("gemm_max", "fp8_gemm_max", "attention", "hbm", "scaleup_link", "scaleout_link", "overlap")
 
 

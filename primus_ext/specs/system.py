@@ -14,7 +14,7 @@ class Efficiency:
     """Named, calibratable efficiency parameters of one GPU type (dimensionless unless noted).
 
     Defaults are deliberately plain starting points; calibrated values are stored in the profile
-    YAML with how they were fitted. See DESIGN.md "Sources of error to make explicit".
+    YAML with how they were fitted. See docs/DESIGN.md "Sources of error".
     """
 
     gemm_max: float = 0.75
