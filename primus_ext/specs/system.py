@@ -115,14 +115,18 @@ class GPUSpec:
     """What its tensor cores run; ``None``: not stated (no ``family``): format checks then let a recipe through and
     the memory model takes the conservative answer (an fp8 weight's transposed copy kept)."""
 
+    fp8_any_layout: bool = field(init=False, repr=False, compare=False)
+    """FP8 GEMMs take every operand layout (False when not stated: the conservative memory answer). Derived from
+    ``capabilities`` once: the memory pre-filter reads it per configuration."""
+
+    def __post_init__(self) -> None:
+        any_layout = self.capabilities is not None and self.capabilities.fp8_layouts == "any"
+        object.__setattr__(self, "fp8_any_layout", any_layout)
+
     def runs(self, fmt: str) -> bool | None:
         """Whether its tensor cores run number format ``fmt`` (``FORMATS``); ``None`` when the profile does not say."""
         return None if self.capabilities is None else fmt in self.capabilities.formats
 
-    @property
-    def fp8_any_layout(self) -> bool:
-        """FP8 GEMMs take every operand layout (False when not stated: the conservative memory answer)."""
-        return self.capabilities is not None and self.capabilities.fp8_layouts == "any"
 
     @property
     def device_arch(self) -> int:
