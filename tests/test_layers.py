@@ -29,14 +29,15 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     "recipe measure logs",          # YAML -> specs (checked against model's rules); real layers timed; training logs
     "projection",                   # costs + collectives + schedule -> one Projection
     "calibration",                  # real runs correct projections: records, the correction arithmetic
-    "session",                      # one per command: target, cost chain, calibration (issue 46 part 1)
     "tune validate",                # search over executions; projections against published runs
+    "session",                      # one per command: target, cost chain, calibration, the tuner's oracle
     "results report",               # the JSON schema documents; tables, HTML, timelines
     "perfci launcher",              # performance CI; --projection-only hook, delegation, trainer, verify-top runs
     "cli",                          # one module per subcommand
     "__main__",
 ))
-"""Bottom first. ``session`` holds its place for the session object of issue 46 part 1."""
+"""Bottom first. ``session`` (issue 46 part 1, ``primus_ext/session.py``) builds the tuner's oracle, so it sits above
+``tune``; the commands (``cli``, ``launcher``) ask it."""
 
 
 @dataclass(frozen=True)
