@@ -29,15 +29,15 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     "recipe measure logs",          # YAML -> specs (checked against model's rules); real layers timed; training logs
     "projection",                   # costs + collectives + schedule -> one Projection
     "calibration",                  # real runs correct projections: records, the correction arithmetic
-    "tune validate",                # search over executions; projections against published runs
+    "tune",                         # search over executions: space, legality, pre-filter, strategies, oracle
     "session",                      # one per command: target, cost chain, calibration, the tuner's oracle
-    "results report",               # the JSON schema documents; tables, HTML, timelines
+    "validate results report",      # projections against published runs; the JSON schema documents; tables, HTML
     "perfci launcher",              # performance CI; --projection-only hook, delegation, trainer, verify-top runs
     "cli",                          # one module per subcommand
     "__main__",
 ))
 """Bottom first. ``session`` (issue 46 part 1, ``primus_ext/session.py``) builds the tuner's oracle, so it sits above
-``tune``; the commands (``cli``, ``launcher``) ask it."""
+``tune``; the commands (``cli``, ``launcher``) and ``validate`` ask it."""
 
 
 @dataclass(frozen=True)
