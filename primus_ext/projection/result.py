@@ -40,7 +40,9 @@ class CommTime:
 
     @property
     def exposed_fraction(self) -> float:
-        return self.exposed_s / self.total_s if self.total_s > 0 else 0.0
+        """Exposed over total, at most 1: the step tail's exposed gradient reduction is a difference of sums
+        (tail - makespan) that can exceed its total by a rounding ulp."""
+        return min(1.0, self.exposed_s / self.total_s) if self.total_s > 0 else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
