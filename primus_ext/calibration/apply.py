@@ -1,4 +1,4 @@
-"""Apply a stored calibration to a projection (``project``, ``train --projection-only``) or a tuner score.
+"""Apply a stored calibration to a projection (``project``, ``compare``, ``train --projection-only``).
 
     records = load_records()                                  # the timing store's calibration records
     found = find_record(records, model, execution, system)    # (record, "exact" | "nearby") or None
@@ -11,10 +11,11 @@ property of the cluster's kernels and loop, which a different layout or batch ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from primus_ext.calibration.arithmetic import correct, corrected_peak, step_parts
 from primus_ext.calibration.correction import StepParts
 from primus_ext.calibration.record import CalibrationRecord
 from primus_ext.calibration.workload import Match, Workload
@@ -23,7 +24,6 @@ from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 if TYPE_CHECKING:
     from primus_ext.model.memory import Memory
-    from primus_ext.tune.oracle import Score
 
 NEARBY_SPREAD = 0.15
 """Extra relative band of a nearby configuration: a correction taken from one run of a model on one GPU type and
@@ -36,9 +36,8 @@ MIN_BAND = 0.02
 
 def parts_of(breakdown: Breakdown, mfu: float = 0.0) -> StepParts:
     """The part of a step its kernels set (compute incl. recompute and overhead, bubble, optimizer) and the part
-    links set (exposed communication)."""
-    return StepParts(kernels_s=breakdown.compute_s + breakdown.bubble_s + breakdown.optimizer_s,
-                     links_s=breakdown.exposed_comm_s, mfu=mfu)
+    links set (exposed communication): ``arithmetic.step_parts``."""
+    return step_parts(breakdown_parts(breakdown), mfu)
 
 
 def find_record(records: Sequence[CalibrationRecord], model: ModelSpec, execution: ExecutionSpec,
@@ -66,21 +65,28 @@ def band_of(record: CalibrationRecord, match: Match) -> float:
     return spread + (NEARBY_SPREAD if match == "nearby" else 0.0)
 
 
+def breakdown_parts(breakdown: Breakdown) -> dict[str, float]:
+    """A breakdown as the named parts ``arithmetic.correct`` takes."""
+    parts = {"compute_s": breakdown.compute_s, "bubble_s": breakdown.bubble_s, "optimizer_s": breakdown.optimizer_s,
+             "recompute_s": breakdown.recompute_s, "overhead_s": breakdown.overhead_s}
+    for x in breakdown.comms:
+        parts[f"exposed_{x.kind}_s"], parts[f"total_{x.kind}_s"] = x.exposed_s, x.total_s
+    return parts
+
+
 def apply_record(projection: Projection, record: CalibrationRecord, match: Match, *,
                  store: str | None = None) -> Projection:
     """``projection`` with its step, throughput, MFU, breakdown and peak memory corrected by ``record`` (held in the
     timing store ``store``: named in the note, with how to list or forget it)."""
     c = record.correction
     b = projection.breakdown
-    step = c.step(parts_of(b))
+    fixed = correct(c, projection.step_time_s, breakdown_parts(b))
+    step, ratio, new = fixed.step_s, fixed.ratio, fixed.parts
     k = c.kernel_factor
-    scale_links = k if c.scope == "step" else 1.0
-    comms = tuple(CommTime(kind=x.kind, total_s=x.total_s * scale_links, exposed_s=x.exposed_s * scale_links,
+    comms = tuple(CommTime(kind=x.kind, total_s=new[f"total_{x.kind}_s"], exposed_s=new[f"exposed_{x.kind}_s"],
                            group=x.group) for x in b.comms)
-    breakdown = replace(b, compute_s=b.compute_s * k + c.overhead_s, bubble_s=b.bubble_s * k,
-                        optimizer_s=b.optimizer_s * k, overhead_s=b.overhead_s * k + c.overhead_s,
-                        recompute_s=b.recompute_s * k, comms=comms)
-    ratio = projection.step_time_s / step
+    breakdown = replace(b, compute_s=new["compute_s"], bubble_s=new["bubble_s"], optimizer_s=new["optimizer_s"],
+                        overhead_s=new["overhead_s"], recompute_s=new["recompute_s"], comms=comms)
     band = band_of(record, match)
     tokens = projection.tokens_per_s_per_gpu * ratio
     memory, peak_before = projection.memory, None
@@ -106,29 +112,10 @@ def apply_record(projection: Projection, record: CalibrationRecord, match: Match
 
 def calibrated_memory(memory: Memory, factor: float) -> Memory:
     """The memory verdict with the peak scaled by the measured / projected factor (per-stage parts as projected)."""
-    peak = memory.peak_bytes * factor
+    peak = corrected_peak(memory.peak_bytes, factor)
     usable = memory.capacity_bytes * (1.0 - memory.margin)
     return replace(memory, peak_bytes=peak, fits=peak <= usable, headroom_bytes=usable - peak,
                    source=f"{memory.source}, x{factor:.3f} measured/projected peak")
-
-
-def calibrate_score(score: Score, record: CalibrationRecord, match: Match) -> Score:
-    """A tuner ``Score`` corrected by ``record`` (the same arithmetic as ``apply_record``)."""
-    c = record.correction
-    bd: Mapping[str, float] = score.breakdown
-    kernels = bd.get("compute_s", 0.0) + bd.get("bubble_s", 0.0) + bd.get("optimizer_s", 0.0)
-    links = sum(v for name, v in bd.items() if name.startswith("exposed_"))
-    step = c.step(StepParts(kernels_s=kernels, links_s=links))
-    ratio = score.step_time_s / step
-    k = c.kernel_factor
-    new = {name: (v * k if name in ("bubble_s", "optimizer_s", "recompute_s") or
-                  (c.scope == "step" and name.startswith(("exposed_", "total_"))) else v) for name, v in bd.items()}
-    new["compute_s"] = bd.get("compute_s", 0.0) * k + c.overhead_s
-    peak = score.peak_bytes
-    if peak is not None and c.memory_factor is not None:
-        peak = int(peak * c.memory_factor)
-    return replace(score, step_time_s=step, tokens_per_s_per_gpu=score.tokens_per_s_per_gpu * ratio,
-                   mfu=score.mfu * ratio, breakdown=new, peak_bytes=peak)
 
 
 def apply_stored(projection: Projection, store_path: str | None = None, *,

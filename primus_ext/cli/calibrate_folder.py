@@ -38,8 +38,8 @@ def _base_path(manifest: dict[str, Any], folder: Path) -> Path | None:
 
 def folder_jobs(args: argparse.Namespace, folder: Path) -> tuple[Any, list[tuple[Path, Any]], list[str]]:
     """The base recipe, a (log, loader) pair per candidate with a log, and one line per candidate left out."""
+    from primus_ext.launcher.verify_top.variants import MANIFEST, read_manifest
     from primus_ext.recipe import load_recipe
-    from primus_ext.tune.verify_top.variants import MANIFEST, read_manifest
 
     manifest = read_manifest(folder)
     if manifest.get("local"):

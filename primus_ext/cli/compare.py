@@ -107,8 +107,8 @@ def session_of(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs
-    from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
-    from primus_ext.report.html import ReportInputs
+    from primus_ext.report.compare import compare_rows, format_compare
+    from primus_ext.report.html import ReportInputs, render_compare_html
     from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
     check_json_out(args.json)

@@ -16,13 +16,13 @@ best, gain, regret, Pareto front, sensitivity, notes) as the result schema's ``t
 (``primus_ext.results``); ``--json -`` writes it to stdout and the tables to stderr. LLM keys come from the
 environment only (e.g. ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); they are never printed or logged.
 
-Multi-fidelity (``primus_ext.tune.verify_top``): ``--verify-top K`` writes the K best configurations as short-run
+Multi-fidelity (``primus_ext.launcher.verify_top``): ``--verify-top K`` writes the K best configurations as short-run
 variants of the recipe into ``--verify-dir`` (default ``<recipe stem>-verify-top/`` beside it; ``candidate-N.yaml``
 with ``--verify-iters`` iterations, every iteration logged, no checkpoints), a ``manifest.json`` and ``launch.sh``
 (``launch.sh primus|megatron``: each run writes ``candidate-N.log``). After the runs, ``--resume-verify`` re-ranks
 the folder's logs without searching again: measured vs projected ranks, the projection's selection regret and,
 from three runs, Spearman's rank correlation (``--json``: the tune document with its ``verify_top`` field;
-``primus_ext.tune.verify_top.rerank(DIR)`` is the same re-ranking as a function). ``--verify-run local`` runs the
+``primus_ext.launcher.verify_top.rerank(DIR)`` is the same re-ranking as a function). ``--verify-run local`` runs the
 variants here instead, with the built-in trainer as ``train --verify`` does (``--verify-scale``,
 ``--verify-nproc``), against the projection of the same reduced runs::
 
@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.cli._args import nonnegative_float
+from primus_ext.launcher.verify_top.variants import DEFAULT_ITERS as DEFAULT_VERIFY_ITERS
 from primus_ext.model.memory import DEFAULT_MARGIN
-from primus_ext.tune.verify_top.variants import DEFAULT_ITERS as DEFAULT_VERIFY_ITERS
+from primus_ext.tune.strategies import STRATEGIES
 
 MIN_VERIFY_ITERS = 3
 """The log reader drops a run's first two iterations as warm-up (``primus_ext.logs.stats``)."""
@@ -61,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=int, help="node count; default from the recipe")
     p.add_argument("--config-root", action="append", default=[], metavar="DIR",
                    help="folder searched for model/module presets (repeatable)")
-    p.add_argument("--strategy", choices=("exhaustive", "tpe", "llm"), default="tpe")
+    p.add_argument("--strategy", choices=tuple(STRATEGIES), default="tpe")
     p.add_argument("--budget", type=int, default=100, help="projections the strategy may spend (default 100)")
     p.add_argument("--llm", metavar="MODEL", help="litellm model string for --strategy llm (e.g. openai/gpt-4o)")
     p.add_argument("--llm-api-base", metavar="URL", help="OpenAI-compatible endpoint (e.g. a local server)")
@@ -93,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
     p.add_argument("--uncalibrated", action="store_true",
                    help="ignore calibration records from real runs (primus-ext calibrate) in the store")
-    verify = p.add_argument_group("multi-fidelity: short real runs of the K best (primus_ext.tune.verify_top)")
+    verify = p.add_argument_group("multi-fidelity: short real runs of the K best (primus_ext.launcher.verify_top)")
     verify.add_argument("--verify-top", type=int, metavar="K",
                         help="write short-run variants of the K best configurations, a manifest and launch.sh")
     verify.add_argument("--verify-dir", metavar="DIR", help="their folder (default <recipe stem>-verify-top beside "
@@ -371,7 +372,7 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
 def _verify_folder(args: argparse.Namespace) -> Any:
     from pathlib import Path
 
-    from primus_ext.tune.verify_top import default_folder
+    from primus_ext.launcher.verify_top import default_folder
 
     return Path(args.verify_dir) if args.verify_dir else default_folder(args.recipe)
 
@@ -379,7 +380,7 @@ def _verify_folder(args: argparse.Namespace) -> Any:
 def _check_verify(args: argparse.Namespace) -> None:
     """Refuse bad --verify-* values and an unusable folder before the search."""
     from primus_ext.errors import Problem, RecipeError
-    from primus_ext.tune.verify_top import check_folder
+    from primus_ext.launcher.verify_top import check_folder
 
     bad = [Problem(path=flag, value=value, message=message, fix=fix) for flag, value, wrong, message, fix in (
         ("--verify-top", args.verify_top, args.verify_top < 1, "must be at least 1", "e.g. --verify-top 3"),
@@ -398,7 +399,7 @@ def _check_verify(args: argparse.Namespace) -> None:
 def _verify_top(args: argparse.Namespace, searched: _Searched) -> dict[str, Any]:
     """Write the K best as short-run variants; with ``--verify-run local`` run them here; re-rank what has logs.
     Returns the tune document's ``verify_top`` field."""
-    from primus_ext.tune.verify_top import format_verify_top, pick_candidates, rerank, write_variants
+    from primus_ext.launcher.verify_top import format_verify_top, pick_candidates, rerank, write_variants
 
     folder = _verify_folder(args)
     candidates = pick_candidates(searched.ranked, searched.to_execution, args.verify_top)
@@ -416,7 +417,7 @@ def _verify_top(args: argparse.Namespace, searched: _Searched) -> dict[str, Any]
         return result.to_dict()
     import torch
 
-    from primus_ext.tune.verify_top.local import run_local
+    from primus_ext.launcher.verify_top.local import run_local
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     run_local(folder, manifest, variants, iters=args.verify_iters, scale=args.verify_scale, nproc=args.verify_nproc,
@@ -429,9 +430,9 @@ def _verify_top(args: argparse.Namespace, searched: _Searched) -> dict[str, Any]
 def _resume_verify(args: argparse.Namespace) -> int:
     """``--resume-verify``: re-rank the folder's logs; ``--json`` writes the search's tune document from the manifest
     with this ``verify_top``."""
+    from primus_ext.launcher.verify_top import format_verify_top, rerank
+    from primus_ext.launcher.verify_top.variants import read_manifest
     from primus_ext.results import check_json_out, emit_json, tables_to_stderr
-    from primus_ext.tune.verify_top import format_verify_top, rerank
-    from primus_ext.tune.verify_top.variants import read_manifest
 
     check_json_out(args.json)
     folder = _verify_folder(args)

@@ -5,7 +5,9 @@
     32
 
 Profiles ship in ``primus_ext/hardware/profiles/<name>.yaml`` (datasheet figures with their
-sources, from shared/validation/hardware_specs.csv). A profile may carry an ``efficiency:`` block
+sources, from shared/validation/hardware_specs.csv) and name their tensor-core ``family:``, whose capabilities
+(number formats, FP8 operand layouts, device arch) ``families.yaml`` states (``hardware.capabilities``; a GPU of a
+new generation states its own ``capabilities:``). A profile may carry an ``efficiency:`` block
 (calibrated parameters, see ``primus_ext.specs.system.Efficiency``); a user can point
 ``PRIMUS_EXT_PROFILES`` (os.pathsep-separated folders) at profiles of their own, which take
 precedence over the shipped ones.
@@ -26,6 +28,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import PrimusExtError, Problem, RecipeError
+from primus_ext.hardware.capabilities import capabilities_of
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -174,6 +177,8 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
     problems += measured_problems
     if not measured_problems:
         eff_data = {**eff_data, "measured": tuple(eff_data.get("measured") or ())}  # YAML list -> hashable spec
+    capabilities, capability_problems = capabilities_of(data, source=source)
+    problems += capability_problems
     inherits = data.get("inherits_efficiency_from")
     if inherits is not None and not isinstance(inherits, str):
         problems.append(Problem(path=f"{source}:inherits_efficiency_from", value=inherits,
@@ -200,6 +205,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         inherits_efficiency_from=inherits or "",
         sources=str(data.get("gpu", "")) + " profile " + source,
         efficiency=Efficiency(**eff_data),
+        capabilities=capabilities,
     )
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from primus_ext.cli._args import nonnegative_float
+from primus_ext.argtypes import nonnegative_float
 from primus_ext.errors import PrimusExtError, RecipeError
 from primus_ext.launcher.projection_only import CostPlan, experiment_dir, margin_note, projection_only
 from primus_ext.recipe.target import CLUSTER_ENV

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from primus_ext.cli._args import nonnegative_float
+from primus_ext.argtypes import nonnegative_float
 from primus_ext.launcher.hook import CLUSTER_ENV, project_experiment
 from primus_ext.launcher.projection_only import EXIT_ILLEGAL, CostPlan
 from primus_ext.recipe.presets import is_primus_root

@@ -157,7 +157,18 @@ def _moe_routing(shape: RankShape, local_experts: int) -> tuple[int, int, list[s
 
 def transformer_config(shape: RankShape, *, distributed: bool, device: torch.device, use_te: bool,
                        dtype: torch.dtype | None = None, grouped: bool = False):
-    """The megatron ``TransformerConfig`` (``MLATransformerConfig`` for MLA) for ``shape``."""
+    """The megatron ``TransformerConfig`` (``MLATransformerConfig`` for MLA) for ``shape``, and the notes on what
+    the measurement leaves out."""
+    config_class, kw, notes = config_kwargs(shape, distributed=distributed, device=device, use_te=use_te,
+                                            dtype=dtype, grouped=grouped)
+    return config_class(**kw), notes
+
+
+def config_kwargs(shape: RankShape, *, distributed: bool, device: torch.device, use_te: bool,
+                  dtype: torch.dtype | None = None, grouped: bool = False) -> tuple[type, dict[str, Any], list[str]]:
+    """(config class, keyword arguments, notes) of ``transformer_config``: the one translation of a layer's
+    architecture into megatron's config, which the built-in trainer takes too (``launcher.trainer.build``: the
+    model that trains is the model that was timed) before it sets the run's own fields."""
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     a = shape.arch
@@ -239,8 +250,8 @@ def transformer_config(shape: RankShape, *, distributed: bool, device: torch.dev
         kw.update(multi_latent_attention=True, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
                   qk_head_dim=a.qk_head_dim, qk_pos_emb_head_dim=a.qk_pos_emb_head_dim,
                   v_head_dim=a.v_head_dim)
-        return MLATransformerConfig(**kw), notes
-    return TransformerConfig(**kw), notes
+        return MLATransformerConfig, kw, notes
+    return TransformerConfig, kw, notes
 
 
 def _world1_notes(shape: RankShape, use_te: bool) -> list[str]:

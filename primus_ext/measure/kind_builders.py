@@ -19,14 +19,17 @@ from primus_ext.measure.shims import mla_core_attention_class
 from primus_ext.model.rank_shape import RankShape
 
 
-def _layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
+def decoder_layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
+    """The GPT decoder layer's megatron spec for ``shape`` under ``config`` (TE or local, MLA, MoE, the CPU and
+    one-rank substitutions): what ``build_layer`` times and what the built-in trainer stacks
+    (``launcher.trainer.build``)."""
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     a = shape.arch
     experts = config.num_moe_experts if BUILDERS[shape.kind].experts else None
     if use_te:
         return specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=experts, moe_grouped_gemm=True, qk_layernorm=a.qk_layernorm,
+            num_experts=experts, moe_grouped_gemm=config.moe_grouped_gemm, qk_layernorm=a.qk_layernorm,
             multi_latent_attention=a.multi_latent_attention)
     spec = specs.get_gpt_layer_local_spec(
         num_experts=experts, moe_grouped_gemm=config.moe_grouped_gemm, qk_layernorm=a.qk_layernorm,
@@ -139,7 +142,8 @@ def _build_decoder(ctx: _BuildContext) -> _Built:
 
     shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
     tokens_seq, mbs = shape.local_seq, shape.micro_batch_size
-    module = TransformerBlock(config, _layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa), post_layer_norm=False)
+    module = TransformerBlock(config, decoder_layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa),
+                             post_layer_norm=False)
     rope = None
     if not a.multi_latent_attention:
         rope = RotaryEmbedding(a.kv_channels, rotary_percent=1.0)(tokens_seq).to(dev)
@@ -174,7 +178,7 @@ def _build_half(ctx: _BuildContext) -> _Built:
 
     shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
     keep = BUILDERS[shape.kind].half
-    spec = _half_spec(_layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa), keep)
+    spec = _half_spec(decoder_layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa), keep)
     module = TransformerBlock(config, spec, post_layer_norm=False)
     rope = None
     if keep == "attention" and not a.multi_latent_attention:

@@ -1,6 +1,6 @@
 """FP4 training as megatron-core 0.16 (NVFP4) and Primus (MXFP4) run it: what is quantised, what it costs.
 
-Pure functions of the execution's ``fp4_recipe`` and the GPU::
+Pure functions of the execution's ``fp4_recipe`` and the GPU (which formats it runs: its profile's capabilities)::
 
     fp4_element_bytes("nvfp4")            # 0.5625: an E2M1 nibble + an E4M3 scale per 16 elements
     fp4_weight_bytes("nvfp4")             # 1.125: row-wise and column-wise copies of each weight
@@ -52,13 +52,6 @@ QUANT_COPIES = 2
 """Row-wise and column-wise quantised copies of each quantised tensor: FP4 block-scaled GEMMs take K-major operands
 only (cuBLAS docs, "1D block scaling factors layout": block scales run along the reduction dimension), so the
 backward's GEMMs read a copy quantised along the other dimension."""
-NVFP4_FAMILIES = frozenset({"blackwell"})
-"""GPUs whose tensor cores run NVFP4 (16-element E4M3 block scales): NVIDIA Blackwell (sm_100, tcgen05
-block-scaled MMA); TE requires compute capability >= 10.0 for ``NVFP4BlockScaling``."""
-MXFP4_FAMILIES = frozenset({"cdna4"})
-"""GPUs Primus runs MXFP4 training on: AMD CDNA4 (MI350X / MI355X, OCP MX FP4 in the datasheet). megatron-core
-0.16's ``fp4_recipe`` offers ``nvfp4`` and ``custom`` only (transformer_config.py at core_v0.16.1): MXFP4 is Primus's
-ROCm path."""
 
 
 def fp4_element_bytes(recipe: str) -> float:
@@ -113,8 +106,10 @@ def fp4_problem(gpu: GPUSpec, recipe: str) -> str | None:
     if gpu.fp4_dense_tflops <= 0:
         return (f"{gpu.name} has no FP4 tensor cores (its profile states no fp4_dense_tflops): FP4 training "
                 "cannot run there")
-    families = NVFP4_FAMILIES if recipe == "nvfp4" else MXFP4_FAMILIES
-    if gpu.family and gpu.family not in families:
+    # the profile's formats (hardware/families.yaml): NVFP4 on NVIDIA Blackwell (sm_100 tcgen05 block-scaled MMA;
+    # TE's NVFP4BlockScaling needs compute capability >= 10.0); MXFP4 where Primus runs it, AMD CDNA4 (megatron-core
+    # 0.16's fp4_recipe offers nvfp4 and custom only, transformer_config.py at core_v0.16.1)
+    if gpu.runs(recipe) is False:
         other = "mxfp4" if recipe == "nvfp4" else "nvfp4"
         return (f"fp4_recipe {recipe} does not run on {gpu.name} ({gpu.family}): NVFP4 is megatron-core's recipe for "
                 f"NVIDIA Blackwell, MXFP4 Primus's for AMD CDNA4 (use fp4_recipe: {other})")

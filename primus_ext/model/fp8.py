@@ -1,10 +1,11 @@
 """What an fp8 weight costs in HBM, by scaling recipe and GPU generation (Transformer Engine 2.x).
 
-Pure functions of the execution's ``fp8_recipe`` and the GPU's tensor-core ``family``::
+Pure functions of the execution's ``fp8_recipe`` and whether the GPU's FP8 GEMMs take every operand layout
+(``GPUSpec.fp8_any_layout``: its profile's capability, ``hardware/families.yaml`` ``fp8_layouts``)::
 
-    fp8_weight_bytes("tensorwise", "blackwell")  # 1.0: the fp8 data serves both GEMM layouts
-    fp8_weight_bytes("tensorwise", "hopper")     # 2.0: fp8 data + the transposed copy
-    layer_weight_bytes(execution, "blackwell", param_bytes=2.0)  # (weight, cache) bytes per layer param
+    fp8_weight_bytes("tensorwise", any_layout=True)   # 1.0 (Blackwell): the fp8 data serves both GEMM layouts
+    fp8_weight_bytes("tensorwise", any_layout=False)  # 2.0 (Hopper): fp8 data + the transposed copy
+    layer_weight_bytes(execution, True, param_bytes=2.0)  # (weight, cache) bytes per layer param
 
 The memory model (``memory.stage.state_bytes``) applies them to the transformer layers' GEMM weights;
 embedding, output layer and router stay in their own dtypes (Transformer Engine quantises only the
@@ -16,11 +17,6 @@ from __future__ import annotations
 from primus_ext.model import fp4
 from primus_ext.specs import ExecutionSpec
 
-NON_TN_FP8_FAMILIES = frozenset({"blackwell"})
-"""Tensor-core generations whose FP8 GEMMs take every operand layout. Transformer Engine asks
-``is_non_tn_fp8_gemm_supported()`` (compute capability >= 10.0, i.e. Blackwell) and only where it is false
-keeps a transposed copy of each per-tensor-scaled fp8 weight for the backward's GEMMs: cuBLASLt's FP8 GEMMs
-on Hopper (sm_90) accept only the TN layout (cuBLAS docs, cublasLtMatmul FP8 layout requirements)."""
 MX_BLOCK_ELEMENTS = 32
 """MXFP8: one E8M0 scale byte per 32 elements along the reduction dimension (OCP Microscaling Formats
 spec v1.0); the scales run along one dimension, so Transformer Engine keeps a row-wise and a column-wise
@@ -29,31 +25,34 @@ FP8_BYTES = 1.0
 """An E4M3 / E5M2 element."""
 
 
-def fp8_weight_bytes(recipe: str, family: str) -> float:
+def fp8_weight_bytes(recipe: str, any_layout: bool) -> float:
     """Bytes per parameter of an fp8 weight with what both its forward and backward GEMMs read.
 
-    Per-tensor scaling (``delayed``, ``tensorwise``): the data alone on Blackwell, data + transpose on
-    Hopper and on unknown generations (the conservative answer). ``mxfp8``: row-wise and column-wise data
+    Per-tensor scaling (``delayed``, ``tensorwise``): the data alone where FP8 GEMMs take every operand layout
+    (``any_layout``: Blackwell; Transformer Engine asks ``is_non_tn_fp8_gemm_supported()``), data + transpose
+    where they take TN only (Hopper: cuBLAS docs, cublasLtMatmul FP8 layout requirements) and on GPUs whose
+    profile does not say (the conservative answer). ``mxfp8``: row-wise and column-wise data
     plus their block scales. ``blockwise`` (128x128 weight blocks, Hopper's DeepSeek-style recipe) and
     torchao's ``rowwise``: two quantised copies, scales negligible (one fp32 per 16 384 elements)."""
     if recipe == "mxfp8":
         return 2 * FP8_BYTES * (1 + 1 / MX_BLOCK_ELEMENTS)
-    if recipe in ("delayed", "tensorwise") and family in NON_TN_FP8_FAMILIES:
+    if recipe in ("delayed", "tensorwise") and any_layout:
         return FP8_BYTES
     return 2 * FP8_BYTES
 
 
-def fp8_weight_cache_bytes(recipe: str, family: str) -> float:
+def fp8_weight_cache_bytes(recipe: str, any_layout: bool) -> float:
     """Extra bytes per parameter when fp8 GEMMs run on bf16 parameters: megatron-core's TE layers pass
     ``is_first_microbatch`` (extensions/transformer_engine.py, unless disable_parameter_transpose_cache), so
     TE quantises each weight once per step and keeps the result for the step's other micro-batches.
     torchao's float8 linear (``rowwise``, torchtitan) casts the weight inside each GEMM and saves the bf16
     weight for backward: no cache."""
-    return 0.0 if recipe == "rowwise" else fp8_weight_bytes(recipe, family)
+    return 0.0 if recipe == "rowwise" else fp8_weight_bytes(recipe, any_layout)
 
 
-def layer_weight_bytes(e: ExecutionSpec, family: str, *, param_bytes: float) -> tuple[float, float]:
-    """(parameter, fp8 cache) bytes per transformer-layer GEMM parameter of ``e`` on a ``family`` GPU.
+def layer_weight_bytes(e: ExecutionSpec, any_layout: bool, *, param_bytes: float) -> tuple[float, float]:
+    """(parameter, fp8 cache) bytes per transformer-layer GEMM parameter of ``e`` on a GPU whose FP8 GEMMs take every
+    operand layout (``any_layout``) or TN only.
 
     ``fp8_param_gather``: the parameter is the fp8 weight itself (no bf16 copy, no cache). fp8 GEMMs on
     bf16 parameters: the bf16 weight plus TE's cache. fp4: ``model.fp4.layer_weight_bytes``. Otherwise
@@ -63,5 +62,5 @@ def layer_weight_bytes(e: ExecutionSpec, family: str, *, param_bytes: float) -> 
     if e.precision != "fp8":
         return param_bytes, 0.0
     if e.fp8_param_gather:
-        return fp8_weight_bytes(e.fp8_recipe, family), 0.0
-    return param_bytes, fp8_weight_cache_bytes(e.fp8_recipe, family)
+        return fp8_weight_bytes(e.fp8_recipe, any_layout), 0.0
+    return param_bytes, fp8_weight_cache_bytes(e.fp8_recipe, any_layout)

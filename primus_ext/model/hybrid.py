@@ -30,10 +30,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from primus_ext.model.rank_shape import RankShape
-
 if TYPE_CHECKING:
-    from primus_ext.specs import ExecutionSpec, ModelSpec
+    from primus_ext.model.rank_shape import RankShape
 
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
 SYMBOLS = (MAMBA, ATTENTION, MLP, MOE)
@@ -258,35 +256,3 @@ def mamba_saved(shape: RankShape, e: int) -> dict[str, float]:
             "mamba_gated_norm": e * t * h * p + FP32 * t * g, "mamba_out_proj": e * t * h * p}
 
 
-# -- a whole hybrid model --------------------------------------------------------------------------------------
-def symbol_params(model: ModelSpec, execution: ExecutionSpec) -> dict[str, int]:
-    """Parameters one rank holds for one layer of each symbol in ``model.hybrid_layer_pattern`` (TE spec):
-    ``M`` the ``MambaLayer``; ``*`` input norm + self-attention (GQA or MLA); ``-`` pre-MLP norm + dense MLP;
-    ``E`` pre-MLP norm + router + local experts + shared experts (mamba_layer_specs.py ``mamba_stack_spec``)."""
-    from primus_ext.model.kinds.registry import get_kind
-    from primus_ext.model.rank_shape import rank_shapes
-
-    shapes = rank_shapes(model, execution)
-    return {symbol: get_kind(kind).params(shapes[kind]) for symbol, kind in SYMBOL_KINDS.items()
-            if symbol in model.hybrid_layer_pattern}
-
-
-def stage_params(model: ModelSpec, execution: ExecutionSpec) -> tuple[int, ...]:
-    """Parameters each pipeline rank holds (one TP / EP rank of it): its slice of the pattern (``stage_patterns``),
-    the embedding on the first, the final norm + output layer on the last (shared with the embedding when tied
-    and PP = 1)."""
-    from primus_ext.model import params as P
-    from primus_ext.model.rank_shape import rank_shapes
-
-    shapes = rank_shapes(model, execution)
-    per = symbol_params(model, execution)
-    stages = stage_patterns(model.hybrid_layer_pattern, execution.pp, first=execution.decoder_first_pipeline_num_layers,
-                            last=execution.decoder_last_pipeline_num_layers,
-                            vpp=execution.virtual_pipeline_model_parallel_size)
-    totals = [sum(per[s] for s in stage) for stage in stages]
-    totals[0] += P.embedding_params(shapes["embedding"])
-    output = P.output_params(shapes["output"])
-    if not model.untie_embeddings_and_output_weights and len(stages) == 1:
-        output -= P.embedding_params(shapes["embedding"])
-    totals[-1] += output
-    return tuple(totals)

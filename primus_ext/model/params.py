@@ -35,8 +35,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from primus_ext.model.hybrid import SYMBOL_KINDS, stage_patterns
 from primus_ext.model.kinds.registry import get_kind
-from primus_ext.model.rank_shape import LayerArch, RankShape
+from primus_ext.model.rank_shape import LayerArch, RankShape, rank_shapes
+from primus_ext.specs import ExecutionSpec, ModelSpec
 
 Impl = Literal["local", "te"]
 """``te`` (default): the Transformer-Engine spec production runs use, which is also what
@@ -134,12 +136,6 @@ def moe_mlp_params(shape: RankShape) -> int:
     return router_params(shape) + expert_params(shape) + shared_expert_params(shape)
 
 
-def mlp_params(shape: RankShape) -> int:
-    """The MLP block of a decoder layer (dense MLP, or router + local experts + shared experts), without its
-    norm (``Kind.mlp_params`` of the decoder kinds)."""
-    return get_kind(shape.kind).mlp_params(shape)
-
-
 def decoder_params(shape: RankShape, mlp: int, *, impl: Impl = "te") -> int:
     """A decoder layer: input_layernorm + attention + pre_mlp_layernorm + the MLP block's ``mlp`` parameters."""
     arch = shape.arch
@@ -183,3 +179,31 @@ def final_norm_params(arch: LayerArch) -> int:
 def position_embedding_params(max_position_embeddings: int, hidden_size: int, kind: str) -> int:
     """Learned absolute position embeddings (not TP-split); 0 for rope / none."""
     return max_position_embeddings * hidden_size if kind == "learned_absolute" else 0
+
+
+# -- a whole hybrid model (an independent check of the stage sums: tests/projection/test_hybrid_stages.py) --
+def hybrid_symbol_params(model: ModelSpec, execution: ExecutionSpec) -> dict[str, int]:
+    """Parameters one rank holds for one layer of each symbol in ``model.hybrid_layer_pattern`` (TE spec):
+    ``M`` the ``MambaLayer``; ``*`` input norm + self-attention (GQA or MLA); ``-`` pre-MLP norm + dense MLP;
+    ``E`` pre-MLP norm + router + local experts + shared experts (mamba_layer_specs.py ``mamba_stack_spec``)."""
+    shapes = rank_shapes(model, execution)
+    return {symbol: get_kind(kind).params(shapes[kind]) for symbol, kind in SYMBOL_KINDS.items()
+            if symbol in model.hybrid_layer_pattern}
+
+
+def hybrid_stage_params(model: ModelSpec, execution: ExecutionSpec) -> tuple[int, ...]:
+    """Parameters each pipeline rank holds (one TP / EP rank of it): its slice of the pattern
+    (``hybrid.stage_patterns``), the embedding on the first, the final norm + output layer on the last (shared with
+    the embedding when tied and PP = 1)."""
+    shapes = rank_shapes(model, execution)
+    per = hybrid_symbol_params(model, execution)
+    stages = stage_patterns(model.hybrid_layer_pattern, execution.pp, first=execution.decoder_first_pipeline_num_layers,
+                            last=execution.decoder_last_pipeline_num_layers,
+                            vpp=execution.virtual_pipeline_model_parallel_size)
+    totals = [sum(per[s] for s in stage) for stage in stages]
+    totals[0] += embedding_params(shapes["embedding"])
+    output = output_params(shapes["output"])
+    if not model.untie_embeddings_and_output_weights and len(stages) == 1:
+        output -= embedding_params(shapes["embedding"])
+    totals[-1] += output
+    return tuple(totals)

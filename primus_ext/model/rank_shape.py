@@ -1,7 +1,7 @@
 """Per-rank shapes: what one GPU of the target run computes for one layer and one micro-batch.
 
 Two configurations with the same per-rank shape cost the same compute, whatever their PP, DP or
-node count (DESIGN.md). ``rank_shapes(model, execution)`` collapses a model into the distinct layer
+node count (docs/DESIGN.md "Terms"). ``rank_shapes(model, execution)`` collapses a model into the distinct layer
 kinds one rank executes; each is measured (or modelled) once.
 
 Pure and torch-free: this sits on the tuner's hot path.
@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
+from primus_ext.model.hybrid import MAMBA, MAMBA_CHUNK_SIZE, MAMBA_D_CONV, MOE, SYMBOL_KINDS
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp4Recipe, Fp8Recipe
@@ -287,8 +288,6 @@ def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
 
 def _mamba_arch(model: ModelSpec) -> LayerArch:
     """A Mamba layer's arch: the model's, with the mixer's sizes (``model.hybrid`` defaults for K and Q)."""
-    from primus_ext.model.hybrid import MAMBA_CHUNK_SIZE, MAMBA_D_CONV
-
     return replace(_layer_arch(model, moe=False), mamba_num_heads=model.mamba_num_heads,
                    mamba_head_dim=model.mamba_head_dim, mamba_num_groups=model.mamba_num_groups,
                    mamba_state_dim=model.mamba_state_dim, mamba_d_conv=MAMBA_D_CONV, mamba_chunk_size=MAMBA_CHUNK_SIZE)
@@ -345,8 +344,6 @@ def _hybrid_shapes(model: ModelSpec, execution: ExecutionSpec, common: dict) -> 
     """A hybrid model's kinds, one per layer symbol present (``model.hybrid.SYMBOL_KINDS``), + the edges. Full
     recompute does not apply (megatron-core's ``MambaStack`` has no layer-checkpointing path); selective recompute
     does, inside the attention / MLP / MoE layers (their kinds' ``saved_selective``), not in a Mamba layer."""
-    from primus_ext.model.hybrid import MAMBA, MOE, SYMBOL_KINDS
-
     plain = dict(common, recompute="none", recompute_modules=(), selective_ac="modules")
     inner = dict(common, selective_ac="modules") if common["recompute"] == "selective" else plain
     shapes: dict[LayerKind, RankShape] = {}

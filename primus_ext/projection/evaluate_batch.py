@@ -6,7 +6,7 @@
     >>> batch.projection(i)                                   # the full Projection (evaluate())
 
 The arithmetic of ``evaluate`` laid out as arrays over configurations. Per configuration, Python only
-looks up what the context memoises (per-rank layer costs and communication: the cost table; the
+looks up what the cost table memoises (``projection.table``: per-rank layer costs and communication, the
 layer split's counts per chunk) and its schedule structure. Configurations sharing a structure
 (schedule, PP, VPP, micro-batches) then go through together:
   * chunk sums: counts per chunk (PP*VPP x 8 layer kinds) times the layer kinds' values (8 x 22 fields:
@@ -14,8 +14,8 @@ layer split's counts per chunk) and its schedule structure. Configurations shari
     adds under EP overlap, total / exposed per layer comm kind), one batched matrix product;
   * the schedule: ``model.pipeline.batch.simulate_many`` (compiled op loop; long runs extrapolate the
     periodic steady state as ``evaluate`` does);
-  * the step tail (DP gradient reduction and parameter gather, optimizer) from ``projection.comm``'s
-    functions per (rank parameters, DP layout), memoised within the call, and their overlap as arrays;
+  * the step tail (DP gradient reduction and parameter gather, optimizer): ``projection.tail.rank_tail`` per (rank
+    parameters, DP layout), the same memo ``evaluate`` uses, and their overlap as arrays;
   * the breakdown of the busiest rank, tok/s/GPU, TFLOP/s/GPU, MFU.
 The zero-bubble schedule (its op order chosen on each configuration's op times) goes through ``evaluate`` one by
 one.
@@ -28,39 +28,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
 
 from primus_ext.errors import PrimusExtError
-from primus_ext.model.collectives import p2p_time
-from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.hybrid import HYBRID_KINDS
 from primus_ext.model.pipeline import simulate_many, unpaired_counts
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.placement import group_placements
 from primus_ext.model.stages import virtual_stages
-from primus_ext.projection.comm import (
-    aligned_dp_windows_many,
-    bucket_fraction,
-    dp_times,
-    optimizer_seconds,
-    overlapped_exposed_many,
-)
-from primus_ext.projection.evaluate import (
-    LAYER_COMM_KINDS,
-    Costs,
-    _Context,
-    _context,
-    _counts_entry,
-    _layer_entry,
-    _providers,
-    evaluate,
-    layer_sources,
-    schedule_of,
-)
+from primus_ext.projection.comm import aligned_dp_windows_many, overlapped_exposed_many
+from primus_ext.projection.evaluate import LAYER_COMM_KINDS, evaluate, schedule_of
 from primus_ext.projection.result import Projection
+from primus_ext.projection.table import (
+    Costs,
+    CostTable,
+    counts_entry,
+    layer_entry,
+    layer_sources,
+    providers_of,
+    table_of,
+)
+from primus_ext.projection.tail import TAIL_LIMIT, boundary_p2p, rank_tail, step_constants
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 FIELDS = ("fwd", "bwd", "compute", "recompute", "dense", "experts", "passes", "layers", "fwd_unpaired", "bwd_unpaired",
@@ -75,20 +65,6 @@ PARTS = ("compute_s", "bubble_s", "optimizer_s", "recompute_s", "overhead_s",
          *(f"{part}_{kind}_s" for kind in (*LAYER_COMM_KINDS, "pp", "dp_grad", "dp_param")
            for part in ("exposed", "total")))
 """``BatchProjection.parts``: the breakdown, named as ``tune.oracle.score_of`` names it."""
-
-_DP_FIELDS = attrgetter("fsdp", "data_parallel_sharding_strategy", "grad_reduce_in_bf16", "use_distributed_optimizer",
-                        "tensor_model_parallel_size", "context_parallel_size", "data_parallel_size",
-                        "pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
-                        "precision", "fp8_recipe", "use_precision_aware_optimizer", "main_params_dtype",
-                        "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders")
-"""What ``dp_times``, ``bucket_fraction`` and ``optimizer_seconds`` read of an execution (with the
-group placement these sizes decide): the step-tail memo's key with the rank's parameters."""
-
-_PASS_LIMIT = 1 << 16
-"""Step-tail entries memoised per context before the per-pass memos start over: a bound on memory (each entry
-is a key of 12 small values and 4 floats, ~0.5 KB with the dict slot: ~30 MB at the limit), far above the
-~3 distinct ranks x configurations of one tuner space."""
-
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class BatchProjection:
@@ -128,7 +104,7 @@ class BatchProjection:
         return evaluate(self.model, self.executions[i], self.system, self.costs)
 
 
-def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
+def _values(ctx: CostTable, layer_id: int, layers: dict) -> np.ndarray:
     """The layer kinds' per-micro-batch values (``KINDS`` x ``FIELDS``) of one layer set."""
     key = ("values", layer_id)
     found = ctx.batch.get(key)
@@ -157,7 +133,7 @@ def _values(ctx: _Context, layer_id: int, layers: dict) -> np.ndarray:
     return found
 
 
-def _sources(ctx: _Context, layer_id: int, layers: dict) -> Mapping[str, str]:
+def _sources(ctx: CostTable, layer_id: int, layers: dict) -> Mapping[str, str]:
     """Layer kind -> cost source of one layer set (``evaluate.layer_sources``), one read-only view per set."""
     key = ("sources", layer_id)
     found = ctx.batch.get(key)
@@ -166,9 +142,9 @@ def _sources(ctx: _Context, layer_id: int, layers: dict) -> Mapping[str, str]:
     return found
 
 
-def _counts(ctx: _Context, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ...]]:
+def _counts(ctx: CostTable, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ...]]:
     """(layer counts per chunk, rank-major (PP*VPP x ``KINDS``), and per rank its distinct row index)."""
-    distinct, rank_rows = _counts_entry(ctx, ex)
+    distinct, rank_rows = counts_entry(ctx, ex)
     key = ("counts", rank_rows, tuple(row_id for row_id, _ in distinct))
     found = ctx.batch.get(key)
     if found is None:
@@ -180,28 +156,13 @@ def _counts(ctx: _Context, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ..
 
 
 def _p2p(memo: dict, nbytes: float, ex: ExecutionSpec, system: SystemSpec) -> np.ndarray:
-    """Send/recv seconds per virtual-stage boundary (``evaluate._stages``' p2p): within or across domains."""
+    """Send/recv seconds per virtual-stage boundary (``tail.boundary_p2p``, as ``evaluate``), as an array."""
     pl = group_placements(ex, system)
     pp, vpp = ex.pp, virtual_stages(ex)
     key = (nbytes, pp, vpp, pl.pp_boundary_crosses, pl.pp.crosses)
     found = memo.get(key)
     if found is None:
-        crosses = (*pl.pp_boundary_crosses, pl.pp.crosses)
-        within = p2p_time(nbytes, False, system)  # as evaluate._stages: across only when a boundary crosses
-        across = p2p_time(nbytes, True, system) if any(crosses) else within
-        found = memo[key] = np.array([across if crosses[s % pp] else within for s in range(pp * vpp - 1)])
-    return found
-
-
-def _tail(memo: dict, dense: int, experts: int, ex: ExecutionSpec, system: SystemSpec) -> tuple[float, ...]:
-    """(gradient reduction, parameter gather, last-bucket share, optimizer) seconds of one rank."""
-    key = (dense, experts, _DP_FIELDS(ex))
-    found = memo.get(key)
-    if found is None:
-        pl = group_placements(ex, system)
-        grad, param = dp_times(dense, experts, ex, pl, system)
-        found = memo[key] = (grad, param, bucket_fraction(dense + experts, ex),
-                             optimizer_seconds(dense, experts, ex, pl, system))
+        found = memo[key] = np.array(boundary_p2p(nbytes, ex, system))
     return found
 
 
@@ -211,7 +172,7 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
     projected gets NaNs and its error (a ``PrimusExtError``, as ``evaluate`` raises) in ``problems``. Other
     exceptions (a broken hardware profile) propagate, as from ``evaluate``."""
     executions = tuple(executions)
-    ctx = _context(model, system, _providers(costs))
+    ctx = table_of(model, system, providers_of(costs))
     n = len(executions)
     problems: list[PrimusExtError | None] = [None] * n
     out = {name: np.full(n, np.nan) for name in ("step", "tok", "tflops", "mfu")}
@@ -219,8 +180,8 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
     present = {kind: np.zeros(n, dtype=bool) for kind in (*LAYER_COMM_KINDS, "pp", "dp_grad", "dp_param")}
     sources: list[Mapping[str, str] | None] = [None] * n
     memo = ctx.batch.get("pass")
-    if memo is None or len(memo["tail"]) > _PASS_LIMIT:
-        memo = ctx.batch["pass"] = {"p2p": {}, "tail": {}, "flops": {}}
+    if memo is None or len(memo["p2p"]) > TAIL_LIMIT:
+        memo = ctx.batch["pass"] = {"p2p": {}}
     groups: dict[tuple, list] = {}
     for i, ex in enumerate(executions):
         try:
@@ -230,7 +191,7 @@ def evaluate_many(model: ModelSpec, executions: Sequence[ExecutionSpec], system:
                 _store(out, parts, present, i, projection)
                 sources[i] = projection.sources
                 continue
-            layers, nbytes, layer_id = _layer_entry(ctx, ex)
+            layers, nbytes, layer_id = layer_entry(ctx, ex)
             sources[i] = _sources(ctx, layer_id, layers)
             counts, rank_rows = _counts(ctx, ex)
         except PrimusExtError as err:
@@ -260,7 +221,7 @@ def _store(out: dict, parts: dict, present: dict, i: int, p: Projection) -> None
         present[c.kind][i] = True
 
 
-def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, parts: dict, present: dict) -> None:
+def _group(ctx: CostTable, memo: dict, key: tuple, members: list, out: dict, parts: dict, present: dict) -> None:
     """One schedule structure's configurations, as arrays (see the module docstring)."""
     schedule, pp, vpp, m, extra = key
     system, model = ctx.system, ctx.model
@@ -293,8 +254,8 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
         for r, row in enumerate(rank_rows):
             found = distinct.get(row)
             if found is None:
-                found = distinct[row] = _tail(memo["tail"], int(ranks[j, r, _F["dense"]]),
-                                              int(ranks[j, r, _F["experts"]]), ex, system)
+                found = distinct[row] = rank_tail(ctx.tails, int(ranks[j, r, _F["dense"]]),
+                                                  int(ranks[j, r, _F["experts"]]), ex, system)
             tails[j, r] = found
     grad_t, param_t, share, opt = tails[:, :, 0], tails[:, :, 1], tails[:, :, 2], tails[:, :, 3]
     ovl = system.gpu.efficiency.overlap
@@ -333,22 +294,11 @@ def _group(ctx: _Context, memo: dict, key: tuple, members: list, out: dict, part
     parts["optimizer_s"][idx] = opt.max(axis=1)
 
     flops, world, peak, tokens = (np.array(column, dtype=np.float64) for column in zip(
-        *(_scalars(memo["flops"], model, system, ex) for _, ex, *_ in members), strict=True))
+        *(step_constants(ctx.constants, model, system, ex) for _, ex, *_ in members), strict=True))
     out["step"][idx] = step
     out["tok"][idx] = tokens / (step * world)
     out["tflops"][idx] = tflops = flops / step / world / 1e12
     out["mfu"][idx] = tflops / peak
-
-
-def _scalars(memo: dict, model: ModelSpec, system: SystemSpec, ex: ExecutionSpec) -> tuple[float, int, float, int]:
-    """(model FLOPs per step, world size, peak TFLOP/s, tokens per step) of ``ex``."""
-    key = (ex.seq_length, ex.global_batch_size, ex.precision, ex.lora_rank)
-    found = memo.get(key)
-    if found is None:
-        found = memo[key] = (model_flops_per_step(model, ex.seq_length, ex.global_batch_size,
-                                                  frozen_weights=bool(ex.lora_rank)),
-                             system.gpu.peak_tflops(ex.precision), ex.global_batch_size * ex.seq_length)
-    return found[0], ex.world_size, found[1], found[2]
 
 
 __all__ = ["FIELDS", "PARTS", "BatchProjection", "evaluate_many"]

@@ -18,13 +18,14 @@ from dataclasses import dataclass, replace
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.rank_shape import RankShape, rank_shapes
-from primus_ext.projection.evaluate import Costs, _evaluate, _lookup, _providers
+from primus_ext.projection.evaluate import _evaluate
 from primus_ext.projection.result import Projection
+from primus_ext.projection.table import Costs, lookup, providers_of
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 
 EFFICIENCY_RANGE = 0.10
 """Relative range assumed for each efficiency parameter, calibrated, measured (``Efficiency.measured``: one
-kernel's value at one size stands for a layer's) or not (DESIGN.md "Sources of error")."""
+kernel's value at one size stands for a layer's) or not (docs/DESIGN.md "Sources of error")."""
 
 
 def band_range(gpu: GPUSpec) -> float:
@@ -68,7 +69,7 @@ def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, prov
     by_scale: dict[tuple[str, float, bool | None], dict[str, int]] = {}
     stand_ins = False
     for kind, shape in rank_shapes(model, execution).items():
-        cost = _lookup(shape, providers, system)
+        cost = lookup(shape, providers, system)
         origin = cost.origin
         if origin.stand_ins:  # TE absent on the measuring GPU: neither formula's implementation
             stand_ins = True
@@ -89,7 +90,7 @@ def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, prov
 def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None, *,
             memory: bool = True, band: bool = True) -> Projection:
     """One configuration's projection with its timeline, memory estimate and uncertainty band."""
-    providers = _providers(costs)
+    providers = providers_of(costs)
     result = _evaluate(model, execution, system, providers, timeline=True)
     notes = list(result.notes)
     if execution.cuda_graph != "none" and any(src != "analytic" for src in result.sources.values()):
@@ -108,7 +109,7 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
         high = _evaluate(model, execution, _scaled_system(system, 1 + width), nominal, False)
         spread = 0.0
         for shape in rank_shapes(model, execution).values():
-            cost = _lookup(shape, providers, system)
+            cost = lookup(shape, providers, system)
             spread = max(spread, cost.fwd_spread, cost.bwd_spread)
         # the measurement spread widens the band by a factor each way (never below zero, however noisy a CPU)
         interval = (low.tokens_per_s_per_gpu / (1 + spread / 2), high.tokens_per_s_per_gpu * (1 + spread / 2))

@@ -40,6 +40,8 @@ class CommTime:
 
     @property
     def exposed_fraction(self) -> float:
+        """Exposed over total, within [0, 1]: the step tail's exposed gradient reduction is a difference of sums
+        (tail - makespan) that can exceed its total by a rounding ulp."""
         return min(1.0, max(0.0, self.exposed_s / self.total_s)) if self.total_s > 0 else 0.0
 
 

@@ -290,15 +290,24 @@ def _precision(a: ArgReader) -> str:
 def _fp8_recipe(a: ArgReader, system: SystemSpec) -> str:
     # megatron-core arguments.py --fp8-recipe: tensorwise, delayed (default), mxfp8, blockwise, custom
     value = a.choice("fp8_recipe", ("delayed", "tensorwise", "mxfp8", "blockwise", "custom"), "delayed")
-    family = system.gpu.family
-    if value == "mxfp8" and a.raw("fp8") not in (None, False) and family and family not in MX_FAMILIES:
-        a.warnings.append(f"fp8_recipe mxfp8 needs MX (block-scaled) tensor cores; {system.gpu.name} ({family}) "
+    gpu = system.gpu
+    if value == "mxfp8" and a.raw("fp8") not in (None, False) and gpu.runs("mxfp8") is False:
+        a.warnings.append(f"fp8_recipe mxfp8 needs MX (block-scaled) tensor cores; {gpu.name} ({gpu.family}) "
                           f"has none: Transformer Engine will refuse it there")
     if value == "custom":
         a.warnings.append("fp8_recipe custom (a user quantisation factory) is projected as delayed per-tensor "
                           "scaling")
         return "delayed"
     return value or "delayed"
+
+
+def _fp4_profiles() -> str:
+    """The profiles whose tensor cores run each FP4 recipe (their capabilities), e.g. ``b200, ... with nvfp4``."""
+    from primus_ext.hardware import list_profiles, load_gpu
+
+    by_recipe = {r: [p for p in list_profiles() if load_gpu(p).runs(r) and load_gpu(p).fp4_dense_tflops > 0]
+                 for r in ("nvfp4", "mxfp4")}
+    return "; ".join(f"{', '.join(names)} with {r}" for r, names in by_recipe.items() if names)
 
 
 def _fp4_recipe(a: ArgReader, system: SystemSpec, precision: str) -> str:
@@ -316,13 +325,8 @@ def _fp4_recipe(a: ArgReader, system: SystemSpec, precision: str) -> str:
     problem = fp4_problem(system.gpu, value)
     if problem:
         a.bad("fp4", problem, fix="project this recipe in fp8 (fp4: null, fp8: hybrid), or on a GPU with FP4 tensor "
-              "cores (b200, gb200, b300, gb300 with nvfp4; mi350x, mi355x with mxfp4)")
+              f"cores ({_fp4_profiles()})")
     return value
-
-
-MX_FAMILIES = frozenset({"blackwell", "cdna4"})
-"""Tensor-core generations with MX (block-scaled) formats: NVIDIA Blackwell (tcgen05 block-scaled MMA) and
-AMD CDNA4 (MI350/MI355X, OCP MX FP8/FP6/FP4 in its datasheet); Hopper and CDNA3 have none."""
 
 
 def _fsdp(a: ArgReader) -> str:

@@ -21,10 +21,10 @@ ARGS = "Megatron-LM arguments.py"
 ROCM = "Primus rocm_arg_validation.py"
 TURBO_FP8_RECIPES = ("tensorwise", "blockwise", "mxfp8")  # rocm_arg_validation.py:145
 TURBO_DEEPEP_MAX_CU_AT_EP16 = 32  # rocm_arg_validation.py:233
-ARCH_10_FAMILIES = frozenset({"blackwell"})
-"""GPU families whose ``get_device_arch_version()`` is 10 or more (compute capability 10.x: B200 / GB200 / B300 /
-GB300); Hopper is 9, and ROCm's gfx942 / gfx950 report major 9. arguments.py:1166 lifts the TP/CP connections
-rule there."""
+CONNECTIONS_RULE_LIFTED_ARCH = 10
+"""``get_device_arch_version()`` from which arguments.py:1166 lifts the TP/CP connections rule (compute capability
+10.x: B200 / GB200 / B300 / GB300); Hopper is 9, and ROCm's gfx942 / gfx950 report major 9 (the profile's
+``device_arch``, hardware/families.yaml)."""
 
 
 def _connections(e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> None:
@@ -42,7 +42,7 @@ def _connections(e: ExecutionSpec, s: SystemSpec, out: list[Problem]) -> None:
                                "distributed optimizer"))
     # arguments.py:1165-1190 (the condition at 1166): before Blackwell, TP or CP without FSDP and without EP
     # overlap needs exactly 1
-    before_blackwell = s.gpu.family not in ARCH_10_FAMILIES
+    before_blackwell = s.gpu.device_arch < CONNECTIONS_RULE_LIFTED_ARCH
     if (e.tp > 1 or e.cp > 1) and before_blackwell and not fsdp and not e.overlap_moe_expert_parallel_comm \
             and value != "1":
         out.append(Problem(path="CUDA_DEVICE_MAX_CONNECTIONS", value=value,  # not TP's path: FSDP would lift it

@@ -1,6 +1,7 @@
 """Two projections side by side: rows of figures with the change from A to B, as text or one HTML page.
 
-    from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
+    from primus_ext.report.compare import compare_rows, format_compare
+    from primus_ext.report.html import render_compare_html
     print(format_compare(compare_rows(a, b), ("A: 70B", "B: 70B PP4")))
     Path("compare.html").write_text(render_compare_html(a, b, labels=("A", "B")))
 
@@ -148,26 +149,3 @@ def compare_table_html(rows: list[Row], labels: tuple[str, str]) -> str:
                    f"<td class=\"n\">{html.escape(_cell(r.b, r.unit))}</td><td>{html.escape(change(r))}</td></tr>"
                    for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def render_compare_html(a: Any, b: Any, *, labels: tuple[str, str], inputs: tuple[Any, Any] | None = None) -> str:
-    """One self-contained page: the comparison table, then both reports side by side."""
-    from primus_ext.report.html import ReportInputs, render_html
-
-    ia, ib = inputs or (ReportInputs(), ReportInputs())
-    frames = "".join(f'<iframe title="{html.escape(label)}" srcdoc="{html.escape(render_html(p, inputs=i))}">'
-                     "</iframe>" for p, i, label in ((a, ia, labels[0]), (b, ib, labels[1])))
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>primus-ext: {html.escape(labels[0])} vs {html.escape(labels[1])}
-</title><style>
-body {{ font-family: system-ui, sans-serif; margin: 16px; color: #222; }}
-table {{ border-collapse: collapse; font-size: 13px; }} td, th {{ border-bottom: 1px solid #e4e4e4; padding: 3px 10px;
-text-align: left; }} td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
-.pair {{ display: flex; gap: 8px; margin-top: 16px; }}
-iframe {{ flex: 1 1 50%; height: 1800px; border: 1px solid #ddd; }}
-</style></head><body>
-<h1>Two projections side by side</h1>
-{compare_table_html(compare_rows(a, b), labels)}
-<div class="pair">{frames}</div>
-</body></html>
-"""

@@ -293,3 +293,24 @@ def write_html(projection: Any, path: str, *, recipe: Any = None, overrides: Seq
                           cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()))
     Path(path).write_text(render_html(projection, inputs=inputs), encoding="utf-8")
     print(f"wrote {path} (open it in a browser; it needs no network)", file=sys.stderr)
+
+
+def render_compare_html(a: Any, b: Any, *, labels: tuple[str, str], inputs: tuple[Any, Any] | None = None) -> str:
+    """One self-contained page: the comparison table, then both reports side by side."""
+    ia, ib = inputs or (ReportInputs(), ReportInputs())
+    frames = "".join(f'<iframe title="{html.escape(label)}" srcdoc="{html.escape(render_html(p, inputs=i))}">'
+                     "</iframe>" for p, i, label in ((a, ia, labels[0]), (b, ib, labels[1])))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>primus-ext: {html.escape(labels[0])} vs {html.escape(labels[1])}
+</title><style>
+body {{ font-family: system-ui, sans-serif; margin: 16px; color: #222; }}
+table {{ border-collapse: collapse; font-size: 13px; }} td, th {{ border-bottom: 1px solid #e4e4e4; padding: 3px 10px;
+text-align: left; }} td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.pair {{ display: flex; gap: 8px; margin-top: 16px; }}
+iframe {{ flex: 1 1 50%; height: 1800px; border: 1px solid #ddd; }}
+</style></head><body>
+<h1>Two projections side by side</h1>
+{compare_table_html(compare_rows(a, b), labels)}
+<div class="pair">{frames}</div>
+</body></html>
+"""

@@ -22,14 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from primus_ext.errors import Problem, RecipeError
-
-SCHEMA_VERSION = 1
-"""Raised when a field is renamed, removed or changes its unit (added fields keep the version)."""
-
-KINDS = ("projection", "memory", "tune", "ci", "baseline", "verify", "validation", "calibration", "comparison")
-"""What a document is: ``project``, ``project --memory-only``, ``tune``, ``ci``, the ``ci`` baseline file,
-``train --verify`` (verify.json), ``validate`` (with ``--calibrate-from``: its ``calibrated_from_user_run``),
-``calibrate`` (runs from training logs against their projections, and the stored record), ``compare``."""
+from primus_ext.results.version import KINDS, SCHEMA_VERSION
 
 GIB = 1024**3
 

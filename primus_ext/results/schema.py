@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from primus_ext.results import KINDS, SCHEMA_VERSION
+from primus_ext.results.version import KINDS, SCHEMA_VERSION
 
 NUM: dict[str, Any] = {"type": "number"}
 NONNEG: dict[str, Any] = {"type": "number", "minimum": 0}

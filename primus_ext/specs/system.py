@@ -14,7 +14,7 @@ class Efficiency:
     """Named, calibratable efficiency parameters of one GPU type (dimensionless unless noted).
 
     Defaults are deliberately plain starting points; calibrated values are stored in the profile
-    YAML with how they were fitted. See DESIGN.md "Sources of error to make explicit".
+    YAML with how they were fitted. See docs/DESIGN.md "Sources of error".
     """
 
     gemm_max: float = 0.75
@@ -68,6 +68,24 @@ class Efficiency:
     """How these values were obtained (fit set, date, command)."""
 
 
+FORMATS = ("fp8", "mxfp8", "nvfp4", "mxfp4")
+"""Low-precision GEMM formats a profile can state (``hardware/families.yaml`` says what each is)."""
+FP8_LAYOUTS = ("tn", "any")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What a GPU's tensor cores can run: data from ``hardware/families.yaml`` (per generation) or the profile's own
+    ``capabilities:`` block, validated on load (``hardware.capabilities``). Code asks these, never a family name."""
+
+    formats: tuple[str, ...] = ()
+    """Low-precision GEMM formats beyond bf16 / fp16 / fp32 (``FORMATS``)."""
+    fp8_layouts: str = "tn"
+    """``any``: FP8 GEMMs take every operand layout (no transposed fp8 weight copy); ``tn``: TN only."""
+    device_arch: int = 0
+    """Major device version as torch reports it (Megatron-LM's ``get_device_arch_version``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
     """One accelerator type, from its vendor datasheet."""
@@ -100,6 +118,27 @@ class GPUSpec:
     B200): printed beside every projection on it; its SFU rate is ``Efficiency.attention_sfu_exp_per_s``."""
     sources: str = ""
     efficiency: Efficiency = field(default_factory=Efficiency)
+    capabilities: Capabilities | None = None
+    """What its tensor cores run; ``None``: not stated (no ``family``): format checks then let a recipe through and
+    the memory model takes the conservative answer (an fp8 weight's transposed copy kept)."""
+
+    fp8_any_layout: bool = field(init=False, repr=False, compare=False)
+    """FP8 GEMMs take every operand layout (False when not stated: the conservative memory answer). Derived from
+    ``capabilities`` once: the memory pre-filter reads it per configuration."""
+
+    def __post_init__(self) -> None:
+        any_layout = self.capabilities is not None and self.capabilities.fp8_layouts == "any"
+        object.__setattr__(self, "fp8_any_layout", any_layout)
+
+    def runs(self, fmt: str) -> bool | None:
+        """Whether its tensor cores run number format ``fmt`` (``FORMATS``); ``None`` when the profile does not say."""
+        return None if self.capabilities is None else fmt in self.capabilities.formats
+
+
+    @property
+    def device_arch(self) -> int:
+        """Major device version (0 when not stated)."""
+        return 0 if self.capabilities is None else self.capabilities.device_arch
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for the GEMM precision (fp8 falls back to bf16 when not supported). fp4 on a GPU without an

@@ -15,7 +15,7 @@ from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule, s
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.tune.config_keys import fast_replace
-from primus_ext.tune.splits import DEFAULT, head_layers, split_fields
+from primus_ext.tune.splits import DEFAULT, balanced_layout, head_layers, split_fields
 
 Config = dict[str, Any]
 
@@ -29,35 +29,6 @@ def recompute_layers(choice: str, layers_per_chunk: int) -> int | None:
     share = int(choice[5:]) / 100
     n = round(share * layers_per_chunk)
     return n if 0 < n < layers_per_chunk else None
-
-
-def balanced_layout(model: ModelSpec, pp: int, vpp: int, *, head: float | None = None) -> str | None:
-    """A ``pipeline_model_parallel_layout`` spreading the decoder layers over PP*VPP chunks.
-
-    The embedding goes first in chunk 0; the MTP layers and the loss last in the final chunk, which
-    counts the output layer + loss as one layer and each MTP layer as two (a full layer plus its own
-    output head). Layers go one by one to the least loaded chunk (lowest index on ties), so chunk
-    sizes differ by at most one layer-equivalent. None when there are fewer layers than chunks.
-    ``head``: the output layer + loss in layer-equivalents instead (``splits.head_layers``; each MTP
-    layer then counts ``1 + head``).
-    """
-    chunks = pp * vpp
-    if model.num_layers < chunks - 1:
-        return None
-    load: list[float] = [0] * chunks
-    load[-1] = 1 + 2 * model.mtp_num_layers if head is None else head + (1 + head) * model.mtp_num_layers
-    counts = [0] * chunks
-    for _ in range(model.num_layers):
-        i = min(range(chunks), key=lambda c: (load[c], c))
-        load[i] += 1
-        counts[i] += 1
-    parts = []
-    for i, count in enumerate(counts):
-        text = ("E" if i == 0 else "") + ("t" if count == 1 else f"t*{count}" if count else "")
-        if i == chunks - 1:
-            text += "m" * model.mtp_num_layers + "L"
-        parts.append(text)
-    return "|".join(parts)
 
 
 def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int,

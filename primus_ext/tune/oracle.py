@@ -12,14 +12,15 @@ timing store); tests pass any ``Callable[[ExecutionSpec], Score]`` instead.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.calibration.arithmetic import correct, corrected_peak, corrected_step_floor
 from primus_ext.errors import PrimusExtError
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 if TYPE_CHECKING:
-    from primus_ext.calibration import CalibrationRecord
+    from primus_ext.calibration import CalibrationRecord, Correction
     from primus_ext.projection.evaluate import Costs
     from primus_ext.projection.evaluate_batch import BatchProjection
     from primus_ext.projection.result import Projection
@@ -129,22 +130,23 @@ class ProjectionOracle:
 
     def step_floor(self, execution: ExecutionSpec) -> float:
         """Seconds no score of ``execution`` goes below (``projection.evaluate.step_floor``), calibrated as the
-        scores are: a corrected step is at least min(k, 1) x the raw one + the fixed overhead; raises as
-        ``__call__``."""
+        scores are (``calibration.arithmetic.corrected_step_floor``); raises as ``__call__``."""
         from primus_ext.projection.evaluate import step_floor
 
         floor, sources = step_floor(self.model, execution, self.system, self.costs)
+        found = self._record(execution, sources)
+        return floor if found is None else corrected_step_floor(found[0].correction, floor)
+
+    def _record(self, execution: ExecutionSpec, sources: Mapping[str, str]) -> tuple[CalibrationRecord, str] | None:
+        """The record that corrects a score of ``execution`` whose layers came from ``sources`` (exact, else the
+        nearest; only one that priced its layers the same way)."""
         if not self.calibrations:
-            return floor
+            return None
         from primus_ext.calibration import find_record
         from primus_ext.calibration.record import costs_of
 
-        costs = costs_of(sources)  # the record ``_calibrated`` would apply to this execution's score
-        found = find_record([r for r in self.calibrations if r.costs == costs], self.model, execution, self.system)
-        if found is None:
-            return floor
-        correction = found[0].correction
-        return floor * min(1.0, correction.kernel_factor) + correction.overhead_s
+        costs = costs_of(dict(sources))
+        return find_record([r for r in self.calibrations if r.costs == costs], self.model, execution, self.system)
 
     def band(self, execution: ExecutionSpec) -> tuple[float, float] | None:
         """The band of ``execution``'s score as factors of its throughput: the calibration record's that applies
@@ -173,14 +175,18 @@ class ProjectionOracle:
         return p.band[0] / p.tokens_per_s_per_gpu, p.band[1] / p.tokens_per_s_per_gpu
 
     def _calibrated(self, execution: ExecutionSpec, score: Score) -> Score:
-        if not self.calibrations:
-            return score
-        from primus_ext.calibration import calibrate_score, find_record
-        from primus_ext.calibration.record import costs_of
+        found = self._record(execution, score.sources)
+        return score if found is None else calibrated_score(score, found[0].correction)
 
-        costs = costs_of(dict(score.sources))
-        found = find_record([r for r in self.calibrations if r.costs == costs], self.model, execution, self.system)
-        return score if found is None else calibrate_score(score, *found)
+
+def calibrated_score(score: Score, correction: Correction) -> Score:
+    """``score`` corrected (``calibration.arithmetic.correct``, the arithmetic every consumer uses)."""
+    fixed = correct(correction, score.step_time_s, score.breakdown)
+    peak = score.peak_bytes
+    if peak is not None and correction.memory_factor is not None:
+        peak = int(corrected_peak(peak, correction.memory_factor))
+    return replace(score, step_time_s=fixed.step_s, tokens_per_s_per_gpu=score.tokens_per_s_per_gpu * fixed.ratio,
+                   mfu=score.mfu * fixed.ratio, breakdown=fixed.parts, peak_bytes=peak)
 
 
 def projection_oracle(model: ModelSpec, system: SystemSpec, costs: Costs,

@@ -2,7 +2,7 @@
 
     result = tune(ctx, "tpe", baseline=recipe.execution, options=StrategyOptions(seed=0))
     result.best.config, result.gain, result.regret, result.pareto, result.sensitivity
-    result.to_dict()                    # the ``tune`` document of ``primus-ext tune --json`` (less the recipe)
+    tune_document(result)               # the ``tune`` document of ``primus-ext tune --json``: primus_ext.results.tune
 
 Regret is measured against the exhaustive optimum when the space is enumerable (``ENUMERABLE_MAX``
 candidates): the exhaustive search then runs on the same oracle and cache, so its projections are
@@ -86,12 +86,6 @@ class TuneResult:
     ``best`` (``gain`` 0)."""
     same_figures: int = 0
     """Configurations left out of ``ranked``: they project exactly as one listed (closer to the recipe)."""
-
-    def to_dict(self, *, top: int = 50) -> dict[str, Any]:
-        """The result schema's ``tune`` document (``primus_ext.results.tune``), without the recipe's fields."""
-        from primus_ext.results.tune import tune_document
-
-        return tune_document(self, top=top)
 
 
 def pareto_front(trials: list[Trial]) -> tuple[Trial, ...]:

@@ -2,7 +2,7 @@
 
 ``default`` is the split the space always had: the recipe's own at its (PP, VPP), else Megatron's even
 split when the layers divide, else a generated ``pipeline_model_parallel_layout``
-(``configure.balanced_layout``). The other candidates unload the first and last pipeline stages, which
+(``balanced_layout``). The other candidates unload the first and last pipeline stages, which
 also carry the embedding and the output layer + loss (megatron-core 0.16.1
 ``transformer_config.py`` ``__post_init__``, ``transformer_block.get_num_layers_to_build``):
 
@@ -53,6 +53,35 @@ def head_layers(model: ModelSpec, seq_length: int) -> float:
     return logits_macs(model) / max(1.0, layer_macs(model, seq_length))
 
 
+def balanced_layout(model: ModelSpec, pp: int, vpp: int, *, head: float | None = None) -> str | None:
+    """A ``pipeline_model_parallel_layout`` spreading the decoder layers over PP*VPP chunks.
+
+    The embedding goes first in chunk 0; the MTP layers and the loss last in the final chunk, which
+    counts the output layer + loss as one layer and each MTP layer as two (a full layer plus its own
+    output head). Layers go one by one to the least loaded chunk (lowest index on ties), so chunk
+    sizes differ by at most one layer-equivalent. None when there are fewer layers than chunks.
+    ``head``: the output layer + loss in layer-equivalents instead (``splits.head_layers``; each MTP
+    layer then counts ``1 + head``).
+    """
+    chunks = pp * vpp
+    if model.num_layers < chunks - 1:
+        return None
+    load: list[float] = [0] * chunks
+    load[-1] = 1 + 2 * model.mtp_num_layers if head is None else head + (1 + head) * model.mtp_num_layers
+    counts = [0] * chunks
+    for _ in range(model.num_layers):
+        i = min(range(chunks), key=lambda c: (load[c], c))
+        load[i] += 1
+        counts[i] += 1
+    parts = []
+    for i, count in enumerate(counts):
+        text = ("E" if i == 0 else "") + ("t" if count == 1 else f"t*{count}" if count else "")
+        if i == chunks - 1:
+            text += "m" * model.mtp_num_layers + "L"
+        parts.append(text)
+    return "|".join(parts)
+
+
 def stage_loads(model: ModelSpec, execution: ExecutionSpec, head: float) -> list[float]:
     """Per pipeline rank, its compute in decoder-layer equivalents: its layers, ``head`` for the output
     layer, ``1 + head`` per MTP layer (a layer and its own output head); the embedding lookup has no GEMM
@@ -68,8 +97,6 @@ def split_fields(model: ModelSpec, pp: int, vpp: int, name: str, head: float) ->
             ACCOUNT[name]
         return fields
     if name == "layout":
-        from primus_ext.tune.configure import balanced_layout
-
         fields["pipeline_model_parallel_layout"] = balanced_layout(model, pp, vpp, head=head)
         return fields
     m = _FIRST_LAST.match(name)

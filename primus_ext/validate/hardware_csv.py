@@ -44,7 +44,7 @@ def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
             data["inherits_efficiency_from"] = base.inherits_efficiency_from or None
         spec = gpu_from_mapping(data, source=f"{path}:{row['gpu']}")
         if base is not None:
-            spec = replace(spec, efficiency=base.efficiency)
+            spec = replace(spec, efficiency=base.efficiency, capabilities=base.capabilities)
         specs.setdefault(name, spec)  # the first row of a GPU wins (H100_SXM5 before H100_DGX)
     if problems:
         raise RecipeError(problems=problems, source=str(path))

@@ -15,10 +15,10 @@ from tiny import tiny_recipe
 
 from primus_ext.calibration.apply import parts_of
 from primus_ext.cli import main
+from primus_ext.launcher.verify_top.local import megatron_log_lines
+from primus_ext.launcher.verify_top.variants import write_manifest
 from primus_ext.projection import project
 from primus_ext.recipe import load_recipe
-from primus_ext.tune.verify_top.local import megatron_log_lines
-from primus_ext.tune.verify_top.variants import write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path("/work/shared")

@@ -14,7 +14,7 @@ import pytest
 from tiny import tiny_recipe
 
 from primus_ext.cli import main
-from primus_ext.tune.verify_top.local import megatron_log_lines
+from primus_ext.launcher.verify_top.local import megatron_log_lines
 
 TINY = tiny_recipe(micro_batch_size=1, global_batch_size=16, tensor_model_parallel_size=1)
 # TP1 PP1 pinned: each candidate runs on one local rank (DP 1); the search varies MBS, recompute, sharding, overlap

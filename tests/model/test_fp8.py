@@ -20,15 +20,16 @@ MODEL = ModelSpec(name="m", num_layers=4, hidden_size=2048, ffn_hidden_size=8192
 
 def test_weight_bytes_follow_the_gemm_layouts_of_each_generation():
     # by hand: Hopper per-tensor = data + transpose; Blackwell = data; MXFP8 = 2 x (1 + 1/32) anywhere
-    assert fp8_weight_bytes("delayed", "hopper") == 2 and fp8_weight_bytes("tensorwise", "blackwell") == 1
-    assert fp8_weight_bytes("mxfp8", "blackwell") == fp8_weight_bytes("mxfp8", "cdna4") == 2.0625
-    assert fp8_weight_bytes("blockwise", "blackwell") == 2 and fp8_weight_bytes("delayed", "") == 2
-    assert fp8_weight_cache_bytes("rowwise", "hopper") == 0 and fp8_weight_cache_bytes("delayed", "hopper") == 2
+    hopper, blackwell, cdna4 = (load_gpu(n).fp8_any_layout for n in ("h100", "b200", "mi355x"))
+    assert fp8_weight_bytes("delayed", hopper) == 2 and fp8_weight_bytes("tensorwise", blackwell) == 1
+    assert fp8_weight_bytes("mxfp8", blackwell) == fp8_weight_bytes("mxfp8", cdna4) == 2.0625
+    assert fp8_weight_bytes("blockwise", blackwell) == 2 and fp8_weight_bytes("delayed", False) == 2
+    assert fp8_weight_cache_bytes("rowwise", hopper) == 0 and fp8_weight_cache_bytes("delayed", hopper) == 2
     bf16 = ExecutionSpec()
-    assert layer_weight_bytes(bf16, "blackwell", param_bytes=2.0) == (2.0, 0.0)
+    assert layer_weight_bytes(bf16, blackwell, param_bytes=2.0) == (2.0, 0.0)
     fp8 = ExecutionSpec(precision="fp8", fp8_recipe="tensorwise")
-    assert layer_weight_bytes(fp8, "blackwell", param_bytes=2.0) == (2.0, 1.0)
-    assert layer_weight_bytes(replace(fp8, fp8_param_gather=True), "blackwell", param_bytes=2.0) == (1.0, 0.0)
+    assert layer_weight_bytes(fp8, blackwell, param_bytes=2.0) == (2.0, 1.0)
+    assert layer_weight_bytes(replace(fp8, fp8_param_gather=True), blackwell, param_bytes=2.0) == (1.0, 0.0)
 
 
 def test_shape_carries_the_recipe_only_under_fp8_and_keeps_old_keys():

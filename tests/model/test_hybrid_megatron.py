@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 from primus_ext.model import hybrid as Hy  # noqa: E402
-from primus_ext.model.params import layer_params  # noqa: E402
+from primus_ext.model.params import hybrid_symbol_params, layer_params  # noqa: E402
 from primus_ext.model.rank_shape import LayerArch, RankShape  # noqa: E402
 from primus_ext.specs import ExecutionSpec, ModelSpec  # noqa: E402
 
@@ -128,7 +128,7 @@ def test_mamba_stack_params_equal_megatron(one_rank_world):
     stack = build_module(_stack_spec(config), config=config, hybrid_override_pattern=m.hybrid_layer_pattern,
                          post_process=False, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
     assert "".join(stack.layer_type_list) == m.hybrid_layer_pattern
-    per = Hy.symbol_params(m, ExecutionSpec())
+    per = hybrid_symbol_params(m, ExecutionSpec())
     for symbol, layer in zip(m.hybrid_layer_pattern, stack.layers, strict=True):
         assert sum(p.numel() for p in layer.parameters()) == per[symbol], symbol
     assert sum(p.numel() for p in stack.parameters()) == sum(per[s] for s in m.hybrid_layer_pattern)

@@ -171,13 +171,11 @@ def test_equals_evaluate_over_layouts_sharding_and_providers(costs):
 def test_equals_evaluate_across_memo_resets(monkeypatch):
     """The layer memo starts over every few layer sets (its ids restart): the batch's arrays keyed by
     layer id must start over with it."""
-    import importlib
+    from primus_ext.projection import evaluate_batch, table, tail
 
-    module = importlib.import_module("primus_ext.projection.evaluate")
-    from primus_ext.projection import evaluate_batch
-
-    monkeypatch.setattr(module, "_STAGES_LIMIT", 3)
-    monkeypatch.setattr(evaluate_batch, "_PASS_LIMIT", 2)
+    monkeypatch.setattr(table, "STAGES_LIMIT", 3)
+    monkeypatch.setattr(tail, "TAIL_LIMIT", 2)
+    monkeypatch.setattr(evaluate_batch, "TAIL_LIMIT", 2)
     clear_cost_cache()
     executions = [ex for k, ex in enumerate(_grid()) if k % 7 == 0]
     system = load_system("h100", 8)

@@ -15,9 +15,9 @@ from pathlib import Path
 from tiny import tiny_recipe
 
 from primus_ext.calibration.apply import parts_of
+from primus_ext.launcher.verify_top.local import megatron_log_lines
 from primus_ext.projection import project
 from primus_ext.recipe import load_recipe
-from primus_ext.tune.verify_top.local import megatron_log_lines
 
 TINY = tiny_recipe(micro_batch_size=1, global_batch_size=64, tensor_model_parallel_size=1)
 """Eight DP ranks of the tiny model on one H100 node (``TARGET``), eight micro-batches each."""

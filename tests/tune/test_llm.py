@@ -16,6 +16,7 @@ import pytest
 from tune_fakes import fake_filter, fake_oracle
 from tune_llm_server import FakeLLM, content_list, drip, reply, reset, sleep, status
 
+from primus_ext.results.tune import tune_document
 from primus_ext.tune.agent import SearchContext
 from primus_ext.tune.results import tune
 from primus_ext.tune.space import build_space
@@ -108,7 +109,7 @@ def test_prompt_injection_is_data_never_executed(small, tmp_path):
         result = _run(ctx, execution, server)
     assert not marker.exists()
     assert any("fewer stages" in note for note in result.notes)
-    text = json.dumps(result.to_dict(), default=str) + "".join(server.prompts())
+    text = json.dumps(tune_document(result), default=str) + "".join(server.prompts())
     assert SECRET not in text
     assert not any("\x1b" in note for note in result.notes)  # no terminal escape sequences get printed
     assert "expected exactly the keys" in server.prompts()[1]

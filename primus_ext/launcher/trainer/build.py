@@ -1,5 +1,9 @@
 """Build the megatron-core GPT one rank trains: config, model chunks, DDP wrapper, optimizer.
 
+The config and the decoder layer's spec are measurement's (``measure.build.config_kwargs``,
+``measure.kind_builders.decoder_layer_spec``) for the layer the projection prices, with the run's own fields
+(``RUN_FIELDS``): what ``train --verify`` trains is what ``bench`` timed.
+
 Call inside an initialised process group with megatron's ``parallel_state`` set up
 (``worker.py``). The local layer spec (torch modules) is used unless transformer-engine imports on a
 CUDA device. On CPU the shims of ``primus_ext.measure.shims`` must be applied first.
@@ -7,104 +11,75 @@ CUDA device. On CPU the shims of ``primus_ext.measure.shims`` must be applied fi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from primus_ext.launcher.trainer.plan import TrainPlan
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-           "fp8": torch.bfloat16, "fp4": torch.bfloat16}
+if TYPE_CHECKING:
+    from primus_ext.model.rank_shape import RankShape
+
+RUN_FIELDS = ("num_layers", "pipeline_dtype", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+              "expert_model_parallel_size", "expert_tensor_parallel_size", "batch_p2p_comm",
+              "deallocate_pipeline_outputs", "recompute_method", "recompute_num_layers", "moe_layer_freq",
+              "moe_token_dispatcher_type", "moe_grouped_gemm", "moe_router_force_load_balancing", "fp8_recipe",
+              "fp4_param", "use_cpu_initialization")
+"""What the run sets beyond the timed layer's config (``measure.build.config_kwargs``): its depth and pipeline, its
+expert layout, how many layers recompute, its dispatcher and the precision recipe it trains with. Every other field is
+the layer the projection timed (tests/launcher/test_trainer_model.py)."""
 
 
-def _activation(name: str) -> tuple[Any, bool]:
-    import torch.nn.functional as F
-    from megatron.core.activations import squared_relu
+def decoder_shape(plan: TrainPlan) -> RankShape:
+    """The decoder layer the projection prices for this run (``model.rank_shapes``): the MoE layer of an MoE model,
+    else the dense one."""
+    from primus_ext.model.rank_shape import rank_shapes
 
-    return {"swiglu": (F.silu, True), "geglu": (F.gelu, True), "gelu": (F.gelu, False),
-            "squared_relu": (squared_relu, False)}[name]
+    return rank_shapes(plan.model, plan.execution)["moe" if plan.model.is_moe else "dense"]
 
 
 def transformer_config(plan: TrainPlan, *, cpu: bool, use_te: bool):
-    """megatron ``TransformerConfig`` for the plan's model and execution."""
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    """megatron ``TransformerConfig`` for the plan's model and execution: the timed decoder layer's config
+    (``measure.build.config_kwargs`` at the run's global sizes) with the run's ``RUN_FIELDS``."""
+    from primus_ext.measure.build import config_kwargs
 
     m, e = plan.model, plan.execution
-    act, gated = _activation(m.activation)
-    dtype = _DTYPES[e.precision]
-    kw: dict[str, Any] = dict(
+    config_class, kw, _ = config_kwargs(decoder_shape(plan), distributed=True,
+                                        device=torch.device("cpu" if cpu else "cuda"), use_te=use_te)
+    kw.update(
         num_layers=m.num_layers,
-        hidden_size=m.hidden_size,
-        ffn_hidden_size=m.ffn_hidden_size,
-        num_attention_heads=m.num_attention_heads,
-        num_query_groups=m.num_query_groups,
-        kv_channels=m.kv_channels,
-        normalization=m.normalization,
-        gated_linear_unit=gated,
-        activation_func=act,
-        add_bias_linear=m.add_bias_linear,
-        add_qkv_bias=m.add_qkv_bias,
-        qk_layernorm=m.qk_layernorm,
-        window_size=m.window_size,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        params_dtype=dtype,
-        pipeline_dtype=dtype,
-        bf16=dtype == torch.bfloat16,
-        fp16=dtype == torch.float16,
+        pipeline_dtype=kw["params_dtype"],
         use_cpu_initialization=cpu,
-        tensor_model_parallel_size=e.tp,
         pipeline_model_parallel_size=e.pp,
         virtual_pipeline_model_parallel_size=e.virtual_pipeline_model_parallel_size if e.vpp > 1 else None,
         expert_model_parallel_size=e.ep,
         expert_tensor_parallel_size=e.etp,
-        sequence_parallel=bool(e.sequence_parallel and e.tp > 1),
         # batch_isend_irecv is followed by torch.cuda.synchronize(): plain isend/irecv on CPU
         batch_p2p_comm=not cpu,
         deallocate_pipeline_outputs=True,
     )
     if e.recompute_granularity == "full":
-        kw.update(recompute_granularity="full", recompute_method=e.recompute_method or "uniform",
-                  recompute_num_layers=e.recompute_num_layers or 1)
-    elif e.recompute_granularity == "selective":
-        kw.update(recompute_granularity="selective", recompute_modules=list(e.recompute_modules) or ["core_attn"])
+        kw.update(recompute_method=e.recompute_method or "uniform", recompute_num_layers=e.recompute_num_layers or 1)
     if m.is_moe:
         kw.update(
-            num_moe_experts=m.num_experts,
-            moe_router_topk=m.moe_router_topk,
-            moe_ffn_hidden_size=m.expert_ffn_hidden_size,
-            moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
-            moe_shared_expert_gate=m.moe_shared_expert_gate,
             moe_layer_freq=[int(x) for x in m.moe_layer_pattern] or 1,
             moe_token_dispatcher_type="allgather" if cpu else e.moe_token_dispatcher_type,
             moe_grouped_gemm=use_te and e.moe_grouped_gemm,
             moe_router_force_load_balancing=e.moe_router_force_load_balancing,
-            moe_router_pre_softmax=m.moe_router_topk == 1,
         )
     if use_te and e.precision == "fp8":
         # the recipe's scaling; torchao's rowwise (read from torchtitan runs only) has no TE recipe
-        kw.update(fp8="hybrid", fp8_recipe="tensorwise" if e.fp8_recipe == "rowwise" else e.fp8_recipe)
+        kw.update(fp8_recipe="tensorwise" if e.fp8_recipe == "rowwise" else e.fp8_recipe)
     if use_te and e.precision == "fp4" and e.fp4_recipe == "nvfp4":
-        kw.update(fp4="e2m1", fp4_recipe="nvfp4", fp4_param=e.fp4_param)  # megatron-core 0.16 (TE >= 2.7)
-    return TransformerConfig(**kw)
+        kw.update(fp4_param=e.fp4_param)  # megatron-core 0.16 (TE >= 2.7)
+    return config_class(**kw)
 
 
 def layer_spec(plan: TrainPlan, config, *, use_te: bool):
-    from megatron.core.models.gpt import gpt_layer_specs as specs
+    """The timed decoder layer's spec (``measure.kind_builders.decoder_layer_spec``) under the run's config."""
+    from primus_ext.measure.kind_builders import decoder_layer_spec
 
-    m = plan.model
-    experts = m.num_experts if m.is_moe else None
-    if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec(
-            num_experts=experts, moe_grouped_gemm=config.moe_grouped_gemm, qk_layernorm=m.qk_layernorm)
-    spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
-                                          qk_layernorm=m.qk_layernorm, normalization=m.normalization)
-    if config.sequence_parallel:  # CPU shim 4: torch norms under sequence parallelism
-        from primus_ext.measure.shims import SPTorchNorm
-
-        spec.submodules.input_layernorm = SPTorchNorm
-        spec.submodules.pre_mlp_layernorm = SPTorchNorm
-    return spec
+    return decoder_layer_spec(decoder_shape(plan), config, use_te)
 
 
 def _sp_block_spec(spec, config, vp_stage: int | None):

@@ -32,11 +32,10 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
    - ``comm(shape, sequence_parallel)`` -> ``KindComm``: the named TP pairs (group ``"tp"`` / ``"etp"``), single
      forward / backward collectives over TP, the parts full recompute re-runs, whether it dispatches tokens
      over EP. Each collective moves ``tokens x hidden`` activations; ``projection.comm`` times them.
-3. ``register(MyKind())`` at the bottom of the module and add the module to ``registry._BUILTINS``.
+3. ``register(MyKind())`` at the bottom of the module (the registry imports every module of this package).
 4. To measure it on hardware: a ``KindBuilder`` in ``primus_ext.measure.kind_builders.BUILDERS`` (torch-side).
-5. Add its name to ``rank_shape.LayerKind`` (the ``Literal`` type checkers read), say where its shapes come from
-   (``rank_shape.rank_shapes``) and where its layers sit in a stage
-   (``projection.stage_sums``; a hybrid model's layer symbols map to kinds in ``model.hybrid.SYMBOL_KINDS``).
+5. Say where its shapes come from (``rank_shape.rank_shapes``) and where its layers sit in a stage
+   (``projection.table.chunk_counts``; a hybrid model's layer symbols map to kinds in ``model.hybrid.SYMBOL_KINDS``).
 
 ``tests/model/kinds/test_kind_registry.py`` checks every registered kind answers every hook and that no new
 ``kind == "..."`` branch appears outside this package.

@@ -1,7 +1,8 @@
 """The layer-kind registry: ``RankShape.kind`` name -> ``Kind`` instance.
 
-The built-in kinds load on the first lookup (their modules import the formula modules, which import this one:
-a lazy load keeps the import graph acyclic).
+The built-in kinds load on the first lookup: every module of this package but ``base`` and ``registry`` (a new
+kind's module is found, not listed). Their modules import the formula modules, which import this one: the lazy load
+is the one deliberate inversion of the model layer (docs/DESIGN.md "Layers"), and keeps the import graph acyclic.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from primus_ext.errors import PrimusExtError, cut
 from primus_ext.model.kinds.base import Kind
 
 _KINDS: dict[str, Kind] = {}
-_BUILTINS = ("primus_ext.model.kinds.decoder", "primus_ext.model.kinds.edges", "primus_ext.model.kinds.mamba",
-             "primus_ext.model.kinds.hybrid")
+_NOT_KINDS = ("base", "registry")
+"""Modules of this package that define no kind."""
 _loaded = False
 
 
@@ -37,9 +38,13 @@ def _load_builtins() -> None:
     if not _loaded:
         _loaded = True
         import importlib
+        import pkgutil
+        import sys
 
-        for module in _BUILTINS:
-            importlib.import_module(module)
+        package = __name__.rpartition(".")[0]
+        for info in sorted(pkgutil.iter_modules(sys.modules[package].__path__), key=lambda i: i.name):
+            if info.name not in _NOT_KINDS:
+                importlib.import_module(f"{package}.{info.name}")
 
 
 def get_kind(name: str) -> Kind:

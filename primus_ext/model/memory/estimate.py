@@ -177,7 +177,8 @@ def estimate_memory(
     ctx = stage_context(model, execution, measured)
     stages = []
     for rank in range(execution.pp):
-        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True, family=system.gpu.family)
+        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True,
+                                                fp8_any_layout=system.gpu.fp8_any_layout)
         stages.append(StageMemory(rank=rank, params_bytes=totals[0], grads_bytes=totals[1],
                                   optimizer_bytes=totals[2], activations_bytes=totals[3],
                                   other_bytes=totals[4], total_bytes=sum(totals),
@@ -231,12 +232,12 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
     return (model, tuple(reps), biggest_layer_params(ctx))
 
 
-def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
+def _peak(model: ModelSpec, e: ExecutionSpec, any_layout: bool) -> float:
     """The peak over the pipeline ranks: the arithmetic of ``memory.stage.stage_memory`` (checked equal on
     whole tuner spaces by tests/model/memory/test_memory_prefilter_fast.py) on memoised per-rank constants, then
     memoised on the remaining fields the peak depends on (configurations differing only in overlap flags,
     dispatcher, ... share it)."""
-    key = (id(model), _peak_fields(e), family)
+    key = (id(model), _peak_fields(e), any_layout)
     hit = _PEAKS.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -248,7 +249,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
         entry = _COMPILED[shape_key] = _compile(model, e)
     _, reps, biggest = entry
     sharding = sharding_bytes(e)
-    weight = layer_weight_bytes(e, family, param_bytes=sharding[0])
+    weight = layer_weight_bytes(e, any_layout, param_bytes=sharding[0])
     pp = e.pipeline_model_parallel_size
     m = max(1, e.global_batch_size // (e.micro_batch_size * e.data_parallel_size))
     vpp = e.virtual_pipeline_model_parallel_size or 1
@@ -287,14 +288,14 @@ def _peak(model: ModelSpec, e: ExecutionSpec, family: str) -> float:
 
 def peak_bytes(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec | None = None) -> float:
     """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity), torch-free. ``system`` gives
-    the GPU generation (fp8 weight formats); without it the conservative (Hopper) formats are counted."""
-    return _peak(model, execution, system.gpu.family if system is not None else "")
+    the GPU's FP8 operand layouts (``GPUSpec.fp8_any_layout``); without it the conservative (Hopper) answer."""
+    return _peak(model, execution, system is not None and system.gpu.fp8_any_layout)
 
 
 def fits(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, *, margin: float = 0.0) -> bool:
     """The tuner's fast pre-filter: True when the analytic peak fits ``capacity * (1 - margin)``."""
     usable = system.gpu.hbm_bytes * HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE * (1.0 - margin)
-    return _peak(model, execution, system.gpu.family) <= usable
+    return _peak(model, execution, system.gpu.fp8_any_layout) <= usable
 
 
 def with_capacity(memory: Memory, capacity_bytes: float) -> Memory:

@@ -361,17 +361,17 @@ def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
 
 
 def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, detail: bool,
-                 family: str = "") -> tuple[dict[str, float], tuple[float, ...], float]:
+                 fp8_any_layout: bool = False) -> tuple[dict[str, float], tuple[float, ...], float]:
     """Bytes of pipeline rank ``rank`` under ``execution`` (the configuration ``ctx`` was looked up for) on a
-    GPU of tensor-core ``family`` (fp8 weight formats; ``""`` = the conservative Hopper answer): named parts
-    (when ``detail``), the five totals, micro-batches in flight."""
+    GPU whose FP8 GEMMs take every operand layout or not (``GPUSpec.fp8_any_layout``; False = the conservative
+    Hopper answer): named parts (when ``detail``), the five totals, micro-batches in flight."""
     e, model = execution, ctx.model
     prof = rank_profile(ctx, rank)
     total_params, expert, router = prof.total_params, prof.expert_params, prof.router_params
     # --- parameters, gradients, optimizer ------------------------------------------------------
     sharding = sharding_bytes(e)
     param_b = sharding[0]
-    weight = layer_weight_bytes(e, family, param_bytes=param_b)
+    weight = layer_weight_bytes(e, fp8_any_layout, param_bytes=param_b)
     layer_gemm = total_params - prof.edge_params - router
     params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
         e, sharding, total_params, expert, router, prof.edge_params, biggest_layer_params(ctx), weight,

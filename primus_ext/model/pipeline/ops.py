@@ -1,8 +1,10 @@
 """Pipeline ops and their replay: the types of ``model.pipeline`` and the core every schedule runs on.
 
 A schedule is a per-rank op order (kind, micro-batch, chunk); ``place`` turns the orders into a topological
-``Structure`` (each op's same-rank predecessor and input dependency), and ``replay`` runs it: every op starts
-when its rank is free and its input arrived (upstream forward + p2p, or downstream backward + p2p).
+``Structure`` (each op's same-rank predecessor and input dependency; ``place_positional``: in the periodic order;
+one routine, ``_place``, for every schedule whose ops run alone, whatever its chunk placement), and ``replay`` runs
+it: every op starts when its rank is free and its input arrived (upstream forward + p2p, or downstream backward +
+p2p).
 
 Overlapped pairs (DualPipe's "F&B", DeepSeek-V3 report arXiv:2412.19437 sec. 3.2.1): one op that runs the
 forward of one micro-batch beside the backward of another, each hiding the other's EP all-to-all. The op has two
@@ -13,6 +15,7 @@ duration slot holds the pair's time, which the schedule sets (``pipeline.dualpip
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 FWD, BWD, WGRAD = 0, 1, 2
@@ -118,34 +121,46 @@ NO_PAIR = (0, -1, -1, 0, 0)
 """``Structure.pairs`` entry of an op that runs alone (input 0: the zero-time sentinel, p2p slot -1: none)."""
 
 
-def place(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None) -> Structure:
-    """Per-rank (kind, micro-batch, chunk) orders -> a topological ``Structure`` (sweeping the ranks, each
-    as far as its inputs are placed). A weight-grad W has no input of its own: its B precedes it on its rank.
-    ``unpaired[r]``: rank r's ops that run without a partner micro-batch (their own duration slots)."""
+StageOf = Callable[[int, int, int], int]
+"""(rank, chunk, pp) -> virtual stage (model order)."""
+
+
+def loop_stage(rank: int, chunk: int, pp: int) -> int:
+    """Megatron's placement: chunk c of rank r is virtual stage c*PP + r."""
+    return chunk * pp + rank
+
+
+def _place(streams: list, pp: int, vpp: int, m: int, unpaired: list | None, stage_of: StageOf,
+           strict: bool) -> Structure | None:
+    """The one placement routine: ``streams`` of (rank, kind, micro-batch, chunk) ops, each stream placed in its
+    order as far as its inputs are placed, the streams swept until every op is (``strict``: one pass; ``None``
+    when an op's input is not placed yet). F of stage s waits for F of s-1 (p2p slot s-1), B of s for B of s+1
+    (slot s), the last stage's B for its own F; a W has no input (its B precedes it on its rank)."""
     stages = pp * vpp
+    stage_at = [[stage_of(r, c, pp) for c in range(vpp)] for r in range(pp)]
     # position of (kind, virtual stage, mb) at flat index (kind * stages + stage) * m + mb; 0 = not yet placed
     placed = [0] * (3 * stages * m)
     ops: list[tuple[int, int, int, int]] = []
     steps: list[tuple[int, int, int, int]] = []
-    pointers = [0] * pp
+    pointers = [0] * len(streams)
     last = [0] * pp
-    lengths = [len(o) for o in orders]
+    lengths = [len(s) for s in streams]
     remaining = sum(lengths)
     while remaining:
         progressed = False
-        for r in range(pp):
-            order, ptr, prev = orders[r], pointers[r], last[r]
-            while ptr < lengths[r]:
-                kind, mb, chunk = order[ptr]
-                stage = chunk * pp + r
+        for i, stream in enumerate(streams):
+            ptr, n = pointers[i], lengths[i]
+            while ptr < n:
+                r, kind, mb, chunk = stream[ptr]
+                stage = stage_at[r][chunk]
                 if kind == FWD:
-                    dep_stage, cslot = stage - 1, stage - 1
-                    dep = placed[dep_stage * m + mb] if stage > 0 else -1
+                    cslot = stage - 1
+                    dep = placed[cslot * m + mb] if stage > 0 else -1
                 elif kind == WGRAD:
                     dep, cslot = -1, -1
                 elif stage < stages - 1:
-                    dep_stage, cslot = stage + 1, stage
-                    dep = placed[(stages + dep_stage) * m + mb]
+                    cslot = stage
+                    dep = placed[(stages + stage + 1) * m + mb]
                 else:
                     cslot = -1
                     dep = placed[stage * m + mb]
@@ -155,14 +170,38 @@ def place(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None)
                 position = len(ops)
                 placed[(kind * stages + stage) * m + mb] = position
                 alone = unpaired is not None and (kind, mb, chunk) in unpaired[r]
-                steps.append((prev, max(dep, 0), duration_slot(kind, r, chunk, pp, vpp, alone), cslot))
-                prev = position
+                steps.append((last[r], max(dep, 0), duration_slot(kind, r, chunk, pp, vpp, alone), cslot))
+                last[r] = position
                 ptr += 1
-            remaining -= ptr - pointers[r]
-            progressed = progressed or ptr != pointers[r]
-            pointers[r], last[r] = ptr, prev
+            remaining -= ptr - pointers[i]
+            progressed = progressed or ptr != pointers[i]
+            pointers[i] = ptr
+        if strict and remaining:
+            return None
         assert progressed, "pipeline order deadlocks"
     return Structure(tuple(ops), tuple(steps), tuple(last))
+
+
+def place(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None,
+          stage_of: StageOf = loop_stage) -> Structure:
+    """Per-rank (kind, micro-batch, chunk) orders -> a topological ``Structure``, sweeping the ranks, each as far
+    as its inputs are placed. ``unpaired[r]``: rank r's ops that run without a partner micro-batch (their own
+    duration slots, ``duration_slot``); ``stage_of``: where chunk c of rank r sits in the model (``loop_stage``,
+    or a V: ``zb2.v_stage``)."""
+    found = _place([[(r, *op) for op in order] for r, order in enumerate(orders)], pp, vpp, m, unpaired, stage_of,
+                   False)
+    assert found is not None
+    return found
+
+
+def place_positional(orders: list, pp: int, vpp: int, m: int, unpaired: list | None = None) -> Structure | None:
+    """The ops sorted by their position in their rank's order (at each position the forwards by rank, then the
+    backwards by reverse rank): periodic in the steady state, unlike ``place``'s sweep order (``pipeline.periodic``).
+    ``None`` when that order is not topological."""
+    forward, backward = range(pp), range(pp - 1, -1, -1)
+    keyed = [(r, *orders[r][t]) for t in range(max(map(len, orders))) for ranks, want in ((forward, FWD),
+             (backward, BWD)) for r in ranks if t < len(orders[r]) and orders[r][t][0] == want]
+    return _place([keyed], pp, vpp, m, unpaired, loop_stage, True)
 
 
 def busy_times(times: tuple[tuple[ChunkTimes, ...], ...], m: int,
@@ -230,4 +269,5 @@ def replay(schedule: str, st: Structure, times: tuple[tuple[ChunkTimes, ...], ..
 
 
 __all__ = ["BWD", "FWD", "KIND_NAMES", "NO_PAIR", "UNPAIRED_SLOT_KINDS", "WGRAD", "ChunkTimes", "Event",
-           "ScheduleResult", "Structure", "busy_times", "critical_p2p", "duration_slot", "durations", "place", "replay"]
+           "ScheduleResult", "StageOf", "Structure", "busy_times", "critical_p2p", "duration_slot", "durations",
+           "loop_stage", "place", "place_positional", "replay"]

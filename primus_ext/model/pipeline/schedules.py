@@ -48,9 +48,9 @@ from primus_ext.model.pipeline.ops import (
     ScheduleResult,
     Structure,
     busy_times,
-    duration_slot,
     durations,
     place,
+    place_positional,
     replay,
 )
 from primus_ext.model.pipeline.periodic import Periodic, periodic_structure, simulate_periodic, stretch
@@ -141,37 +141,10 @@ def simulate_fixed(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], m: 
 
 # --------------------------------------------------------------------------- entry point
 def _positional(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Structure | None:
-    """The ops sorted by their position in their rank's order (forwards by rank, then backwards by
-    reverse rank): periodic in the steady state, unlike ``fixed_structure``'s sweep order. ``None`` when that
-    order is not topological."""
+    """The ops in their periodic order (``ops.place_positional``); ``None`` when that order is not topological."""
     orders = [rank_order(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
     unpaired = [unpaired_ops(schedule, r, pp, vpp, m, group, extra) for r in range(pp)]
-    length = max(map(len, orders))
-    forward, backward = range(pp), range(pp - 1, -1, -1)
-    keyed = [(r, *orders[r][t]) for t in range(length) for ranks, want in ((forward, FWD), (backward, BWD))
-             for r in ranks if t < len(orders[r]) and orders[r][t][0] == want]
-    stages = pp * vpp
-    placed = [0] * (2 * stages * m)
-    ops, steps, last = [], [], [0] * pp
-    for r, kind, mb, chunk in keyed:
-        stage = chunk * pp + r
-        if kind == FWD:
-            cslot = stage - 1
-            dep = placed[(stage - 1) * m + mb] if stage > 0 else -1
-        elif stage < stages - 1:
-            cslot = stage
-            dep = placed[(stages + stage + 1) * m + mb]
-        else:
-            cslot = -1
-            dep = placed[stage * m + mb]
-        if dep == 0:
-            return None
-        ops.append((kind, r, chunk, mb))
-        placed[(kind * stages + stage) * m + mb] = len(ops)
-        steps.append((last[r], max(dep, 0), duration_slot(kind, r, chunk, pp, vpp, (kind, mb, chunk) in unpaired[r]),
-                      cslot))
-        last[r] = len(ops)
-    return Structure(tuple(ops), tuple(steps), tuple(last))
+    return place_positional(orders, pp, vpp, m, unpaired)
 
 
 def periodic_direct(schedule: str, pp: int, vpp: int, m: int, group: int, extra: int) -> Periodic:

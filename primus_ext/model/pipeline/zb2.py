@@ -25,24 +25,25 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
 from functools import lru_cache
 
-from primus_ext.model.pipeline.ops import BWD, FWD, WGRAD, ChunkTimes, ScheduleResult, Structure, replay
+from primus_ext.model.pipeline.ops import (
+    BWD,
+    FWD,
+    WGRAD,
+    ChunkTimes,
+    ScheduleResult,
+    StageOf,
+    Structure,
+    loop_stage,
+    place,
+    replay,
+)
 from primus_ext.model.pipeline.registry import Schedule, peak_count, register
 
 _READY_TOLERANCE = 1e-12
 """Relative slack of "input already there" (as ``pipeline.zb``): two sums of the same op times that differ in
 rounding only count as simultaneous."""
-
-StageOf = Callable[[int, int, int], int]
-"""(rank, chunk, pp) -> virtual stage (model order)."""
-
-
-def loop_stage(rank: int, chunk: int, pp: int) -> int:
-    """Megatron's placement: chunk c of rank r is virtual stage c*PP + r."""
-    return chunk * pp + rank
-
 
 def v_stage(rank: int, chunk: int, pp: int) -> int:
     """V placement (Qi et al. 2024, arXiv:2405.15362 sec. 2; Primus zbv.py's layer_group_idx): chunk 0 on ranks
@@ -58,39 +59,8 @@ def split_times(times: tuple[tuple[ChunkTimes, ...], ...]) -> list[float]:
 
 
 def place_mapped(orders: list, pp: int, chunks: int, m: int, stage_of: StageOf) -> Structure:
-    """``ops.place`` for any chunk placement: per-rank (kind, micro-batch, chunk) orders -> a topological
-    ``Structure``. F of virtual stage s waits for F of s-1 (p2p slot s-1), B of s for B of s+1 (slot s), the last
-    stage's B for its own F; a W has no input (its B precedes it on its rank)."""
-    stages = pp * chunks
-    placed: dict[tuple[int, int, int], int] = {}
-    ops: list[tuple[int, int, int, int]] = []
-    steps: list[tuple[int, int, int, int]] = []
-    pointers, last = [0] * pp, [0] * pp
-    remaining = sum(map(len, orders))
-    while remaining:
-        progressed = False
-        for r in range(pp):
-            while pointers[r] < len(orders[r]):
-                kind, mb, chunk = orders[r][pointers[r]]
-                s = stage_of(r, chunk, pp)
-                if kind == FWD:
-                    key, cslot = ((FWD, s - 1, mb), s - 1) if s > 0 else (None, -1)
-                elif kind == BWD:
-                    key, cslot = ((BWD, s + 1, mb), s) if s < stages - 1 else ((FWD, s, mb), -1)
-                else:
-                    key, cslot = None, -1
-                dep = placed.get(key, 0) if key else -1
-                if dep == 0:
-                    break
-                ops.append((kind, r, chunk, mb))
-                placed[(kind, s, mb)] = len(ops)
-                steps.append((last[r], max(dep, 0), (kind * pp + r) * chunks + chunk, cslot))
-                last[r] = len(ops)
-                pointers[r] += 1
-                remaining -= 1
-                progressed = True
-        assert progressed, "pipeline order deadlocks"
-    return Structure(tuple(ops), tuple(steps), tuple(last))
+    """``ops.place`` for any chunk placement (the one placement routine)."""
+    return place(orders, pp, chunks, m, stage_of=stage_of)
 
 
 def greedy_orders(times: tuple[tuple[ChunkTimes, ...], ...], m: int, caps: tuple[int, ...], stage_of: StageOf,

@@ -100,6 +100,25 @@ def test_every_kind_answers_every_hook(name):
     assert {part for part, _ in comm.pairs} <= comm.parts or not kind.recomputable
 
 
+def test_every_hook_called_through_the_registry_is_declared():
+    """Code outside the kinds asks a kind only what ``Kind`` declares (``HOOKS`` / ``TRAITS``): no undeclared hook
+    that one kind answers and another does not."""
+    import ast
+
+    asked = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[:2] == ("model", "kinds"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and \
+                    getattr(node.value.func, "id", None) == "get_kind":
+                asked.add((node.attr, f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}"))
+    assert asked, "the check found no get_kind(...).hook call: it looks at the wrong thing"
+    undeclared = sorted(where + " ." + name for name, where in asked if name not in (*HOOKS, *TRAITS))
+    assert not undeclared, "declare these in model/kinds/base.py (a default serves the kinds without it):\n" + \
+        "\n".join(undeclared)
+
+
 def test_traits_of_the_builtin_kinds():
     dense, moe, emb, out = (get_kind(n) for n in ("dense", "moe", "embedding", "output"))
     assert dense.recomputable and moe.recomputable and not emb.recomputable and not out.recomputable

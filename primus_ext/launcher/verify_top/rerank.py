@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from primus_ext.tune.verify_top.variants import read_manifest
+from primus_ext.launcher.verify_top.variants import read_manifest
 
 MIN_SPEARMAN = 3
 """Runs needed for a rank correlation (with two, it is always +-1)."""

@@ -4,7 +4,7 @@
     primus-ext tune RECIPE --verify-top 3 --verify-run local --verify-scale 0.0625   # also run them here
     primus-ext tune RECIPE --verify-top 3 --verify-dir DIR --resume-verify          # re-rank DIR's logs
 
-    from primus_ext.tune.verify_top import rerank
+    from primus_ext.launcher.verify_top import rerank
     result = rerank("llama-verify-top")        # VerifyTopResult: measured vs projected ranks, regret, Spearman
     print(format_verify_top(result)); result.to_dict()
 
@@ -25,8 +25,8 @@ run checks how the projection orders the configurations it can run here).
 
 from __future__ import annotations
 
-from primus_ext.tune.verify_top.rerank import CandidateOutcome, VerifyTopResult, format_verify_top, rerank
-from primus_ext.tune.verify_top.variants import (
+from primus_ext.launcher.verify_top.rerank import CandidateOutcome, VerifyTopResult, format_verify_top, rerank
+from primus_ext.launcher.verify_top.variants import (
     DEFAULT_ITERS,
     MANIFEST,
     Candidate,

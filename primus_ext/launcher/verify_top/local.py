@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from primus_ext.tune.verify_top.variants import write_manifest
+from primus_ext.launcher.verify_top.variants import write_manifest
 
 
 def megatron_log_lines(step_times_s: Sequence[float], losses: Sequence[float], *, global_batch_size: int,

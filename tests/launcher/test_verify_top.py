@@ -1,4 +1,4 @@
-"""Multi-fidelity tuning (``primus_ext.tune.verify_top``): short-run variants that reload to the tuned
+"""Multi-fidelity tuning (``primus_ext.launcher.verify_top``): short-run variants that reload to the tuned
 configuration, their launch commands, and the re-ranking of synthetic Megatron-format logs.
 
     python -m pytest -q tests/tune/test_verify_top.py
@@ -17,9 +17,7 @@ import pytest
 import yaml
 
 from primus_ext.errors import RecipeError
-from primus_ext.recipe import load_recipe
-from primus_ext.tune.space import build_space
-from primus_ext.tune.verify_top import (
+from primus_ext.launcher.verify_top import (
     Candidate,
     check_folder,
     format_verify_top,
@@ -27,8 +25,10 @@ from primus_ext.tune.verify_top import (
     short_run_changes,
     write_variants,
 )
-from primus_ext.tune.verify_top.local import megatron_log_lines
-from primus_ext.tune.verify_top.variants import write_manifest
+from primus_ext.launcher.verify_top.local import megatron_log_lines
+from primus_ext.launcher.verify_top.variants import write_manifest
+from primus_ext.recipe import load_recipe
+from primus_ext.tune.space import build_space
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT_B = REPO / "recipes" / "llama3.1_8B-pretrain.yaml"  # Primus experiment; presets from the shipped recipes/

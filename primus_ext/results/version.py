@@ -1,0 +1,11 @@
+"""The result schema's version and the kinds of document it knows (``primus_ext.results`` re-exports both)."""
+
+SCHEMA_VERSION = 1
+"""Raised when a field is renamed, removed or changes its unit (added fields keep the version)."""
+
+KINDS = ("projection", "memory", "tune", "ci", "baseline", "verify", "validation", "calibration", "comparison")
+"""What a document is: ``project``, ``project --memory-only``, ``tune``, ``ci``, the ``ci`` baseline file,
+``train --verify`` (verify.json), ``validate`` (with ``--calibrate-from``: its ``calibrated_from_user_run``),
+``calibrate`` (runs from training logs against their projections, and the stored record), ``compare``."""
+
+__all__ = ["KINDS", "SCHEMA_VERSION"]
