@@ -310,12 +310,17 @@ def schedule_of(ex: ExecutionSpec) -> tuple[int, str]:
     pp, vpp = ex.pp, virtual_stages(ex)
     # without pipelining megatron-core runs forward_backward_no_pipelining (combined 1F1B under EP overlap)
     # whatever the zero-bubble setting: the 1F1B order, which is also the zero-bubble one on one rank
-    schedule = resolve_schedule(ex.pipeline_schedule, pp, vpp).name
-    if get_schedule(schedule).chunks_per_rank(vpp) > 1 and interleaving_problem(pp, m):
+    chosen = resolve_schedule(ex.pipeline_schedule, pp, vpp)
+    # each schedule's own micro-batch rule: Megatron's interleaved group rule for VPP, DualPipe's 2*PP and even
+    # count (``Schedule.legality``), never one schedule's rule for another
+    problems = chosen.legality(pp, vpp if not chosen.fixed_chunks else ex.virtual_pipeline_model_parallel_size, m) \
+        if pp > 1 else []
+    if problems:
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
-                                                 message=interleaving_problem(pp, m),
-                                                 fix=f"use a global batch giving a multiple of PP={pp} micro-batches")])
-    return m, schedule
+                                                 message=f"{chosen.label}: {problem}",
+                                                 fix=f"use a global batch whose micro-batch count {chosen.label} "
+                                                     "accepts, or another schedule") for problem in problems])
+    return m, chosen.name
 
 
 def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
