@@ -7,8 +7,8 @@
         --html compare.html
 
 Each side is one argument: a recipe path, optionally followed by ``key=value`` overrides (quote the
-argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster`` and
-``--nodes`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` to B only. Layer costs are the analytic
+argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster``,
+``--nodes`` and ``--schedule`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` / ``--schedule-b`` to B only. Layer costs are the analytic
 roofline unless ``--store FILE`` names a timing store. Prints a table (figure, A, B, change from A to B,
 judged better / worse where the direction is clear); ``--html FILE`` writes one self-contained page with the
 table and both full reports side by side. Exit 0; 2 when a side is not a valid recipe.
@@ -71,6 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nodes", type=int, help="node count of both sides; default from each recipe")
     parser.add_argument("--cluster-b", help="hardware profile of side B only")
     parser.add_argument("--nodes-b", type=int, help="node count of side B only")
+    parser.add_argument("--schedule", metavar="NAME",
+                        help="pipeline schedule of both sides (e.g. dualpipe: a what-if no framework key runs); "
+                             "default from each recipe")
+    parser.add_argument("--schedule-b", metavar="NAME", help="pipeline schedule of side B only")
     parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
                         help="folder searched for model/module presets (repeatable)")
     parser.add_argument("--store", metavar="FILE", help="timing store with measured layer costs (default: analytic)")
@@ -78,12 +82,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _project(side: Side, args: argparse.Namespace, cluster: str | None, nodes: int | None) -> tuple[Any, Any]:
+def _project(side: Side, args: argparse.Namespace, cluster: str | None, nodes: int | None,
+             schedule: str | None = None) -> tuple[Any, Any]:
     from primus_ext.projection import project
     from primus_ext.recipe import load_recipe
 
     recipe = load_recipe(side.recipe, list(side.overrides), cluster=cluster, nodes=nodes,
-                         config_roots=args.config_root)
+                         config_roots=args.config_root, schedule=schedule)
     costs = None
     if args.store:
         from primus_ext.measure.store import store_for_target
@@ -99,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs(("--html", args.html))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
-    recipe_a, a = _project(side_a, args, args.cluster, args.nodes)
-    recipe_b, b = _project(side_b, args, args.cluster_b or args.cluster, args.nodes_b or args.nodes)
+    recipe_a, a = _project(side_a, args, args.cluster, args.nodes, args.schedule)
+    recipe_b, b = _project(side_b, args, args.cluster_b or args.cluster, args.nodes_b or args.nodes,
+                           args.schedule_b or args.schedule)
     labels = (side_a.label, side_b.label)
     print(format_compare(compare_rows(a, b), labels))
     for label, recipe in zip(labels, (recipe_a, recipe_b), strict=True):

@@ -34,7 +34,7 @@ from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline import ChunkTimes, interleaving_problem
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
 from primus_ext.model.pipeline.zbv import wgrad_share
-from primus_ext.model.placement import group_placements
+from primus_ext.model.placement import group_placements, with_copies
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds, launches
 from primus_ext.model.stages import virtual_stages
@@ -120,16 +120,27 @@ _SHAPE_FIELDS = (
     "tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "sequence_parallel", "micro_batch_size", "seq_length", "precision",
     "recompute_granularity", "recompute_modules", "fp8_recipe", "fp4_recipe", "attention_kernel",
-    "cuda_graph", "lora_rank", "lora_targets",
+    "cuda_graph", "lora_rank", "lora_targets", "activation_func_fp8_input_store",
 )
 """What ``rank_shapes`` reads (tests/projection/test_evaluate_fast.py mutates every other field)."""
 _comm_key = attrgetter(*_COMM_FIELDS)
 
 
+def pairs_passes(ex: ExecutionSpec) -> bool:
+    """Whether ``ex``'s schedule runs a forward and another micro-batch's backward as one overlapped pair, hiding
+    each one's EP all-to-all behind the other's compute whatever Megatron's ``overlap_moe_expert_parallel_comm``
+    says (DualPipe / DualPipeV: DeepSeek-V3 report sec. 3.2.1, fig. 4; ``Schedule.pairs_passes``)."""
+    return ex.pipeline_model_parallel_size > 1 and get_schedule(ex.pipeline_schedule).pairs_passes
+
+
 def _comm_fields(ex: ExecutionSpec) -> ExecutionSpec:
     """``ex`` reduced to what per-layer communication reads: the memo key of a layer, so that batch /
-    DP-overlap / optimizer variants share it."""
-    return ExecutionSpec(**dict(zip(_COMM_FIELDS, _comm_key(ex), strict=True)))
+    DP-overlap / optimizer variants share it. A schedule that pairs passes itself overlaps the EP all-to-all
+    (``pairs_passes``): its layers are priced as under Megatron's EP overlap, the passes it runs alone exposed."""
+    fields = dict(zip(_COMM_FIELDS, _comm_key(ex), strict=True))
+    if pairs_passes(ex):
+        fields["overlap_moe_expert_parallel_comm"] = True
+    return ExecutionSpec(**fields)
 
 
 def _layer(shape: RankShape, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...]) -> _Layer:
@@ -225,7 +236,7 @@ def _layers(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
 
 def _layer_entry(ctx: _Context, ex: ExecutionSpec) -> tuple[dict[tuple[str, bool], _Layer], float, int]:
     """(layers, p2p bytes, layer id) of ``ex`` from the context's memo (keyed on the shape and comm fields)."""
-    layer_key = (_shape_key(ex), _comm_key(ex))
+    layer_key = (_shape_key(ex), _comm_key(ex), pairs_passes(ex))
     found = ctx.layers.get(layer_key)
     if found is None:
         if len(ctx.layers) >= _STAGES_LIMIT:
@@ -329,7 +340,8 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     pp, vpp = ex.pp, virtual_stages(ex)
     mc = get_schedule(schedule).chunk_microbatches(m)  # per-rank sums are per micro-batch through every chunk
     st = _stages(model, ex, system, providers, ctx)
-    pl = group_placements(ex, system)
+    # DualPipe: a stage's two copies (ranks s and PP-1-s) reduce their gradients and shard the optimizer together
+    pl = with_copies(group_placements(ex, system), get_schedule(schedule).model_copies)
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
     sim = get_schedule(schedule).run(times_t, m, p2p, timeline=timeline,
                                      moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm,
@@ -398,8 +410,9 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     if world != system.world_size:
         notes = (f"execution world size {world} != cluster {system.world_size} GPUs; per-GPU figures use {world}",)
     if get_schedule(schedule).model_copies > 1:
-        notes += (f"{get_schedule(schedule).label}: the gradient sync between the two copies of a stage (ranks s and "
-                  "PP-1-s) is not priced",)
+        notes += (f"{get_schedule(schedule).label}: each stage's two copies (pipeline ranks s and PP-1-s) reduce "
+                  f"their gradients over both copies' data-parallel ranks ({pl.dp_cp.size} dense, {pl.edp.size} "
+                  "expert), which also shard one optimizer state per parameter (assumed: the report does not say)",)
     return Projection(
         step_time_s=step,
         tokens_per_s_per_gpu=ex.global_batch_size * ex.seq_length / (step * world),

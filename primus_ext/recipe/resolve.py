@@ -69,7 +69,7 @@ _OTHER_READ = (
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
-    "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", *HYBRID_KEYS,
+    "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", "activation_func_fp8_input_store", *HYBRID_KEYS,
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -404,6 +404,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         lora_rank=lora_rank,
         lora_targets=lora_targets,
         recompute_modules=_recompute_modules(a),
+        activation_func_fp8_input_store=a.bool("activation_func_fp8_input_store"),
         # megatron-core ModelParallelConfig: cpu_offloading_activations defaults to True, weights False
         cpu_offloading=a.bool("cpu_offloading"),
         cpu_offloading_num_layers=a.int("cpu_offloading_num_layers", minimum=0) or 0,

@@ -73,6 +73,11 @@ class ExecutionSpec:
     """Selective recompute targets (Megatron names: core_attn, mlp, moe, moe_act, layernorm,
     mla_up_proj, shared_experts). Empty with granularity 'selective' means Megatron's default
     (``core_attn``)."""
+    activation_func_fp8_input_store: bool = False
+    """megatron-core's ``activation_func_fp8_input_store``: the SwiGLU's input (the first MLP GEMM's output) saved
+    for backward in fp8, cast back before the backward (the fused ``bias_swiglu`` / ``weighted_bias_swiglu``
+    kernels of the dense MLP and the grouped experts). DeepSeek-V3's "cache the SwiGLU inputs in FP8" (report
+    sec. 3.3.3, "Low-Precision Storage"); SwiGLU only (megatron-core refuses another activation)."""
     selective_ac_option: Literal["modules", "op"] = "modules"
     """What granularity 'selective' recomputes: ``modules`` = Megatron's ``recompute_modules``; ``op`` =
     torch's op-level selective activation checkpointing as torchtitan applies it

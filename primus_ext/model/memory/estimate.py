@@ -194,6 +194,7 @@ _SHAPE_FIELDS = (
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_activations", "cross_entropy_fusion_impl", "selective_ac_option",
     "lora_rank", "lora_targets", "recompute_layer_ids", "pipeline_schedule", "fp4_recipe",
+    "activation_func_fp8_input_store",
 )
 """Every ExecutionSpec field the per-rank constants depend on (per-rank shapes, split and the schedule's placement
 of it, recompute, offload)."""
