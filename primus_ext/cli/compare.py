@@ -8,7 +8,8 @@
 
 Each side is one argument: a recipe path, optionally followed by ``key=value`` overrides (quote the
 argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster``,
-``--nodes`` and ``--schedule`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` / ``--schedule-b`` to B only. Layer costs are the analytic
+``--nodes`` and ``--schedule`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` / ``--schedule-b`` to B
+only. Layer costs are the analytic
 roofline unless ``--store FILE`` names a timing store. Prints a table (figure, A, B, change from A to B,
 judged better / worse where the direction is clear); ``--html FILE`` writes one self-contained page with the
 table and both full reports side by side. Exit 0; 2 when a side is not a valid recipe.

@@ -177,7 +177,8 @@ class RankShape:
         """Stable identifier for caches and the timing store (independent of field order).
 
         Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``, ``fp8_recipe``, ``attention_kernel``,
-        ``cuda_graph``, ``selective_ac``, ``lora_rank``, ``act_fp8_input``) enter the payload only when set (not at their defaults), so
+        ``cuda_graph``, ``selective_ac``, ``lora_rank``, ``act_fp8_input``)
+        enter the payload only when set (not at their defaults), so
         the keys of shapes without them, and the measurements stored under those keys, are unchanged."""
         data = asdict(self)
         for name in _KEY_OPTIONAL_ARCH:

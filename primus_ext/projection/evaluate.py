@@ -31,7 +31,7 @@ from primus_ext.model.flops import model_flops_per_step
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
-from primus_ext.model.pipeline import ChunkTimes, interleaving_problem
+from primus_ext.model.pipeline import ChunkTimes
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
 from primus_ext.model.pipeline.zbv import wgrad_share
 from primus_ext.model.placement import group_placements, with_copies

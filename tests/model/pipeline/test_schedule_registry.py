@@ -153,7 +153,8 @@ def test_an_unknown_spec_schedule_is_a_recipe_problem():
 
 def test_dualpipe_doubles_parameter_memory_and_dualpipev_does_not():
     """The DeepSeek report's table 2: DualPipe keeps 2x the parameters (and gradients) per rank, DualPipeV (one copy
-    cut in 2*PP V-placed chunks) 1x; the optimizer state of a stage is sharded over both copies' DP ranks. A middle rank of an even 8-stage split holds no embedding or output layer: exact."""
+    cut in 2*PP V-placed chunks) 1x; the optimizer state of a stage is sharded over both copies' DP ranks.
+    A middle rank of an even 8-stage split holds no embedding or output layer: exact."""
     from dataclasses import replace
 
     from primus_ext.model.memory import estimate_memory
