@@ -187,8 +187,11 @@ OUT_OF_MEMORY = 3
 
 
 def _exit_code(memory: Memory | None) -> int:
-    """The gate's codes: 0 fits, 3 out of memory (said on stderr; the report above is complete)."""
-    if memory is None or memory.fits:
+    """The gate's codes: 0 fits (or within the model's error of it: a warning), 3 out of memory (said on stderr;
+    the report above is complete)."""
+    from primus_ext.model.memory import margin_verdict
+
+    if memory is None or memory.fits or margin_verdict(memory.peak_bytes, memory.capacity_bytes) != "out of memory":
         from primus_ext.launcher.projection_only import margin_note
 
         note = margin_note(memory)

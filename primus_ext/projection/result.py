@@ -40,7 +40,8 @@ class CommTime:
 
     @property
     def exposed_fraction(self) -> float:
-        return self.exposed_s / self.total_s if self.total_s > 0 else 0.0
+        # at most 1: the step tail's exposed part is a difference of sums and can pass its total by a rounding ulp
+        return min(1.0, self.exposed_s / self.total_s) if self.total_s > 0 else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
