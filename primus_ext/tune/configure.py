@@ -60,16 +60,31 @@ def balanced_layout(model: ModelSpec, pp: int, vpp: int, *, head: float | None =
     return "|".join(parts)
 
 
+def stages_per_rank(schedule: str | None, pp: int, vpp: int) -> int:
+    """Model stages per pipeline rank a layout lists for ``schedule`` at (PP, VPP): VPP for Megatron's schedules, 2
+    for the V-placed ones (a V's two chunks are two stages), 1 for DualPipe (its two copies hold the same PP
+    stages: ``Schedule.stage_count``)."""
+    if schedule is None or pp <= 1:
+        return vpp
+    s = get_schedule(schedule)
+    if not s.fixed_chunks:
+        return vpp
+    return s.stage_count(pp, s.chunks_per_rank(vpp)) // pp
+
+
 def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int,
-                   split: str = DEFAULT) -> dict[str, Any]:
+                   split: str = DEFAULT, schedule: str | None = None) -> dict[str, Any]:
     """Layout fields for (PP, VPP) and a ``split`` axis value (``primus_ext.tune.splits``); ``default``: the
-    recipe's own when (PP, VPP) are unchanged, else even or generated."""
+    recipe's own when (PP, VPP) and the stages per rank are unchanged, else even or generated. ``schedule``: the
+    schedule the split is for (its stages per rank: ``stages_per_rank``; the recipe's own when None)."""
+    stages = stages_per_rank(schedule, pp, vpp)
     if split != DEFAULT:
-        return split_fields(model, pp, vpp, split, head_layers(model, base.seq_length))
-    if (pp, vpp) == (base.pp, base.vpp):
+        return split_fields(model, pp, stages, split, head_layers(model, base.seq_length))
+    own = resolve_schedule(base.pipeline_schedule, base.pp, base.virtual_pipeline_model_parallel_size).name
+    if (pp, vpp) == (base.pp, base.vpp) and stages == stages_per_rank(own, base.pp, base.vpp):
         return {name: getattr(base, name) for name in LAYOUT_FIELDS}
-    even = model.num_layers % (pp * vpp) == 0
-    layout = None if even or pp == 1 else balanced_layout(model, pp, vpp)
+    even = model.num_layers % (pp * stages) == 0
+    layout = None if even or pp == 1 else balanced_layout(model, pp, stages)
     return {name: layout if name == "pipeline_model_parallel_layout" else
             False if name.startswith("account_for") else None for name in LAYOUT_FIELDS}
 
@@ -173,7 +188,8 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
         precision=config["precision"],
         fp8_param_gather=base.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
         fp4_param=base.fp4_param and config["precision"] == "fp4",  # and fp4 ones fp4
-        **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get("split", DEFAULT))),
+        **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get("split", DEFAULT),
+                                                          config.get("schedule"))),
         **_recompute_fields(model, base, config["recompute"], chunk),
         **_sharding_fields(base, config["sharding"], config["dp_overlap"]),
     ))

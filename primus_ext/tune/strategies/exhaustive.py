@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from primus_ext.errors import RecipeError
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.recipe.validate import check
-from primus_ext.tune.legality import is_structural
+from primus_ext.tune.legality import STRUCTURAL_PATHS, is_structural
 from primus_ext.tune.space import AXIS_ORDER, DOMAIN_DEPENDS, STRUCTURAL_AXES, Config, Space
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
             key, execution, problems = prepare(config)
             if i == len(STRUCTURAL_AXES) and is_structural(problems):
                 ctx.stats.pruned_illegal += count(partial, i)
+                ctx.stats.exclude([p for p in problems if p.path in STRUCTURAL_PATHS], count(partial, i))
                 return True
             if is_structural(problems):
                 fits = True
