@@ -150,7 +150,9 @@ def schedule_candidates(base: ExecutionSpec, pp: int, vpp: int, extra: Sequence[
     for name in extra:
         s = get_schedule(name)
         if s.fixed_chunks:
-            written = s.fixed_chunks if not s.legality(pp, s.fixed_chunks, _ANY_MICROBATCHES) else 1
+            # Primus's V schedules at the VPP 2 Primus sets; the DeepSeek what-ifs (no recipe keys) at VPP 1
+            primus_v = s.recipe_keys(pp) is not None and not s.legality(pp, s.fixed_chunks, _ANY_MICROBATCHES)
+            written = s.fixed_chunks if primus_v else 1
             runs = pp > 1 and vpp == written and not s.legality(pp, written, _ANY_MICROBATCHES)
         else:
             runs = resolve_schedule(s, pp, vpp if vpp > 1 else None) is s

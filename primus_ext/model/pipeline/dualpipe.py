@@ -61,7 +61,8 @@ def dualpipe_problems(schedule: str, pp: int, vpp: int | None, num_microbatches:
 
     DualPipe (repository's ``DualPipe.step`` assertions): an even PP, an even micro-batch count of at least
     2*PP (half per direction, each at least PP). DualPipeV (``ScheduleDualPipeV``: at least as many micro-batches
-    as its 2*PP stages). Neither takes VPP: the two chunks per rank are the schedule's own."""
+    as its 2*PP stages). Neither takes another VPP: the two chunks per rank are the schedule's own (DualPipeV's V is
+    two stages per rank, the VPP 2 a layout of 2*PP stages implies)."""
     if schedule not in NAMES:
         return [f"unknown DeepSeek schedule {schedule!r}; known: {', '.join(NAMES)}"]
     problems = []
@@ -69,8 +70,10 @@ def dualpipe_problems(schedule: str, pp: int, vpp: int | None, num_microbatches:
         problems.append(f"{schedule} needs at least one pipeline rank and one micro-batch; got PP={pp}, "
                         f"micro-batches={num_microbatches}")
         return problems
-    if (vpp or 1) > 1:
+    if schedule == "dualpipe" and (vpp or 1) > 1:
         problems.append(f"{schedule} places its own two chunks per rank; got VPP={vpp}: unset VPP")
+    elif (vpp or 1) > 2:  # DualPipeV's V: two stages per rank, as a layout of 2*PP stages gives them (VPP 2)
+        problems.append(f"{schedule} places exactly two chunks per rank (a V); got VPP={vpp}: unset VPP or use 2")
     if schedule == "dualpipe" and pp % 2:
         problems.append(f"dualpipe needs an even PP (half the ranks per direction); got PP={pp}")
     if num_microbatches < 2 * pp:
