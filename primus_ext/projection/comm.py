@@ -232,6 +232,18 @@ def flex_dedup(topk: int, domains: int, groups: int = 0, group_topk: int = 0) ->
     return min(1.0, distinct / topk)
 
 
+def shared_expert_seconds(shape: RankShape, system: SystemSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's shared experts, analytic (``roofline.layer_parts``): what the EP
+    all-to-all hides behind under ``moe_shared_expert_overlap`` (megatron-core 0.16.1 ``moe/shared_experts.py``:
+    the shared expert's fc1 + activation run on their own stream while the dispatch all-to-all runs, its fc2 while
+    the combine runs, and their backwards beside the backward all-to-alls)."""
+    from primus_ext.model.roofline import layer_parts
+
+    parts = layer_parts(shape, system.gpu)
+    return parts.fwd.get("shared_experts", 0.0), parts.dgrad.get("shared_experts", 0.0) + parts.wgrad.get(
+        "shared_experts", 0.0)
+
+
 def fsdp_per_layer(ex: ExecutionSpec) -> bool:
     """Whether parameters are sharded (gathered per layer per micro-batch)."""
     return ex.fsdp == "torch_fsdp2" or (ex.fsdp == "megatron_fsdp" and ex.data_parallel_sharding_strategy
@@ -304,6 +316,10 @@ def layer_comm(
         if ex.overlap_moe_expert_parallel_comm:
             fwd["ep"] = (e, hide(e, fwd_s, ovl))
             bwd["ep"] = (eb + er, hide(eb, bwd_s, ovl) + hide(er, recompute_s, ovl))
+        elif ex.moe_shared_expert_overlap:
+            shared_f, shared_b = shared_expert_seconds(shape, system)
+            fwd["ep"] = (e, hide(e, shared_f, ovl))
+            bwd["ep"] = (eb + er, hide(eb, shared_b, ovl) + hide(er, shared_f, ovl))
         else:
             fwd["ep"], bwd["ep"] = (e, e), (eb + er, eb + er)
     if fsdp_per_layer(ex) and (pl.dp_cp.size > 1 or pl.edp.size > 1):

@@ -113,7 +113,7 @@ _COMM_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size", "sequence_parallel",
     "cp_comm_type", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "fsdp",
-    "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype",
+    "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "moe_shared_expert_overlap",
     "data_parallel_sharding_strategy", "grad_reduce_in_bf16", "fsdp_reduce_dtype", "precision",
 )
 """What per-layer communication reads (``comm.layer_comm`` and the group placement)."""

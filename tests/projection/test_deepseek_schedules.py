@@ -68,3 +68,19 @@ def test_an_mxfp8_dispatch_sends_about_half_the_forward_dispatch_bytes():
     assert fp8_fwd == pytest.approx(fwd / 2 * (1 + MXFP8_WIRE_BYTES / 2), rel=0.02)
     _, fp8_back = _ep(shape, replace(ex, moe_combine_bwd_dtype="mxfp8"), pl, SYSTEM)
     assert fp8_back == pytest.approx(fp8_fwd)
+
+
+def test_the_shared_experts_hide_part_of_the_all_to_all_under_shared_expert_overlap():
+    from primus_ext.projection.comm import layer_comm, shared_expert_seconds
+
+    ex = replace(EX, pipeline_model_parallel_size=1, data_parallel_size=128)
+    shape = rank_shapes(MOE, ex)["moe"]
+    pl = group_placements(ex, SYSTEM)
+    shared_f, shared_b = shared_expert_seconds(shape, SYSTEM)
+    assert 0 < shared_f < shared_b
+    plain = layer_comm(shape, ex, pl, SYSTEM, fwd_s=1.0, bwd_s=2.0)
+    over = layer_comm(shape, replace(ex, moe_shared_expert_overlap=True), pl, SYSTEM, fwd_s=1.0, bwd_s=2.0)
+    e = plain.fwd["ep"][0]
+    assert over.fwd["ep"][0] == e and plain.fwd["ep"][1] == e
+    ovl = SYSTEM.gpu.efficiency.overlap
+    assert over.fwd["ep"][1] == pytest.approx(e - min(e, shared_f) * ovl)
