@@ -85,13 +85,14 @@ class Session:
     # --- target -------------------------------------------------------------------------------------------------
     def load(self, path: str | os.PathLike[str], overrides: Sequence[str] = (), *, cluster: str | None = None,
              nodes: int | None = None, config_roots: Sequence[str | os.PathLike[str]] = (), validate: bool = True,
-             module: str | None = None) -> Recipe:
+             module: str | None = None, schedule: str | None = None) -> Recipe:
         """The recipe on its target (``recipe.target.resolve_target``: one rule, nothing silent). Raises
-        ``RecipeError`` (exit 2) naming ``--cluster`` and the profiles when nothing states the target."""
+        ``RecipeError`` (exit 2) naming ``--cluster`` and the profiles when nothing states the target.
+        ``schedule``: a what-if pipeline schedule (``--schedule``), else the comment's or the recipe keys'."""
         from primus_ext.recipe import load_recipe
 
         return load_recipe(path, list(overrides), cluster=cluster, nodes=nodes, config_roots=config_roots,
-                           validate=validate, env=self.env, module=module, gpus=self.gpus)
+                           validate=validate, env=self.env, module=module, gpus=self.gpus, schedule=schedule)
 
     @staticmethod
     def target_line(recipe: Any) -> str | None:

@@ -8,12 +8,13 @@
     primus-ext compare recipes/llama3.1_70B-pretrain.yaml "micro_batch_size=2" --json - | jq .rows
 
 Each side is one argument: a recipe path, optionally followed by ``key=value`` overrides (quote the
-argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster`` and
-``--nodes`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` to B only; without them each side's target is
-found as ``project`` finds it (``primus_ext.session``). Layer costs and calibration are ``project``'s: the timing
-store (``--store FILE``, else the default one when it exists) with the roofline for what it lacks, and a stored
-calibration record that applies (``--analytic``: roofline only; ``--uncalibrated``: ignore records), so a side
-shows the figure ``project`` prints for it. Prints a table (figure, A, B, change from A to B,
+argument). A side B of overrides only is side A's recipe and overrides with B's on top. ``--cluster``,
+``--nodes`` and ``--schedule`` apply to both sides, ``--cluster-b`` / ``--nodes-b`` / ``--schedule-b`` to B only;
+without them each side's target is found as ``project`` finds it (``primus_ext.session``). Layer costs and
+calibration are ``project``'s: the timing store (``--store FILE``, else the default one when it exists) with the
+roofline for what it lacks, and a stored calibration record that applies (``--analytic``: roofline only;
+``--uncalibrated``: ignore records), so a side shows the figure ``project`` prints for it. Prints a table (figure,
+A, B, change from A to B,
 judged better / worse where the direction is clear); ``--html FILE`` writes one self-contained page with the
 table and both full reports side by side; ``--json OUT`` both projections and the rows as the result schema's
 ``comparison`` document (``primus_ext.results``; ``-``: stdout, the table then on stderr). Exit 0; 2 when a side
@@ -77,6 +78,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nodes", type=int, help="node count of both sides; default from each recipe")
     parser.add_argument("--cluster-b", help="hardware profile of side B only")
     parser.add_argument("--nodes-b", type=int, help="node count of side B only")
+    parser.add_argument("--schedule", metavar="NAME",
+                        help="pipeline schedule of both sides (e.g. dualpipe: a what-if no framework key runs); "
+                             "default from each recipe")
+    parser.add_argument("--schedule-b", metavar="NAME", help="pipeline schedule of side B only")
     parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
                         help="folder searched for model/module presets (repeatable)")
     parser.add_argument("--store", metavar="FILE",
@@ -91,11 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def project_side(side: Side, session: Any, *, cluster: str | None = None, nodes: int | None = None,
-                 config_roots: tuple[str, ...] = ()) -> tuple[Any, Any]:
+                 config_roots: tuple[str, ...] = (), schedule: str | None = None) -> tuple[Any, Any]:
     """One side's recipe and projection through ``session`` (``primus_ext.session``: ``project``'s figure)."""
-    recipe = session.load(side.recipe, side.overrides, cluster=cluster, nodes=nodes, config_roots=config_roots)
+    recipe = session.load(side.recipe, side.overrides, cluster=cluster, nodes=nodes, config_roots=config_roots,
+                          schedule=schedule)
     return recipe, session.project(recipe)
-
 
 def session_of(args: argparse.Namespace) -> Any:
     """Both sides' projection session (``primus_ext.session``): ``project``'s costs and calibration."""
@@ -115,9 +120,11 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(("--html", args.html), ("--json", args.json))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
     session, roots = session_of(args), tuple(args.config_root)
-    recipe_a, a = project_side(side_a, session, cluster=args.cluster, nodes=args.nodes, config_roots=roots)
+    recipe_a, a = project_side(side_a, session, cluster=args.cluster, nodes=args.nodes, config_roots=roots,
+                               schedule=args.schedule)
     recipe_b, b = project_side(side_b, session, cluster=args.cluster_b or args.cluster,
-                               nodes=args.nodes_b or args.nodes, config_roots=roots)
+                               nodes=args.nodes_b or args.nodes, config_roots=roots,
+                               schedule=args.schedule_b or args.schedule)
     labels = (side_a.label, side_b.label)
     with tables_to_stderr(args.json):  # with --json -, stdout carries the JSON only
         print(format_compare(compare_rows(a, b), labels))

@@ -6,6 +6,7 @@
     primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json out.json      # tables, and the JSON to a file
     primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json -             # to stdout, nothing else there
     primus-ext project recipes/qwen3_30B_A3B-pretrain.yaml --memory-only
+    primus-ext project recipes/deepseek_v3-pretrain.yaml --cluster h800 --nodes 256 --schedule dualpipe ...
 
 Layer costs (``--compute``): ``store`` (default) reads the timing store (``--store FILE``, or the default
 store when it exists); ``measured`` first measures what the store lacks on this device (reduced scale
@@ -41,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
     parser.add_argument("--cluster", help="hardware profile (e.g. h100, mi300x, gb200); default from the recipe")
     parser.add_argument("--nodes", type=int, help="node count; default from the recipe, else 1")
+    parser.add_argument("--schedule", metavar="NAME",
+                        help="project this pipeline schedule instead of the one the recipe's keys select (e.g. "
+                             "dualpipe, dualpipev: what-ifs no framework key runs); default: the recipe's "
+                             "`# primus-ext: {schedule: ...}` comment, else its keys")
     parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
                         help="folder searched for model/module presets (repeatable)")
     parser.add_argument("--store", metavar="FILE",
@@ -132,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(("--json", args.json), ("--html", args.html), ("--trace", args.trace))  # before any work
     session = session_of(args, calibrated=not args.uncalibrated)  # target, cost chain, calibration: one place
     recipe = session.load(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
-                          config_roots=args.config_root)
+                          config_roots=args.config_root, schedule=args.schedule)
     model, execution, system = recipe.model, recipe.execution, recipe.system
     if args.memory_only:
         from primus_ext.model.memory import estimate_memory
@@ -182,8 +187,11 @@ OUT_OF_MEMORY = 3
 
 
 def _exit_code(memory: Memory | None) -> int:
-    """The gate's codes: 0 fits, 3 out of memory (said on stderr; the report above is complete)."""
-    if memory is None or memory.fits:
+    """The gate's codes: 0 fits (or within the model's error of it: a warning), 3 out of memory (said on stderr;
+    the report above is complete)."""
+    from primus_ext.model.memory import margin_verdict
+
+    if memory is None or memory.fits or margin_verdict(memory.peak_bytes, memory.capacity_bytes) != "out of memory":
         from primus_ext.launcher.projection_only import margin_note
 
         note = margin_note(memory)

@@ -149,6 +149,11 @@ def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     for reason in outcome.reasons:
         print(f"out of memory: {reason}", file=sys.stderr)
+    from primus_ext.launcher.projection_only import margin_note
+
+    note = margin_note(outcome.projection.memory)  # inside the margin, or within the model's error: exit 0
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     for kind, path in outcome.files.items():
         print(f"wrote {kind}: {path}", file=sys.stderr)
     return outcome.exit_code

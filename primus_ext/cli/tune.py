@@ -222,7 +222,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     if line:
         print(line)
         document["notes"] = [*document.get("notes", []), line]
-    nothing = RecipeError(problems=[_nothing_runs(ctx.stats, space, recipe, args)]) if (
+    nothing = RecipeError(problems=[_nothing_runs(_counted(ctx, result, options), space, recipe, args)]) if (
         result.best_execution is None) else None
     return _Searched(document=document, recipe=recipe, best_execution=result.best_execution, nothing_runs=nothing,
                      ranked=result.ranked, to_execution=space.to_execution)
@@ -234,6 +234,24 @@ def _phase(bar: Any, phase: str, spent: int) -> None:
     bar.update(spent, label=phase)
 
 
+def _counted(ctx: Any, result: Any, options: Any) -> SearchStats:
+    """The counts of why nothing runs: the search's own, else the exhaustive reference's (the regret run), else an
+    exhaustive pass made for them (a sampling search that found nothing has counted no rule): a refusal always says
+    which rule excluded how many candidates."""
+    stats = ctx.stats
+    if stats.illegal + stats.pruned_illegal + stats.rejected_by_prefilter + stats.pruned_by_prefilter:
+        return stats
+    if result.exhaustive_stats is not None:
+        return result.exhaustive_stats
+    from primus_ext.tune.agent import SearchContext
+    from primus_ext.tune.strategies import get_strategy
+
+    reference = SearchContext(space=ctx.space, oracle=ctx.oracle, prefilter=ctx.prefilter, budget=ctx.budget,
+                              detail=False)
+    get_strategy("exhaustive")(reference, options)
+    return reference.stats
+
+
 def _nothing_runs(stats: SearchStats, space: Space, recipe: Recipe, args: argparse.Namespace) -> Problem:
     """Why the search found nothing to project: the counts of illegal and over-memory candidates, and what to do."""
     from primus_ext.errors import Problem
@@ -243,7 +261,10 @@ def _nothing_runs(stats: SearchStats, space: Space, recipe: Recipe, args: argpar
     system = recipe.system
     pins = f"; pinned: {', '.join(args.pin)}" if args.pin else ""
     where = f"{system.num_nodes} x {system.gpu.gpus_per_node} {system.gpu.name}"
-    counted = (f": {illegal} illegal, {memory} over the memory limit (margin {args.margin:.0%})"
+    rules = sorted(stats.excluded.items(), key=lambda kv: -kv[1])
+    why = "; ".join(f"{n} by {rule}" for rule, n in rules[:6]) + ("; ..." if len(rules) > 6 else "")
+    counted = (f": {illegal} illegal" + (f" (first rule failed: {why})" if why else "")
+               + f", {memory} over the memory limit (margin {args.margin:.0%})"
                if illegal + memory else f": the {args.strategy} search proposed none that is legal and fits")
     return Problem(
         path="--nodes", value=system.num_nodes,

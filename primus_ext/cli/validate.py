@@ -47,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout", choices=("model", "submission", "gpu"), default="model",
                    help="with --cv: what a fold holds out: a model's rows (default), one row (one submission), or one "
                         "GPU type's rows (an AMD board then takes its family sibling's fit: validate.holdout)")
+    p.add_argument("--moe-only", action="store_true",
+                   help="with --cv: hold out only the MoE models (each fit still uses every other model's rows)")
     p.add_argument("--jobs", type=positive_int, default=_usable_cpus(),
                    help="with --cv: folds fitted in parallel processes (default: the CPUs this process may use)")
     p.add_argument("--fit", action="store_true", help="fit per-GPU efficiencies on all rows and print them")
@@ -136,6 +138,11 @@ def _hybrid(runs, report, store, gpu) -> dict:
     print("\n".join(_summary_lines(analytic, data_bounds=False)))
     print("\n".join(_reason_lines(hybrid, only="projection refused")))
     return {"hybrid": hybrid.to_dict(), "hybrid_analytic_same_rows_summary": analytic.to_dict()["summary"]}
+
+
+def _is_moe_row(run) -> bool:
+    """``--moe-only``: a row of a model with routed experts (module level: the folds' worker processes pickle it)."""
+    return run.model is not None and run.model.is_moe
 
 
 def _progress(message: str) -> None:
@@ -256,11 +263,12 @@ def _report(args: argparse.Namespace) -> dict:
         from primus_ext.cli._progress import ProgressLine
         from primus_ext.validate.calibrate import usable
 
+        held_out = _is_moe_row if args.moe_only else None
         if args.holdout == "model":
-            models = {r.model_name for r in usable(runs)}
+            models = {r.model_name for r in usable(runs) if held_out is None or held_out(r)}
             with ProgressLine(f"cross-validation ({args.jobs} at a time)", len(models), label="fitting") as bar:
-                cv = leave_one_model_out(runs, analytic_projector, jobs=args.jobs, progress=lambda done, _n, model:
-                                         bar.update(done, label=f"left out {model}"))
+                cv = leave_one_model_out(runs, analytic_projector, jobs=args.jobs, held_out=held_out,
+                                         progress=lambda done, _n, model: bar.update(done, label=f"left out {model}"))
         else:
             from primus_ext.validate.holdout import group_of, leave_one_out
 

@@ -39,7 +39,7 @@ GBIT = 1e9 / 8  # bytes per second in one Gb/s
 ALIASES = {
     "h100_sxm5_80gb": "h100", "h100_dgx_h100": "h100", "h100-sxm": "h100",
     "h200_sxm_141gb": "h200", "b200_hgx_dgx": "b200", "gb200_nvl72": "gb200",
-    "b300_hgx_dgx": "b300", "gb300_nvl72": "gb300", "local": "cpu",
+    "b300_hgx_dgx": "b300", "gb300_nvl72": "gb300", "h800_sxm5_80gb": "h800", "local": "cpu",
 }
 """Names used by shared/validation (``H100_SXM5_80GB``, ``GB200_NVL72``...) -> profile names."""
 

@@ -131,9 +131,12 @@ def cost_provider(plan: CostPlan, gpu_name: str | None = None) -> Any:
 
 
 def oom_reasons(projection: Any) -> tuple[str, ...]:
-    """One line per pipeline stage whose projected peak exceeds the capacity (empty when it fits)."""
+    """One line per pipeline stage whose projected peak exceeds the capacity (empty when it fits, or exceeds it by
+    no more than the model's demonstrated error: ``margin_note`` says so)."""
+    from primus_ext.model.memory import margin_verdict
+
     memory = projection.memory
-    if memory is None or memory.fits:
+    if memory is None or memory.fits or margin_verdict(memory.peak_bytes, memory.capacity_bytes) != "out of memory":
         return ()
     gib = 1024**3
     cap = memory.capacity_bytes / gib
@@ -144,13 +147,21 @@ def oom_reasons(projection: Any) -> tuple[str, ...]:
 
 
 def margin_note(memory: Any) -> str | None:
-    """A sentence when a memory estimate fits the HBM but not the default margin (``model.memory.DEFAULT_MARGIN``):
-    a verdict of its own, not out of memory (exit 0)."""
-    from primus_ext.model.memory import DEFAULT_MARGIN, margin_verdict
+    """A sentence when a memory estimate fits the HBM but not the default margin (``model.memory.DEFAULT_MARGIN``),
+    or exceeds it by no more than the model's demonstrated error (``MEMORY_ERROR``): verdicts of their own, not out of
+    memory (exit 0)."""
+    from primus_ext.model.memory import DEFAULT_MARGIN, MEMORY_ERROR, margin_verdict
 
-    if memory is None or margin_verdict(memory.peak_bytes, memory.capacity_bytes) != "over the margin":
-        return None
+    verdict = None if memory is None else margin_verdict(memory.peak_bytes, memory.capacity_bytes)
     gib = 1024**3
+    if verdict == "within the model's error":
+        over = memory.peak_bytes / memory.capacity_bytes - 1.0
+        return (f"within the model's error: projected peak {memory.peak_bytes / gib:.1f} GiB is {over:.1%} over the "
+                f"{memory.capacity_bytes / gib:.1f} GiB per GPU, inside the {MEMORY_ERROR:.1%} the memory model has "
+                "been off on runs that ran (a real run's max reserved; benchmarks/RESULTS.md, memory error per "
+                "component): it may run; measure it (primus-ext calibrate) before relying on it")
+    if verdict != "over the margin":
+        return None
     return (f"fits, but inside the {DEFAULT_MARGIN:.0%} memory margin: projected peak {memory.peak_bytes / gib:.1f} of "
             f"{memory.capacity_bytes / gib:.1f} GiB per GPU ({(memory.capacity_bytes - memory.peak_bytes) / gib:.1f} "
             "GiB free); what the memory model cannot see may not fit there")

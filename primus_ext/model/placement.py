@@ -15,7 +15,7 @@ domain boundary when its members fall in more than one block. Pure and torch-fre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.specs import ExecutionSpec, SystemSpec
@@ -104,6 +104,22 @@ def _merged(cp: int, dp: int, stride: int, domain: int) -> GroupPlacement:
     return place_group(cp * dp, stride, domain)
 
 
+def with_copies(pl: Placements, copies: int) -> Placements:
+    """``pl`` with its data-parallel groups (``dp_cp``, ``edp``) widened to every rank holding a parameter when each
+    rank keeps ``copies`` model copies (DualPipe: stage s lives on pipeline ranks s and PP-1-s, so its gradients
+    are reduced over both ranks' data-parallel groups). The copies sit a pipeline stride apart: in other scale-up
+    domains whenever the pipeline crosses them."""
+    if copies <= 1:
+        return pl
+    apart = pl.pp.crosses
+
+    def widen(g: GroupPlacement) -> GroupPlacement:
+        return GroupPlacement(size=g.size * copies, domains=g.domains * (copies if apart else 1),
+                              per_domain=g.local * (1 if apart else copies))
+
+    return replace(pl, dp_cp=widen(pl.dp_cp), edp=widen(pl.edp))
+
+
 def group_placements(execution: ExecutionSpec, system: SystemSpec) -> Placements:
     """Placement of every group kind of ``execution`` on ``system`` (memoised on the sizes)."""
     return _placements(
@@ -112,4 +128,4 @@ def group_placements(execution: ExecutionSpec, system: SystemSpec) -> Placements
     )
 
 
-__all__ = ["GroupPlacement", "Placements", "group_placements", "place_group"]
+__all__ = ["GroupPlacement", "Placements", "group_placements", "place_group", "with_copies"]

@@ -117,6 +117,8 @@ class RankShape:
     cuda_graph: CudaGraph = "none"
     """``ExecutionSpec.cuda_graph``: which fixed per-layer overheads remain (``roofline.analytic_cost``)."""
     moe_imbalance: float = DEFAULT_MOE_IMBALANCE
+    act_fp8_input: bool = False
+    """``ExecutionSpec.activation_func_fp8_input_store``: the SwiGLU keeps its input in fp8 (``memory.activations``)."""
     lora_rank: int = 0
     """LoRA fine-tuning (``ExecutionSpec.lora_rank``): base weights frozen, adapters of this rank on
     ``lora_targets`` (``model.lora``); 0 = every weight trains."""
@@ -176,7 +178,8 @@ class RankShape:
         """Stable identifier for caches and the timing store (independent of field order).
 
         Fields added after stores were filled (``_KEY_OPTIONAL_ARCH``, ``fp8_recipe``, ``attention_kernel``,
-        ``cuda_graph``, ``selective_ac``, ``lora_rank``) enter the payload only when set (not at their defaults), so
+        ``cuda_graph``, ``selective_ac``, ``lora_rank``, ``act_fp8_input``)
+        enter the payload only when set (not at their defaults), so
         the keys of shapes without them, and the measurements stored under those keys, are unchanged."""
         data = asdict(self)
         for name in _KEY_OPTIONAL_ARCH:
@@ -194,6 +197,8 @@ class RankShape:
             del data["selective_ac"]
         if not data["lora_rank"]:
             del data["lora_rank"], data["lora_targets"]
+        if not data["act_fp8_input"]:
+            del data["act_fp8_input"]
         if self.window_pattern:  # measured on one period of the pattern since 2026-12-04: entries that timed
             data["window_period_timed"] = True  # one windowed layer for all are not reused
         payload = json.dumps(data, sort_keys=True, default=list)
@@ -323,6 +328,7 @@ def rank_shapes(
         attention_kernel=execution.attention_kernel,
         cuda_graph=execution.cuda_graph,
         moe_imbalance=moe_imbalance,
+        act_fp8_input=execution.activation_func_fp8_input_store,
         lora_rank=execution.lora_rank,
         lora_targets=execution.lora_targets if execution.lora_rank else (),
     )

@@ -180,20 +180,32 @@ def _cp(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec)
     return t, t
 
 
-def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> float:
-    """EP seconds of one pass (dispatch + combine)."""
+MXFP8_WIRE_BYTES = 1 + 1 / 32
+"""Bytes per element of an mxfp8 all-to-all payload: E4M3 data and one E8M0 scale per 32 elements (OCP MX spec)."""
+
+
+def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec) -> tuple[float, float]:
+    """EP seconds of one (forward, backward) pass: dispatch + combine, each in its wire dtype (the forward dispatch's
+    and the backward combine's may be mxfp8: ``ExecutionSpec.moe_dispatch_fwd_dtype`` / ``moe_combine_bwd_dtype``)."""
     if shape.ep <= 1 or not get_kind(shape.kind).comm(shape, ex.sequence_parallel).ep:
-        return 0.0
+        return 0.0, 0.0
     a = shape.arch
     local_tokens = shape.tokens / shape.tp
     if ex.moe_token_dispatcher_type == "allgather":
         full = local_tokens * a.hidden_size * ACT_BYTES * shape.ep
-        return collective_time("all_gather", full, pl.ep, system) + collective_time(
+        both = collective_time("all_gather", full, pl.ep, system) + collective_time(
             "reduce_scatter", full, pl.ep, system)
+        return both, both
     sent = local_tokens * a.moe_router_topk * a.hidden_size * ACT_BYTES * shape.moe_imbalance
     if ex.moe_token_dispatcher_type == "flex" and pl.ep.crosses:
         sent *= flex_dedup(a.moe_router_topk, pl.ep.domains, a.moe_router_num_groups, a.moe_router_group_topk)
-    return 2 * collective_time("all_to_all", sent, pl.ep, system)
+    bf16 = collective_time("all_to_all", sent, pl.ep, system)
+
+    def wire(dtype: str) -> float:
+        return bf16 if dtype == "bf16" else collective_time("all_to_all", sent * MXFP8_WIRE_BYTES / ACT_BYTES,
+                                                            pl.ep, system)
+
+    return wire(ex.moe_dispatch_fwd_dtype) + bf16, bf16 + wire(ex.moe_combine_bwd_dtype)
 
 
 def flex_dedup(topk: int, domains: int, groups: int = 0, group_topk: int = 0) -> float:
@@ -218,6 +230,18 @@ def flex_dedup(topk: int, domains: int, groups: int = 0, group_topk: int = 0) ->
             reachable = min(float(domains), group_topk * domains / groups)
     distinct = reachable * (1.0 - (1.0 - 1.0 / reachable) ** topk)
     return min(1.0, distinct / topk)
+
+
+def shared_expert_seconds(shape: RankShape, system: SystemSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's shared experts, analytic (``roofline.layer_parts``): what the EP
+    all-to-all hides behind under ``moe_shared_expert_overlap`` (megatron-core 0.16.1 ``moe/shared_experts.py``:
+    the shared expert's fc1 + activation run on their own stream while the dispatch all-to-all runs, its fc2 while
+    the combine runs, and their backwards beside the backward all-to-alls)."""
+    from primus_ext.model.roofline import layer_parts
+
+    parts = layer_parts(shape, system.gpu)
+    return parts.fwd.get("shared_experts", 0.0), parts.dgrad.get("shared_experts", 0.0) + parts.wgrad.get(
+        "shared_experts", 0.0)
 
 
 def fsdp_per_layer(ex: ExecutionSpec) -> bool:
@@ -287,12 +311,17 @@ def layer_comm(
         else:
             fwd["cp"], bwd["cp"] = (cf, cf), (cb + cr, cb + cr)
     if shape.ep > 1 and get_kind(shape.kind).comm(shape, ex.sequence_parallel).ep:
-        e = _ep(shape, ex, pl, system)
+        e, eb = _ep(shape, ex, pl, system)
         er = e if "ep" in redo else 0.0
         if ex.overlap_moe_expert_parallel_comm:
-            fwd["ep"], bwd["ep"] = (e, hide(e, fwd_s, ovl)), (e + er, hide(e, bwd_s, ovl) + hide(er, recompute_s, ovl))
+            fwd["ep"] = (e, hide(e, fwd_s, ovl))
+            bwd["ep"] = (eb + er, hide(eb, bwd_s, ovl) + hide(er, recompute_s, ovl))
+        elif ex.moe_shared_expert_overlap:
+            shared_f, shared_b = shared_expert_seconds(shape, system)
+            fwd["ep"] = (e, hide(e, shared_f, ovl))
+            bwd["ep"] = (eb + er, hide(eb, shared_b, ovl) + hide(er, shared_f, ovl))
         else:
-            fwd["ep"], bwd["ep"] = (e, e), (e + er, e + er)
+            fwd["ep"], bwd["ep"] = (e, e), (eb + er, eb + er)
     if fsdp_per_layer(ex) and (pl.dp_cp.size > 1 or pl.edp.size > 1):
         gf, gb = _fsdp(params, trained if trained is not None else params, ex, pl, system)
         fwd["fsdp"], bwd["fsdp"] = (gf, hide(gf, fwd_s, ovl)), (gb, hide(gb, bwd_s + recompute_s, ovl))

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from primus_ext.errors import InfeasibleConfig, Problem
 from primus_ext.model.costs import CostProvider
-from primus_ext.model.pipeline import ChunkTimes, interleaving_problem
+from primus_ext.model.pipeline import ChunkTimes
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
 from primus_ext.model.pipeline.zbv import wgrad_share
-from primus_ext.model.placement import group_placements
+from primus_ext.model.placement import group_placements, with_copies
 from primus_ext.model.stages import virtual_stages
 from primus_ext.projection.comm import aligned_dp_windows, describe, overlapped_exposed
 from primus_ext.projection.result import Breakdown, CommTime, Projection, StageTime
@@ -117,12 +117,17 @@ def schedule_of(ex: ExecutionSpec) -> tuple[int, str]:
     pp, vpp = ex.pp, virtual_stages(ex)
     # without pipelining megatron-core runs forward_backward_no_pipelining (combined 1F1B under EP overlap)
     # whatever the zero-bubble setting: the 1F1B order, which is also the zero-bubble one on one rank
-    schedule = resolve_schedule(ex.pipeline_schedule, pp, vpp).name
-    if get_schedule(schedule).chunks_per_rank(vpp) > 1 and interleaving_problem(pp, m):
+    chosen = resolve_schedule(ex.pipeline_schedule, pp, vpp)
+    # each schedule's own micro-batch rule: Megatron's interleaved group rule for VPP, DualPipe's 2*PP and even
+    # count (``Schedule.legality``), never one schedule's rule for another
+    problems = chosen.legality(pp, vpp if not chosen.fixed_chunks else ex.virtual_pipeline_model_parallel_size, m) \
+        if pp > 1 else []
+    if problems:
         raise InfeasibleConfig(problems=[Problem(path="global_batch_size", value=ex.global_batch_size,
-                                                 message=interleaving_problem(pp, m),
-                                                 fix=f"use a global batch giving a multiple of PP={pp} micro-batches")])
-    return m, schedule
+                                                 message=f"{chosen.label}: {problem}",
+                                                 fix=f"use a global batch whose micro-batch count {chosen.label} "
+                                                     "accepts, or another schedule") for problem in problems])
+    return m, chosen.name
 
 
 def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: tuple[CostProvider, ...],
@@ -131,7 +136,8 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     pp, vpp = ex.pp, virtual_stages(ex)
     mc = get_schedule(schedule).chunk_microbatches(m)  # per-rank sums are per micro-batch through every chunk
     st = _stages(model, ex, system, providers, ctx)
-    pl = group_placements(ex, system)
+    # DualPipe: a stage's two copies (ranks s and PP-1-s) reduce their gradients and shard the optimizer together
+    pl = with_copies(group_placements(ex, system), get_schedule(schedule).model_copies)
     times_t, stage_acc, p2p = st.times, st.acc, st.p2p
     sim = get_schedule(schedule).run(times_t, m, p2p, timeline=timeline,
                                      moe_a2a_overlap_warmup=ex.overlap_moe_expert_parallel_comm,
@@ -194,8 +200,9 @@ def _evaluate(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers
     if world != system.world_size:
         notes = (f"execution world size {world} != cluster {system.world_size} GPUs; per-GPU figures use {world}",)
     if get_schedule(schedule).model_copies > 1:
-        notes += (f"{get_schedule(schedule).label}: the gradient sync between the two copies of a stage (ranks s and "
-                  "PP-1-s) is not priced",)
+        notes += (f"{get_schedule(schedule).label}: each stage's two copies (pipeline ranks s and PP-1-s) reduce "
+                  f"their gradients over both copies' data-parallel ranks ({pl.dp_cp.size} dense, {pl.edp.size} "
+                  "expert), which also shard one optimizer state per parameter (assumed: the report does not say)",)
     return Projection(
         step_time_s=step,
         tokens_per_s_per_gpu=tokens / (step * world),

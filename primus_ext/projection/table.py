@@ -25,6 +25,7 @@ from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
+from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import analytic_cost, attention_seconds, launches
@@ -121,6 +122,7 @@ COMM_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size", "sequence_parallel",
     "cp_comm_type", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "fsdp",
+    "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "moe_shared_expert_overlap",
     "data_parallel_sharding_strategy", "grad_reduce_in_bf16", "fsdp_reduce_dtype", "precision",
 )
 """What per-layer communication reads (``comm.layer_comm`` and the group placement)."""
@@ -128,16 +130,27 @@ SHAPE_FIELDS = (
     "tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "sequence_parallel", "micro_batch_size", "seq_length", "precision",
     "recompute_granularity", "recompute_modules", "fp8_recipe", "fp4_recipe", "attention_kernel",
-    "cuda_graph", "lora_rank", "lora_targets",
+    "cuda_graph", "lora_rank", "lora_targets", "activation_func_fp8_input_store",
 )
 """What ``rank_shapes`` reads (tests/projection/test_evaluate_fast.py mutates every other field)."""
 comm_key = attrgetter(*COMM_FIELDS)
 
 
+def pairs_passes(ex: ExecutionSpec) -> bool:
+    """Whether ``ex``'s schedule runs a forward and another micro-batch's backward as one overlapped pair, hiding
+    each one's EP all-to-all behind the other's compute whatever Megatron's ``overlap_moe_expert_parallel_comm``
+    says (DualPipe / DualPipeV: DeepSeek-V3 report sec. 3.2.1, fig. 4; ``Schedule.pairs_passes``)."""
+    return ex.pipeline_model_parallel_size > 1 and get_schedule(ex.pipeline_schedule).pairs_passes
+
+
 def comm_fields(ex: ExecutionSpec) -> ExecutionSpec:
     """``ex`` reduced to what per-layer communication reads: the memo key of a layer, so that batch /
-    DP-overlap / optimizer variants share it."""
-    return ExecutionSpec(**dict(zip(COMM_FIELDS, comm_key(ex), strict=True)))
+    DP-overlap / optimizer variants share it. A schedule that pairs passes itself overlaps the EP all-to-all
+    (``pairs_passes``): its layers are priced as under Megatron's EP overlap, the passes it runs alone exposed."""
+    fields = dict(zip(COMM_FIELDS, comm_key(ex), strict=True))
+    if pairs_passes(ex):
+        fields["overlap_moe_expert_parallel_comm"] = True
+    return ExecutionSpec(**fields)
 
 
 def layer_costs(shape: RankShape, ex: ExecutionSpec, system: SystemSpec,
@@ -222,7 +235,7 @@ def rank_layers(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec,
 
 def layer_entry(ctx: CostTable, ex: ExecutionSpec) -> tuple[dict[tuple[str, bool], LayerCosts], float, int]:
     """(layers, p2p bytes, layer id) of ``ex`` from the context's memo (keyed on the shape and comm fields)."""
-    layer_key = (shape_key(ex), comm_key(ex))
+    layer_key = (shape_key(ex), comm_key(ex), pairs_passes(ex))
     found = ctx.layers.get(layer_key)
     if found is None:
         if len(ctx.layers) >= STAGES_LIMIT:

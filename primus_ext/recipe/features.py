@@ -61,7 +61,7 @@ def dispatcher(a: ArgReader) -> str:
     (``use_turbo_deepep``, or ``turbo_sync_free_moe_stage`` >= 2, with ``enable_primus_turbo``: Primus
     patches/turbo/moe_dispatcher_patches.py and patches/args/rocm_arg_validation.py) sets ``flex`` itself."""
     value = a.choice("moe_token_dispatcher_type", ("alltoall", "allgather", "flex", "alltoall_seq"), "allgather")
-    a.choice("moe_flex_dispatcher_backend", ("deepep", "hybridep"))
+    a.choice("moe_flex_dispatcher_backend", ("deepep", "hybridep", "ncclep"))
     turbo = a.bool("enable_primus_turbo") and (
         a.bool("use_turbo_deepep") or (a.int("turbo_sync_free_moe_stage", minimum=0, maximum=3) or 0) >= 2)
     if turbo:
@@ -72,6 +72,24 @@ def dispatcher(a: ArgReader) -> str:
         a.bad("moe_enable_deepep", f"DeepEP needs the flex token dispatcher, not {value or 'allgather'} "
               "(megatron-core refuses it)", fix="set moe_token_dispatcher_type: flex")
     return "alltoall" if value == "alltoall_seq" else value or "allgather"
+
+
+def wire_dtypes(a: ArgReader) -> dict[str, str]:
+    """megatron-core's ``moe_dispatch_fwd_dtype`` / ``moe_combine_bwd_dtype`` (bf16 or mxfp8 on the wire), with its
+    rules (transformer_config.py ``__post_init__``): the ``ncclep`` flex backend, ``use_transformer_engine_op_fuser``
+    and ``moe_grouped_gemm``."""
+    out = {key: a.choice(key, ("bf16", "mxfp8"), "bf16") or "bf16"
+           for key in ("moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype")}
+    quantised = [key for key, value in out.items() if value != "bf16"]
+    if quantised:
+        if a.raw("moe_token_dispatcher_type") != "flex" or a.raw("moe_flex_dispatcher_backend") != "ncclep":
+            a.bad(quantised[0], "megatron-core quantises the all-to-all payload with the 'ncclep' flex dispatcher "
+                  "backend only", fix="set moe_token_dispatcher_type: flex and moe_flex_dispatcher_backend: ncclep")
+        if not (a.bool("use_transformer_engine_op_fuser") and a.bool("moe_grouped_gemm")):
+            a.bad(quantised[0], "megatron-core needs use_transformer_engine_op_fuser and moe_grouped_gemm for an "
+                  "mxfp8 payload (only the fused grouped GEMM consumes it)",
+                  fix="set use_transformer_engine_op_fuser: true and moe_grouped_gemm: true")
+    return out
 
 
 def recompute_layer_ids(a: ArgReader, num_layers: int, mtp_layers: int) -> tuple[int, ...]:

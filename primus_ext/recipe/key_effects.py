@@ -108,7 +108,6 @@ UNMODELLED: dict[str, Unmodelled] = {
     "keep_fp8_transpose_cache_when_using_custom_fsdp": _u(False, "FP8 transposed-weight cache: memory"),
     "no_fp8_weight_transpose_cache": _u(False, "FP8 transposed-weight cache: memory"),
     "disable_parameter_transpose_cache": _u(False, "transposed-weight cache: memory"),
-    "activation_func_fp8_input_store": _u(False, "activation inputs stored in FP8: memory"),
     "reuse_grad_buf_for_mxfp8_param_ag": _u(False, "MXFP8 parameter all-gather buffer: memory"),
     "fp32_residual_connection": _u(False, "FP32 residual stream: memory and step time"),
     "fp16_lm_cross_entropy": _u(False, "half-precision loss: memory"),

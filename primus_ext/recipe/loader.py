@@ -64,7 +64,8 @@ MODULE_KEYS = frozenset({"framework", "config", "model", "overrides", "trainer_c
 """Keys of a Primus trainer module (``trainer_class`` picks the trainer, e.g. diffusion's)."""
 NODES_ENV = "NNODES"
 """Node count of Primus's launch scripts (``examples/run_pretrain.sh``, ``run_slurm_pretrain.sh``)."""
-CLUSTER_KEYS = frozenset({"cluster", "nodes"})
+CLUSTER_KEYS = frozenset({"cluster", "nodes", "schedule"})
+"""Keys of the ``# primus-ext:`` comment (``schedule``: a pipeline schedule to project, ``--schedule``)."""
 MAX_NODES = 100_000
 """Largest node count accepted (guards absurd input)."""
 CLI_PREFIX = "cli."
@@ -374,6 +375,7 @@ def load_recipe(
     env: Mapping[str, str] | None = None,
     module: str | None = None,
     gpus: Callable[[], Sequence[str]] | None = None,
+    schedule: str | None = None,
 ) -> Recipe:
     """Load, resolve and (unless ``validate=False``) legality-check a recipe. Raises ``RecipeError``.
 
@@ -382,6 +384,8 @@ def load_recipe(
     ``module``: the experiment module to load (``pre_trainer`` / ``post_trainer``, with Primus's fallback to the
     other); default ``pre_trainer``, else the only one.
     ``gpus``: this machine's GPU device names for the target rule (default ``hardware.visible.visible_gpus``).
+    ``schedule``: project this pipeline schedule (``--schedule``; else the comment's ``schedule:``) instead of
+    the one the recipe's keys select (``pipeline_keys.what_if_schedule``).
     With ``validate=False`` legality problems are returned in ``Recipe.problems`` instead of raised
     (the tuner loads a recipe that way to search for a legal execution).
     """
@@ -435,6 +439,7 @@ def load_recipe(
                                                                        primus=bool(module), environ=state.env)
     state.warnings += resolve_warnings
     state.problems += _repoint(resolve_problems, args.values, args.origins)
+    execution = _what_if(state, execution, schedule, block)
     state.fail_if_problems()
     raw_legality = check(model, execution, system)
     legality = _repoint(raw_legality, args.values, args.origins)
@@ -461,6 +466,19 @@ def load_recipe(
         config_root=display(found_root) if found_root else None,
         target=state.target,
     )
+
+
+def _what_if(state: _State, execution: ExecutionSpec, schedule: str | None, block: Any) -> ExecutionSpec:
+    """``execution`` under the schedule ``--schedule`` (else the comment's ``schedule:``) asks for."""
+    from primus_ext.recipe.pipeline_keys import what_if_schedule
+
+    path = "--schedule" if schedule is not None else "# primus-ext.schedule"
+    name = schedule if schedule is not None else block.get("schedule") if isinstance(block, dict) else None
+    if name is None:
+        return execution
+    chosen = what_if_schedule(name, path, execution.pp, execution.virtual_pipeline_model_parallel_size,
+                              execution.pipeline_schedule, state.problems, state.warnings)
+    return dataclasses.replace(execution, pipeline_schedule=chosen) if chosen else execution
 
 
 def _reading_order(files: Sequence[Path], recipe: Path) -> tuple[str, ...]:

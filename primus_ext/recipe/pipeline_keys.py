@@ -49,3 +49,32 @@ def schedule_from_keys(a: ArgReader, pp: int, vpp: int | None) -> str:
         return requested.name  # V schedules set VPP = 2 themselves (zbpp_utils.py); legality checks the rest
     # registry.spec_schedule: one stage → 1F1B; the zero-bubble flag wins over VPP; any VPP given → interleaved
     return spec_schedule(requested, pp, (2 if vpp else 1) if pp > 1 else 1).name
+
+
+def what_if_schedule(name: object, path: str, pp: int, vpp: int | None, own: str,
+                     problems: list, warnings: list[str]) -> str | None:
+    """The schedule ``--schedule NAME`` / the ``# primus-ext: {schedule: NAME}`` comment asks for (registry name),
+    or None with a problem at ``path`` when it is unknown. A schedule no Primus / Megatron-LM key runs (DualPipe,
+    DualPipeV) is a what-if, said in a warning with what the recipe's own keys run (``own``); one that keys run
+    names them (``Schedule.recipe_keys``): the recipe would need them to run it."""
+    from primus_ext.errors import Problem
+    from primus_ext.model.pipeline.registry import SCHEDULES
+
+    if not isinstance(name, str) or name not in SCHEDULES:
+        problems.append(Problem(path=path, value=name, message="unknown pipeline schedule",
+                                fix=f"use one of {', '.join(SCHEDULES)}"))
+        return None
+    chosen, running = get_schedule(name), get_schedule(own)
+    keys = chosen.recipe_keys(pp)
+    if keys is None:
+        warnings.append(f"{path} {name}: {chosen.label} is a what-if: no Primus or Megatron-LM key runs it (the "
+                        f"recipe's own keys run {running.label}); projected with its own micro-batch rule, stage "
+                        "placement and two chunks per rank")
+    elif name != own and chosen.fixed_chunks is None and chosen.resolve(pp, vpp) is not chosen:
+        warnings.append(f"{path} {name}: at PP={pp}, VPP={vpp or 1} megatron-core runs "
+                        f"{chosen.resolve(pp, vpp).label} instead")
+    elif name != own and chosen.splits_wgrad:
+        written = ", ".join(f"{k}: {v}" for k, v in keys.items())
+        warnings.append(f"{path} {name}: projected as {chosen.label}; the recipe's keys run {running.label} "
+                        f"(Primus runs {chosen.label} with {written})")
+    return name

@@ -21,7 +21,7 @@ from primus_ext.errors import Problem
 from primus_ext.model.fp4 import fp4_problem
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
-from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip
+from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip, wire_dtypes
 from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
 from primus_ext.recipe.key_effects import architecture_problems, renamed_problems, unmodelled_keys, unmodelled_warning
@@ -69,7 +69,8 @@ _OTHER_READ = (
     "use_precision_aware_optimizer", "main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
-    "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", *HYBRID_KEYS,
+    "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", "activation_func_fp8_input_store",
+    "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "use_transformer_engine_op_fuser", *HYBRID_KEYS,
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -408,6 +409,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         lora_rank=lora_rank,
         lora_targets=lora_targets,
         recompute_modules=_recompute_modules(a),
+        activation_func_fp8_input_store=a.bool("activation_func_fp8_input_store"),
         # megatron-core ModelParallelConfig: cpu_offloading_activations defaults to True, weights False
         cpu_offloading=a.bool("cpu_offloading"),
         cpu_offloading_num_layers=a.int("cpu_offloading_num_layers", minimum=0) or 0,
@@ -433,6 +435,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         cuda_graph=cuda_graph_mode(a),  # type: ignore[arg-type]
         **optimizer,
         moe_token_dispatcher_type=dispatcher(a),  # type: ignore[arg-type]
+        **wire_dtypes(a),
         moe_grouped_gemm=a.bool("moe_grouped_gemm"),
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),
         moe_expert_capacity_factor=capacity if capacity is not None and capacity >= 0 else None,

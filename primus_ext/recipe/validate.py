@@ -213,6 +213,12 @@ def _ep_overlap(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
 def _recompute(m: ModelSpec, e: ExecutionSpec, out: list[Problem]) -> None:
     """megatron-core transformer_config.py recompute rules; block/uniform layer counts per stage."""
     g, method, n = e.recompute_granularity, e.recompute_method, e.recompute_num_layers
+    if e.activation_func_fp8_input_store and m.activation != "swiglu":
+        # megatron-core transformer_config.py __post_init__: "Storing activation input in FP8 is supported only
+        # for SwiGLU."
+        out.append(Problem(path="activation_func_fp8_input_store", value=True,
+                           message=f"megatron-core stores the activation input in FP8 for SwiGLU only, not "
+                                   f"{m.activation}", fix="set activation_func_fp8_input_store: false"))
     if e.recompute_layer_ids:
         # Primus patches/recompute_layer_patches.py, validate_specified_recompute_layers: the listed layers are
         # the full recompute; recompute_method must stay unset (Primus raises otherwise)

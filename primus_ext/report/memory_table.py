@@ -38,7 +38,10 @@ def format_memory_table(memory: Memory) -> str:
         label = f"{stage.rank}{'*' if stage.rank == peak_rank else ''}"
         rows.append([label, *(f"{getattr(stage, attr) / GIB:.2f}" for _, attr in _COLUMNS),
                      f"{stage.microbatches_in_flight:.2f}"])
-    verdict = "fits" if memory.fits else "DOES NOT FIT"
+    from primus_ext.model.memory import margin_verdict
+
+    verdict = "fits" if memory.fits else ("DOES NOT FIT" if margin_verdict(memory.peak_bytes, memory.capacity_bytes)
+                                          == "out of memory" else "over capacity, within the model's error")
     margin = f" with {memory.margin:.0%} kept free" if memory.margin else ""
     lines = [f"per-GPU memory (GiB), activations: {memory.source}", *_table(headers, rows), "",
              f"peak {memory.peak_bytes / GIB:.2f} GiB on stage {peak_rank} of {memory.capacity_bytes / GIB:.2f} GiB"

@@ -124,8 +124,13 @@ def format_projection(p: Projection) -> str:
     if p.memory is not None:
         mem = memory_summary(p.memory) or {}
         cap = mem.get("capacity_gib")
+        from primus_ext.model.memory import margin_verdict
+
+        within = not mem["fits"] and cap and margin_verdict(p.memory.peak_bytes, p.memory.capacity_bytes) != \
+            "out of memory"
         lines.append(f"  memory peak      {mem['peak_gib']:.1f} GiB" + (f" of {cap:.1f} GiB" if cap else "")
-                     + ("   fits" if mem["fits"] else "   DOES NOT FIT"))
+                     + ("   fits" if mem["fits"] else "   over capacity, within the model's error" if within
+                        else "   DOES NOT FIT"))
     b = p.breakdown
     step = p.step_time_s or 1.0
     rows = [["compute", _ms(b.compute_s), f"{b.compute_s / step:.1%}", "", "", ""]]

@@ -55,7 +55,8 @@ STAGE_MEMORY = _closed({
 })
 MEMORY = _closed({
     "peak_memory_gib": NONNEG, "capacity_gib": NONNEG, "headroom_gib": NUM, "fits": BOOL,
-    "verdict": {"enum": ["fits", "over the margin", "out of memory"]}, "margin": FRACTION, "peak_stage": INT,
+    "verdict": {"enum": ["fits", "over the margin", "within the model's error", "out of memory"]},
+    "margin": FRACTION, "peak_stage": INT,
     "activations_source": STR, "stages": {"type": "array", "items": _ref("stage_memory"), "minItems": 1},
 })
 BAND = _closed({"low": NONNEG, "high": NONNEG, "what": STR})

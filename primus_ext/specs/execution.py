@@ -73,6 +73,11 @@ class ExecutionSpec:
     """Selective recompute targets (Megatron names: core_attn, mlp, moe, moe_act, layernorm,
     mla_up_proj, shared_experts). Empty with granularity 'selective' means Megatron's default
     (``core_attn``)."""
+    activation_func_fp8_input_store: bool = False
+    """megatron-core's ``activation_func_fp8_input_store``: the SwiGLU's input (the first MLP GEMM's output) saved
+    for backward in fp8, cast back before the backward (the fused ``bias_swiglu`` / ``weighted_bias_swiglu``
+    kernels of the dense MLP and the grouped experts). DeepSeek-V3's "cache the SwiGLU inputs in FP8" (report
+    sec. 3.3.3, "Low-Precision Storage"); SwiGLU only (megatron-core refuses another activation)."""
     selective_ac_option: Literal["modules", "op"] = "modules"
     """What granularity 'selective' recomputes: ``modules`` = Megatron's ``recompute_modules``; ``op`` =
     torch's op-level selective activation checkpointing as torchtitan applies it
@@ -173,6 +178,13 @@ class ExecutionSpec:
     moe_grouped_gemm: bool = True
     moe_router_force_load_balancing: bool = False
     moe_expert_capacity_factor: float | None = None
+    moe_dispatch_fwd_dtype: Literal["bf16", "mxfp8"] = "bf16"
+    """Wire dtype of the MoE dispatch's forward payload (megatron-core ``moe_dispatch_fwd_dtype``, its ``ncclep`` flex
+    backend): ``mxfp8`` sends 1 byte per element and an E8M0 scale per 32 instead of bf16's 2 (``projection.comm``).
+    The FP8 dispatch of DeepSeek-V3's DeepEP (report sec. 3.3.3, "Low-Precision Communication": dispatch in FP8,
+    combine in BF16) is projected through it (its 1x128 scales differ by 3 % of the bytes)."""
+    moe_combine_bwd_dtype: Literal["bf16", "mxfp8"] = "bf16"
+    """Wire dtype of the combine's backward gradient (megatron-core ``moe_combine_bwd_dtype``): as above."""
 
     # --- what the frameworks' checks read beside the tuned axes ------------------------------------
     launch: LaunchSpec = DEFAULT_LAUNCH

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +24,7 @@ from primus_ext.errors import Problem, RecipeError
 from primus_ext.recipe.validate import check
 from primus_ext.specs import ExecutionSpec
 from primus_ext.tune.config_keys import config_key
-from primus_ext.tune.legality import problems_of
+from primus_ext.tune.legality import problems_of, rule_of
 from primus_ext.tune.oracle import Oracle, Score
 from primus_ext.tune.prefilter import MemoryFilter, MemoryVerdict
 from primus_ext.tune.space import Config, Space
@@ -105,6 +105,12 @@ class SearchStats:
     sensitivity_projected: int = 0
     """Projections spent on the winner's one-axis changes (after the search, outside the budget)."""
     wall_s: float = 0.0
+    excluded: dict[str, int] = field(default_factory=dict)
+    """Illegal candidates (tried or pruned) by the rule that excluded them (``legality.rule_of``: the first problem)."""
+
+    def exclude(self, problems: Sequence[Problem], count: int = 1) -> None:
+        rule = rule_of(problems)
+        self.excluded[rule] = self.excluded.get(rule, 0) + count
 
 
 class TrialLog:
@@ -233,6 +239,7 @@ class SearchContext:
             execution = None if problems else self.space.to_execution(config)
         if problems or execution is None:
             self.stats.illegal += 1
+            self.stats.exclude(problems or ())
             trial = Trial(config=dict(config), status="illegal", origin=origin, problems=tuple(problems))
             return self._keep(key, trial, keep_rejected)
         try:
@@ -247,6 +254,7 @@ class SearchContext:
                 raise score
         except RecipeError as err:  # the memory model or the projection found it infeasible
             self.stats.illegal += 1
+            self.stats.exclude(err.problems)
             trial = Trial(config=dict(config), status="illegal", origin=origin, problems=tuple(err.problems))
             return self._keep(key, trial, keep_rejected)
         if score.peak_bytes is None:

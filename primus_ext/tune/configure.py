@@ -31,16 +31,31 @@ def recompute_layers(choice: str, layers_per_chunk: int) -> int | None:
     return n if 0 < n < layers_per_chunk else None
 
 
+def stages_per_rank(schedule: str | None, pp: int, vpp: int) -> int:
+    """Model stages per pipeline rank a layout lists for ``schedule`` at (PP, VPP): VPP for Megatron's schedules, 2
+    for the V-placed ones (a V's two chunks are two stages), 1 for DualPipe (its two copies hold the same PP
+    stages: ``Schedule.stage_count``)."""
+    if schedule is None or pp <= 1:
+        return vpp
+    s = get_schedule(schedule)
+    if not s.fixed_chunks:
+        return vpp
+    return s.stage_count(pp, s.chunks_per_rank(vpp)) // pp
+
+
 def pipeline_split(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int,
-                   split: str = DEFAULT) -> dict[str, Any]:
+                   split: str = DEFAULT, schedule: str | None = None) -> dict[str, Any]:
     """Layout fields for (PP, VPP) and a ``split`` axis value (``primus_ext.tune.splits``); ``default``: the
-    recipe's own when (PP, VPP) are unchanged, else even or generated."""
+    recipe's own when (PP, VPP) and the stages per rank are unchanged, else even or generated. ``schedule``: the
+    schedule the split is for (its stages per rank: ``stages_per_rank``; the recipe's own when None)."""
+    stages = stages_per_rank(schedule, pp, vpp)
     if split != DEFAULT:
-        return split_fields(model, pp, vpp, split, head_layers(model, base.seq_length))
-    if (pp, vpp) == (base.pp, base.vpp):
+        return split_fields(model, pp, stages, split, head_layers(model, base.seq_length))
+    own = resolve_schedule(base.pipeline_schedule, base.pp, base.virtual_pipeline_model_parallel_size).name
+    if (pp, vpp) == (base.pp, base.vpp) and stages == stages_per_rank(own, base.pp, base.vpp):
         return {name: getattr(base, name) for name in LAYOUT_FIELDS}
-    even = model.num_layers % (pp * vpp) == 0
-    layout = None if even or pp == 1 else balanced_layout(model, pp, vpp)
+    even = model.num_layers % (pp * stages) == 0
+    layout = None if even or pp == 1 else balanced_layout(model, pp, stages)
     return {name: layout if name == "pipeline_model_parallel_layout" else
             False if name.startswith("account_for") else None for name in LAYOUT_FIELDS}
 
@@ -106,7 +121,9 @@ def schedule_candidates(base: ExecutionSpec, pp: int, vpp: int, extra: Sequence[
     for name in extra:
         s = get_schedule(name)
         if s.fixed_chunks:
-            written = s.fixed_chunks if not s.legality(pp, s.fixed_chunks, _ANY_MICROBATCHES) else 1
+            # Primus's V schedules at the VPP 2 Primus sets; the DeepSeek what-ifs (no recipe keys) at VPP 1
+            primus_v = s.recipe_keys(pp) is not None and not s.legality(pp, s.fixed_chunks, _ANY_MICROBATCHES)
+            written = s.fixed_chunks if primus_v else 1
             runs = pp > 1 and vpp == written and not s.legality(pp, written, _ANY_MICROBATCHES)
         else:
             runs = resolve_schedule(s, pp, vpp if vpp > 1 else None) is s
@@ -144,7 +161,8 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
         precision=config["precision"],
         fp8_param_gather=base.fp8_param_gather and config["precision"] == "fp8",  # fp8 weights need fp8
         fp4_param=base.fp4_param and config["precision"] == "fp4",  # and fp4 ones fp4
-        **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get("split", DEFAULT))),
+        **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get("split", DEFAULT),
+                                                          config.get("schedule"))),
         **_recompute_fields(model, base, config["recompute"], chunk),
         **_sharding_fields(base, config["sharding"], config["dp_overlap"]),
     ))

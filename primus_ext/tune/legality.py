@@ -10,7 +10,8 @@ out. Nothing in a proposal is ever executed or evaluated as code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from primus_ext.errors import Problem
@@ -36,6 +37,19 @@ def problems_of(space: Space, config: Mapping[str, Any]) -> list[Problem]:
     if membership:
         return membership
     return check(space.model, space.to_execution(config), space.system)
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def rule_of(problems: Sequence[Problem]) -> str:
+    """The rule that excluded a candidate: its first problem's key and message with the numbers as ``N`` (``61
+    layers ... PP*VPP=16*1`` and ``61 layers ... PP*VPP=8*2`` are one rule), so a refusal can say which rule
+    excluded how many candidates (``SearchStats.excluded``)."""
+    if not problems:
+        return "illegal"
+    first = problems[0]
+    return _NUMBER.sub("N", f"{first.path}: {first.message}")[:160]
 
 
 def is_structural(problems: list[Problem]) -> bool:

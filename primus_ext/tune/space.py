@@ -35,6 +35,7 @@ from primus_ext.tune.configure import (
     pipeline_split,
     recompute_layers,
     schedule_candidates,
+    stages_per_rank,
     to_execution,
 )
 from primus_ext.tune.splits import DEFAULT, split_candidates
@@ -203,9 +204,11 @@ class Space:
             return self._pinned(name, schedule_candidates(b, g("pp"), g("vpp"), self.pins.get(name) or self.schedules))
         if name == "split":
             pp, vpp = g("pp"), g("vpp")
-            if get_schedule(g("schedule") or "1f1b").fixed_chunks:  # V / DualPipe: the default split only
-                return self._pinned(name, (DEFAULT,))
-            return self._pinned(name, split_candidates(m, b, pp, vpp, self.pipeline_split(pp, vpp)))
+            schedule = get_schedule(g("schedule") or "1f1b")
+            if schedule.fixed_chunks and schedule.recipe_keys(pp) is not None:
+                return self._pinned(name, (DEFAULT,))  # Primus's V schedules: an even count per stage, no layout
+            own = self.pipeline_split(pp, vpp, DEFAULT, g("schedule"))
+            return self._pinned(name, split_candidates(m, b, pp, vpp, own, schedule=schedule.name))
         if name == "cp":
             cands = [c for c in POWERS_OF_TWO if b.seq_length // c >= MIN_TOKENS_PER_CP_RANK] + [b.cp]
             return self._pinned(name, sorted(c for c in cands if world % (g("tp") * g("pp") * c) == 0))
@@ -345,26 +348,29 @@ class Space:
             partial[name] = value
         return problems
 
-    def pipeline_split(self, pp: int, vpp: int, split: str = DEFAULT) -> dict[str, Any]:
-        """Layout fields for (PP, VPP) and a ``split`` value (``configure.pipeline_split``, memoised)."""
-        key = (pp, vpp, split)
+    def pipeline_split(self, pp: int, vpp: int, split: str = DEFAULT, schedule: str | None = None) -> dict[str, Any]:
+        """Layout fields for (PP, VPP), a ``split`` value and the schedule's stages per rank
+        (``configure.pipeline_split``, memoised)."""
+        key = (pp, vpp, split, stages_per_rank(schedule, pp, vpp))
         if key not in self._memo:
-            self._memo[key] = pipeline_split(self.model, self.base, pp, vpp, split)
+            self._memo[key] = pipeline_split(self.model, self.base, pp, vpp, split, schedule)
         return self._memo[key]
 
     def to_execution(self, config: Mapping[str, Any]) -> ExecutionSpec:
         """The recipe's execution with this configuration applied (not legality-checked)."""
         return to_execution(self.model, self.base, self.world, config,
-                            self.pipeline_split(config["pp"], config["vpp"], config.get("split", DEFAULT)))
+                            self.pipeline_split(config["pp"], config["vpp"], config.get("split", DEFAULT),
+                                                config.get("schedule")))
 
     def config_of(self, execution: ExecutionSpec) -> Config:
         """The configuration nearest to an execution (the recipe's own, for seeding and reports); ``split`` is
         the candidate whose layout fields the execution has, else ``default``."""
         config = config_of(self.model, execution)
         fields = {name: getattr(execution, name) for name in LAYOUT_FIELDS}
-        if config["pp"] > 1 and fields != self.pipeline_split(config["pp"], config["vpp"]):
+        schedule = config.get("schedule")
+        if config["pp"] > 1 and fields != self.pipeline_split(config["pp"], config["vpp"], DEFAULT, schedule):
             for split in self.domain("split", config):
-                if self.pipeline_split(config["pp"], config["vpp"], split) == fields:
+                if self.pipeline_split(config["pp"], config["vpp"], split, schedule) == fields:
                     config["split"] = split
                     break
         return config

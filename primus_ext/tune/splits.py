@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from primus_ext.model.flops import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs, moe_mlp_macs
+from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS, layout_problems, pipeline_plan
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -120,19 +121,28 @@ def _names(model: ModelSpec, pp: int, head: float) -> list[str]:
 
 
 def split_candidates(model: ModelSpec, base: ExecutionSpec, pp: int, vpp: int,
-                     default: dict[str, Any]) -> tuple[str, ...]:
-    """``default`` plus the legal uneven candidates that unload the busiest rank (see the module doc)."""
+                     default: dict[str, Any], schedule: str | None = None) -> tuple[str, ...]:
+    """``default`` plus the legal uneven candidates that unload the busiest rank (see the module doc). ``schedule``:
+    a DeepSeek schedule places the stages itself (DualPipe: stage s and PP-1-s on rank s, both copies; DualPipeV:
+    2*PP stages in a V, whose uneven first / last stages are not projected: generated layouts only)."""
     if pp == 1:
         return (DEFAULT,)
     head = head_layers(model, base.seq_length)
-    shape = dict(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
+    placed = get_schedule(schedule) if schedule else None
+    fixed = bool(placed and placed.fixed_chunks)
+    stages = placed.stage_count(pp, placed.chunks_per_rank(vpp)) // pp if fixed else vpp  # type: ignore[union-attr]
+    shape: dict[str, Any] = dict(pipeline_model_parallel_size=pp,
+                                 virtual_pipeline_model_parallel_size=None if fixed or vpp <= 1 else vpp)
+    if fixed:
+        shape["pipeline_schedule"] = placed.name  # type: ignore[union-attr]
     own = ExecutionSpec(**shape, **default)
     if layout_problems(model, own):
         return (DEFAULT,)
     bar = max(stage_loads(model, own, head))
     scored = []
-    for name in _names(model, pp, head):
-        fields = split_fields(model, pp, vpp, name, head)
+    names = ["layout"] if fixed and placed.chunk_placement == "v" else _names(model, pp, head)  # type: ignore[union-attr]
+    for name in names:
+        fields = split_fields(model, pp, stages, name, head)
         if fields == default or (name == "layout" and fields["pipeline_model_parallel_layout"] is None):
             continue
         candidate = ExecutionSpec(**shape, **fields)

@@ -53,11 +53,13 @@ def _picklable(obj: object) -> bool:
 def leave_one_model_out(
     runs: Sequence[RunRow], projector: Projector, *, fit: FoldFit = fit_by_gpu,
     progress: Callable[[int, int, str], None] | None = None, jobs: int = 1,
+    held_out: Callable[[RunRow], bool] | None = None,
 ) -> ValidationReport:
     """Each model's rows projected with efficiencies fitted on the other models' rows only; ``jobs`` folds at
     a time (same result whatever ``jobs``). ``progress(folds done, folds, model)`` after each fold (in the
-    order they finish)."""
-    models = sorted({r.model_name for r in usable(runs)})
+    order they finish). ``held_out``: only the models with a row it accepts are folds (and reported); every fit
+    still trains on all the other models' rows, so a fold's figures equal the full run's."""
+    models = sorted({r.model_name for r in usable(runs) if held_out is None or held_out(r)})
     rows: list[RowResult] = []
     if jobs > 1 and not _picklable((projector, fit)):
         jobs = 1  # a lambda or closure cannot reach a worker process
@@ -81,6 +83,6 @@ def leave_one_model_out(
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
-    rows += [_result(r, None) for r in runs if r.model is None]
+    rows += [_result(r, None) for r in runs if r.model is None and held_out is None]
     rows.sort(key=lambda r: r.index)
     return ValidationReport(rows=tuple(rows), summary=summarize(rows), label="leave-one-model-out")

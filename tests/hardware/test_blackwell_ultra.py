@@ -37,7 +37,9 @@ def test_every_gpu_with_its_own_calibration_keeps_its_attention_time():
     for name in list_profiles():
         gpu = load_gpu(name)
         factor = softmax_sfu_factor(128, gpu)
-        faster_sfus = gpu.inherits_efficiency_from and gpu.sfu_exp_per_s  # B300 / GB300; MI350X states no SFU rate
+        parent = load_gpu(gpu.inherits_efficiency_from) if gpu.inherits_efficiency_from else None
+        # B300 / GB300 state faster SFUs than the parent they inherit from; MI350X states none, H800 H100's own
+        faster_sfus = parent is not None and gpu.sfu_exp_per_s and gpu.sfu_exp_per_s != parent.sfu_exp_per_s
         assert factor == (pytest.approx(1 - 96 / 224 / 2) if faster_sfus else 1.0)
 
 

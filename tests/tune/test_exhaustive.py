@@ -96,3 +96,33 @@ def test_batched_projection_changes_nothing(mixtral, monkeypatch, after):
         assert trials["batch"][key][0] == status
         if step is not None:
             assert trials["batch"][key][1] == pytest.approx(step, rel=1e-9)
+
+
+def test_a_prefix_whose_micro_batch_count_breaks_a_schedule_rule_has_no_legal_completion(deepseek):
+    """``exhaustive.BATCH_PATHS``: the global-batch and schedule-count rules depend on the axes up to the micro-batch
+    only; every sampled completion of a prefix the search prunes for one is illegal too."""
+    from primus_ext.tune.configure import PRIMUS_SCHEDULES
+    from primus_ext.tune.strategies.exhaustive import BATCH_PATHS, _batch_problems
+
+    space = build_space(deepseek.model, deepseek.execution, deepseek.system, schedules=PRIMUS_SCHEDULES)
+    depth = AXIS_ORDER.index(BOUND_AFTER) + 1
+    rng = random.Random(3)
+    pruned = 0
+    for _ in range(400):
+        prefix = {}
+        for name in AXIS_ORDER[:depth]:
+            allowed = space.domain(name, prefix)
+            if not allowed:
+                break
+            prefix[name] = rng.choice(allowed)
+        else:
+            if not _batch_problems(space, prefix, depth):
+                continue
+            pruned += 1
+            for _ in range(5):
+                config = dict(prefix)
+                for name in AXIS_ORDER[depth:]:
+                    config[name] = rng.choice(space.domain(name, config))
+                problems = check(space.model, space.to_execution(config), space.system)
+                assert any(p.path in BATCH_PATHS for p in problems), config
+    assert pruned > 10

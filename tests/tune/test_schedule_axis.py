@@ -155,3 +155,40 @@ def test_primus_v_schedules_need_an_even_layer_count_per_stage_and_no_layout(dee
     assert "layout" in problems["pipeline_model_parallel_layout"]
     dualpipev = replace(e, pipeline_schedule="dualpipev", virtual_pipeline_model_parallel_size=None)
     assert "pipeline_model_parallel_size" not in {p.path for p in check(deepseek.model, dualpipev, deepseek.system)}
+
+
+@pytest.mark.parametrize(("name", "stages"), [("dualpipe", 8), ("dualpipev", 16)])
+def test_deepseek_schedules_get_splits_of_their_own_stage_count(deepseek, name, stages):
+    """61 layers take no even split of DualPipe's PP stages or DualPipeV's 2*PP: the split axis generates layouts of
+    the schedule's stage count (and, for DualPipe, Megatron's uneven first / last stages), every candidate legal."""
+    from primus_ext.model.stages import layout_problems, parse_layout
+
+    space = build_space(deepseek.model, deepseek.execution, deepseek.system, {"pp": (8,), "tp": (1,), "cp": (1,)},
+                        schedules=(name,))
+    partial = {"tp": 1, "etp": 1, "pp": 8, "vpp": 1, "schedule": name}
+    splits = space.domain("split", partial)
+    assert splits[0] == "default"
+    for split in splits:
+        e = space.to_execution({**partial, "split": split, "cp": 1, "ep": 8, "mbs": 1, "recompute": "none",
+                                "sharding": "distopt", "precision": "bf16", "tp_comm_overlap": False,
+                                "ep_overlap": False, "dp_overlap": "grad+param"})
+        assert e.pipeline_schedule == name and not layout_problems(deepseek.model, e), split
+        if e.pipeline_model_parallel_layout:
+            assert len(parse_layout(e.pipeline_model_parallel_layout)) == stages
+
+
+def test_a_refusal_names_the_rules_that_excluded_the_candidates(deepseek):
+    from primus_ext.errors import Problem
+    from primus_ext.tune.legality import rule_of
+
+    assert rule_of([Problem(path="num_layers", message="61 layers not divisible by PP*VPP=16*1")]) == \
+        rule_of([Problem(path="num_layers", message="61 layers not divisible by PP*VPP=8*2")]) == \
+        "num_layers: N layers not divisible by PP*VPP=N*N"
+    space = build_space(deepseek.model, deepseek.execution, deepseek.system, {"schedule": ("dualpipe",), "tp": (1,)},
+                        schedules=("dualpipe",))
+    ctx = SearchContext(space=space, oracle=projection_oracle(deepseek.model, deepseek.system, None),
+                        prefilter=MemoryFilter(deepseek.model, deepseek.system), budget=10**9, detail=False)
+    tune(ctx, "exhaustive", baseline=deepseek.execution, regret=False)
+    stats = ctx.stats
+    assert sum(stats.excluded.values()) == stats.illegal + stats.pruned_illegal > 0
+    assert any("dualpipe needs at least N*PP" in rule for rule in stats.excluded)

@@ -72,3 +72,20 @@ def test_the_shared_nic_fit_of_a_fold_never_projects_the_held_out_model():
     rows_a = held_out_fold("A", runs, spy)
     assert len(rows_a) == 6 and calls.count("A") == 6 and calls[-6:] == ["A"] * 6
     assert all(r.error_pct is not None for r in rows_a)
+
+
+def is_model_b(run) -> bool:
+    return run.model_name == "B"
+
+
+def test_held_out_limits_the_folds_but_not_what_each_fold_trains_on():
+    """``validate --cv --moe-only``: only the chosen models are folds (and reported); each fold still fits on every
+    other model's rows, so a chosen fold's figures equal those of the full run."""
+    seen: list[list[str]] = []
+    runs = rows(Efficiency(gemm_max=0.5))
+    only_b = leave_one_model_out(runs, fake_projector, held_out=is_model_b,
+                                 fit=lambda t, p: fit_recording_models(t, p, seen))
+    assert seen == [["A", "C"]]
+    full = {r.index: r for r in leave_one_model_out(runs, fake_projector).rows}
+    assert [r.index for r in only_b.rows] == [3, 4, 5]
+    assert all(r == full[r.index] for r in only_b.rows)

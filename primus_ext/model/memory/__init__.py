@@ -20,6 +20,7 @@ The rooms behind it (other packages import from here, not from them):
 from primus_ext.model.memory.activations import LOCAL, TE, activation_bytes_per_layer
 from primus_ext.model.memory.estimate import (
     DEFAULT_MARGIN,
+    MEMORY_ERROR,
     Memory,
     StageMemory,
     capacity_bytes,
@@ -34,6 +35,7 @@ from primus_ext.model.memory.state import reduce_bytes
 __all__ = [
     "DEFAULT_MARGIN",
     "LOCAL",
+    "MEMORY_ERROR",
     "TE",
     "Memory",
     "StageMemory",

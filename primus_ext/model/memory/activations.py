@@ -104,10 +104,18 @@ def _norm(impl: ActivationImpl, layernorm: bool, e: int, tokens: float, width: i
     return e * tokens * width + stats * tokens
 
 
-def _act_bytes(impl: ActivationImpl, gated: bool, e: int, tokens: float, ffn: float) -> float:
-    """What the activation function saves for ``tokens`` rows of width ``ffn`` (per split)."""
+FP8_STORE_BYTES = 1
+"""``activation_func_fp8_input_store``: the fused SwiGLU kernels save their input as fp8 (megatron-core
+fusions/fused_bias_swiglu.py ``SwiGLUFunction.forward``: ``input.to(torch.float8_e4m3fn)`` when ``fp8_input_store``)."""
+
+
+def _act_bytes(impl: ActivationImpl, gated: bool, e: int, tokens: float, ffn: float, fp8_store: bool = False) -> float:
+    """What the activation function saves for ``tokens`` rows of width ``ffn`` (per split); ``fp8_store``: the
+    fused SwiGLU keeps its input in fp8 (``RankShape.act_fp8_input``; the unfused local path has no such option)."""
     if not gated:
         return e * tokens * ffn
+    if impl.fused_swiglu and fp8_store:
+        return 2 * FP8_STORE_BYTES * tokens * ffn
     return (2 if impl.fused_swiglu else 4) * e * tokens * ffn
 
 
@@ -186,14 +194,15 @@ def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: float, ts: float
     slots = shape.routed_tokens_per_rank
     ffn = a.moe_ffn_hidden_size / shape.etp
     if impl.fused_swiglu:  # TE: fused activation-with-probs keeps its input + fp32 probs
-        per_slot = lin_e * a.hidden_size + _act_bytes(impl, gated, e, 1, ffn) + FP32_BYTES
+        per_slot = lin_e * a.hidden_size + _act_bytes(impl, gated, e, 1, ffn, shape.act_fp8_input) + FP32_BYTES
     else:  # local: activation, then act*probs keeps both (+ probs column)
         per_slot = e * a.hidden_size + _act_bytes(impl, gated, e, 1, ffn) + e * ffn + e
     parts["experts"] = slots * per_slot
     parts["experts_fc2_in"] = slots * lin_e * ffn
     if a.moe_shared_expert_intermediate_size:
         shared = a.moe_shared_expert_intermediate_size / shape.tp
-        parts["shared_experts"] = _act_bytes(impl, gated, e, shape.tokens, shared) + lin_e * shape.tokens * shared
+        parts["shared_experts"] = (_act_bytes(impl, gated, e, shape.tokens, shared, shape.act_fp8_input)
+                                   + lin_e * shape.tokens * shared)
         if a.moe_shared_expert_gate:  # output * sigmoid(h @ gate_weight): keeps the output and the gate score
             parts["shared_experts"] += e * ts * a.hidden_size + e * ts
     return parts
@@ -248,7 +257,7 @@ def dense_mlp_saved(shape: RankShape, impl: ActivationImpl) -> dict[str, float]:
     """A dense MLP: the activation's input and fc2's input."""
     e, lin_e, _ = _sizes(shape, impl)
     ffn = shape.arch.ffn_hidden_size / shape.tp
-    return {"mlp_act": _act_bytes(impl, shape.arch.gated, e, shape.tokens, ffn),
+    return {"mlp_act": _act_bytes(impl, shape.arch.gated, e, shape.tokens, ffn, shape.act_fp8_input),
             "mlp_fc2_in": lin_e * shape.tokens * ffn}
 
 

@@ -85,11 +85,25 @@ it); the development set's published runs are projected conservatively (116 of 1
 it), so it is not a correction of a known bias. ``--margin`` changes it."""
 
 
+MEMORY_ERROR = 0.155
+"""The memory model's demonstrated error on runs that ran, as a fraction of the peak: the largest measured against
+a real run's memory, the 15.5 % by which it under-projects the max reserved of Primus's Llama-3.2-1B FP8 run on 8 x
+MI355X (71.4 vs 84.6 GiB; its allocated peak within 3.3 %; DeepSeek-V2-Lite's reserved -3.4 %:
+``../shared/validation/logs``, benchmarks/RESULTS.md "MI355X: before and after calibration"); on the other side, the
+published runs that ran and that it projects over their HBM exceed it by at most 17 % (GPT-OSS-120B on B200,
+``benchmarks/memory_prefilter.py``). A peak over the capacity by no more than this is not a verdict the model can
+give: ``within the model's error``, a warning with the reason, not out of memory (the tuner's pre-filter still
+requires a fit; ``benchmarks/RESULTS.md`` documents the error per component)."""
+
+
 def margin_verdict(peak: float, capacity: float, margin: float = DEFAULT_MARGIN) -> str:
     """``fits`` (peak within capacity less the margin), ``over the margin`` (inside capacity, inside the margin),
-    ``out of memory`` (over capacity): three verdicts, never one for another."""
-    if peak > capacity:
+    ``within the model's error`` (over capacity by at most ``MEMORY_ERROR``: may run), ``out of memory`` (over it by
+    more): four verdicts, never one for another."""
+    if peak > capacity * (1.0 + MEMORY_ERROR):
         return "out of memory"
+    if peak > capacity:
+        return "within the model's error"
     return "over the margin" if peak > capacity * (1.0 - margin) else "fits"
 
 
@@ -195,6 +209,7 @@ _SHAPE_FIELDS = (
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "cpu_offloading",
     "cpu_offloading_num_layers", "cpu_offloading_activations", "cross_entropy_fusion_impl", "selective_ac_option",
     "lora_rank", "lora_targets", "recompute_layer_ids", "pipeline_schedule", "fp4_recipe",
+    "activation_func_fp8_input_store",
 )
 """Every ExecutionSpec field the per-rank constants depend on (per-rank shapes, split and the schedule's placement
 of it, recompute, offload)."""

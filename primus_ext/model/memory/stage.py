@@ -225,7 +225,7 @@ def _keys(model: ModelSpec, e: ExecutionSpec) -> tuple[tuple, tuple]:
                 offloaded_layers(e), e.pipeline_schedule)
     terms_key = ("terms", id(model), e.tp, e.cp, e.ep, e.etp, e.sequence_parallel, e.micro_batch_size,
                  e.seq_length, e.precision, e.recompute_granularity, e.recompute_modules, e.cross_entropy_fusion_impl,
-                 e.selective_ac_option, e.lora_rank, e.lora_targets)
+                 e.selective_ac_option, e.lora_rank, e.lora_targets, e.activation_func_fp8_input_store)
     return plan_key, terms_key
 
 

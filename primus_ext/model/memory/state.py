@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from primus_ext.model.memory.optimizer_state import adam_state_bytes, dp_sharded
 from primus_ext.model.params import ROUTER_PARAM_BYTES
+from primus_ext.model.pipeline.registry import copies_of
 from primus_ext.specs import ExecutionSpec
 
 FSDP_GATHERED_LAYERS = 2
@@ -85,10 +86,12 @@ def fsdp_shard_bytes(e: ExecutionSpec, param_b: float) -> float:
 
 
 def sharding_bytes(e: ExecutionSpec) -> tuple[float, float, float, float, float]:
-    """(param, grad, optimizer) bytes per param, and the dense / expert shard widths."""
+    """(param, grad, optimizer) bytes per param, and the dense / expert shard widths: the data-parallel ranks
+    holding a parameter, both copies' under DualPipe (``registry.copies_of``)."""
     param_b = 4.0 if e.precision == "fp32" else 2.0
-    return param_b, grad_bytes(e, param_b), adam_state_bytes(e), float(e.dp * e.cp), \
-        float(max(1, e.expert_data_parallel_size))
+    copies = copies_of(e)
+    return param_b, grad_bytes(e, param_b), adam_state_bytes(e), float(e.dp * e.cp * copies), \
+        float(max(1, e.expert_data_parallel_size) * copies)
 
 
 def fsdp2_gathered_bytes(param_b: float, grad_b: float, fp8_b: float, biggest: float,

@@ -61,7 +61,8 @@ def dualpipe_problems(schedule: str, pp: int, vpp: int | None, num_microbatches:
 
     DualPipe (repository's ``DualPipe.step`` assertions): an even PP, an even micro-batch count of at least
     2*PP (half per direction, each at least PP). DualPipeV (``ScheduleDualPipeV``: at least as many micro-batches
-    as its 2*PP stages). Neither takes VPP: the two chunks per rank are the schedule's own."""
+    as its 2*PP stages). Neither takes another VPP: the two chunks per rank are the schedule's own (DualPipeV's V is
+    two stages per rank, the VPP 2 a layout of 2*PP stages implies)."""
     if schedule not in NAMES:
         return [f"unknown DeepSeek schedule {schedule!r}; known: {', '.join(NAMES)}"]
     problems = []
@@ -69,8 +70,10 @@ def dualpipe_problems(schedule: str, pp: int, vpp: int | None, num_microbatches:
         problems.append(f"{schedule} needs at least one pipeline rank and one micro-batch; got PP={pp}, "
                         f"micro-batches={num_microbatches}")
         return problems
-    if (vpp or 1) > 1:
+    if schedule == "dualpipe" and (vpp or 1) > 1:
         problems.append(f"{schedule} places its own two chunks per rank; got VPP={vpp}: unset VPP")
+    elif (vpp or 1) > 2:  # DualPipeV's V: two stages per rank, as a layout of 2*PP stages gives them (VPP 2)
+        problems.append(f"{schedule} places exactly two chunks per rank (a V); got VPP={vpp}: unset VPP or use 2")
     if schedule == "dualpipe" and pp % 2:
         problems.append(f"dualpipe needs an even PP (half the ranks per direction); got PP={pp}")
     if num_microbatches < 2 * pp:
@@ -299,6 +302,33 @@ def wgrad_held_chunks(schedule: str, rank: int, pp: int, m: int) -> int:
     return peak
 
 
+@lru_cache(maxsize=1024)
+def held_walk(schedule: str, rank: int, pp: int, m: int) -> tuple[tuple[tuple[float, float], float], ...]:
+    """Every state ``rank`` passes through where its memory can peak: after each forward allocates, (chunk-micro-
+    batches of activations held per chunk, input-grad-only backwards whose weight-grad inputs wait for their W, in
+    units of the rank's two chunks: half a chunk each). Walked op by op (``op_order``), so the two kinds of held
+    tensors are added at the same moment, never at their separate peaks; only the states no other state covers."""
+    held, waiting = [0, 0], 0
+    states: list[tuple[tuple[float, float], float]] = []
+    for op in op_order(schedule, rank, pp, m):
+        kind = op[0]
+        if kind in (FWD, F_AND_B):
+            held[op[2]] += 1  # an overlapped pair's forward allocates before its backward frees
+            states.append(((float(held[0]), float(held[1])), waiting / 2))
+            if kind == F_AND_B:
+                held[op[4]] -= 1
+        elif kind == BWD:
+            held[op[2]] -= 1
+        elif kind == IGRAD:
+            held[op[2]] -= 1
+            waiting += 1
+        elif kind == WGRAD:
+            waiting -= 1
+    covered = [s for s in states if not any(o != s and o[0][0] >= s[0][0] and o[0][1] >= s[0][1] and o[1] >= s[1]
+                                            for o in states)]
+    return tuple(dict.fromkeys(covered))
+
+
 def model_copies(schedule: str) -> int:
     """Parameter (and gradient, optimizer-state) copies per rank: DualPipe 2, DualPipeV 1 (``MODEL_COPIES``)."""
     return MODEL_COPIES[schedule]
@@ -311,6 +341,7 @@ class _DeepSeekSchedule(Schedule):
 
     splits_wgrad = True
     fixed_chunks = 2
+    pairs_passes = True  # the F&B pairs of steps 4-5 hide each other's all-to-all (report sec. 3.2.1, fig. 4)
     kept_over_vpp = True  # chosen by name; VPP > 1 is refused by ``legality``, not silently swapped
     batch_kernel = None  # one configuration at a time (``simulate_dualpipe``)
     model_copies: ClassVar[int] = 1
@@ -354,8 +385,15 @@ class _DeepSeekSchedule(Schedule):
     def wgrad_held_microbatches(self, rank: int, pp: int, m: int) -> int:
         if dualpipe_problems(self.name, pp, 1, m):
             return 0
-        held = wgrad_held_chunks(self.name, rank, pp, peak_count(pp, m))
-        return held if self.name == "dualpipe" else math.ceil(held / 2)  # DualPipeV: half-stage chunks
+        # in units of the rank's two chunks (what the memory model multiplies): half a chunk each
+        return math.ceil(wgrad_held_chunks(self.name, rank, pp, peak_count(pp, m)) / 2)
+
+    def held_states(self, rank: int, pp: int, vpp: int, m: int, extra: int = 0,
+                    wgrad_share: float = 0.0) -> tuple[tuple[tuple[float, ...], float], ...]:
+        """The states of ``held_walk``: activations and waiting weight-grad inputs at the same moments."""
+        if dualpipe_problems(self.name, pp, 1, m):
+            return super().held_states(rank, pp, vpp, m, extra, wgrad_share)
+        return held_walk(self.name, rank, pp, peak_count(pp, m))
 
 
 @register

@@ -41,6 +41,10 @@ class Schedule:
     """Chunks per rank the schedule requires whatever VPP says (V-shaped: 2); None: VPP's."""
     simulate_name: ClassVar[str | None] = None
     """The name ``schedules.simulate`` knows it by (None: ``name``)."""
+    pairs_passes: ClassVar[bool] = False
+    """Runs a forward and another micro-batch's backward as one overlapped pair in its steady state, each one's EP
+    all-to-all hidden behind the other's compute (DualPipe's "feature" of DeepSeek-V3 report sec. 3.2.1): the
+    projection prices its layers as under EP overlap and its passes alone (``*_unpaired``) exposed."""
 
     def chunks_per_rank(self, vpp: int | None) -> int:
         return self.fixed_chunks or max(1, vpp or 1)
@@ -230,6 +234,17 @@ def spec_schedule(requested: str | Schedule, pp: int, vpp: int | None) -> Schedu
     if pp > 1 and chosen.kept_over_vpp:
         return chosen
     return get_schedule("interleaved") if (vpp or 1) > 1 else get_schedule("1f1b")
+
+
+def copies_of(execution: object) -> int:
+    """Model copies each rank of ``execution`` keeps (``Schedule.model_copies``: DualPipe 2, else 1). Each stage's
+    parameters then live on two pipeline ranks (s and PP-1-s): the data-parallel gradient reduction, the
+    distributed optimizer's shards and the parameter all-gather run over both copies' data-parallel ranks
+    (``model.placement.with_copies``), one optimizer state per parameter (our assumption: the report does not say
+    how DeepSeek shards it; ZeRO-1 over every holder of a parameter is the natural layout)."""
+    if execution.pipeline_model_parallel_size <= 1:  # type: ignore[attr-defined]
+        return 1
+    return get_schedule(execution.pipeline_schedule).model_copies  # type: ignore[attr-defined]
 
 
 def resolve(execution: object) -> Schedule:

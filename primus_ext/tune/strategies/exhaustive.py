@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from primus_ext.errors import RecipeError
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.recipe.validate import check
-from primus_ext.tune.legality import is_structural
+from primus_ext.tune.legality import STRUCTURAL_PATHS, is_structural
 from primus_ext.tune.space import AXIS_ORDER, DOMAIN_DEPENDS, STRUCTURAL_AXES, Config, Space
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
             key, execution, problems = prepare(config)
             if i == len(STRUCTURAL_AXES) and is_structural(problems):
                 ctx.stats.pruned_illegal += count(partial, i)
+                ctx.stats.exclude([p for p in problems if p.path in STRUCTURAL_PATHS], count(partial, i))
                 return True
             if is_structural(problems):
                 fits = True
@@ -188,7 +189,14 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
     depth = names.index(BOUND_AFTER) + 1
     prefixes: list[Config] = []
     walk(0, {}, depth, prefixes)
-    bounds = [(_upper_bound(ctx, space, p, depth), n, p) for n, p in enumerate(prefixes)]
+    bounds = []
+    for n, prefix in enumerate(prefixes):
+        batch = _batch_problems(space, prefix, depth)
+        if batch:  # the micro-batch count breaks a schedule rule: no completion of the prefix is legal
+            ctx.stats.pruned_illegal += count(prefix, depth)
+            ctx.stats.exclude(batch, count(prefix, depth))
+            continue
+        bounds.append((_upper_bound(ctx, space, prefix, depth), n, prefix))
     for bound, _, prefix in sorted(bounds, key=lambda b: (-b[0], b[1])):
         best = ctx.best()
         if best is not None and bound <= best.tokens_per_s_per_gpu:
@@ -197,6 +205,23 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
         walk(depth, dict(prefix), checked=depth)
         project_leaves()
     return []
+
+
+BATCH_PATHS = frozenset({"global_batch_size", "pipeline_schedule"})
+"""Paths of ``check`` problems that depend on the axes up to the micro-batch only (the global batch's split into
+micro-batches and each schedule's rule on their count: ``recipe.validate._batch``): a (structural, micro-batch)
+prefix with one has no legal completion (``tests/tune/test_exhaustive.py`` samples completions to confirm)."""
+
+
+def _batch_problems(space: Space, prefix: Config, depth: int) -> list[Any]:
+    """The micro-batch rules the prefix's first completion breaks (``BATCH_PATHS``), [] when none."""
+    config = dict(prefix)
+    for name in AXIS_ORDER[depth:]:
+        allowed = space.domain(name, config)
+        if not allowed:
+            return []
+        config[name] = allowed[0]
+    return [p for p in check(space.model, space.to_execution(config), space.system) if p.path in BATCH_PATHS]
 
 
 def _upper_bound(ctx: SearchContext, space: Space, prefix: Config, depth: int) -> float:

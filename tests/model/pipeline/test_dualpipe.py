@@ -193,7 +193,9 @@ def test_legality():
     assert any("even count" in p for p in dualpipe_problems("dualpipe", 4, 1, 9))
     assert any("2*PP = 8" in p for p in dualpipe_problems("dualpipe", 4, 1, 6))
     assert any("2*PP = 8" in p for p in dualpipe_problems("dualpipev", 4, 1, 7))
-    assert any("VPP" in p for p in dualpipe_problems("dualpipev", 4, 2, 8))
+    assert dualpipe_problems("dualpipev", 4, 2, 8) == []  # a layout of 2*PP stages implies VPP 2: the V itself
+    assert any("VPP" in p for p in dualpipe_problems("dualpipev", 4, 4, 8))
+    assert any("VPP" in p for p in dualpipe_problems("dualpipe", 4, 2, 8))
     assert get_schedule("dualpipe").legality(4, 1, 6) == dualpipe_problems("dualpipe", 4, 1, 6)
     with pytest.raises(PrimusExtError, match="2\\*PP"):
         simulate_dualpipe("dualpipev", uniform_times(4, 2, 1.0, 2.0), 6)

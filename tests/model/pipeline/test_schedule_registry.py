@@ -152,8 +152,9 @@ def test_an_unknown_spec_schedule_is_a_recipe_problem():
 
 
 def test_dualpipe_doubles_parameter_memory_and_dualpipev_does_not():
-    """The DeepSeek report's table 2: DualPipe keeps 2x the parameters per rank, DualPipeV (one copy cut in 2*PP
-    V-placed chunks) 1x. A middle rank of an even 8-stage split holds no embedding or output layer: exact."""
+    """The DeepSeek report's table 2: DualPipe keeps 2x the parameters (and gradients) per rank, DualPipeV (one copy
+    cut in 2*PP V-placed chunks) 1x; the optimizer state of a stage is sharded over both copies' DP ranks.
+    A middle rank of an even 8-stage split holds no embedding or output layer: exact."""
     from dataclasses import replace
 
     from primus_ext.model.memory import estimate_memory
@@ -166,7 +167,9 @@ def test_dualpipe_doubles_parameter_memory_and_dualpipev_does_not():
     mem = {s: estimate_memory(recipe.model, replace(base, pipeline_schedule=s), recipe.system).stages[3]
            for s in ("1f1b", "dualpipe", "dualpipev")}
     assert mem["dualpipe"].params_bytes == 2 * mem["1f1b"].params_bytes
-    assert mem["dualpipe"].optimizer_bytes == 2 * mem["1f1b"].optimizer_bytes
+    assert mem["dualpipe"].grads_bytes == 2 * mem["1f1b"].grads_bytes
+    # one optimizer state per parameter, sharded over both copies' data-parallel ranks (registry.copies_of)
+    assert mem["dualpipe"].optimizer_bytes == mem["1f1b"].optimizer_bytes
     assert mem["dualpipev"].params_bytes == mem["1f1b"].params_bytes
     plan = pipeline_plan(recipe.model, replace(base, pipeline_schedule="dualpipe"))
     assert plan[3].chunks[0].layers == pipeline_plan(recipe.model, base)[3].layers   # copy 0: stage 3
