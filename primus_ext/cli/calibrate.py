@@ -61,8 +61,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="store a correction outside the plausible range, from a warm-up-only or mostly unusable log, "
                         "or over a better-evidenced record of the same workload")
     p.add_argument("--json", metavar="OUT", help="write the comparison as JSON ('-': stdout, the JSON only)")
+    p.add_argument("--scope", choices=("model", "cluster"), default="model",
+                   help="model: a record of RECIPE's model (default); cluster: a record of the cluster's links, "
+                        "overlap and kernels for every model on it (give RECIPE LOG pairs of one or more models)")
+    p.add_argument("--cluster-label", metavar="NAME",
+                   help="which cluster of the profile (--scope cluster: the record's label; model scope: the cluster "
+                        "record the comparison runs on); default $PRIMUS_EXT_CLUSTER_LABEL, else unlabelled")
+    p.add_argument("--factors", metavar="LIST", type=lambda text: tuple(x for x in text.split(",") if x),
+                   help="--scope cluster: the factors to fit (scaleup_link, scaleout_link, kernels, overlap; default: "
+                        "as many as the logs have configurations, links first)")
     p.add_argument("--list", action="store_true", help="list the calibration records in the store and exit")
-    p.add_argument("--forget", action="store_true", help="remove the records of RECIPE's model (all without RECIPE)")
+    p.add_argument("--forget", action="store_true", help="remove the records of RECIPE's model (all without RECIPE; "
+                   "with --scope cluster: the cluster records of --cluster / --cluster-label, all without them)")
     p.set_defaults(func=run)
 
 
@@ -84,12 +94,14 @@ def _split_inputs(items: list[str]) -> tuple[list[Path], list[str]]:
     return logs, overrides
 
 
-def _list(args: argparse.Namespace) -> int:
+def _list(args: argparse.Namespace, clusters: list[str]) -> int:
     from primus_ext.calibration import load_records
     from primus_ext.measure.store import default_store_path
 
     path = args.store or default_store_path()
     records = load_records(args.store)
+    for line in clusters:
+        print(line)
     if not records:
         print(f"no calibration records in {path} (primus-ext calibrate RECIPE LOG stores one)")
         return 0
@@ -101,6 +113,9 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{r.describe()}\n    kernels x{c.kernel_factor:.3f} + {c.overhead_s * 1e3:.1f} ms/step"
               f"{' (whole step)' if c.scope == 'step' else ''}{memory}; {r.workload.precision}, {r.costs} layer costs"
               f"\n    from {', '.join(r.logs) or 'unnamed logs'} ({r.date or 'undated'}): {r.evidence()}")
+        if r.environment is not None:
+            print(f"    fitted on the cluster record of {str(r.environment.get('date', ''))[:10]} "
+                  f"({r.environment.get('profile')}, values {r.environment.get('values')}): applied on it")
         for note in r.notes:
             print(f"    note: {note}")
     print("undo: primus-ext calibrate --forget RECIPE (that model's records), --forget (all); "
@@ -151,9 +166,19 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.results import check_json_out
 
     if args.list:
-        return _list(args)
+        from primus_ext.cli.calibrate_cluster import list_clusters
+
+        return _list(args, list_clusters(args))
     if args.forget:
+        if args.scope == "cluster":
+            from primus_ext.cli.calibrate_cluster import forget_clusters
+
+            return forget_clusters(args)
         return _forget(args)
+    if args.scope == "cluster":
+        from primus_ext.cli.calibrate_cluster import run_cluster
+
+        return run_cluster(args)
     if not args.recipe:
         from primus_ext.errors import PrimusExtError
 
@@ -166,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
         base, jobs, skipped = folder_jobs(args, Path(args.recipe))
         for line in skipped:
             print(f"skipped {line}", file=sys.stderr)
-        return _conclude(args, base, _compare_all(args, base, jobs, skip_unreadable=True))
+        cluster = _cluster_basis(args, base)
+        return _conclude(args, base, _compare_all(args, base, jobs, skip_unreadable=True, environment=cluster),
+                         environment=cluster)
     logs, overrides = _split_inputs(list(args.inputs))
     if not logs:
         from primus_ext.errors import PrimusExtError
@@ -181,7 +208,23 @@ def run(args: argparse.Namespace) -> int:
 
     base = load([])
     loader: Loader = lambda extra: load(extra) if extra else base  # noqa: E731 (the base, loaded once)
-    return _conclude(args, base, _compare_all(args, base, [(path, loader) for path in logs]))
+    cluster = _cluster_basis(args, base)
+    return _conclude(args, base, _compare_all(args, base, [(path, loader) for path in logs], environment=cluster),
+                     environment=cluster)
+
+
+def _cluster_basis(args: argparse.Namespace, recipe: Any) -> Any:
+    """The cluster record a model record's comparison runs on (that profile and ``--cluster-label``), or None."""
+    from primus_ext.session import CostChoice, Session
+
+    found, note = Session(CostChoice(store=args.store, cluster_label=args.cluster_label)).cluster_record(
+        recipe.system)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if found is not None:
+        print(f"compared on the cluster record {found.source(recipe.system.gpu)}: the model record is fitted over "
+              "it, and applied on it", file=sys.stderr)
+    return found
 
 
 Loader = Callable[[list[str]], Any]
@@ -189,9 +232,10 @@ Loader = Callable[[list[str]], Any]
 
 
 def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loader]], *,
-                 skip_unreadable: bool = False) -> list[LogComparison]:
-    """Each log against the projection of the recipe its loader gives. An unreadable log is an error (exit 2),
-    or with ``skip_unreadable`` said and left out (a verify-top candidate whose run failed)."""
+                 skip_unreadable: bool = False, environment: Any = None) -> list[LogComparison]:
+    """Each log against the projection of the recipe its loader gives (on ``environment``'s cluster record when
+    given). An unreadable log is an error (exit 2), or with ``skip_unreadable`` said and left out (a verify-top
+    candidate whose run failed)."""
     from primus_ext.calibration.compare import compare_log, log_problems, mismatches
     from primus_ext.cli.project import session_of
     from primus_ext.errors import PrimusExtError, Problem, RecipeError
@@ -230,6 +274,12 @@ def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loa
             continue
         if found:
             recipe = loader(follow)
+        if environment is not None:
+            from dataclasses import replace
+
+            from primus_ext.calibration.environment import apply_environment
+
+            recipe = replace(recipe, system=apply_environment(recipe.system, environment.values))
         comparisons.append(compare_log(recipe, log, costs, path=str(path), followed=follow if found else ()))
         left = comparisons[-1].mismatches
         if left:
@@ -242,7 +292,8 @@ def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loa
     return comparisons
 
 
-def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogComparison]) -> int:
+def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogComparison], *,
+              environment: Any = None) -> int:
     from primus_ext.calibration.compare import fit_record
     from primus_ext.calibration.correction import CorrectionError
     from primus_ext.calibration.record import save_record
@@ -253,6 +304,10 @@ def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogCompar
     refused = stored = None
     try:
         record = fit_record(comparisons, cluster=comparisons[0].projection.system.name, force=args.force)
+        if environment is not None:
+            from dataclasses import replace
+
+            record = replace(record, environment=environment.to_dict())
         if not args.dry_run:
             stored = str(save_record(record, args.store, replace=args.force))
     except CorrectionError as err:  # no physical or plausible correction, or a better record kept (RecordKept)
