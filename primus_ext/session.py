@@ -242,7 +242,8 @@ class Session:
                 return Environment(system=system, notes=tuple(notes))
             from primus_ext.calibration.cluster import ClusterRecord
 
-            return self._on(system, ClusterRecord.from_dict(basis), "model record", notes)
+            current = cluster is not None and basis_key(basis) == basis_key(cluster.to_dict())
+            return self._on(system, ClusterRecord.from_dict(basis), "cluster" if current else "model record", notes)
         if cluster is None:
             return Environment(system=system, notes=tuple(notes))
         return self._on(system, cluster, "cluster", notes)

@@ -5,6 +5,7 @@
     primus-ext calibrate RECIPE train.log --dry-run --json -               # compare only, JSON to stdout
     primus-ext calibrate RECIPE-verify-top                                 # the logs of a tune --verify-top folder
     primus-ext calibrate --list                                            # the records in the timing store
+    primus-ext calibrate --scope cluster A.yaml a.log B.yaml b.log         # the cluster's links (+ kernels)
 
 Logs are read as Megatron-LM, Primus, Megatron-Bridge, NeMo 2 and the built-in trainer write them
 (``primus_ext.logs``): warm-up and outliers are dropped and the step time is the median of the stable segment.
@@ -19,8 +20,13 @@ with a wider band to nearby configurations of the same model on the same GPU typ
 date, factor; ``--uncalibrated`` there ignores it). A workload's record is replaced only by better-evidenced runs
 (at least as many steady iterations, no larger spread; ``--force`` replaces it anyway); other workloads' records
 stay side by side. ``--list`` shows every record (logs, date, factor, evidence), ``--forget RECIPE`` removes its
-model's records (``--forget`` alone: all). Exit codes: 0 stored (or compared, ``--dry-run``), 2 unreadable log,
-mismatched recipe, a refused log or correction, or a better record kept.
+model's records (``--forget`` alone: all, cluster records included). Exit codes: 0 stored (or compared,
+``--dry-run``), 2 unreadable log, mismatched recipe, a refused log or correction, or a better record kept.
+
+``--scope cluster`` (``cli.calibrate_cluster``) stores a record of the cluster instead: its links, overlap and, from
+logs of several models, kernel factor, applied to every model projected on that profile and ``--cluster-label``.
+A model record is compared on the cluster record that applies when it is calibrated, and stores it: it is applied
+on that environment later (``session.Session.environment``: the order).
 
 Given a ``tune --verify-top`` folder instead of RECIPE, the manifest names the recipe and each candidate's log:
 one record is fitted across the candidates that ran (``cli.calibrate_folder``).
@@ -140,6 +146,10 @@ def _forget(args: argparse.Namespace) -> int:
     with TimingStore(path, device="any", versions="any") as store:
         n = store.forget_calibrations(model=model)
     print(f"removed {n} calibration record(s) from {path}")
+    if model is None:  # --forget alone: every record, the cluster ones too
+        from primus_ext.cli.calibrate_cluster import forget_clusters
+
+        forget_clusters(args)
     return 0
 
 
