@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from primus_ext.calibration.correction import CorrectionError
 from primus_ext.calibration.environment import FACTORS, describe_value, physical_range, profile_value
@@ -137,6 +138,7 @@ def fit_environment(runs: Sequence[ClusterRun], step_of: StepOf, gpu: GPUSpec, *
                                   f"({'; '.join(held[f] for f in idle)}); it cannot be fitted from them")
         free = list(dict.fromkeys(factors))
         rule = f"fitted the factors asked (--factors {','.join(free)})"
+        held.update({n: "not among --factors" for n in found if n not in free})
         if len(free) > configurations:
             raise ClusterFitError(
                 f"{len(free)} factors from {configurations} configuration(s) of runs: each configuration pins one "
@@ -177,23 +179,42 @@ def fit_environment(runs: Sequence[ClusterRun], step_of: StepOf, gpu: GPUSpec, *
                 f"the logs need {describe_value(n, values[n], gpu)}, at the edge of its physical range "
                 f"[{low:.4g}, {high:.4g}]: no cluster environment explains them (check each recipe against its log; "
                 "a cost the projection does not model is not a property of the cluster)")
-    errors = _standard_errors(result.jac, runs, names)
+    jac = _jacobian(residuals, result.x, lo, hi)
+    errors = _standard_errors(jac, runs, names)
     loose = {n: e for n, e in errors.items() if not e <= MAX_STANDARD_ERROR}
     if loose:
-        shares = "; ".join(f"{Path(r.name).name} " + ", ".join(f"{n} {result.jac[i][j]:+.2f}"
+        shares = "; ".join(f"{Path(r.name).name} " + ", ".join(f"{n} {jac[i][j]:+.2f}"
                                                               for j, n in enumerate(names))
                            for i, r in enumerate(runs))
         raise ClusterFitError(
             "not identifiable: the logs pin " + ", ".join(
-                f"{n} only to +-{e:.0%}" if math.isfinite(e) else f"{n} not at all" for n, e in loose.items())
+                f"{n} only to +-{e:.0%}" if math.isfinite(e) else f"{n} not apart from the others"
+                for n, e in loose.items())
             + f" (one standard error from their step spreads, at most +-{MAX_STANDARD_ERROR:.0%} stored). Their "
-            f"steps split between the factors in too similar proportions (d log step / d factor: {shares}): a slow "
-            "kernel cannot be told from a slow link. Give logs of models or layouts whose steps split differently, "
-            "or fewer --factors")
+            f"steps split between the factors in too similar proportions (d log step / d factor: {shares}): one "
+            "factor cannot be told from another (a slow kernel from a slow link, a slow link from a lost overlap). "
+            "Give logs of models or layouts whose steps split differently, or fewer --factors")
     after = tuple(float(s) for s in np.exp(residuals(result.x)) * measured)
     before = tuple(step_of(i, {}) for i in range(len(runs)))
     return ClusterFit(values=values, held=held, standard_errors=errors, before_s=before, after_s=after,
                       measured_s=tuple(float(m) for m in measured), rule=rule)
+
+
+def _jacobian(residuals: Callable[[Any], Any], x: Any, lo: Any, hi: Any) -> Any:
+    """d residual / d x at ``x`` by one-sided differences pointing into the box (``least_squares``'s own ``jac`` is
+    modified where a bound is active: it reads 0 for a factor resting on its edge, such as an overlap of 0)."""
+    import numpy as np
+
+    base = residuals(x)
+    out = np.zeros((len(base), len(x)))
+    for j in range(len(x)):
+        h = 1e-4 * max(1.0, abs(float(x[j])))
+        if x[j] + h > hi[j]:
+            h = -h
+        moved = np.array(x, dtype=float)
+        moved[j] += h
+        out[:, j] = (residuals(moved) - base) / h
+    return out
 
 
 def _standard_errors(jac: object, runs: Sequence[ClusterRun], names: Sequence[str]) -> dict[str, float]:
