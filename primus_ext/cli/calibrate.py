@@ -109,7 +109,8 @@ def _list(args: argparse.Namespace, clusters: list[str]) -> int:
     for line in clusters:
         print(line)
     if not records:
-        print(f"no calibration records in {path} (primus-ext calibrate RECIPE LOG stores one)")
+        print(f"no {'per-model ' if clusters else ''}calibration records in {path} (primus-ext calibrate RECIPE LOG "
+              "stores one)")
         return 0
     print(f"{len(records)} calibration record(s) in {path}; each changes every later projection of its model on its "
           "GPU type (exactly its own workload, nearby ones with a wider band):")

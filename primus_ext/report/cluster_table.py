@@ -42,7 +42,7 @@ def format_cluster(record: ClusterRecord, gpu: GPUSpec, *, stored: str | None, r
     if stored:
         lines.append(f"stored in {stored}: applies to {applies_to(record, stored)}")
     elif refused is None:
-        lines.append("--dry-run: nothing stored")
+        lines.append(f"--dry-run: nothing stored (stored, it would apply to {applies_to(record)})")
     return "\n".join(lines)
 
 
@@ -56,6 +56,17 @@ def _profile(name: str, gpu: GPUSpec) -> float:
     return profile_value(name, gpu)
 
 
+def _gpu(profile: str) -> GPUSpec | None:
+    """The profile's GPU (for GB/s in the listing), ``None`` when the profile is no longer there."""
+    from primus_ext.errors import RecipeError
+    from primus_ext.hardware import load_gpu
+
+    try:
+        return load_gpu(profile)
+    except RecipeError:
+        return None
+
+
 def list_lines(records: list[ClusterRecord], store: str) -> list[str]:
     """``calibrate --list``'s block of cluster records."""
     if not records:
@@ -63,7 +74,7 @@ def list_lines(records: list[ClusterRecord], store: str) -> list[str]:
     lines = [f"{len(records)} cluster record(s) in {store}; each sets the links / overlap / kernels of every model "
              "projected on its profile and label:"]
     for r in records:
-        lines.append(f"{r.describe()}\n    {r.factors_text()}; {r.costs} layer costs; {r.evidence()}"
+        lines.append(f"{r.describe()}\n    {r.factors_text(_gpu(r.profile))}; {r.costs} layer costs; {r.evidence()}"
                      f"\n    from {', '.join(x.log for x in r.runs) or 'unnamed logs'} ({r.date or 'undated'})")
         lines += [f"    note: {n}" for n in r.notes]
     lines.append("undo: primus-ext calibrate --forget --scope cluster [--cluster PROFILE] [--cluster-label NAME]")
