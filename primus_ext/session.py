@@ -20,6 +20,13 @@ session; the same recipe and store give the same figure whichever command prints
   recipe's model on its GPU type, applied exactly to their workload and with a wider band nearby, each naming the
   record (logs, date, factor) in the projection's notes and JSON; ``calibrated=False`` (``--uncalibrated``, perf CI)
   ignores them.
+- **Cluster environment** (``environment``): the store's cluster record (``calibrate --scope cluster``) of the
+  target's profile and cluster label (``cluster_label``: ``--cluster-label``, else ``$PRIMUS_EXT_CLUSTER_LABEL``,
+  else the unlabelled record) sets the links, overlap and kernel factor it fitted in the target's efficiencies, and
+  the projection runs on them, for every model. Order with a per-model record: a model record that applies (exact or
+  nearby) takes precedence and is applied on the environment it was fitted on (the cluster record current when it
+  was calibrated, stored in it; none: the profile), so its own workload reproduces its log; the current cluster
+  record is then not applied to that model, and the note says so. Otherwise the cluster record applies alone.
 
 ``validate`` projects the published rows of its development set on the roofline and never applies a stored record
 (a user's calibration must not move the figures it is judged by): ``Session.analytic()``.
@@ -35,8 +42,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from primus_ext.calibration import CalibrationRecord
+    from primus_ext.calibration.cluster import ClusterRecord
     from primus_ext.projection.evaluate import Costs
-    from primus_ext.projection.result import Projection
+    from primus_ext.projection.result import ClusterApplied, Projection
     from primus_ext.recipe import Recipe
     from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
     from primus_ext.tune.oracle import ProjectionOracle
@@ -58,6 +66,49 @@ class CostChoice:
     """Also read down-scaled (CPU-sized) entries for their full-size shapes (``--accept-scaled``, scale < 1)."""
     calibrated: bool = True
     """Apply the store's calibration records from real runs (``--uncalibrated``: False)."""
+    cluster_label: str | None = None
+    """Which cluster record of the target's profile applies (``--cluster-label``); ``None``:
+    ``$PRIMUS_EXT_CLUSTER_LABEL``, else the unlabelled record."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment:
+    """The system a projection runs on after the cluster record (``Session.environment``), and what to say."""
+
+    system: SystemSpec
+    applied: ClusterApplied | None = None
+    notes: tuple[str, ...] = ()
+    basis: tuple[Any, ...] | None = None
+    """``basis_key`` of the environment: the model records fitted on it are the ones applied on top."""
+
+    def mark(self, projection: Projection) -> Projection:
+        """``projection`` naming the environment it ran on (notes, ``cluster_calibration``)."""
+        from dataclasses import replace
+
+        notes = list(self.notes)
+        a = self.applied
+        if a is not None:
+            from primus_ext.calibration.environment import FACTORS, describe_value
+
+            moved = ", ".join(describe_value(n, a.values[n], projection.system.gpu) + (
+                f" (profile {a.profile_values[n]:.4g})" if n in a.profile_values and n != "kernels" else "")
+                for n in FACTORS if n in a.values)
+            whose = ("the cluster record" if a.origin == "cluster"
+                     else "the cluster record the model record was fitted on")
+            notes.append(f"cluster environment ({whose}) {a.record}: {moved}; stored {a.date[:10]}"
+                         + (f" in {a.store}" if a.store else "") + " (primus-ext calibrate --list to see it, --forget "
+                         "--scope cluster to undo it, --uncalibrated to ignore it)")
+        if not notes and a is None:
+            return projection
+        return replace(projection, notes=(*projection.notes, *notes), cluster_calibration=a)
+
+
+def basis_key(record: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """Identity of a cluster record's environment (profile, date, values), ``None`` for the profile as shipped."""
+    if record is None:
+        return None
+    return (record.get("profile"), record.get("date"),
+            tuple(sorted((str(k), float(v)) for k, v in dict(record.get("values", {})).items())))
 
 
 @dataclass(eq=False)
@@ -76,6 +127,7 @@ class Session:
     _costs: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _records: dict[tuple[str, str], tuple[CalibrationRecord, ...]] = field(default_factory=dict, init=False,
                                                                            repr=False)
+    _clusters: dict[str, tuple[ClusterRecord, ...]] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def analytic(cls) -> Session:
@@ -140,13 +192,90 @@ class Session:
             self._records[key] = tuple(load_records(self.choice.store, model=key[0], gpu=key[1]))
         return self._records[key]
 
+    def cluster_label(self) -> str:
+        """The cluster label projections ask for (``CostChoice.cluster_label``, else ``$PRIMUS_EXT_CLUSTER_LABEL``)."""
+        if self.choice.cluster_label is not None:
+            return self.choice.cluster_label
+        env = self.env if self.env is not None else os.environ
+        return env.get("PRIMUS_EXT_CLUSTER_LABEL", "")
+
+    def cluster_record(self, system: SystemSpec) -> tuple[ClusterRecord | None, str]:
+        """The store's cluster record of ``system``'s profile and this session's label (``None`` when uncalibrated or
+        none), and a note when none applies but others exist."""
+        if not self.choice.calibrated or self.provider is not None:
+            return None, ""
+        from primus_ext.calibration.cluster import load_cluster_records, pick_cluster_record
+
+        if system.name not in self._clusters:
+            self._clusters[system.name] = tuple(r for r in load_cluster_records(
+                self.choice.store, profile=system.name, gpu=system.gpu) if r.gpu == system.gpu.name)
+        return pick_cluster_record(self._clusters[system.name], profile=system.name, label=self.cluster_label(),
+                                   store=str(self.store_path))
+
+    def environment(self, model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> Environment:
+        """The system to project on: the cluster record's environment, or the one of the model record that applies
+        (module docstring: the order)."""
+        cluster, note = self.cluster_record(system)
+        notes = [note] if note else []
+        records = self.records(model, system)
+        found = None
+        if records:
+            from primus_ext.calibration import find_record
+            from primus_ext.calibration.record import costs_of
+
+            costs = self.costs(system.gpu.name)
+            kind = "analytic"
+            if costs is not None:
+                from primus_ext.projection import evaluate
+
+                kind = costs_of(dict(evaluate(model, execution, system, costs).sources))
+            found = find_record([r for r in records if r.costs == kind], model, execution, system)
+        if found is not None:
+            basis = found[0].environment
+            if cluster is not None and basis_key(basis) != basis_key(cluster.to_dict()):
+                fitted_on = ("the profile as shipped" if basis is None
+                             else f"the cluster record of {str(basis.get('date', ''))[:10]}")
+                notes.append(
+                    f"{cluster.describe()} not applied: the model record of {found[0].workload.label} takes "
+                    f"precedence, on the environment it was fitted on ({fitted_on}); calibrate the model again to fit "
+                    "its record over the current cluster record")
+            if basis is None:
+                return Environment(system=system, notes=tuple(notes))
+            from primus_ext.calibration.cluster import ClusterRecord
+
+            current = cluster is not None and basis_key(basis) == basis_key(cluster.to_dict())
+            return self._on(system, ClusterRecord.from_dict(basis), "cluster" if current else "model record", notes)
+        if cluster is None:
+            return Environment(system=system, notes=tuple(notes))
+        return self._on(system, cluster, "cluster", notes)
+
+    def _on(self, system: SystemSpec, record: ClusterRecord, origin: str, notes: list[str]) -> Environment:
+        from primus_ext.calibration.environment import apply_environment
+        from primus_ext.projection.result import ClusterApplied
+
+        applied = ClusterApplied(record=record.describe(), values=dict(record.values),
+                                 profile_values=dict(record.profile_values), origin=origin,
+                                 logs=tuple(r.log for r in record.runs), date=record.date, store=str(self.store_path))
+        return Environment(system=apply_environment(system, record.values), applied=applied, notes=tuple(notes),
+                           basis=basis_key(record.to_dict()))
+
+    def _basis_of(self, projection: Projection) -> tuple[Any, ...] | None:
+        a = getattr(projection, "cluster_calibration", None)
+        if a is None:
+            return None
+        return (projection.system.name, a.date, tuple(sorted((k, float(v)) for k, v in a.values.items())))
+
     def calibrate(self, projection: Projection) -> Projection:
-        """``projection`` corrected by the stored record that applies to it (exact, else nearby), or as it is."""
+        """``projection`` corrected by the stored record that applies to it (exact, else nearby), or as it is: the
+        model records fitted on the environment the projection ran on."""
         if not self.choice.calibrated or self.provider is not None:
             return projection
         from primus_ext.calibration import apply_stored
 
         records = self.records(projection.model, projection.system)
+        if records and any(r.environment is not None for r in records):
+            basis = self._basis_of(projection)
+            records = tuple(r for r in records if basis_key(r.environment) == basis)
         if not records:
             return projection
         return apply_stored(projection, str(self.store_path), records=records)
@@ -165,33 +294,54 @@ class Session:
         return factor
 
     # --- projections --------------------------------------------------------------------------------------------
-    def project(self, recipe: Any, *, band: bool = True, calibrated: bool = True) -> Projection:
-        """The recipe's projection through this session's cost chain, then its stored calibration."""
+    def project_on_cluster(self, recipe: Any, *, band: bool = True) -> Projection:
+        """The recipe's projection on its environment (``environment``), before a per-model record corrects it."""
         from primus_ext.projection import project
 
-        projection = project(recipe.model, recipe.execution, recipe.system, self.costs(recipe.system.gpu.name),
-                             band=band)
-        return self.calibrate(projection) if calibrated else projection
+        env = self.environment(recipe.model, recipe.execution, recipe.system)
+        return env.mark(project(recipe.model, recipe.execution, env.system, self.costs(recipe.system.gpu.name),
+                                band=band))
+
+    def project(self, recipe: Any, *, band: bool = True, calibrated: bool = True) -> Projection:
+        """The recipe's projection through this session's cost chain, then its stored calibration (cluster
+        environment, then the per-model record); ``calibrated=False``: neither."""
+        if calibrated:
+            return self.calibrate(self.project_on_cluster(recipe, band=band))
+        from primus_ext.projection import project
+
+        return project(recipe.model, recipe.execution, recipe.system, self.costs(recipe.system.gpu.name), band=band)
 
     def evaluate(self, model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> Projection:
         """The fast path (``projection.evaluate``: no timeline, memory or band) through this session's cost chain,
-        then its stored calibration: what ``validate`` projects its rows with (``Session.analytic()``)."""
+        then its stored calibration: what ``validate`` projects its rows with (``Session.analytic()``: none)."""
         from primus_ext.projection import evaluate
 
-        return self.calibrate(evaluate(model, execution, system, self.costs(system.gpu.name)))
+        env = self.environment(model, execution, system)
+        return self.calibrate(env.mark(evaluate(model, execution, env.system, self.costs(system.gpu.name))))
 
     def oracle(self, recipe: Any) -> ProjectionOracle:
-        """The tuner's oracle over the recipe's model and target: this session's costs and calibration records."""
+        """The tuner's oracle over the recipe's model and target: this session's costs, the environment of the
+        recipe's own configuration, and the calibration records fitted on it."""
         from primus_ext.tune.oracle import projection_oracle
 
-        return projection_oracle(recipe.model, recipe.system, self.costs(recipe.system.gpu.name),
-                                 self.records(recipe.model, recipe.system))
+        env = self.environment(recipe.model, recipe.execution, recipe.system)
+        records = self.records(recipe.model, recipe.system)
+        if any(r.environment is not None for r in records):
+            records = tuple(r for r in records if basis_key(r.environment) == env.basis)
+        return projection_oracle(recipe.model, env.system, self.costs(recipe.system.gpu.name), records)
 
     def calibration_line(self, recipe: Any) -> str | None:
         """One sentence naming the records that may change this recipe's scores (the tuner prints it)."""
+        env = self.environment(recipe.model, recipe.execution, recipe.system)
         records = self.records(recipe.model, recipe.system)
-        if not records:
-            return None
-        return (f"scores calibrated from real runs: {'; '.join(f'{r.describe()}, {r.source()}' for r in records)} "
-                f"in {self.store_path} (exact for its own workload, nearby with a wider band for the rest; "
-                "--uncalibrated to ignore, primus-ext calibrate --list / --forget to see or undo)")
+        lines = [*env.notes]
+        if env.applied is not None:
+            lines.append(f"scores on the cluster environment of {env.applied.record} ("
+                         + ", ".join(f"{k} {v:.4g}" for k, v in env.applied.values.items()) + ")")
+        if records:
+            lines.append(f"scores calibrated from real runs: "
+                         f"{'; '.join(f'{r.describe()}, {r.source()}' for r in records)} in {self.store_path} (exact "
+                         "for its own workload, nearby with a wider band for the rest; --uncalibrated to ignore, "
+                         "primus-ext calibrate --list / --forget to see or undo)")
+        return "\n".join(lines) or None
+

@@ -66,3 +66,33 @@ def test_uncalibrated_and_analytic_sessions(calibrated):
     assert len(session.records(loaded.model, loaded.system)) == 1
     assert session.project(loaded).step_time_s > plain.project(loaded).step_time_s  # kernels x1.3
     assert Session.analytic().costs("H100") is None and Session.analytic().choice.calibrated is False
+
+
+def test_a_cluster_record_gives_one_figure_in_project_compare_and_tune(tmp_path: Path, capsys):
+    """A cluster record (``calibrate --scope cluster``) moves every command's figure the same way, and names it."""
+    from primus_ext.calibration.cluster import ClusterRecord, ClusterRun, save_cluster_record
+
+    recipe, store = tmp_path / "tiny.yaml", tmp_path / "timings.sqlite"
+    recipe.write_text(TINY)
+    run = ClusterRun(log="/logs/a.log", model="tiny", configuration="c", measured_s=1.0, before_s=0.5, after_s=1.0)
+    save_cluster_record(ClusterRecord(profile="h100", gpu="h100", values={"scaleup_link": 0.05, "kernels": 1.2},
+                                      profile_values={"scaleup_link": 0.75}, runs=(run,)), store)
+    projected = tmp_path / "project.json"
+    assert main(["project", str(recipe), *TARGET, "--store", str(store), "--json", str(projected)]) == 0
+    doc = json.loads(projected.read_text())
+    assert doc["cluster_calibration"]["values"] == {"scaleup_link": 0.05, "kernels": 1.2}
+    plain = Session(CostChoice(store=str(store), calibrated=False))
+    loaded = plain.load(recipe, cluster="h100", nodes=1)
+    assert doc["step_time_s"] > 1.2 * plain.project(loaded).step_time_s  # slower kernels and links
+    args = _compare_args(str(recipe), str(recipe), *TARGET, "--store", str(store))
+    side, _ = compare.parse_sides(args.a, args.b)
+    _, a = compare.project_side(side, compare.session_of(args), cluster="h100", nodes=1)
+    assert a.cluster_calibration is not None and a.tokens_per_s_per_gpu == pytest.approx(doc["tokens_per_s_per_gpu"],
+                                                                                         rel=1e-9)
+    tuned = tmp_path / "tune.json"
+    assert main(["tune", str(recipe), *TARGET, "--store", str(store), "--strategy", "exhaustive", "--no-regret",
+                 "--pin", "tp=1", "--pin", "pp=1", "--pin", "mbs=1", "--json", str(tuned)]) == 0
+    result = json.loads(tuned.read_text())
+    assert result["baseline"]["tokens_per_s_per_gpu"] == pytest.approx(doc["tokens_per_s_per_gpu"], rel=1e-9)
+    assert any("cluster environment" in note for note in result["notes"])
+    assert Session.analytic().cluster_record(loaded.system) == (None, "")  # validate's session: never applied

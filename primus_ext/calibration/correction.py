@@ -106,6 +106,10 @@ class CorrectionError(ValueError):
     """The measured runs and the projection disagree beyond what an efficiency correction can explain."""
 
 
+class RecordKept(CorrectionError):
+    """The store holds a better-evidenced record of the same workload: the new one is not stored."""
+
+
 def fit_correction(parts: Sequence[StepParts], measured_s: Sequence[float],
                    spreads: Sequence[float] = ()) -> Correction:
     """The correction that best maps projected ``parts`` onto ``measured_s`` (one entry per run)."""

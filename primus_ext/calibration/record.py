@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from primus_ext.calibration.correction import Correction, CorrectionError
+from primus_ext.calibration.correction import Correction, RecordKept
 from primus_ext.calibration.workload import Workload
 
 RECORD_VERSION = 1
@@ -81,6 +81,9 @@ class CalibrationRecord:
     date: str = ""
     host: str = ""
     notes: tuple[str, ...] = ()
+    environment: dict[str, Any] | None = None
+    """The cluster record (``calibration.cluster.ClusterRecord.to_dict()``) the compared projections ran on, ``None``:
+    the profile as shipped. The record is applied on that same environment (``session.Session.environment``)."""
 
     def describe(self) -> str:
         """One line: what the record is and where it came from."""
@@ -110,7 +113,8 @@ class CalibrationRecord:
         return {"version": RECORD_VERSION, "workload": self.workload.to_dict(), "correction": self.correction.to_dict(),
                 "measured": [m.to_dict() for m in self.measured], "projected": [p.to_dict() for p in self.projected],
                 "logs": list(self.logs), "framework": self.framework, "cluster": self.cluster, "costs": self.costs,
-                "date": self.date, "host": self.host, "notes": list(self.notes)}
+                "date": self.date, "host": self.host, "notes": list(self.notes),
+                **({"environment": self.environment} if self.environment is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CalibrationRecord:
@@ -122,7 +126,20 @@ class CalibrationRecord:
                    logs=tuple(str(x) for x in data.get("logs", ())), framework=str(data.get("framework", "")),
                    cluster=str(data.get("cluster", "")), costs=str(data.get("costs", "analytic")),
                    date=str(data.get("date", "")), host=str(data.get("host", "")),
-                   notes=tuple(str(x) for x in data.get("notes", ())))
+                   notes=tuple(str(x) for x in data.get("notes", ())),
+                   environment=_environment(data.get("environment")))
+
+
+def _environment(data: Any) -> dict[str, Any] | None:
+    """A model record's basis environment, checked readable (``ClusterRecord.from_dict``) or ``ValueError``."""
+    if data is None:
+        return None
+    from primus_ext.calibration.cluster import ClusterRecord
+
+    if not isinstance(data, dict):
+        raise ValueError("environment is not a cluster record")
+    ClusterRecord.from_dict(data)
+    return data
 
 
 def costs_of(sources: dict[str, str]) -> str:
@@ -137,10 +154,6 @@ def now() -> str:
 def better_evidenced(new: CalibrationRecord, old: CalibrationRecord) -> bool:
     """``new`` may replace ``old`` (the same workload): at least as many steady iterations, no larger spread."""
     return new.iterations >= old.iterations and new.correction.spread <= old.correction.spread
-
-
-class RecordKept(CorrectionError):
-    """The store holds a better-evidenced record of the same workload: the new one is not stored."""
 
 
 def save_record(record: CalibrationRecord, store_path: str | os.PathLike[str] | None = None, *,

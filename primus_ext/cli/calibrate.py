@@ -5,6 +5,7 @@
     primus-ext calibrate RECIPE train.log --dry-run --json -               # compare only, JSON to stdout
     primus-ext calibrate RECIPE-verify-top                                 # the logs of a tune --verify-top folder
     primus-ext calibrate --list                                            # the records in the timing store
+    primus-ext calibrate --scope cluster A.yaml a.log B.yaml b.log         # the cluster's links (+ kernels)
 
 Logs are read as Megatron-LM, Primus, Megatron-Bridge, NeMo 2 and the built-in trainer write them
 (``primus_ext.logs``): warm-up and outliers are dropped and the step time is the median of the stable segment.
@@ -19,8 +20,13 @@ with a wider band to nearby configurations of the same model on the same GPU typ
 date, factor; ``--uncalibrated`` there ignores it). A workload's record is replaced only by better-evidenced runs
 (at least as many steady iterations, no larger spread; ``--force`` replaces it anyway); other workloads' records
 stay side by side. ``--list`` shows every record (logs, date, factor, evidence), ``--forget RECIPE`` removes its
-model's records (``--forget`` alone: all). Exit codes: 0 stored (or compared, ``--dry-run``), 2 unreadable log,
-mismatched recipe, a refused log or correction, or a better record kept.
+model's records (``--forget`` alone: all, cluster records included). Exit codes: 0 stored (or compared,
+``--dry-run``), 2 unreadable log, mismatched recipe, a refused log or correction, or a better record kept.
+
+``--scope cluster`` (``cli.calibrate_cluster``) stores a record of the cluster instead: its links, overlap and, from
+logs of several models, kernel factor, applied to every model projected on that profile and ``--cluster-label``.
+A model record is compared on the cluster record that applies when it is calibrated, and stores it: it is applied
+on that environment later (``session.Session.environment``: the order).
 
 Given a ``tune --verify-top`` folder instead of RECIPE, the manifest names the recipe and each candidate's log:
 one record is fitted across the candidates that ran (``cli.calibrate_folder``).
@@ -30,9 +36,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from primus_ext.cli.calibrate_logs import Loader, compare_all, split_inputs
 
 if TYPE_CHECKING:
     from primus_ext.calibration.compare import LogComparison
@@ -61,37 +68,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="store a correction outside the plausible range, from a warm-up-only or mostly unusable log, "
                         "or over a better-evidenced record of the same workload")
     p.add_argument("--json", metavar="OUT", help="write the comparison as JSON ('-': stdout, the JSON only)")
+    p.add_argument("--scope", choices=("model", "cluster"), default="model",
+                   help="model: a record of RECIPE's model (default); cluster: a record of the cluster's links, "
+                        "overlap and kernels for every model on it (give RECIPE LOG pairs of one or more models)")
+    p.add_argument("--cluster-label", metavar="NAME",
+                   help="which cluster of the profile (--scope cluster: the record's label; model scope: the cluster "
+                        "record the comparison runs on); default $PRIMUS_EXT_CLUSTER_LABEL, else unlabelled")
+    p.add_argument("--factors", metavar="LIST", type=lambda text: tuple(x for x in text.split(",") if x),
+                   help="--scope cluster: the factors to fit (scaleup_link, scaleout_link, kernels, overlap; default: "
+                        "as many as the logs have configurations, links first)")
     p.add_argument("--list", action="store_true", help="list the calibration records in the store and exit")
-    p.add_argument("--forget", action="store_true", help="remove the records of RECIPE's model (all without RECIPE)")
+    p.add_argument("--forget", action="store_true", help="remove the records of RECIPE's model (all without RECIPE; "
+                   "with --scope cluster: the cluster records of --cluster / --cluster-label, all without them)")
     p.set_defaults(func=run)
 
 
-def _split_inputs(items: list[str]) -> tuple[list[Path], list[str]]:
-    logs, overrides = [], []
-    for item in items:
-        path = Path(item)
-        if "=" in item and not path.exists():
-            overrides.append(item)
-        elif path.is_dir():
-            found = sorted(path.glob("*.log"))
-            if not found:
-                from primus_ext.errors import PrimusExtError
-
-                raise PrimusExtError(f"{item}: a folder without *.log files (give the training logs themselves)")
-            logs.extend(found)
-        else:
-            logs.append(path)
-    return logs, overrides
-
-
-def _list(args: argparse.Namespace) -> int:
+def _list(args: argparse.Namespace, clusters: list[str]) -> int:
     from primus_ext.calibration import load_records
     from primus_ext.measure.store import default_store_path
 
     path = args.store or default_store_path()
     records = load_records(args.store)
+    for line in clusters:
+        print(line)
     if not records:
-        print(f"no calibration records in {path} (primus-ext calibrate RECIPE LOG stores one)")
+        print(f"no {'per-model ' if clusters else ''}calibration records in {path} (primus-ext calibrate RECIPE LOG "
+              "stores one)")
         return 0
     print(f"{len(records)} calibration record(s) in {path}; each changes every later projection of its model on its "
           "GPU type (exactly its own workload, nearby ones with a wider band):")
@@ -101,6 +103,9 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{r.describe()}\n    kernels x{c.kernel_factor:.3f} + {c.overhead_s * 1e3:.1f} ms/step"
               f"{' (whole step)' if c.scope == 'step' else ''}{memory}; {r.workload.precision}, {r.costs} layer costs"
               f"\n    from {', '.join(r.logs) or 'unnamed logs'} ({r.date or 'undated'}): {r.evidence()}")
+        if r.environment is not None:
+            print(f"    fitted on the cluster record of {str(r.environment.get('date', ''))[:10]} "
+                  f"({r.environment.get('profile')}, values {r.environment.get('values')}): applied on it")
         for note in r.notes:
             print(f"    note: {note}")
     print("undo: primus-ext calibrate --forget RECIPE (that model's records), --forget (all); "
@@ -125,6 +130,10 @@ def _forget(args: argparse.Namespace) -> int:
     with TimingStore(path, device="any", versions="any") as store:
         n = store.forget_calibrations(model=model)
     print(f"removed {n} calibration record(s) from {path}")
+    if model is None:  # --forget alone: every record, the cluster ones too
+        from primus_ext.cli.calibrate_cluster import forget_clusters
+
+        forget_clusters(args)
     return 0
 
 
@@ -151,9 +160,19 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.results import check_json_out
 
     if args.list:
-        return _list(args)
+        from primus_ext.cli.calibrate_cluster import list_clusters
+
+        return _list(args, list_clusters(args))
     if args.forget:
+        if args.scope == "cluster":
+            from primus_ext.cli.calibrate_cluster import forget_clusters
+
+            return forget_clusters(args)
         return _forget(args)
+    if args.scope == "cluster":
+        from primus_ext.cli.calibrate_cluster import run_cluster
+
+        return run_cluster(args)
     if not args.recipe:
         from primus_ext.errors import PrimusExtError
 
@@ -166,8 +185,10 @@ def run(args: argparse.Namespace) -> int:
         base, jobs, skipped = folder_jobs(args, Path(args.recipe))
         for line in skipped:
             print(f"skipped {line}", file=sys.stderr)
-        return _conclude(args, base, _compare_all(args, base, jobs, skip_unreadable=True))
-    logs, overrides = _split_inputs(list(args.inputs))
+        cluster = _cluster_basis(args, base)
+        return _conclude(args, base, compare_all(args, base, jobs, skip_unreadable=True, environment=cluster),
+                         environment=cluster)
+    logs, overrides = split_inputs(list(args.inputs))
     if not logs:
         from primus_ext.errors import PrimusExtError
 
@@ -181,68 +202,27 @@ def run(args: argparse.Namespace) -> int:
 
     base = load([])
     loader: Loader = lambda extra: load(extra) if extra else base  # noqa: E731 (the base, loaded once)
-    return _conclude(args, base, _compare_all(args, base, [(path, loader) for path in logs]))
+    cluster = _cluster_basis(args, base)
+    return _conclude(args, base, compare_all(args, base, [(path, loader) for path in logs], environment=cluster),
+                     environment=cluster)
 
 
-Loader = Callable[[list[str]], Any]
-"""Loads the recipe a log ran, with extra ``key=value`` overrides (``--follow-log``)."""
+def _cluster_basis(args: argparse.Namespace, recipe: Any) -> Any:
+    """The cluster record a model record's comparison runs on (that profile and ``--cluster-label``), or None."""
+    from primus_ext.session import CostChoice, Session
+
+    found, note = Session(CostChoice(store=args.store, cluster_label=args.cluster_label)).cluster_record(
+        recipe.system)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if found is not None:
+        print(f"compared on the cluster record {found.source(recipe.system.gpu)}: the model record is fitted over "
+              "it, and applied on it", file=sys.stderr)
+    return found
 
 
-def _compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loader]], *,
-                 skip_unreadable: bool = False) -> list[LogComparison]:
-    """Each log against the projection of the recipe its loader gives. An unreadable log is an error (exit 2),
-    or with ``skip_unreadable`` said and left out (a verify-top candidate whose run failed)."""
-    from primus_ext.calibration.compare import compare_log, log_problems, mismatches
-    from primus_ext.cli.project import session_of
-    from primus_ext.errors import PrimusExtError, Problem, RecipeError
-    from primus_ext.logs import LogError, read_log
-
-    read, problems = [], []
-    for path, loader in jobs:
-        try:
-            read.append((path, loader, read_log(path)))
-        except LogError as err:
-            if skip_unreadable:
-                print(f"skipped {path}: {err}", file=sys.stderr)
-                continue
-            problems.append(Problem(path=str(path), message=str(err), fix="give a training log of the run"))
-    if problems:
-        raise RecipeError(problems=problems, source="(training logs)")
-    comparisons = []
-    fresh = args.store is not None and not Path(args.store).exists()  # the record will create it: nothing to read
-    session = session_of(args, calibrated=False)  # the comparison is against the uncalibrated projection
-    costs = None if fresh and args.compute == "store" else session.costs(base.system.gpu.name)
-    for path, loader, log in read:
-        recipe = loader([])
-        found, follow = mismatches(recipe, log)
-        for flag in log.flags[:20]:
-            print(f"warning: {path}: {flag}", file=sys.stderr)
-        if len(log.flags) > 20:
-            print(f"warning: {path}: {len(log.flags) - 20} more flagged lines", file=sys.stderr)
-        weak = log_problems(log)
-        if weak and not args.force:
-            problems.extend(Problem(path=f"{path}: {p.path}", value=p.value, message=p.message, fix=p.fix)
-                            for p in weak)
-            continue
-        if found and not args.follow_log:
-            problems.extend(Problem(path=f"{path}: {p.path}", value=p.value, message=p.message, fix=p.fix)
-                            for p in found)
-            continue
-        if found:
-            recipe = loader(follow)
-        comparisons.append(compare_log(recipe, log, costs, path=str(path), followed=follow if found else ()))
-        left = comparisons[-1].mismatches
-        if left:
-            problems.extend(Problem(path=f"{path}: {p.path}", value=p.value, message=p.message, fix=p.fix)
-                            for p in left)
-    if problems:
-        raise RecipeError(problems=problems, source=f"{args.recipe} (against the logged runs)")
-    if not comparisons:
-        raise PrimusExtError("no log could be compared")
-    return comparisons
-
-
-def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogComparison]) -> int:
+def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogComparison], *,
+              environment: Any = None) -> int:
     from primus_ext.calibration.compare import fit_record
     from primus_ext.calibration.correction import CorrectionError
     from primus_ext.calibration.record import save_record
@@ -253,6 +233,10 @@ def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogCompar
     refused = stored = None
     try:
         record = fit_record(comparisons, cluster=comparisons[0].projection.system.name, force=args.force)
+        if environment is not None:
+            from dataclasses import replace
+
+            record = replace(record, environment=environment.to_dict())
         if not args.dry_run:
             stored = str(save_record(record, args.store, replace=args.force))
     except CorrectionError as err:  # no physical or plausible correction, or a better record kept (RecordKept)

@@ -89,6 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
     parser.add_argument("--uncalibrated", action="store_true",
                         help="ignore calibration records from real runs (primus-ext calibrate) in the store")
+    parser.add_argument("--cluster-label", metavar="NAME",
+                        help="which cluster record of the target's profile applies (calibrate --scope cluster; default "
+                         "$PRIMUS_EXT_CLUSTER_LABEL, else the unlabelled one)")
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as one self-contained HTML page")
     parser.add_argument("--json", metavar="OUT", help="also write both projections and the rows as JSON, the result "
                         "schema's comparison document ('-': stdout, the JSON only; the table goes to stderr)")
@@ -107,7 +110,7 @@ def session_of(args: argparse.Namespace) -> Any:
     from primus_ext.session import CostChoice, Session
 
     return Session(CostChoice(mode="analytic" if args.analytic else "store", store=args.store,
-                              calibrated=not args.uncalibrated))
+                              calibrated=not args.uncalibrated, cluster_label=args.cluster_label))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -62,6 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--analytic", action="store_true", help="same as --compute analytic")
     parser.add_argument("--uncalibrated", action="store_true",
                         help="ignore calibration records from real runs (primus-ext calibrate) in the store")
+    parser.add_argument("--cluster-label", metavar="NAME",
+                        help="which cluster record of the target's profile applies (calibrate --scope cluster; default "
+                         "$PRIMUS_EXT_CLUSTER_LABEL, else the unlabelled one)")
     parser.add_argument("--memory-only", action="store_true", help="print the memory estimate only")
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
     parser.add_argument("--trace", metavar="FILE",
@@ -79,7 +82,7 @@ def session_of(args: argparse.Namespace, *, calibrated: bool) -> Session:
 
     mode = "analytic" if args.analytic or args.compute == "analytic" else args.compute
     return Session(CostChoice(mode=mode, store=args.store, device=args.device, accept_scaled=args.accept_scaled,
-                              calibrated=calibrated))
+                              calibrated=calibrated, cluster_label=getattr(args, "cluster_label", None)))
 
 
 def measure_first(args: argparse.Namespace, session: Session, recipe: Recipe) -> Session:

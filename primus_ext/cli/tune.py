@@ -94,6 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
     p.add_argument("--uncalibrated", action="store_true",
                    help="ignore calibration records from real runs (primus-ext calibrate) in the store")
+    p.add_argument("--cluster-label", metavar="NAME",
+                   help="which cluster record of the target's profile applies (calibrate --scope cluster; default "
+                   "$PRIMUS_EXT_CLUSTER_LABEL, else the unlabelled one)")
     verify = p.add_argument_group("multi-fidelity: short real runs of the K best (primus_ext.launcher.verify_top)")
     verify.add_argument("--verify-top", type=int, metavar="K",
                         help="write short-run variants of the K best configurations, a manifest and launch.sh")
@@ -117,7 +120,7 @@ def _session(args: argparse.Namespace) -> Session:
     from primus_ext.session import CostChoice, Session
 
     return Session(CostChoice(mode="analytic" if args.analytic else "store", store=args.store,
-                              calibrated=not args.uncalibrated))
+                              calibrated=not args.uncalibrated, cluster_label=args.cluster_label))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -230,7 +230,7 @@ def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None
         measured = measure_missing(recipe, plan, progress=progress)
     if phase is not None:
         phase(REPORT_PHASES[0])
-    projection = session.project(recipe, calibrated=False)
+    projection = session.project_on_cluster(recipe)  # the cluster record's environment; the model record below
     if plan.mode == "measured" and plan.scale < 1:
         projection = _full_scale_memory(projection)
     projection = session.calibrate(projection)

@@ -63,8 +63,14 @@ _CALIBRATION_COLUMNS: tuple[tuple[str, str], ...] = (
     ("date", "TEXT"), ("host", "TEXT"), ("record", "TEXT NOT NULL"),
 )
 """Calibration records from real runs (``primus_ext.calibration``): one per workload, its JSON in ``record``."""
+_CLUSTER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("profile", "TEXT NOT NULL"), ("label", "TEXT NOT NULL"), ("date", "TEXT"), ("host", "TEXT"),
+    ("record", "TEXT NOT NULL"),
+)
+"""Cluster calibration records (``primus_ext.calibration.cluster``): one per hardware profile and cluster label."""
 _TABLES = {"layer_costs": (_LAYER_COLUMNS, _LAYER_KEY), "fabric": (_FABRIC_COLUMNS, _FABRIC_KEY),
-           "calibrations": (_CALIBRATION_COLUMNS, ("key",))}
+           "calibrations": (_CALIBRATION_COLUMNS, ("key",)),
+           "cluster_calibrations": (_CLUSTER_COLUMNS, ("profile", "label"))}
 _COST_FIELDS = ("fwd_ms", "bwd_ms", "wgrad_ms", "recompute_ms", "params", "saved_bytes", "peak_bytes",
                 "fwd_spread", "bwd_spread")
 """``LayerCost`` fields stored as columns of their own; its origin is the ``source`` column (``CostOrigin.label``)."""
@@ -244,6 +250,26 @@ class TimingStore:
         """Remove calibration records (all, or one model's); returns how many."""
         cur = self._db.execute("DELETE FROM calibrations" + (" WHERE model = ?" if model else ""),
                                (model,) if model else ())
+        self._db.commit()
+        return cur.rowcount
+
+    def record_cluster(self, *, profile: str, label: str, record: dict[str, Any], date: str = "",
+                       host: str = "") -> None:
+        """Store one cluster record (``ClusterRecord.to_dict()``), replacing that profile and label's previous one."""
+        self._put("cluster_calibrations", dict(profile=profile, label=label, date=date, host=host,
+                                               record=json.dumps(record, sort_keys=True)))
+        self._db.commit()
+
+    def clusters(self, *, profile: str | None = None) -> list[dict[str, Any]]:
+        """Cluster records (their JSON, parsed), optionally of one hardware profile."""
+        rows = self._rows("cluster_calibrations", "profile = ?" if profile else "1", (profile,) if profile else ())
+        return [json.loads(row["record"], parse_constant=_refuse_constant) for row in rows]
+
+    def forget_clusters(self, *, profile: str | None = None, label: str | None = None) -> int:
+        """Remove cluster records (all, one profile's, or one profile and label's); returns how many."""
+        where = [(c, v) for c, v in (("profile", profile), ("label", label)) if v is not None]
+        cur = self._db.execute("DELETE FROM cluster_calibrations" + (
+            " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where) if where else ""), tuple(v for _, v in where))
         self._db.commit()
         return cur.rowcount
 

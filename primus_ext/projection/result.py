@@ -133,6 +133,27 @@ class CalibrationApplied:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClusterApplied:
+    """A cluster record (``primus_ext.calibration.cluster``) whose environment this projection ran on."""
+
+    record: str
+    """Which cluster and runs: ``ClusterRecord.describe()``."""
+    values: dict[str, float]
+    """The factors in force (``calibration.environment.FACTORS``), the profile's for the others."""
+    profile_values: dict[str, float]
+    origin: str
+    """``cluster``: the cluster's record; ``model record``: the one a per-model record was fitted on (it takes
+    precedence, ``session.Session.environment``)."""
+    logs: tuple[str, ...] = ()
+    date: str = ""
+    store: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"record": self.record, "values": dict(self.values), "profile_values": dict(self.profile_values),
+                "origin": self.origin, "logs": list(self.logs), "date": self.date, "store": self.store}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Projection:
     """A projected training step of ``model`` run as ``execution`` on ``system``."""
 
@@ -159,6 +180,8 @@ class Projection:
     calibration: CalibrationApplied | None = None
     """Set when a calibration record from real runs corrected the figures above (then ``stages`` and
     ``timeline`` stay as projected: the correction is per step, not per op)."""
+    cluster_calibration: ClusterApplied | None = None
+    """Set when the projection ran on a cluster record's environment (``system`` carries its efficiencies)."""
 
     @property
     def step_time_ms(self) -> float:

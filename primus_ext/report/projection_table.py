@@ -86,17 +86,29 @@ def _band_text(p: Projection) -> str:
             "measurement spread; not a confidence interval)")
 
 
+def _cluster_lines(p: Projection) -> list[str]:
+    """The cluster record's environment the projection ran on (``primus-ext calibrate --scope cluster``)."""
+    a = getattr(p, "cluster_calibration", None)
+    if a is None:
+        return []
+    from primus_ext.calibration.environment import FACTORS, describe_value
+
+    moved = ", ".join(describe_value(n, a.values[n], p.system.gpu) for n in FACTORS if n in a.values)
+    return [f"  cluster          {a.record}" + (" (the model record's basis)" if a.origin != "cluster" else ""),
+            f"                   {moved}"]
+
+
 def _calibration_lines(p: Projection) -> list[str]:
     """What a calibration record from real runs changed (``primus-ext calibrate``)."""
     c = p.calibration
     if c is None:
-        return []
+        return _cluster_lines(p)
     what = f"kernels x{c.kernel_factor:.3f}" if c.scope == "kernels" else f"whole step x{c.kernel_factor:.3f}"
     if c.overhead_s:
         what += f" + {c.overhead_s * 1e3:.1f} ms/step"
     memory = (f"; memory x{c.memory_factor:.3f} (uncalibrated peak {c.uncalibrated_peak_bytes / 2**30:.1f} GiB)"
               if c.memory_factor and c.uncalibrated_peak_bytes else "; memory uncalibrated")
-    return [f"  calibrated       {c.match} match: {c.record}",
+    return [*_cluster_lines(p), f"  calibrated       {c.match} match: {c.record}",
             f"                   {what} (uncalibrated step {c.uncalibrated_step_s * 1e3:,.1f} ms){memory}"]
 
 

@@ -125,6 +125,8 @@ def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
         "sources": dict(p.sources),
         "notes": list(p.notes),
         **({"calibration": p.calibration.to_dict()} if getattr(p, "calibration", None) is not None else {}),
+        **({"cluster_calibration": p.cluster_calibration.to_dict()}
+           if getattr(p, "cluster_calibration", None) is not None else {}),
         "inputs": {
             "model": dataclasses.asdict(p.model),
             "execution": dataclasses.asdict(p.execution),

@@ -91,6 +91,13 @@ CALIBRATION_APPLIED = _closed({
              "uncalibrated_peak_bytes", "record"])
 """``logs`` / ``date`` / ``store`` (which stored record changed the figures, and where to ``--forget`` it) are
 optional: documents written before them stay valid under schema version 1."""
+CLUSTER_APPLIED = _closed({
+    "record": STR, "values": {"type": "object", "additionalProperties": NONNEG},
+    "profile_values": {"type": "object", "additionalProperties": NONNEG},
+    "origin": {"enum": ["cluster", "model record"]}, "logs": {"type": "array", "items": STR}, "date": STR,
+    "store": _null(STR),
+})
+"""The cluster record a projection ran on (``calibrate --scope cluster``): optional under schema version 1."""
 RUN_FIGURES = _closed({"step_s": NONNEG, "tokens_per_s_per_gpu": _null(NONNEG), "tflops_per_gpu": _null(NONNEG),
                        "peak_bytes": _null(NONNEG), "spread": NONNEG, "iterations": INT},
                       required=["step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "peak_bytes", "spread"])
@@ -107,6 +114,7 @@ PROJECTION = {
     "sources": {"type": "object", "additionalProperties": STR},
     "notes": {"type": "array", "items": STR}, "inputs": {"type": "object"},
     "calibration": _ref("calibration_applied"),
+    "cluster_calibration": _ref("cluster_applied"),
 }
 TRIAL = _closed({
     "config": {"type": "object"}, "status": {"enum": ["projected", "oom", "illegal"]}, "origin": STR,
@@ -139,7 +147,8 @@ VALIDATION_REPORT = {"type": "object", "required": ["rows", "summary"],
 CELL: dict[str, Any] = {"type": ["number", "string", "null"]}
 COMPARISON_SIDE = _closed({**PROJECTION, **RECIPE, "label": STR, "overrides": {"type": "array", "items": STR}},
                           required=[k for k in (*PROJECTION, *RECIPE, "label", "overrides")
-                                    if k not in ("calibration", "imbalance", "target_source")])
+                                    if k not in ("calibration", "imbalance", "target_source",
+                                                 "cluster_calibration")])
 """One side of ``compare --json``: the ``projection`` document's fields (less its header), a label, the overrides."""
 
 
@@ -162,16 +171,18 @@ SCHEMA: dict[str, Any] = {
               "stage_time": STAGE_TIME, "trial": TRIAL, "ci_entry": CI_ENTRY, "baseline_entry": BASELINE_ENTRY,
               "validation_row": VALIDATION_ROW, "validation_report": VALIDATION_REPORT,
               "verify": _closed(VERIFY), "calibration_applied": CALIBRATION_APPLIED,
+              "cluster_applied": CLUSTER_APPLIED,
               "comparison_side": COMPARISON_SIDE},
     "allOf": [
         _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
                              "verify": _ref("verify"), "timeline": {"type": "array"}},
-              optional=("overrides", "verify", "timeline", "calibration", "imbalance", "target_source")),
+              optional=("overrides", "verify", "timeline", "calibration", "imbalance", "target_source",
+                        "cluster_calibration")),
         _kind("calibration", {
             **TARGET, "runs": {"type": "array", "items": LOG_COMPARISON, "minItems": 1},
             "record": _null({"type": "object"}), "stored_in": _null(STR), "refused": _null(STR),
-            "applies_to": {"type": "array", "items": STR}, **RECIPE,
-        }, optional=("target_source",)),
+            "applies_to": {"type": "array", "items": STR}, **RECIPE, "scope": {"enum": ["model", "cluster"]},
+        }, optional=("target_source", "scope")),
         _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}, optional=("target_source",)),
         _kind("comparison", {"a": _ref("comparison_side"), "b": _ref("comparison_side"), "rows": {
             "type": "array", "items": _closed({"name": STR, "a": CELL, "b": CELL, "unit": STR, "change": STR})}}),
