@@ -9,7 +9,7 @@ these rows); this script now checks the shipped profiles, whatever they hold. Be
 ``shared/validation/measured_throughput.csv`` is complete (``validate`` skips them: GBS or
 precision not stated), so no AMD family has an efficiency fit of its own; their profiles carry the prior
 that ``primus-ext validate --fit --write-profiles`` fits on all NVIDIA rows together
-(``validate.calibrate.fit_pooled``). The rows whose only gap is the global batch can still check it: with
+(``validate.efficiency_fit.fit_pooled``). The rows whose only gap is the global batch can still check it: with
 PP=1 the batch only sets how often gradients are reduced, so the projection barely moves with it. For each
 such row this prints the projection under the shipped profile (the prior) and under the plain defaults of
 ``specs.Efficiency``, for global batches of 4, 16 and 64 micro-batches per rank, against the measurement.
@@ -34,7 +34,7 @@ ACCUMULATION = (4, 16, 64)
 def main() -> int:
     from primus_ext.specs import Efficiency
     from primus_ext.validate.archs import read_archs
-    from primus_ext.validate.calibrate import with_efficiency
+    from primus_ext.validate.efficiency_fit import with_efficiency
     from primus_ext.validate.run import analytic_projector
     from primus_ext.validate.runs import read_runs
 

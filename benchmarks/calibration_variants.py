@@ -57,7 +57,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from primus_ext.validate.calibrate import (
+from primus_ext.validate.efficiency_fit import (
     DEFAULT_PARAMS,
     Param,
     fit_by_gpu,
@@ -191,7 +191,7 @@ def _fit_of(name: str, per_family_nic: bool) -> tuple[Callable, Callable[[], Abs
 def _in_sample(runs, names: Sequence[str], per_family_nic: bool = False) -> int:
     """Each variant fitted once on every usable row: per family, mean |log error| of the fitted projection over
     the family's rows (whatever loss the variant minimised) and the fitted ``gemm_half_size_flops``."""
-    from primus_ext.validate.calibrate import family_of, objective
+    from primus_ext.validate.efficiency_fit import family_of, objective
     from primus_ext.validate.run import analytic_projector
 
     rows = usable(runs)

@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from primus_ext.validate.archs import read_archs
-from primus_ext.validate.calibrate import DEFAULT_PARAMS, apply_fits, fit_by_gpu, usable
+from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS, apply_fits, fit_by_gpu, usable
 from primus_ext.validate.hardware_csv import read_hardware
 from primus_ext.validate.run import analytic_projector
 from primus_ext.validate.runs import read_runs

@@ -133,7 +133,7 @@ def figures() -> dict:
     from primus_ext.projection import evaluate
     from primus_ext.validate.amd import fit_amd, fit_environment
     from primus_ext.validate.archs import read_archs
-    from primus_ext.validate.calibrate import with_efficiency
+    from primus_ext.validate.efficiency_fit import with_efficiency
     from primus_ext.validate.hardware_csv import read_hardware
     from primus_ext.validate.holdout import leave_one_out
     from primus_ext.validate.run import analytic_projector

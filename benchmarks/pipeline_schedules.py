@@ -21,7 +21,7 @@ from primus_ext.tune.agent import SearchContext
 from primus_ext.tune.configure import PRIMUS_SCHEDULES
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
-from primus_ext.tune.results import tune
+from primus_ext.tune.run import tune
 from primus_ext.tune.space import build_space
 
 CASES = {

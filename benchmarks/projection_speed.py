@@ -123,7 +123,7 @@ def space_speed(repeats: int) -> None:
     from primus_ext.projection.evaluate import clear_cost_cache, forget_projections
     from primus_ext.projection.evaluate_batch import evaluate_many
     from primus_ext.recipe import load_recipe
-    from primus_ext.recipe.validate import check
+    from primus_ext.recipe.checks import check
     from primus_ext.tune.prefilter import MemoryFilter
     from primus_ext.tune.space import build_space
 

@@ -35,11 +35,11 @@ import time
 from dataclasses import dataclass
 
 from primus_ext.recipe import load_recipe
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.agent import SearchContext
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
-from primus_ext.tune.results import TuneResult, tune
+from primus_ext.tune.run import TuneResult, tune
 from primus_ext.tune.space import build_space
 from primus_ext.tune.strategies import StrategyOptions
 

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 K_MIN = 0.2
 """Kernels at most 5x more efficient than projected: the profiles' efficiencies are >= 0.15 of peak for every
-kernel class (``validate/calibrate.py`` bounds), so a 5x gain would exceed the peak; below this, the recipe
+kernel class (``validate/efficiency_fit.py`` bounds), so a 5x gain would exceed the peak; below this, the recipe
 and the run differ."""
 K_MAX = 20.0
 """Kernels at most 20x slower than projected: a GEMM at 1/20 of its projected ~0.6-0.8 of peak runs at ~3-4 %

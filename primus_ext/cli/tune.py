@@ -167,7 +167,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     from primus_ext.tune.agent import SearchContext, TrialLog, read_log
     from primus_ext.tune.configure import PRIMUS_SCHEDULES
     from primus_ext.tune.prefilter import MemoryFilter
-    from primus_ext.tune.results import ENUMERABLE_MAX, tune
+    from primus_ext.tune.run import ENUMERABLE_MAX, tune
     from primus_ext.tune.space import build_space, parse_pins
     from primus_ext.tune.strategies import StrategyOptions
 

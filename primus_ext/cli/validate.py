@@ -165,13 +165,13 @@ def _report(args: argparse.Namespace) -> dict:
     """Print the report; its JSON fields (the ``validation`` document's body)."""
     from primus_ext.hardware import yaml_number
     from primus_ext.validate.archs import read_archs
-    from primus_ext.validate.calibrate import (
+    from primus_ext.validate.crossval import leave_one_model_out
+    from primus_ext.validate.efficiency_fit import (
         DEFAULT_PARAMS,
         fit_by_gpu,
         fit_pooled,
         one_run_offset,
     )
-    from primus_ext.validate.crossval import leave_one_model_out
     from primus_ext.validate.hardware_csv import read_hardware
     from primus_ext.validate.run import analytic_projector, validate_runs
     from primus_ext.validate.runs import read_runs
@@ -261,7 +261,7 @@ def _report(args: argparse.Namespace) -> dict:
                 print(f"wrote {path}")
     if args.cv:
         from primus_ext.cli._progress import ProgressLine
-        from primus_ext.validate.calibrate import usable
+        from primus_ext.validate.efficiency_fit import usable
 
         held_out = _is_moe_row if args.moe_only else None
         if args.holdout == "model":

@@ -9,8 +9,8 @@ Megatron YAMLs; ``resolve_specs`` turns merged Megatron arguments into ``ModelSp
 ``ExecutionSpec``; ``check`` is the one legality check every proposer (CLI, tuner) calls.
 """
 
+from primus_ext.recipe.checks import check
 from primus_ext.recipe.loader import Recipe, load_recipe
 from primus_ext.recipe.resolve import resolve_specs
-from primus_ext.recipe.validate import check
 
 __all__ = ["Recipe", "check", "load_recipe", "resolve_specs"]

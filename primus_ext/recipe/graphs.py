@@ -43,7 +43,7 @@ def cuda_graph_mode(a: ArgReader) -> str:
         a.bad("cuda_graph_scope", "a full-iteration graph needs megatron-core's local implementation",
               fix="set cuda_graph_impl: local")
     mode = graph_mode(impl, scopes)
-    if mode == "none" and a.bool("cpu_offloading"):  # graphs of parts only: recipe.validate sees no graph
+    if mode == "none" and a.bool("cpu_offloading"):  # graphs of parts only: recipe.checks sees no graph
         a.bad("cpu_offloading", "megatron-core raises 'CUDA graphs not supported with CPU offloading'",
               fix="set cuda_graph_impl: none or cpu_offloading: false")
     return mode

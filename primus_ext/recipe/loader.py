@@ -39,6 +39,7 @@ import yaml
 from primus_ext.errors import Problem, RecipeError, cut, shown
 from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
+from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys
 from primus_ext.recipe.presets import (
     SHIPPED_RECIPES,
@@ -51,7 +52,6 @@ from primus_ext.recipe.presets import (
 )
 from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
 from primus_ext.recipe.target import Target, resolve_target, target_block
-from primus_ext.recipe.validate import check
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 LISTING_CLUSTER = "mi300x"

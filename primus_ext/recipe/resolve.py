@@ -462,7 +462,7 @@ def resolve_all(
     execution = resolve_execution(reader, model, system, environ)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
-    if model.hybrid_layer_pattern:  # its legality problems: recipe.validate.check (the tuner's rule set too)
+    if model.hybrid_layer_pattern:  # its legality problems: recipe.checks.check (the tuner's rule set too)
         reader.warnings.extend(hybrid_problems(model, execution)[1])
     problems += renamed_problems(args)
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once

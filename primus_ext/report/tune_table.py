@@ -1,6 +1,6 @@
 """Terminal report of a tuning run: ranking, best vs recipe, regret, Pareto front, sensitivity.
 
-    print(format_tune(result))          # result: primus_ext.tune.results.TuneResult
+    print(format_tune(result))          # result: primus_ext.tune.run.TuneResult
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from primus_ext.report.mfu import mfu_basis
 from primus_ext.specs import GPUSpec
 from primus_ext.tune.agent import Trial
-from primus_ext.tune.results import TuneResult
+from primus_ext.tune.run import TuneResult
 
 GIB = 2**30
 SHOWN_AXES = ("tp", "etp", "pp", "vpp", "schedule", "split", "cp", "ep", "mbs", "recompute", "sharding", "precision",

@@ -22,7 +22,7 @@ from primus_ext.results.projection import recipe_fields
 if TYPE_CHECKING:
     from primus_ext.recipe import Recipe
     from primus_ext.tune.agent import Trial
-    from primus_ext.tune.results import TuneResult
+    from primus_ext.tune.run import TuneResult
 
 
 def trial_fields(t: Trial | None) -> dict[str, Any] | None:
@@ -51,7 +51,7 @@ def trial_fields(t: Trial | None) -> dict[str, Any] | None:
 
 def tune_document(result: TuneResult, *, recipe: Recipe | None = None, margin: float | None = None,
                   launch_environment: Mapping[str, Any] | None = None, top: int = 50) -> dict[str, Any]:
-    """The ``tune`` document of a ``tune.results.TuneResult``."""
+    """The ``tune`` document of a ``tune.run.TuneResult``."""
     system = recipe.system if recipe is not None else None
     target = {} if system is None else {"model": recipe.model.name, "cluster": system.name, "gpu": system.gpu.name,
                                         "nodes": system.num_nodes, "world_size": system.world_size}

@@ -16,7 +16,7 @@ RecomputeMethod = Literal["uniform", "block"]
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
 PipelineSchedule = str
 """A name registered in ``primus_ext.model.pipeline.registry.SCHEDULES`` (open: schedules register themselves;
-specs is the bottom layer and cannot import the registry, so ``recipe.validate`` checks the name)."""
+specs is the bottom layer and cannot import the registry, so ``recipe.checks`` checks the name)."""
 Dispatcher = Literal["alltoall", "allgather", "flex"]
 CPCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 FSDPKind = Literal["none", "torch_fsdp2", "megatron_fsdp"]

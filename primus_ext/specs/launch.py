@@ -3,7 +3,7 @@
 Megatron-LM's ``validate_args`` and Primus's ROCm checks refuse some configurations for reasons that live outside
 the parallel layout: the checkpoint format, gradient-accumulation fusion, Primus-Turbo switches, and environment
 variables of the launch (``CUDA_DEVICE_MAX_CONNECTIONS``). A ``LaunchSpec`` carries them, read once from the
-recipe and the environment the run will have, so that ``recipe.validate.check`` judges a tuned configuration
+recipe and the environment the run will have, so that ``recipe.checks.check`` judges a tuned configuration
 exactly as the frameworks will (``recipe/upstream_rules.py``).
 
     launch = LaunchSpec(framework="primus", ckpt_format="torch_dist")

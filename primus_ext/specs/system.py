@@ -28,7 +28,7 @@ class Efficiency:
     fp4_fp8_ratio: float = 1.0
     """Large FP4 GEMMs reach this fraction of ``fp8_gemm_max`` (of the *FP4* peak): block-scale handling per 16 / 32
     elements keeps them at most as close to their peak as FP8 GEMMs. 1 = as close, the uncalibrated default;
-    fitted (bounded to [0.5, 1], ``validate.calibrate``) only where FP4 rows exist."""
+    fitted (bounded to [0.5, 1], ``validate.efficiency_fit``) only where FP4 rows exist."""
     attention_sfu_exp_per_s: float = 0.0
     """Exponentials per second of the special-function units of the GPUs ``attention`` was calibrated on; 0 = this
     GPU's own ``GPUSpec.sfu_exp_per_s``. A GPU that inherits its family's efficiencies with faster SFUs (B300 /

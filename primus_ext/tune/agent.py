@@ -4,7 +4,7 @@ Every strategy talks to a ``SearchContext``: ``ctx.try_config(config, origin=...
 ``Trial`` (illegal with every reason, rejected by the pre-filter with the memory verdict, or projected
 with the oracle's score). The same configuration is never projected twice (cache by
 ``config_keys.config_key``); ``budget`` counts projections by the strategy. ``tune`` runs a strategy and
-assembles the ``TuneResult`` (``primus_ext.tune.results``).
+assembles the ``TuneResult`` (``primus_ext.tune.run``).
 
     ctx = SearchContext(space, oracle, prefilter, budget=100, log=TrialLog("trials.jsonl"))
     result = tune(ctx, "tpe", baseline=recipe.execution)
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.specs import ExecutionSpec
 from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.legality import problems_of, rule_of

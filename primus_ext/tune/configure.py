@@ -109,7 +109,7 @@ times, ~40 ms a projection here (on DeepSeek-V3 @ 1 024 H100s ZB-H1 / ZB-H2 add 
 search without beating the V schedules: benchmarks/pipeline_schedules.py)."""
 _ANY_MICROBATCHES = 1 << 20
 """A micro-batch count that meets every schedule's count rules (even, >= 2*PP): the axis checks PP and VPP only;
-the count is checked with the batch axes (``recipe.validate``)."""
+the count is checked with the batch axes (``recipe.checks``)."""
 
 
 def schedule_candidates(base: ExecutionSpec, pp: int, vpp: int, extra: Sequence[str]) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""The tuner's legality: space membership (axes, pins) on top of THE check, ``recipe.validate.check``.
+"""The tuner's legality: space membership (axes, pins) on top of THE check, ``recipe.checks.check``.
 
 Every proposer (exhaustive, TPE, LLM, sensitivity) goes through ``problems_of``; the reasons go back
 to the LLM verbatim. ``normalise`` is the strict reader of a proposed configuration from outside
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from primus_ext.errors import Problem
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.space import AXIS_DOCS, AXIS_ORDER, Config, Space
 
 STRUCTURAL_PATHS = frozenset({

@@ -152,7 +152,7 @@ class ProjectionOracle:
         """The band of ``execution``'s score as factors of its throughput: the calibration record's that applies
         (its runs' spread, wider when nearby), else the projection's sensitivity band (every efficiency
         +-``EFFICIENCY_RANGE``, widened by the measurement spread); None when it cannot be projected. The tuner's
-        ties (``tune.results``)."""
+        ties (``tune.run``)."""
         from primus_ext.projection import project
 
         try:

@@ -11,7 +11,7 @@ sequence parallelism is on whenever TP > 1, and the pipeline split is the ``spli
 weighted layout that unload the busiest stage.
 
 Axes are ordered: an axis's candidate values may depend on the axes before it (ETP on TP, VPP on PP,
-MBS on DP). Candidate values are a superset of what is legal; ``primus_ext.recipe.validate.check``
+MBS on DP). Candidate values are a superset of what is legal; ``primus_ext.recipe.checks.check``
 (through ``primus_ext.tune.legality``) is the one judge. Users pin or limit axes::
 
     space = build_space(recipe.model, recipe.execution, recipe.system, pins={"tp": (1, 2), "cp": (1,)})

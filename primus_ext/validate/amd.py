@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from primus_ext.hardware.power import POWER_CLOCK_EXPONENT
 from primus_ext.specs import Efficiency, GPUSpec
-from primus_ext.validate.calibrate import fit_by_gpu, log_errors, usable, with_efficiency
+from primus_ext.validate.efficiency_fit import fit_by_gpu, log_errors, usable, with_efficiency
 from primus_ext.validate.run import Projector
 from primus_ext.validate.runs import RunRow
 from primus_ext.validate.search import golden_section, nelder_mead

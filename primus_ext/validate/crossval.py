@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from primus_ext.errors import PrimusExtError
 from primus_ext.specs import Efficiency
-from primus_ext.validate.calibrate import apply_fits, fit_by_gpu, usable
+from primus_ext.validate.efficiency_fit import apply_fits, fit_by_gpu, usable
 from primus_ext.validate.run import Projector, RowResult, ValidationReport, _result, summarize
 from primus_ext.validate.runs import RunRow
 

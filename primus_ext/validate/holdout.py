@@ -18,7 +18,7 @@ from typing import Literal
 
 from primus_ext.errors import PrimusExtError
 from primus_ext.validate.amd import apply_all, board_of, fit_all, is_amd
-from primus_ext.validate.calibrate import usable
+from primus_ext.validate.efficiency_fit import usable
 from primus_ext.validate.run import Projector, RowResult, ValidationReport, _result, summarize
 from primus_ext.validate.runs import RunRow
 

@@ -24,7 +24,7 @@ def test_out_in_a_folder_that_resolves_other_presets_exits_2_before_the_search(r
                                                                                  monkeypatch):
     """A copy of the recipe outside its tree reads other presets (here primus-ext's bundled ones): refused before
     the search spends its budget, nothing written."""
-    import primus_ext.tune.results as results
+    import primus_ext.tune.run as results
 
     def no_search(*_a, **_k):
         raise AssertionError("the search ran")

@@ -20,7 +20,7 @@ from primus_ext.projection.comm import hide, overlapped_exposed, overlapped_expo
 from primus_ext.projection.evaluate import clear_cost_cache, forget_projections
 from primus_ext.projection.evaluate_batch import PARTS, evaluate_many
 from primus_ext.recipe import load_recipe
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.oracle import batch_scores, projection_oracle, score_of
 from primus_ext.tune.prefilter import MemoryFilter
 from primus_ext.tune.space import build_space

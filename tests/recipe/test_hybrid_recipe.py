@@ -36,7 +36,7 @@ def test_ratios_allocate_like_megatron_core():
 
 
 def _legality(args):
-    from primus_ext.recipe.validate import check
+    from primus_ext.recipe.checks import check
 
     model, execution, problems, _ = resolve_all(args, NODE)
     return problems + check(model, execution, NODE)

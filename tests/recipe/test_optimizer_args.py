@@ -7,7 +7,7 @@ from recipe_data import BASE
 
 from primus_ext.hardware import load_system
 from primus_ext.recipe import resolve_specs
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 
 NODE = load_system("mi300x", 1)
 

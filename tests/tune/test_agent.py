@@ -13,11 +13,11 @@ import pytest
 from tune_fakes import fake_estimate, fake_filter, fake_fits, fake_oracle, fake_peak
 
 from primus_ext.errors import RecipeError
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.agent import SearchContext, TrialLog, read_log
 from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.prefilter import MemoryFilter
-from primus_ext.tune.results import pareto_front, tune
+from primus_ext.tune.run import pareto_front, tune
 from primus_ext.tune.space import build_space
 from primus_ext.tune.strategies import StrategyOptions
 

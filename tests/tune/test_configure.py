@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from primus_ext.model.stages import layout_problems, parse_layout, pipeline_plan
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.configure import config_of, recompute_layers, to_execution
 from primus_ext.tune.space import build_space, parse_pins
 from primus_ext.tune.splits import balanced_layout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.legality import is_structural, normalise, problems_of
 from primus_ext.tune.space import AXIS_ORDER, STRUCTURAL_AXES, build_space
 from primus_ext.tune.strategies.exhaustive import _min_completions

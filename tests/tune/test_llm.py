@@ -18,7 +18,7 @@ from tune_llm_server import FakeLLM, content_list, drip, reply, reset, sleep, st
 
 from primus_ext.results.tune import tune_document
 from primus_ext.tune.agent import SearchContext
-from primus_ext.tune.results import tune
+from primus_ext.tune.run import tune
 from primus_ext.tune.space import build_space
 from primus_ext.tune.strategies import StrategyOptions
 from primus_ext.tune.strategies.llm import describe_failure, parse_reply

@@ -7,7 +7,7 @@ import random
 from tune_fakes import fake_oracle
 
 from primus_ext.model.memory import estimate_memory
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.agent import SearchContext
 from primus_ext.tune.legality import is_structural
 from primus_ext.tune.prefilter import MemoryFilter

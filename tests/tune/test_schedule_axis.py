@@ -11,13 +11,13 @@ import pytest
 from primus_ext.errors import RecipeError
 from primus_ext.projection import evaluate
 from primus_ext.projection.evaluate import step_floor
+from primus_ext.recipe.checks import check
 from primus_ext.recipe.rewrite import execution_changes
-from primus_ext.recipe.validate import check
 from primus_ext.tune.agent import SearchContext
 from primus_ext.tune.configure import PRIMUS_SCHEDULES
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
-from primus_ext.tune.results import tune
+from primus_ext.tune.run import tune
 from primus_ext.tune.space import AXIS_ORDER, build_space
 from primus_ext.tune.strategies import StrategyOptions
 

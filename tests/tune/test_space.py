@@ -8,7 +8,7 @@ import json
 import pytest
 
 from primus_ext.errors import RecipeError
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.space import AXIS_ORDER, build_space, parse_pins
 

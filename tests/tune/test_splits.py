@@ -11,7 +11,7 @@ from primus_ext.specs import ExecutionSpec
 from primus_ext.tune.agent import SearchContext
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
-from primus_ext.tune.results import tune
+from primus_ext.tune.run import tune
 from primus_ext.tune.space import build_space
 from primus_ext.tune.splits import DEFAULT, MAX_FEWER, MAX_UNEVEN, head_layers, split_fields, stage_loads
 

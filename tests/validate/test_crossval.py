@@ -43,7 +43,7 @@ def test_a_failing_fold_raises_its_error():
 
 
 def fit_recording_models(train, projector, seen):
-    from primus_ext.validate.calibrate import fit_by_gpu
+    from primus_ext.validate.efficiency_fit import fit_by_gpu
 
     seen.append(sorted({r.model_name for r in train}))
     return fit_by_gpu(train, projector)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import RecipeError
 from primus_ext.model.pipeline.registry import get_schedule
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.tune.legality import STRUCTURAL_PATHS, is_structural
 from primus_ext.tune.space import AXIS_ORDER, DOMAIN_DEPENDS, STRUCTURAL_AXES, Config, Space
 
@@ -209,7 +209,7 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
 
 BATCH_PATHS = frozenset({"global_batch_size", "pipeline_schedule"})
 """Paths of ``check`` problems that depend on the axes up to the micro-batch only (the global batch's split into
-micro-batches and each schedule's rule on their count: ``recipe.validate._batch``): a (structural, micro-batch)
+micro-batches and each schedule's rule on their count: ``recipe.checks._batch``): a (structural, micro-batch)
 prefix with one has no legal completion (``tests/tune/test_exhaustive.py`` samples completions to confirm)."""
 
 

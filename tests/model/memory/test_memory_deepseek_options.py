@@ -12,7 +12,7 @@ from primus_ext.hardware import load_system
 from primus_ext.model.memory import MEMORY_ERROR, margin_verdict
 from primus_ext.model.memory.activations import activation_parts
 from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.recipe.validate import check
+from primus_ext.recipe.checks import check
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 MOE = ModelSpec(name="moe", num_layers=4, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,

@@ -144,7 +144,7 @@ def test_memory_in_flight_asks_the_schedule():
 
 
 def test_an_unknown_spec_schedule_is_a_recipe_problem():
-    from primus_ext.recipe.validate import _batch
+    from primus_ext.recipe.checks import _batch
 
     out: list = []
     _batch(ExecutionSpec(pipeline_schedule="zb-h9"), out)

@@ -1,4 +1,4 @@
-"""``tune.results``: ties inside the fastest's band keep the recipe's own configuration; configurations that
+"""``tune.run``: ties inside the fastest's band keep the recipe's own configuration; configurations that
 project exactly alike are listed once (issue 43). Closed-form fakes (``tune_fakes``) on a small dense model."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from tune_fakes import fake_filter, fake_oracle
 
 from primus_ext.tune.agent import SearchContext, Trial
 from primus_ext.tune.oracle import Score
-from primus_ext.tune.results import distinct, tune
+from primus_ext.tune.run import distinct, tune
 from primus_ext.tune.space import build_space
 
 

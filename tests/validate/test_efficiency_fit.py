@@ -6,7 +6,7 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.specs import Efficiency, ExecutionSpec, ModelSpec
-from primus_ext.validate.calibrate import (
+from primus_ext.validate.efficiency_fit import (
     fit_by_gpu,
     fit_efficiency,
     fit_pooled,
@@ -89,7 +89,7 @@ def test_workload_offset():
 
 
 def test_one_run_offset_removes_a_constant_bias():
-    from primus_ext.validate.calibrate import one_run_offset
+    from primus_ext.validate.efficiency_fit import one_run_offset
     from primus_ext.validate.run import validate_runs
 
     runs = rows(Efficiency(gemm_max=0.5))
@@ -101,7 +101,7 @@ def test_one_run_offset_removes_a_constant_bias():
 
 def test_relative_parameter_keeps_its_ratio_and_bounds():
     """fp8_gemm_max is searched as a ratio to gemm_max: an FP8 GEMM never beats the peak ratio (2x)."""
-    from primus_ext.validate.calibrate import DEFAULT_PARAMS, Param, _set, clip
+    from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS, Param, _set, clip
 
     params = (Param(name="gemm_max", low=0.3, high=0.95),
               Param(name="fp8_gemm_max", low=0.5, high=1.0, relative_to="gemm_max"))
@@ -124,7 +124,7 @@ def test_fit_never_returns_fp8_faster_than_the_peak_ratio():
 
 
 def test_fitted_parameters_include_both_link_efficiencies_within_physical_bounds():
-    from primus_ext.validate.calibrate import DEFAULT_PARAMS
+    from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS
 
     bounds = {p.name: (p.low, p.high) for p in DEFAULT_PARAMS}
     assert bounds["scaleup_link"][0] >= 0.6 and bounds["scaleout_link"][1] < 1.0
@@ -146,18 +146,18 @@ def test_fit_depends_on_its_rows_not_on_the_profile_it_starts_from():
 def test_polish_walks_the_valley_of_two_parameters_that_trade_off(monkeypatch):
     """Throughput set by gemm_max * attention only: every point of the curve gemm_max * attention = c fits, and
     the polish reaches it from the defaults where one coordinate pass does not."""
-    from primus_ext.validate import calibrate
+    from primus_ext.validate import efficiency_fit
 
     runs = product_rows()
     fitted, loss = fit_efficiency(runs, product, Efficiency())
     assert loss < 1e-4
     assert fitted.gemm_max * fitted.attention ** 2 == pytest.approx(0.9 * 0.2 ** 2, rel=2e-4)
-    monkeypatch.setattr(calibrate, "POLISH_EVALS", 0)
+    monkeypatch.setattr(efficiency_fit, "POLISH_EVALS", 0)
     assert fit_efficiency(runs, product, Efficiency())[1] > 10 * loss  # the coordinate pass alone stops short
 
 
 def test_the_polish_keeps_a_tied_parameter_at_its_ratio_when_only_its_reference_moves():
-    from primus_ext.validate.calibrate import DEFAULT_PARAMS, from_unit, to_unit
+    from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS, from_unit, to_unit
 
     gemm = [p for p in DEFAULT_PARAMS if p.name == "gemm_max"]
     start = Efficiency(gemm_max=0.8, fp8_gemm_max=0.6)
@@ -238,7 +238,7 @@ def test_the_shared_fit_ignores_families_too_small_to_fit():
 
 
 def test_no_shared_step_without_the_shared_parameter_or_a_second_family():
-    from primus_ext.validate.calibrate import DEFAULT_PARAMS
+    from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS
 
     without = [p for p in DEFAULT_PARAMS if p.name != "scaleout_link"]
     fits = fit_by_gpu(_two_families(), link_projector, params=without)
@@ -310,7 +310,7 @@ def test_profiles_of_one_family_stating_different_measured_values_are_refused():
 def test_a_parameter_left_out_of_the_fit_starts_at_its_plain_default_not_the_profile():
     """A calibration variant that does not fit a parameter must not keep the profile's value of it (fitted on
     every row, the held-out model's too, in cross-validation)."""
-    from primus_ext.validate.calibrate import DEFAULT_PARAMS
+    from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS
 
     without = [p for p in DEFAULT_PARAMS if p.name != "scaleup_link"]
     profiled = _stated(rows(Efficiency(gemm_max=0.5)), Efficiency(scaleup_link=0.62))
