@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_calibrate import fake_projector, rows
+from test_efficiency_fit import fake_projector, rows
 
 from primus_ext.specs import Efficiency
 from primus_ext.validate.crossval import held_out_fold, leave_one_model_out
@@ -60,7 +60,7 @@ def test_a_given_fit_sees_only_the_other_models_rows():
 def test_the_shared_nic_fit_of_a_fold_never_projects_the_held_out_model():
     """Two families: each fold also fits the NIC efficiency on all families' training rows together; the
     held-out model's rows are projected once each, after the fit, and never during it."""
-    from test_calibrate import _two_families, link_projector
+    from test_efficiency_fit import _two_families, link_projector
 
     runs = _two_families()
     calls: list[str] = []
