@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from primus_ext.cli._args import add_calibration_arguments
+
 
 @dataclass(frozen=True, kw_only=True)
 class Side:
@@ -87,11 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", metavar="FILE",
                         help="timing store with measured layer costs (default: the default store, when it exists)")
     parser.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
-    parser.add_argument("--uncalibrated", action="store_true",
-                        help="ignore calibration records from real runs (primus-ext calibrate) in the store")
-    parser.add_argument("--cluster-label", metavar="NAME",
-                        help="which cluster record of the target's profile applies (calibrate --scope cluster; default "
-                         "$PRIMUS_EXT_CLUSTER_LABEL, else the unlabelled one)")
+    add_calibration_arguments(parser)
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as one self-contained HTML page")
     parser.add_argument("--json", metavar="OUT", help="also write both projections and the rows as JSON, the result "
                         "schema's comparison document ('-': stdout, the JSON only; the table goes to stderr)")

@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from primus_ext.cli._args import nonnegative_float
+from primus_ext.cli._args import add_calibration_arguments, nonnegative_float
 
 if TYPE_CHECKING:
     import torch
@@ -60,11 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="with --compute measured: measure at this reduced scale (default: 1 on GPU, "
                              "a CPU-sized scale on CPU)")
     parser.add_argument("--analytic", action="store_true", help="same as --compute analytic")
-    parser.add_argument("--uncalibrated", action="store_true",
-                        help="ignore calibration records from real runs (primus-ext calibrate) in the store")
-    parser.add_argument("--cluster-label", metavar="NAME",
-                        help="which cluster record of the target's profile applies (calibrate --scope cluster; default "
-                         "$PRIMUS_EXT_CLUSTER_LABEL, else the unlabelled one)")
+    add_calibration_arguments(parser)
     parser.add_argument("--memory-only", action="store_true", help="print the memory estimate only")
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
     parser.add_argument("--trace", metavar="FILE",

@@ -38,7 +38,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from primus_ext.cli._args import nonnegative_float
+from primus_ext.cli._args import add_calibration_arguments, nonnegative_float
 from primus_ext.launcher.verify_top.variants import DEFAULT_ITERS as DEFAULT_VERIFY_ITERS
 from primus_ext.model.memory import DEFAULT_MARGIN
 from primus_ext.tune.strategies import STRATEGIES
@@ -92,11 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--store", metavar="FILE",
                    help="timing store with measured layer costs (SQLite, or its JSON-lines export)")
     p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
-    p.add_argument("--uncalibrated", action="store_true",
-                   help="ignore calibration records from real runs (primus-ext calibrate) in the store")
-    p.add_argument("--cluster-label", metavar="NAME",
-                   help="which cluster record of the target's profile applies (calibrate --scope cluster; default "
-                   "$PRIMUS_EXT_CLUSTER_LABEL, else the unlabelled one)")
+    add_calibration_arguments(p)
     verify = p.add_argument_group("multi-fidelity: short real runs of the K best (primus_ext.launcher.verify_top)")
     verify.add_argument("--verify-top", type=int, metavar="K",
                         help="write short-run variants of the K best configurations, a manifest and launch.sh")
