@@ -37,6 +37,7 @@ from ruamel.yaml.error import YAMLError
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.files import atomic_write, output_problem
 from primus_ext.model.pipeline.registry import resolve_schedule
+from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.resolve import VPP_KEYS
 from primus_ext.recipe.target import target_of, with_target
 from primus_ext.recipe.templates import TEMPLATE
@@ -201,7 +202,7 @@ def _same(text_value: Any, new: Any) -> bool:
 def _default_value(text: str) -> Any:
     """A template default as the loader reads it (a YAML scalar)."""
     try:
-        return pyyaml.safe_load(text)
+        return safe_yaml.load(text)
     except pyyaml.YAMLError:
         return text
 

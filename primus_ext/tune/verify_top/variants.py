@@ -116,10 +116,11 @@ def _relative_extends(text: str, source: Path, folder: Path) -> str:
     """``text`` with its top-level relative ``extends`` paths rewritten to resolve from ``folder``."""
     import yaml
 
+    from primus_ext.recipe import safe_yaml
     from primus_ext.recipe.yaml_edit import edit_text, render
 
     try:
-        data = yaml.safe_load(text)
+        data = safe_yaml.load(text)
     except yaml.YAMLError:
         return text
     extends = data.get("extends") if isinstance(data, dict) else None
