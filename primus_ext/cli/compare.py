@@ -93,12 +93,12 @@ def _project(side: Side, args: argparse.Namespace, cluster: str | None, nodes: i
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_ext.files import check_outputs
+    from primus_ext.files import check_outputs, write_output
     from primus_ext.report.compare import compare_rows, format_compare, render_compare_html
     from primus_ext.report.html import ReportInputs
 
-    check_outputs(("--html", args.html))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
+    check_outputs(("--html", args.html), inputs=(side_a.recipe, side_b.recipe))  # before any work
     recipe_a, a = _project(side_a, args, args.cluster, args.nodes)
     recipe_b, b = _project(side_b, args, args.cluster_b or args.cluster, args.nodes_b or args.nodes)
     labels = (side_a.label, side_b.label)
@@ -110,7 +110,6 @@ def run(args: argparse.Namespace) -> int:
         inputs = tuple(ReportInputs(recipe=s.recipe, overrides=s.overrides, cluster=p.system.name,
                                     warnings=tuple(r.warnings)) for s, p, r in ((side_a, a, recipe_a),
                                                                                  (side_b, b, recipe_b)))
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_compare_html(a, b, labels=labels, inputs=inputs))
+        write_output(args.html, render_compare_html(a, b, labels=labels, inputs=inputs), label="--html")
         print(f"wrote {args.html}", file=sys.stderr)
     return 0

@@ -162,6 +162,7 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
         _print_log(result)
         print(json.dumps(result.as_dict(), indent=2))
         return 0
+    from primus_ext.files import write_output
     from primus_ext.launcher.projection_only import write_reports
 
     def projected(projection: Any, _fabric: str) -> None:
@@ -186,7 +187,7 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
     from primus_ext.results.projection import verify_document  # the result schema's "verify" document
 
     record = verify_document(doc, training=verify.training.as_dict(), recipe=recipe)
-    (folder / "verify.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    write_output(folder / "verify.json", json.dumps(record, indent=2, default=str) + "\n")
     print(f"measured  {doc['measured_step_s'] * 1e3:9.2f} ms/step (spread {doc['measured_spread']:.0%}, "
           f"{doc['measured_steps']} steps)\nprojected {doc['projected_step_s'] * 1e3:9.2f} ms/step  "
           f"error {doc['error_pct']:+.1f}%")
@@ -226,7 +227,8 @@ def run_command(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs
     from primus_ext.recipe import load_recipe
 
-    check_outputs(("--html", args.html), ("--out", getattr(args, "out", None)))  # before tuning or measuring
+    check_outputs(("--html", args.html), ("--out", getattr(args, "out", None)),  # before tuning or measuring
+                  inputs=(args.config,))
     config = args.config
     if args.auto_tune:
         code, config = _auto_tune(args)

@@ -184,7 +184,8 @@ def _search(args: argparse.Namespace) -> _Searched:
     ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, costs, records),
                         prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin,
                                                memory_factor=memory_factor),
-                        budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
+                        budget=args.budget,
+                        log=TrialLog(log_path, header, resumed=bool(args.resume)) if log_path else None,
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
     candidates = None if args.no_regret else space.size()
@@ -262,7 +263,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse unwritable ``--out`` / ``--json`` / ``--log`` paths before the search spends its budget (a missing
     ``--resume`` log: ``agent.read_log``)."""
     from primus_ext.errors import RecipeError
-    from primus_ext.files import output_problem
+    from primus_ext.files import input_problem, note_input, output_problem
     from primus_ext.results import check_json_out
 
     check_json_out(args.json)
@@ -279,6 +280,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
                ("--json", None if args.json == "-" else args.json), ("--log", args.log))
     problems += [p for flag, value in outputs if value and (p := output_problem(
         value, flag, replace_read_only=args.force and flag in ("--out", "--apply"))) is not None]
+    note_input(args.recipe)  # --apply rewrites it on purpose (with a backup); no other output may
+    problems += [p for flag, value in outputs if value and flag != "--apply" and (p := input_problem(value, flag))]
     if args.out and not problems:  # an existing --out is read for the diff: it must be text
         from pathlib import Path
 
@@ -300,7 +303,7 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
     from pathlib import Path
 
     from primus_ext.errors import Problem, RecipeError
-    from primus_ext.files import sweep, temp_path
+    from primus_ext.files import real_path, sweep, temp_path
     from primus_ext.recipe import load_recipe
     from primus_ext.recipe.rewrite import execution_changes, rewrite
 
@@ -323,7 +326,7 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
         for leftover in (probe, Path(str(probe) + ".bak")):
             leftover.unlink(missing_ok=True)
     if reloaded is None or reloaded.execution != tuned:
-        moved = Path(target).resolve().parent != Path(args.recipe).resolve().parent
+        moved = real_path(target).parent != real_path(args.recipe).parent
         why = f" (reloading it failed: {failure})" if reloaded is None else ""
         raise RecipeError(problems=[Problem(
             path=str(target), value=None,

@@ -153,6 +153,7 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
                   verify: Mapping[str, Any] | None = None, baseline: tuple[str, Any] | None = None) -> dict[str, Path]:
     """projection.json, projection.html and projection_timeline.png into ``out_dir``; ``baseline`` (label,
     projection) is shown beside the projection in the HTML (the recipe as written, after auto-tune)."""
+    from primus_ext.files import write_output
     from primus_ext.report.html import ReportInputs, render_html
     from primus_ext.report.timeline_png import timeline_png
     from primus_ext.results.projection import projection_document, verify_fields
@@ -162,13 +163,14 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
                               **({"verify": verify_fields(verify)} if verify else {}))
     files = {"json": out_dir / "projection.json", "html": html_path or out_dir / "projection.html",
              "png": out_dir / "projection_timeline.png"}
-    files["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    write_output(files["json"], json.dumps(doc, indent=2, default=str) + "\n")
     inputs = ReportInputs(recipe=str(doc["recipe"] or ""), overrides=tuple(overrides),
                           cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()),
                           extra=dict(extra or {}))
     files["html"].parent.mkdir(parents=True, exist_ok=True)
-    files["html"].write_text(render_html(projection, inputs=inputs, verify=verify, baseline=baseline), encoding="utf-8")
-    files["png"].write_bytes(timeline_png(projection))
+    write_output(files["html"], render_html(projection, inputs=inputs, verify=verify, baseline=baseline),
+                 label="--html")
+    write_output(files["png"], timeline_png(projection))
     return files
 
 

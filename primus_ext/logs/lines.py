@@ -50,7 +50,7 @@ NEMO_STEP = "train_step_timing in s"
 
 def clean(line: str) -> str:
     """Without ANSI colour codes and line terminators."""
-    return ANSI.sub("", line).rstrip("\r\n")
+    return (ANSI.sub("", line) if "\x1b" in line else line).rstrip("\r\n")
 
 
 def first_number(text: str) -> float | None:
@@ -65,16 +65,17 @@ def first_number(text: str) -> float | None:
 def fields(text: str) -> dict[str, str]:
     """``name: value`` pairs of a ``|``-separated line (the first occurrence of a name wins)."""
     out: dict[str, str] = {}
-    for part in text.split("|"):
-        m = FIELD.match(part)
-        if m and m.group(1) not in out:
-            out[m.group(1)] = m.group(2)
+    for part in text.split("|"):  # FIELD's reading, by str methods (a regex per field cost ~3 us, 12 a line)
+        name, colon, value = part.partition(":")
+        name = name.strip()
+        if colon and name and name[0].isascii() and name[0].isalpha() and name not in out:
+            out[name] = value.strip()
     return out
 
 
 def iteration_fields(line: str) -> tuple[int, int, dict[str, str]] | None:
     """(index, total, fields) of a Megatron/Primus/NeMo iteration line, ``None`` for any other line."""
-    m = ITERATION.search(line)
+    m = ITERATION.search(line) if "iteration" in line else None
     if not m:
         return None
     got = fields(line[m.end():])
@@ -84,7 +85,7 @@ def iteration_fields(line: str) -> tuple[int, int, dict[str, str]] | None:
 
 
 def memory_fields(line: str) -> tuple[int, int | None, dict[str, float | None]] | None:
-    m = MEMORY.search(line)
+    m = MEMORY.search(line) if "memory (MB)" in line else None
     if not m:
         return None
     got = fields(m.group(3))
@@ -95,11 +96,16 @@ def memory_fields(line: str) -> tuple[int, int | None, dict[str, float | None]] 
 
 def rank_tag(line: str) -> int | None:
     """The rank a prefix names before the iteration field, ``None`` without one."""
-    m = RANK_TAG.search(line[:line.find(" iteration ") if " iteration " in line else len(line)])
+    prefix = line[:line.find(" iteration ") if " iteration " in line else len(line)]
+    if "[rank" not in prefix and "[default" not in prefix and not prefix.lstrip()[:1].isdigit():
+        return None  # none of the three prefixes can match
+    m = RANK_TAG.search(prefix)
     return next((int(g) for g in m.groups() if g is not None), None) if m else None
 
 
 def version_of(line: str) -> str | None:
+    if "megatron" not in line.lower():  # both patterns need the word
+        return None
     for pattern in VERSIONS:
         m = pattern.search(line)
         if m:

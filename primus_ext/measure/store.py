@@ -33,6 +33,9 @@ from typing import TYPE_CHECKING, Any
 from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
+MAX_IMPORT_BYTES = 4 << 30
+"""4 GiB: an export holds one ~1 kB line per measured layer shape; a larger --import is refused unread."""
+
 if TYPE_CHECKING:
     from primus_ext.measure.single import Measurement
 
@@ -302,9 +305,12 @@ class TimingStore:
 
     # --- moving between machines ------------------------------------------------------------------
     def export(self, path: str | os.PathLike[str]) -> int:
-        """Write every entry (both tables) as JSON lines; returns the number of lines."""
+        """Write every entry (both tables) as JSON lines, atomically (``files.atomic_output``: a killed or failed
+        export leaves the old file whole); returns the number of lines."""
+        from primus_ext.files import atomic_output
+
         n = 0
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_output(path, label="--export") as f:
             for table in _TABLES:
                 for row in self._rows(table):
                     f.write(json.dumps({"table": table, **row}, sort_keys=True) + "\n")
@@ -312,9 +318,15 @@ class TimingStore:
         return n
 
     def import_(self, path: str | os.PathLike[str]) -> int:
-        """Read an ``export`` file, replacing entries with the same keys; returns the count."""
+        """Read an ``export`` file, replacing entries with the same keys; returns the count. The file is read through
+        ``files.open_input`` (a regular file of at most ``MAX_IMPORT_BYTES``)."""
+        import io
+
+        from primus_ext.files import open_input
+
         n = 0
-        with open(path, encoding="utf-8") as f:
+        with io.TextIOWrapper(open_input(path, max_bytes=MAX_IMPORT_BYTES, what="--import file"),
+                              encoding="utf-8") as f:
             for line in f:
                 if line.strip():
                     row = json.loads(line, parse_constant=_refuse_constant)

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError, cut, shown
+from primus_ext.files import real_path
 from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
 from primus_ext.recipe.key_effects import unmodelled_keys
@@ -215,7 +216,7 @@ def _nodes_hint(e: ExecutionSpec, s: SystemSpec) -> Problem:
 
 def _inside(path: Path, folder: Path) -> bool:
     try:
-        return path.resolve().is_relative_to(folder.resolve())
+        return real_path(path).is_relative_to(real_path(folder))
     except (OSError, RuntimeError, ValueError):
         return False
 
@@ -454,7 +455,7 @@ def load_recipe(
 
 def _reading_order(files: Sequence[Path], recipe: Path) -> tuple[str, ...]:
     """The preset files (parents before children), then the recipe and what it extends, each once."""
-    own = [f for f in files if f.resolve() == recipe.resolve()]
+    own = [f for f in files if real_path(f) == real_path(recipe)]
     rest = [f for f in files if f not in own]
     seen: dict[str, None] = {}
     for f in (*rest, *own):

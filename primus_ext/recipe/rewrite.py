@@ -296,9 +296,12 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
 
 def read_text(path: Path) -> str:
     """The file's text with its line endings as they are (no universal-newline translation)."""
+    from primus_ext.files import InputRefused, read_input
+
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            return fh.read()
+        return read_input(path, max_bytes=safe_yaml.MAX_TEXT_BYTES, what="recipe").decode("utf-8")
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err), fix="give a recipe file")]) from None
     except UnicodeDecodeError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason}): not a recipe",
                                             fix="write the tuned copy to a new file")]) from None

@@ -107,18 +107,25 @@ class SearchStats:
     wall_s: float = 0.0
 
 
+MAX_LOG_BYTES = 1 << 30
+"""A trial log holds ~1 kB per projected trial; a larger --resume file is refused unread."""
+
 class TrialLog:
     """Append-only JSON-lines log: a header, then one line per new trial (``--resume`` reads it)."""
 
-    def __init__(self, path: str | Path, header: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, path: str | Path, header: Mapping[str, Any] | None = None, *, resumed: bool = False) -> None:
         self.path = Path(path)
         self.header = dict(header or {})
+        self.resumed = resumed
+        """The log was read to continue the search it records (``--resume``): appending to it is its purpose."""
         self._fh: Any = None
 
     def write(self, trial: Trial) -> None:
         if self._fh is None:
+            from primus_ext.files import open_journal
+
             fresh = not self.path.exists() or self.path.stat().st_size == 0
-            self._fh = self.path.open("a", encoding="utf-8")
+            self._fh = open_journal(self.path, label="--log", resumed=self.resumed)
             if fresh:
                 self._fh.write(json.dumps({"header": self.header, "version": LOG_VERSION}) + "\n")
         self._fh.write(json.dumps({"trial": trial.to_dict()}) + "\n")
@@ -132,10 +139,12 @@ class TrialLog:
 
 def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> list[Trial]:
     """Trials of a log. ``expect``: header fields that must match (same recipe, cluster, space)."""
+    from primus_ext.files import InputRefused, read_input
+
     trials: list[Trial] = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
-    except (OSError, UnicodeDecodeError) as err:
+        lines = read_input(path, max_bytes=MAX_LOG_BYTES, what="trial log").decode("utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError, InputRefused) as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read the log: {err}",
                                             fix="give the --log file of the search to continue")]) from None
     for number, line in enumerate(lines, 1):

@@ -127,8 +127,8 @@ def _relative_extends(text: str, source: Path, folder: Path) -> str:
     if not extends:
         return text
     parents = [extends] if isinstance(extends, str) else list(extends)
-    moved = [p if os.path.isabs(p) else os.path.relpath(source.parent.resolve() / p, folder.resolve())
-             for p in parents]
+    here, there = os.path.realpath(source.parent), os.path.realpath(folder)
+    moved = [p if os.path.isabs(p) else os.path.relpath(os.path.join(here, p), there) for p in parents]
     if moved == parents:
         return text
     edited = edit_text(text, [((), "extends", render(moved))])
