@@ -274,9 +274,12 @@ def atomic_output(target: str | Path, *, label: str | None = None, binary: bool 
         if real.is_file():
             shutil.copymode(real, tmp)
         os.replace(tmp, real)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename is None:  # a full disk names no file: name the output
+            raise OSError(err.errno, f"{err.strerror or err} (nothing written; the old file, if any, is as it "
+                          "was)", str(target)) from None
         raise
     with contextlib.suppress(OSError):  # the rename itself survives a power cut once its folder is synced
         folder = os.open(real.parent, os.O_RDONLY)

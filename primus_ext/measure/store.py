@@ -25,11 +25,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.measure.store_open import add_missing_columns, open_database, store_errors
 from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
@@ -151,22 +153,26 @@ class TimingStore:
 
     ``device``: whose entries ``cost`` returns (default: this machine's). ``versions``: the library
     versions preferred among several entries (default: this process's; ``"any"``: no preference,
-    and no torch import). ``cost`` answers are memoised until the next write.
+    and no torch import). ``cost`` answers are memoised until the next write. ``reading``: opened read-only,
+    nothing created or migrated (a command that only reads a store leaves its file as it was). Every SQLite failure
+    is a ``store_open.StoreError`` naming the file and the fix (``store_open``).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, device: str | None = None,
-                 accept_scaled: bool = False, versions: str | None = None):
+                 accept_scaled: bool = False, versions: str | None = None, reading: bool = False):
+        from primus_ext.files import note_input
+
         self.path = Path(path) if path is not None else default_store_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._device = device
         self._versions = versions
         self.accept_scaled = accept_scaled
         self._memo: dict[str, LayerCost | None] = {}
-        self._db = sqlite3.connect(self.path)
-        for table, (columns, key) in _TABLES.items():
-            cols = ", ".join(f"{name} {decl}" for name, decl in columns)
-            self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({', '.join(key)}))")
-        self._db.commit()
+        if str(self.path) != ":memory:":
+            note_input(self.path)  # no report of this command may be written over it
+        # every SQLite failure a StoreError naming the file and the fix; an unreadable default store moved aside
+        self._db, self.read_only = open_database(self.path, _TABLES, default=self.path == default_store_path(),
+                                                 reading=reading)
+        self._migrated: set[str] = set()
 
     # --- identity of this machine (lazy: importing torch only when no device was named) ---------
     @property
@@ -199,8 +205,16 @@ class TimingStore:
     def _put(self, table: str, row: dict[str, Any]) -> None:
         columns = [name for name, _ in _TABLES[table][0]]
         placeholders = ", ".join("?" for _ in columns)
-        self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})",
-                         [row.get(c) for c in columns])
+        with store_errors(self.path):
+            if table not in self._migrated:  # an older store gains the columns it lacks, on its first write
+                add_missing_columns(self._db, table, _TABLES[table][0])
+                self._migrated.add(table)
+            self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})",
+                             [row.get(c) for c in columns])
+
+    def _commit(self) -> None:
+        with store_errors(self.path):
+            self._db.commit()
 
     def record(self, m: Measurement) -> None:
         """Store a ``single.Measurement`` (success or failure), replacing an entry with the same key."""
@@ -215,13 +229,13 @@ class TimingStore:
         if cost is not None:
             row.update({f: getattr(cost, f) for f in _COST_FIELDS}, source=cost.source)
         self._put("layer_costs", row)
-        self._db.commit()
+        self._commit()
         self._memo.clear()
 
     def record_fabric(self, points: list[FabricPoint]) -> None:
         for p in points:
             self._put("fabric", asdict(p))
-        self._db.commit()
+        self._commit()
 
     def record_calibration(self, *, key: str, model: str, gpu: str, precision: str, record: dict[str, Any],
                            date: str = "", host: str = "") -> None:
@@ -229,7 +243,7 @@ class TimingStore:
         workload's previous one."""
         self._put("calibrations", dict(key=key, model=model, gpu=gpu, precision=precision, date=date, host=host,
                                        record=json.dumps(record, sort_keys=True)))
-        self._db.commit()
+        self._commit()
 
     def calibrations(self, *, model: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
         """Calibration records (their JSON, parsed), optionally of one model fingerprint / GPU name."""
@@ -240,22 +254,35 @@ class TimingStore:
                 args.append(value)
         out = []
         for row in self._rows("calibrations", " AND ".join(where), tuple(args)):
-            out.append(json.loads(row["record"], parse_constant=_refuse_constant))
+            try:
+                out.append(json.loads(row["record"], parse_constant=_refuse_constant))
+            except (TypeError, ValueError) as err:  # a record edited or cut by hand: the others still apply
+                print(f"warning: {self.path}: calibration record {row.get('key')!r} is not JSON ({err}); skipped "
+                      f"(primus-ext calibrate --forget removes it)", file=sys.stderr)
         return out
 
     def forget_calibrations(self, *, model: str | None = None) -> int:
         """Remove calibration records (all, or one model's); returns how many."""
-        cur = self._db.execute("DELETE FROM calibrations" + (" WHERE model = ?" if model else ""),
-                               (model,) if model else ())
-        self._db.commit()
+        with store_errors(self.path):
+            cur = self._db.execute("DELETE FROM calibrations" + (" WHERE model = ?" if model else ""),
+                                   (model,) if model else ())
+        self._commit()
         return cur.rowcount
 
     # --- reading ----------------------------------------------------------------------------------
     def _rows(self, table: str, where: str = "1", args: tuple[Any, ...] = ()) -> Iterator[dict[str, Any]]:
-        cur = self._db.execute(f"SELECT * FROM {table} WHERE {where}", args)
-        names = [d[0] for d in cur.description]
-        for values in cur:
-            yield dict(zip(names, values, strict=True))
+        with store_errors(self.path):
+            try:
+                cur = self._db.execute(f"SELECT * FROM {table} WHERE {where}", args)
+            except sqlite3.OperationalError as err:
+                if self.read_only and "no such table" in str(err):
+                    return  # a read-only store without this table holds none of its rows
+                raise
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+        absent = dict.fromkeys(name for name, _ in _TABLES[table][0])  # an older store's missing columns read None
+        for values in rows:
+            yield {**absent, **dict(zip(names, values, strict=True))}
 
     def _best(self, rows: list[dict[str, Any]], precision: str) -> dict[str, Any] | None:
         """Prefer this process's library versions, then an entry that ran in the shape's precision on the real
@@ -337,7 +364,7 @@ class TimingStore:
                         raise ValueError(f"{path}: line {n + 1}: unknown table {table!r}")
                     self._put(table, row)
                     n += 1
-        self._db.commit()
+        self._commit()
         self._memo.clear()
         return n
 
@@ -380,7 +407,9 @@ def open_store_file(path: str | os.PathLike[str], **kwargs: Any) -> TimingStore:
             sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
     except OSError as err:
         raise PrimusExtError(f"--store {os.fspath(path)}: cannot be read ({err.strerror or err})") from None
-    store = TimingStore(path if sqlite else ":memory:", **kwargs)
+    if not sqlite and Path(path) == default_store_path():  # the user's cache, not an export: moved aside if unreadable
+        return TimingStore(path, **kwargs)
+    store = TimingStore(path if sqlite else ":memory:", **(kwargs if sqlite else {**kwargs, "reading": False}))
     if not sqlite:
         try:
             store.import_(path)
@@ -400,7 +429,7 @@ def store_for_target(path: str | os.PathLike[str], gpu_name: str, *, device: str
         from primus_ext.errors import PrimusExtError
 
         raise PrimusExtError(f"--store {os.fspath(path)}: no such file (a timing store written by `primus-ext bench`)")
-    store = open_store_file(path, device=device or "?", accept_scaled=accept_scaled)
+    store = open_store_file(path, device=device or "?", accept_scaled=accept_scaled, reading=True)
     if device is None:
         store._device = device_for(store, gpu_name)  # an export lives in this one in-memory store: no reopening
         if store._device is None:

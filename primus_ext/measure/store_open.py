@@ -33,7 +33,7 @@ from primus_ext.errors import PrimusExtError
 
 Columns = Sequence[tuple[str, str]]
 
-_UNREADABLE = ("file is not a database", "malformed", "not a database", "file is encrypted")
+_UNREADABLE = ("file is not a database", "malformed", "not a database", "file is encrypted", "has no column named")
 """SQLite's messages for a file that is not (or no longer) a database."""
 
 
@@ -57,8 +57,8 @@ def _why(path: Path, err: BaseException) -> str:
         return (f"timing store {path} cannot be opened ({text}); check that it is a file in a folder you can "
                 "write, or give another path with --store / --out")
     if "no such column" in low or "has no column" in low or "no such table" in low or "columns but" in low:
-        return (f"timing store {path} has another layout ({text}): not a primus-ext timing store; give another "
-                "path with --store / --out")
+        return (f"timing store {path} has another layout ({text}): not a primus-ext timing store; move it away "
+                "or give another path with --store / --out")
     return f"timing store {path}: {text}; check the file, or give another with --store / --out"
 
 
@@ -74,27 +74,43 @@ def store_errors(path: Path) -> Iterator[None]:
                          "permissions, or give another with --store / --out") from None
 
 
+def table_columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
 def _schema(db: sqlite3.Connection, tables: Mapping[str, tuple[Columns, Sequence[str]]], read_only: bool) -> None:
-    """Create the tables a store lacks and add the columns an older store lacks (nothing, when read-only)."""
-    for table, (columns, key) in tables.items():
-        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-        if not have:
-            if not read_only:
-                cols = ", ".join(f"{name} {decl}" for name, decl in columns)
-                db.execute(f"CREATE TABLE {table} ({cols}, PRIMARY KEY ({', '.join(key)}))")
-            continue
-        for name, decl in columns:
-            if name not in have and not read_only:  # NOT NULL needs a default on ALTER: the column is nullable
-                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl.replace(' NOT NULL', '')}")
-    if not read_only:
+    """Create the tables a store lacks (not when read-only); a table without its key columns is another program's
+    (``sqlite3.DatabaseError``, said as another layout). Columns an older store lacks are added on its first
+    write (``add_missing_columns``), so reading never changes the file."""
+    have = {table: table_columns(db, table) for table in tables}
+    for table, (_, key) in tables.items():  # every table checked before any is created: a refusal changes nothing
+        missing = [k for k in key if have[table] and k not in have[table]]
+        if missing:
+            raise sqlite3.DatabaseError(f"table {table} has no column named {missing[0]} (has columns but not "
+                                        "a primus-ext store's)")
+    absent = [table for table in tables if not have[table]]
+    if absent and not read_only:
+        for table in absent:
+            columns, key = tables[table]
+            cols = ", ".join(f"{name} {decl}" for name, decl in columns)
+            db.execute(f"CREATE TABLE {table} ({cols}, PRIMARY KEY ({', '.join(key)}))")
         db.commit()
+
+
+def add_missing_columns(db: sqlite3.Connection, table: str, columns: Columns) -> None:
+    """Give an older store's ``table`` the columns it lacks (their rows read them as NULL)."""
+    have = table_columns(db, table)
+    for name, decl in columns:
+        if name not in have:  # NOT NULL needs a default on ALTER: the added column is nullable
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl.replace(' NOT NULL', '')}")
 
 
 def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
 
 
-def _connect(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]]) -> tuple[sqlite3.Connection, bool]:
+def _connect(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]],
+             reading: bool = False) -> tuple[sqlite3.Connection, bool]:
     if str(path) == ":memory:":
         db = sqlite3.connect(":memory:")
         _schema(db, tables, read_only=False)
@@ -102,11 +118,9 @@ def _connect(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]]) ->
     if path.is_dir():
         raise StoreError(f"timing store {path} is a folder; give a file path (e.g. {path / 'timings.sqlite'})")
     path.parent.mkdir(parents=True, exist_ok=True)
-    read_only = path.exists() and not _writable(path)
-    if read_only:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    else:
-        db = sqlite3.connect(path)
+    read_only = path.exists() and (reading or not _writable(path))
+    db = sqlite3.connect(f"{Path(os.path.realpath(path)).as_uri()}?mode=ro", uri=True) if read_only else (
+        sqlite3.connect(path))
     try:
         db.execute("PRAGMA schema_version").fetchone()  # reads the header: a text file fails here
         _schema(db, tables, read_only)
@@ -117,12 +131,13 @@ def _connect(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]]) ->
 
 
 def open_database(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]], *,
-                  default: bool) -> tuple[sqlite3.Connection, bool]:
+                  default: bool, reading: bool = False) -> tuple[sqlite3.Connection, bool]:
     """A connection to the store at ``path`` with its tables, and whether it is read-only. ``default``: the
-    user's cache (``default_store_path``): an unreadable one is moved aside and replaced by a fresh store."""
+    user's cache (``default_store_path``): an unreadable one is moved aside and replaced by a fresh store.
+    ``reading``: opened read-only (a command that only reads a store never changes its file)."""
     try:
         with store_errors(path):
-            return _connect(path, tables)
+            return _connect(path, tables, reading)
     except StoreError as err:
         unreadable = any(s in str(err).lower() for s in _UNREADABLE)
         if not (default and unreadable and path.is_file()):
@@ -136,7 +151,7 @@ def open_database(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]
     print(f"warning: the timing store {path} was not a readable SQLite database: moved to {aside} (nothing "
           "deleted) and a new empty store started; measurements kept there are not used", file=sys.stderr)
     with store_errors(path):
-        return _connect(path, tables)
+        return _connect(path, tables, reading)
 
 
-__all__ = ["StoreError", "open_database", "store_errors"]
+__all__ = ["StoreError", "add_missing_columns", "open_database", "store_errors", "table_columns"]
