@@ -253,7 +253,10 @@ def run_command(args: argparse.Namespace) -> int:
             fix="install one of them, or run the built-in trainer: --train-iters N [--scale F --nproc 2]")])
     command = launch_command(found, recipe, args.overrides, nproc=args.nproc or _gpu_count(),
                              nnodes=recipe.system.num_nodes)
-    print(f"launching with {found.kind} ({found.how}):\n  {command.shell()}", file=sys.stderr)
+    from primus_ext.recipe.secrets import hide_text
+
+    print(f"launching with {found.kind} ({found.how}):\n  {hide_text(command.shell(), recipe.hidden)}",
+          file=sys.stderr)
     import os
 
     return subprocess.run(command.argv, env={**os.environ, **command.env}, check=False).returncode

@@ -74,6 +74,13 @@ def experiment_dir(recipe_path: str | Path, *, env: Mapping[str, str] | None = N
     workspace = values.get("workspace")
     if not isinstance(workspace, str) or not workspace:
         return Path("output") / path.stem
+    from primus_ext.errors import PrimusExtError
+    from primus_ext.recipe.secrets import folder_name_problem
+
+    refused = [why for key in ("workspace", "work_group", "user_name", "exp_name")
+               if (why := folder_name_problem(key, values.get(key), path=key == "workspace"))]
+    if refused:  # a value from the environment names a folder only if it is a plain name (recipe.secrets)
+        raise PrimusExtError("; ".join(refused) + "; set the variable to a plain name, or pass --workspace DIR")
     parts = [str(values[k]) for k in ("work_group", "user_name") if isinstance(values.get(k), str | int)]
     exp = values.get("exp_name")
     return Path(workspace, *parts, str(exp) if exp else path.stem)

@@ -55,6 +55,7 @@ from primus_ext.recipe.presets import (
     load_preset,
 )
 from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
+from primus_ext.recipe.secrets import hidden_values, hide_mapping, hide_text, hide_value
 from primus_ext.recipe.target import target_block
 from primus_ext.recipe.validate import check
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -105,6 +106,9 @@ class Recipe:
     unmodelled: Mapping[str, str] = field(default_factory=dict)
     """Keys set to a value that changes time or memory but that the projection does not price: key ->
     ``value (projected as X): effect`` (``key_effects.UNMODELLED``; also one line of ``warnings``)."""
+    hidden: Mapping[str, str] = field(default_factory=dict)
+    """Text from the environment (``${VAR}``) -> its template: used, never shown (``recipe.secrets``); a printed
+    command or message passes through ``secrets.hide_text(text, recipe.hidden)``."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view: the three specs, the cluster, warnings and unknown keys."""
@@ -114,7 +118,7 @@ class Recipe:
             "model": dataclasses.asdict(self.model),
             "execution": dataclasses.asdict(self.execution),
             "system": {**dataclasses.asdict(self.system), "world_size": self.system.world_size},
-            "unknown_keys": dict(self.unknown_keys),
+            "unknown_keys": hide_mapping(self.unknown_keys),
             "unmodelled_keys": dict(self.unmodelled),
             "preset_files": list(self.preset_files),
             "config_root": self.config_root,
@@ -164,10 +168,21 @@ class _State:
     """Every YAML file read, in reading order."""
     nodes_defaulted: bool = False
     """No node count was given anywhere (1 node assumed)."""
+    hidden: dict[str, str] = field(default_factory=dict)
+    """Text from the environment -> its template (``secrets``): never in a message."""
 
     def fail_if_problems(self) -> None:
         if self.problems:
-            raise RecipeError(problems=[*self.problems, *self.typos], source=display(self.path))
+            raise RecipeError(problems=[self.shown(p) for p in (*self.problems, *self.typos)],
+                              source=display(self.path))
+
+    def shown(self, problem: Problem) -> Problem:
+        """``problem`` as it may be printed: a value from the environment as its template."""
+        value = hide_value(problem.value)
+        if isinstance(value, str):
+            value = hide_text(value, self.hidden)
+        return dataclasses.replace(problem, value=value, message=hide_text(problem.message, self.hidden),
+                                   fix=hide_text(problem.fix, self.hidden))
 
 
 def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, str]:
@@ -386,6 +401,7 @@ def load_recipe(
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path))
     top = load_preset(state.path, state.env, state.problems, state.warnings, files=state.files)
+    state.hidden.update(hidden_values(top.values))
     if not top.values:
         state.fail_if_problems()  # unreadable file: nothing to resolve
     data = dict(top.values)
@@ -405,6 +421,7 @@ def load_recipe(
                 fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
             state.fail_if_problems()
     args.update(parse_overrides(overrides, state.problems))
+    state.hidden.update(hidden_values(args.values))  # presets' and the command line's too
     system = _system(state, block, cluster, nodes)
     if system is None:  # a bad cluster / node count: still list every argument problem with it
         from primus_ext.hardware import load_system
@@ -441,15 +458,16 @@ def load_recipe(
         system=system,
         megatron_args=MappingProxyType(dict(args.values)),
         unknown_keys=MappingProxyType(unknown),
-        warnings=tuple(state.warnings),
+        warnings=tuple(hide_text(w, state.hidden) for w in state.warnings),
         source=str(path),
         origins=MappingProxyType(dict(args.origins)),
-        problems=() if validate else tuple(legality),
-        exp_name=exp_name if isinstance(exp_name, str) else "",
+        problems=() if validate else tuple(state.shown(p) for p in legality),
+        exp_name=hide_value(exp_name) if isinstance(exp_name, str) else "",
         module=module,
         preset_files=_reading_order(state.files, state.path),
-        unmodelled=MappingProxyType(unmodelled_keys(args.values)),
+        unmodelled=MappingProxyType({k: hide_text(v, state.hidden) for k, v in unmodelled_keys(args.values).items()}),
         config_root=display(found_root) if found_root else None,
+        hidden=MappingProxyType(dict(state.hidden)),
     )
 
 
