@@ -30,6 +30,10 @@ MEMORY = re.compile(r"\[Rank (\d+)\]\s*\((?:after (\d+) iterations)?[^)]*\)\s*me
 BRIDGE_STEP = re.compile(r"Step Time\s*:\s*([-+\d.eE]+)\s*s\b(?:.*?GPU utilization\s*:\s*([-+\d.eE]+)\s*"
                          r"TFLOP/s/GPU)?")
 MFU = re.compile(r"\bMFU\b[^0-9|]*?([-+]?\d+(?:\.\d+)?)\s*%")
+MAX_FIELDS = 256
+"""Fields read of one line (Megatron's iteration line has ~15; Primus's ~20)."""
+MAX_MFU_CHARS = 256
+"""Characters of a field searched for MFU (its lazy gap made ``MFU MFU ...`` lines quadratic)."""
 RANK_TAG = re.compile(r"\[rank-?(\d+)(?:/\d+)?\]|\[default(\d+)\]:|^\s*(\d+):\s")
 """Rank prefixes: Primus ``[rank-7/8]``, torchrun ``--tee`` ``[default0]:``, srun/mpirun ``--label`` ``0: ``."""
 ARGS_START = re.compile(r"-{3,}\s*arguments\s*-{3,}")
@@ -65,7 +69,7 @@ def first_number(text: str) -> float | None:
 def fields(text: str) -> dict[str, str]:
     """``name: value`` pairs of a ``|``-separated line (the first occurrence of a name wins)."""
     out: dict[str, str] = {}
-    for part in text.split("|"):  # FIELD's reading, by str methods (a regex per field cost ~3 us, 12 a line)
+    for part in text.split("|", MAX_FIELDS)[:MAX_FIELDS]:  # FIELD's reading by str methods (a regex cost ~3 us each)
         name, colon, value = part.partition(":")
         name = name.strip()
         if colon and name and name[0].isascii() and name[0].isalpha() and name not in out:

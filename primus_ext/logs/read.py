@@ -1,7 +1,7 @@
 """``read_log``: stream a training log line by line into a ``TrainingLog``.
 
 Bounded: only a regular file is read (a FIFO, ``/dev/zero`` or ``/dev/urandom`` is refused before the first byte,
-``files.open_input``); of a long one only its head and tail (``window``: at most 48 MiB and 250 000 lines, the
+``files.open_input``); of a long one only its head and tail (``window``: at most 32 MiB and 125 000 lines, the
 middle skipped and flagged), each line cut to ``MAX_LINE_CHARS``; at most ``MAX_ITERATIONS`` iterations and
 ``MAX_CONFIG`` arguments are kept. Linear: each line costs the same whatever came before it (the current run's
 highest iteration is kept as it grows, not recomputed per line; only the current and the last finished run are
@@ -112,7 +112,7 @@ class _Reader:
             if not complete:
                 self.flag(n, "iteration line", text[-60:], "truncated last line, not used")
                 return
-            self._iteration(n, *got, rank=L.rank_tag(text))
+            self._iteration(n, *got, rank=L.rank_tag(text), text=text)
             return
         mem = L.memory_fields(text)
         if mem and complete:
@@ -146,7 +146,12 @@ class _Reader:
             return True
         return False
 
-    def _iteration(self, n: int, index: int, total: int, got: dict[str, str], *, rank: int | None) -> None:
+    def _iteration(self, n: int, index: int, total: int, got: dict[str, str], *, rank: int | None,
+                   text: str = "MFU") -> None:
+        signature = hash(tuple(got.items()))  # the same printer writes the same fields in the same order
+        seen = self.run.get(index)
+        if seen is not None and rank != self.ranks.get(index) and index >= self.top - MAX_RANK_LAG:
+            return  # another rank's line of an iteration just read (its own timer): the first one is kept
         step_ms = L.first_number(got[L.STEP_MS]) if L.STEP_MS in got else None
         step_s = step_ms / 1000 if step_ms is not None else L.first_number(got.get(L.NEMO_STEP, ""))
         if step_s is None:
@@ -164,19 +169,16 @@ class _Reader:
         if tokens is not None and tokens <= 0:
             self.flag(n, "tokens/s/GPU", f"{tokens:g}", "non-positive, not used")
             tokens = None
-        joined = "|".join(f"{k}: {v}" for k, v in got.items())
-        mfu = L.MFU.search(joined) if "MFU" in joined else None
+        mfu = next((m for k, v in got.items() if "MFU" in k or "MFU" in v
+                    if (m := L.MFU.search(f"{k}: {v}"[:L.MAX_MFU_CHARS]))), None) if "MFU" in text else None
         if mfu and not 0 < float(mfu.group(1)) <= 100:
             self.flag(n, "MFU", f"{mfu.group(1)} %", "impossible: MFU must lie in (0, 100] %")
-        batch = next((L.first_number(got[k]) for k in L.BATCH if k in got), None)
+        written = got.get(L.BATCH[0]) or got.get(L.BATCH[1])
+        batch = L.first_number(written) if written else None
         it = Iteration(index=index, total=total, step_time_s=step_s, tflops_per_gpu=tflops,
                        tokens_per_s_per_gpu=tokens, global_batch_size=int(batch) if batch else None, line=n,
                        averaged_over=self.log_interval or 1)
-        signature = hash(tuple(sorted(got.items())))
         run = self.run
-        seen = run.get(index)
-        if seen is not None and rank != self.ranks.get(index) and index >= self.top - MAX_RANK_LAG:
-            return  # another rank's line of an iteration just read (its own timer): the first one is kept
         if seen is not None and self.signatures.get(index) == signature:
             if len(self.echoes) < MAX_ECHOES:
                 self.echoes.append((it, signature))  # the same line printed twice, or by another rank

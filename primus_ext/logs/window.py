@@ -8,7 +8,7 @@ A log costs bounded time and memory whatever its size: at most ``HEAD_BYTES`` / 
 (the arguments block, the framework version, the first iterations) and ``TAIL_BYTES`` / ``TAIL_LINES`` from its
 end (the last run, whose stable segment is what every figure is taken from) are read; a longer log's middle is
 skipped, its newlines counted (up to ``COUNT_BYTES``, so line numbers after the gap stay exact) and reported
-(``Gap``). A log of 10^6 Megatron iteration lines (~0.6 GB) is read as its first ~14 000 and last ~70 000
+(``Gap``). A log of 10^6 Megatron iteration lines (~0.6 GB) is read as its first ~7 000 and last ~50 000
 iterations. Lines end at ``\\n``, ``\\r\\n`` or a lone ``\\r`` (as Python's ``newline=""`` reads them), each cut
 to ``MAX_LINE_CHARS`` characters (the rest of a longer line is skipped); bytes that are not UTF-8 are replaced.
 """
@@ -19,15 +19,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
-HEAD_BYTES = 8 << 20
-"""8 MiB from the start: Megatron's arguments block is ~30 kB; the rest are the first run's iterations."""
-TAIL_BYTES = 40 << 20
-"""40 MiB from the end: ~70 000 Megatron iteration lines (~600 bytes each)."""
-HEAD_LINES = 50_000
-TAIL_LINES = 200_000
-"""Lines read from each end (a file of short lines costs what its bytes would allow in iteration lines)."""
-COUNT_BYTES = 1 << 30
-"""A skipped middle up to 1 GiB has its newlines counted (~0.3 s); a larger (or sparse) one is not read at all."""
+HEAD_BYTES = 4 << 20
+"""4 MiB from the start: Megatron's arguments block is ~30 kB; the rest are the first run's iterations."""
+TAIL_BYTES = 28 << 20
+"""28 MiB from the end: ~50 000 Megatron iteration lines (~600 bytes each)."""
+HEAD_LINES = 25_000
+TAIL_LINES = 100_000
+"""Lines read from each end (a file of short lines costs what its bytes would allow in iteration lines: ~20 us
+each here, so at most ~3 s)."""
+COUNT_BYTES = 256 << 20
+"""A skipped middle up to 256 MiB has its newlines counted (~0.1 s); a larger (or sparse) one is not read at all."""
 MAX_LINE_CHARS = 16 * 1024
 """Longer lines are cut here (an iteration line is ~600-1 000 characters with colour codes and prefixes)."""
 _CHUNK = 16 << 20

@@ -401,10 +401,13 @@ def open_store_file(path: str | os.PathLike[str], **kwargs: Any) -> TimingStore:
     """``TimingStore(path, **kwargs)`` over an SQLite store, or over a JSON-lines ``export`` read into memory
     (what a GPU machine sends back). A file that is neither is a ``PrimusExtError``."""
     from primus_ext.errors import PrimusExtError
+    from primus_ext.files import InputRefused, open_input
 
-    try:
-        with open(path, "rb") as fh:
+    try:  # a regular file only (a FIFO would block the open), of any size (SQLite pages what it reads)
+        with open_input(path, max_bytes=1 << 62, what="--store") as fh:
             sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except InputRefused as err:
+        raise PrimusExtError(str(err)) from None
     except OSError as err:
         raise PrimusExtError(f"--store {os.fspath(path)}: cannot be read ({err.strerror or err})") from None
     if not sqlite and Path(path) == default_store_path():  # the user's cache, not an export: moved aside if unreadable
