@@ -185,6 +185,8 @@ _INPUT_PATHS: dict[str, str] = {}
 """Real path of every input file this process read -> how it was named (``note_input``)."""
 _INPUT_IDS: dict[tuple[int, int], str] = {}
 """(device, inode) of every input file -> its name: a hard link or a bind mount is the same file."""
+_JOURNALS: set[str] = set()
+"""Real paths of the journals read to be continued (``note_journal``)."""
 
 
 def note_input(path: str | Path) -> None:
@@ -201,6 +203,7 @@ def forget_inputs() -> None:
     """Clear the inputs noted so far (a new command in the same process: tests, the hostile campaign)."""
     _INPUT_PATHS.clear()
     _INPUT_IDS.clear()
+    _JOURNALS.clear()
 
 
 def input_problem(target: str | Path, label: str | None = None) -> Problem | None:
@@ -295,14 +298,20 @@ def write_output(target: str | Path, data: str | bytes, *, label: str | None = N
         fh.write(data)
 
 
-def open_journal(target: str | Path, *, label: str | None = None, resumed: bool = False) -> IO[str]:
-    """An append-only journal (``tune --log``): refused like any output when it is an input (unless ``resumed``:
-    the journal itself was read to continue it), else opened for appending, so what it held stays whole and a
-    killed run keeps every line written before the kill (a replace-on-close writer would lose them, and
-    ``--resume`` reads them). A line a kill cut short is ended first, so the next line starts on its own."""
+def note_journal(path: str | Path) -> None:
+    """``path`` was read as a journal to continue it (``tune --resume``): ``open_journal`` may append to it."""
+    with contextlib.suppress(OSError, ValueError):
+        _JOURNALS.add(os.path.realpath(path))
+
+
+def open_journal(target: str | Path, *, label: str | None = None) -> IO[str]:
+    """An append-only journal (``tune --log``): refused like any output when it is an input (unless it was read as
+    this journal, ``note_journal``), else opened for appending, so what it held stays whole and a killed run keeps
+    every line written before the kill (a replace-on-close writer would lose them, and ``--resume`` reads them).
+    A line a kill cut short is ended first, so the next line starts on its own."""
     from primus_ext.errors import RecipeError
 
-    problem = None if resumed else input_problem(target, label)
+    problem = None if os.path.realpath(target) in _JOURNALS else input_problem(target, label)
     if problem is not None:
         raise RecipeError(problems=[problem])
     fh = open(target, "a+", encoding="utf-8")  # noqa: SIM115 (the caller closes it)
@@ -370,5 +379,6 @@ def install_signal_exit() -> None:
 
 
 __all__ = ["BACKUP_SUFFIX", "InputRefused", "atomic_output", "atomic_write", "check_outputs", "forget_inputs",
-           "input_problem", "install_signal_exit", "next_backup", "note_input", "open_input", "open_journal",
-           "output_problem", "read_input", "real_path", "sweep", "take_backup", "temp_path", "write_output"]
+           "input_problem", "install_signal_exit", "next_backup", "note_input", "note_journal", "open_input",
+           "open_journal", "output_problem", "read_input", "real_path", "sweep", "take_backup", "temp_path",
+           "write_output"]

@@ -184,8 +184,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     ctx = SearchContext(space=space, oracle=projection_oracle(recipe.model, recipe.system, costs, records),
                         prefilter=MemoryFilter(recipe.model, recipe.system, margin=args.margin,
                                                memory_factor=memory_factor),
-                        budget=args.budget,
-                        log=TrialLog(log_path, header, resumed=bool(args.resume)) if log_path else None,
+                        budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
     candidates = None if args.no_regret else space.size()

@@ -113,11 +113,9 @@ MAX_LOG_BYTES = 1 << 30
 class TrialLog:
     """Append-only JSON-lines log: a header, then one line per new trial (``--resume`` reads it)."""
 
-    def __init__(self, path: str | Path, header: Mapping[str, Any] | None = None, *, resumed: bool = False) -> None:
+    def __init__(self, path: str | Path, header: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
         self.header = dict(header or {})
-        self.resumed = resumed
-        """The log was read to continue the search it records (``--resume``): appending to it is its purpose."""
         self._fh: Any = None
 
     def write(self, trial: Trial) -> None:
@@ -125,7 +123,7 @@ class TrialLog:
             from primus_ext.files import open_journal
 
             fresh = not self.path.exists() or self.path.stat().st_size == 0
-            self._fh = open_journal(self.path, label="--log", resumed=self.resumed)
+            self._fh = open_journal(self.path, label="--log")
             if fresh:
                 self._fh.write(json.dumps({"header": self.header, "version": LOG_VERSION}) + "\n")
         self._fh.write(json.dumps({"trial": trial.to_dict()}) + "\n")
@@ -139,11 +137,12 @@ class TrialLog:
 
 def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> list[Trial]:
     """Trials of a log. ``expect``: header fields that must match (same recipe, cluster, space)."""
-    from primus_ext.files import InputRefused, read_input
+    from primus_ext.files import InputRefused, note_journal, read_input
 
     trials: list[Trial] = []
     try:
         lines = read_input(path, max_bytes=MAX_LOG_BYTES, what="trial log").decode("utf-8").splitlines(keepends=True)
+        note_journal(path)  # read to be continued: appending to it is its purpose
     except (OSError, UnicodeDecodeError, InputRefused) as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read the log: {err}",
                                             fix="give the --log file of the search to continue")]) from None
