@@ -253,8 +253,12 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """``folder``'s manifest; a missing or foreign one is a ``RecipeError``."""
     path = Path(folder) / MANIFEST
     fix = "give the folder primus-ext tune --verify-top wrote (--verify-dir)"
+    from primus_ext.files import InputRefused, read_input
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_input(path, max_bytes=64 << 20, what="manifest").decode("utf-8"))
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err), fix=fix)]) from None
     except FileNotFoundError:
         raise RecipeError(problems=[Problem(path=str(path), message="no manifest here", fix=fix)]) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
