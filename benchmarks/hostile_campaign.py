@@ -65,7 +65,9 @@ def run_one(seed: int, seconds: float, wall: float, memory_gib: float, root: str
 
 def _worker(args: tuple[list[int], float, float, float]) -> list[dict]:
     seeds, seconds, wall, memory_gib = args
-    import primus_ext.cli  # warm imports before forking the cases
+    import primus_ext.cli  # warm imports before forking the cases (torch and megatron-core too: bench's)
+    import primus_ext.measure.runner
+    import primus_ext.measure.shims
     import primus_ext.projection
     import primus_ext.recipe  # noqa: F401
 

@@ -327,12 +327,13 @@ class InputRefused(PrimusExtError):
     """An input path that is not a regular file, or larger than its reader allows (the message names it)."""
 
 
-def open_input(path: str | Path, *, max_bytes: int, what: str = "file") -> BinaryIO:
+def open_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bool = True) -> BinaryIO:
     """Open a user's input file for reading, or refuse it (``InputRefused``) before reading a byte: a FIFO, a
     device (``/dev/zero``, ``/dev/urandom``), a socket or a folder, or a regular file over ``max_bytes``. The file
     is opened without blocking (a FIFO with no writer would otherwise wait forever), checked with ``fstat`` on the
     open descriptor (no race with a rename), and noted as an input (``note_input``). The caller still bounds its
-    reads (a file may grow): ``read_input`` does."""
+    reads (a file may grow): ``read_input`` does. ``note=False``: an output read before it is replaced (not an
+    input)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except IsADirectoryError:
@@ -351,17 +352,18 @@ def open_input(path: str | Path, *, max_bytes: int, what: str = "file") -> Binar
             raise InputRefused(f"{what} {path} is {found.st_size:,} bytes, more than the {max_bytes:,} read; give "
                                "a shorter file (e.g. its last lines: tail -n 100000)")
         os.set_blocking(fd, True)
-        note_input(path)
+        if note:
+            note_input(path)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
 
 
-def read_input(path: str | Path, *, max_bytes: int, what: str = "file") -> bytes:
+def read_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bool = True) -> bytes:
     """The bytes of a user's input file through ``open_input``, never more than ``max_bytes`` (a file that grew
     past the bound while read is refused as well)."""
-    with open_input(path, max_bytes=max_bytes, what=what) as fh:
+    with open_input(path, max_bytes=max_bytes, what=what, note=note) as fh:
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InputRefused(f"{what} {path} holds more than {max_bytes:,} bytes; give a shorter file")

@@ -237,6 +237,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"auto-tune: continuing with {config}", file=sys.stderr)
     recipe = load_recipe(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
                          config_roots=args.config_root)
+    check_outputs(("--html", args.html))  # against the recipe's presets too, before measuring or training
     if args.projection_only:
         return _projection_only(args, recipe, config)
     if args.train_iters or args.verify or args.launcher == "builtin":

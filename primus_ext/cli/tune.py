@@ -157,6 +157,7 @@ class _Searched:
 def _search(args: argparse.Namespace) -> _Searched:
     """Search, print the tables; the result."""
     from primus_ext.errors import Problem, RecipeError
+    from primus_ext.files import check_outputs
     from primus_ext.recipe import load_recipe
     from primus_ext.report.tune_table import format_tune
     from primus_ext.tune.agent import SearchContext, TrialLog, read_log
@@ -173,6 +174,8 @@ def _search(args: argparse.Namespace) -> _Searched:
     _check_outputs(args)
     recipe = load_recipe(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                          validate=False)
+    check_outputs(("--out", args.out), ("--json", None if args.json == "-" else args.json),  # its presets too,
+                  ("--log", args.log))  # before the search
     space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin),
                         schedules=PRIMUS_SCHEDULES if recipe.module else ())  # zero bubble runs under Primus only
     header = {"recipe": str(args.recipe), "cluster": recipe.system.name, "nodes": recipe.system.num_nodes,
@@ -188,7 +191,8 @@ def _search(args: argparse.Namespace) -> _Searched:
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
     candidates = None if args.no_regret else space.size()
-    options = StrategyOptions(seed=args.seed, llm_model=args.llm, llm_api_base=args.llm_api_base,
+    options = StrategyOptions(seed=args.seed, keep=max(1, args.verify_top or 1), llm_model=args.llm,
+                              llm_api_base=args.llm_api_base,
                               llm_timeout_s=args.llm_timeout, llm_total_s=args.llm_total)
     try:
         result = tune(ctx, args.strategy, baseline=recipe.execution, options=options,
@@ -288,7 +292,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
         try:
             if Path(args.out).is_file():
-                read_text(Path(args.out))
+                read_text(Path(args.out), note=False)  # an output, read for the diff: not an input
         except RecipeError as err:
             problems += err.problems
     if problems:

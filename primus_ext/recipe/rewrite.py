@@ -294,12 +294,13 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
     return (dumped.replace("\n", "\r\n") if "\r\n" in text else dumped), changed
 
 
-def read_text(path: Path) -> str:
-    """The file's text with its line endings as they are (no universal-newline translation)."""
+def read_text(path: Path, *, note: bool = True) -> str:
+    """The file's text with its line endings as they are (no universal-newline translation). ``note``: an input of
+    the command (``files.note_input``; not the output a rewrite replaces)."""
     from primus_ext.files import InputRefused, read_input
 
     try:
-        return read_input(path, max_bytes=safe_yaml.MAX_TEXT_BYTES, what="recipe").decode("utf-8")
+        return read_input(path, max_bytes=safe_yaml.MAX_TEXT_BYTES, what="recipe", note=note).decode("utf-8")
     except InputRefused as err:
         raise RecipeError(problems=[Problem(path=str(path), message=str(err), fix="give a recipe file")]) from None
     except UnicodeDecodeError as err:
@@ -327,7 +328,7 @@ def rewrite(path: str | Path, changes: Mapping[str, Any], *, out: str | Path | N
     real = _writable(target, force)
     original = read_text(source)
     text, changed = apply_changes(original, changes, path=str(source), cluster=cluster, module=module)
-    before = read_text(real) if real.exists() else None
+    before = read_text(real, note=False) if real.exists() else None
     diff = "".join(difflib.unified_diff(original.splitlines(keepends=True), text.splitlines(keepends=True),
                                         fromfile=str(source), tofile=str(target)))
     backup = None

@@ -107,8 +107,9 @@ class SearchStats:
     wall_s: float = 0.0
 
 
-MAX_LOG_BYTES = 1 << 30
-"""A trial log holds ~1 kB per projected trial; a larger --resume file is refused unread."""
+MAX_LOG_BYTES = 128 << 20
+"""A trial log holds ~1 kB per projected trial (an exhaustive search of the largest shipped space logs ~4 000): a
+larger --resume file is refused unread (read whole, it would cost ~4x its size in memory)."""
 
 class TrialLog:
     """Append-only JSON-lines log: a header, then one line per new trial (``--resume`` reads it)."""

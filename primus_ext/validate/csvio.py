@@ -8,7 +8,7 @@ from pathlib import Path
 
 from primus_ext.errors import Problem, RecipeError
 
-MAX_CSV_BYTES = 256 << 20
+MAX_CSV_BYTES = 64 << 20
 """The published-runs CSVs are ~100 kB; a larger file is refused unread."""
 
 

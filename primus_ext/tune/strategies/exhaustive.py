@@ -7,10 +7,11 @@ Walks the axes in order (structural first, then the memory-relevant ones, then t
     full recompute, the most sharding, no overlap buffers) is pre-filtered; if even that does not fit,
     no completion fits.
   * branch and bound (``options.bound``, on by default): every (structural, micro-batch) prefix gets
-    an upper bound on tok/s/GPU from one projection (``_upper_bound``); prefixes are searched best
-    bound first, and those whose bound cannot beat the best configuration found are skipped. The bound
-    is exact, not a heuristic: ``tests/tune/test_exhaustive.py`` checks its premises on the real
-    projection and that the optimum equals the plain search's.
+    an upper bound on tok/s/GPU (``_upper_bound``: the busiest rank's compute, no schedule simulated);
+    prefixes are searched best bound first, and those whose bound cannot beat the best configuration
+    found (the ``options.keep``-th best: ``--verify-top K``) are skipped. The bound is exact, not a
+    heuristic: ``tests/tune/test_exhaustive.py`` checks its premises on the real projection and that the
+    optimum equals the plain search's. The ranking below the ``keep``-th place holds what was projected.
 Pruned candidates are counted (``stats.pruned_*``), never projected. Every remaining candidate goes
 through ``ctx.try_config`` like any other proposal. The budget does not apply (it is exhaustive).
 """
@@ -189,8 +190,9 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
     prefixes: list[Config] = []
     walk(0, {}, depth, prefixes)
     bounds = [(_upper_bound(ctx, space, p, depth), n, p) for n, p in enumerate(prefixes)]
+    keep = max(1, getattr(options, "keep", 1))
     for bound, _, prefix in sorted(bounds, key=lambda b: (-b[0], b[1])):
-        best = ctx.best()
+        best = ctx.best() if keep == 1 else next(iter(ctx.projected()[keep - 1:keep]), None)
         if best is not None and bound <= best.tokens_per_s_per_gpu:
             ctx.stats.pruned_by_bound += count(prefix, depth)
             continue
