@@ -93,6 +93,9 @@ def report(records: list[dict], elapsed: float, args: argparse.Namespace) -> dic
         "slowest": {k: slow[k] for k in ("seed", "case", "cpu_s", "seconds")},
         "largest": {"seed": big["seed"], "case": big["case"], "peak_mib": round(big["peak_bytes"] / 2**20, 1)},
         "median_cpu_s": sorted(r["cpu_s"] for r in records)[len(records) // 2],
+        "cpu_s_by_family": {f: {"mean": round(sum(r["cpu_s"] for r in records if r["family"] == f) / n, 3),
+                                "max": max(r["cpu_s"] for r in records if r["family"] == f)}
+                            for f, n in sorted(families.items())},
     }
 
 
