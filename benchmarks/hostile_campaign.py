@@ -31,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "cli"))
 
-from hostile_cases import generate, run_case  # noqa: E402
+from hostile_cases import generate  # noqa: E402
+from hostile_run import run_case  # noqa: E402
 
 
 def _kind(failure: str) -> str:

@@ -12,7 +12,9 @@ import random
 import sys
 
 import pytest
-from hostile_cases import corpus, generate, run_case
+from hostile_cases import generate
+from hostile_corpus import corpus
+from hostile_run import run_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
