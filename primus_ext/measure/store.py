@@ -35,8 +35,11 @@ from primus_ext.measure.store_open import add_missing_columns, open_database, st
 from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
-MAX_IMPORT_BYTES = 4 << 30
-"""4 GiB: an export holds one ~1 kB line per measured layer shape; a larger --import is refused unread."""
+MAX_IMPORT_BYTES = 256 << 20
+"""256 MiB: an export holds one ~1-2 kB line per measured layer shape (~150 000 of them); a larger --import or
+--store export is refused unread (it is read into an in-memory store)."""
+MAX_IMPORT_LINE = 1 << 20
+"""An export line longer than 1 MiB is not an export's (a sparse or binary file): refused, not read whole."""
 
 if TYPE_CHECKING:
     from primus_ext.measure.single import Measurement
@@ -354,7 +357,10 @@ class TimingStore:
         n = 0
         with io.TextIOWrapper(open_input(path, max_bytes=MAX_IMPORT_BYTES, what="--import file"),
                               encoding="utf-8") as f:
-            for line in f:
+            while line := f.readline(MAX_IMPORT_LINE + 1):
+                if len(line) > MAX_IMPORT_LINE:
+                    raise ValueError(f"{path}: line {n + 1} is longer than {MAX_IMPORT_LINE:,} characters: not an "
+                                     "export of a timing store")
                 if line.strip():
                     row = json.loads(line, parse_constant=_refuse_constant)
                     if not isinstance(row, dict):
