@@ -81,3 +81,76 @@ def test_sigterm_during_a_write_leaves_nothing_behind(tmp_path: Path) -> None:
     assert proc.wait(timeout=10) == 128 + signal.SIGTERM
     time.sleep(0.05)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"] and target.read_text() == "v: 0\n"
+
+
+# --- issue 47: one output check, one atomic writer, one bounded reader, backups claimed atomically -------------
+
+def test_outputs_refuse_every_input_through_symlinks_and_hard_links(tmp_path: Path) -> None:
+    files.forget_inputs()
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("v: 0\n")
+    (tmp_path / "link.json").symlink_to(recipe)
+    os.link(recipe, tmp_path / "hard.html")
+    for out in ("r.yaml", "link.json", "hard.html"):
+        with pytest.raises(RecipeError, match="an input of this command"):
+            files.check_outputs(("--html", tmp_path / out), inputs=[recipe])
+    with pytest.raises(RecipeError, match="also the --json output"):
+        files.check_outputs(("--json", tmp_path / "a.out"), ("--html", tmp_path / "a.out"))
+    files.check_outputs(("--html", tmp_path / "report.html"), inputs=[recipe])  # a new file is fine
+    with pytest.raises(RecipeError, match="an input"):  # the writer checks again (presets noted after the check)
+        files.write_output(tmp_path / "link.json", "{}")
+    assert recipe.read_text() == "v: 0\n"
+    files.forget_inputs()
+
+
+def test_write_output_is_atomic_and_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
+    files.forget_inputs()
+    out = tmp_path / "report.html"
+    out.write_text("good report\n")
+    with pytest.raises(RuntimeError), files.atomic_output(out) as fh:
+        fh.write("half a rep")
+        raise RuntimeError("a full disk, say")
+    assert out.read_text() == "good report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no temporary file left
+    files.write_output(out, "new report\n")
+    assert out.read_text() == "new report\n"
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    (tmp_path / "via.json").symlink_to(target)
+    files.write_output(tmp_path / "via.json", "new")  # written through the link; the link stays a link
+    assert target.read_text() == "new" and (tmp_path / "via.json").is_symlink()
+
+
+def test_devices_and_pipes_are_neither_read_nor_written(tmp_path: Path) -> None:
+    fifo = tmp_path / "log"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero"), tmp_path):
+        with pytest.raises(files.InputRefused):
+            files.read_input(path, max_bytes=10)
+    big = tmp_path / "big"
+    with open(big, "wb") as fh:
+        fh.truncate(1 << 40)  # sparse: refused by its size, not read
+    with pytest.raises(files.InputRefused, match="more than"):
+        files.read_input(big, max_bytes=1 << 20)
+    assert files.output_problem("/dev/null", "--html") is not None  # a replace would swap the device node
+
+
+def test_concurrent_backups_never_share_a_name(tmp_path: Path) -> None:
+    import threading
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("original\n")
+    taken: list[Path] = []
+    barrier = threading.Barrier(8)
+
+    def back_up() -> None:
+        barrier.wait()
+        taken.append(files.take_backup(recipe))
+
+    threads = [threading.Thread(target=back_up) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(taken)) == 8 and all(p.read_text() == "original\n" for p in taken)
+    assert (tmp_path / "r.yaml.bak") in taken

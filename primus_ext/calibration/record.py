@@ -191,7 +191,7 @@ def load_records(store_path: str | os.PathLike[str] | None = None, *, model: str
     if not path.exists() or path.suffix == ".jsonl":
         return []
     out = []
-    with TimingStore(path, device="any", versions="any") as store:
+    with TimingStore(path, device="any", versions="any", reading=True) as store:
         for data in store.calibrations(model=model, gpu=gpu):
             try:
                 out.append(CalibrationRecord.from_dict(data))

@@ -22,7 +22,7 @@ import sys
 
 from primus_ext import __version__
 from primus_ext.errors import PrimusExtError, cut
-from primus_ext.files import install_signal_exit
+from primus_ext.files import forget_inputs, install_signal_exit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     install_signal_exit()
+    forget_inputs()  # the inputs no output may replace are this command's (main may run many in one process)
     stdout = sys.stdout
     sys.stdout = _QuietOnceReaderGone(stdout)
     try:

@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.model.rank_shape import rank_shapes
     from primus_ext.recipe import load_recipe
 
-    check_outputs(("--out", args.out), ("--export", args.export))  # before any measurement
+    check_outputs(("--out", args.out), ("--export", args.export),  # before any measurement
+                  inputs=(args.recipe, args.import_path))
     recipe = load_recipe(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes)
+    check_outputs(("--out", args.out), ("--export", args.export))  # against its presets too, still before measuring
     shapes = bench_shapes(rank_shapes(recipe.model, recipe.execution))
     device = resolve_device(args.device)
     scale = args.scale if args.scale is not None else default_scale(shapes.values(), device.type)

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
         raise PrimusExtError("calibrate needs RECIPE and at least one LOG (or --list / --forget)")
     check_json_out(args.json)
-    check_outputs(("--json", args.json))
+    check_outputs(("--json", args.json), inputs=(args.recipe, *(i for i in args.inputs if "=" not in i)))
     if Path(args.recipe).is_dir():  # a tune --verify-top folder: its manifest names the recipe and the logs
         from primus_ext.cli.calibrate_folder import folder_jobs
 

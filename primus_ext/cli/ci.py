@@ -30,11 +30,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+MAX_BASELINE_BYTES = 64 << 20
+"""A baseline holds a few hundred bytes per suite entry."""
+
+
 def _load_baseline(path: Path):
     from primus_ext.errors import Problem, RecipeError
+    from primus_ext.files import InputRefused, read_input
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_input(path, max_bytes=MAX_BASELINE_BYTES, what="baseline").decode("utf-8"))
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err))]) from None
     except FileNotFoundError:
         raise RecipeError(problems=[Problem(path=str(path), message="baseline file not found",
                                             fix="create it with --update-baseline")]) from None
@@ -62,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
     check_json_out(args.json_out)
-    check_outputs(("--junit", args.junit), ("--markdown", args.markdown), ("--json", args.json_out))  # before any work
+    check_outputs(("--junit", args.junit), ("--markdown", args.markdown), ("--json", args.json_out),  # before any work
+                  inputs=(args.suite, None if args.update_baseline else args.baseline))
     suite = load_suite(args.suite)
     baseline_path = Path(args.baseline) if args.baseline else suite.path.parent / "baseline.json"
     baseline = None if args.update_baseline else _load_baseline(baseline_path)

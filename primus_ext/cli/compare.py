@@ -112,14 +112,15 @@ def session_of(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_ext.files import check_outputs
+    from primus_ext.files import check_outputs, write_output
     from primus_ext.report.compare import compare_rows, format_compare
     from primus_ext.report.html import ReportInputs, render_compare_html
     from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
     check_json_out(args.json)
-    check_outputs(("--html", args.html), ("--json", args.json))  # before any work
     side_a, side_b = parse_sides(args.a, args.b)
+    check_outputs(("--html", args.html), ("--json", args.json),  # before any work
+                  inputs=(side_a.recipe, side_b.recipe))
     session, roots = session_of(args), tuple(args.config_root)
     recipe_a, a = project_side(side_a, session, cluster=args.cluster, nodes=args.nodes, config_roots=roots,
                                schedule=args.schedule)
@@ -142,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = tuple(ReportInputs(recipe=s.recipe, overrides=s.overrides, cluster=p.system.name,
                                     warnings=tuple(r.warnings)) for s, p, r in ((side_a, a, recipe_a),
                                                                                  (side_b, b, recipe_b)))
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_compare_html(a, b, labels=labels, inputs=inputs))
+        write_output(args.html, render_compare_html(a, b, labels=labels, inputs=inputs), label="--html")
         print(f"wrote {args.html}", file=sys.stderr)
     if args.json:
         from primus_ext.results.compare import comparison_document

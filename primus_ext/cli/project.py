@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.results import check_json_out, emit_json
 
     check_json_out(args.json)
-    check_outputs(("--json", args.json), ("--html", args.html), ("--trace", args.trace))  # before any work
+    check_outputs(("--json", args.json), ("--html", args.html), ("--trace", args.trace),  # before any work
+                  inputs=(args.recipe,))
     session = session_of(args, calibrated=not args.uncalibrated)  # target, cost chain, calibration: one place
     recipe = session.load(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
                           config_roots=args.config_root, schedule=args.schedule)

@@ -183,6 +183,7 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
         _print_log(result)
         print(json.dumps(result.as_dict(), indent=2))
         return 0
+    from primus_ext.files import write_output
     from primus_ext.launcher.projection_only import write_reports
 
     def projected(projection: Any, _fabric: str) -> None:
@@ -208,7 +209,7 @@ def _builtin(args: argparse.Namespace, recipe: Any, config: str) -> int:
     from primus_ext.results.projection import verify_document  # the result schema's "verify" document
 
     record = verify_document(doc, training=verify.training.as_dict(), recipe=recipe)
-    (folder / "verify.json").write_text(dumps(record) + "\n")
+    write_output(folder / "verify.json", dumps(record) + "\n")
     print(f"measured  {doc['measured_step_s'] * 1e3:9.2f} ms/step (spread {doc['measured_spread']:.0%}, "
           f"{doc['measured_steps']} steps)\nprojected {doc['projected_step_s'] * 1e3:9.2f} ms/step  "
           f"error {doc['error_pct']:+.1f}%")
@@ -248,7 +249,8 @@ def run_command(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs
     from primus_ext.session import Session
 
-    check_outputs(("--html", args.html), ("--out", getattr(args, "out", None)))  # before tuning or measuring
+    check_outputs(("--html", args.html), ("--out", getattr(args, "out", None)),  # before tuning or measuring
+                  inputs=(args.config,))
     config = args.config
     if args.auto_tune:
         code, config = _auto_tune(args)
@@ -257,6 +259,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"auto-tune: continuing with {config}", file=sys.stderr)
     recipe = Session().load(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
                             config_roots=args.config_root)  # the target: primus_ext.session's one rule
+    check_outputs(("--html", args.html))  # against the recipe's presets too, before measuring or training
     if args.projection_only:
         return _projection_only(args, recipe, config)
     if args.train_iters or args.verify or args.launcher == "builtin":
@@ -273,7 +276,10 @@ def run_command(args: argparse.Namespace) -> int:
             fix="install one of them, or run the built-in trainer: --train-iters N [--scale F --nproc 2]")])
     command = launch_command(found, recipe, args.overrides, nproc=args.nproc or _gpu_count(),
                              nnodes=recipe.system.num_nodes)
-    print(f"launching with {found.kind} ({found.how}):\n  {command.shell()}", file=sys.stderr)
+    from primus_ext.recipe.secrets import hide_text
+
+    print(f"launching with {found.kind} ({found.how}):\n  {hide_text(command.shell(), recipe.hidden)}",
+          file=sys.stderr)
     import os
 
     return subprocess.run(command.argv, env={**os.environ, **command.env}, check=False).returncode

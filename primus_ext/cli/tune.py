@@ -159,6 +159,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     """Search, print the tables; the result."""
     from primus_ext.cli._progress import ProgressLine
     from primus_ext.errors import Problem, RecipeError
+    from primus_ext.files import check_outputs
     from primus_ext.report.tune_table import format_tune
     from primus_ext.tune.agent import SearchContext, TrialLog, read_log
     from primus_ext.tune.configure import PRIMUS_SCHEDULES
@@ -174,6 +175,8 @@ def _search(args: argparse.Namespace) -> _Searched:
     session = _session(args)
     recipe = session.load(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                           validate=False)
+    check_outputs(("--out", args.out), ("--json", None if args.json == "-" else args.json),  # its presets too,
+                  ("--log", args.log))  # before the search
     if args.out:
         _check_out_folder(args, recipe)
     space = build_space(recipe.model, recipe.execution, recipe.system, parse_pins(args.pin),
@@ -189,7 +192,8 @@ def _search(args: argparse.Namespace) -> _Searched:
                         budget=args.budget, log=TrialLog(log_path, header) if log_path else None,
                         detail=args.strategy != "exhaustive")
     ctx.seed(previous)
-    options = StrategyOptions(seed=args.seed, llm_model=args.llm, llm_api_base=args.llm_api_base,
+    options = StrategyOptions(seed=args.seed, keep=max(1, args.verify_top or 1), llm_model=args.llm,
+                              llm_api_base=args.llm_api_base,
                               llm_timeout_s=args.llm_timeout, llm_total_s=args.llm_total)
     bar = ProgressLine(f"tune {recipe.model.name}", args.budget, label="counting the candidates",
                        poll=lambda: ctx.spent).__enter__()  # projections spent of the budget, on stderr
@@ -277,7 +281,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse unwritable ``--out`` / ``--json`` / ``--log`` paths before the search spends its budget (a missing
     ``--resume`` log: ``agent.read_log``)."""
     from primus_ext.errors import RecipeError
-    from primus_ext.files import output_problem
+    from primus_ext.files import input_problem, note_input, output_problem
     from primus_ext.results import check_json_out
 
     check_json_out(args.json)
@@ -294,6 +298,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
                ("--json", None if args.json == "-" else args.json), ("--log", args.log))
     problems += [p for flag, value in outputs if value and (p := output_problem(
         value, flag, replace_read_only=args.force and flag in ("--out", "--apply"))) is not None]
+    note_input(args.recipe)  # --apply rewrites it on purpose (with a backup); no other output may
+    problems += [p for flag, value in outputs if value and flag != "--apply" and (p := input_problem(value, flag))]
     if args.out and not problems:  # an existing --out is read for the diff: it must be text
         from pathlib import Path
 
@@ -301,7 +307,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
         try:
             if Path(args.out).is_file():
-                read_text(Path(args.out))
+                read_text(Path(args.out), note=False)  # an output, read for the diff: not an input
         except RecipeError as err:
             problems += err.problems
     if problems:
@@ -352,7 +358,7 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
     from pathlib import Path
 
     from primus_ext.errors import Problem, RecipeError
-    from primus_ext.files import sweep, temp_path
+    from primus_ext.files import real_path, sweep, temp_path
     from primus_ext.recipe import load_recipe
     from primus_ext.recipe.rewrite import execution_changes, rewrite
 
@@ -376,7 +382,7 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
         for leftover in (probe, Path(str(probe) + ".bak")):
             leftover.unlink(missing_ok=True)
     if reloaded is None or reloaded.execution != tuned:
-        moved = Path(target).resolve().parent != Path(args.recipe).resolve().parent
+        moved = real_path(target).parent != real_path(args.recipe).parent
         why = f" (reloading it failed: {failure})" if reloaded is None else ""
         raise RecipeError(problems=[Problem(
             path=str(target), value=None,

@@ -73,6 +73,13 @@ def experiment_dir(recipe_path: str | Path, *, env: Mapping[str, str] | None = N
     workspace = values.get("workspace")
     if not isinstance(workspace, str) or not workspace:
         return Path("output") / path.stem
+    from primus_ext.errors import PrimusExtError
+    from primus_ext.recipe.secrets import folder_name_problem
+
+    refused = [why for key in ("workspace", "work_group", "user_name", "exp_name")
+               if (why := folder_name_problem(key, values.get(key), path=key == "workspace"))]
+    if refused:  # a value from the environment names a folder only if it is a plain name (recipe.secrets)
+        raise PrimusExtError("; ".join(refused) + "; set the variable to a plain name, or pass --workspace DIR")
     parts = [str(values[k]) for k in ("work_group", "user_name") if isinstance(values.get(k), str | int)]
     exp = values.get("exp_name")
     return Path(workspace, *parts, str(exp) if exp else path.stem)
@@ -179,6 +186,7 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
     projection) is shown beside the projection in the HTML (the recipe as written, after auto-tune); ``phase``:
     told each of ``REPORT_PHASES[1:]`` as it starts."""
     say = phase or (lambda _phase: None)
+    from primus_ext.files import write_output
     from primus_ext.report.html import ReportInputs, render_html
     from primus_ext.report.timeline_png import timeline_png
     from primus_ext.results import dumps
@@ -190,15 +198,16 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
                               **({"verify": verify_fields(verify)} if verify else {}))
     files = {"json": out_dir / "projection.json", "html": html_path or out_dir / "projection.html",
              "png": out_dir / "projection_timeline.png"}
-    files["json"].write_text(dumps(doc) + "\n", encoding="utf-8")
+    write_output(files["json"], dumps(doc) + "\n")
     inputs = ReportInputs(recipe=str(doc["recipe"] or ""), overrides=tuple(overrides),
                           cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()),
                           extra=dict(extra or {}))
     files["html"].parent.mkdir(parents=True, exist_ok=True)
     say(REPORT_PHASES[2])
-    files["html"].write_text(render_html(projection, inputs=inputs, verify=verify, baseline=baseline), encoding="utf-8")
+    write_output(files["html"], render_html(projection, inputs=inputs, verify=verify, baseline=baseline),
+                 label="--html")
     say(REPORT_PHASES[3])
-    files["png"].write_bytes(timeline_png(projection))
+    write_output(files["png"], timeline_png(projection))
     return files
 
 

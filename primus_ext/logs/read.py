@@ -1,7 +1,11 @@
 """``read_log``: stream a training log line by line into a ``TrainingLog``.
 
-Bounded: lines are read with a length cap (``MAX_LINE_CHARS``; the rest of a longer line is skipped), at most
-``MAX_ITERATIONS`` iterations and ``MAX_CONFIG`` arguments are kept, so a multi-GB file costs bounded memory.
+Bounded: only a regular file is read (a FIFO, ``/dev/zero`` or ``/dev/urandom`` is refused before the first byte,
+``files.open_input``); of a long one only its head and tail (``window``: at most 32 MiB and 125 000 lines, the
+middle skipped and flagged), each line cut to ``MAX_LINE_CHARS``; at most ``MAX_ITERATIONS`` iterations and
+``MAX_CONFIG`` arguments are kept. Linear: each line costs the same whatever came before it (the current run's
+highest iteration is kept as it grows, not recomputed per line; only the current and the last finished run are
+held), so any log costs a few seconds and well under 1 GiB.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from primus_ext.errors import cut
 from primus_ext.logs import lines as L
 from primus_ext.logs.records import Iteration, LogError, LogFlag, MemoryReport, TrainingLog
 from primus_ext.logs.stats import stable_median, stable_stats
+from primus_ext.logs.window import MAX_LINE_CHARS, Gap, file_lines
 
-MAX_LINE_CHARS = 64 * 1024
-"""Longer lines are cut here (an iteration line is ~600 characters; a 1 GB line without newline costs 64 KiB)."""
+MAX_LOG_BYTES = 1 << 40
+"""1 TiB: a larger file is refused unread; any size below costs the same (``window``: head and tail only)."""
 MAX_ITERATIONS = 1_000_000
 MAX_CONFIG = 10_000
 MAX_ECHOES = 10_000
@@ -43,39 +48,38 @@ def max_dense_tflops() -> float:
     return max(p for p in peaks if isinstance(p, int | float))
 
 
-def _bounded_lines(stream: IO[str]) -> Iterator[tuple[str, bool]]:
-    """(line, complete): each line cut to ``MAX_LINE_CHARS``; ``complete`` is False for an unterminated last line."""
-    while True:
-        line = stream.readline(MAX_LINE_CHARS)
-        if not line:
-            return
-        if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
-            rest = line
-            while rest and not rest.endswith("\n"):  # skip the remainder of an over-long line
-                rest = stream.readline(MAX_LINE_CHARS)
-            yield line, True
-            continue
-        yield line, line.endswith("\n")
+Line = tuple[int, str, bool]
+"""(1-based number, text, complete): ``complete`` is False for an unterminated last line."""
 
 
-def _source(path_or_lines: str | os.PathLike[str] | Iterable[str]) -> tuple[Iterator[tuple[str, bool]], IO[str] | None]:
+def _source(path_or_lines: str | os.PathLike[str] | Iterable[str]) -> tuple[Iterator[Line], IO[bytes] | None,
+                                                                          list[Gap]]:
     if isinstance(path_or_lines, str) and "\n" in path_or_lines:
         path_or_lines = path_or_lines.splitlines()
     if isinstance(path_or_lines, str | os.PathLike):
+        from primus_ext.files import InputRefused, open_input
+
         path = Path(path_or_lines)
-        try:
-            stream = open(path, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115 (closed by caller)
-        except OSError as err:
-            raise LogError(f"cannot read training log {cut(path)}: {err.strerror or err}") from None
-        return _bounded_lines(stream), stream
-    return ((str(s)[:MAX_LINE_CHARS], True) for s in path_or_lines), None
+        try:  # a regular file only: a FIFO or a device is refused before its first byte
+            raw = open_input(path, max_bytes=MAX_LOG_BYTES, what="training log")
+        except InputRefused as err:
+            raise LogError(str(err)) from None
+        except (OSError, ValueError) as err:
+            raise LogError(f"cannot read training log {cut(path)}: {getattr(err, 'strerror', None) or err}") from None
+        lines, gaps = file_lines(raw)
+        return lines, raw, gaps
+    return ((n, str(s)[:MAX_LINE_CHARS], True) for n, s in enumerate(path_or_lines, start=1)), None, []
 
 
 class _Reader:
     def __init__(self) -> None:
         self.format_hints: set[str] = set()
-        self.runs: list[dict[int, Iteration]] = [{}]
-        self.memory: list[dict[tuple[int, int | None], MemoryReport]] = [{}]
+        self.run: dict[int, Iteration] = {}  # the current run (a restart in the same file starts a new one)
+        self.top = -1  # the current run's highest iteration index
+        self.memory: dict[tuple[int, int | None], MemoryReport] = {}  # the current run's memory reports
+        self.finished: dict[int, Iteration] = {}  # the last finished run with iterations
+        self.kept_memory: dict[tuple[int, int | None], MemoryReport] = {}  # of the last run with both
+        self.restarts = 0
         self.flags: list[LogFlag] = []
         self.config: dict[str, str] = {}
         self.in_args = False
@@ -83,9 +87,9 @@ class _Reader:
         self.log_interval: int | None = None
         self.pending_tflops: float | None = None  # from Megatron-Bridge's "Step Time" line, for the next iteration
         self.kept = 0
-        self.signatures: dict[int, tuple[tuple[str, str], ...]] = {}  # the current run's lines, for dedupe
+        self.signatures: dict[int, int] = {}  # the current run's lines (hash of their fields), for dedupe
         self.ranks: dict[int, int | None] = {}  # the rank prefix each kept line carried
-        self.echoes: list[tuple[Iteration, tuple[tuple[str, str], ...]]] = []  # repeats since the last new line
+        self.echoes: list[tuple[Iteration, int]] = []  # repeats since the last new line
         self.devices: dict[str, None] = {}  # GPU device names printed (nvidia-smi, rocm-smi, torch)
 
     def flag(self, line: int, name: str, value: object, why: str) -> None:
@@ -101,11 +105,11 @@ class _Reader:
             self.version = L.version_of(text)
         if len(self.devices) < MAX_DEVICES and ("NVIDIA" in text or "AMD Instinct" in text):
             self.devices.update(dict.fromkeys(m.group().strip() for m in L.DEVICE.finditer(text)))
-        if self.log_interval is None:
+        if self.log_interval is None and "log_interval" in text:
             m = L.LOG_INTERVAL.search(text)
             if m:
                 self.log_interval = int(m.group(1))
-        step = L.BRIDGE_STEP.search(text)
+        step = L.BRIDGE_STEP.search(text) if "Step Time" in text else None
         if step and step.group(2):
             self._bridge_step(n, float(step.group(2)))
         got = L.iteration_fields(text)
@@ -113,26 +117,30 @@ class _Reader:
             if not complete:
                 self.flag(n, "iteration line", text[-60:], "truncated last line, not used")
                 return
-            self._iteration(n, *got, rank=L.rank_tag(text))
+            self._iteration(n, *got, rank=L.rank_tag(text), text=text)
             return
         mem = L.memory_fields(text)
         if mem and complete:
             self._memory(n, *mem)
 
     def _hints(self, text: str) -> None:
-        if L.NEMO_STEP in text:
-            self.format_hints.add("nemo")
-        if "Step Time :" in text or "megatron.bridge" in text:
-            self.format_hints.add("megatron-bridge")
-        if "rocm mem usage" in text or "hip mem usage" in text or L.TOKENS in text or "primus" in text.lower():
-            self.format_hints.add("primus")
+        hints = self.format_hints
+        if "nemo" not in hints and L.NEMO_STEP in text:
+            hints.add("nemo")
+        if "megatron-bridge" not in hints and ("Step Time :" in text or "megatron.bridge" in text):
+            hints.add("megatron-bridge")
+        if "primus" not in hints and ("rocm mem usage" in text or "hip mem usage" in text or L.TOKENS in text
+                                      or "primus" in text.lower()):
+            hints.add("primus")
 
     def _arguments(self, text: str) -> bool:
+        if "arguments" not in text and not self.in_args:  # the patterns below all need the word
+            return False
         if L.ARGS_START.search(text) and "end of" not in text:
             self.in_args = True
             return True
         if self.in_args:
-            if L.ARGS_END.search(text):
+            if "end of arguments" in text and L.ARGS_END.search(text):
                 self.in_args = False
                 return True
             m = L.ARG.search(text)
@@ -143,7 +151,12 @@ class _Reader:
             return True
         return False
 
-    def _iteration(self, n: int, index: int, total: int, got: dict[str, str], *, rank: int | None) -> None:
+    def _iteration(self, n: int, index: int, total: int, got: dict[str, str], *, rank: int | None,
+                   text: str = "MFU") -> None:
+        signature = hash(tuple(got.items()))  # the same printer writes the same fields in the same order
+        seen = self.run.get(index)
+        if seen is not None and rank != self.ranks.get(index) and index >= self.top - MAX_RANK_LAG:
+            return  # another rank's line of an iteration just read (its own timer): the first one is kept
         step_ms = L.first_number(got[L.STEP_MS]) if L.STEP_MS in got else None
         step_s = step_ms / 1000 if step_ms is not None else L.first_number(got.get(L.NEMO_STEP, ""))
         if step_s is None:
@@ -161,34 +174,50 @@ class _Reader:
         if tokens is not None and tokens <= 0:
             self.flag(n, "tokens/s/GPU", f"{tokens:g}", "non-positive, not used")
             tokens = None
-        mfu = L.MFU.search("|".join(f"{k}: {v}" for k, v in got.items()))
+        mfu = next((m for k, v in got.items() if "MFU" in k or "MFU" in v
+                    if (m := L.MFU.search(f"{k}: {v}"[:L.MAX_MFU_CHARS]))), None) if "MFU" in text else None
         if mfu and not 0 < float(mfu.group(1)) <= 100:
             self.flag(n, "MFU", f"{mfu.group(1)} %", "impossible: MFU must lie in (0, 100] %")
-        batch = next((L.first_number(got[k]) for k in L.BATCH if k in got), None)
+        written = got.get(L.BATCH[0]) or got.get(L.BATCH[1])
+        batch = L.first_number(written) if written else None
         it = Iteration(index=index, total=total, step_time_s=step_s, tflops_per_gpu=tflops,
                        tokens_per_s_per_gpu=tokens, global_batch_size=int(batch) if batch else None, line=n,
                        averaged_over=self.log_interval or 1)
-        signature = tuple(sorted(got.items()))
-        run = self.runs[-1]
-        seen = run.get(index)
-        if seen is not None and rank != self.ranks.get(index) and index >= max(run) - MAX_RANK_LAG:
-            return  # another rank's line of an iteration just read (its own timer): the first one is kept
+        run = self.run
         if seen is not None and self.signatures.get(index) == signature:
             if len(self.echoes) < MAX_ECHOES:
                 self.echoes.append((it, signature))  # the same line printed twice, or by another rank
             return
-        if run and (seen is not None or index < max(run)):  # numbering went back: a new run in the same file
-            self.runs.append({})
-            self.memory.append({})
-            self.signatures, self.ranks = {}, {}
-            run = self.runs[-1]
+        if run and (seen is not None or index < self.top):  # numbering went back: a new run in the same file
+            self._new_run()
+            run = self.run
             for echo, sig in self.echoes:  # its earlier lines repeated the old run's exactly
                 if echo.index < index:
                     run[echo.index], self.signatures[echo.index] = echo, sig
+                    self.top = max(self.top, echo.index)
         self.echoes = []
         if self.kept < MAX_ITERATIONS:
             run[index], self.signatures[index], self.ranks[index] = it, signature, rank
+            self.top = max(self.top, index)
             self.kept += 1
+
+    def skipped(self, gap: Gap) -> None:
+        """Say, first among the flags, what of a long log was not read."""
+        lines = f"{gap.lines:,} lines" if gap.lines is not None else "lines not counted; later line numbers are off"
+        self.flags.insert(0, LogFlag(line=gap.first_line, field="log", value=f"{gap.nbytes:,} bytes ({lines})",
+                                     why="not read: a long log is read at its head and its tail (the last run); the "
+                                         "iterations in between are not used"))
+        del self.flags[1000:]
+
+    def _new_run(self) -> None:
+        """A restart: the current run becomes the last finished one (older runs are only counted)."""
+        if self.run:
+            self.finished = self.run
+            self.restarts += 1
+            if self.memory:
+                self.kept_memory = self.memory
+        self.run, self.memory, self.top = {}, {}, -1
+        self.signatures, self.ranks = {}, {}
 
     def _possible_tflops(self, n: int, tflops: float) -> bool:
         if 0 < tflops <= max_dense_tflops():
@@ -203,23 +232,23 @@ class _Reader:
 
     def _memory(self, n: int, rank: int, after: int | None, got: dict[str, float | None]) -> None:
         key = (rank, after)
-        if key not in self.memory[-1]:
-            self.memory[-1][key] = MemoryReport(
+        if key not in self.memory:
+            self.memory[key] = MemoryReport(
                 rank=rank, after_iterations=after, allocated_mb=got["allocated"],
                 max_allocated_mb=got["max allocated"], reserved_mb=got["reserved"],
                 max_reserved_mb=got["max reserved"], line=n)
 
     def result(self, name: str) -> TrainingLog:
-        runs = [r for r in self.runs if r]
-        if not runs:
+        last, restarts = (self.run, self.restarts) if self.run else (self.finished, self.restarts - 1)
+        if not last:
             raise LogError(f"{name}: {MISSING}")
-        iterations = tuple(sorted(runs[-1].values(), key=lambda it: it.index))
+        iterations = tuple(sorted(last.values(), key=lambda it: it.index))
         stats = stable_stats(iterations)
         if stats is None:
             raise LogError(f"{name}: no iteration with a positive step time ({len(iterations)} iteration line(s) "
                            "read, every time zero or negative)")
-        memory = next((m for m, r in zip(reversed(self.memory), reversed(self.runs), strict=True) if r and m),
-                      self.memory[-1])
+        # the memory reports of the last run with iterations and reports, else the last reports read
+        memory = self.memory if self.run and self.memory else self.kept_memory or self.memory
         fmt = next((f for f in ("nemo", "megatron-bridge", "primus") if f in self.format_hints), "megatron")
         batch = next((it.global_batch_size for it in iterations if it.global_batch_size), None)
         if batch is None and self.config.get("global_batch_size", "").isdigit():
@@ -229,7 +258,7 @@ class _Reader:
             format=fmt, iterations=iterations, memory=tuple(memory.values()), flags=tuple(self.flags), stats=stats,
             tokens_per_s_per_gpu=stable_median(iterations, stats, "tokens_per_s_per_gpu"),
             tflops_per_gpu=stable_median(iterations, stats, "tflops_per_gpu"), framework_version=self.version,
-            restarts=len(runs) - 1, config=dict(self.config), global_batch_size=batch,
+            restarts=restarts, config=dict(self.config), global_batch_size=batch,
             seq_length=int(seq) if seq.isdigit() else None, devices=tuple(self.devices)[:MAX_DEVICES])
 
 
@@ -238,12 +267,14 @@ def read_log(path_or_text_lines: str | os.PathLike[str] | Iterable[str]) -> Trai
 
     A ``str`` holding a newline is the log's text; any other ``str`` is a path. Raises ``LogError``
     naming what was missing when the log holds no iteration line."""
-    lines, stream = _source(path_or_text_lines)
+    lines, stream, gaps = _source(path_or_text_lines)
     name = cut(path_or_text_lines) if isinstance(path_or_text_lines, str | os.PathLike) else "(log text)"
     reader = _Reader()
     try:
-        for n, (raw, complete) in enumerate(lines, start=1):
+        for n, raw, complete in lines:
             reader.feed(raw, n, complete)
+        for gap in gaps:
+            reader.skipped(gap)
     except OSError as err:
         raise LogError(f"cannot read training log {name}: {err.strerror or err}") from None
     finally:

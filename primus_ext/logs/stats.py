@@ -13,6 +13,7 @@ Rules (docs/logs.md):
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections.abc import Sequence
 
@@ -40,6 +41,26 @@ def _spread(values: Sequence[float], median: float) -> float:
     return (q[2] - q[0]) / median
 
 
+def _suffix_medians(values: Sequence[float]) -> list[float]:
+    """``statistics.median(values[i:])`` for every ``i``, in O(n log n) (two heaps filled from the end), where
+    recomputing each one cost O(n^2 log n) on a log whose first half is slow."""
+    low: list[float] = []  # max-heap (negated) of the lower half
+    high: list[float] = []  # min-heap of the upper half
+    out = [0.0] * len(values)
+    for i in range(len(values) - 1, -1, -1):
+        value = values[i]
+        if low and value > -low[0]:
+            heapq.heappush(high, value)
+        else:
+            heapq.heappush(low, -value)
+        if len(low) > len(high) + 1:
+            heapq.heappush(high, -heapq.heappop(low))
+        elif len(high) > len(low):
+            heapq.heappush(low, -heapq.heappop(high))
+        out[i] = -low[0] if len(low) > len(high) else (-low[0] + high[0]) / 2
+    return out
+
+
 def stable_stats(iterations: Sequence[Iteration]) -> StepStats | None:
     """Median step time of the stable segment, or ``None`` when no iteration has a positive time."""
     if not iterations:
@@ -65,14 +86,17 @@ def stable_stats(iterations: Sequence[Iteration]) -> StepStats | None:
             excluded.append((it.index, f"non-positive step time {it.step_time_s:g} s"))
     if not positive:
         return None
-    # leading iterations still settling
-    while len(positive) > 2:
-        later = statistics.median(p.step_time_s for p in positive[1:])
-        if positive[0].step_time_s <= SETTLE_FACTOR * later:
+    # leading iterations still settling (each against the median of the steps after it, all computed at once)
+    later_medians = _suffix_medians([p.step_time_s for p in positive])
+    start = 0
+    while len(positive) - start > 2:
+        later = later_medians[start + 1]
+        if positive[start].step_time_s <= SETTLE_FACTOR * later:
             break
-        excluded.append((positive[0].index, f"warm-up (not settled: {positive[0].step_time_s / later:.1f}x the "
-                                            "median of the later steps)"))
-        positive = positive[1:]
+        excluded.append((positive[start].index, f"warm-up (not settled: {positive[start].step_time_s / later:.1f}x "
+                                                "the median of the later steps)"))
+        start += 1
+    positive = positive[start:]
     median = statistics.median(p.step_time_s for p in positive)
     kept = []
     for it in positive:

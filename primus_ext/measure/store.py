@@ -25,13 +25,21 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.measure.store_open import add_missing_columns, open_database, store_errors
 from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
 from primus_ext.model.rank_shape import LayerArch, RankShape
+
+MAX_IMPORT_BYTES = 256 << 20
+"""256 MiB: an export holds one ~1-2 kB line per measured layer shape (~150 000 of them); a larger --import or
+--store export is refused unread (it is read into an in-memory store)."""
+MAX_IMPORT_LINE = 1 << 20
+"""An export line longer than 1 MiB is not an export's (a sparse or binary file): refused, not read whole."""
 
 if TYPE_CHECKING:
     from primus_ext.measure.single import Measurement
@@ -154,22 +162,26 @@ class TimingStore:
 
     ``device``: whose entries ``cost`` returns (default: this machine's). ``versions``: the library
     versions preferred among several entries (default: this process's; ``"any"``: no preference,
-    and no torch import). ``cost`` answers are memoised until the next write.
+    and no torch import). ``cost`` answers are memoised until the next write. ``reading``: opened read-only,
+    nothing created or migrated (a command that only reads a store leaves its file as it was). Every SQLite failure
+    is a ``store_open.StoreError`` naming the file and the fix (``store_open``).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, device: str | None = None,
-                 accept_scaled: bool = False, versions: str | None = None):
+                 accept_scaled: bool = False, versions: str | None = None, reading: bool = False):
+        from primus_ext.files import note_input
+
         self.path = Path(path) if path is not None else default_store_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._device = device
         self._versions = versions
         self.accept_scaled = accept_scaled
         self._memo: dict[str, LayerCost | None] = {}
-        self._db = sqlite3.connect(self.path)
-        for table, (columns, key) in _TABLES.items():
-            cols = ", ".join(f"{name} {decl}" for name, decl in columns)
-            self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({', '.join(key)}))")
-        self._db.commit()
+        if str(self.path) != ":memory:":
+            note_input(self.path)  # no report of this command may be written over it
+        # every SQLite failure a StoreError naming the file and the fix; an unreadable default store moved aside
+        self._db, self.read_only = open_database(self.path, _TABLES, default=self.path == default_store_path(),
+                                                 reading=reading)
+        self._migrated: set[str] = set()
 
     # --- identity of this machine (lazy: importing torch only when no device was named) ---------
     @property
@@ -202,8 +214,16 @@ class TimingStore:
     def _put(self, table: str, row: dict[str, Any]) -> None:
         columns = [name for name, _ in _TABLES[table][0]]
         placeholders = ", ".join("?" for _ in columns)
-        self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})",
-                         [row.get(c) for c in columns])
+        with store_errors(self.path):
+            if table not in self._migrated:  # an older store gains the columns it lacks, on its first write
+                add_missing_columns(self._db, table, _TABLES[table][0])
+                self._migrated.add(table)
+            self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})",
+                             [row.get(c) for c in columns])
+
+    def _commit(self) -> None:
+        with store_errors(self.path):
+            self._db.commit()
 
     def record(self, m: Measurement) -> None:
         """Store a ``single.Measurement`` (success or failure), replacing an entry with the same key."""
@@ -218,13 +238,13 @@ class TimingStore:
         if cost is not None:
             row.update({f: getattr(cost, f) for f in _COST_FIELDS}, source=cost.source)
         self._put("layer_costs", row)
-        self._db.commit()
+        self._commit()
         self._memo.clear()
 
     def record_fabric(self, points: list[FabricPoint]) -> None:
         for p in points:
             self._put("fabric", asdict(p))
-        self._db.commit()
+        self._commit()
 
     def record_calibration(self, *, key: str, model: str, gpu: str, precision: str, record: dict[str, Any],
                            date: str = "", host: str = "") -> None:
@@ -232,7 +252,7 @@ class TimingStore:
         workload's previous one."""
         self._put("calibrations", dict(key=key, model=model, gpu=gpu, precision=precision, date=date, host=host,
                                        record=json.dumps(record, sort_keys=True)))
-        self._db.commit()
+        self._commit()
 
     def calibrations(self, *, model: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
         """Calibration records (their JSON, parsed), optionally of one model fingerprint / GPU name."""
@@ -243,14 +263,19 @@ class TimingStore:
                 args.append(value)
         out = []
         for row in self._rows("calibrations", " AND ".join(where), tuple(args)):
-            out.append(json.loads(row["record"], parse_constant=_refuse_constant))
+            try:
+                out.append(json.loads(row["record"], parse_constant=_refuse_constant))
+            except (TypeError, ValueError) as err:  # a record edited or cut by hand: the others still apply
+                print(f"warning: {self.path}: calibration record {row.get('key')!r} is not JSON ({err}); skipped "
+                      f"(primus-ext calibrate --forget removes it)", file=sys.stderr)
         return out
 
     def forget_calibrations(self, *, model: str | None = None) -> int:
         """Remove calibration records (all, or one model's); returns how many."""
-        cur = self._db.execute("DELETE FROM calibrations" + (" WHERE model = ?" if model else ""),
-                               (model,) if model else ())
-        self._db.commit()
+        with store_errors(self.path):
+            cur = self._db.execute("DELETE FROM calibrations" + (" WHERE model = ?" if model else ""),
+                                   (model,) if model else ())
+        self._commit()
         return cur.rowcount
 
     def record_cluster(self, *, profile: str, label: str, record: dict[str, Any], date: str = "",
@@ -275,10 +300,18 @@ class TimingStore:
 
     # --- reading ----------------------------------------------------------------------------------
     def _rows(self, table: str, where: str = "1", args: tuple[Any, ...] = ()) -> Iterator[dict[str, Any]]:
-        cur = self._db.execute(f"SELECT * FROM {table} WHERE {where}", args)
-        names = [d[0] for d in cur.description]
-        for values in cur:
-            yield dict(zip(names, values, strict=True))
+        with store_errors(self.path):
+            try:
+                cur = self._db.execute(f"SELECT * FROM {table} WHERE {where}", args)
+            except sqlite3.OperationalError as err:
+                if self.read_only and "no such table" in str(err):
+                    return  # a read-only store without this table holds none of its rows
+                raise
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+        absent = dict.fromkeys(name for name, _ in _TABLES[table][0])  # an older store's missing columns read None
+        for values in rows:
+            yield {**absent, **dict(zip(names, values, strict=True))}
 
     def _best(self, rows: list[dict[str, Any]], precision: str) -> dict[str, Any] | None:
         """Prefer this process's library versions, then an entry that ran in the shape's precision on the real
@@ -328,9 +361,12 @@ class TimingStore:
 
     # --- moving between machines ------------------------------------------------------------------
     def export(self, path: str | os.PathLike[str]) -> int:
-        """Write every entry (both tables) as JSON lines; returns the number of lines."""
+        """Write every entry (both tables) as JSON lines, atomically (``files.atomic_output``: a killed or failed
+        export leaves the old file whole); returns the number of lines."""
+        from primus_ext.files import atomic_output
+
         n = 0
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_output(path, label="--export") as f:
             for table in _TABLES:
                 for row in self._rows(table):
                     f.write(json.dumps({"table": table, **row}, sort_keys=True) + "\n")
@@ -338,10 +374,19 @@ class TimingStore:
         return n
 
     def import_(self, path: str | os.PathLike[str]) -> int:
-        """Read an ``export`` file, replacing entries with the same keys; returns the count."""
+        """Read an ``export`` file, replacing entries with the same keys; returns the count. The file is read through
+        ``files.open_input`` (a regular file of at most ``MAX_IMPORT_BYTES``)."""
+        import io
+
+        from primus_ext.files import open_input
+
         n = 0
-        with open(path, encoding="utf-8") as f:
-            for line in f:
+        with io.TextIOWrapper(open_input(path, max_bytes=MAX_IMPORT_BYTES, what="--import file"),
+                              encoding="utf-8") as f:
+            while line := f.readline(MAX_IMPORT_LINE + 1):
+                if len(line) > MAX_IMPORT_LINE:
+                    raise ValueError(f"{path}: line {n + 1} is longer than {MAX_IMPORT_LINE:,} characters: not an "
+                                     "export of a timing store")
                 if line.strip():
                     row = json.loads(line, parse_constant=_refuse_constant)
                     if not isinstance(row, dict):
@@ -351,7 +396,7 @@ class TimingStore:
                         raise ValueError(f"{path}: line {n + 1}: unknown table {table!r}")
                     self._put(table, row)
                     n += 1
-        self._db.commit()
+        self._commit()
         self._memo.clear()
         return n
 
@@ -388,13 +433,18 @@ def open_store_file(path: str | os.PathLike[str], **kwargs: Any) -> TimingStore:
     """``TimingStore(path, **kwargs)`` over an SQLite store, or over a JSON-lines ``export`` read into memory
     (what a GPU machine sends back). A file that is neither is a ``PrimusExtError``."""
     from primus_ext.errors import PrimusExtError
+    from primus_ext.files import InputRefused, open_input
 
-    try:
-        with open(path, "rb") as fh:
+    try:  # a regular file only (a FIFO would block the open), of any size (SQLite pages what it reads)
+        with open_input(path, max_bytes=1 << 62, what="--store") as fh:
             sqlite = fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except InputRefused as err:
+        raise PrimusExtError(str(err)) from None
     except OSError as err:
         raise PrimusExtError(f"--store {os.fspath(path)}: cannot be read ({err.strerror or err})") from None
-    store = TimingStore(path if sqlite else ":memory:", **kwargs)
+    if not sqlite and Path(path) == default_store_path():  # the user's cache, not an export: moved aside if unreadable
+        return TimingStore(path, **kwargs)
+    store = TimingStore(path if sqlite else ":memory:", **(kwargs if sqlite else {**kwargs, "reading": False}))
     if not sqlite:
         try:
             store.import_(path)
@@ -414,7 +464,7 @@ def store_for_target(path: str | os.PathLike[str], gpu_name: str, *, device: str
         from primus_ext.errors import PrimusExtError
 
         raise PrimusExtError(f"--store {os.fspath(path)}: no such file (a timing store written by `primus-ext bench`)")
-    store = open_store_file(path, device=device or "?", accept_scaled=accept_scaled)
+    store = open_store_file(path, device=device or "?", accept_scaled=accept_scaled, reading=True)
     if device is None:
         store._device = device_for(store, gpu_name)  # an export lives in this one in-memory store: no reopening
         if store._device is None:

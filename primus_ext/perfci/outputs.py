@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -94,16 +92,10 @@ def baseline_dict(result: SuiteResult) -> dict[str, Any]:
 
 
 def atomic_write(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder + rename (never half-written)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``path`` atomically, never over an input (``files.write_output``)."""
+    from primus_ext.files import write_output
+
+    write_output(path, text)
 
 
 def write_json(path: str | Path, data: Any) -> None:

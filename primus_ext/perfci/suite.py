@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.files import real_path
 from primus_ext.recipe import safe_yaml
 
 DEFAULT_THROUGHPUT_PCT = 2.0
@@ -110,7 +111,7 @@ def _entries(raw: dict, index: int, root: Path, default_tol: Tolerance, problems
     if not isinstance(recipe, str) or not recipe:
         problems.append(Problem(path=f"{path}.recipe", value=recipe, message="required: path to a recipe YAML"))
         return []
-    recipe_path = (root / recipe).resolve()
+    recipe_path = real_path(root / recipe)
     if not recipe_path.is_file():
         problems.append(Problem(path=f"{path}.recipe", value=recipe, message=f"file not found: {recipe_path}"))
     cluster = raw.get("cluster")
@@ -138,7 +139,7 @@ def _entries(raw: dict, index: int, root: Path, default_tol: Tolerance, problems
             if tok and tol:
                 measured = Measured(tokens_per_s_per_gpu=tok, tolerance_pct=tol, source=str(m.get("source", "")))
     tolerance = _tolerance(raw.get("tolerance"), f"{path}.tolerance", default_tol, problems)
-    roots = tuple((root / r).resolve() for r in raw.get("config_roots") or [] if isinstance(r, str))
+    roots = tuple(real_path(root / r) for r in raw.get("config_roots") or [] if isinstance(r, str))
     name = raw.get("name")
     if name is not None and not isinstance(name, str):
         problems.append(Problem(path=f"{path}.name", value=name, message="must be a string"))
@@ -157,9 +158,13 @@ def _entries(raw: dict, index: int, root: Path, default_tol: Tolerance, problems
 
 def load_suite(path: str | Path) -> Suite:
     """Parse and validate a suite file; every problem is reported at once (``RecipeError``)."""
+    from primus_ext.files import InputRefused, read_input
+
     path = Path(path)
     try:
-        data = safe_yaml.load(path.read_text(encoding="utf-8"))
+        data = safe_yaml.load(read_input(path, max_bytes=safe_yaml.MAX_TEXT_BYTES, what="suite").decode("utf-8"))
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err))]) from None
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
     except UnicodeDecodeError as err:
@@ -189,7 +194,7 @@ def load_suite(path: str | Path) -> Suite:
     store = data.get("store")
     store_path = None
     if store is not None:
-        store_path = (root / str(store)).resolve()
+        store_path = real_path(root / str(store))
         if not store_path.is_file():
             problems.append(Problem(path="store", value=store, message=f"timing store not found: {store_path}"))
     if problems:

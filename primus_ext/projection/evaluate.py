@@ -242,6 +242,19 @@ def evaluate(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cos
     return found
 
 
+def compute_floor(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec,
+                  costs: Costs = None) -> tuple[float, dict[str, str]]:
+    """Seconds of compute of the busiest rank, without simulating the schedule: no step of ``execution`` is shorter
+    (a rank's busy time includes its compute), and sharding and the overlap flags do not change it (the tuner's
+    branch and bound, ``tune.strategies.exhaustive``). ``Breakdown.compute_s`` is the compute of the rank the
+    simulation finds busiest, so this is at least that. Returns it with the layers' cost sources; raises as
+    ``evaluate``."""
+    m, schedule = schedule_of(execution)
+    ctx = table_of(model, system, providers_of(costs))
+    st = _stages(model, execution, system, ctx.providers, ctx)
+    return get_schedule(schedule).chunk_microbatches(m) * max(acc["compute"] for acc in st.acc), dict(st.sources)
+
+
 def step_floor(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec,
                costs: Costs = None) -> tuple[float, dict[str, str]]:
     """Seconds ``evaluate``'s step cannot go below, without simulating the schedule: the busiest rank's passes run

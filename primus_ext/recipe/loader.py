@@ -37,10 +37,12 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError, cut, shown
+from primus_ext.files import real_path
 from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys
+from primus_ext.recipe.node_count import DEFAULT_NODES, NODES_ENV, WORLD_SIZE_PATHS, nodes_hint
 from primus_ext.recipe.presets import (
     SHIPPED_RECIPES,
     Layer,
@@ -51,19 +53,17 @@ from primus_ext.recipe.presets import (
     load_preset,
 )
 from primus_ext.recipe.resolve import SPEC_ALIASES, resolve_all
+from primus_ext.recipe.secrets import hidden_values, hide_mapping, hide_text, hide_value
 from primus_ext.recipe.target import Target, resolve_target, target_block
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 LISTING_CLUSTER = "mi300x"
 """When the target cannot be loaded, the arguments are still resolved on this profile to list their problems too
 (nothing is projected on it)."""
-DEFAULT_NODES = 1
 EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "platform", "primus_ext"})
 """Top-level keys of a Primus experiment (``PrimusParser``: meta info, ``platform``, ``modules``) and ours."""
 MODULE_KEYS = frozenset({"framework", "config", "model", "overrides", "trainer_class"})
 """Keys of a Primus trainer module (``trainer_class`` picks the trainer, e.g. diffusion's)."""
-NODES_ENV = "NNODES"
-"""Node count of Primus's launch scripts (``examples/run_pretrain.sh``, ``run_slurm_pretrain.sh``)."""
 CLUSTER_KEYS = frozenset({"cluster", "nodes", "schedule"})
 """Keys of the ``# primus-ext:`` comment (``schedule``: a pipeline schedule to project, ``--schedule``)."""
 MAX_NODES = 100_000
@@ -105,6 +105,9 @@ class Recipe:
     ``value (projected as X): effect`` (``key_effects.UNMODELLED``; also one line of ``warnings``)."""
     target: Target | None = None
     """The target GPU profile and where it was stated (``recipe.target.resolve_target``)."""
+    hidden: Mapping[str, str] = field(default_factory=dict)
+    """Text from the environment (``${VAR}``) -> its template: used, never shown (``recipe.secrets``); a printed
+    command or message passes through ``secrets.hide_text(text, recipe.hidden)``."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view: the three specs, the cluster and where it was stated, warnings and unknown keys."""
@@ -115,7 +118,7 @@ class Recipe:
             "execution": dataclasses.asdict(self.execution),
             "system": {**dataclasses.asdict(self.system), "world_size": self.system.world_size},
             "target_source": None if self.target is None else self.target.source,
-            "unknown_keys": dict(self.unknown_keys),
+            "unknown_keys": hide_mapping(self.unknown_keys),
             "unmodelled_keys": dict(self.unmodelled),
             "preset_files": list(self.preset_files),
             "config_root": self.config_root,
@@ -167,10 +170,21 @@ class _State:
     """No node count was given anywhere (1 node assumed)."""
     target: Target | None = None
     gpus: Callable[[], Sequence[str]] | None = None
+    hidden: dict[str, str] = field(default_factory=dict)
+    """Text from the environment -> its template (``secrets``): never in a message."""
 
     def fail_if_problems(self) -> None:
         if self.problems:
-            raise RecipeError(problems=[*self.problems, *self.typos], source=display(self.path))
+            raise RecipeError(problems=[self.shown(p) for p in (*self.problems, *self.typos)],
+                              source=display(self.path))
+
+    def shown(self, problem: Problem) -> Problem:
+        """``problem`` as it may be printed: a value from the environment as its template."""
+        value = hide_value(problem.value)
+        if isinstance(value, str):
+            value = hide_text(value, self.hidden)
+        return dataclasses.replace(problem, value=value, message=hide_text(problem.message, self.hidden),
+                                   fix=hide_text(problem.fix, self.hidden))
 
 
 def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, str]:
@@ -194,32 +208,9 @@ def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, st
     return load_preset(found, state.env, state.problems, state.warnings, files=state.files), found.stem
 
 
-WORLD_SIZE_PATHS = frozenset({"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                              "expert_model_parallel_size"})
-"""Where ``validate.check`` reports a layout that does not divide the GPU count."""
-MAX_HINT_NODES = 4096
-"""Largest node count the 'needs N nodes' hint searches."""
-
-
-def _nodes_hint(e: ExecutionSpec, s: SystemSpec) -> Problem:
-    """The problem that says how many nodes the recipe's layout needs, when no node count was given."""
-    gpn = s.gpu.gpus_per_node
-    dense, expert = e.tp * e.pp * e.cp, (e.expert_tensor_parallel_size or e.tp) * e.expert_model_parallel_size
-    need = next((n for n in range(1, MAX_HINT_NODES + 1)
-                 if (n * gpn) % dense == 0 and ((n * gpn) // e.pp) % expert == 0), None)
-    given = (f"no node count was given (--nodes, the recipe's primus_ext.nodes, or ${NODES_ENV}), so "
-             f"{DEFAULT_NODES} node of {gpn} GPUs was assumed")
-    if need is None:
-        return Problem(path="nodes", message=f"{given}; no node count up to {MAX_HINT_NODES} fits the layout",
-                       fix="change the parallel sizes")
-    return Problem(path="nodes", value=DEFAULT_NODES,
-                   message=f"{given}; this recipe's layout needs a multiple of {need} node(s)",
-                   fix=f"pass --nodes {need} (or export {NODES_ENV}={need}, as Primus's launch scripts do)")
-
-
 def _inside(path: Path, folder: Path) -> bool:
     try:
-        return path.resolve().is_relative_to(folder.resolve())
+        return real_path(path).is_relative_to(real_path(folder))
     except (OSError, RuntimeError, ValueError):
         return False
 
@@ -399,6 +390,7 @@ def load_recipe(
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path))
     top = load_preset(state.path, state.env, state.problems, state.warnings, files=state.files)
+    state.hidden.update(hidden_values(top.values))
     if not top.values:
         state.fail_if_problems()  # unreadable file: nothing to resolve
     data = dict(top.values)
@@ -418,6 +410,7 @@ def load_recipe(
                 fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
             state.fail_if_problems()
     args.update(parse_overrides(overrides, state.problems))
+    state.hidden.update(hidden_values(args.values))  # presets' and the command line's too
     system = _system(state, block, cluster, nodes)
     if system is None:  # a bad cluster / node count: still list every argument problem with it
         from primus_ext.hardware import load_system
@@ -446,7 +439,7 @@ def load_recipe(
     if validate:
         state.problems += legality
         if state.nodes_defaulted and any(p.path in WORLD_SIZE_PATHS for p in raw_legality):
-            state.problems.append(_nodes_hint(execution, system))
+            state.problems.append(nodes_hint(execution, system))
         state.fail_if_problems()
     exp_name = data.get("exp_name")
     return Recipe(
@@ -455,16 +448,17 @@ def load_recipe(
         system=system,
         megatron_args=MappingProxyType(dict(args.values)),
         unknown_keys=MappingProxyType(unknown),
-        warnings=tuple(state.warnings),
+        warnings=tuple(hide_text(w, state.hidden) for w in state.warnings),
         source=str(path),
         origins=MappingProxyType(dict(args.origins)),
-        problems=() if validate else tuple(legality),
-        exp_name=exp_name if isinstance(exp_name, str) else "",
+        problems=() if validate else tuple(state.shown(p) for p in legality),
+        exp_name=hide_value(exp_name) if isinstance(exp_name, str) else "",
         module=module,
         preset_files=_reading_order(state.files, state.path),
-        unmodelled=MappingProxyType(unmodelled_keys(args.values)),
+        unmodelled=MappingProxyType({k: hide_text(v, state.hidden) for k, v in unmodelled_keys(args.values).items()}),
         config_root=display(found_root) if found_root else None,
         target=state.target,
+        hidden=MappingProxyType(dict(state.hidden)),
     )
 
 
@@ -483,7 +477,7 @@ def _what_if(state: _State, execution: ExecutionSpec, schedule: str | None, bloc
 
 def _reading_order(files: Sequence[Path], recipe: Path) -> tuple[str, ...]:
     """The preset files (parents before children), then the recipe and what it extends, each once."""
-    own = [f for f in files if f.resolve() == recipe.resolve()]
+    own = [f for f in files if real_path(f) == real_path(recipe)]
     rest = [f for f in files if f not in own]
     seen: dict[str, None] = {}
     for f in (*rest, *own):

@@ -18,6 +18,7 @@ where Primus's own ``PresetLoader`` looks).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, Literal
 import yaml
 
 from primus_ext.errors import Problem, shown
+from primus_ext.files import InputRefused, read_input, real_path
 from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.templates import expand_templates
 
@@ -34,6 +36,10 @@ SHIPPED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 MAX_FILE_BYTES = safe_yaml.MAX_TEXT_BYTES
 """Recipes are small; a larger file is refused rather than parsed."""
+MAX_EXTENDS_FILES = 256
+"""Distinct files one ``extends`` tree may read (Primus's deepest preset tree reads 4)."""
+MAX_EXTENDS_DEPTH = 32
+"""Levels of ``extends`` (each level a recursion: a chain of thousands would exhaust the stack)."""
 
 
 def safe_load(text: str, duplicates: list[str] | None = None) -> Any:
@@ -44,7 +50,7 @@ def safe_load(text: str, duplicates: list[str] | None = None) -> Any:
 def display(path: Path) -> str:
     """A path as the user would write it: relative to the working directory when inside it."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(real_path(path).relative_to(real_path(Path.cwd())))
     except ValueError:
         return str(path)
 
@@ -74,11 +80,11 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 def read_yaml(path: Path, problems: list[Problem], warnings: list[str] | None = None) -> dict[str, Any] | None:
     """Safe-load one YAML mapping; any failure becomes a Problem and ``None``; duplicate keys a warning."""
     label = display(path)
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            problems.append(Problem(path=label, message=f"file larger than {MAX_FILE_BYTES} bytes"))
-            return None
-        text = path.read_text(encoding="utf-8")
+    try:  # bounded, regular files only; noted as an input (no output of this command may replace it)
+        text = read_input(path, max_bytes=MAX_FILE_BYTES, what="YAML file").decode("utf-8")
+    except InputRefused as err:
+        problems.append(Problem(path=label, message=f"refused: {err}", fix="give a YAML file"))
+        return None
     except (OSError, UnicodeDecodeError) as err:
         problems.append(Problem(path=label, message=f"cannot read: {err}", fix="check the path"))
         return None
@@ -122,16 +128,28 @@ def load_preset(
     key_prefix: str = "",
     files: list[Path] | None = None,
     _stack: tuple[Path, ...] = (),
+    _loaded: dict[Path, Layer] | None = None,
 ) -> Layer:
     """A file merged over everything it ``extends``; origins are ``<file>:<key>`` (or ``key_prefix``).
 
-    ``files`` collects every file read, parents first (what the report lists as the presets used)."""
-    resolved = path.resolve()
+    ``files`` collects every file read, parents first (what the report lists as the presets used).
+    Each file is read once per call (``_loaded``: later ``extends`` of it reuse the merged layer, so two files that
+    list their parent 300 times cost three reads, not 90 000); a parent listed twice in one ``extends`` is merged
+    once, at its last place (the same result: later entries win); at most ``MAX_EXTENDS_FILES`` files and
+    ``MAX_EXTENDS_DEPTH`` levels."""
+    loaded: dict[Path, Layer] = {} if _loaded is None else _loaded
+    resolved = real_path(path)
     label = display(path)
     if resolved in _stack:
         chain = " -> ".join(display(p) for p in (*_stack, resolved))
         problems.append(Problem(path=f"{label}:extends", message=f"inheritance cycle {chain}",
                                 fix="remove one of the extends entries"))
+        return Layer()
+    if resolved in loaded:
+        return Layer(values=dict(loaded[resolved].values), origins=dict(loaded[resolved].origins))
+    if len(_stack) > MAX_EXTENDS_DEPTH or len(loaded) >= MAX_EXTENDS_FILES:
+        problems.append(Problem(path=f"{label}:extends", message=f"more than {MAX_EXTENDS_DEPTH} levels or "
+                                f"{MAX_EXTENDS_FILES} files of extends", fix="flatten the inheritance"))
         return Layer()
     data = read_yaml(path, problems, warnings)
     if data is None:
@@ -149,16 +167,29 @@ def load_preset(
         problems.append(Problem(path=f"{label}:extends", value=extends,
                                 message="expected a list of relative file paths", fix="write extends: [base.yaml]"))
         extends = []
-    for parent in extends or []:
+    by_name = {p: i for i, p in enumerate(extends or [])}  # a repeat is merged at its last place
+    if len(by_name) > MAX_EXTENDS_FILES:
+        problems.append(Problem(path=f"{label}:extends", value=len(by_name),
+                                message=f"more than {MAX_EXTENDS_FILES} different parents",
+                                fix="flatten the inheritance"))
+        by_name = {}
+    last = {real_path(path.parent / p): i for p, i in sorted(by_name.items(), key=lambda item: item[1])}
+    for parent, i in sorted(by_name.items(), key=lambda item: item[1]):
         target = path.parent / parent
-        if not is_file(target):
-            warnings.append(f"{label}: extends target {shown(parent)} not found at {display(target)}; skipped")
+        if last.get(real_path(target)) != i:
             continue
-        layer.update(load_preset(target, env, problems, warnings, files=files, _stack=(*_stack, resolved)))
+        if not is_file(target):
+            why = ("a symlink that leads nowhere (a loop, or its file is missing)" if os.path.islink(target)
+                   else "not found")
+            warnings.append(f"{label}: extends target {shown(parent)} {why} at {display(target)}; skipped")
+            continue
+        layer.update(load_preset(target, env, problems, warnings, files=files, _stack=(*_stack, resolved),
+                                 _loaded=loaded))
     if files is not None:
         files.append(path)
     own = Layer(values=data, origins={key: f"{key_prefix}{key}" if key_prefix else f"{label}:{key}" for key in data})
     layer.update(own)
+    loaded[resolved] = Layer(values=dict(layer.values), origins=dict(layer.origins))
     return layer
 
 
@@ -191,7 +222,7 @@ def is_primus_root(root: Path) -> bool:
 def find_primus_root(recipe: Path) -> Path | None:
     """The nearest folder above ``recipe`` that is a Primus checkout, or ``None``."""
     try:
-        folder = recipe.resolve().parent
+        folder = real_path(recipe).parent
     except (OSError, RuntimeError, ValueError):
         return None
     for candidate in [folder, *folder.parents][:MAX_ROOT_WALK]:
@@ -233,6 +264,6 @@ def find_preset(name: str, kind: Kind, base_dir: Path, roots: Sequence[Path],
 
 def _same_file(a: Path, b: Path) -> bool:
     try:
-        return a.resolve() == b.resolve()
+        return real_path(a) == real_path(b)
     except (OSError, RuntimeError, ValueError):
         return False

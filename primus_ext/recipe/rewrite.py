@@ -37,6 +37,7 @@ from ruamel.yaml.error import YAMLError
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.files import atomic_write, output_problem
 from primus_ext.model.pipeline.registry import resolve_schedule
+from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.resolve import VPP_KEYS
 from primus_ext.recipe.target import target_of, with_target
 from primus_ext.recipe.templates import TEMPLATE
@@ -203,7 +204,7 @@ def _same(text_value: Any, new: Any) -> bool:
 def _default_value(text: str) -> Any:
     """A template default as the loader reads it (a YAML scalar)."""
     try:
-        return pyyaml.safe_load(text)
+        return safe_yaml.load(text)
     except pyyaml.YAMLError:
         return text
 
@@ -295,11 +296,15 @@ def apply_changes(text: str, changes: Mapping[str, Any], *, path: str = "recipe"
     return (dumped.replace("\n", "\r\n") if "\r\n" in text else dumped), changed
 
 
-def read_text(path: Path) -> str:
-    """The file's text with its line endings as they are (no universal-newline translation)."""
+def read_text(path: Path, *, note: bool = True) -> str:
+    """The file's text with its line endings as they are (no universal-newline translation). ``note``: an input of
+    the command (``files.note_input``; not the output a rewrite replaces)."""
+    from primus_ext.files import InputRefused, read_input
+
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            return fh.read()
+        return read_input(path, max_bytes=safe_yaml.MAX_TEXT_BYTES, what="recipe", note=note).decode("utf-8")
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err), fix="give a recipe file")]) from None
     except UnicodeDecodeError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason}): not a recipe",
                                             fix="write the tuned copy to a new file")]) from None
@@ -325,7 +330,7 @@ def rewrite(path: str | Path, changes: Mapping[str, Any], *, out: str | Path | N
     real = _writable(target, force)
     original = read_text(source)
     text, changed = apply_changes(original, changes, path=str(source), cluster=cluster, module=module)
-    before = read_text(real) if real.exists() else None
+    before = read_text(real, note=False) if real.exists() else None
     diff = "".join(difflib.unified_diff(original.splitlines(keepends=True), text.splitlines(keepends=True),
                                         fromfile=str(source), tofile=str(target)))
     backup = None

@@ -40,6 +40,10 @@ class YAMLTooLarge(yaml.YAMLError):
     """A YAML text over one of this module's bounds."""
 
 
+class YAMLValueError(yaml.YAMLError):
+    """A scalar the YAML resolver accepted but cannot be built (a bad timestamp, an absurd tagged number)."""
+
+
 class _Loader(_Base):
     """Safe loader that records duplicate keys (Primus, as PyYAML, keeps the last value silently; we say so)."""
 
@@ -56,6 +60,19 @@ class _Loader(_Base):
                     self.duplicates.append(f"`{cut(key)}` (line {key_node.start_mark.line + 1})")
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_checked_timestamp(self, node: yaml.ScalarNode) -> Any:
+        """PyYAML's timestamp, or a ``ConstructorError`` naming the value (its own constructor fails with an
+        AttributeError on ``!!timestamp 99999-01-01``, a ValueError on ``2024-13-45``)."""
+        try:
+            return super().construct_yaml_timestamp(node)
+        except (AttributeError, ValueError, OverflowError):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{cut(node.value)!s} is not a date YAML can build (YYYY-MM-DD, years 1-9999); quote it "
+                "to keep it as text", node.start_mark) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_checked_timestamp)
 
 
 def _depth_refusal(err: yaml.YAMLError) -> YAMLTooLarge | None:
@@ -92,18 +109,32 @@ def _walk_events(text: str) -> None:
 
 def expanded_nodes(root: yaml.Node, limit: int = MAX_EXPANDED_NODES) -> int:
     """Nodes of ``root`` with aliases expanded (each shared node counted once per reference, computed once;
-    iterative, so deep nesting costs no recursion); stops counting past ``limit``."""
+    iterative, so deep nesting costs no recursion); stops counting past ``limit``. An alias inside the node it
+    names (``a: &a [*a]``: an endless value) and nesting deeper than ``MAX_DEPTH`` once aliases are expanded raise
+    ``YAMLTooLarge``. Linear in the node graph (each node's children visited once)."""
     sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    open_: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
-        if id(node) in sizes:
-            continue
+        key = id(node)
         children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
                     else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
         if done:
-            sizes[id(node)] = min(limit + 1, 1 + sum(sizes.get(id(c), 0) for c in children))
+            open_.discard(key)
+            sizes[key] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
+            depths[key] = 1 + max((depths[id(c)] for c in children), default=0)
+            if depths[key] > MAX_DEPTH + 1:
+                raise YAMLTooLarge(f"nested more than {MAX_DEPTH} levels deep once its aliases (*name) are expanded")
             continue
+        if key in sizes:
+            continue
+        if key in open_:  # reached again from inside itself: only an alias does that
+            line = node.start_mark.line + 1 if node.start_mark is not None else "?"
+            raise YAMLTooLarge(f"an alias (*name) refers to the node that contains it (line {line}): the value "
+                               "would be endless")
+        open_.add(key)
         stack.append((node, True))
         stack.extend((c, False) for c in children if id(c) not in sizes)
     return sizes[id(root)]
@@ -111,8 +142,8 @@ def expanded_nodes(root: yaml.Node, limit: int = MAX_EXPANDED_NODES) -> int:
 
 def load(text: str, duplicates: list[str] | None = None) -> Any:
     """``yaml.safe_load`` within the bounds above; appends the duplicate keys it meets to ``duplicates``.
-    Raises ``YAMLTooLarge`` or another ``yaml.YAMLError`` (also ``ValueError`` / ``OverflowError`` for values
-    PyYAML cannot construct, e.g. a timestamp out of range)."""
+    Raises ``YAMLTooLarge``, ``YAMLValueError`` (a value PyYAML cannot construct, e.g. a timestamp out of range)
+    or another ``yaml.YAMLError``: nothing else."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_TEXT_BYTES:
         raise YAMLTooLarge(f"{size:,} bytes of YAML, more than {MAX_TEXT_BYTES:,}")
@@ -125,11 +156,17 @@ def load(text: str, duplicates: list[str] | None = None) -> Any:
         if expanded_nodes(node) > MAX_EXPANDED_NODES:
             raise YAMLTooLarge(f"the document's aliases (*name) expand to more than {MAX_EXPANDED_NODES:,} "
                                "nodes")
-        return loader.construct_document(node)
+        try:
+            return loader.construct_document(node)
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as err:
+            # PyYAML's constructors raise these for values its resolver accepted but it cannot build (a
+            # ``!!timestamp 99999-01-01`` fails its own regex: AttributeError; ``2024-13-45``: ValueError)
+            raise YAMLValueError(f"a value YAML cannot construct ({cut(str(err))})") from None
     finally:
         if duplicates is not None:
             duplicates += loader.duplicates
         loader.dispose()
 
 
-__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_EXPANDED_NODES", "MAX_TEXT_BYTES", "YAMLTooLarge", "expanded_nodes", "load"]
+__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_EXPANDED_NODES", "MAX_TEXT_BYTES", "YAMLTooLarge", "YAMLValueError",
+           "expanded_nodes", "load"]

@@ -64,11 +64,13 @@ def target_of(text: str, problems: list[Problem]) -> dict[str, Any]:
 def target_block(path: Path, block: Any, primus: bool, problems: list[Problem], warnings: list[str]) -> Any:
     """The recipe's target: its ``# primus-ext: {...}`` comment, under the older top-level ``primus_ext:`` block
     (``block``; a Primus experiment that has one is warned: Primus's schema check refuses it)."""
+    from primus_ext.files import InputRefused, open_input
+
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(MAX_HEAD_CHARS)
-    except OSError:
-        text = ""
+        with open_input(path, max_bytes=safe_yaml.MAX_TEXT_BYTES, what="recipe") as fh:
+            text = fh.read(MAX_HEAD_CHARS).decode("utf-8", errors="replace")
+    except (OSError, InputRefused):
+        text = ""  # read_yaml said why
     directive = target_of(text, problems)
     if block is not None and primus:
         warnings.append("the top-level `primus_ext:` block fails Primus's config schema check "

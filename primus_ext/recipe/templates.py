@@ -3,10 +3,13 @@
 Templates may appear anywhere inside a string value (``model: ${PRIMUS_MODEL:qwen3_30B_A3B}.yaml``).
 A value that is *entirely* one template is re-parsed as a YAML scalar after substitution, so
 ``num_layers: ${K3_NUM_LAYERS:93}`` becomes the int ``93`` and ``${DATA:null}`` becomes ``None``.
-An undefined variable without a default is a ``Problem`` (all of them are collected). A variable whose name
-looks like a credential (``is_credential``: ``OPENAI_API_KEY``, ``HF_TOKEN``, ...) is not expanded: the template
-stays as written, for the framework to expand at launch, so its value is never printed, logged, or used in a
-path (no projection needs a credential).
+An undefined variable without a default is a ``Problem`` (all of them are collected). Text that a variable's value
+went into is an ``EnvText``: it is used where the recipe uses it (a data path passed to Megatron, a preset name,
+an option), and shown nowhere: every report, message and printed command shows the template as written instead
+(``recipe/secrets.py``), so a credential is hidden whatever its name (``PGPASSWORD``, ``MYSQL_PWD``,
+``DATABASE_URL``). Numbers and booleans read from a variable are parameters, shown as values. A variable whose name
+looks like a credential (``is_credential``: ``OPENAI_API_KEY``, ``HF_TOKEN``, ...) is not even expanded: the
+template stays as written, for the framework to expand at launch.
 
 Usage::
 
@@ -57,11 +60,15 @@ def expand_string(text: str, env: Mapping[str, str], problems: list[Problem], *,
     if "${" not in text:
         return text
 
+    from_env = False
+
     def substitute(match: re.Match[str]) -> str:
+        nonlocal from_env
         name, default = match.group(1), match.group(2)
         if is_credential(name):  # left for the framework to expand at launch: never printed, logged or a path
             return match.group(0)
         if name in env:
+            from_env = from_env or bool(env[name])
             return env[name]
         if default is not None:
             return default
@@ -78,8 +85,24 @@ def expand_string(text: str, env: Mapping[str, str], problems: list[Problem], *,
     result = TEMPLATE.sub(substitute, text)
     whole = TEMPLATE.fullmatch(text.strip())
     if whole is not None and result != text:
-        return _reparse(result)
-    return result
+        value = _reparse(result)
+        return EnvText(value, template=text) if from_env and isinstance(value, str) else value
+    return EnvText(result, template=text) if from_env else result
+
+
+class EnvText(str):
+    """Text that an environment variable's value went into (``${DATABASE_URL}``): used where the recipe uses it,
+    never shown; every report shows ``template`` (the text as written) instead (``recipe.secrets``)."""
+
+    __slots__ = ("template",)
+
+    def __new__(cls, value: str, *, template: str) -> EnvText:
+        self = super().__new__(cls, value)
+        self.template = template
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, (str(self),))  # pickled as the plain text it is
 
 
 def _join(path: str, key: object) -> str:

@@ -24,6 +24,8 @@ import yaml as pyyaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from primus_ext.recipe import safe_yaml
+
 Assignment = tuple[tuple[str, ...], str, str]
 """(path of the mapping, key, new value as YAML text)."""
 
@@ -280,15 +282,15 @@ def _edit_mapping(text: _Text, root: CommentedMap, path: tuple[str, ...], items:
 def _reads_back(result: str, assignments: Sequence[Assignment]) -> bool:
     """Whether every assigned key reads back as its new value (and the file is still one YAML mapping)."""
     try:
-        data = pyyaml.safe_load(result)
+        data = safe_yaml.load(result)
+        for path, key, new in assignments:
+            node = data
+            for name in path:
+                node = node.get(name) if isinstance(node, dict) else None
+            if not isinstance(node, dict) or key not in node or node[key] != safe_yaml.load(f"v: {new}")["v"]:
+                return False
     except pyyaml.YAMLError:
         return False
-    for path, key, new in assignments:
-        node = data
-        for name in path:
-            node = node.get(name) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or key not in node or node[key] != pyyaml.safe_load(f"v: {new}")["v"]:
-            return False
     return True
 
 

@@ -287,11 +287,12 @@ shows the kind that fills most of it; here a communication slice narrower than a
 def write_html(projection: Any, path: str, *, recipe: Any = None, overrides: Sequence[str] = ()) -> None:
     """Write the report of ``projection`` to ``path`` (said on stderr); ``recipe``: the loaded recipe it came from."""
     import sys
-    from pathlib import Path
+
+    from primus_ext.files import write_output
 
     inputs = ReportInputs(recipe=str(getattr(recipe, "source", "") or ""), overrides=tuple(overrides),
                           cluster=projection.system.name, warnings=tuple(getattr(recipe, "warnings", ()) or ()))
-    Path(path).write_text(render_html(projection, inputs=inputs), encoding="utf-8")
+    write_output(path, render_html(projection, inputs=inputs), label="--html")
     print(f"wrote {path} (open it in a browser; it needs no network)", file=sys.stderr)
 
 

@@ -63,6 +63,7 @@ def write_trace(projection: Any, path: str) -> None:
     import json
     import sys
 
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(chrome_trace(projection), fh, separators=(",", ":"))
+    from primus_ext.files import write_output
+
+    write_output(path, json.dumps(chrome_trace(projection), separators=(",", ":")), label="--trace")
     print(f"wrote {path} (Chrome trace: open it in ui.perfetto.dev or chrome://tracing)", file=sys.stderr)

@@ -73,14 +73,16 @@ def dumps(doc: Any) -> str:
     return json.dumps(conform(json.loads(json.dumps(doc, default=_plain))), indent=2)
 
 
-def emit_json(doc: Any, out: str | None) -> None:
-    """Write ``doc`` as JSON to ``out``: ``-`` is stdout (the JSON only), else a file (said on stderr)."""
+def emit_json(doc: Any, out: str | None, label: str = "--json") -> None:
+    """Write ``doc`` as JSON to ``out``: ``-`` is stdout (the JSON only), else a file, atomically and never over an
+    input (``files.write_output``; said on stderr). ``label``: the flag named if the path is refused."""
     if out is None:
         return
     text = dumps(doc)
     if out == "-":
         print(text)
         return
-    with open(out, "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+    from primus_ext.files import write_output
+
+    write_output(out, text + "\n", label=label)
     print(f"wrote {out}", file=sys.stderr)

@@ -113,6 +113,10 @@ class SearchStats:
         self.excluded[rule] = self.excluded.get(rule, 0) + count
 
 
+MAX_LOG_BYTES = 128 << 20
+"""A trial log holds ~1 kB per projected trial (an exhaustive search of the largest shipped space logs ~4 000): a
+larger --resume file is refused unread (read whole, it would cost ~4x its size in memory)."""
+
 class TrialLog:
     """Append-only JSON-lines log: a header, then one line per new trial (``--resume`` reads it)."""
 
@@ -123,8 +127,10 @@ class TrialLog:
 
     def write(self, trial: Trial) -> None:
         if self._fh is None:
+            from primus_ext.files import open_journal
+
             fresh = not self.path.exists() or self.path.stat().st_size == 0
-            self._fh = self.path.open("a", encoding="utf-8")
+            self._fh = open_journal(self.path, label="--log")
             if fresh:
                 self._fh.write(json.dumps({"header": self.header, "version": LOG_VERSION}) + "\n")
         self._fh.write(json.dumps({"trial": trial.to_dict()}) + "\n")
@@ -138,10 +144,13 @@ class TrialLog:
 
 def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> list[Trial]:
     """Trials of a log. ``expect``: header fields that must match (same recipe, cluster, space)."""
+    from primus_ext.files import InputRefused, note_journal, read_input
+
     trials: list[Trial] = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
-    except (OSError, UnicodeDecodeError) as err:
+        lines = read_input(path, max_bytes=MAX_LOG_BYTES, what="trial log").decode("utf-8").splitlines(keepends=True)
+        note_journal(path)  # read to be continued: appending to it is its purpose
+    except (OSError, UnicodeDecodeError, InputRefused) as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read the log: {err}",
                                             fix="give the --log file of the search to continue")]) from None
     for number, line in enumerate(lines, 1):

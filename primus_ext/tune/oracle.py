@@ -128,12 +128,14 @@ class ProjectionOracle:
         return [s if isinstance(s, PrimusExtError) else self._calibrated(e, s)
                 for e, s in zip(executions, scores, strict=True)]
 
-    def step_floor(self, execution: ExecutionSpec) -> float:
-        """Seconds no score of ``execution`` goes below (``projection.evaluate.step_floor``), calibrated as the
-        scores are (``calibration.arithmetic.corrected_step_floor``); raises as ``__call__``."""
-        from primus_ext.projection.evaluate import step_floor
+    def step_floor(self, execution: ExecutionSpec, *, compute_only: bool = False) -> float:
+        """Seconds no score of ``execution`` goes below (``projection.evaluate.step_floor``; ``compute_only``: its
+        busiest rank's compute, ``evaluate.compute_floor``, the same for every sharding and overlap flag),
+        calibrated as the scores are (``calibration.arithmetic.corrected_step_floor``); raises as ``__call__``."""
+        from primus_ext.projection.evaluate import compute_floor, step_floor
 
-        floor, sources = step_floor(self.model, execution, self.system, self.costs)
+        floor, sources = (compute_floor if compute_only else step_floor)(self.model, execution, self.system,
+                                                                           self.costs)
         found = self._record(execution, sources)
         return floor if found is None else corrected_step_floor(found[0].correction, floor)
 

@@ -21,8 +21,13 @@ from primus_ext.validate.runs import REQUIRED_RUN_COLUMNS, RunRow, run_of
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
+    from primus_ext.files import InputRefused, read_input
+    from primus_ext.validate.csvio import MAX_CSV_BYTES
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input(path, max_bytes=MAX_CSV_BYTES, what="run file").decode("utf-8")
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err))]) from None
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
     if path.suffix.lower() == ".json":

@@ -76,7 +76,7 @@ def test_reproducers_of_issue_32(tmp_path) -> None:
         (["project", RECIPE, "--json", str(tmp_path / ("o" * 300))], 2, "too long"),
         (["recipe", "show", RECIPE, "moe_expert_capacity_factor=.nan"], 2, "finite"),
         (["tune", RECIPE, "--margin", "nan"], 2, "finite"),
-        (["recipe", "show", str(deep)], 2, "nested more than"),
+        (["recipe", "show", str(deep)], 2, "nest"),  # ours, or libyaml >= 0.2.5's "maximum nesting depth"
         (["project", RECIPE, "--store", str(nan_store)], 2, "not a finite number"),
         (["tune", RECIPE, "--resume", str(nan_log)], 2, "not a finite number"),
         (["ci", str(binary)], 2, "not UTF-8"),

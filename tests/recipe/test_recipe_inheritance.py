@@ -87,3 +87,40 @@ def test_structure_problems_are_listed_together(write):
     paths = [p.path for p in err.value.problems]
     assert paths[0].endswith("exp.yaml:exp_name")
     assert {"modules.pre_trainer.framework", "modules.pre_trainer.model", "primus_ext.cluster"} <= set(paths)
+
+
+def test_repeated_parents_are_read_once(write, monkeypatch):
+    # issue 47: two files each listing their parent 300 times loaded 90 000 files
+    from primus_ext.recipe import presets
+
+    write("c.yaml", {"num_layers": 2})
+    write("b.yaml", {"extends": ["c.yaml"] * 300, "hidden_size": 256})
+    path = write("r.yaml", {"extends": ["b.yaml"] * 300, "num_attention_heads": 4, "vocab_size": 100,
+                            "seq_length": 128, "global_batch_size": 8})
+    reads: list[str] = []
+    real = presets.read_yaml
+    monkeypatch.setattr(presets, "read_yaml", lambda p, *a, **k: reads.append(p.name) or real(p, *a, **k))
+    recipe = load_recipe(path)
+    assert (recipe.model.num_layers, recipe.model.hidden_size) == (2, 256)
+    assert sorted(reads) == ["b.yaml", "c.yaml", "r.yaml"]
+
+
+def test_a_repeated_parent_merges_at_its_last_place(write):
+    write("a.yaml", {"num_layers": 2})
+    write("b.yaml", {"num_layers": 4})
+    path = write("r.yaml", {"extends": ["a.yaml", "b.yaml", "a.yaml"], "hidden_size": 256, "num_attention_heads": 4,
+                            "vocab_size": 100, "seq_length": 128, "global_batch_size": 8})
+    assert load_recipe(path).model.num_layers == 2  # a, then b, then a again: a wins
+
+
+def test_symlink_loops_and_deep_chains_are_bounded(write, tmp_path):
+    (tmp_path / "loop.yaml").symlink_to("loop.yaml")
+    path = write("r.yaml", {"extends": ["loop.yaml"], **BASE})
+    recipe = load_recipe(path)  # was RuntimeError: Symlink loop
+    assert any("loop.yaml" in w and "leads nowhere" in w for w in recipe.warnings)
+    for i in range(60):
+        write(f"d{i}.yaml", {"extends": [f"d{i + 1}.yaml"], "num_layers": 2})
+    write("d60.yaml", {"num_layers": 2})
+    deep = write("deep.yaml", {"extends": ["d0.yaml"], **BASE})
+    with pytest.raises(RecipeError, match="levels"):
+        load_recipe(deep)

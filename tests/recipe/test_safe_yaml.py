@@ -70,6 +70,40 @@ def test_values_shown_in_messages_are_bounded() -> None:
 
 
 def test_deep_nesting_refused_before_libyaml_recurses() -> None:
-    with pytest.raises(safe_yaml.YAMLTooLarge, match="nested more than"):
+    with pytest.raises(yaml.YAMLError):  # ours, or libyaml >= 0.2.5's own flow-level bound: either way no crash
         safe_yaml.load("a: " + "[" * 30_000 + "]" * 30_000)  # 25 000 levels crashed the process (C recursion)
+    with pytest.raises(safe_yaml.YAMLTooLarge, match="nested more than"):
+        safe_yaml.load("".join(" " * i + "- \n" for i in range(0, 2 * 300, 2)))  # block style: 300 levels
     assert isinstance(safe_yaml.load("a: " + "[" * 50 + "]" * 50)["a"], list)
+
+
+@pytest.mark.parametrize("text", ["a: &a [*a]", "&a [*a]", "a: &a {b: *a}", "a: &a {<<: *a}",
+                                  "a: &a [1, [2, *a]]", "a: &a {b: [{c: *a}]}"])
+def test_an_alias_inside_its_own_node_is_refused_at_once(text: str) -> None:
+    # issue 47: `a: &a [*a]` (10 bytes) never returned, growing ~17 MB/s
+    with pytest.raises(safe_yaml.YAMLTooLarge, match="refers to the node that contains it"):
+        safe_yaml.load(text)
+
+
+def test_merge_keys_and_shared_anchors_still_load() -> None:
+    assert safe_yaml.load("base: &b {x: 1, y: 2}\nc: {<<: *b, y: 3}\nd: [*b, *b]") == {
+        "base": {"x": 1, "y": 2}, "c": {"x": 1, "y": 3}, "d": [{"x": 1, "y": 2}, {"x": 1, "y": 2}]}
+
+
+def test_aliases_that_nest_past_the_depth_bound_are_refused() -> None:
+    text = "a0: &a0 " + "[" * 60 + "1" + "]" * 60 + "\n" + "a1: &a1 " + "[" * 60 + "*a0" + "]" * 60 + "\n"
+    with pytest.raises(safe_yaml.YAMLTooLarge, match="once its aliases"):
+        safe_yaml.load(text)
+
+
+@pytest.mark.parametrize("text", ["x: !!timestamp 99999-01-01", "x: 2024-13-45", "x: !!float abc",
+                                  "x: !!int 0xzz"])
+def test_values_yaml_cannot_build_are_yaml_errors(text: str) -> None:
+    # issue 47: `!!timestamp 99999-01-01` raised AttributeError ... groupdict
+    with pytest.raises(yaml.YAMLError):
+        safe_yaml.load(text)
+
+
+def test_anchors_do_not_cross_documents() -> None:
+    with pytest.raises(yaml.YAMLError):
+        safe_yaml.load("a: &x 1\n---\nb: *x\n")

@@ -126,3 +126,32 @@ def test_a_prefix_whose_micro_batch_count_breaks_a_schedule_rule_has_no_legal_co
                 problems = check(space.model, space.to_execution(config), space.system)
                 assert any(p.path in BATCH_PATHS for p in problems), config
     assert pruned > 10
+
+
+def test_compute_floor_bounds_every_completion(mixtral):
+    """The bound's floor (``evaluate.compute_floor``: the busiest rank's compute, no schedule simulated) is at most
+    the step of every completion of the prefix, and at least the representative's ``compute_s``."""
+    from primus_ext.projection.evaluate import compute_floor
+
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    depth = AXIS_ORDER.index(BOUND_AFTER) + 1
+    rng = random.Random(11)
+    checked = 0
+    while checked < 120:
+        config = {}
+        for name in AXIS_ORDER:
+            config[name] = rng.choice(space.domain(name, config))
+        e = space.to_execution(config)
+        if check(space.model, e, space.system):
+            continue
+        rep = {k: config[k] for k in AXIS_ORDER[:depth]}
+        for name in AXIS_ORDER[depth:]:
+            allowed = space.domain(name, rep)
+            rep[name] = min(allowed, key=LEAST_COMPUTE.index) if name == "recompute" else allowed[0]
+        r = space.to_execution(rep)
+        if check(space.model, r, space.system):
+            continue
+        floor = compute_floor(space.model, r, space.system)[0]
+        assert evaluate(space.model, e, space.system).step_time_s >= floor * (1 - 1e-9), (config, rep)
+        assert floor >= evaluate(space.model, r, space.system).breakdown.compute_s * (1 - 1e-9)
+        checked += 1

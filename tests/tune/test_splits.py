@@ -43,15 +43,15 @@ def test_tuner_picks_a_legal_uneven_split_faster_than_the_even_one(llama8b, kind
         assert firsts, "the 8B at PP4 has legal uneven first/last candidates"
         pins["split"] = (DEFAULT, *firsts)
     space, result = _search(llama8b, pins)
-    by_split = {t.config["split"]: t for t in result.ranked if t.status == "projected"}
-    assert DEFAULT in by_split and len(by_split) > 1
     best = result.best
     assert best.config["split"] != DEFAULT
     assert kinds == "any" or best.config["split"].startswith(("first", "last"))
-    assert best.tokens_per_s_per_gpu > by_split[DEFAULT].tokens_per_s_per_gpu
+    # the even split, projected here: branch and bound may skip it (its bound cannot beat the best)
+    even = space.to_execution({**best.config, "split": DEFAULT})
+    even_score = projection_oracle(llama8b.model, llama8b.system, None)(even)
+    assert best.tokens_per_s_per_gpu > even_score.tokens_per_s_per_gpu
     execution = space.to_execution(best.config)
     assert layout_problems(llama8b.model, execution) == []
-    even = space.to_execution(by_split[DEFAULT].config)
     assert any(getattr(execution, f) != getattr(even, f) for f in LAYOUT_FIELDS)
     assert space.config_of(execution)["split"] == best.config["split"]  # round trip
 

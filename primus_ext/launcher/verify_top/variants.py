@@ -117,18 +117,19 @@ def _relative_extends(text: str, source: Path, folder: Path) -> str:
     """``text`` with its top-level relative ``extends`` paths rewritten to resolve from ``folder``."""
     import yaml
 
+    from primus_ext.recipe import safe_yaml
     from primus_ext.recipe.yaml_edit import edit_text, render
 
     try:
-        data = yaml.safe_load(text)
+        data = safe_yaml.load(text)
     except yaml.YAMLError:
         return text
     extends = data.get("extends") if isinstance(data, dict) else None
     if not extends:
         return text
     parents = [extends] if isinstance(extends, str) else list(extends)
-    moved = [p if os.path.isabs(p) else os.path.relpath(source.parent.resolve() / p, folder.resolve())
-             for p in parents]
+    here, there = os.path.realpath(source.parent), os.path.realpath(folder)
+    moved = [p if os.path.isabs(p) else os.path.relpath(os.path.join(here, p), there) for p in parents]
     if moved == parents:
         return text
     edited = edit_text(text, [((), "extends", render(moved))])
@@ -254,8 +255,12 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """``folder``'s manifest; a missing or foreign one is a ``RecipeError``."""
     path = Path(folder) / MANIFEST
     fix = "give the folder primus-ext tune --verify-top wrote (--verify-dir)"
+    from primus_ext.files import InputRefused, read_input
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_input(path, max_bytes=64 << 20, what="manifest").decode("utf-8"))
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err), fix=fix)]) from None
     except FileNotFoundError:
         raise RecipeError(problems=[Problem(path=str(path), message="no manifest here", fix=fix)]) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

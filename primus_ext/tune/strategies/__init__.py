@@ -33,6 +33,9 @@ class StrategyOptions:
     seed: int = 0
     bound: bool = True
     """Exhaustive search: branch and bound on the compute lower bound of the step (exact; off = plain)."""
+    keep: int = 1
+    """Exhaustive search: the ranking is exact down to this place (a prefix is skipped only when its bound cannot
+    beat the ``keep``-th best found; ``tune --verify-top K`` keeps K)."""
     start: Config | None = None
     """A configuration to try first (the recipe's own, when it is a point of the space)."""
     llm_model: str | None = None

@@ -1,0 +1,35 @@
+"""The node count a recipe runs on when nothing states it, and the hint that names the count its layout needs."""
+
+from __future__ import annotations
+
+from primus_ext.errors import Problem
+from primus_ext.specs import ExecutionSpec, SystemSpec
+
+DEFAULT_NODES = 1
+"""Nodes assumed when neither ``--nodes``, the recipe's ``# primus-ext: nodes`` nor ``$NNODES`` gives a count."""
+NODES_ENV = "NNODES"
+"""Node count of Primus's launch scripts (``examples/run_pretrain.sh``, ``run_slurm_pretrain.sh``)."""
+WORLD_SIZE_PATHS = frozenset({"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                              "expert_model_parallel_size"})
+"""Where ``recipe.checks.check`` reports a layout that does not divide the GPU count."""
+MAX_HINT_NODES = 4096
+"""Largest node count the 'needs N nodes' hint searches."""
+
+
+def nodes_hint(e: ExecutionSpec, s: SystemSpec) -> Problem:
+    """The problem that says how many nodes the recipe's layout needs, when no node count was given."""
+    gpn = s.gpu.gpus_per_node
+    dense, expert = e.tp * e.pp * e.cp, (e.expert_tensor_parallel_size or e.tp) * e.expert_model_parallel_size
+    need = next((n for n in range(1, MAX_HINT_NODES + 1)
+                 if (n * gpn) % dense == 0 and ((n * gpn) // e.pp) % expert == 0), None)
+    given = (f"no node count was given (--nodes, the recipe's primus_ext.nodes, or ${NODES_ENV}), so "
+             f"{DEFAULT_NODES} node of {gpn} GPUs was assumed")
+    if need is None:
+        return Problem(path="nodes", message=f"{given}; no node count up to {MAX_HINT_NODES} fits the layout",
+                       fix="change the parallel sizes")
+    return Problem(path="nodes", value=DEFAULT_NODES,
+                   message=f"{given}; this recipe's layout needs a multiple of {need} node(s)",
+                   fix=f"pass --nodes {need} (or export {NODES_ENV}={need}, as Primus's launch scripts do)")
+
+
+__all__ = ["DEFAULT_NODES", "MAX_HINT_NODES", "NODES_ENV", "WORLD_SIZE_PATHS", "nodes_hint"]
