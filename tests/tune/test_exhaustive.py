@@ -60,14 +60,15 @@ def test_branch_and_bound_finds_the_plain_optimum(mixtral):
     assert bnb.stats.pruned_by_bound > 0
 
 
-@pytest.mark.parametrize("after", [0, 40])
-def test_batched_projection_changes_nothing(mixtral, monkeypatch, after):
-    """Past ``BATCH_AFTER`` projections the exhaustive search projects each prefix's leaves as one batch
-    (``oracle.many``); an oracle without ``many`` (one call per configuration) gives the same trials,
-    counts and optimum."""
+@pytest.mark.parametrize(("after", "after_s"), [(0, 1e9), (40, 1e9), (10**9, 0.0)])
+def test_batched_projection_changes_nothing(mixtral, monkeypatch, after, after_s):
+    """Past ``BATCH_AFTER`` projections, or ``BATCH_AFTER_S`` CPU seconds of them, the exhaustive search projects
+    each prefix's leaves as one batch (``oracle.many``); an oracle without ``many`` (one call per configuration)
+    gives the same trials, counts and optimum."""
     from primus_ext.tune.strategies import exhaustive
 
     monkeypatch.setattr(exhaustive, "BATCH_AFTER", after)
+    monkeypatch.setattr(exhaustive, "BATCH_AFTER_S", after_s)
     space = build_space(mixtral.model, mixtral.execution, mixtral.system, PINS)
     oracle = projection_oracle(space.model, space.system, None)
     batched = []
