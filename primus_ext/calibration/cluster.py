@@ -189,7 +189,7 @@ def load_cluster_records(store_path: str | os.PathLike[str] | None = None, *, pr
     if not path.exists() or path.suffix == ".jsonl":
         return []
     out = []
-    with TimingStore(path, device="any", versions="any") as store:
+    with TimingStore(path, device="any", versions="any", reading=True) as store:  # never changes the file
         for data in store.clusters(profile=profile):
             try:
                 out.append(ClusterRecord.from_dict(data, gpu))

@@ -1,7 +1,7 @@
 """``read_log``: stream a training log line by line into a ``TrainingLog``.
 
 Bounded: only a regular file is read (a FIFO, ``/dev/zero`` or ``/dev/urandom`` is refused before the first byte,
-``files.open_input``); of a long one only its head and tail (``window``: at most 32 MiB and 125 000 lines, the
+``files.open_input``); of a long one only its head and tail (``window``: at most 32 MiB and 70 000 lines, the
 middle skipped and flagged), each line cut to ``MAX_LINE_CHARS``; at most ``MAX_ITERATIONS`` iterations and
 ``MAX_CONFIG`` arguments are kept. Linear: each line costs the same whatever came before it (the current run's
 highest iteration is kept as it grows, not recomputed per line; only the current and the last finished run are

@@ -57,33 +57,10 @@ def _tree(folder: Path) -> dict[Path, tuple[int, int]]:
 
 def _child(case: Case, out_fd: int, err_fd: int, limit_bytes: int, base_vm: int) -> None:
     """The forked child: never returns."""
-    import resource
-    import sys
-    import traceback
+    from recipe_mutations import run_cli_child
 
-    code = 1
-    try:
-        os.chdir(case.folder)
-        os.environ.update({"PRIMUS_EXT_CACHE": str(case.folder / "cache"), **case.env})
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        resource.setrlimit(resource.RLIMIT_AS, (base_vm + limit_bytes, base_vm + limit_bytes))
-        from primus_ext.cli import main
-
-        code = main(case.argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    finally:
-        import sys
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    run_cli_child(case.argv, out_fd, err_fd, base_vm + limit_bytes, folder=case.folder,
+                  env={"PRIMUS_EXT_CACHE": str(case.folder / "cache"), **case.env})
 
 
 def run_case(case: Case, *, limit_s: float = 5.0, limit_bytes: int = 1 << 30, wall_s: float | None = None) -> Result:

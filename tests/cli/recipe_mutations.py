@@ -139,6 +139,8 @@ class Outcome:
     """The child's peak resident memory above what it inherited from the parent at fork."""
     stderr: str
     timed_out: bool
+    """Over ``limit_s`` of CPU time (user + system), or killed at the wall-clock bound."""
+    cpu_s: float = 0.0
 
     @property
     def traceback(self) -> bool:
@@ -168,52 +170,62 @@ def _vm_bytes() -> int:
         return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def run_forked(argv: list[str], *, limit_s: float, limit_bytes: int, workdir: str) -> Outcome:
-    """``primus_ext.cli.main(argv)`` in a forked child (this process's imports stay warm): address space capped at
-    what the parent maps plus ``limit_bytes``, killed after ``limit_s``; stdout discarded, stderr kept."""
+def run_cli_child(argv: list[str], out_fd: int, err_fd: int, address_space: int, *, folder: object,
+                  env: dict[str, str] | None = None) -> None:
+    """In a forked child: ``primus_ext.cli.main(argv)`` in ``folder`` with ``env`` added to the environment, stdout /
+    stderr on ``out_fd`` / ``err_fd`` and the address space capped at ``address_space`` bytes; exits with its code (1
+    and the traceback on stderr for an exception), never returns."""
     import os
     import resource
+    import sys
+    import traceback
+
+    code = 1
+    try:
+        os.chdir(folder)
+        os.environ.update(env or {})
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        # the streams on the new descriptors (under pytest, sys.stderr is its capture object, not fd 2)
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+        from primus_ext.cli import main
+
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_forked(argv: list[str], *, limit_s: float, limit_bytes: int, workdir: str) -> Outcome:
+    """``primus_ext.cli.main(argv)`` in a forked child (this process's imports stay warm): address space capped at
+    what the parent maps plus ``limit_bytes``; over ``limit_s`` of CPU time (user + system: the machine may be
+    shared) it is timed out, and killed once 4 x ``limit_s`` of wall-clock time pass; stdout discarded, stderr
+    kept."""
+    import os
     import signal
     import tempfile
     import time
-    import traceback
 
     err_file = tempfile.TemporaryFile(dir=workdir)  # noqa: SIM115 - read after the child exits, closed below
     base_rss, base_vm = _rss_bytes(), _vm_bytes()
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child: never returns
-        code = 1
-        try:
-            os.chdir(workdir)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(err_file.fileno(), 2)
-            import sys
-
-            # the streams on the new descriptors (under pytest, sys.stderr is its capture object, not fd 2)
-            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-            sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-            resource.setrlimit(resource.RLIMIT_AS, (base_vm + limit_bytes, base_vm + limit_bytes))
-            from primus_ext.cli import main
-
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        finally:
-            import sys
-
-            sys.stderr.flush()
-            os._exit(code)
+        run_cli_child(argv, os.open(os.devnull, os.O_WRONLY), err_file.fileno(), base_vm + limit_bytes, folder=workdir)
     timed_out, status, usage = False, 0, None
     while True:
         done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
             break
-        if time.monotonic() - start > limit_s:
+        if time.monotonic() - start > 4 * limit_s:
             os.kill(pid, signal.SIGKILL)
             _, status, usage = os.wait4(pid, 0)
             timed_out = True
@@ -225,8 +237,9 @@ def run_forked(argv: list[str], *, limit_s: float, limit_bytes: int, workdir: st
     err_file.close()
     code = os.waitstatus_to_exitcode(status)
     peak = max(0, usage.ru_maxrss * 1024 - base_rss) if usage is not None else 0
+    cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
     return Outcome(exit_code=code if code >= 0 and not timed_out else None, seconds=seconds, peak_bytes=peak,
-                   stderr=stderr, timed_out=timed_out)
+                   stderr=stderr, timed_out=timed_out or cpu > limit_s, cpu_s=cpu)
 
 
 COMMANDS = (("recipe", "show"), ("project",), ("project", "--memory-only"))

@@ -19,14 +19,13 @@ from primus_ext.tune.strategies.exhaustive import BOUND_AFTER, LEAST_COMPUTE
 PINS = {"tp": (1, 2), "pp": (2, 4), "cp": (1,), "ep": (4, 8), "mbs": (1, 2)}
 
 
-def test_bound_premises_hold_on_the_projection(mixtral):
-    """No completion of a prefix steps faster than the compute of its least-recompute representative
-    (the chain: step >= every rank's busy time >= its compute >= the representative's, per rank)."""
-    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+def _completions(space, seed: int, wanted: int):
+    """``wanted`` legal (leaf, representative) pairs: a random configuration and the least-recompute completion of
+    its prefix up to ``BOUND_AFTER`` (``exhaustive._upper_bound``'s representative), both as executions."""
     depth = AXIS_ORDER.index(BOUND_AFTER) + 1
-    rng = random.Random(7)
-    checked = 0
-    while checked < 150:
+    rng = random.Random(seed)
+    found = 0
+    while found < wanted:
         config = {}
         for name in AXIS_ORDER:
             config[name] = rng.choice(space.domain(name, config))
@@ -40,10 +39,18 @@ def test_bound_premises_hold_on_the_projection(mixtral):
         r = space.to_execution(rep)
         if check(space.model, r, space.system):
             continue
+        found += 1
+        yield e, r
+
+
+def test_bound_premises_hold_on_the_projection(mixtral):
+    """No completion of a prefix steps faster than the compute of its least-recompute representative
+    (the chain: step >= every rank's busy time >= its compute >= the representative's, per rank)."""
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    for e, r in _completions(space, 7, 150):
         leaf, low = evaluate(space.model, e, space.system), evaluate(space.model, r, space.system)
         assert leaf.step_time_s >= leaf.breakdown.compute_s
-        assert leaf.step_time_s >= low.breakdown.compute_s * (1 - 1e-9), (config, rep)
-        checked += 1
+        assert leaf.step_time_s >= low.breakdown.compute_s * (1 - 1e-9), (e, r)
 
 
 def test_branch_and_bound_finds_the_plain_optimum(mixtral):
@@ -135,24 +142,7 @@ def test_compute_floor_bounds_every_completion(mixtral):
     from primus_ext.projection.evaluate import compute_floor
 
     space = build_space(mixtral.model, mixtral.execution, mixtral.system)
-    depth = AXIS_ORDER.index(BOUND_AFTER) + 1
-    rng = random.Random(11)
-    checked = 0
-    while checked < 120:
-        config = {}
-        for name in AXIS_ORDER:
-            config[name] = rng.choice(space.domain(name, config))
-        e = space.to_execution(config)
-        if check(space.model, e, space.system):
-            continue
-        rep = {k: config[k] for k in AXIS_ORDER[:depth]}
-        for name in AXIS_ORDER[depth:]:
-            allowed = space.domain(name, rep)
-            rep[name] = min(allowed, key=LEAST_COMPUTE.index) if name == "recompute" else allowed[0]
-        r = space.to_execution(rep)
-        if check(space.model, r, space.system):
-            continue
+    for e, r in _completions(space, 11, 120):
         floor = compute_floor(space.model, r, space.system)[0]
-        assert evaluate(space.model, e, space.system).step_time_s >= floor * (1 - 1e-9), (config, rep)
+        assert evaluate(space.model, e, space.system).step_time_s >= floor * (1 - 1e-9), (e, r)
         assert floor >= evaluate(space.model, r, space.system).breakdown.compute_s * (1 - 1e-9)
-        checked += 1
