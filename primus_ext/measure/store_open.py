@@ -117,6 +117,9 @@ def _connect(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]],
         return db, False
     if path.is_dir():
         raise StoreError(f"timing store {path} is a folder; give a file path (e.g. {path / 'timings.sqlite'})")
+    if path.exists() and not path.is_file():  # a FIFO or a device: SQLite's open would block or read forever
+        raise StoreError(f"timing store {path} is not a regular file (a FIFO, socket or device); give the path of a "
+                         "store file written by `primus-ext bench`")
     path.parent.mkdir(parents=True, exist_ok=True)
     read_only = path.exists() and (reading or not _writable(path))
     db = sqlite3.connect(f"{Path(os.path.realpath(path)).as_uri()}?mode=ro", uri=True) if read_only else (

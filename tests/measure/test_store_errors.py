@@ -103,3 +103,24 @@ def test_a_full_disk_names_the_store_and_the_fix(tmp_path):
     store._db = _FullDisk()
     with pytest.raises(StoreError, match=r"s\.sqlite: database or disk is full; free space"):
         store.record_calibration(key="k", model="m", gpu="g", precision="bf16", record={})
+
+
+def test_a_fifo_store_is_refused_before_sqlite_opens_it(tmp_path, cache):
+    """A FIFO as a store (``--store``, or a store only read for its calibration / cluster records) blocked SQLite's
+    open for ever (the hostile campaign's ``fs/fifo-as-store``); refused at once, the default store too."""
+    import os
+
+    from primus_ext.calibration import load_records
+    from primus_ext.calibration.cluster import load_cluster_records
+
+    fifo = tmp_path / "s.sqlite"
+    os.mkfifo(fifo)
+    for read in (lambda: TimingStore(fifo, device="any", versions="any", reading=True),
+                 lambda: load_records(fifo), lambda: load_cluster_records(fifo)):
+        with pytest.raises(StoreError, match="not a regular file"):
+            read()
+    cache.parent.mkdir(parents=True)
+    os.mkfifo(cache)
+    with pytest.raises(StoreError, match="not a regular file"):
+        TimingStore(device="any", versions="any")
+    assert not [p for p in cache.parent.iterdir() if ".unreadable-" in p.name]  # not moved aside
