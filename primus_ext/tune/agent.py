@@ -57,6 +57,13 @@ class Trial:
         return self.score.tokens_per_s_per_gpu if self.score else 0.0
 
     @property
+    def figures(self) -> tuple[float, float, float, int | None]:
+        """What the ranking shows of it (tok/s/GPU, step, MFU, headroom): two trials with equal figures are one row
+        (``tune.run.distinct``)."""
+        s = self.score
+        return (self.tokens_per_s_per_gpu, s.step_time_s, s.mfu, self.headroom_bytes) if s else (0.0, 0.0, 0.0, None)
+
+    @property
     def headroom_bytes(self) -> int | None:
         if self.score is not None and self.score.headroom_bytes is not None:
             return self.score.headroom_bytes

@@ -113,10 +113,8 @@ def distinct(trials: list[Trial], recipe: Trial | None) -> tuple[list[Trial], in
     kept: list[Trial] = []
     seen: set[tuple[float, float, float, int | None]] = set()
     for t in sorted(trials, key=lambda t: (-t.tokens_per_s_per_gpu, changes(t))):
-        s = t.score
-        figures = (t.tokens_per_s_per_gpu, s.step_time_s, s.mfu, t.headroom_bytes) if s else (0.0, 0.0, 0.0, None)
-        if figures not in seen:
-            seen.add(figures)
+        if t.figures not in seen:
+            seen.add(t.figures)
             kept.append(t)
     return kept, len(trials) - len(kept)
 

@@ -146,3 +146,29 @@ def test_compute_floor_bounds_every_completion(mixtral):
         floor = compute_floor(space.model, r, space.system)[0]
         assert evaluate(space.model, e, space.system).step_time_s >= floor * (1 - 1e-9), (e, r)
         assert floor >= evaluate(space.model, r, space.system).breakdown.compute_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("keep", [2, 21, 28])
+def test_the_bound_keeps_the_ranking_exact_to_the_kth_distinct_row(keep):
+    """``StrategyOptions.keep`` (``--verify-top K``): the bounded search ranks the first K rows as the unbounded one
+    does. Configurations with equal figures are one row (``tune.run.distinct``); when the bound counted them apart,
+    K = 28 here (K = 21 through the CLI) left out a distinct configuration faster than the K-th row (a reviewer's
+    reproducer)."""
+    from primus_ext.recipe import load_recipe
+    from primus_ext.tune.strategies.exhaustive import _kth_distinct
+
+    r = load_recipe("recipes/llama3.1_8B-pretrain.yaml", cluster="h100", nodes=1, validate=False)
+    space = build_space(r.model, r.execution, r.system)
+    oracle = projection_oracle(space.model, space.system, None)
+
+    def run(bound: bool):
+        ctx = SearchContext(space=space, oracle=oracle, prefilter=MemoryFilter(space.model, space.system), budget=1,
+                            detail=False)
+        return ctx, tune(ctx, "exhaustive", baseline=r.execution, options=StrategyOptions(keep=keep, bound=bound))
+
+    ctx, plain = run(False)
+    assert plain.same_figures > 0  # the space has rows with equal figures: the case the bound must count once
+    assert _kth_distinct(ctx.projected(), keep).figures == plain.ranked[keep - 1].figures
+    _, bounded = run(True)
+    assert bounded.stats.pruned_by_bound > 0
+    assert [t.figures for t in bounded.ranked[:keep]] == [t.figures for t in plain.ranked[:keep]]

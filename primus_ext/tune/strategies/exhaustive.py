@@ -51,10 +51,10 @@ path's fixed cost, numba's import and the compiled kernel's cache load (0.4-0.6 
 benchmarks/projection_speed.py), pays off after ~2 000 projections (one by one ~250-400 us each, batched
 ~20-110 us; measured on the DeepSeek-V3, GPT-OSS and Llama-3.1-8B spaces), so small searches never pay it."""
 BATCH_AFTER_S = 1.0
-"""... or once the one-by-one projections have spent this many CPU seconds, twice that fixed cost: spaces of long
-micro-batch runs project at ~5 ms each one by one (Qwen3-235B at GBS 8 192: 2 000 of them took 11 of its 13 CPU-s,
-batched from the start 10.6 s in all; cProfile of ``tune recipes/qwen3_235B_A22B-pretrain.yaml --strategy
-exhaustive``)."""
+"""... or once the search has spent this many CPU seconds (bounds and one-by-one projections), twice that fixed
+cost: spaces of long micro-batch runs project at ~5 ms each one by one (Qwen3-235B at GBS 8 192: 2 000 of them took
+11 of its 13 CPU-s, batched from the start 10.6 s in all; cProfile of ``tune recipes/qwen3_235B_A22B-pretrain.yaml
+--strategy exhaustive``)."""
 LEAST_COMPUTE = ("none", "selective", "block25", "block50", "block75", "full")
 """Recompute choices from the least to the most recomputed work."""
 
@@ -102,7 +102,7 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
     back at several depths, and as a leaf)."""
     fitted: dict[tuple[Any, ...], bool] = {}
     suffixes: dict[tuple[Any, ...], list[Config]] = {}
-    started = time.process_time()  # the search's CPU time, for ``BATCH_AFTER_S``
+    started = time.process_time()  # the search's CPU time (bounds included), for ``BATCH_AFTER_S``
 
     def prepare(config: Config) -> tuple[tuple[Any, ...], Any, list[Any]]:
         key = tuple(config[n] for n in names)
@@ -208,13 +208,25 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
         bounds.append((_upper_bound(ctx, space, prefix, depth), n, prefix))
     keep = max(1, getattr(options, "keep", 1))
     for bound, _, prefix in sorted(bounds, key=lambda b: (-b[0], b[1])):
-        best = ctx.best() if keep == 1 else next(iter(ctx.projected()[keep - 1:keep]), None)
+        best = ctx.best() if keep == 1 else _kth_distinct(ctx.projected(), keep)
         if best is not None and bound <= best.tokens_per_s_per_gpu:
             ctx.stats.pruned_by_bound += count(prefix, depth)
             continue
         walk(depth, dict(prefix), checked=depth)
         project_leaves()
     return []
+
+
+def _kth_distinct(projected: list[Any], k: int) -> Any:
+    """The ``k``-th fastest of ``projected`` (fastest first) counting trials with equal figures once, as the ranking
+    (``tune.run.distinct``) and ``--verify-top K`` do; ``None`` when fewer are distinct."""
+    seen: set[tuple[float, float, float, int | None]] = set()
+    for trial in projected:
+        if trial.figures not in seen:
+            seen.add(trial.figures)
+            if len(seen) == k:
+                return trial
+    return None
 
 
 BATCH_PATHS = frozenset({"global_batch_size", "pipeline_schedule"})
