@@ -109,29 +109,47 @@ def take_backup(path: Path) -> Path:
 
 
 def atomic_write(path: Path, text: str, *, backup: bool = True, mode_from: Path | None = None) -> str | None:
-    """Replace ``path`` with ``text`` atomically, after copying the old file to its next backup (``next_backup``);
-    returns the backup's name. A new file takes the permissions of ``mode_from`` (the recipe it came from)."""
+    """Replace ``path`` with ``text`` atomically (``_replacing``), after copying the old file to its next backup
+    (``take_backup``); returns the backup's name. A new file takes the permissions of ``mode_from`` (the recipe it
+    came from). No input check: ``tune --apply`` rewrites its own recipe on purpose."""
+    saved = str(take_backup(path)) if backup and path.exists() else None
+    with _replacing(path, binary=False, mode_from=mode_from) as fh:
+        fh.write(text)
+    return saved
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, *, binary: bool, mode_from: Path | None = None) -> Iterator[IO[Any]]:
+    """The one atomic replace behind ``atomic_write`` and ``atomic_output``: a handle on a temporary file beside
+    ``path``, flushed, ``fsync``-ed and moved over ``path`` with ``os.replace`` only when the block ends without an
+    exception; on any failure (a full disk, Ctrl-C, SIGTERM) the old file stays whole and the temporary file goes.
+    The file keeps ``path``'s permissions, a new one ``mode_from``'s; the folder is synced after the rename."""
     sweep(path)
-    saved = None
-    if backup and path.exists():
-        saved = str(take_backup(path))
     tmp = temp_path(path)
     with contextlib.suppress(FileNotFoundError):  # this pid's own leftover: a killed process had the same pid
         os.unlink(tmp)
     try:
-        with open(tmp, "x", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with open(tmp, "xb") if binary else open(tmp, "x", encoding="utf-8", newline="") as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        model = path if path.exists() else mode_from
+        model = path if path.is_file() else mode_from
         if model is not None and model.exists():
             shutil.copymode(model, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename is None:  # a full disk names no file: name the output
+            raise OSError(err.errno, f"{err.strerror or err} (nothing written; the old file, if any, is as it "
+                          "was)", str(path)) from None
         raise
-    return saved
+    with contextlib.suppress(OSError):  # the rename itself survives a power cut once its folder is synced
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def _name_problem(real: Path) -> str:
@@ -264,32 +282,8 @@ def atomic_output(target: str | Path, *, label: str | None = None, binary: bool 
     problem = input_problem(target, label)
     if problem is not None:
         raise RecipeError(problems=[problem])
-    real = Path(os.path.realpath(target))
-    sweep(real)
-    tmp = temp_path(real)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    try:
-        with open(tmp, "xb") if binary else open(tmp, "x", encoding="utf-8") as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        if real.is_file():
-            shutil.copymode(real, tmp)
-        os.replace(tmp, real)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(err, OSError) and err.filename is None:  # a full disk names no file: name the output
-            raise OSError(err.errno, f"{err.strerror or err} (nothing written; the old file, if any, is as it "
-                          "was)", str(target)) from None
-        raise
-    with contextlib.suppress(OSError):  # the rename itself survives a power cut once its folder is synced
-        folder = os.open(real.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+    with _replacing(Path(os.path.realpath(target)), binary=binary) as fh:  # a symlink is written through
+        yield fh
 
 
 def write_output(target: str | Path, data: str | bytes, *, label: str | None = None) -> None:

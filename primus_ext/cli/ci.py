@@ -63,9 +63,9 @@ def _load_baseline(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_ext.files import check_outputs
+    from primus_ext.files import check_outputs, write_output
     from primus_ext.perfci import load_suite, run_suite
-    from primus_ext.perfci.outputs import atomic_write, baseline_dict, junit_xml, markdown, to_json, write_json
+    from primus_ext.perfci.outputs import baseline_dict, junit_xml, markdown, to_json, write_json
     from primus_ext.results import check_json_out, emit_json, tables_to_stderr
 
     check_json_out(args.json_out)
@@ -79,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
     with tables_to_stderr(args.json_out):
         print(text)
     if args.junit:
-        atomic_write(args.junit, junit_xml(result))
+        write_output(args.junit, junit_xml(result), label="--junit")
     if args.markdown:
-        atomic_write(args.markdown, text)
+        write_output(args.markdown, text, label="--markdown")
     if args.json_out == "-":
         emit_json(to_json(result), "-")
     elif args.json_out:

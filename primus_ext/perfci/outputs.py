@@ -91,12 +91,8 @@ def baseline_dict(result: SuiteResult) -> dict[str, Any]:
                     entries={e.name: e.to_baseline() for e in result.entries if e.status != "error"})
 
 
-def atomic_write(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, never over an input (``files.write_output``)."""
+def write_json(path: str | Path, data: Any) -> None:
+    """``data`` as sorted, indented JSON, written atomically and never over an input (``files.write_output``)."""
     from primus_ext.files import write_output
 
-    write_output(path, text)
-
-
-def write_json(path: str | Path, data: Any) -> None:
-    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    write_output(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
