@@ -67,15 +67,14 @@ def test_branch_and_bound_finds_the_plain_optimum(mixtral):
     assert bnb.stats.pruned_by_bound > 0
 
 
-@pytest.mark.parametrize(("after", "after_s"), [(0, 1e9), (40, 1e9), (10**9, 0.0)])
-def test_batched_projection_changes_nothing(mixtral, monkeypatch, after, after_s):
-    """Past ``BATCH_AFTER`` projections, or ``BATCH_AFTER_S`` CPU seconds of them, the exhaustive search projects
-    each prefix's leaves as one batch (``oracle.many``); an oracle without ``many`` (one call per configuration)
-    gives the same trials, counts and optimum."""
+@pytest.mark.parametrize("after", [0, 40])
+def test_batched_projection_changes_nothing(mixtral, monkeypatch, after):
+    """Past ``BATCH_AFTER`` projections the exhaustive search projects each prefix's leaves as one batch
+    (``oracle.many``); an oracle without ``many`` (one call per configuration) gives the same trials,
+    counts and optimum."""
     from primus_ext.tune.strategies import exhaustive
 
     monkeypatch.setattr(exhaustive, "BATCH_AFTER", after)
-    monkeypatch.setattr(exhaustive, "BATCH_AFTER_S", after_s)
     space = build_space(mixtral.model, mixtral.execution, mixtral.system, PINS)
     oracle = projection_oracle(space.model, space.system, None)
     batched = []
@@ -171,4 +170,7 @@ def test_the_bound_keeps_the_ranking_exact_to_the_kth_distinct_row(keep):
     assert _kth_distinct(ctx.projected(), keep).figures == plain.ranked[keep - 1].figures
     _, bounded = run(True)
     assert bounded.stats.pruned_by_bound > 0
-    assert [t.figures for t in bounded.ranked[:keep]] == [t.figures for t in plain.ranked[:keep]]
+    # the same rows: one-by-one and batched projections of one configuration agree to ~1e-16, not bit for bit
+    assert [t.headroom_bytes for t in bounded.ranked[:keep]] == [t.headroom_bytes for t in plain.ranked[:keep]]
+    assert [t.tokens_per_s_per_gpu for t in bounded.ranked[:keep]] == pytest.approx(
+        [t.tokens_per_s_per_gpu for t in plain.ranked[:keep]], rel=1e-12)

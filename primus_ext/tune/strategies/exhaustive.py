@@ -18,7 +18,6 @@ through ``ctx.try_config`` like any other proposal. The budget does not apply (i
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import RecipeError
@@ -50,11 +49,6 @@ BATCH_AFTER = 2000
 path's fixed cost, numba's import and the compiled kernel's cache load (0.4-0.6 s per process, printed by
 benchmarks/projection_speed.py), pays off after ~2 000 projections (one by one ~250-400 us each, batched
 ~20-110 us; measured on the DeepSeek-V3, GPT-OSS and Llama-3.1-8B spaces), so small searches never pay it."""
-BATCH_AFTER_S = 1.0
-"""... or once the search has spent this many CPU seconds (bounds and one-by-one projections), twice that fixed
-cost: spaces of long micro-batch runs project at ~5 ms each one by one (Qwen3-235B at GBS 8 192: 2 000 of them took
-11 of its 13 CPU-s, batched from the start 10.6 s in all; cProfile of ``tune recipes/qwen3_235B_A22B-pretrain.yaml
---strategy exhaustive``)."""
 LEAST_COMPUTE = ("none", "selective", "block25", "block50", "block75", "full")
 """Recompute choices from the least to the most recomputed work."""
 
@@ -102,7 +96,6 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
     back at several depths, and as a leaf)."""
     fitted: dict[tuple[Any, ...], bool] = {}
     suffixes: dict[tuple[Any, ...], list[Config]] = {}
-    started = time.process_time()  # the search's CPU time (bounds included), for ``BATCH_AFTER_S``
 
     def prepare(config: Config) -> tuple[tuple[Any, ...], Any, list[Any]]:
         key = tuple(config[n] for n in names)
@@ -168,8 +161,7 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
         """Every collected leaf through ``ctx.try_config`` in walk order, the legal ones that fit projected
         as one batch first when the oracle can (``oracle.many``: the same scores, faster) and the search is
         big enough (``BATCH_AFTER``)."""
-        batched = ctx.stats.projected >= BATCH_AFTER or time.process_time() - started >= BATCH_AFTER_S
-        many = getattr(ctx.oracle, "many", None) if batched else None
+        many = getattr(ctx.oracle, "many", None) if ctx.stats.projected >= BATCH_AFTER else None
         entries = []
         for config in leaves:
             key = tuple(config[n] for n in names)
