@@ -127,26 +127,17 @@ def flops_breakdown(model: ModelSpec, seq_length: int, *, causal: bool = True,
 
 def _hybrid_breakdown(model: ModelSpec, seq_length: int, scale: float, core_scale: float,
                       causal: bool) -> FlopsBreakdown:
-    """A hybrid model: attention on its ``*`` layers, a dense MLP on ``-``, an MoE block on ``E``, a Mamba-2
-    mixer on ``M`` (megatron-core's own ``hybrid_flops``, megatron/training/training.py@core_v0.16.1, counts the
-    mixer's projections the same way but its scan as ``7 * d_in * N`` per token; here the SSD algorithm's chunk
-    matmuls and the conv1d, ``model.hybrid``)."""
-    from primus_ext.model.hybrid import layer_flops
-    from primus_ext.model.rank_shape import rank_shapes
-    from primus_ext.specs import ExecutionSpec
+    """A hybrid model: each layer symbol's kind gives its forward MACs per token (``Kind.model_macs``: attention on
+    ``*``, a dense MLP on ``-``, an MoE block on ``E``, a Mamba-2 mixer on ``M``), times its count in the pattern."""
+    from primus_ext.model.kinds.registry import get_kind, symbol_kinds
 
-    pattern = model.hybrid_layer_pattern
-    n_attn, n_mamba = pattern.count("*"), pattern.count("M")
-    mamba = 0.0
-    if n_mamba:
-        shape = rank_shapes(model, ExecutionSpec(seq_length=seq_length))["mamba"]
-        mamba = scale * n_mamba * layer_flops(shape) / FLOPS_PER_MAC / shape.tokens
-    moe = moe_mlp_macs(model) if pattern.count("E") else 0.0
-    return FlopsBreakdown(
-        attention_linear=scale * attention_linear_macs(model) * n_attn,
-        attention_core=core_scale * attention_core_macs(model, seq_length, causal=causal) * n_attn,
-        mlp=scale * (pattern.count("-") * dense_mlp_macs(model) + pattern.count("E") * moe),
-        logits=scale * logits_macs(model), mamba=mamba)
+    parts = dict.fromkeys(("attention_linear", "attention_core", "mlp", "mamba"), 0)
+    for symbol, kind in symbol_kinds().items():
+        count = model.hybrid_layer_pattern.count(symbol)
+        if count:
+            for part, macs in get_kind(kind).model_macs(model, seq_length, causal).items():
+                parts[part] += (core_scale if part == "attention_core" else scale) * macs * count
+    return FlopsBreakdown(logits=scale * logits_macs(model), **parts)
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int, *, causal: bool = True,

@@ -30,16 +30,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from primus_ext.model.kinds.registry import symbol_kinds
+
 if TYPE_CHECKING:
     from primus_ext.model.rank_shape import RankShape
 
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
-SYMBOLS = (MAMBA, ATTENTION, MLP, MOE)
-"""megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py ``Symbols.VALID``."""
-SYMBOL_KINDS = {MAMBA: "mamba", ATTENTION: "hybrid_attention", MLP: "hybrid_mlp", MOE: "hybrid_moe"}
-"""Layer symbol -> the registered layer kind that prices it (``model.kinds.mamba``, ``model.kinds.hybrid``)."""
-HYBRID_KINDS = tuple(SYMBOL_KINDS.values())
-"""The hybrid kinds in symbol order (M * - E): how stage sums and memory plans count a chunk's layers."""
+"""megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py ``Symbols`` (``allocate_layers`` places ``*`` and
+``-``); each is the ``symbol`` of the layer kind that prices it (``model.kinds.mamba``, ``model.kinds.hybrid``)."""
+
+
+def symbols() -> str:
+    """Every legal layer symbol: those of the registered kinds (``kinds.registry.symbol_kinds``), in their order."""
+    return "".join(symbol_kinds())
 
 MAMBA_D_CONV = 4
 """Causal conv1d taps: ``MambaMixer(d_conv=4)`` (ssm/mamba_mixer.py@0.16.1; ``mamba_stack_spec`` passes none)."""
@@ -95,10 +98,11 @@ def allocate_layers(total: int, attention_ratio: float = 0.0, mlp_ratio: float =
         return auto
     if len(override) != total:
         raise HybridPatternError(f"hybrid_override_pattern has {len(override)} layers, num_layers is {total}")
-    bad = sorted(set(override) - set(SYMBOLS))
+    legal = symbols()
+    bad = sorted(set(override) - set(legal))
     if bad:
-        raise HybridPatternError(f"hybrid_override_pattern symbol(s) {''.join(bad)} are not one of M * - E")
-    if (attention_ratio > 0 or mlp_ratio > 0) and any(override.count(s) != auto.count(s) for s in SYMBOLS):
+        raise HybridPatternError(f"hybrid_override_pattern symbol(s) {''.join(bad)} are not one of {' '.join(legal)}")
+    if (attention_ratio > 0 or mlp_ratio > 0) and any(override.count(s) != auto.count(s) for s in legal):
         raise HybridPatternError("hybrid_override_pattern's layer counts differ from those hybrid_attention_ratio "
                                  f"/ hybrid_mlp_ratio allocate ({auto})")
     return override

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from primus_ext.model.hybrid import SYMBOL_KINDS, stage_patterns
-from primus_ext.model.kinds.registry import get_kind
+from primus_ext.model.hybrid import stage_patterns
+from primus_ext.model.kinds.registry import get_kind, symbol_kinds
 from primus_ext.model.rank_shape import LayerArch, RankShape, rank_shapes
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -187,7 +187,7 @@ def hybrid_symbol_params(model: ModelSpec, execution: ExecutionSpec) -> dict[str
     ``M`` the ``MambaLayer``; ``*`` input norm + self-attention (GQA or MLA); ``-`` pre-MLP norm + dense MLP;
     ``E`` pre-MLP norm + router + local experts + shared experts (mamba_layer_specs.py ``mamba_stack_spec``)."""
     shapes = rank_shapes(model, execution)
-    return {symbol: get_kind(kind).params(shapes[kind]) for symbol, kind in SYMBOL_KINDS.items()
+    return {symbol: get_kind(kind).params(shapes[kind]) for symbol, kind in symbol_kinds().items()
             if symbol in model.hybrid_layer_pattern}
 
 

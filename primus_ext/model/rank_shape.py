@@ -14,13 +14,14 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from primus_ext.model.hybrid import MAMBA, MAMBA_CHUNK_SIZE, MAMBA_D_CONV, MOE, SYMBOL_KINDS
-from primus_ext.model.kinds.registry import get_kind
+from primus_ext.model.kinds.registry import get_kind, placed_kinds
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp4Recipe, Fp8Recipe
 from primus_ext.specs.model import GATED_ACTIVATIONS
 
-LayerKind = Literal["dense", "moe", "embedding", "output", "mamba", "hybrid_attention", "hybrid_mlp", "hybrid_moe"]
+LayerKind = str
+"""A registered layer kind's name (``model.kinds``: "dense", "moe", "embedding", "output", a hybrid model's
+"mamba", "hybrid_attention", "hybrid_mlp", "hybrid_moe", and any kind registered after them)."""
 Recompute = Literal["none", "selective", "full"]
 
 DEFAULT_MOE_IMBALANCE = 1.0
@@ -260,7 +261,9 @@ class RankShape:
         return replace(self, arch=arch, seq_length=seq)
 
 
-def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
+def layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
+    """One layer's global architecture from the model: its MoE block's sizes when ``moe``, the (padded) vocabulary
+    of an edge layer (``Kind.layer_arch``)."""
     return LayerArch(
         hidden_size=model.hidden_size,
         num_attention_heads=model.num_attention_heads,
@@ -291,13 +294,6 @@ def _layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
     )
 
 
-def _mamba_arch(model: ModelSpec) -> LayerArch:
-    """A Mamba layer's arch: the model's, with the mixer's sizes (``model.hybrid`` defaults for K and Q)."""
-    return replace(_layer_arch(model, moe=False), mamba_num_heads=model.mamba_num_heads,
-                   mamba_head_dim=model.mamba_head_dim, mamba_num_groups=model.mamba_num_groups,
-                   mamba_state_dim=model.mamba_state_dim, mamba_d_conv=MAMBA_D_CONV, mamba_chunk_size=MAMBA_CHUNK_SIZE)
-
-
 def recompute_of(execution: ExecutionSpec) -> Recompute:
     return execution.recompute_granularity or "none"
 
@@ -305,7 +301,8 @@ def recompute_of(execution: ExecutionSpec) -> Recompute:
 def rank_shapes(
     model: ModelSpec, execution: ExecutionSpec, *, moe_imbalance: float = DEFAULT_MOE_IMBALANCE
 ) -> dict[LayerKind, RankShape]:
-    """The distinct layer kinds one rank executes, each at its per-rank shape.
+    """The distinct layer kinds one rank executes, each at its per-rank shape: every registered kind ``present`` in
+    ``model`` (``kinds.registry.placed_kinds``), at its ``layer_arch`` and ``shape_fields``.
 
     Recompute is recorded as configured; which layers actually recompute (recompute_num_layers,
     block vs uniform) is the projection's business, so ``"full"`` here means "this kind's recompute
@@ -332,33 +329,5 @@ def rank_shapes(
         lora_rank=execution.lora_rank,
         lora_targets=execution.lora_targets if execution.lora_rank else (),
     )
-    shapes: dict[LayerKind, RankShape] = {}
-    if model.hybrid_layer_pattern:
-        return _hybrid_shapes(model, execution, common)
-    if model.num_dense_layers:
-        shapes["dense"] = RankShape(kind="dense", arch=_layer_arch(model, moe=False), **common)
-    if model.num_moe_layers:
-        shapes["moe"] = RankShape(kind="moe", arch=_layer_arch(model, moe=True), **common)
-    vocab = model.padded_vocab_size(execution.tp)
-    edge = dict(common, recompute="none", recompute_modules=(), selective_ac="modules", attention_kernel="fused")
-    shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
-    shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
-    return shapes
-
-
-def _hybrid_shapes(model: ModelSpec, execution: ExecutionSpec, common: dict) -> dict[LayerKind, RankShape]:
-    """A hybrid model's kinds, one per layer symbol present (``model.hybrid.SYMBOL_KINDS``), + the edges. Full
-    recompute does not apply (megatron-core's ``MambaStack`` has no layer-checkpointing path); selective recompute
-    does, inside the attention / MLP / MoE layers (their kinds' ``saved_selective``), not in a Mamba layer."""
-    plain = dict(common, recompute="none", recompute_modules=(), selective_ac="modules")
-    inner = dict(common, selective_ac="modules") if common["recompute"] == "selective" else plain
-    shapes: dict[LayerKind, RankShape] = {}
-    for symbol in sorted(set(model.hybrid_layer_pattern), key="M*-E".index):
-        kind = SYMBOL_KINDS[symbol]
-        arch = _mamba_arch(model) if symbol == MAMBA else _layer_arch(model, moe=symbol == MOE)
-        shapes[kind] = RankShape(kind=kind, arch=arch, **(plain if symbol == MAMBA else inner))  # type: ignore
-    vocab = model.padded_vocab_size(execution.tp)
-    edge = dict(plain, attention_kernel="fused")
-    shapes["embedding"] = RankShape(kind="embedding", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
-    shapes["output"] = RankShape(kind="output", arch=_layer_arch(model, moe=False, vocab=vocab), **edge)
-    return shapes
+    return {kind.name: RankShape(kind=kind.name, arch=kind.layer_arch(model, execution), **kind.shape_fields(common))
+            for kind in placed_kinds() if kind.present(model)}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from primus_ext.errors import InfeasibleConfig, Problem
 from primus_ext.model.costs import CostProvider
+from primus_ext.model.kinds.registry import pattern_kinds
 from primus_ext.model.pipeline import ChunkTimes
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
 from primus_ext.model.pipeline.zbv import wgrad_share
@@ -86,12 +87,13 @@ def _stages(model: ModelSpec, ex: ExecutionSpec, system: SystemSpec, providers: 
             chunks.clear()
         distinct, rank_rows = counts_entry(ctx, ex)
     mtp_kind = "moe" if model.is_moe else "dense"
+    hybrid = tuple(pattern_kinds(model.hybrid_layer_pattern).values())
     pp = ex.pp
     entries = []
     for row_id, row in distinct:
         entry = rows.get((row_id, layer_id))
         if entry is None:
-            chunk_times, acc = _stage(row, layers, mtp_kind, chunks, layer_id)
+            chunk_times, acc = _stage(row, layers, mtp_kind, chunks, layer_id, hybrid)
             entry = rows[(row_id, layer_id)] = (chunk_times, acc, dict(
                 layers=int(acc["layers"]), fwd_s=tuple(c.fwd for c in chunk_times),
                 bwd_s=tuple(c.bwd for c in chunk_times), embedding=any(c[5] for c in row),

@@ -33,7 +33,7 @@ from types import MappingProxyType
 import numpy as np
 
 from primus_ext.errors import PrimusExtError
-from primus_ext.model.hybrid import HYBRID_KINDS
+from primus_ext.model.kinds.registry import pattern_kinds
 from primus_ext.model.pipeline import simulate_many, unpaired_counts
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.placement import group_placements
@@ -57,9 +57,10 @@ FIELDS = ("fwd", "bwd", "compute", "recompute", "dense", "experts", "passes", "l
           *(f"{part}_{kind}" for kind in LAYER_COMM_KINDS for part in ("total", "exposed", "has")))
 """Per-micro-batch values summed over a chunk's layers (``stage_sums._chunk``'s sums)."""
 _F = {name: k for k, name in enumerate(FIELDS)}
-KINDS = 8 + len(HYBRID_KINDS)
-"""Layer kinds of a chunk: dense kept / recomputed, MoE kept / recomputed, MTP layer, MTP's output head
-(shared parameters: none of its own), embedding, output, then a hybrid model's ``HYBRID_KINDS``."""
+GPT_ROWS = 8
+"""Layer-kind rows of a chunk before the hybrid ones: dense kept / recomputed, MoE kept / recomputed, MTP layer,
+MTP's output head (shared parameters: none of its own), embedding, output; then a hybrid model's kinds
+(``kinds.registry.pattern_kinds``)."""
 
 PARTS = ("compute_s", "bubble_s", "optimizer_s", "recompute_s", "overhead_s",
          *(f"{part}_{kind}_s" for kind in (*LAYER_COMM_KINDS, "pp", "dp_grad", "dp_param")
@@ -105,14 +106,15 @@ class BatchProjection:
 
 
 def _values(ctx: CostTable, layer_id: int, layers: dict) -> np.ndarray:
-    """The layer kinds' per-micro-batch values (``KINDS`` x ``FIELDS``) of one layer set."""
+    """The layer kinds' per-micro-batch values (``GPT_ROWS`` + hybrid kinds x ``FIELDS``) of one layer set."""
     key = ("values", layer_id)
     found = ctx.batch.get(key)
     if found is None:
         mtp = "moe" if ctx.model.is_moe else "dense"
+        hybrid = pattern_kinds(ctx.model.hybrid_layer_pattern).values()
         keys = (("dense", False), ("dense", True), ("moe", False), ("moe", True), (mtp, False), ("output", False),
-                ("embedding", False), ("output", False), *((k, (k, True) in layers) for k in HYBRID_KINDS))
-        found = np.zeros((KINDS, len(FIELDS)))
+                ("embedding", False), ("output", False), *((k, (k, True) in layers) for k in hybrid))
+        found = np.zeros((len(keys), len(FIELDS)))
         for row, key_ in enumerate(keys):
             layer = layers.get(key_)
             if layer is None:
@@ -124,7 +126,7 @@ def _values(ctx: CostTable, layer_id: int, layers: dict) -> np.ndarray:
             if row != 5:  # the MTP head shares the output layer's parameters
                 out[_F["dense"]], out[_F["experts"]] = layer.dense_params, layer.expert_params
             out[_F["passes"]] = 2 * layer.launched
-            out[_F["layers"]] = row < 5 or row >= 8
+            out[_F["layers"]] = row < 5 or row >= GPT_ROWS
             for kind, total, exposed in layer.comm_items:
                 out[_F[f"total_{kind}"]] += total
                 out[_F[f"exposed_{kind}"]] += exposed
@@ -143,7 +145,7 @@ def _sources(ctx: CostTable, layer_id: int, layers: dict) -> Mapping[str, str]:
 
 
 def _counts(ctx: CostTable, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ...]]:
-    """(layer counts per chunk, rank-major (PP*VPP x ``KINDS``), and per rank its distinct row index)."""
+    """(layer counts per chunk, rank-major (PP*VPP x kinds), and per rank its distinct row index)."""
     distinct, rank_rows = counts_entry(ctx, ex)
     key = ("counts", rank_rows, tuple(row_id for row_id, _ in distinct))
     found = ctx.batch.get(key)

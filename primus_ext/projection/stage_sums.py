@@ -8,20 +8,19 @@ split, ``LayerCosts`` are the per-layer costs). The batch path sums the same ent
 
 from __future__ import annotations
 
-from primus_ext.model.hybrid import HYBRID_KINDS
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.pipeline import ChunkTimes
 from primus_ext.projection.table import LayerCosts
 
 
-def _chunk(chunk: tuple, layers: dict[tuple[str, bool], LayerCosts], mtp_kind: str) -> tuple:
+def _chunk(chunk: tuple, layers: dict[tuple[str, bool], LayerCosts], mtp_kind: str, hybrid_kinds: tuple) -> tuple:
     """One model chunk's per-micro-batch sums: (fwd, bwd, compute, recompute, dense params, expert params,
     analytic passes, decoder layers, ((comm kind, total, exposed), ...), ChunkTimes)."""
     n_dk, n_dr, n_mk, n_mr, mtp, emb, out, *hybrid = chunk
     items = [(("dense", False), n_dk, True), (("dense", True), n_dr, True), (("moe", False), n_mk, True),
              (("moe", True), n_mr, True)]
     # a hybrid kind's recomputed variant is its selective-recompute one (or the plain one: ``table.rank_layers``)
-    items += [((kind, (kind, True) in layers), n, True) for kind, n in zip(HYBRID_KINDS, hybrid, strict=True)]
+    items += [((kind, (kind, True) in layers), n, True) for kind, n in zip(hybrid_kinds, hybrid, strict=True)]
     if mtp:  # an MTP layer: one more decoder layer + the shared output head's logits and loss
         items += [((mtp_kind, False), mtp, True), (("output", False), mtp, False)]
     if emb:
@@ -59,9 +58,10 @@ def _chunk(chunk: tuple, layers: dict[tuple[str, bool], LayerCosts], mtp_kind: s
 
 
 def _stage(row: tuple, layers: dict[tuple[str, bool], LayerCosts], mtp_kind: str, chunks: dict,
-           layer_id: int) -> tuple[tuple[ChunkTimes, ...], dict]:
+           layer_id: int, hybrid_kinds: tuple = ()) -> tuple[tuple[ChunkTimes, ...], dict]:
     """One pipeline rank's chunk times and its per-micro-batch aggregates (compute, comm, params); each
-    distinct chunk is summed once per layer set (``chunks``: memo keyed by (chunk counts, layer id))."""
+    distinct chunk is summed once per layer set (``chunks``: memo keyed by (chunk counts, layer id)).
+    ``hybrid_kinds``: the kinds of a hybrid model's counts (``kinds.registry.pattern_kinds``)."""
     chunk_times = []
     compute = recompute = fwd1 = bwd1 = 0.0
     dense = experts = analytic_passes = decoder_layers = 0
@@ -69,7 +69,7 @@ def _stage(row: tuple, layers: dict[tuple[str, bool], LayerCosts], mtp_kind: str
     for chunk in row:
         part = chunks.get((chunk, layer_id))
         if part is None:
-            part = chunks[(chunk, layer_id)] = _chunk(chunk, layers, mtp_kind)
+            part = chunks[(chunk, layer_id)] = _chunk(chunk, layers, mtp_kind, hybrid_kinds)
         fwd, bwd, c_compute, c_recompute, c_dense, c_experts, c_passes, c_layers, comm, times = part
         compute += c_compute
         recompute += c_recompute

@@ -22,7 +22,7 @@ from operator import attrgetter
 
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
-from primus_ext.model.kinds.registry import get_kind
+from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline.registry import get_schedule
@@ -296,21 +296,22 @@ def chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, 
 @lru_cache(maxsize=4096)
 def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Per rank, per chunk: (dense kept, dense recomputed, moe kept, moe recomputed, mtp, embedding, output,
-    then the ``HYBRID_KINDS`` counts: a hybrid model's layers by symbol, none recomputed)."""
+    then a hybrid model's layers by kind in ``kinds.registry.pattern_kinds`` order, none recomputed)."""
     pattern = model.moe_layer_pattern
     hybrid = model.hybrid_layer_pattern
     granularity = ex.recompute_granularity
     block = granularity == "full" and ex.recompute_method == "block"
     chosen = frozenset(ex.recompute_layer_ids) if granularity == "full" else frozenset()  # Primus's per-layer ids
+    index = {symbol: k for k, symbol in enumerate(pattern_kinds(hybrid))}  # a GPT model: none
     out = []
     for stage in pipeline_plan(model, ex):
         row = []
         for chunk in stage.chunks:
             counts = [0, 0, 0, 0]
-            kinds = [0, 0, 0, 0]
+            kinds = [0] * len(index)
             for position, layer in enumerate(chunk.layers):
                 if hybrid:  # MambaStack: no recompute (recipe validation refuses it)
-                    kinds["M*-E".index(hybrid[layer])] += 1
+                    kinds[index[hybrid[layer]]] += 1
                     continue
                 moe = layer < len(pattern) and pattern[layer]
                 if granularity is None:

@@ -64,19 +64,22 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
         HybridPatternError,
         allocate_layers,
         mamba_num_heads,
+        symbols,
     )
 
     attention = a.float("hybrid_attention_ratio") or 0.0
     mlp = a.float("hybrid_mlp_ratio") or 0.0
     override = a.raw("hybrid_override_pattern")
     if override is not None and not isinstance(override, str):
-        a.bad("hybrid_override_pattern", "must be a string of M * - E", fix="e.g. hybrid_override_pattern: M*M-")
+        a.bad("hybrid_override_pattern", f"must be a string of {' '.join(symbols())}",
+              fix="e.g. hybrid_override_pattern: M*M-")
         override = None
     try:
         pattern = allocate_layers(model.num_layers, attention, mlp, override)
     except HybridPatternError as err:
         key = "hybrid_override_pattern" if override else "hybrid_attention_ratio"
-        a.bad(key, str(err), fix="give one symbol (M * - E) per layer, counts matching the ratios when both are set")
+        a.bad(key, str(err), fix=f"give one symbol ({' '.join(symbols())}) per layer, counts matching the ratios when "
+                                 "both are set")
         pattern = "M" * max(1, model.num_layers)
     head_dim = a.int("mamba_head_dim") or MAMBA_HEAD_DIM
     try:

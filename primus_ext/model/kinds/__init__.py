@@ -15,7 +15,7 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
    ``decoder_layer`` (one of ``num_layers``), ``recomputable`` (Megatron's full / selective recompute applies),
    ``attention`` (self-attention: CP exchange, sliding windows, core-attention seconds), ``layer_graph``
    (captured by per-layer CUDA graphs), ``lora_adapters`` (LoRA wraps its linears), ``takes_sequence_split``
-   (input split over TP under sequence parallelism).
+   (input split over TP under sequence parallelism), ``symbol`` (its letter in a hybrid layer pattern, step 5).
 2. Implement the hooks (all pure, per rank, per micro-batch; ``shape`` is the kind's ``RankShape``):
 
    - ``params(shape, impl=)`` -> int, parameter elements one rank holds; ``expert_params`` / ``router_params``
@@ -34,14 +34,29 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
      over EP. Each collective moves ``tokens x hidden`` activations; ``projection.comm`` times them.
 3. ``register(MyKind())`` at the bottom of the module (the registry imports every module of this package).
 4. To measure it on hardware: a ``KindBuilder`` in ``primus_ext.measure.kind_builders.BUILDERS`` (torch-side).
-5. Say where its shapes come from (``rank_shape.rank_shapes``) and where its layers sit in a stage
-   (``projection.table.chunk_counts``; a hybrid model's layer symbols map to kinds in ``model.hybrid.SYMBOL_KINDS``).
+5. Place it (hooks, nothing edited elsewhere): ``symbol`` (its letter in a hybrid layer pattern) and
+   ``present(model)`` (default: its symbol is in the pattern) say which models have it; ``layer_arch(model,
+   execution)`` its global arch (``rank_shape.layer_arch``); ``shape_fields(fields)`` narrows the execution's
+   ``RankShape`` fields (``base.no_recompute``); ``model_macs(model, seq, causal)`` its forward MACs per token by
+   ``flops.FlopsBreakdown`` field. The legal symbols, ``rank_shape.rank_shapes``, ``projection.table.chunk_counts``
+   (``registry.pattern_kinds``), the stage sums, the memory plan and the model FLOPs follow
+   (``tests/model/kinds/test_adding_a_kind.py``).
 
 ``tests/model/kinds/test_kind_registry.py`` checks every registered kind answers every hook and that no new
 ``kind == "..."`` branch appears outside this package.
 """
 
 from primus_ext.model.kinds.base import HOOKS, TRAITS, Kind, KindComm
-from primus_ext.model.kinds.registry import UnknownKind, get_kind, known_kinds, register
+from primus_ext.model.kinds.registry import (
+    UnknownKind,
+    get_kind,
+    known_kinds,
+    pattern_kinds,
+    placed_kinds,
+    register,
+    symbol_kinds,
+    unregister,
+)
 
-__all__ = ["HOOKS", "TRAITS", "Kind", "KindComm", "UnknownKind", "get_kind", "known_kinds", "register"]
+__all__ = ["HOOKS", "TRAITS", "Kind", "KindComm", "UnknownKind", "get_kind", "known_kinds", "pattern_kinds",
+           "placed_kinds", "register", "symbol_kinds", "unregister"]

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from primus_ext.hardware import GPUSpec
     from primus_ext.model.memory.activations import ActivationImpl
-    from primus_ext.model.rank_shape import RankShape
+    from primus_ext.model.rank_shape import LayerArch, RankShape
     from primus_ext.model.roofline import _Parts
+    from primus_ext.specs import ExecutionSpec, ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +54,33 @@ class Kind(ABC):
     """LoRA wraps its linears (``model.lora.TARGETS``: the GPT layer's ``linear_qkv`` ... ``linear_fc2``)."""
     takes_sequence_split: ClassVar[bool] = True
     """Its input arrives split over TP under sequence parallelism (the embedding's input is token ids: no)."""
+    symbol: ClassVar[str] = ""
+    """Its layer symbol in a hybrid model's pattern (megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py
+    ``Symbols``: ``M`` ``*`` ``-`` ``E``); "" for the GPT kinds (placed by ``moe_layer_pattern``) and the edges. The
+    symbol places a hybrid kind: the pattern's legal symbols (``model.hybrid.symbols``), whether a model has it
+    (``present``), a chunk's layer counts (``projection.table.chunk_counts``), stage sums and memory plans."""
+
+    # -- placement (which models have it, at what shape) ------------------------------------------------------
+    def present(self, model: ModelSpec) -> bool:
+        """Whether ``model`` has layers of this kind (``rank_shape.rank_shapes`` builds one shape per present
+        kind); by default: its symbol appears in the hybrid layer pattern."""
+        return bool(self.symbol) and self.symbol in model.hybrid_layer_pattern
+
+    @abstractmethod
+    def layer_arch(self, model: ModelSpec, execution: ExecutionSpec) -> LayerArch:
+        """The global (unsharded) architecture of one layer of this kind in ``model`` (``rank_shape.layer_arch``
+        builds the common one)."""
+
+    def shape_fields(self, fields: dict) -> dict:
+        """This kind's ``RankShape`` fields from the execution's (``rank_shapes``): as given; a kind that cannot be
+        recomputed (``no_recompute``) or only selectively narrows them."""
+        return fields
+
+    def model_macs(self, model: ModelSpec, seq_length: int, causal: bool) -> dict[str, float]:
+        """Forward multiply-accumulates per token of one layer of this kind, by ``flops.FlopsBreakdown`` field
+        (``attention_core`` is counted as core attention, the others as weight GEMMs): a hybrid model's model FLOPs
+        (``flops.flops_breakdown``). The GPT kinds' FLOPs are ``flops_breakdown``'s own formula."""
+        raise NotImplementedError(f"layer kind {self.name} does not give its model FLOPs (Kind.model_macs)")
 
     # -- parameters (count of elements one rank holds) --------------------------------------------------------
     @abstractmethod
@@ -105,8 +133,15 @@ class Kind(ABC):
         """The TP / EP collectives of one layer (``projection.comm.layer_comm`` times them)."""
 
 
-HOOKS = ("params", "expert_params", "router_params", "expert_split", "roofline", "op_sac_gemms_s", "overhead_s",
-         "fwd_flops_estimate", "saved", "saved_selective", "comm")
+def no_recompute(fields: dict) -> dict:
+    """``RankShape`` fields without recompute (``Kind.shape_fields`` of a kind Megatron never recomputes)."""
+    return dict(fields, recompute="none", recompute_modules=(), selective_ac="modules")
+
+
+HOOKS = ("present", "layer_arch", "shape_fields", "model_macs", "params", "expert_params", "router_params",
+         "expert_split", "roofline", "op_sac_gemms_s", "overhead_s", "fwd_flops_estimate", "saved", "saved_selective",
+         "comm")
 """Every hook a kind answers (the defaults above serve kinds without experts or recompute)."""
-TRAITS = ("name", "decoder_layer", "recomputable", "attention", "layer_graph", "lora_adapters", "takes_sequence_split")
+TRAITS = ("name", "decoder_layer", "recomputable", "attention", "layer_graph", "lora_adapters", "takes_sequence_split",
+          "symbol")
 """Every trait (class attribute) a kind declares."""

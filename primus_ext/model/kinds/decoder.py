@@ -12,6 +12,7 @@ from primus_ext.model import roofline as R
 from primus_ext.model.kinds.base import Kind, KindComm
 from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
+from primus_ext.model.rank_shape import layer_arch
 
 
 class DecoderKind(Kind):
@@ -56,6 +57,12 @@ class DenseKind(DecoderKind):
 
     name = "dense"
 
+    def present(self, model) -> bool:  # a GPT model's layers that ``moe_layer_pattern`` leaves dense
+        return not model.hybrid_layer_pattern and model.num_dense_layers > 0
+
+    def layer_arch(self, model, execution):
+        return layer_arch(model, moe=False)
+
     def mlp_params(self, shape) -> int:
         return P.dense_mlp_params(shape)
 
@@ -92,6 +99,12 @@ class MoEKind(DecoderKind):
     """``moe``: a transformer layer whose MLP is a router + routed experts (+ shared experts)."""
 
     name = "moe"
+
+    def present(self, model) -> bool:
+        return not model.hybrid_layer_pattern and model.num_moe_layers > 0
+
+    def layer_arch(self, model, execution):
+        return layer_arch(model, moe=True)
 
     def mlp_params(self, shape) -> int:
         return P.moe_mlp_params(shape)

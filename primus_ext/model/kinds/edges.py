@@ -7,12 +7,26 @@ from __future__ import annotations
 
 from primus_ext.model import params as P
 from primus_ext.model import roofline as R
-from primus_ext.model.kinds.base import Kind, KindComm
+from primus_ext.model.kinds.base import Kind, KindComm, no_recompute
 from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
+from primus_ext.model.rank_shape import layer_arch
 
 
-class EmbeddingKind(Kind):
+class EdgeKind(Kind):
+    """What the two edges share: every model has them, at the padded vocabulary, never recomputed."""
+
+    def present(self, model) -> bool:
+        return True
+
+    def layer_arch(self, model, execution):
+        return layer_arch(model, moe=False, vocab=model.padded_vocab_size(execution.tp))
+
+    def shape_fields(self, fields: dict) -> dict:
+        return dict(no_recompute(fields), attention_kernel="fused")  # they do not attend
+
+
+class EmbeddingKind(EdgeKind):
     """``embedding``: the word-embedding lookup (``LanguageModelEmbedding``, rope: no position table)."""
 
     name = "embedding"
@@ -35,7 +49,7 @@ class EmbeddingKind(Kind):
         return KindComm(fwd=("reduce_scatter" if sequence_parallel else "all_reduce",), bwd=())
 
 
-class OutputKind(Kind):
+class OutputKind(EdgeKind):
     """``output``: final layernorm + the output projection + the cross-entropy loss."""
 
     name = "output"

@@ -13,12 +13,15 @@ its modules are checkpointed inside ``TransformerLayer`` / ``MoELayer`` themselv
 
 from __future__ import annotations
 
+from primus_ext.model import flops as F
+from primus_ext.model import hybrid as Hy
 from primus_ext.model import params as P
 from primus_ext.model import roofline as R
-from primus_ext.model.kinds.base import Kind, KindComm
+from primus_ext.model.kinds.base import Kind, KindComm, no_recompute
 from primus_ext.model.kinds.decoder import MoEKind, drop_recomputed_moe
 from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
+from primus_ext.model.rank_shape import layer_arch
 
 
 def norm_residual_half(parts, shape, gpu) -> None:
@@ -51,10 +54,23 @@ def _pre_mlp_saved(shape, impl, *, fp8_input: bool) -> dict[str, float]:
     return {"pre_mlp_norm": parts["pre_mlp_norm"], "pre_mlp_norm_out": parts["pre_mlp_norm_out"]}
 
 
-class HybridAttentionKind(Kind):
+class HalfLayer(Kind):
+    """What the three share: placed by their symbol (``Kind.present``), the model's arch (its MoE block's for
+    ``E``), selective recompute only (inside ``TransformerLayer`` / ``MoELayer``; no full recompute in a
+    ``MambaStack``)."""
+
+    def layer_arch(self, model, execution):
+        return layer_arch(model, moe=False)
+
+    def shape_fields(self, fields: dict) -> dict:
+        return dict(fields, selective_ac="modules") if fields["recompute"] == "selective" else no_recompute(fields)
+
+
+class HybridAttentionKind(HalfLayer):
     """``hybrid_attention``: input norm + self-attention (GQA or MLA) + residual."""
 
     name = "hybrid_attention"
+    symbol = Hy.ATTENTION
     decoder_layer = True
     recomputable = True
     attention = True
@@ -86,11 +102,16 @@ class HybridAttentionKind(Kind):
     def comm(self, shape, sequence_parallel) -> KindComm:
         return KindComm(pairs=(("attn", "tp"),), parts=frozenset(("attn", "cp")))
 
+    def model_macs(self, model, seq_length, causal) -> dict[str, float]:
+        return {"attention_linear": F.attention_linear_macs(model),
+                "attention_core": F.attention_core_macs(model, seq_length, causal=causal)}
 
-class HybridMLPKind(Kind):
+
+class HybridMLPKind(HalfLayer):
     """``hybrid_mlp``: pre-MLP norm + dense MLP + residual."""
 
     name = "hybrid_mlp"
+    symbol = Hy.MLP
     decoder_layer = True
     recomputable = True
     layer_graph = True
@@ -124,13 +145,22 @@ class HybridMLPKind(Kind):
     def comm(self, shape, sequence_parallel) -> KindComm:
         return KindComm(pairs=(("mlp", "tp"),), parts=frozenset(("mlp",)))
 
+    def model_macs(self, model, seq_length, causal) -> dict[str, float]:
+        return {"mlp": F.dense_mlp_macs(model)}
 
-class HybridMoEKind(MoEKind):
+
+class HybridMoEKind(HalfLayer, MoEKind):
     """``hybrid_moe``: pre-MLP norm + router / routed experts / shared experts + residual (the MoE kind's expert
     split, router and host-sync overhead)."""
 
     name = "hybrid_moe"
+    symbol = Hy.MOE
     attention = False
+
+    present = Kind.present  # by its symbol, not by ``moe_layer_pattern`` as the moe kind
+
+    def layer_arch(self, model, execution):
+        return layer_arch(model, moe=True)
     lora_adapters = False
 
     def params(self, shape, *, impl="te") -> int:
@@ -161,6 +191,9 @@ class HybridMoEKind(MoEKind):
         full = super().comm(shape, sequence_parallel)
         return KindComm(pairs=tuple(p for p in full.pairs if p[0] != "attn"), parts=full.parts - {"attn", "cp"},
                         ep=True)
+
+    def model_macs(self, model, seq_length, causal) -> dict[str, float]:
+        return {"mlp": F.moe_mlp_macs(model)}
 
 
 HYBRID_ATTENTION = register(HybridAttentionKind())

@@ -9,13 +9,17 @@ causal_conv1d Triton and CUDA) do not run on a CPU.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
+from primus_ext.model import flops as F
 from primus_ext.model import hybrid as Hy
 from primus_ext.model import roofline as R
-from primus_ext.model.kinds.base import Kind, KindComm
+from primus_ext.model.kinds.base import Kind, KindComm, no_recompute
 from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
+from primus_ext.model.rank_shape import layer_arch, rank_shapes
+from primus_ext.specs import ExecutionSpec
 
 SCAN_BWD_FLOPS = 2.0
 """Backward / forward FLOPs of the SSD chunk matmuls: each product is differentiated w.r.t. both operands
@@ -38,8 +42,25 @@ class MambaKind(Kind):
     """``mamba``: norm + Mamba-2 mixer (in_proj, conv1d, SSD scan, gated RMSNorm, out_proj) + residual."""
 
     name = "mamba"
+    symbol = Hy.MAMBA
     decoder_layer = True
     layer_graph = True  # MambaLayer is a GraphableMegatronModule (cuda_graph_scope "mamba")
+
+    def layer_arch(self, model, execution):
+        # the model's, with the mixer's sizes (``model.hybrid`` defaults for K and Q)
+        return replace(layer_arch(model, moe=False), mamba_num_heads=model.mamba_num_heads,
+                       mamba_head_dim=model.mamba_head_dim, mamba_num_groups=model.mamba_num_groups,
+                       mamba_state_dim=model.mamba_state_dim, mamba_d_conv=Hy.MAMBA_D_CONV,
+                       mamba_chunk_size=Hy.MAMBA_CHUNK_SIZE)
+
+    def shape_fields(self, fields: dict) -> dict:
+        return no_recompute(fields)  # MambaStack has no activation-checkpointing path
+
+    def model_macs(self, model, seq_length, causal) -> dict[str, float]:
+        # the SSD algorithm's chunk matmuls, the conv1d and the projections (``hybrid.layer_flops``), per token;
+        # megatron-core's own ``hybrid_flops`` (training.py@core_v0.16.1) counts the scan as 7 * d_in * N
+        shape = rank_shapes(model, ExecutionSpec(seq_length=seq_length))[self.name]
+        return {"mamba": Hy.layer_flops(shape) / F.FLOPS_PER_MAC / shape.tokens}
 
     def params(self, shape, *, impl="te") -> int:
         return Hy.mixer_params(shape)

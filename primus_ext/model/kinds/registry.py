@@ -14,6 +14,11 @@ _KINDS: dict[str, Kind] = {}
 _NOT_KINDS = ("base", "registry")
 """Modules of this package that define no kind."""
 _loaded = False
+_PACKAGE = __name__.rpartition(".")[0]
+_derived: dict[str, object] = {}
+"""What ``symbol_kinds`` / ``pattern_kinds`` / ``placed_kinds`` derive from the registry (cleared by ``register``)."""
+_PATTERNS_LIMIT = 4096
+"""``pattern_kinds`` answers kept before the memo starts again (bounded whatever the input)."""
 
 
 class UnknownKind(PrimusExtError, KeyError):
@@ -30,7 +35,14 @@ def register(kind: Kind, *, replace: bool = False) -> Kind:
     if kind.name in _KINDS and not replace and type(_KINDS[kind.name]) is not type(kind):
         raise ValueError(f"layer kind {kind.name} is already registered ({type(_KINDS[kind.name]).__name__})")
     _KINDS[kind.name] = kind
+    _derived.clear()
     return kind
+
+
+def unregister(name: str) -> None:
+    """Remove the kind called ``name`` (a test's temporary kind); unknown names are ignored."""
+    if _KINDS.pop(name, None) is not None:
+        _derived.clear()
 
 
 def _load_builtins() -> None:
@@ -41,10 +53,23 @@ def _load_builtins() -> None:
         import pkgutil
         import sys
 
-        package = __name__.rpartition(".")[0]
-        for info in sorted(pkgutil.iter_modules(sys.modules[package].__path__), key=lambda i: i.name):
+        for info in sorted(pkgutil.iter_modules(sys.modules[_PACKAGE].__path__), key=lambda i: i.name):
             if info.name not in _NOT_KINDS:
-                importlib.import_module(f"{package}.{info.name}")
+                importlib.import_module(f"{_PACKAGE}.{info.name}")
+
+
+def _ordered() -> list[Kind]:
+    """Every kind in a fixed order, whichever module was imported first: the built-in ones by module name, each
+    module's in its own order, then the others (a plugin's, a test's) as registered."""
+    _load_builtins()
+    rank = {name: k for k, name in enumerate(_KINDS)}
+
+    def key(kind: Kind) -> tuple:
+        module = type(kind).__module__
+        builtin = module.startswith(_PACKAGE + ".")
+        return (not builtin, module if builtin else "", rank[kind.name])
+
+    return sorted(_KINDS.values(), key=key)
 
 
 def get_kind(name: str) -> Kind:
@@ -63,3 +88,40 @@ def known_kinds() -> tuple[str, ...]:
     _load_builtins()
     return tuple(_KINDS)
 
+
+
+def symbol_kinds() -> dict[str, str]:
+    """Hybrid layer symbol -> the kind that prices it (every kind with a ``symbol``), in the registry's fixed order
+    (``_ordered``)."""
+    found = _derived.get("symbols")
+    if found is None:
+        found = _derived["symbols"] = {k.symbol: k.name for k in _ordered() if k.symbol}
+    return found  # type: ignore[return-value]
+
+
+def pattern_kinds(pattern: str) -> dict[str, str]:
+    """Symbol -> kind for the symbols ``pattern`` holds, in ``symbol_kinds`` order: how a model's chunk counts,
+    stage sums and memory plans lay out its hybrid layers (``projection.table.chunk_counts``; a GPT model's ``""``:
+    none). Depends on the model alone, so a kind registered later changes no layout already memoised.
+    ``UnknownKind`` for a symbol no registered kind declares."""
+    key = ("pattern", pattern)
+    found = _derived.get(key)
+    if found is None:
+        kinds = symbol_kinds()
+        unknown = sorted(set(pattern) - set(kinds))
+        if unknown:
+            raise UnknownKind(f"hybrid layer symbol(s) {cut(''.join(unknown))} have no registered layer kind; "
+                              f"known symbols: {' '.join(kinds)}")
+        if len(_derived) > _PATTERNS_LIMIT:
+            _derived.clear()
+        found = _derived[key] = {s: k for s, k in kinds.items() if s in pattern}
+    return found  # type: ignore[return-value]
+
+
+def placed_kinds() -> tuple[Kind, ...]:
+    """Every kind in the order ``rank_shape.rank_shapes`` lists a model's: decoder layers, then the edges, each in
+    the registry's fixed order (``Kind.present`` says which a model has)."""
+    found = _derived.get("placed")
+    if found is None:
+        found = _derived["placed"] = tuple(sorted(_ordered(), key=lambda k: not k.decoder_layer))
+    return found  # type: ignore[return-value]

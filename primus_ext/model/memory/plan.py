@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from primus_ext.model.kinds.registry import pattern_kinds
 from primus_ext.model.stages import StagePlan, pipeline_plan
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -29,7 +30,7 @@ class ChunkComposition:
     many this chunk holds, dense and MoE."""
     offload_moe: int = 0
     hybrid: tuple[int, ...] = ()
-    """A hybrid model's layers in this chunk by kind (``projection.stage_sums.HYBRID_KINDS``: M * - E); none
+    """A hybrid model's layers in this chunk by kind (in ``kinds.registry.pattern_kinds`` order); none
     recomputes or offloads (megatron-core's ``MambaStack``)."""
 
 
@@ -45,6 +46,7 @@ def plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: 
                               account_for_loss_in_pipeline_split=acc_l, pipeline_schedule=schedule)
     plan = pipeline_plan(model, execution)
     pattern = model.moe_layer_pattern
+    hybrid_symbols = pattern_kinds(model.hybrid_layer_pattern)
     comps = []
     for stage in plan:
         row = []
@@ -52,7 +54,7 @@ def plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: 
             if model.hybrid_layer_pattern:
                 symbols = [model.hybrid_layer_pattern[i] for i in chunk.layers]
                 row.append(ChunkComposition(dense=0, moe=0, embedding=chunk.embedding, output=chunk.output,
-                                            mtp=chunk.mtp_layers, hybrid=tuple(map(symbols.count, "M*-E"))))
+                                            mtp=chunk.mtp_layers, hybrid=tuple(map(symbols.count, hybrid_symbols))))
                 continue
             moe = [i < len(pattern) and pattern[i] for i in chunk.layers]
             if isinstance(recompute_layers, tuple):

@@ -17,8 +17,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.model.fp8 import layer_weight_bytes
-from primus_ext.model.hybrid import HYBRID_KINDS
-from primus_ext.model.kinds.registry import get_kind
+from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 from primus_ext.model.lora import lora_params
 from primus_ext.model.memory.activations import (
     LOCAL,
@@ -299,7 +298,7 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
             # of backward) the GPU keeps the L - N other layers plus one offloaded layer in transit.
             total -= sum(c * t.act_selected for c, t in offloaded)
             total += max(t.act_selected for _, t in offloaded)
-    for count, kind in zip(comp.hybrid, HYBRID_KINDS, strict=False):
+    for count, kind in zip(comp.hybrid, pattern_kinds(ctx.model.hybrid_layer_pattern).values(), strict=True):
         if count:  # no full recompute in a MambaStack; selective inside its attention / MLP / MoE layers
             total += count * ctx.terms[kind].act_selected
     if comp.output:
@@ -314,7 +313,7 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
 
 def biggest_layer_params(ctx: StageContext) -> int:
     """Parameters of the largest transformer layer on a rank (what FSDP gathers at a time)."""
-    kinds = ("dense", "moe", *HYBRID_KINDS)
+    kinds = ("dense", "moe", *pattern_kinds(ctx.model.hybrid_layer_pattern).values())
     return max((t.params for t in map(ctx.terms.get, kinds) if t), default=0)
 
 
@@ -334,8 +333,9 @@ def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
         edge += n_mtp * ctx.mtp_extra_params + (0 if embedding else ctx.terms["embedding"].params)
     chunks = [_chunk_activations(ctx, comp) for comp in comps]
     present = [t for c, t in ((n_dense, dense), (n_moe, moe)) if c and t]
-    hybrid = [(sum(c.hybrid[k] for c in comps), ctx.terms[kind]) for k, kind in enumerate(HYBRID_KINDS)
-              if comps[0].hybrid and any(c.hybrid[k] for c in comps)]
+    hybrid_kinds = pattern_kinds(model.hybrid_layer_pattern).values()
+    hybrid = [(sum(c.hybrid[k] for c in comps), ctx.terms[kind]) for k, kind in enumerate(hybrid_kinds)
+              if any(c.hybrid[k] for c in comps)]
     present += [t for _, t in hybrid]
     total += sum(n * t.params for n, t in hybrid)
     expert = n_moe * (moe.expert_params if moe else 0) + sum(n * t.expert_params for n, t in hybrid)

@@ -1,0 +1,99 @@
+"""Adding a layer kind is one module of ``model/kinds`` (+ a builder in ``measure/kind_builders`` to time it): a kind
+declared and registered here, with nothing else edited, is placed, priced, counted and remembered end to end.
+
+The kind is a stand-in for a new hybrid mixer (e.g. Primus's ``zebra_llama_300M_gdn_hybrid`` gated-DeltaNet layers):
+Mamba's formulas under a new name and symbol ``G``. What it shows is the wiring, not a GDN cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from primus_ext.hardware import load_system
+from primus_ext.model.flops import flops_breakdown
+from primus_ext.model.hybrid import HybridPatternError, allocate_layers, symbols
+from primus_ext.model.kinds import get_kind, known_kinds, register
+from primus_ext.model.kinds.mamba import MambaKind
+from primus_ext.model.kinds.registry import pattern_kinds, symbol_kinds, unregister
+from primus_ext.model.params import hybrid_stage_params, hybrid_symbol_params
+from primus_ext.projection.evaluate_batch import evaluate_many
+from primus_ext.projection.project import project
+from primus_ext.projection.table import chunk_counts
+from primus_ext.recipe.resolve import resolve_all
+
+NODE = load_system("h100", 1)
+PATTERN = "MG*-MG*-MG*-MG*-"
+RECIPE = dict(
+    model_type="mamba", num_layers=len(PATTERN), hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,
+    group_query_attention=True, num_query_groups=4, kv_channels=64, vocab_size=32000, squared_relu=True,
+    normalization="RMSNorm", position_embedding_type="none", add_bias_linear=False, hybrid_override_pattern=PATTERN,
+    mamba_head_dim=64, mamba_num_heads=32, mamba_num_groups=8, mamba_state_dim=128, seq_length=2048,
+    micro_batch_size=1, global_batch_size=32, bf16=True, tensor_model_parallel_size=2,
+    pipeline_model_parallel_size=2)
+
+
+class GatedDeltaStandIn(MambaKind):
+    """A new kind: its name, its symbol; every hook Mamba's."""
+
+    name = "test_gated_delta"
+    symbol = "G"
+
+
+@pytest.fixture
+def new_kind():
+    kind = register(GatedDeltaStandIn())
+    try:
+        yield kind
+    finally:
+        unregister(kind.name)
+
+
+def test_the_registry_places_the_new_kind(new_kind):
+    assert "G" in symbols() and symbol_kinds()["G"] == "test_gated_delta"
+    assert list(symbol_kinds())[-1] == "G" and "test_gated_delta" in known_kinds()  # after the built-in ones
+    assert list(pattern_kinds(PATTERN)) == ["*", "-", "M", "G"]
+    assert allocate_layers(len(PATTERN), override=PATTERN) == PATTERN
+
+
+def test_a_model_with_the_new_kind_projects_end_to_end(new_kind):
+    model, execution, problems, _ = resolve_all(RECIPE, NODE)
+    assert not problems, problems
+    assert model.hybrid_layer_pattern == PATTERN
+    p = project(model, execution, NODE)
+    assert "test_gated_delta" in p.sources and p.tokens_per_s_per_gpu > 0 and 0 < p.mfu <= 1
+    # its layers are counted in each stage's chunk, in its own slot
+    slot = 7 + list(pattern_kinds(PATTERN).values()).index("test_gated_delta")
+    per_stage = [sum(chunk[slot] for chunk in rank) for rank in chunk_counts(model, execution)]
+    assert per_stage == [2, 2]
+    # its parameters are in the stage sums, its FLOPs in the model FLOPs (Mamba's formulas: equal per layer)
+    per_symbol = hybrid_symbol_params(model, execution)
+    assert per_symbol["G"] == per_symbol["M"] > 0
+    assert sum(hybrid_stage_params(model, execution)) >= sum(per_symbol[s] * PATTERN.count(s) for s in per_symbol)
+    with_g = flops_breakdown(model, execution.seq_length)
+    without_g = flops_breakdown(replace(model, hybrid_layer_pattern=PATTERN.replace("G", "M")), execution.seq_length)
+    assert with_g.mamba == pytest.approx(without_g.mamba)  # G and M cost the same here: as many mixers either way
+    # the memory model holds its activations and parameters on each stage
+    assert all(stage.params_bytes > 0 and stage.activations_bytes > 0 for stage in p.memory.stages)
+    # the batch engine (the tuner's) lays it out as the scalar one does
+    batch = evaluate_many(model, [execution], NODE)
+    assert batch.problems == (None,)
+    assert batch.step_time_s[0] == pytest.approx(p.step_time_s, rel=1e-9)
+
+
+def test_the_new_kind_is_priced_not_dropped(new_kind):
+    """Replacing Mamba layers by the new kind's changes nothing (same formulas); removing them does."""
+    model, execution, problems, _ = resolve_all(RECIPE, NODE)
+    assert not problems
+    as_mamba, _, _, _ = resolve_all(dict(RECIPE, hybrid_override_pattern=PATTERN.replace("G", "M")), NODE)
+    assert project(model, execution, NODE).step_time_s == pytest.approx(
+        project(as_mamba, execution, NODE).step_time_s, rel=1e-9)
+
+
+def test_without_the_kind_its_symbol_is_refused():
+    assert "G" not in symbols() and get_kind("mamba").symbol == "M"
+    with pytest.raises(HybridPatternError, match="not one of"):
+        allocate_layers(len(PATTERN), override=PATTERN)
+    _, _, problems, _ = resolve_all(RECIPE, NODE)
+    assert any(p.path == "hybrid_override_pattern" for p in problems)
