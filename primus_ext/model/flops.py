@@ -29,7 +29,7 @@ Megatron-Bridge's published "Model TFLOP/s/GPU" / tokens/s/GPU equals this per-t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 
 from primus_ext.specs import ModelSpec
 
@@ -129,15 +129,18 @@ def _hybrid_breakdown(model: ModelSpec, seq_length: int, scale: float, core_scal
                       causal: bool) -> FlopsBreakdown:
     """A hybrid model: each layer symbol's kind gives its forward MACs per token (``Kind.model_macs``: attention on
     ``*``, a dense MLP on ``-``, an MoE block on ``E``, a Mamba-2 mixer on ``M``), times its count in the pattern."""
-    from primus_ext.model.kinds.registry import get_kind, symbol_kinds
+    from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 
-    parts = dict.fromkeys(("attention_linear", "attention_core", "mlp", "mamba"), 0)
-    for symbol, kind in symbol_kinds().items():
+    parts = {f.name: 0 if f.default is MISSING else f.default for f in fields(FlopsBreakdown)}
+    parts["logits"] = scale * logits_macs(model)
+    for symbol, kind in pattern_kinds(model.hybrid_layer_pattern).items():
         count = model.hybrid_layer_pattern.count(symbol)
-        if count:
-            for part, macs in get_kind(kind).model_macs(model, seq_length, causal).items():
-                parts[part] += (core_scale if part == "attention_core" else scale) * macs * count
-    return FlopsBreakdown(logits=scale * logits_macs(model), **parts)
+        for part, macs in get_kind(kind).model_macs(model, seq_length, causal).items():
+            if part not in parts:
+                raise ValueError(f"layer kind {kind}: model_macs part {part!r} is not a FlopsBreakdown field "
+                                 f"({', '.join(parts)})")
+            parts[part] += (core_scale if part == "attention_core" else scale) * macs * count
+    return FlopsBreakdown(**parts)
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int, *, causal: bool = True,

@@ -92,22 +92,32 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
                    mamba_num_groups=a.int("mamba_num_groups") or MAMBA_NUM_GROUPS,
                    mamba_state_dim=a.int("mamba_state_dim") or MAMBA_STATE_DIM,
-                   moe_layer_pattern=tuple(c == "E" for c in pattern) if model.num_experts else ())
+                   moe_layer_pattern=_routed(pattern) if model.num_experts else ())
+
+
+def _routed(pattern: str) -> tuple[bool, ...]:
+    """Per layer: its kind routes tokens to experts (``Kind.routed_experts``: megatron-core's ``E``)."""
+    from primus_ext.model.kinds.registry import get_kind, symbol_kinds
+
+    kinds = symbol_kinds()
+    routed = {s: get_kind(kinds[s]).routed_experts for s in set(pattern) if s in kinds}
+    return tuple(routed.get(c, False) for c in pattern)
 
 
 def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Problem], list[str]]:
     """(problems, warnings) of a hybrid model under ``execution``: what megatron-core 0.16.1 asserts
     (ssm/mamba_mixer.py, mamba_context_parallel.py, mamba_block.py) and what the projection does not price."""
-    from primus_ext.model.hybrid import HybridPatternError, check_mamba_split, stage_patterns
+    from primus_ext.model.hybrid import HybridPatternError, stage_patterns
+    from primus_ext.model.kinds.registry import get_kind, pattern_kinds
     from primus_ext.model.pipeline.registry import resolve_schedule
 
     problems: list[Problem] = []
     warnings: list[str] = []
-    if "M" in model.hybrid_layer_pattern:
-        why = check_mamba_split(model.mamba_num_heads, model.mamba_num_groups, execution.tp, execution.cp)
-        if why:
-            problems.append(Problem(path="tensor_model_parallel_size", value=execution.tp, message=why,
-                                    fix="choose TP (and CP) dividing mamba_num_heads and mamba_num_groups"))
+    for kind in pattern_kinds(model.hybrid_layer_pattern).values():
+        found = get_kind(kind).split_problem(model, execution)
+        if found:
+            problems.append(Problem(path="tensor_model_parallel_size", value=execution.tp, message=found[0],
+                                    fix=found[1]))
     try:
         stage_patterns(model.hybrid_layer_pattern, execution.pp, first=execution.decoder_first_pipeline_num_layers,
                        last=execution.decoder_last_pipeline_num_layers,

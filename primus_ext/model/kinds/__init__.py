@@ -37,10 +37,12 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
 5. Place it (hooks, nothing edited elsewhere): ``symbol`` (its letter in a hybrid layer pattern) and
    ``present(model)`` (default: its symbol is in the pattern) say which models have it; ``layer_arch(model,
    execution)`` its global arch (``rank_shape.layer_arch``); ``shape_fields(fields)`` narrows the execution's
-   ``RankShape`` fields (``base.no_recompute``); ``model_macs(model, seq, causal)`` its forward MACs per token by
-   ``flops.FlopsBreakdown`` field. The legal symbols, ``rank_shape.rank_shapes``, ``projection.table.chunk_counts``
-   (``registry.pattern_kinds``), the stage sums, the memory plan and the model FLOPs follow
-   (``tests/model/kinds/test_adding_a_kind.py``).
+   ``RankShape`` fields (``base.no_recompute``); ``split_problem(model, execution)`` the TP / CP split megatron-core
+   refuses for it; ``routed_experts`` (trait) marks MoE layers; ``model_macs(model, seq, causal)`` its forward MACs
+   per token by ``flops.FlopsBreakdown`` field. The legal symbols, ``rank_shape.rank_shapes``,
+   ``projection.table.chunk_counts`` (``registry.pattern_kinds``), the stage sums, the memory plan, the legality
+   check and the model FLOPs follow (``tests/model/kinds/test_adding_a_kind.py``); ``register`` refuses a kind no
+   model could place (no symbol outside ``registry.GPT_LAYOUT``, a taken symbol, no ``model_macs``).
 
 ``tests/model/kinds/test_kind_registry.py`` checks every registered kind answers every hook and that no new
 ``kind == "..."`` branch appears outside this package.

@@ -54,6 +54,8 @@ class Kind(ABC):
     """LoRA wraps its linears (``model.lora.TARGETS``: the GPT layer's ``linear_qkv`` ... ``linear_fc2``)."""
     takes_sequence_split: ClassVar[bool] = True
     """Its input arrives split over TP under sequence parallelism (the embedding's input is token ids: no)."""
+    routed_experts: ClassVar[bool] = False
+    """Its layers route tokens to experts: a hybrid model's ``moe_layer_pattern`` marks them (``recipe.hybrid``)."""
     symbol: ClassVar[str] = ""
     """Its layer symbol in a hybrid model's pattern (megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py
     ``Symbols``: ``M`` ``*`` ``-`` ``E``); "" for the GPT kinds (placed by ``moe_layer_pattern``) and the edges. The
@@ -70,6 +72,11 @@ class Kind(ABC):
     def layer_arch(self, model: ModelSpec, execution: ExecutionSpec) -> LayerArch:
         """The global (unsharded) architecture of one layer of this kind in ``model`` (``rank_shape.layer_arch``
         builds the common one)."""
+
+    def split_problem(self, model: ModelSpec, execution: ExecutionSpec) -> tuple[str, str] | None:
+        """(why, fix) when megatron-core refuses this kind's layers under ``execution``'s split (e.g. heads TP or CP
+        must divide), else ``None`` (``recipe.hybrid.hybrid_problems`` asks every kind a hybrid pattern holds)."""
+        return None
 
     def shape_fields(self, fields: dict) -> dict:
         """This kind's ``RankShape`` fields from the execution's (``rank_shapes``): as given; a kind that cannot be
@@ -138,10 +145,10 @@ def no_recompute(fields: dict) -> dict:
     return dict(fields, recompute="none", recompute_modules=(), selective_ac="modules")
 
 
-HOOKS = ("present", "layer_arch", "shape_fields", "model_macs", "params", "expert_params", "router_params",
-         "expert_split", "roofline", "op_sac_gemms_s", "overhead_s", "fwd_flops_estimate", "saved", "saved_selective",
-         "comm")
+HOOKS = ("present", "layer_arch", "split_problem", "shape_fields", "model_macs", "params", "expert_params",
+         "router_params", "expert_split", "roofline", "op_sac_gemms_s", "overhead_s", "fwd_flops_estimate", "saved",
+         "saved_selective", "comm")
 """Every hook a kind answers (the defaults above serve kinds without experts or recompute)."""
 TRAITS = ("name", "decoder_layer", "recomputable", "attention", "layer_graph", "lora_adapters", "takes_sequence_split",
-          "symbol")
+          "routed_experts", "symbol")
 """Every trait (class attribute) a kind declares."""

@@ -99,6 +99,7 @@ class MoEKind(DecoderKind):
     """``moe``: a transformer layer whose MLP is a router + routed experts (+ shared experts)."""
 
     name = "moe"
+    routed_experts = True
 
     def present(self, model) -> bool:
         return not model.hybrid_layer_pattern and model.num_moe_layers > 0

@@ -53,6 +53,10 @@ class MambaKind(Kind):
                        mamba_state_dim=model.mamba_state_dim, mamba_d_conv=Hy.MAMBA_D_CONV,
                        mamba_chunk_size=Hy.MAMBA_CHUNK_SIZE)
 
+    def split_problem(self, model, execution):
+        why = Hy.check_mamba_split(model.mamba_num_heads, model.mamba_num_groups, execution.tp, execution.cp)
+        return (why, "choose TP (and CP) dividing mamba_num_heads and mamba_num_groups") if why else None
+
     def shape_fields(self, fields: dict) -> dict:
         return no_recompute(fields)  # MambaStack has no activation-checkpointing path
 

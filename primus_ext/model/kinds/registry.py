@@ -7,6 +7,8 @@ is the one deliberate inversion of the model layer (docs/DESIGN.md "Layers"), an
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from primus_ext.errors import PrimusExtError, cut
 from primus_ext.model.kinds.base import Kind
 
@@ -17,6 +19,9 @@ _loaded = False
 _PACKAGE = __name__.rpartition(".")[0]
 _derived: dict[str, object] = {}
 """What ``symbol_kinds`` / ``pattern_kinds`` / ``placed_kinds`` derive from the registry (cleared by ``register``)."""
+GPT_LAYOUT = ("dense", "moe", "embedding", "output")
+"""The kinds a GPT model places without a symbol (``projection.table.chunk_counts``: dense / MoE by
+``moe_layer_pattern``, the edges on the first / last stage). Any other kind places itself by its hybrid ``symbol``."""
 _PATTERNS_LIMIT = 4096
 """``pattern_kinds`` answers kept before the memo starts again (bounded whatever the input)."""
 
@@ -29,14 +34,35 @@ class UnknownKind(PrimusExtError, KeyError):
 
 
 def register(kind: Kind, *, replace: bool = False) -> Kind:
-    """Add ``kind`` under ``kind.name``; a second kind of the same name is refused unless ``replace``."""
+    """Add ``kind`` under ``kind.name``; a second kind of the same name is refused unless ``replace``, and so is a
+    kind no model could place: one without a one-character ``symbol`` (other than ``GPT_LAYOUT``'s), a symbol
+    another kind holds, or a symbol without its ``model_macs``.
+
+    Register kinds before projecting (a module's import does): projections, chunk counts and layer costs already
+    memoised keep the classes they were computed with (``projection.table.clear_cost_cache`` forgets them)."""
     if not isinstance(kind, Kind):
         raise TypeError(f"register() takes a Kind instance, got {type(kind).__name__}")
     if kind.name in _KINDS and not replace and type(_KINDS[kind.name]) is not type(kind):
         raise ValueError(f"layer kind {kind.name} is already registered ({type(_KINDS[kind.name]).__name__})")
+    _check_placement(kind)
     _KINDS[kind.name] = kind
     _derived.clear()
     return kind
+
+
+def _check_placement(kind: Kind) -> None:
+    if not kind.symbol:
+        if kind.name not in GPT_LAYOUT:
+            raise ValueError(f"layer kind {kind.name} has no symbol: a GPT model places only {', '.join(GPT_LAYOUT)} "
+                             "(by moe_layer_pattern); give the kind its hybrid layer symbol (Kind.symbol)")
+        return
+    if len(kind.symbol) != 1 or kind.symbol.isspace():
+        raise ValueError(f"layer kind {kind.name}: symbol {kind.symbol!r} must be one character of a layer pattern")
+    holder = next((k.name for k in _KINDS.values() if k.symbol == kind.symbol and k.name != kind.name), None)
+    if holder:
+        raise ValueError(f"layer kind {kind.name}: symbol {kind.symbol!r} already places layer kind {holder}")
+    if type(kind).model_macs is Kind.model_macs:
+        raise ValueError(f"layer kind {kind.name} (symbol {kind.symbol!r}) gives no model FLOPs: define model_macs")
 
 
 def unregister(name: str) -> None:
@@ -90,20 +116,21 @@ def known_kinds() -> tuple[str, ...]:
 
 
 
-def symbol_kinds() -> dict[str, str]:
+def symbol_kinds() -> MappingProxyType[str, str]:
     """Hybrid layer symbol -> the kind that prices it (every kind with a ``symbol``), in the registry's fixed order
     (``_ordered``)."""
     found = _derived.get("symbols")
     if found is None:
-        found = _derived["symbols"] = {k.symbol: k.name for k in _ordered() if k.symbol}
+        found = _derived["symbols"] = MappingProxyType({k.symbol: k.name for k in _ordered() if k.symbol})
     return found  # type: ignore[return-value]
 
 
-def pattern_kinds(pattern: str) -> dict[str, str]:
-    """Symbol -> kind for the symbols ``pattern`` holds, in ``symbol_kinds`` order: how a model's chunk counts,
-    stage sums and memory plans lay out its hybrid layers (``projection.table.chunk_counts``; a GPT model's ``""``:
-    none). Depends on the model alone, so a kind registered later changes no layout already memoised.
-    ``UnknownKind`` for a symbol no registered kind declares."""
+def pattern_kinds(pattern: str) -> MappingProxyType[str, str]:
+    """Symbol -> kind for the symbols ``pattern`` holds, in the order they first appear in it: how a model's chunk
+    counts, stage sums and memory plans lay out its hybrid layers (``projection.table.chunk_counts``; a GPT
+    model's ``""``: none). The order depends on the pattern alone (and a symbol places one kind: ``register``), so
+    registering or removing other kinds changes no layout already memoised. ``UnknownKind`` for a symbol no
+    registered kind declares."""
     key = ("pattern", pattern)
     found = _derived.get(key)
     if found is None:
@@ -114,7 +141,7 @@ def pattern_kinds(pattern: str) -> dict[str, str]:
                               f"known symbols: {' '.join(kinds)}")
         if len(_derived) > _PATTERNS_LIMIT:
             _derived.clear()
-        found = _derived[key] = {s: k for s, k in kinds.items() if s in pattern}
+        found = _derived[key] = MappingProxyType({s: kinds[s] for s in dict.fromkeys(pattern)})
     return found  # type: ignore[return-value]
 
 

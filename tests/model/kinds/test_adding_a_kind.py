@@ -14,7 +14,9 @@ import pytest
 from primus_ext.hardware import load_system
 from primus_ext.model.flops import flops_breakdown
 from primus_ext.model.hybrid import HybridPatternError, allocate_layers, symbols
-from primus_ext.model.kinds import get_kind, known_kinds, register
+from primus_ext.model.kinds import Kind, get_kind, known_kinds, register
+from primus_ext.model.kinds.decoder import DenseKind
+from primus_ext.model.kinds.hybrid import HybridMLPKind
 from primus_ext.model.kinds.mamba import MambaKind
 from primus_ext.model.kinds.registry import pattern_kinds, symbol_kinds, unregister
 from primus_ext.model.params import hybrid_stage_params, hybrid_symbol_params
@@ -53,7 +55,7 @@ def new_kind():
 def test_the_registry_places_the_new_kind(new_kind):
     assert "G" in symbols() and symbol_kinds()["G"] == "test_gated_delta"
     assert list(symbol_kinds())[-1] == "G" and "test_gated_delta" in known_kinds()  # after the built-in ones
-    assert list(pattern_kinds(PATTERN)) == ["*", "-", "M", "G"]
+    assert list(pattern_kinds(PATTERN)) == ["M", "G", "*", "-"]  # the pattern's own order: its layout
     assert allocate_layers(len(PATTERN), override=PATTERN) == PATTERN
 
 
@@ -97,3 +99,61 @@ def test_without_the_kind_its_symbol_is_refused():
         allocate_layers(len(PATTERN), override=PATTERN)
     _, _, problems, _ = resolve_all(RECIPE, NODE)
     assert any(p.path == "hybrid_override_pattern" for p in problems)
+
+
+class SecondStandIn(HybridMLPKind):
+    name = "test_second"
+    symbol = "Z"
+
+
+def test_the_layout_depends_on_the_pattern_alone():
+    """Registering, removing and registering again other kinds reorders no memoised layout (a model's chunk counts,
+    its memory plan and its cost table are cached by model): the same model projects to the same step."""
+    first, second = register(GatedDeltaStandIn()), register(SecondStandIn())
+    try:
+        pattern = "MGZ*MGZ-MGGZMGZ-"
+        model, execution, problems, _ = resolve_all(dict(RECIPE, num_layers=len(pattern),
+                                                         hybrid_override_pattern=pattern), NODE)
+        assert not problems, problems
+        before = project(model, execution, NODE).step_time_s
+        counts = chunk_counts(model, execution)
+        unregister(first.name)
+        register(GatedDeltaStandIn())
+        assert list(pattern_kinds(pattern)) == ["M", "G", "Z", "*", "-"]
+        assert chunk_counts(model, execution) == counts
+        assert project(model, execution, NODE).step_time_s == before
+    finally:
+        unregister(first.name)
+        unregister(second.name)
+
+
+def test_a_new_kind_inherits_its_split_rule(new_kind):
+    """Mamba's heads / groups must divide by TP: the stand-in's layers (Mamba's hooks) are refused as Mamba's."""
+    from primus_ext.recipe.checks import check
+
+    model, execution, problems, _ = resolve_all(dict(RECIPE, hybrid_override_pattern=PATTERN.replace("M", "-"),
+                                                     mamba_num_groups=1), NODE)
+    assert not problems and "M" not in model.hybrid_layer_pattern
+    found = check(model, execution, NODE)
+    assert any(p.path == "tensor_model_parallel_size" and "mamba" in p.message for p in found), found
+
+
+def test_kinds_no_model_could_place_are_refused():
+    class NoSymbol(DenseKind):
+        name = "test_no_symbol"
+
+    class TwoLetters(GatedDeltaStandIn):
+        name, symbol = "test_two_letters", "GG"
+
+    class TakenSymbol(GatedDeltaStandIn):
+        name, symbol = "test_taken", "M"
+
+    class NoFlops(HybridMLPKind):
+        name, symbol = "test_no_flops", "Q"
+        model_macs = Kind.model_macs
+
+    for kind, message in ((NoSymbol(), "has no symbol"), (TwoLetters(), "one character"),
+                          (TakenSymbol(), "already places layer kind mamba"), (NoFlops(), "model_macs")):
+        with pytest.raises(ValueError, match=message):
+            register(kind)
+        assert kind.name not in known_kinds()
