@@ -292,8 +292,23 @@ class Space:
         yield from rec(0, {})
 
     def size(self) -> int:
-        """Number of candidate configurations (before legality and memory)."""
-        return sum(1 for _ in self.iter_configs())
+        """Number of candidate configurations (before legality and memory): ``iter_configs``' count, the last
+        axis's candidates counted instead of enumerated (the walk and its dict copies were 1.4 s of a DeepSeek-V3
+        search at 8 192 GPUs)."""
+        names, last = AXIS_ORDER, len(AXIS_ORDER) - 1
+
+        def count(i: int, partial: Config) -> int:
+            values = self.domain(names[i], partial)
+            if i == last:
+                return len(values)
+            total = 0
+            for value in values:
+                partial[names[i]] = value
+                total += count(i + 1, partial)
+            partial.pop(names[i], None)
+            return total
+
+        return count(0, {}) if names else 1
 
     def repair(self, config: Mapping[str, Any]) -> Config | None:
         """``config`` with every axis that left its candidates (after an earlier axis changed) moved to
