@@ -42,6 +42,8 @@ def register(kind: Kind, *, replace: bool = False) -> Kind:
     memoised keep the classes they were computed with (``projection.table.clear_cost_cache`` forgets them)."""
     if not isinstance(kind, Kind):
         raise TypeError(f"register() takes a Kind instance, got {type(kind).__name__}")
+    if not type(kind).__module__.startswith(_PACKAGE + "."):
+        _load_builtins()  # a plugin's or a test's kind: checked against the built-in ones, whatever loaded first
     if kind.name in _KINDS and not replace and type(_KINDS[kind.name]) is not type(kind):
         raise ValueError(f"layer kind {kind.name} is already registered ({type(_KINDS[kind.name]).__name__})")
     _check_placement(kind)
@@ -113,7 +115,6 @@ def known_kinds() -> tuple[str, ...]:
     """The registered kind names, in registration order."""
     _load_builtins()
     return tuple(_KINDS)
-
 
 
 def symbol_kinds() -> MappingProxyType[str, str]:

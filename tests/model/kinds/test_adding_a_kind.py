@@ -157,3 +157,16 @@ def test_kinds_no_model_could_place_are_refused():
         with pytest.raises(ValueError, match=message):
             register(kind)
         assert kind.name not in known_kinds()
+
+
+def test_a_kind_registered_first_is_checked_against_the_built_in_ones():
+    """A plugin's kind registered before anything loaded the built-in kinds still meets them (a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = ("from primus_ext.model.kinds.registry import register\n"
+            "from primus_ext.model.kinds.hybrid import HybridMLPKind\n"  # not the Mamba kind's module
+            "class Taken(HybridMLPKind):\n    name, symbol = 'plugin_taken', 'M'\n"
+            "try:\n    register(Taken())\nexcept ValueError as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "already places layer kind mamba" in out.stdout, out.stderr
