@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from primus_ext.model.fp8 import layer_weight_bytes
+from primus_ext.model.identity_memo import IdentityMemo
 from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 from primus_ext.model.lora import lora_params
 from primus_ext.model.memory.activations import (
@@ -184,21 +185,10 @@ def _scale(shape: RankShape, measured: Measured | None) -> float:
     return measured.saved_bytes[shape.kind] / formula if formula else 1.0
 
 
-_BY_MODEL: dict[tuple, tuple[ModelSpec, object]] = {}
-"""Memo keyed on ``id(model)`` + the fields a term depends on; the entry keeps the model alive and is
-used only when it is the same object (hashing a whole ModelSpec per call would dominate ``fits``)."""
-_MEMO_LIMIT = 65536
-
-
-def _memo(key: tuple, model: ModelSpec, compute):
-    entry = _BY_MODEL.get(key)
-    if entry is not None and entry[0] is model:
-        return entry[1]
-    if len(_BY_MODEL) >= _MEMO_LIMIT:
-        _BY_MODEL.clear()
-    value = compute()
-    _BY_MODEL[key] = (model, value)
-    return value
+_BY_MODEL = IdentityMemo(limit=65536)
+"""Memo keyed on ``id(model)`` + the fields a term depends on (``model.identity_memo``: hashing a whole ModelSpec
+per call would dominate ``fits``)."""
+_memo = _BY_MODEL.get
 
 
 def _terms(model: ModelSpec, e: ExecutionSpec, measured: Measured | None) -> dict[str, KindTerms]:
