@@ -16,7 +16,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["primus_ext", "primus_ext.*"]),
-    package_data={"primus_ext": ["hardware/profiles/*.yaml", "hardware/families.yaml", "py.typed"]},
+    package_data={"primus_ext": ["hardware/profiles/*.yaml", "hardware/families.yaml", "hardware/kernel_curves.yaml",
+                                 "py.typed"]},
     include_package_data=True,
     # Bounds: what changes behaviour under us is held to the releases the suite passes with (tested:
     # PyYAML 6.0.4, numba 0.68.1, matplotlib 3.11.2, scipy 1.17.1, ruamel.yaml 0.19.1, litellm 1.110.2,

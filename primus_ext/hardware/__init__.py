@@ -29,6 +29,7 @@ import yaml
 
 from primus_ext.errors import PrimusExtError, Problem, RecipeError
 from primus_ext.hardware.capabilities import capabilities_of
+from primus_ext.hardware.curves import curves_for
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -205,6 +206,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         inherits_efficiency_from=inherits or "",
         sources=str(data.get("gpu", "")) + " profile " + source,
         efficiency=Efficiency(**eff_data),
+        kernel_curves=curves_for(str(data.get("family", ""))),
         capabilities=capabilities,
     )
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
+from primus_ext.model import attention_curve
 from primus_ext.model.costs import LayerCost
 from primus_ext.model.fp4 import fp4_element_bytes, quantise_seconds
 from primus_ext.model.kinds.registry import get_kind
@@ -186,6 +187,36 @@ def softmax_sfu_factor(head_dim: float, gpu: GPUSpec) -> float:
     return 1.0 - share + share * ref / own
 
 
+def core_attention_seconds(rows: float, width: float, keys: float, head_dim: float, gpu: GPUSpec,
+                           kernel: str = "fused") -> tuple[float, float]:
+    """(forward, backward) seconds of fused attention over ``rows`` query rows (tokens x local heads) of ``keys``
+    mean unmasked keys, ``width`` = QK + V head dims. On the GPU family's kernel curves where public kernel data was
+    fitted (``model.attention_curve``: the head dim's own kernel, per-row work, latency), at the level the profile's
+    ``Efficiency.attention`` states for the reference shape (the curves' own level unless the profile pins a
+    measurement of its own: ``curve_level``); elsewhere the head-dim law ``attention_efficiency``, backward
+    ``ATTENTION_BWD_FACTOR`` x forward."""
+    curves = gpu.kernel_curves
+    peak = gpu.peak_tflops("bf16") * 1e12
+    if curves is None or curves.attention_fwd is None or curves.attention_bwd is None:
+        fwd = 2.0 * rows * keys * width / (peak * attention_efficiency(width / 2, gpu, kernel))
+        return fwd, ATTENTION_BWD_FACTOR * fwd
+    scale = curve_level(gpu) * softmax_sfu_factor(width / 2, gpu) / (FLASH2_RATIO if kernel == "flash2" else 1.0)
+    f, b = curves.attention_fwd, curves.attention_bwd
+    common = {"rows": rows, "width": width, "keys": keys, "head_dim": head_dim, "peak_flops": peak}
+    return (scale * attention_curve.seconds(f, backward=False, other=b, **common),
+            scale * attention_curve.seconds(b, backward=True, other=f, **common))
+
+
+@lru_cache(maxsize=256)
+def curve_level(gpu: GPUSpec) -> float:
+    """Time factor on the family's attention curves: their reference efficiency over the profile's
+    ``Efficiency.attention`` (1 where the profile states the curves' own value)."""
+    curves = gpu.kernel_curves
+    if curves is None:
+        return 1.0
+    return attention_curve.reference_efficiency(curves, gpu.peak_tflops("bf16") * 1e12) / gpu.efficiency.attention
+
+
 def causal_keys(shape: RankShape) -> float:
     """Mean keys one query attends to: s/2 causal, fewer under a sliding window."""
     s = shape.seq_length
@@ -221,9 +252,9 @@ def attention_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
         g("attn_linear", t, qkv, a.hidden_size)
         g("attn_linear", t, a.hidden_size, a.num_attention_heads * a.kv_channels / tp)
         width = 2 * a.kv_channels
-    core_flops = 2.0 * t * causal_keys(shape) * heads * width
-    core = core_flops / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(width / 2, gpu, shape.attention_kernel))
-    parts.other("core_attn", core, ATTENTION_BWD_FACTOR * core)
+    head_dim = qk if a.multi_latent_attention else a.kv_channels
+    parts.other("core_attn", *core_attention_seconds(t * heads, width, causal_keys(shape), head_dim, gpu,
+                                                     shape.attention_kernel))
     rope = membound_seconds(2 * t * heads * width * ACT_BYTES, gpu)
     parts.other("rope", rope, MEMBOUND_BWD_FACTOR * rope)
 

@@ -87,6 +87,33 @@ class Capabilities:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AttentionCurve:
+    """Fused attention's time in one direction on a GPU family, fitted to public kernel measurements
+    (``hardware/kernel_curves.yaml``, ``benchmarks/fit_kernel_curves.py``):
+    ``work (keys + row_keys) / (peak * efficiency(head_dim)) + latency_s``, where ``work`` is the matmul FLOPs per
+    key of every query row (forward 2 BMMs, backward 2.5x that) and ``keys`` the mean unmasked keys per query."""
+
+    head_dims: tuple[int, ...]
+    """The query/key head dims measured (each runs a kernel of its own); ascending."""
+    efficiencies: tuple[float, ...]
+    """Fraction of the dense BF16 peak at each of ``head_dims``."""
+    row_keys: float
+    """Per-row work in key-equivalents: the partly masked tiles on the diagonal, the softmax rescale, the epilogue."""
+    latency_s: float
+    """Fixed time per kernel call, seconds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelCurves:
+    """The kernel curves of one GPU family (``hardware/kernel_curves.yaml``); ``None`` fields: no public data."""
+
+    family: str
+    attention_fwd: AttentionCurve | None = None
+    attention_bwd: AttentionCurve | None = None
+    sources: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class GPUSpec:
     """One accelerator type, from its vendor datasheet."""
 
@@ -118,6 +145,8 @@ class GPUSpec:
     B200): printed beside every projection on it; its SFU rate is ``Efficiency.attention_sfu_exp_per_s``."""
     sources: str = ""
     efficiency: Efficiency = field(default_factory=Efficiency)
+    kernel_curves: KernelCurves | None = None
+    """Its family's kernel curves (``hardware.curves``); ``None``: no public kernel data, the roofline's laws."""
     capabilities: Capabilities | None = None
     """What its tensor cores run; ``None``: not stated (no ``family``): format checks then let a recipe through and
     the memory model takes the conservative answer (an fp8 weight's transposed copy kept)."""

@@ -1,0 +1,76 @@
+"""Fused attention's time on a GPU family's kernel curves (``specs.system.AttentionCurve``).
+
+    >>> seconds(curve, rows=4096 * 32, width=256, keys=2048, head_dim=128, peak_flops=2.5e15)
+
+A curve is fitted to public kernel measurements (``benchmarks/fit_kernel_curves.py``): per query row, the matmul
+work over the unmasked keys plus ``row_keys`` key-equivalents of per-row work, at the efficiency of the kernel the
+head dim dispatches to, plus a fixed latency per call. The per-row work is why a 128-token sliding window runs at a
+few % of peak (cuDNN on GB200: 7 % at window 128, 26 % at 1 024, ~50 % causal at 8k; shared/kernels) while the FLOP
+count alone would call it cheap. Pure and torch-free.
+"""
+
+from __future__ import annotations
+
+from primus_ext.specs.system import AttentionCurve, KernelCurves
+
+BWD_FLOPS = 2.5
+"""Backward / forward matmul FLOPs of flash attention (FlashAttention-2, Dao 2023, sec. 3: 5 BMMs vs 2)."""
+HALF_HEAD_DIM = 96.0
+"""Head dim at which the softmax's cost per score equals the matmuls' (``roofline.ATTENTION_HALF_HEAD_DIM``, from
+FlashAttention-3's head-dim scaling): carries a measured head dim's efficiency to an unmeasured one."""
+REFERENCE_HEAD_DIM = 128
+REFERENCE_TOKENS = 4096
+"""The shape ``Efficiency.attention`` is stated at: causal, 128-wide heads, 4 096 tokens (``hardware.kernels``)."""
+
+
+def _law(head_dim: float) -> float:
+    return head_dim / (head_dim + HALF_HEAD_DIM)
+
+
+def _measured(curve: AttentionCurve, head_dim: float) -> float | None:
+    for d, e in zip(curve.head_dims, curve.efficiencies, strict=True):
+        if d == head_dim:
+            return e
+    return None
+
+
+def efficiency(curve: AttentionCurve, head_dim: float, other: AttentionCurve | None = None) -> float:
+    """The curve's efficiency at ``head_dim``: measured there; else the other direction's ratio between ``head_dim``
+    and a head dim both directions measured (the same kernel family both ways: MI355X's backward was measured at 128
+    only, its forward at 64 and 128); else the nearest measured head dim carried by the softmax law."""
+    own = _measured(curve, head_dim)
+    if own is not None:
+        return own
+    if other is not None and (theirs := _measured(other, head_dim)) is not None:
+        for d, e in zip(curve.head_dims, curve.efficiencies, strict=True):
+            if (base := _measured(other, d)) is not None:
+                return min(1.0, e * theirs / base)
+    nearest = min(zip(curve.head_dims, curve.efficiencies, strict=True), key=lambda de: abs(de[0] - head_dim))
+    return min(1.0, nearest[1] * _law(head_dim) / _law(nearest[0]))
+
+
+def seconds(curve: AttentionCurve, *, rows: float, width: float, keys: float, head_dim: float, peak_flops: float,
+            backward: bool, other: AttentionCurve | None = None) -> float:
+    """Seconds of one attention call: ``rows`` query rows (tokens x heads), ``width`` = QK + V head dims, ``keys``
+    mean unmasked keys per query, ``head_dim`` the query/key head dim (which kernel runs)."""
+    if rows <= 0:
+        return 0.0
+    work = 2.0 * rows * width * (keys + curve.row_keys) * (BWD_FLOPS if backward else 1.0)
+    return work / (peak_flops * efficiency(curve, head_dim, other)) + curve.latency_s
+
+
+def reference_efficiency(curves: KernelCurves, peak_flops: float) -> float:
+    """Forward + backward attention efficiency of the curves at the reference shape (causal, 128-wide heads, 4 096
+    tokens, 32 heads) on a GPU of ``peak_flops`` dense BF16 FLOP/s (the latency is a share of it), in the
+    roofline's FLOP convention: the value ``Efficiency.attention`` states for them."""
+    fwd, bwd = curves.attention_fwd, curves.attention_bwd
+    if fwd is None or bwd is None:
+        raise ValueError(f"{curves.family}: no forward and backward attention curves")
+    rows, width, keys = REFERENCE_TOKENS * 32.0, 2.0 * REFERENCE_HEAD_DIM, REFERENCE_TOKENS / 2.0
+    ideal = 2.0 * rows * width * keys * (1.0 + BWD_FLOPS) / peak_flops
+    common = {"rows": rows, "width": width, "keys": keys, "head_dim": REFERENCE_HEAD_DIM, "peak_flops": peak_flops}
+    spent = seconds(fwd, backward=False, other=bwd, **common) + seconds(bwd, backward=True, other=fwd, **common)
+    return ideal / spent
+
+
+__all__ = ["efficiency", "reference_efficiency", "seconds"]
