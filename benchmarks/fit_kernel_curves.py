@@ -157,12 +157,80 @@ def fit_attention(points: list[AttentionPoint], peaks: dict[str, float]) -> dict
             "points": len(points), "rms_log_error": round(float(np.sqrt(np.mean(res ** 2))), 4)}
 
 
+@dataclass
+class GroupedPoint:
+    gpu: str
+    family: str
+    precision: str
+    direction: str
+    groups: float
+    m: float
+    """Rows (tokens) per group."""
+    n: float
+    k: float
+    seconds: float
+
+
+GROUPED_PRECISION = {"bf16": "bf16", "fp8 tensorwise": "fp8"}
+"""The kernels' number formats -> the roofline's precision (per-tensor scaled FP8: TE's delayed / current recipes)."""
+
+
+def _grouped_point(row: dict[str, str]) -> GroupedPoint | None:
+    gpu = row["gpu"].split(" ")[0]
+    family, precision = FAMILY.get(gpu), GROUPED_PRECISION.get(row["dtype"])
+    src, variant, shape = row["source"], row["variant"], row["shape"]
+    # Primus-Turbo's grouped GEMMs on MI300X, what Primus's MoE layers call there; not its January CK run ("before"),
+    # nor the NVIDIA rows (DeepGEMM, CUTLASS variants: not Megatron's TE path) or MI355X's experimental HipKittens
+    # kernel (one tuning workspace, forward only)
+    if family != "cdna3" or precision is None or '"before"' in variant or not src.startswith("AMD-AGI/Primus-Turbo"):
+        return None
+    groups = _num(shape, "experts_per_gpu\\(B\\)") or _num(shape, "groups")
+    m = _num(shape, "m_per_expert") or _num(shape, "m_per_group")
+    n, k = _num(shape, "n"), _num(shape, "k")
+    if None in (groups, m, n, k):
+        return None
+    if row["unit"] != "ms":
+        return None  # Primus-Turbo's rows come in pairs: the ms row is used
+    direction = "bwd" if "bwd" in variant else "fwd"
+    return GroupedPoint(gpu, family, precision, direction, groups, m, n, k, float(row["measured_value"]) / 1e3)
+
+
+def grouped_seconds(p: GroupedPoint, e: float, m_half: float, latency: float, peak: float) -> float:
+    """``model.roofline``'s grouped-GEMM law: ``G`` GEMMs of ``m`` rows at an efficiency that falls as the rows per
+    group shrink (partial tiles, too few tiles for the compute units), plus a fixed latency per call; the backward
+    is the data-grad and weight-grad GEMMs (2x the forward's FLOPs)."""
+    flops = 2.0 * p.groups * p.m * p.n * p.k * (2.0 if p.direction == "bwd" else 1.0)
+    return flops / (peak * 1e12 * e * p.m / (p.m + m_half)) + latency
+
+
+def grouped_curves(rows: list[dict[str, str]]) -> dict[str, dict[str, dict]]:
+    groups: dict[tuple[str, str, str], list[GroupedPoint]] = defaultdict(list)
+    for row in rows:
+        if row["kernel"] == "grouped_gemm":
+            p = _grouped_point(row)
+            if p is not None:
+                groups[(p.family, p.precision, p.direction)].append(p)
+    out: dict[str, dict[str, dict]] = defaultdict(dict)
+    for (family, precision, direction), points in sorted(groups.items()):
+        def residual(x: np.ndarray, points: list[GroupedPoint] = points, precision: str = precision) -> np.ndarray:
+            peak = {g: v[1] if precision == "fp8" else v[0] for g, v in PEAK_TFLOPS.items()}
+            return np.array([math.log(grouped_seconds(p, *x, peak[p.gpu]) / p.seconds) for p in points])
+        fit = least_squares(residual, x0=[0.5, 256.0, 2e-5], bounds=([0.02, 0.0, 0.0], [1.0, 65536.0, 1e-3]))
+        res = residual(fit.x)
+        out[family][f"{precision}_{direction}"] = {
+            "efficiency": round(float(fit.x[0]), 4), "m_half": round(float(fit.x[1]), 1),
+            "latency_s": float(f"{fit.x[2]:.3g}"), "points": len(points),
+            "rms_log_error": round(float(np.sqrt(np.mean(res ** 2))), 4),
+            "sources": ["AMD-AGI/Primus-Turbo"]}
+    return dict(out)
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as f:
         return list(csv.DictReader(f))
 
 
-def attention_curves(rows: list[dict[str, str]]) -> dict[str, dict[str, dict]]:
+def kernel_curves(rows: list[dict[str, str]]) -> dict[str, dict[str, dict]]:
     groups: dict[tuple[str, str], list[AttentionPoint]] = defaultdict(list)
     for row in rows:
         if row["kernel"] in ("attention_fwd", "attention_bwd"):
@@ -184,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     rows = read_rows(args.kernels)
-    curves = {"attention": attention_curves(rows)}
+    curves = {"attention": kernel_curves(rows), "grouped_gemm": grouped_curves(rows)}
     for kind, families in curves.items():
         for family, dirs in families.items():
             for direction, fit in dirs.items():

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.specs.system import AttentionCurve, KernelCurves
+from primus_ext.specs.system import AttentionCurve, GroupedCurve, KernelCurves
 
 CURVES_FILE = Path(__file__).with_name("kernel_curves.yaml")
 
@@ -43,6 +43,21 @@ def _attention(data: Any, where: str) -> tuple[AttentionCurve | None, list[Probl
     return curve, []
 
 
+def _grouped(data: Any, where: str) -> tuple[GroupedCurve | None, list[Problem]]:
+    try:
+        curve = GroupedCurve(efficiency=float(data["efficiency"]), m_half=float(data["m_half"]),
+                             latency_s=float(data["latency_s"]))
+    except (KeyError, TypeError, ValueError) as err:
+        return None, [Problem(path=where, message=f"not a grouped-GEMM curve ({type(err).__name__}: {err})",
+                              fix="regenerate it with benchmarks/fit_kernel_curves.py")]
+    if not (0 < curve.efficiency <= 1 and math.isfinite(curve.m_half) and curve.m_half >= 0
+            and math.isfinite(curve.latency_s) and curve.latency_s >= 0):
+        return None, [Problem(path=where, value=(curve.efficiency, curve.m_half, curve.latency_s),
+                              message="a grouped-GEMM curve needs an efficiency in (0, 1] and finite non-negative "
+                                      "m_half and latency", fix="regenerate it with benchmarks/fit_kernel_curves.py")]
+    return curve, []
+
+
 @cache
 def _all_curves(path: Path = CURVES_FILE) -> dict[str, KernelCurves]:
     try:
@@ -54,7 +69,15 @@ def _all_curves(path: Path = CURVES_FILE) -> dict[str, KernelCurves]:
     if not isinstance(attention, dict):
         raise RecipeError(problems=[Problem(path=f"{path}:attention", message="no attention curves",
                                             fix="regenerate it with benchmarks/fit_kernel_curves.py")])
+    grouped_data = data.get("grouped_gemm") or {}
     out, problems = {}, []
+    grouped: dict[str, list[tuple[str, GroupedCurve]]] = {}
+    for family, curves in (grouped_data.items() if isinstance(grouped_data, dict) else ()):
+        for key, value in (curves.items() if isinstance(curves, dict) else ()):
+            curve, found = _grouped(value, f"{path}:grouped_gemm.{family}.{key}")
+            problems += found
+            if curve is not None:
+                grouped.setdefault(str(family), []).append((str(key), curve))
     for family, directions in attention.items():
         if not isinstance(directions, dict):
             problems.append(Problem(path=f"{path}:attention.{family}", message="not a mapping of fwd / bwd curves"))
@@ -64,7 +87,10 @@ def _all_curves(path: Path = CURVES_FILE) -> dict[str, KernelCurves]:
         problems += p_fwd + p_bwd
         sources = sorted({s for d in directions.values() if isinstance(d, dict) for s in d.get("sources") or ()})
         out[str(family)] = KernelCurves(family=str(family), attention_fwd=fwd, attention_bwd=bwd,
+                                        grouped=tuple(sorted(grouped.pop(str(family), []))),
                                         sources=", ".join(sources))
+    for family, pairs in grouped.items():  # a family with grouped-GEMM data and no attention data
+        out[family] = KernelCurves(family=family, grouped=tuple(sorted(pairs)))
     if problems:
         raise RecipeError(problems=problems, source=str(path))
     return out

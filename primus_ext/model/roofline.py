@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
-from primus_ext.model import attention_curve
+from primus_ext.model import kernel_curve
 from primus_ext.model.costs import LayerCost
 from primus_ext.model.fp4 import fp4_element_bytes, quantise_seconds
 from primus_ext.model.kinds.registry import get_kind
@@ -191,7 +191,7 @@ def core_attention_seconds(rows: float, width: float, keys: float, head_dim: flo
                            kernel: str = "fused") -> tuple[float, float]:
     """(forward, backward) seconds of fused attention over ``rows`` query rows (tokens x local heads) of ``keys``
     mean unmasked keys, ``width`` = QK + V head dims. On the GPU family's kernel curves where public kernel data was
-    fitted (``model.attention_curve``: the head dim's own kernel, per-row work, latency), at the level the profile's
+    fitted (``model.kernel_curve``: the head dim's own kernel, per-row work, latency), at the level the profile's
     ``Efficiency.attention`` states for the reference shape (the curves' own level unless the profile pins a
     measurement of its own: ``curve_level``); elsewhere the head-dim law ``attention_efficiency``, backward
     ``ATTENTION_BWD_FACTOR`` x forward."""
@@ -203,8 +203,8 @@ def core_attention_seconds(rows: float, width: float, keys: float, head_dim: flo
     scale = curve_level(gpu) * softmax_sfu_factor(width / 2, gpu) / (FLASH2_RATIO if kernel == "flash2" else 1.0)
     f, b = curves.attention_fwd, curves.attention_bwd
     common = {"rows": rows, "width": width, "keys": keys, "head_dim": head_dim, "peak_flops": peak}
-    return (scale * attention_curve.seconds(f, backward=False, other=b, **common),
-            scale * attention_curve.seconds(b, backward=True, other=f, **common))
+    return (scale * kernel_curve.seconds(f, backward=False, other=b, **common),
+            scale * kernel_curve.seconds(b, backward=True, other=f, **common))
 
 
 @lru_cache(maxsize=256)
@@ -212,9 +212,9 @@ def curve_level(gpu: GPUSpec) -> float:
     """Time factor on the family's attention curves: their reference efficiency over the profile's
     ``Efficiency.attention`` (1 where the profile states the curves' own value)."""
     curves = gpu.kernel_curves
-    if curves is None:
+    if curves is None or curves.attention_fwd is None or curves.attention_bwd is None:
         return 1.0
-    return attention_curve.reference_efficiency(curves, gpu.peak_tflops("bf16") * 1e12) / gpu.efficiency.attention
+    return kernel_curve.reference_efficiency(curves, gpu.peak_tflops("bf16") * 1e12) / gpu.efficiency.attention
 
 
 def causal_keys(shape: RankShape) -> float:
@@ -280,8 +280,16 @@ def moe_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
     per_expert = shape.routed_tokens_per_rank / local
     ffn = a.moe_ffn_hidden_size / shape.etp
     parts.gemm("router", gemm_seconds(shape.tokens, a.num_experts, a.hidden_size, gpu, "bf16"))
-    g("moe", per_expert, gate * ffn, a.hidden_size, count=local)
-    g("moe", per_expert, a.hidden_size, ffn, count=local)
+    grouped = kernel_curve.grouped_curves(shape, gpu)
+    for n, k in ((gate * ffn, a.hidden_size), (a.hidden_size, ffn)):
+        if grouped is None:
+            g("moe", per_expert, n, k, count=local)
+            continue
+        peak = gpu.peak_tflops(shape.precision) * 1e12
+        fwd, bwd = (kernel_curve.grouped_seconds(curve, local, per_expert, n, k, peak, backward=backward)
+                    for curve, backward in zip(grouped, (False, True), strict=True))
+        parts.other("moe", fwd, bwd / 2)  # data-grad and weight-grad: half the measured backward each
+        parts.wgrad["moe"] = parts.wgrad.get("moe", 0.0) + bwd / 2
     act = membound_seconds(shape.routed_tokens_per_rank * ffn * (gate + 1) * ACT_BYTES, gpu)
     parts.other("moe_act", act, MEMBOUND_BWD_FACTOR * act)
     # permute + unpermute: read and write every routed token's hidden vector twice

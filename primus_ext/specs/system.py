@@ -104,13 +104,31 @@ class AttentionCurve:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GroupedCurve:
+    """A grouped GEMM's time in one direction and precision on a GPU family (``hardware/kernel_curves.yaml``):
+    ``G`` GEMMs of ``m`` rows take ``2 G m n k (x2 backward) / (peak * efficiency * m / (m + m_half)) + latency_s``."""
+
+    efficiency: float
+    """Fraction of the precision's dense peak with many rows per group."""
+    m_half: float
+    """Rows per group at half that efficiency (partial tiles, too few tiles for the compute units)."""
+    latency_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelCurves:
     """The kernel curves of one GPU family (``hardware/kernel_curves.yaml``); ``None`` fields: no public data."""
 
     family: str
     attention_fwd: AttentionCurve | None = None
     attention_bwd: AttentionCurve | None = None
+    grouped: tuple[tuple[str, GroupedCurve], ...] = ()
+    """``("<precision>_<fwd|bwd>", curve)`` pairs (``bf16_fwd``, ``fp8_bwd``, ...): the grouped GEMMs measured."""
     sources: str = ""
+
+    def grouped_curve(self, precision: str, direction: str) -> GroupedCurve | None:
+        key = f"{precision}_{direction}"
+        return next((c for k, c in self.grouped if k == key), None)
 
 
 @dataclass(frozen=True, kw_only=True)

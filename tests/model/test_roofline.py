@@ -23,7 +23,7 @@ MODEL = ModelSpec(num_layers=4, hidden_size=1024, ffn_hidden_size=4096, num_atte
 
 def flat_gpu():
     """Constant GEMM efficiency so that seconds convert back to FLOPs exactly; attention on the head-dim law (no
-    kernel curves: ``tests/model/test_attention_curve.py`` covers those)."""
+    kernel curves: ``tests/model/test_kernel_curve.py`` covers those)."""
     gpu = load_gpu("h100")
     return replace(gpu, efficiency=Efficiency(gemm_max=0.5, gemm_half_size_flops=0.0, attention=0.5),
                    kernel_curves=None)

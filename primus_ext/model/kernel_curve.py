@@ -1,4 +1,5 @@
-"""Fused attention's time on a GPU family's kernel curves (``specs.system.AttentionCurve``).
+"""Kernels' time on a GPU family's kernel curves: fused attention (``specs.system.AttentionCurve``) and grouped
+GEMMs (``GroupedCurve``).
 
     >>> seconds(curve, rows=4096 * 32, width=256, keys=2048, head_dim=128, peak_flops=2.5e15)
 
@@ -11,7 +12,8 @@ count alone would call it cheap. Pure and torch-free.
 
 from __future__ import annotations
 
-from primus_ext.specs.system import AttentionCurve, KernelCurves
+from primus_ext.model.rank_shape import RankShape
+from primus_ext.specs.system import AttentionCurve, GPUSpec, GroupedCurve, KernelCurves
 
 BWD_FLOPS = 2.5
 """Backward / forward matmul FLOPs of flash attention (FlashAttention-2, Dao 2023, sec. 3: 5 BMMs vs 2)."""
@@ -73,4 +75,29 @@ def reference_efficiency(curves: KernelCurves, peak_flops: float) -> float:
     return ideal / spent
 
 
-__all__ = ["efficiency", "reference_efficiency", "seconds"]
+PER_TENSOR_FP8 = ("delayed", "tensorwise", "custom")
+"""FP8 recipes that scale a whole tensor at once: the kernels the ``fp8`` grouped-GEMM curves measured."""
+
+
+def grouped_curves(shape: RankShape, gpu: GPUSpec) -> tuple[GroupedCurve, GroupedCurve] | None:
+    """The (forward, backward) grouped-GEMM curves of the GPU family for the experts' precision and scaling, or
+    ``None`` where no public kernel data was fitted (the dense law then prices each expert's GEMM)."""
+    curves = gpu.kernel_curves
+    if curves is None or not (shape.precision == "bf16"
+                              or (shape.precision == "fp8" and shape.fp8_recipe in PER_TENSOR_FP8)):
+        return None
+    fwd, bwd = curves.grouped_curve(shape.precision, "fwd"), curves.grouped_curve(shape.precision, "bwd")
+    return (fwd, bwd) if fwd is not None and bwd is not None else None
+
+
+def grouped_seconds(curve: GroupedCurve, groups: float, m: float, n: float, k: float, peak_flops: float, *,
+                    backward: bool) -> float:
+    """``groups`` GEMMs of ``m`` rows x ``n`` x ``k`` on a grouped-GEMM curve (backward: data-grad + weight-grad,
+    2x the forward FLOPs); the curve was fitted to the kernels' measured times, memory traffic included."""
+    if m <= 0 or groups <= 0:
+        return 0.0
+    flops = 2.0 * groups * m * n * k * (2.0 if backward else 1.0)
+    return flops / (peak_flops * curve.efficiency * m / (m + curve.m_half)) + curve.latency_s
+
+
+__all__ = ["efficiency", "grouped_curves", "grouped_seconds", "reference_efficiency", "seconds"]
