@@ -17,6 +17,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["primus_ext", "primus_ext.*"]),
     package_data={"primus_ext": ["hardware/profiles/*.yaml", "hardware/families.yaml", "hardware/kernel_curves.yaml",
+                                 "hardware/host_time.yaml",
                                  "py.typed"]},
     include_package_data=True,
     # Bounds: what changes behaviour under us is held to the releases the suite passes with (tested:

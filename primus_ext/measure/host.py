@@ -3,20 +3,23 @@
     with parallel_context(device=torch.device("cpu")):
         h = host_time(shape)          # HostTime(fwd_s=..., bwd_s=..., fwd_ops=..., bwd_ops=...)
 
-The real megatron-core module of ``shape``'s kind is built at a minimal size (``MINIMAL``: a few rows, narrow
-hidden, the kind's own structure: its norms, projections, router, dispatcher, experts) and run forward and backward
-on the CPU, timed in process CPU time, while a ``TorchDispatchMode`` counts the ATen operators each pass dispatches:
-on a GPU each is (about) one kernel launch. At that size the operators' own arithmetic is a few microseconds each,
-so the time is the Python of megatron-core's modules, autograd and torch's dispatcher: the host work between
-two kernels that a GPU step waits on when its kernels are shorter (``model.host``). The measurement is of the local
-(torch) spec; Transformer Engine's modules, which a GPU run uses, carry Python of their own that this CPU cannot run.
+The real megatron-core module of ``shape``'s kind is built small (``minimal``: a few tokens, narrow hidden, the
+kind's own structure: its norms, projections, router, dispatcher, experts) and run forward and backward on the CPU
+in one thread with the stand-ins a GPU without Transformer Engine runs (PyTorch's fused attention, one grouped
+GEMM for the experts, as TE's fused attention and grouped MLP are single calls), timed in process CPU time at two
+token counts and extrapolated to none: what is left is the Python
+of megatron-core's modules, autograd and torch's dispatcher, the host work a GPU step waits on when its kernels are
+shorter (``model.roofline.host_floor_s``). A ``TorchDispatchMode`` counts the ATen operators each pass dispatches
+(views excluded): on a GPU each is about one kernel launch. The measurement is of the local (torch) spec:
+Transformer Engine's modules, which a GPU run uses, carry Python of their own (FP8 scaling state, its autocast) that
+this CPU cannot run.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -24,23 +27,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from primus_ext.measure.build import build_layer
 from primus_ext.measure.timing import _clear_grads, _output_tensor, run_backward
 from primus_ext.model.rank_shape import RankShape
+from primus_ext.specs.system import HostTime
 
-MINIMAL_TOKENS = 32
-"""Tokens of the minimal measurement (micro-batch 1 x 64): enough rows for every kernel path, few enough that each
-operator's arithmetic is microseconds."""
+TOKENS = (8, 32)
+"""Token counts measured (micro-batch 1): the host time is the intercept of the line through them at 0 tokens, where
+no operator has arithmetic left to do."""
 MINIMAL_HIDDEN = 128
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostTime:
-    """Host seconds and dispatched operators of one layer pass (``model.host`` prices them)."""
-
-    fwd_s: float
-    bwd_s: float
-    fwd_ops: int
-    bwd_ops: int
-
-
 VIEW_OPS = ("aten.detach", "aten.view", "aten._unsafe_view", "aten.t.", "aten.alias", "aten.expand",
             "aten.as_strided", "aten.slice", "aten.select", "aten.split", "aten.permute", "aten.transpose",
             "aten.unsqueeze", "aten.squeeze", "aten.reshape", "aten.unbind", "aten.chunk", "aten.sym_size",
@@ -59,21 +51,18 @@ class _Count(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def minimal(shape: RankShape) -> RankShape:
-    """``shape`` shrunk to the minimal measurement: the kind's structure (heads, experts, layers of a window
-    period), ``MINIMAL_TOKENS`` tokens, ``MINIMAL_HIDDEN`` wide."""
-    scale = min(1.0, MINIMAL_HIDDEN / max(1, shape.arch.hidden_size))
-    small = shape.scaled(scale)
-    return replace(small, seq_length=MINIMAL_TOKENS, micro_batch_size=1, precision="fp32")
+def minimal(shape: RankShape, tokens: int) -> RankShape:
+    """``shape`` shrunk to ``tokens`` tokens (micro-batch 1), ``MINIMAL_HIDDEN`` wide where its heads allow, in bf16
+    (the GPU's fused attention and grouped expert GEMM run on the CPU in bf16 only: ``measure.build``'s stand-ins)."""
+    small = shape.scaled(min(1.0, MINIMAL_HIDDEN / max(1, shape.arch.hidden_size)))
+    return replace(small, seq_length=tokens, micro_batch_size=1, precision="bf16")
 
 
-def host_time(shape: RankShape, *, reps: int = 5, warmup: int = 2) -> HostTime:
-    """Median host seconds and operator counts of one forward and one backward pass of ``shape``'s layer at the
-    minimal size, per layer (inside an active ``shims.parallel_context`` on the CPU)."""
-    built = build_layer(minimal(shape), device="cpu")
-    module, inputs, n = built.module, built.make_inputs(), max(1, built.layers)
+def _timed(shape: RankShape, reps: int, warmup: int) -> tuple[float, float, int, int, int]:
+    built = build_layer(shape, device="cpu", stand_ins=True)
+    module, inputs, layers = built.module, built.make_inputs(), max(1, built.layers)
     module.train()
-    fwd, bwd, counts = [], [], (0, 0)
+    fwd, bwd = [], []
     try:
         for i in range(warmup + reps):
             t0 = time.process_time()
@@ -90,14 +79,29 @@ def host_time(shape: RankShape, *, reps: int = 5, warmup: int = 2) -> HostTime:
             out = _output_tensor(module(**inputs))
         with _Count() as b_count:
             run_backward(out, torch.ones_like(out))
-        counts = (f_count.ops, b_count.ops)
     finally:
         del built
         gc.collect()
     fwd.sort()
     bwd.sort()
-    return HostTime(fwd_s=fwd[len(fwd) // 2] / n, bwd_s=bwd[len(bwd) // 2] / n,
-                    fwd_ops=round(counts[0] / n), bwd_ops=round(counts[1] / n))
+    return fwd[len(fwd) // 2], bwd[len(bwd) // 2], f_count.ops, b_count.ops, layers
 
 
-__all__ = ["HostTime", "host_time", "minimal"]
+def host_time(shape: RankShape, *, reps: int = 7, warmup: int = 2) -> HostTime:
+    """Host seconds and operators of one forward and one backward pass of ``shape``'s layer, per layer (inside an
+    active ``shims.parallel_context`` on the CPU; torch runs single-threaded meanwhile)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (f0, b0, fo, bo, n), (f1, b1, *_) = (_timed(minimal(shape, t), reps, warmup) for t in TOKENS)
+    finally:
+        torch.set_num_threads(threads)
+    t0, t1 = TOKENS
+
+    def at_zero(low: float, high: float) -> float:
+        return max(0.0, low - t0 * (high - low) / (t1 - t0))
+    return HostTime(fwd_s=at_zero(f0, f1) / n, bwd_s=at_zero(b0, b1) / n, fwd_ops=round(fo / n),
+                    bwd_ops=round(bo / n))
+
+
+__all__ = ["host_time", "minimal"]

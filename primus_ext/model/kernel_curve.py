@@ -61,17 +61,18 @@ def seconds(curve: AttentionCurve, *, rows: float, width: float, keys: float, he
     return work / (peak_flops * efficiency(curve, head_dim, other)) + curve.latency_s
 
 
-def reference_efficiency(curves: KernelCurves, peak_flops: float) -> float:
+def reference_efficiency(curves: KernelCurves) -> float:
     """Forward + backward attention efficiency of the curves at the reference shape (causal, 128-wide heads, 4 096
-    tokens, 32 heads) on a GPU of ``peak_flops`` dense BF16 FLOP/s (the latency is a share of it), in the
-    roofline's FLOP convention: the value ``Efficiency.attention`` states for them."""
+    tokens) with enough sequences and heads that the calls' latency vanishes, in the roofline's FLOP convention: the
+    value ``Efficiency.attention`` states for them, one per family (the same on each board's own peak)."""
     fwd, bwd = curves.attention_fwd, curves.attention_bwd
     if fwd is None or bwd is None:
         raise ValueError(f"{curves.family}: no forward and backward attention curves")
-    rows, width, keys = REFERENCE_TOKENS * 32.0, 2.0 * REFERENCE_HEAD_DIM, REFERENCE_TOKENS / 2.0
-    ideal = 2.0 * rows * width * keys * (1.0 + BWD_FLOPS) / peak_flops
-    common = {"rows": rows, "width": width, "keys": keys, "head_dim": REFERENCE_HEAD_DIM, "peak_flops": peak_flops}
-    spent = seconds(fwd, backward=False, other=bwd, **common) + seconds(bwd, backward=True, other=fwd, **common)
+    rows, width, keys = float(REFERENCE_TOKENS), 2.0 * REFERENCE_HEAD_DIM, REFERENCE_TOKENS / 2.0
+    ideal = 2.0 * rows * width * keys * (1.0 + BWD_FLOPS)  # FLOPs; at 1 FLOP/s also the ideal seconds
+    common = {"rows": rows, "width": width, "keys": keys, "head_dim": REFERENCE_HEAD_DIM, "peak_flops": 1.0}
+    spent = (seconds(fwd, backward=False, other=bwd, **common) - fwd.latency_s
+             + seconds(bwd, backward=True, other=fwd, **common) - bwd.latency_s)
     return ideal / spent
 
 

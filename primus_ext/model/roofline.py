@@ -39,6 +39,7 @@ from functools import lru_cache, partial
 from primus_ext.model import kernel_curve
 from primus_ext.model.costs import LayerCost
 from primus_ext.model.fp4 import fp4_element_bytes, quantise_seconds
+from primus_ext.model.host_floor import host_floor_s, launches
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.params import layer_params
 from primus_ext.model.rank_shape import RankShape
@@ -214,7 +215,7 @@ def curve_level(gpu: GPUSpec) -> float:
     curves = gpu.kernel_curves
     if curves is None or curves.attention_fwd is None or curves.attention_bwd is None:
         return 1.0
-    return kernel_curve.reference_efficiency(curves, gpu.peak_tflops("bf16") * 1e12) / gpu.efficiency.attention
+    return kernel_curve.reference_efficiency(curves) / gpu.efficiency.attention
 
 
 def causal_keys(shape: RankShape) -> float:
@@ -395,12 +396,6 @@ def attention_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
     return parts.fwd.get("core_attn", 0.0), parts.dgrad.get("core_attn", 0.0)
 
 
-def launches(shape: RankShape) -> bool:
-    """Whether the layer's kernels are launched one by one (pay ``Efficiency.kernel_overhead_s``): not under a
-    full-iteration graph, nor a per-layer graph of a transformer layer."""
-    return shape.cuda_graph == "none" or (shape.cuda_graph == "layers" and not get_kind(shape.kind).layer_graph)
-
-
 def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
     """Seconds per pass of one layer beyond its FLOP / byte cost: ``Efficiency.kernel_overhead_s`` (launches)
     unless CUDA graphs replay the layer, plus ``Efficiency.moe_layer_overhead_s`` for an MoE layer unless a
@@ -412,14 +407,33 @@ def fixed_overhead_s(shape: RankShape, gpu: GPUSpec) -> float:
     return overhead + get_kind(shape.kind).overhead_s(shape, gpu)
 
 
-@lru_cache(maxsize=16384)
-def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
-    """The roofline ``LayerCost`` of one layer kind at one per-rank shape on ``gpu``."""
+def device_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float, float]:
+    """(forward, backward, weight-grad) device seconds of one layer pass: its kernels and fixed overhead."""
     parts = layer_parts(shape, gpu)
     overhead = fixed_overhead_s(shape, gpu)
-    fwd = sum(parts.fwd.values()) + overhead
     wgrad = sum(parts.wgrad.values())
-    bwd = sum(parts.dgrad.values()) + wgrad + overhead
+    return sum(parts.fwd.values()) + overhead, sum(parts.dgrad.values()) + wgrad + overhead, wgrad
+
+
+def host_bound_s(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
+    """(forward, backward) seconds the host floor adds to one pass of the layer over its device time (0 when the
+    device is the slower)."""
+    host = host_floor_s(shape, gpu)
+    if host is None:
+        return 0.0, 0.0
+    fwd, bwd, _ = device_seconds(shape, gpu)
+    return max(0.0, host[0] - fwd), max(0.0, host[1] - bwd)
+
+
+@lru_cache(maxsize=16384)
+def analytic_cost(shape: RankShape, gpu: GPUSpec) -> LayerCost:
+    """The roofline ``LayerCost`` of one layer kind at one per-rank shape on ``gpu``: its device time, floored at
+    the host time where kernels are launched one by one (``host_floor_s``)."""
+    parts = layer_parts(shape, gpu)
+    fwd, bwd, wgrad = device_seconds(shape, gpu)
+    host = host_floor_s(shape, gpu)
+    if host is not None:
+        fwd, bwd = max(fwd, host[0]), max(bwd, host[1])
     if shape.recompute == "full":
         recompute = fwd
     elif shape.recompute == "selective" and shape.selective_ac == "op":

@@ -15,9 +15,11 @@ import importlib.util
 import math
 from dataclasses import dataclass, replace
 
+from primus_ext.hardware.host_time import measured_on
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.rank_shape import RankShape, rank_shapes
+from primus_ext.model.roofline import device_seconds, host_bound_s
 from primus_ext.projection.evaluate import _evaluate
 from primus_ext.projection.result import Projection
 from primus_ext.projection.table import Costs, lookup, providers_of
@@ -87,6 +89,26 @@ def _memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, prov
                            measured_scale=scale, measured_sequence_split=split), note
 
 
+HOST_NOTE_SHARE = 0.05
+"""A layer kind's host floor is reported when it adds at least this share to the kind's device time."""
+
+
+def host_bound_notes(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, providers: tuple) -> list[str]:
+    """A sentence per layer kind whose analytic pass waits on the host (``roofline.host_bound_s``), and by how much."""
+    notes = []
+    for kind, shape in rank_shapes(model, execution).items():
+        if lookup(shape, providers, system).source != "analytic":
+            continue
+        fwd, bwd = host_bound_s(shape, system.gpu)
+        device = sum(device_seconds(shape, system.gpu)[:2])
+        if fwd + bwd > HOST_NOTE_SHARE * device:
+            notes.append(f"host-bound: a {kind} layer's passes wait on the host, +{(fwd + bwd) * 1e3:.2f} ms per "
+                         f"micro-batch over its kernels (forward +{fwd * 1e3:.2f}, backward +{bwd * 1e3:.2f}): "
+                         f"megatron-core's Python and dispatch per pass, measured on {measured_on()}; "
+                         "CUDA graphs (cuda_graph_impl / external_cuda_graph) replay the kernels without it")
+    return notes
+
+
 def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, costs: Costs = None, *,
             memory: bool = True, band: bool = True) -> Projection:
     """One configuration's projection with its timeline, memory estimate and uncertainty band."""
@@ -96,6 +118,7 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
     if execution.cuda_graph != "none" and any(src != "analytic" for src in result.sources.values()):
         notes.append(f"CUDA graphs ({execution.cuda_graph}): fixed launch / MoE costs are removed from analytic "
                      "layer costs only; measured layers keep what their eager measurement held")
+    notes += host_bound_notes(model, execution, system, providers)
     mem = None
     if memory:
         mem, note = _memory(model, execution, system, providers)

@@ -51,6 +51,10 @@ class Efficiency:
     """Bus-bandwidth fraction of the NIC reached by collectives across scale-up domains."""
     overlap: float = 0.90
     """Fraction of an overlapped collective actually hidden behind compute."""
+    host_factor: float = 1.0
+    """The training host's time for megatron-core's per-layer Python and dispatch over the CPU it was measured on
+    (``hardware/host_time.yaml``): 1 = as fast; fitted on the rows of every family together
+    (``validate.efficiency_fit.SHARED_ACROSS_FAMILIES``) where host-bound rows constrain it."""
     kernel_overhead_s: float = 2.0e-5
     """Launch / framework overhead per layer per pass, seconds."""
     collective_latency_s: float = 1.0e-5
@@ -113,6 +117,17 @@ class GroupedCurve:
     m_half: float
     """Rows per group at half that efficiency (partial tiles, too few tiles for the compute units)."""
     latency_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostTime:
+    """Host seconds of one layer pass: megatron-core's Python, autograd and torch's dispatcher between kernels, with
+    the operators each pass dispatches (``measure.host``; ``hardware/host_time.yaml``)."""
+
+    fwd_s: float
+    bwd_s: float
+    fwd_ops: int = 0
+    bwd_ops: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -72,8 +72,13 @@ def test_gemm_flops_equal_model_formula(tp):
     assert parts.dgrad["core_attn"] == pytest.approx(2.5 * parts.fwd["core_attn"])
 
 
+def no_host_floor(gpu):
+    """``gpu`` with the host floor off (``Efficiency.host_factor`` 0): the roofline's device time alone."""
+    return replace(gpu, efficiency=replace(gpu.efficiency, host_factor=0.0))
+
+
 def test_costs_shrink_with_tp_and_recompute_adds_forward():
-    gpu = load_gpu("h100")
+    gpu = no_host_floor(load_gpu("h100"))
     one = analytic_cost(rank_shapes(MODEL, ExecutionSpec(seq_length=4096))["dense"], gpu)
     two = analytic_cost(rank_shapes(MODEL, ExecutionSpec(seq_length=4096, tensor_model_parallel_size=2))["dense"], gpu)
     assert two.fwd_ms < one.fwd_ms and two.params < one.params
@@ -89,7 +94,7 @@ def test_costs_shrink_with_tp_and_recompute_adds_forward():
 def test_moe_routing_imbalance_slows_experts():
     moe = ModelSpec(**{**MODEL.__dict__, "num_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 1024,
                        "moe_layer_pattern": (True,) * 4})
-    gpu = load_gpu("h100")
+    gpu = no_host_floor(load_gpu("h100"))
     shape = rank_shapes(moe, ExecutionSpec(expert_model_parallel_size=4, seq_length=4096))["moe"]
     balanced = analytic_cost(shape, gpu)
     skewed = analytic_cost(replace(shape, moe_imbalance=1.5), gpu)
@@ -146,7 +151,7 @@ def test_flash_attention_2_runs_core_attention_at_its_published_fraction_of_the_
 def test_cuda_graphs_remove_the_launch_and_then_the_moe_fixed_costs():
     from primus_ext.model.roofline import analytic_cost
 
-    gpu = replace(flat_gpu(), efficiency=Efficiency(kernel_overhead_s=1e-4, moe_layer_overhead_s=1e-3))
+    gpu = replace(flat_gpu(), efficiency=Efficiency(kernel_overhead_s=1e-4, moe_layer_overhead_s=1e-3, host_factor=0.0))
     moe = replace(MODEL, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512, moe_layer_pattern=(True,) * 4)
     fwd = {mode: {kind: analytic_cost(shape, gpu).fwd_ms for kind, shape in
                   rank_shapes(moe, ExecutionSpec(seq_length=2048, cuda_graph=mode)).items()}
