@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("kernels", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--pin-profiles", type=Path, metavar="DIR",
+                    help="write the profiles of the families in PIN_FAMILIES into DIR with their attention efficiency "
+                         "pinned at the curves' reference value (run after --out wrote the curves it reads)")
     args = ap.parse_args(argv)
     rows = read_rows(args.kernels)
     curves = {"attention": kernel_curves(rows), "grouped_gemm": grouped_curves(rows)}
@@ -263,7 +266,37 @@ def main(argv: list[str] | None = None) -> int:
                   "# from the public measurements of shared/kernels/kernel_measurements.csv (sources per curve).\n"
                   "# Read by primus_ext/hardware/curves.py; the command is in the fitting script's docstring.\n")
         args.out.write_text(header + yaml.safe_dump(curves, sort_keys=True, width=120))
+    if args.pin_profiles:
+        for path in pin_profiles(args.pin_profiles):
+            print(f"wrote {path}")
     return 0
+
+
+PIN_FAMILIES = ("blackwell",)
+"""Families whose ``Efficiency.attention`` the curves pin (``measured``) in their profiles before ``validate --fit``:
+Hopper keeps its own H200 measurement (``benchmarks/kernels/h200-2026-12-04-sweep.json``, pinned by ``profile pin``);
+the AMD boards take the curves' value in their own fit (``validate.amd.start_for``,
+``benchmarks/amd_calibration.py``)."""
+
+
+def pin_profiles(folder: Path) -> list[Path]:
+    """Every profile of ``PIN_FAMILIES`` with its attention efficiency pinned at the shipped curves' reference value
+    (causal, 128-wide heads, 4 096 tokens: ``model.kernel_curve.reference_efficiency``), citing the curves."""
+    from primus_ext.hardware import family_profiles, load_gpu
+    from primus_ext.hardware.kernels import KernelEfficiency, pin_measured
+    from primus_ext.model.kernel_curve import reference_efficiency
+
+    written: list[Path] = []
+    for family in PIN_FAMILIES:
+        gpu = load_gpu(family_profiles(family)[0])
+        peak = gpu.peak_tflops("bf16")
+        value = round(reference_efficiency(gpu.kernel_curves), 4)
+        found = (KernelEfficiency(name="attention", value=value, measured=value * peak, peak=peak,
+                                  what=f"the {family} attention curves of hardware/kernel_curves.yaml at causal, "
+                                       f"128-wide heads, 4096 tokens, fwd+bwd ({gpu.kernel_curves.sources})"),)
+        written += pin_measured(found, device=f"{family} (public kernel measurements)",
+                                source="benchmarks/fit_kernel_curves.py", family=family, folder=folder)
+    return written
 
 
 if __name__ == "__main__":

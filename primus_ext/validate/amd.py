@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from primus_ext.hardware.power import POWER_CLOCK_EXPONENT
+from primus_ext.model.kernel_curve import reference_efficiency
 from primus_ext.specs import Efficiency, GPUSpec
 from primus_ext.validate.efficiency_fit import fit_by_gpu, log_errors, usable, with_efficiency
 from primus_ext.validate.run import Projector
@@ -39,6 +40,7 @@ from primus_ext.validate.search import golden_section, nelder_mead
 POOLED_PRIOR = Efficiency(
     gemm_max=0.4692, fp8_gemm_max=0.4687, fp8_rowwise_ratio=0.6438, attention=0.4438, gemm_half_size_flops=2.804e10,
     moe_layer_overhead_s=7.983e-4, scaleout_link=0.74, scaleup_link=0.8428,
+    host_factor=0.5734,  # the training hosts' host-floor speed, fitted on the 136 NVIDIA rows (2026-12-07, issue 52)
     calibration="pooled prior: fitted on the 127 Hopper / Blackwell rows of measured_throughput.csv together")
 """Where an AMD board's rows cannot say (the GEMM size roll-off, the MoE layer's fixed cost, the links, row-wise FP8),
 the pooled fit on every NVIDIA row (``validate --fit --write-profiles``, mean |log error| 0.111: the block every AMD
@@ -102,9 +104,10 @@ def set_knobs(start: Efficiency, knobs: Sequence[Knob], values: Sequence[float])
         else:
             eff = replace(eff, **{knob.name: value})
     if any(k.name in ("compute", "attention") for k in knobs):
+        pinned = "attention" in start.measured  # the kernel curves' value (``start_for``): not a knob's
         eff = replace(eff, gemm_max=min(GEMM_MAX_CAP, start.gemm_max * scale),
                       fp8_gemm_max=min(GEMM_MAX_CAP, start.fp8_gemm_max * scale),
-                      attention=min(ATTENTION_CAP, start.attention * scale * attention))
+                      attention=start.attention if pinned else min(ATTENTION_CAP, start.attention * scale * attention))
     return eff
 
 
@@ -175,17 +178,31 @@ class AmdFit:
     loss: float
 
 
+def start_for(row: RunRow) -> Efficiency:
+    """Where a board's fit starts: ``START``, with attention pinned (``Efficiency.measured``) at the board family's
+    kernel curves' reference value where public kernel data measured them (``hardware/kernel_curves.yaml``)."""
+    gpu = row.system.gpu if row.system is not None else None
+    curves = gpu.kernel_curves if gpu is not None else None
+    if curves is None or curves.attention_fwd is None or curves.attention_bwd is None:
+        return START
+    value = round(reference_efficiency(curves), 4)
+    return replace(START, attention=value, measured=(*START.measured, "attention"))
+
+
 def fit_board(rows: Sequence[RunRow], projector: Projector, *, label: str = "") -> AmdFit:
     """One AMD board's efficiency from its rows: the first ``configurations(rows)`` knobs, from ``START``."""
     n = configurations(rows)
-    knobs = KNOBS[:max(1, min(n, len(KNOBS)))]
-    efficiency, loss = fit_knobs(rows, projector, START, knobs)
+    start = start_for(rows[0])
+    knobs = tuple(k for k in KNOBS[:max(1, min(n, len(KNOBS)))] if k.name not in start.measured)
+    efficiency, loss = fit_knobs(rows, projector, start, knobs)
     models = sorted({r.model_name for r in rows})
     efficiency = replace(efficiency, calibration=(
         f"fitted {', '.join(k.name for k in knobs)} on {len(rows)} {board_of(rows[0]).upper()} rows ({n} "
         f"configurations, {len(models)} models: {', '.join(models)}) of {label or 'AMD runs'}, AMD rows only; "
         f"mean |log error| {loss:.3f}; GEMM roll-off, MoE layer cost and links, which no AMD row constrains, from "
-        "the pooled NVIDIA prior (validate.amd.POOLED_PRIOR)"))
+        "the pooled NVIDIA prior (validate.amd.POOLED_PRIOR)"
+        + (f"; attention {start.attention:.4g} from the {board_of(rows[0]).upper()} family's kernel curves (not fitted)"
+           if "attention" in start.measured else "")))
     return AmdFit(efficiency=efficiency, rows=len(rows), configurations=n, knobs=tuple(k.name for k in knobs),
                   loss=loss)
 
@@ -218,8 +235,10 @@ def carry_to_sibling(efficiency: Efficiency, source: GPUSpec, target: GPUSpec) -
     else:
         power = (target.tdp_w / source.tdp_w) ** POWER_CLOCK_EXPONENT
         factor = min(1.0, power / (target.bf16_dense_tflops / source.bf16_dense_tflops))
+    # a measured fraction (attention from the family's kernel curves) is the family's: kept as it is
+    attention = efficiency.attention if "attention" in efficiency.measured else efficiency.attention * factor
     return replace(efficiency, gemm_max=efficiency.gemm_max * factor, fp8_gemm_max=efficiency.fp8_gemm_max * factor,
-                   attention=efficiency.attention * factor)
+                   attention=attention)
 
 
 def environment_of(run: RunRow) -> str:

@@ -1,6 +1,7 @@
 """Kernel efficiencies read from a GPU kernel sweep and pinned into the GPU family's profiles."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,8 +92,10 @@ def test_pin_writes_the_family_with_the_source_and_a_second_pin_replaces_it(tmp_
             eff = load_gpu(name).efficiency
             assert eff.attention == 0.4 and eff.measured == ("attention",)
             assert eff.gemm_max == old.gemm_max and eff.scaleup_link == old.scaleup_link  # the rest kept
-            assert eff.calibration == old.calibration + "; attention 0.4 as measured (pinned after the values above " \
-                                                        "were fitted)"
+            # an earlier remark on attention (the fit's "as measured (not fitted)") is replaced, not repeated
+            earlier = re.sub(r"; attention \S+ as measured \([^)]*\)", "", old.calibration)
+            assert eff.calibration == earlier + "; attention 0.4 as measured (pinned after the values above " \
+                                                "were fitted)"
             text = (out / f"{name}.yaml").read_text()
             notes = [line for line in text.splitlines() if line.startswith(PIN_NOTE.format(name="attention"))]
             assert notes == [f"{PIN_NOTE.format(name='attention')} 0.4 measured on NVIDIA B200, cudnn causal "

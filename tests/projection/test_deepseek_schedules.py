@@ -65,8 +65,9 @@ def test_an_mxfp8_dispatch_sends_about_half_the_forward_dispatch_bytes():
     assert fwd == pytest.approx(bwd)
     fp8_fwd, fp8_bwd = _ep(shape, replace(ex, moe_dispatch_fwd_dtype="mxfp8"), pl, SYSTEM)
     assert fp8_bwd == pytest.approx(bwd)
-    # dispatch (half of the pass) at 1 + 1/32 bytes per element instead of 2; latency terms aside
-    assert fp8_fwd == pytest.approx(fwd / 2 * (1 + MXFP8_WIRE_BYTES / 2), rel=0.02)
+    # dispatch (half of the pass) at 1 + 1/32 bytes per element instead of 2; latency terms aside (they are ~2-3 %
+    # of the pass at the fitted link fraction)
+    assert fp8_fwd == pytest.approx(fwd / 2 * (1 + MXFP8_WIRE_BYTES / 2), rel=0.03)
     _, fp8_back = _ep(shape, replace(ex, moe_combine_bwd_dtype="mxfp8"), pl, SYSTEM)
     assert fp8_back == pytest.approx(fp8_fwd)
 
