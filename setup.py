@@ -35,7 +35,8 @@ setup(
     ],
     extras_require={
         "gpu": ["transformer-engine[pytorch]>=2.0"],
-        "agent": ["litellm==1.110.2", "optuna>=4.0,<6"],
+        "agent": ["litellm==1.110.2", "optuna>=4.0,<6",
+                  "httpx>=0.27,<0.30"],  # the LLM reply read with a byte cap (tune/llm_http.py)
         "dev": ["pytest>=8,<10", "hypothesis>=6.100,<7", "ruff>=0.6,<0.18", "xmlschema>=3.0,<5",
                 "jsonschema>=4.18,<5"],
     },

@@ -32,6 +32,14 @@ def split_inputs(items: list[str]) -> tuple[list[Path], list[str]]:
     return logs, overrides
 
 
+def run_identity(log: Any) -> str:
+    """What makes two logs one run: their content (every iteration line read, with its step time and line number,
+    and the memory reports), not their names: a log given three times, or a copy of it, is one run of evidence."""
+    import hashlib
+
+    return hashlib.sha256(repr((log.format, log.iterations, log.memory)).encode("utf-8")).hexdigest()
+
+
 Loader = Callable[[list[str]], Any]
 """Loads the recipe a log ran, with extra ``key=value`` overrides (``--follow-log``)."""
 
@@ -46,10 +54,16 @@ def compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Load
     from primus_ext.errors import PrimusExtError, Problem, RecipeError
     from primus_ext.logs import LogError, read_log
 
-    read, problems = [], []
+    read, problems, runs = [], [], {}
     for path, loader in jobs:
         try:
-            read.append((path, loader, read_log(path)))
+            log = read_log(path)
+            first = runs.setdefault(run_identity(log), path)
+            if first is not path:  # one run counts once, however many times (or names) it is given
+                print(f"note: {path} is the same run as {first} (the same iterations): counted once",
+                      file=sys.stderr)
+                continue
+            read.append((path, loader, log))
         except LogError as err:
             if skip_unreadable:
                 print(f"skipped {path}: {err}", file=sys.stderr)

@@ -63,7 +63,7 @@ def _load_baseline(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_ext.files import check_outputs, write_output
+    from primus_ext.files import check_outputs, stream_of, write_output
     from primus_ext.perfci import load_suite, run_suite
     from primus_ext.perfci.outputs import baseline_dict, junit_xml, markdown, to_json, write_json
     from primus_ext.results import check_json_out, emit_json, tables_to_stderr
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.junit, junit_xml(result), label="--junit")
     if args.markdown:
         write_output(args.markdown, text, label="--markdown")
-    if args.json_out == "-":
-        emit_json(to_json(result), "-")
+    if stream_of(args.json_out) is not None:
+        emit_json(to_json(result), args.json_out)
     elif args.json_out:
         write_json(args.json_out, to_json(result))
     if args.update_baseline:

@@ -129,7 +129,7 @@ def _same_device_or_accepted(device: torch.device, recipe: Recipe, accept: bool)
 
 
 def run(args: argparse.Namespace) -> int:
-    from primus_ext.files import check_outputs
+    from primus_ext.files import check_outputs, stream_of
     from primus_ext.results import check_json_out, emit_json
 
     check_json_out(args.json)
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         from primus_ext.results.projection import memory_document
 
         memory = estimate_memory(model, execution, system)
-        if args.json != "-":  # the tables, unless stdout is the JSON's
+        if stream_of(args.json) != 1:  # the tables, unless stdout is the JSON's
             from primus_ext.cli.recipe import presets_line
 
             print(format_memory_table(memory))
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         from primus_ext.report.html import write_html
 
         write_html(projection, args.html, recipe=recipe, overrides=args.overrides)
-    if args.json != "-":  # the tables, unless stdout is the JSON's (--json FILE keeps them)
+    if stream_of(args.json) != 1:  # the tables, unless stdout is the JSON's (--json FILE keeps them)
         from primus_ext.cli.recipe import presets_line
 
         print(format_projection(projection))

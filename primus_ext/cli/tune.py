@@ -175,7 +175,7 @@ def _search(args: argparse.Namespace) -> _Searched:
     session = _session(args)
     recipe = session.load(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                           validate=False)
-    check_outputs(("--out", args.out), ("--json", None if args.json == "-" else args.json),  # its presets too,
+    check_outputs(("--out", args.out), ("--json", args.json),  # its presets too,
                   ("--log", args.log))  # before the search
     if args.out:
         _check_out_folder(args, recipe)
@@ -295,7 +295,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
                                             fix="e.g. --verify-top 3 (or --resume-verify to re-rank a folder)")])
     problems = []
     outputs = (("--out", args.out), ("--apply", args.recipe if args.apply else None),
-               ("--json", None if args.json == "-" else args.json), ("--log", args.log))
+               ("--json", args.json), ("--log", args.log))
     problems += [p for flag, value in outputs if value and (p := output_problem(
         value, flag, replace_read_only=args.force and flag in ("--out", "--apply"))) is not None]
     note_input(args.recipe)  # --apply rewrites it on purpose (with a backup); no other output may
@@ -322,17 +322,16 @@ def _check_out_folder(args: argparse.Namespace, recipe: Recipe) -> None:
     from pathlib import Path
 
     from primus_ext.errors import Problem, RecipeError
-    from primus_ext.files import temp_path
+    from primus_ext.files import private_file
     from primus_ext.recipe import load_recipe
 
     source, target = Path(os.path.realpath(args.recipe)), Path(os.path.realpath(args.out))
     if source.parent == target.parent:
         return
-    probe = temp_path(target, "check.yaml")
     try:
-        probe.write_bytes(source.read_bytes())
-        there = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
-                            validate=False)
+        with private_file(target, source.read_bytes()) as probe:  # a fresh name claimed with O_EXCL
+            there = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
+                                validate=False)
         differs = [what for what, same in (
             ("the presets read", there.preset_files[:-1] == recipe.preset_files[:-1]),
             ("the model", there.model == recipe.model), ("the execution", there.execution == recipe.execution))
@@ -340,8 +339,6 @@ def _check_out_folder(args: argparse.Namespace, recipe: Recipe) -> None:
         why = f"a copy there resolves {', '.join(differs)} differently" if differs else ""
     except RecipeError as err:
         why = "a copy there does not load: " + "; ".join(f"{p.path}: {p.message}" for p in err.problems[:2])
-    finally:
-        probe.unlink(missing_ok=True)
     if why:
         raise RecipeError(problems=[Problem(
             path="--out", value=args.out,
@@ -358,9 +355,9 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
     from pathlib import Path
 
     from primus_ext.errors import Problem, RecipeError
-    from primus_ext.files import real_path, sweep, temp_path
+    from primus_ext.files import private_file, real_path
     from primus_ext.recipe import load_recipe
-    from primus_ext.recipe.rewrite import execution_changes, rewrite
+    from primus_ext.recipe.rewrite import apply_changes, execution_changes, read_text, rewrite
 
     changes = execution_changes(recipe, tuned)
     cluster = {"cluster": recipe.system.name, "nodes": recipe.system.num_nodes}
@@ -371,16 +368,13 @@ def _write(args: argparse.Namespace, recipe: Recipe, tuned: ExecutionSpec) -> No
         print(f"{target}: already the tuned configuration for {cluster['nodes']} x {recipe.system.gpu.gpus_per_node} "
               f"{cluster['cluster']}, nothing to write")
         return
-    probe = temp_path(Path(os.path.realpath(target)), "check.yaml")  # beside where it is written
-    sweep(Path(os.path.realpath(target)))
-    try:
-        rewrite(args.recipe, changes, out=probe, cluster=cluster, module=recipe.module)
-        reloaded = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root)
+    text, _ = apply_changes(read_text(Path(args.recipe)), changes, path=str(args.recipe), cluster=cluster,
+                            module=recipe.module)
+    try:  # beside where it is written, at a fresh name claimed with O_EXCL
+        with private_file(real_path(target), text.encode("utf-8")) as probe:
+            reloaded = load_recipe(probe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root)
     except RecipeError as err:
         reloaded, failure = None, "; ".join(f"{p.path}: {p.message}" for p in err.problems[:3])
-    finally:
-        for leftover in (probe, Path(str(probe) + ".bak")):
-            leftover.unlink(missing_ok=True)
     if reloaded is None or reloaded.execution != tuned:
         moved = real_path(target).parent != real_path(args.recipe).parent
         why = f" (reloading it failed: {failure})" if reloaded is None else ""

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import PrimusExtError, Problem, RecipeError
+from primus_ext.files import note_input, replace_all
 from primus_ext.hardware.capabilities import capabilities_of
 from primus_ext.hardware.curves import curves_for
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
@@ -86,6 +87,7 @@ def _find(name: str) -> Path:
     for directory in _profile_dirs():
         path = directory / f"{name}.yaml"
         if path.is_file():
+            note_input(path)
             return path
     raise RecipeError(
         problems=[
@@ -211,9 +213,16 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
     )
 
 
-@cache
 def load_gpu(name: str) -> GPUSpec:
-    """The GPU profile ``name`` (case-insensitive; validation-set aliases accepted)."""
+    """The GPU profile ``name`` (case-insensitive; validation-set aliases accepted), read once per process; the
+    file is an input of the command every time (``files.note_input``: no output may replace it)."""
+    spec, path = _load_gpu(name)
+    note_input(path)
+    return spec
+
+
+@cache
+def _load_gpu(name: str) -> tuple[GPUSpec, Path]:
     path = _find(canonical_name(name))
     with path.open(encoding="utf-8") as fh:
         try:
@@ -224,7 +233,10 @@ def load_gpu(name: str) -> GPUSpec:
             raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})")]) from None
     if not isinstance(data, dict):
         raise RecipeError(problems=[Problem(path=str(path), message="profile must be a mapping")])
-    return gpu_from_mapping(data, source=str(path))
+    return gpu_from_mapping(data, source=str(path)), path
+
+
+load_gpu.cache_clear = _load_gpu.cache_clear  # type: ignore[attr-defined]
 
 
 def load_system(cluster: str, num_nodes: int = 1) -> SystemSpec:
@@ -302,25 +314,19 @@ def profile_text(name: str, efficiency: Efficiency, fields: list[str], *, notes:
 
 
 def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
-    """Write profile texts (name -> YAML) into ``folder``: every file is written beside its target first and only
-    then moved into place, so a full disk or a bad folder leaves the profiles as they were (one family's profiles
-    must agree on what they state as measured). A failure is a ``PrimusExtError`` naming the path."""
+    """Write profile texts (name -> YAML) into ``folder``: every file is written first, each at a fresh temporary name
+    claimed with ``O_EXCL`` (never through a symlink planted there), and only then moved into place
+    (``files.replace_all``), so a full disk or a bad folder leaves the profiles as they were and no temporary file
+    behind (one family's profiles must agree on what they state as measured). A failure is a ``PrimusExtError``
+    naming the path."""
     targets = {name: folder / f"{canonical_name(name)}.yaml" for name in texts}
-    temps: list[Path] = []
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for target in targets.values():
             if target.exists() and not target.is_file():
                 raise IsADirectoryError(errno.EISDIR, "not a file", str(target))
-        for name, text in texts.items():
-            tmp = targets[name].with_suffix(".yaml.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            temps.append(tmp)
-        for tmp in temps:
-            tmp.replace(tmp.with_suffix(""))
+        replace_all({targets[name]: text for name, text in texts.items()})
     except OSError as err:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
         raise PrimusExtError(f"cannot write profiles into {folder}: {err.strerror or err} "
                              f"({err.filename or folder}); nothing was written") from None
     finally:

@@ -16,7 +16,11 @@ What can go wrong, and what is said (``StoreError``: no traceback, exit 2):
   COLUMN``; existing rows read them as NULL); a read-only one is read as it is;
 - a read-only file or folder: reading works (tables it lacks read as empty); a write says the store is
   read-only and where to write instead;
-- a full disk (``database or disk is full``) or an I/O error: the path, and to free space or write elsewhere.
+- a full disk (``database or disk is full``) or an I/O error: the path, and to free space or write elsewhere;
+- a write cut short (a full disk, a size limit, a kill) leaves SQLite's journal beside the store: the next open
+  lets SQLite roll it back (its own recovery, said on stderr), even for a command that only reads; a store it may
+  not write is refused naming the journal; a journal SQLite cannot roll back is, for the default store, moved
+  aside with it as an unreadable store is (said), and for a store given by path an error naming both files.
 """
 
 from __future__ import annotations
@@ -39,6 +43,41 @@ _UNREADABLE = ("file is not a database", "malformed", "not a database", "file is
 
 class StoreError(PrimusExtError):
     """The timing store cannot be opened, read or written; the message names the file and the fix."""
+
+
+class _Unrecoverable(StoreError):
+    """A write cut short left a journal SQLite could not roll back (the default store is then moved aside)."""
+
+
+def _recover(path: Path) -> None:
+    """A write cut short (a full disk, a size limit, a kill) leaves SQLite's rollback journal beside the store
+    (``PATH-journal``, a "hot journal"); a read-only open cannot undo it and SQLite then calls the store read-only.
+    Open it once for writing, so SQLite rolls the interrupted write back (its own recovery), and say so; a store
+    that may not be written is refused naming the journal; a journal SQLite cannot roll back is ``_Unrecoverable``.
+    A journal still there after the read belongs to a write in progress in another process: left alone."""
+    journal = Path(f"{path}-journal")
+    try:
+        if not journal.is_file() or journal.stat().st_size == 0:
+            return
+    except OSError:
+        return
+    if not _writable(path):
+        raise StoreError(f"timing store {path} holds a write that was cut short (its journal {journal}); SQLite "
+                         "undoes it when it may write the store, and it may not: make the store and its folder "
+                         "writable once (chmod u+w) and run again, or move both files away to start a new store")
+    try:
+        db = sqlite3.connect(path)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a read rolls a hot journal back
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        raise _Unrecoverable(f"timing store {path}: a write cut short left its journal {journal}, and SQLite could "
+                             f"not roll it back ({err}); move both files away to start a new store, or give another "
+                             "with --store") from None
+    if not journal.exists() or journal.stat().st_size == 0:
+        print(f"note: timing store {path}: a write cut short (a full disk, a size limit, a kill) had left its journal "
+              f"{journal}; SQLite rolled it back: the store is as it was before that write", file=sys.stderr)
 
 
 def _why(path: Path, err: BaseException) -> str:
@@ -121,6 +160,8 @@ def _connect(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]],
         raise StoreError(f"timing store {path} is not a regular file (a FIFO, socket or device); give the path of a "
                          "store file written by `primus-ext bench`")
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        _recover(path)
     read_only = path.exists() and (reading or not _writable(path))
     db = sqlite3.connect(f"{Path(os.path.realpath(path)).as_uri()}?mode=ro", uri=True) if read_only else (
         sqlite3.connect(path))
@@ -142,7 +183,7 @@ def open_database(path: Path, tables: Mapping[str, tuple[Columns, Sequence[str]]
         with store_errors(path):
             return _connect(path, tables, reading)
     except StoreError as err:
-        unreadable = any(s in str(err).lower() for s in _UNREADABLE)
+        unreadable = isinstance(err, _Unrecoverable) or any(s in str(err).lower() for s in _UNREADABLE)
         if not (default and unreadable and path.is_file()):
             raise
     aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%dT%H%M%S')}")

@@ -51,6 +51,17 @@ def schedule_from_keys(a: ArgReader, pp: int, vpp: int | None) -> str:
     return spec_schedule(requested, pp, (2 if vpp else 1) if pp > 1 else 1).name
 
 
+def schedule_vpp(schedule: str, pp: int, vpp: int | None) -> int | None:
+    """The VPP a run of ``schedule`` has: a Primus V schedule at PP >= 2 runs two chunks per rank (zbpp_utils.py
+    sets VPP = 2 itself; the recipe states none), so its execution says 2, as the tuner writes it (one spelling of
+    one configuration: a tuned V schedule reloads to the same execution); else ``vpp`` as the keys give it."""
+    chosen = get_schedule(schedule)
+    if vpp is None and pp > 1 and chosen.fixed_chunks and chosen.chunk_placement == "v" and \
+            chosen.recipe_keys(pp) is not None:
+        return chosen.fixed_chunks
+    return vpp
+
+
 def what_if_schedule(name: object, path: str, pp: int, vpp: int | None, own: str,
                      problems: list, warnings: list[str]) -> str | None:
     """The schedule ``--schedule NAME`` / the ``# primus-ext: {schedule: NAME}`` comment asks for (registry name),

@@ -28,7 +28,7 @@ from primus_ext.recipe.key_effects import architecture_problems, renamed_problem
 from primus_ext.recipe.launch import launch_spec
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
-from primus_ext.recipe.pipeline_keys import schedule_from_keys
+from primus_ext.recipe.pipeline_keys import schedule_from_keys, schedule_vpp
 from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
@@ -370,6 +370,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         vpp = layout_vpp(layout, pp)  # Megatron derives VPP from the layout's stage count
         vpp = vpp if vpp > 1 else None
     schedule = schedule_from_keys(a, pp, vpp)
+    vpp = schedule_vpp(schedule, pp, vpp)
     granularity = a.choice("recompute_granularity", ("full", "selective"))
     if granularity is None and a.bool("recompute_activations"):
         granularity = "selective"  # Megatron-LM arguments.py: --recompute-activations

@@ -40,7 +40,9 @@ def document(kind: str, **fields: Any) -> dict[str, Any]:
 
 def check_json_out(out: str | None, flag: str = "--json") -> None:
     """Refuse an output path that looks like a recipe (``--json recipe.yaml`` would overwrite it): exit 2."""
-    if out and out != "-" and out.lower().endswith((".yaml", ".yml")):
+    from primus_ext.files import stream_of
+
+    if out and stream_of(out) is None and out.lower().endswith((".yaml", ".yml")):
         raise RecipeError(problems=[Problem(
             path=flag, value=out,
             message=f"{flag} takes the file the JSON is written to, and {out} is a YAML path (a recipe?): "
@@ -57,8 +59,11 @@ def _plain(value: Any) -> Any:
 
 @contextlib.contextmanager
 def tables_to_stderr(out: str | None) -> Iterator[None]:
-    """With ``--json -`` what a command prints for people goes to stderr, so stdout carries the JSON only."""
-    if out != "-":
+    """With ``--json -`` (or ``/dev/stdout``) what a command prints for people goes to stderr, so stdout carries the
+    JSON only."""
+    from primus_ext.files import stream_of
+
+    if stream_of(out) != 1:
         yield
         return
     with contextlib.redirect_stdout(sys.stderr):
@@ -78,11 +83,11 @@ def emit_json(doc: Any, out: str | None, label: str = "--json") -> None:
     input (``files.write_output``; said on stderr). ``label``: the flag named if the path is refused."""
     if out is None:
         return
-    text = dumps(doc)
-    if out == "-":
-        print(text)
-        return
-    from primus_ext.files import write_output
+    from primus_ext.files import stream_of, write_output
 
+    text = dumps(doc)
+    if stream_of(out) is not None:  # -, /dev/stdout, /dev/stderr: the stream as it stands, never the file behind it
+        print(text, file=sys.stdout if stream_of(out) == 1 else sys.stderr, flush=True)
+        return
     write_output(out, text + "\n", label=label)
     print(f"wrote {out}", file=sys.stderr)

@@ -165,6 +165,8 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
             continue
         try:
             item = json.loads(line, parse_constant=_not_finite)
+            if not isinstance(item, dict) or not isinstance(item.get("header", {}), dict):
+                raise ValueError("expected {\"header\": {...}} or {\"trial\": {...}}")
             if "header" in item:
                 mismatch = {k: (item["header"].get(k), v) for k, v in (expect or {}).items()
                             if item["header"].get(k) != v}
@@ -174,13 +176,23 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
                         message="the log was written for another recipe, cluster or space (logged, now)",
                         fix="resume with the same recipe, --cluster, --nodes, --margin and --pin")])
                 continue
-            trials.append(Trial.from_dict(item["trial"]))
-        except (KeyError, TypeError, ValueError) as err:
+            trials.append(_logged_trial(item["trial"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             if isinstance(err, json.JSONDecodeError) and number > 1 and not line.endswith("\n"):
                 break  # a write interrupted mid-line: keep what came before
             raise RecipeError(problems=[Problem(path=f"{path}:{number}", message=f"unreadable trial line: {err}",
                                                 fix="remove the line or start a fresh log")]) from None
     return trials
+
+
+def _logged_trial(data: Any) -> Trial:
+    """A log line's trial as logged; its configuration must be a mapping of axis names to plain values (only the
+    configuration and its origin are used again: ``SearchContext.seed`` judges it anew)."""
+    config = data["config"]
+    if not isinstance(config, dict) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, int | float | str | bool)) for k, v in config.items()):
+        raise ValueError("config is not a mapping of axis names to numbers, text or booleans")
+    return Trial.from_dict(data)
 
 
 def _not_finite(name: str) -> float:
@@ -216,12 +228,22 @@ class SearchContext:
         return max(0, self.budget - self.spent)
 
     def seed(self, trials: Iterable[Trial]) -> None:
-        """Trials from a log (``--resume``): cached, and their projections count against the budget."""
+        """Trials from a log (``--resume``): evidence to re-check, not to trust. Each logged configuration goes
+        through this space's membership and legality checks, the memory pre-filter and the oracle again, as a new
+        proposal would (the log's status and figures are not reused: a hand-edited line with an illegal TP or a
+        forged throughput is judged, not reported); a projection counts against the budget, as it did when logged.
+        Nothing is logged again."""
         self._stale = True
-        for trial in trials:
-            if trial.key not in self.trials:
-                self.trials[trial.key] = trial
-                self.spent += trial.status == "projected"
+        log, self.log = self.log, None
+        try:
+            for trial in trials:
+                key = config_key(trial.config)
+                if key in self.trials:
+                    continue
+                again = self.try_config(trial.config, origin=str(trial.origin)[:40], counted=False)
+                self.spent += again.status == "projected"
+        finally:
+            self.log = log
 
     def try_config(self, config: Config, *, origin: str, counted: bool = True, trusted: bool = False,
                    keep_rejected: bool = True, execution: ExecutionSpec | None = None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -190,27 +191,28 @@ def write_variants(recipe: Any, candidates: Sequence[Candidate], folder: Path, *
     """Write the variants, ``launch.sh`` and ``manifest.json`` into ``folder`` (created; ``check_folder`` first);
     returns the manifest and the reloaded variants. ``cluster`` / ``nodes``: as given on the command line (the
     reload uses them as the search did)."""
-    from primus_ext.files import atomic_write
+    from primus_ext.files import atomic_write, private_file, replace_all
     from primus_ext.recipe import load_recipe
     from primus_ext.recipe.rewrite import apply_changes, execution_changes, read_text
 
     folder.mkdir(parents=True, exist_ok=True)
-    _set_aside_old_logs(folder)
     source = Path(recipe.source)
     original = read_text(source)
     target = {"cluster": recipe.system.name, "nodes": recipe.system.num_nodes}
     short = short_run_changes(recipe.megatron_args, iters, primus=bool(recipe.module))
-    entries, loaded = [], []
-    for c in candidates:
+    entries, loaded, texts = [], [], {}
+    for c in candidates:  # every variant checked (a probe copy beside its file) before any file is written
         changes = {**execution_changes(recipe, c.execution), **short}
         text, _ = apply_changes(original, changes, path=str(source), cluster=target, module=recipe.module)
         path = folder / f"{c.name}.yaml"
-        atomic_write(path, _relative_extends(text, source, folder), backup=False, mode_from=source)
-        variant = load_recipe(path, cluster=cluster, nodes=nodes, config_roots=config_roots, validate=False)
+        texts[path] = _relative_extends(text, source, folder)
+        with private_file(path, texts[path].encode("utf-8")) as probe:
+            variant = load_recipe(probe, cluster=cluster, nodes=nodes, config_roots=config_roots, validate=False)
         if variant.execution != c.execution or variant.megatron_args.get("train_iters") != iters:
             raise RecipeError(problems=[Problem(
                 path=str(path), value=None,
-                message="the short-run variant does not resolve to the candidate's configuration",
+                message="the short-run variant does not resolve to the candidate's configuration; nothing was "
+                        "written",
                 fix="give --verify-dir beside the recipe (its presets resolve from there) or --config-root")])
         shown = _with_source(variant, path.name)
         system = variant.system
@@ -220,7 +222,11 @@ def write_variants(recipe: Any, candidates: Sequence[Candidate], folder: Path, *
             "file": path.name, "log": f"{c.name}.log", "changes": changes,
             "launch": launch_commands(shown, f"{c.name}.log", nodes=system.num_nodes,
                                       gpus_per_node=system.gpu.gpus_per_node)})
-        loaded.append(variant)
+        loaded.append(_with_source(variant, str(path)))
+    _set_aside_old_logs(folder)
+    replace_all(texts)
+    for path in texts:
+        shutil.copymode(source, path)
     manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "recipe": str(recipe.source),
                 "cluster": recipe.system.name, "nodes": recipe.system.num_nodes, "train_iters": iters,
                 "candidates": entries, "local": None,

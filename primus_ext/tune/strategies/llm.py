@@ -10,7 +10,9 @@ previous round's proposals were illegal. It must reply with JSON only::
 Security: the reply is data. It is parsed with ``json.loads`` and read field by field against a fixed
 schema; every configuration goes through ``legality.normalise`` (known axes, scalar candidate values)
 and ``check``; nothing in it is executed, imported, formatted into a command or used as a path.
-Replies are size-capped. API keys are read by litellm from the environment; this module never reads,
+Replies are size-capped: at most ``MAX_REPLY_BYTES`` of the HTTP body are read (``tune.llm_http``, the
+OpenAI-compatible path litellm reads through ``litellm.client_session``), at most ``MAX_REPLY_CHARS`` parsed.
+API keys are read by litellm from the environment; this module never reads,
 prints or logs them, and every text that leaves it (errors, rationales) is passed through ``redact``.
 Calls are bounded: a wall-clock deadline per call (``--llm-timeout``, from request to the reply's last byte),
 a total for the strategy (``--llm-total``) and ``llm_retries`` consecutive failures; a failure is named by
@@ -45,6 +47,9 @@ MAX_ROUNDS = 12
 MAX_REPLY_CHARS = 50_000
 """Longer replies are rejected unread (a batch of configurations is a few kB)."""
 MAX_REPLY_TOKENS = 2048
+MAX_REPLY_BYTES = 1 << 20
+"""Bytes of an HTTP reply read at most (the JSON envelope around ``MAX_REPLY_CHARS`` of text): past it the body
+stops streaming (``tune.llm_http``), before it is in memory."""
 MAX_STALE_ROUNDS = 2
 """Rounds in a row without a new projected configuration before the loop hands over to local search."""
 SHOWN_TRIALS = 8
@@ -145,6 +150,11 @@ def litellm_completion(model: str, *, api_base: str | None, timeout_s: float) ->
     except ImportError as err:
         raise LLMUnavailable(f"litellm is not installed ({err}); pip install 'primus-ext[agent]'") from None
     litellm.suppress_debug_info = True
+    import httpx
+
+    from primus_ext.tune.llm_http import capped_client
+
+    litellm.client_session, transport = capped_client(MAX_REPLY_BYTES)  # the OpenAI-compatible path reads it
 
     def request(messages: list[dict]) -> str:
         with warnings.catch_warnings():  # pydantic's serializer notes about odd replies: the failure says it
@@ -157,12 +167,15 @@ def litellm_completion(model: str, *, api_base: str | None, timeout_s: float) ->
         return content if isinstance(content, str) else ""
 
     def call(messages: list[dict], deadline_s: float | None = None) -> str:
+        transport.refused = None
         try:
             if deadline_s is not None and deadline_s < timeout_s:
                 return call_with_deadline(lambda: request(messages), max(deadline_s, 0.0),
                                           "what was left of --llm-total")
             return call_with_deadline(lambda: request(messages), timeout_s)
-        except (openai.OpenAIError, OSError, TimeoutError) as err:
+        except (openai.OpenAIError, httpx.HTTPError, OSError, TimeoutError) as err:
+            if transport.refused:  # litellm reports the cut body as a connection error
+                raise LLMUnavailable(f"reply too large: {transport.refused}") from None
             raise LLMUnavailable(describe_failure(err)) from None
 
     return call

@@ -1,0 +1,142 @@
+"""The inputs of a command: what no output may replace (``note_input``), and the one bounded reader.
+
+    note_input("recipe.yaml")                           # read by this command: no output may be written over it
+    input_problem("out.html", "--html")                 # None, or why it is an input (symlinks, hard links)
+    data = read_input(path, max_bytes=32 << 20, what="log")   # a regular file only, bounded, noted as an input
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from primus_ext.errors import PrimusExtError, Problem
+
+_INPUT_PATHS: dict[str, str] = {}
+"""Real path of every input file this process read -> how it was named (``note_input``)."""
+_INPUT_IDS: dict[tuple[int, int], str] = {}
+"""(device, inode) of every input file -> its name: a hard link or a bind mount is the same file."""
+_JOURNALS: set[str] = set()
+"""Real paths of the journals read to be continued (``note_journal``)."""
+
+
+_NOTED: set[str] = set()
+"""The names already noted (a profile is looked up many times a command)."""
+
+
+def note_input(path: str | Path) -> None:
+    """Remember ``path`` as an input of this command: no output may be written over it (``input_problem``)."""
+    if str(path) in _NOTED:
+        return
+    _NOTED.add(str(path))
+    with contextlib.suppress(OSError, ValueError):
+        real = os.path.realpath(path)
+        _INPUT_PATHS.setdefault(real, str(path))
+        found = os.stat(real)
+        if stat.S_ISREG(found.st_mode):
+            _INPUT_IDS.setdefault((found.st_dev, found.st_ino), str(path))
+
+
+def forget_inputs() -> None:
+    """Clear the inputs noted so far (a new command in the same process: tests, the hostile campaign)."""
+    _NOTED.clear()
+    _INPUT_PATHS.clear()
+    _INPUT_IDS.clear()
+    _JOURNALS.clear()
+
+
+def input_problem(target: str | Path, label: str | None = None) -> Problem | None:
+    """Why ``target`` must not be written: it is, through symlinks or hard links, an input of this command."""
+    try:
+        real = os.path.realpath(target)
+        named = _INPUT_PATHS.get(real)
+        if named is None and os.path.exists(real):
+            found = os.stat(real)
+            named = _INPUT_IDS.get((found.st_dev, found.st_ino))
+    except (OSError, ValueError):
+        return None  # output_problem names what the OS refuses
+    if named is None:
+        return None
+    link = f" ({target} leads to {real})" if os.path.abspath(target) != real else ""
+    return Problem(path=label or str(target), value=str(target) if label else None,
+                   message=f"is {named}, an input of this command{link}: writing there would replace it; nothing "
+                           "was written",
+                   fix="give the output a new file name (the inputs are never overwritten; tune --apply rewrites "
+                       "a recipe on purpose, keeping a backup)")
+
+
+
+
+def note_journal(path: str | Path) -> None:
+    """``path`` was read as a journal to continue it (``tune --resume``): ``open_journal`` may append to it."""
+    with contextlib.suppress(OSError, ValueError):
+        _JOURNALS.add(os.path.realpath(path))
+
+
+def open_journal(target: str | Path, *, label: str | None = None) -> IO[str]:
+    """An append-only journal (``tune --log``): refused like any output when it is an input (unless it was read as
+    this journal, ``note_journal``), else opened for appending, so what it held stays whole and a killed run keeps
+    every line written before the kill (a replace-on-close writer would lose them, and ``--resume`` reads them).
+    A line a kill cut short is ended first, so the next line starts on its own."""
+    from primus_ext.errors import RecipeError
+
+    problem = None if os.path.realpath(target) in _JOURNALS else input_problem(target, label)
+    if problem is not None:
+        raise RecipeError(problems=[problem])
+    fh = open(target, "a+", encoding="utf-8")  # noqa: SIM115 (the caller closes it)
+    size = fh.seek(0, os.SEEK_END)
+    if size:
+        fh.seek(size - 1)
+        if fh.read(1) != "\n":
+            fh.write("\n")
+    return fh
+
+
+class InputRefused(PrimusExtError):
+    """An input path that is not a regular file, or larger than its reader allows (the message names it)."""
+
+
+def open_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bool = True) -> BinaryIO:
+    """Open a user's input file for reading, or refuse it (``InputRefused``) before reading a byte: a FIFO, a
+    device (``/dev/zero``, ``/dev/urandom``), a socket or a folder, or a regular file over ``max_bytes``. The file
+    is opened without blocking (a FIFO with no writer would otherwise wait forever), checked with ``fstat`` on the
+    open descriptor (no race with a rename), and noted as an input (``note_input``). The caller still bounds its
+    reads (a file may grow): ``read_input`` does. ``note=False``: an output read before it is replaced (not an
+    input)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise InputRefused(f"{what} {path} is a folder; give a file") from None
+    try:
+        found = os.fstat(fd)
+        if stat.S_ISDIR(found.st_mode):
+            raise InputRefused(f"{what} {path} is a folder; give a file")
+        if not stat.S_ISREG(found.st_mode):
+            kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(found.st_mode) else "a character device"
+                    if stat.S_ISCHR(found.st_mode) else "a block device" if stat.S_ISBLK(found.st_mode) else
+                    "a socket" if stat.S_ISSOCK(found.st_mode) else "not a regular file")
+            raise InputRefused(f"{what} {path} is {kind}, not a regular file: it could be endless; save it to a "
+                               "file first and give that")
+        if found.st_size > max_bytes:
+            raise InputRefused(f"{what} {path} is {found.st_size:,} bytes, more than the {max_bytes:,} read; give "
+                               "a shorter file (e.g. its last lines: tail -n 100000)")
+        os.set_blocking(fd, True)
+        if note:
+            note_input(path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bool = True) -> bytes:
+    """The bytes of a user's input file through ``open_input``, never more than ``max_bytes`` (a file that grew
+    past the bound while read is refused as well)."""
+    with open_input(path, max_bytes=max_bytes, what=what, note=note) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InputRefused(f"{what} {path} holds more than {max_bytes:,} bytes; give a shorter file")
+    return data
