@@ -64,7 +64,7 @@ def test_formats_and_device_arch():
     assert h20.family == "hopper" and h20.runs("fp8") and h20.fp8_dense_tflops == 2 * h20.bf16_dense_tflops
 
 
-@pytest.mark.parametrize("name", NO_FP8)
+@pytest.mark.parametrize("name", ("a100", "a100_40gb", "a800"))
 def test_a_gpu_without_runs_carries_the_pooled_prior_and_says_so(name):
     eff = load_gpu(name).efficiency
     assert replace(eff, band=POOLED_PRIOR.band, calibration=POOLED_PRIOR.calibration) == POOLED_PRIOR
@@ -72,12 +72,16 @@ def test_a_gpu_without_runs_carries_the_pooled_prior_and_says_so(name):
     assert eff.band > 0.3 and "no run or kernel measurement" in band_reason(load_gpu(name))
 
 
-def test_h20_inherits_h100s_efficiencies_with_a_wider_band():
-    h20, h100 = load_gpu("h20"), load_gpu("h100")
-    assert h20.inherits_efficiency_from == "h100"
-    assert replace(h20.efficiency, band=h100.efficiency.band, attention_sfu_exp_per_s=0.0) == h100.efficiency
-    assert h20.efficiency.band > 0.3 and "no run or kernel measurement of h20" in band_reason(h20)
-    assert band_reason(h100) == ""  # a family calibrated on its own rows keeps the plain band
+@pytest.mark.parametrize(("name", "source", "wider_than"), [("h20", "h100", 0.3), ("mi250x", "mi325x", 0.19)])
+def test_a_gpu_without_runs_inherits_a_calibrated_block_with_a_wider_band(name, source, wider_than):
+    """H20: its family's (Hopper) block; MI250X: the AMD board with the most rows (MI325X), never another vendor's."""
+    gpu, parent = load_gpu(name), load_gpu(source)
+    assert gpu.inherits_efficiency_from == source and gpu.vendor == parent.vendor
+    assert replace(gpu.efficiency, band=parent.efficiency.band, calibration=parent.efficiency.calibration,
+                   attention_sfu_exp_per_s=0.0) == parent.efficiency
+    assert gpu.efficiency.band > max(wider_than, 0.10) and gpu.efficiency.band >= parent.efficiency.band
+    assert f"no run or kernel measurement of {name}" in band_reason(gpu)
+    assert band_reason(load_gpu("h100")) == ""  # a family calibrated on its own rows keeps the plain band
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -92,7 +96,8 @@ def test_project_on_each_new_gpu(name, capsys):
     assert f"no run or kernel measurement of {name}" in doc["band"]["what"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    said = "inherited from h100" if name == "h20" else "pooled prior: no measured run of this GPU family"
+    said = {"h20": "inherited from h100", "mi250x": "inherited from mi325x"}.get(
+        name, "pooled prior: no measured run of this GPU family")
     assert said in out and "widened: its efficiencies come from other GPUs" in out
 
 
