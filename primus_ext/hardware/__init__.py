@@ -80,6 +80,12 @@ def family_profiles(family: str) -> list[str]:
     return [name for name in list_profiles() if load_gpu(name).family == family]
 
 
+def format_profiles(fmt: str) -> list[str]:
+    """The profiles whose tensor cores run number format ``fmt`` (``fp8`` -> ``b200``, ``h100``, ...), for a fix
+    that names them."""
+    return [name for name in list_profiles() if load_gpu(name).runs(fmt)]
+
+
 _PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,63}")
 """A profile name is a file stem: no path separators, no control characters, at most 64 characters."""
 
@@ -333,5 +339,5 @@ def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
     return list(targets.values())
 
 
-__all__ = ["canonical_name", "family_profiles", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system",
-           "profile_of_device", "profile_text", "write_profiles", "yaml_number"]
+__all__ = ["canonical_name", "family_profiles", "format_profiles", "gpu_from_mapping", "list_profiles", "load_gpu",
+           "load_system", "profile_of_device", "profile_text", "write_profiles", "yaml_number"]

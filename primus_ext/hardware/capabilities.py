@@ -101,11 +101,4 @@ def fp8_problem(gpu: GPUSpec) -> str | None:
             "there")
 
 
-def fp8_profiles() -> list[str]:
-    """The profiles whose tensor cores run FP8, for a fix that names them."""
-    from primus_ext.hardware import list_profiles, load_gpu
-
-    return [p for p in list_profiles() if load_gpu(p).runs("fp8")]
-
-
-__all__ = ["FAMILIES", "KEYS", "capabilities_of", "families", "fp8_problem", "fp8_profiles"]
+__all__ = ["FAMILIES", "KEYS", "capabilities_of", "families", "fp8_problem"]

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.errors import Problem
-from primus_ext.hardware.capabilities import fp8_problem, fp8_profiles
+from primus_ext.hardware import format_profiles
+from primus_ext.hardware.capabilities import fp8_problem
 from primus_ext.model.fp4 import fp4_problem
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
@@ -384,7 +385,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
     precision = _precision(a)
     if precision == "fp8" and (problem := fp8_problem(system.gpu)):
         a.bad("fp8", problem, fix=f"project this recipe in bf16 (fp8: null; fp8=null on the command line), or on a GPU "
-              f"with FP8 tensor cores ({', '.join(fp8_profiles())})")
+              f"with FP8 tensor cores ({', '.join(format_profiles('fp8'))})")
     bf16_main_grads = optimizer.pop("bf16_main_grads") and precision in ("bf16", "fp8", "fp4")
     return ExecutionSpec(
         tensor_model_parallel_size=tp,
