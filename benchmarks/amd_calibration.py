@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(fits, held, folder: Path) -> None:
     """The AMD profiles with their fitted block; ``band`` = the board's worst held-out error (submission folds), for
-    MI350X (no rows) the worst leave-one-GPU-out error of its family sibling."""
+    MI350X (no rows) the worst leave-one-GPU-out error of its family sibling; MI250X (no rows, another generation) the
+    block of the board with the most rows, its band the larger of that board's and the worst leave-one-GPU-out error."""
     from primus_ext.hardware import load_gpu, profile_text, write_profiles
     from primus_ext.validate.amd import carry_to_sibling
 
@@ -314,6 +315,14 @@ def _write(fits, held, folder: Path) -> None:
             fits["mi355x"].efficiency.calibration + "; carried to MI350X by the sustained-clock ratio "
             f"(validate.amd.carry_to_sibling); band {worst('MI355X'):.3f} = MI355X's worst held-out error"))
         texts["mi350x"] = profile_text("mi350x", carried, names)
+    if fits:  # MI250X (CDNA 2, no rows): another generation takes the board with the most rows as it is (validate.amd)
+        source = max(fits, key=lambda b: fits[b].rows)
+        out_worst = max(v.get("max_abs_pct", 0.0) for v in held["gpu"]["by_gpu"].values()) / 100
+        band = round(max(worst(source.upper()), out_worst), 3)
+        texts["mi250x"] = profile_text("mi250x", replace(fits[source].efficiency, band=band, calibration=(
+            fits[source].efficiency.calibration + f"; carried to MI250X as they are (another generation: the AMD board "
+            f"with the most rows, validate.amd); no MI250X run or kernel measurement; band {band:.3f} = "
+            f"max({source.upper()}'s band, the worst leave-one-GPU-out error)")), names)
     for path in write_profiles(texts, folder):
         print(f"wrote {path}")
 

@@ -42,6 +42,8 @@ ALIASES = {
     "h100_sxm5_80gb": "h100", "h100_dgx_h100": "h100", "h100-sxm": "h100",
     "h200_sxm_141gb": "h200", "b200_hgx_dgx": "b200", "gb200_nvl72": "gb200",
     "b300_hgx_dgx": "b300", "gb300_nvl72": "gb300", "h800_sxm5_80gb": "h800", "local": "cpu",
+    "a100_sxm4_80gb": "a100", "a100_80gb": "a100", "a100_sxm4_40gb": "a100_40gb", "a800_sxm4_80gb": "a800",
+    "h20_hgx_96gb": "h20", "mi250x_gcd": "mi250x",
 }
 """Names used by shared/validation (``H100_SXM5_80GB``, ``GB200_NVL72``...) -> profile names."""
 
@@ -64,15 +66,26 @@ def canonical_name(name: str) -> str:
 
 def profile_of_device(device: str) -> str | None:
     """The profile a device name names (CUDA's ``"NVIDIA H200"`` -> ``h200``, ROCm's ``"AMD Instinct MI300X"`` ->
-    ``mi300x``), if exactly one: a profile name that is one of the name's words."""
-    words = set(re.split(r"[^a-z0-9]+", device.lower()))
-    found = [p for p in list_profiles() if p in words]
-    return found[0] if len(found) == 1 else None
+    ``mi300x``), if exactly one: a profile whose name's words are all words of the device name, the most specific
+    (``"NVIDIA A100-SXM4-40GB"`` -> ``a100_40gb``, not ``a100``)."""
+    def words_of(text: str) -> set[str]:
+        return set(re.split(r"[^a-z0-9]+", text.lower())) - {""}
+
+    words = words_of(device)
+    found = {p: words_of(p) for p in list_profiles() if words_of(p) and words_of(p) <= words}
+    specific = [p for p, w in found.items() if not any(w < other for other in found.values())]
+    return specific[0] if len(specific) == 1 else None
 
 
 def family_profiles(family: str) -> list[str]:
     """The profiles of GPU family ``family`` (``hopper`` -> ``h100``, ``h200``), by name."""
     return [name for name in list_profiles() if load_gpu(name).family == family]
+
+
+def format_profiles(fmt: str) -> list[str]:
+    """The profiles whose tensor cores run number format ``fmt`` (``fp8`` -> ``b200``, ``h100``, ...), for a fix
+    that names them."""
+    return [name for name in list_profiles() if load_gpu(name).runs(fmt)]
 
 
 _PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,63}")
@@ -334,5 +347,5 @@ def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
     return list(targets.values())
 
 
-__all__ = ["canonical_name", "family_profiles", "gpu_from_mapping", "list_profiles", "load_gpu", "load_system",
-           "profile_of_device", "profile_text", "write_profiles", "yaml_number"]
+__all__ = ["canonical_name", "family_profiles", "format_profiles", "gpu_from_mapping", "list_profiles", "load_gpu",
+           "load_system", "profile_of_device", "profile_text", "write_profiles", "yaml_number"]

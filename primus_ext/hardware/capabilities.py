@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem
-from primus_ext.specs.system import FORMATS, FP8_LAYOUTS, Capabilities
+from primus_ext.specs.system import FORMATS, FP8_LAYOUTS, Capabilities, GPUSpec
 
 FAMILIES = Path(__file__).with_name("families.yaml")
 KEYS = ("formats", "fp8_layouts", "device_arch")
@@ -87,4 +87,18 @@ def capabilities_of(data: dict[str, Any], *, source: str) -> tuple[Capabilities 
     return found, problems
 
 
-__all__ = ["FAMILIES", "KEYS", "capabilities_of", "families"]
+def fp8_problem(gpu: GPUSpec) -> str | None:
+    """Why an FP8 recipe cannot train on ``gpu`` (a sentence), or ``None`` when it can or the profile does not say.
+    FP8 runs where the profile's formats list it (``families.yaml``): Transformer Engine refuses FP8 below compute
+    capability 8.9 ('Device compute capability 8.9 or higher required for FP8 execution', check_fp8_support), so on
+    Ampere; CDNA 2 has no FP8 matrix instructions (CDNA 3 added them). Not on a device without a GPU architecture
+    (``device_arch`` 0: the local CPU stand-in, whose short runs train an FP8 recipe's layers in bf16 and say so,
+    ``launcher.short_run``)."""
+    if gpu.runs("fp8") is not False or gpu.device_arch == 0:
+        return None
+    family = f" ({gpu.family})" if gpu.family else ""
+    return (f"{gpu.name}{family} has no FP8 tensor cores (its profile's formats list no fp8): FP8 training cannot run "
+            "there")
+
+
+__all__ = ["FAMILIES", "KEYS", "capabilities_of", "families", "fp8_problem"]

@@ -36,6 +36,17 @@ def band_range(gpu: GPUSpec) -> float:
     return max(EFFICIENCY_RANGE, gpu.efficiency.band)
 
 
+def band_reason(gpu: GPUSpec) -> str:
+    """Why ``band_range`` is wider than ``EFFICIENCY_RANGE`` ('' when it is not): efficiencies carried from other GPUs
+    (``inherits_efficiency_from``, a pooled prior: no run and no kernel measurement of this GPU calibrates them), else
+    a calibration on few runs (an AMD board's held-out error)."""
+    if band_range(gpu) <= EFFICIENCY_RANGE:
+        return ""
+    if gpu.inherits_efficiency_from or gpu.efficiency.calibration.startswith("pooled prior"):
+        return f"its efficiencies come from other GPUs, no run or kernel measurement of {gpu.name}"
+    return "its calibration rests on few runs"
+
+
 _SCALED = ("gemm_max", "fp8_gemm_max", "attention", "hbm", "scaleup_link", "scaleout_link", "overlap")
 
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.errors import Problem
+from primus_ext.hardware import format_profiles
+from primus_ext.hardware.capabilities import fp8_problem
 from primus_ext.model.fp4 import fp4_problem
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
@@ -382,6 +384,9 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
     optimizer = optimizer_dtypes(a)
     lora_rank, lora_targets = lora(a)
     precision = _precision(a)
+    if precision == "fp8" and (problem := fp8_problem(system.gpu)):
+        a.bad("fp8", problem, fix=f"project this recipe in bf16 (fp8: null; fp8=null on the command line), or on a GPU "
+              f"with FP8 tensor cores ({', '.join(format_profiles('fp8'))})")
     bf16_main_grads = optimizer.pop("bf16_main_grads") and precision in ("bf16", "fp8", "fp4")
     return ExecutionSpec(
         tensor_model_parallel_size=tp,

@@ -182,9 +182,12 @@ def _kpis(p: Any) -> str:
                 f'<span class="{cls}">{word}</span> of {mem.capacity_bytes / GIB:.1f} GiB HBM</div>')
     headline = idle_headline(p)
     idle = f'<div class="kpi">pipeline idle<b>{html.escape(headline)}</b></div>' if headline else ""
-    from primus_ext.projection.project import band_range
+    from primus_ext.projection.project import band_range, band_reason
 
-    band = (f' (sensitivity band <span title="every efficiency +-{band_range(p.system.gpu):.0%}, measurement spread; '
+    reason = band_reason(p.system.gpu)
+    wide = html.escape(f", widened: {reason}" if reason else "", quote=True)
+    width = band_range(p.system.gpu)
+    band = (f' (sensitivity band <span title="every efficiency +-{width:.0%}{wide}, measurement spread; '
             f'not a confidence interval">{p.band[0]:,.0f} .. {p.band[1]:,.0f}</span>)') if p.band else ""
     return (f'<div class="kpi">tokens/s/GPU<b>{p.tokens_per_s_per_gpu:,.0f}</b>{band}</div>'
             f'<div class="kpi">step time<b>{p.step_time_s * 1e3:,.1f} ms</b></div>'

@@ -78,10 +78,10 @@ def _band_text(p: Projection) -> str:
     if c is not None:
         return (f"   (band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: +-{c.band:.0%}, the calibrating runs' spread"
                 + (", widened for a nearby configuration)" if c.match == "nearby" else ")"))
-    from primus_ext.projection.project import EFFICIENCY_RANGE, band_range
+    from primus_ext.projection.project import band_range, band_reason
 
-    width = band_range(p.system.gpu)
-    wide = ", widened: its calibration rests on few runs" if width > EFFICIENCY_RANGE else ""
+    width, reason = band_range(p.system.gpu), band_reason(p.system.gpu)
+    wide = f", widened: {reason}" if reason else ""
     return (f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: every efficiency +-{width:.0%}{wide}, "
             "measurement spread; not a confidence interval)")
 

@@ -78,10 +78,15 @@ def memory_document(memory: Any, *, recipe: Any = None, system: Any = None, mode
                     **recipe_fields(recipe))
 
 
-def band(low_high: tuple[float, float] | None, calibration: Any = None) -> dict[str, Any] | None:
+def band(low_high: tuple[float, float] | None, calibration: Any = None, gpu: Any = None) -> dict[str, Any] | None:
+    """The JSON band; ``gpu``: the profile whose widened band says why (``projection.project.band_reason``)."""
     if low_high is None:
         return None
-    what = BAND_WHAT if calibration is None else (
+    from primus_ext.projection.project import band_range, band_reason
+
+    reason = band_reason(gpu) if gpu is not None else ""
+    widened = f"; here +-{band_range(gpu):.0%}, widened: {reason}" if reason else ""
+    what = BAND_WHAT + widened if calibration is None else (
         f"tokens_per_s_per_gpu calibrated from real runs ({calibration.match}): +-{calibration.band:.0%}, the runs' "
         "spread" + (" widened for a nearby configuration" if calibration.match == "nearby" else ""))
     return {"low": low_high[0], "high": low_high[1], "what": what}
@@ -107,7 +112,7 @@ def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "tflops_per_gpu": p.model_tflops_per_gpu,
         "mfu": p.mfu,
-        "band": band(p.band, getattr(p, "calibration", None)),
+        "band": band(p.band, getattr(p, "calibration", None), p.system.gpu),
         "num_microbatches": p.num_microbatches,
         "fits": None if p.memory is None else bool(p.memory.fits),
         "breakdown": {

@@ -245,7 +245,7 @@ class Space:
             return self._pinned(name, options)
         if name == "precision":
             cands = [b.precision] + (["bf16", "fp8"] if "precision" in self.pins else [])
-            if self.system.gpu.fp8_dense_tflops <= 0:
+            if self.system.gpu.fp8_dense_tflops <= 0 or self.system.gpu.runs("fp8") is False:
                 cands = [c for c in cands if c != "fp8"] or [b.precision]
             return self._pinned(name, cands)
         raise KeyError(name)

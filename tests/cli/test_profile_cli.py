@@ -23,7 +23,7 @@ def test_dry_run_prints_and_writes_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["profile", "pin", str(H200_SWEEP)]) == 0
     out = capsys.readouterr().out
-    assert "family hopper: h100, h200" in out and "attention  0.4327" in out and "nothing written" in out
+    assert "family hopper: h100, h20, h200" in out and "attention  0.4327" in out and "nothing written" in out
     assert list(tmp_path.iterdir()) == []
 
 

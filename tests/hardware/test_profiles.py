@@ -169,4 +169,7 @@ def test_profile_of_a_device_name():
     assert profile_of_device("NVIDIA H200") == "h200" and profile_of_device("NVIDIA H100 80GB HBM3") == "h100"
     assert profile_of_device("NVIDIA GB200") == "gb200" and profile_of_device("AMD Instinct MI300X") == "mi300x"
     assert profile_of_device("Some GPU") is None
-    assert set(family_profiles("hopper")) == {"h100", "h200", "h800"}
+    assert set(family_profiles("hopper")) == {"h100", "h20", "h200", "h800"}
+    assert profile_of_device("NVIDIA A100-SXM4-40GB") == "a100_40gb"  # the most specific profile's words
+    assert profile_of_device("NVIDIA A100-SXM4-80GB") == "a100"
+    assert profile_of_device("NVIDIA H20") == "h20" and profile_of_device("AMD Instinct MI250X / MI250") == "mi250x"
