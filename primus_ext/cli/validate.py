@@ -239,8 +239,10 @@ def _report(args: argparse.Namespace) -> dict:
             names = [p.name for p in DEFAULT_PARAMS]
             # families without enough rows of their own get the prior, unless their profile holds a calibration
             # of another origin (a user's); the CPU profile is the end-to-end check's, not a GPU's
+            # (a profile stating validate.amd.POOLED_PRIOR follows that constant, as the AMD boards' start does)
             others = [p for p in list_profiles() if (load_gpu(p).family or p) not in fits and p != "cpu"
-                      and load_gpu(p).efficiency.calibration.startswith(("uncalibrated", "pooled prior"))]
+                      and load_gpu(p).efficiency.calibration.startswith(("uncalibrated", "pooled prior"))
+                      and not load_gpu(p).efficiency.calibration.startswith("pooled prior: validate.amd.POOLED_PRIOR")]
             pooled = fit_pooled(runs, analytic_projector, label=Path(args.measurements).name,
                                 progress=_progress) if others else None
             if pooled is not None:
@@ -252,7 +254,11 @@ def _report(args: argparse.Namespace) -> dict:
                 family = load_gpu(profile).family or profile
                 chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None
                 if chosen is not None:
-                    texts[profile] = profile_text(profile, with_measured(chosen, load_gpu(profile).efficiency), names)
+                    own = load_gpu(profile).efficiency
+                    block, fields = with_measured(chosen, own), names
+                    if own.band > block.band:  # a GPU with no runs of its own states a wider band: kept
+                        block, fields = replace(block, band=own.band), [*names, "band"]
+                    texts[profile] = profile_text(profile, block, fields)
             for board, fit in amd_fits.items():  # the board's band (its held-out error) as its profile states it
                 band = load_gpu(board).efficiency.band
                 texts[board] = profile_text(board, replace(fit.efficiency, band=band),

@@ -35,7 +35,7 @@ def test_a_small_layer_is_host_bound_and_a_cuda_graph_lifts_the_floor():
 def test_a_large_layer_keeps_its_kernel_time_and_the_factor_scales_the_floor():
     gpu = load_gpu("h100")
     large = replace(SMALL, seq_length=8192, micro_batch_size=8)
-    fwd, bwd, _ = device_seconds(large, gpu)
+    fwd, _, _ = device_seconds(large, gpu)
     assert analytic_cost(large, gpu).fwd_ms == pytest.approx(fwd * 1e3)
     slow_host = replace(gpu, efficiency=replace(gpu.efficiency, host_factor=2 * gpu.efficiency.host_factor))
     assert host_floor_s(SMALL, slow_host)[0] == pytest.approx(2 * host_floor_s(SMALL, gpu)[0])
