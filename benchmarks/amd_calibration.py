@@ -130,50 +130,22 @@ def _breakdown(projection) -> dict:
             "optimizer_ms": round(b.optimizer_s * 1e3, 1), "bubble_ms": round(b.bubble_s * 1e3, 1)}
 
 
-GROUPS = {
-    "GEMMs (linears, experts, router, logits)": ("attn_linear", "mla_up_proj", "mlp", "moe", "shared_experts",
-                                                 "router", "logits"),
-    "attention (core)": ("core_attn",),
-    "memory-bound (norms, RoPE, activations, permute, CE)": ("layernorm", "rope", "residual", "mlp_act", "moe_act",
-                                                             "moe_permute", "cross_entropy", "embedding"),
-}
-"""The candidate effects of issue 45 as the roofline prices them: which kernel class a step's compute is."""
-HOST_OPS_PER_LAYER_PASS = 100
-"""A generous count of the kernels one transformer layer launches per pass (TE on ROCm: a norm, a cast and a GEMM per
-linear, RoPE, attention, activation, residual adds, amax updates: about 40-60 forward), for the host-launch check."""
-HOST_SECONDS_PER_OP = 20e-6
-"""Host time to dispatch one eager PyTorch operator and its launch, an upper figure (5-20 us on current server
-CPUs): with ``HOST_OPS_PER_LAYER_PASS``, the per-layer pass time below which a step would be host-bound."""
-
-
 def step_parts(run) -> dict:
-    """Seconds per step of each kernel class (``GROUPS``), the fixed per-layer costs (launch, MoE), and the
-    host-launch check: the shortest layer pass against ``HOST_OPS_PER_LAYER_PASS x HOST_SECONDS_PER_OP``. PP 1 rows."""
+    """Seconds per step of each kernel class, the fixed per-layer costs and what the host floor adds
+    (``model.roofline.kernel_classes_s``), for the busiest stage of a PP 1 row."""
     from primus_ext.model.rank_shape import rank_shapes
-    from primus_ext.model.roofline import fixed_overhead_s, layer_parts
+    from primus_ext.model.roofline import kernel_classes_s
     from primus_ext.model.stages import pipeline_plan
 
     model, ex, gpu = run.model, run.execution, run.system.gpu
     stage = pipeline_plan(model, ex)[0]
     micro = ex.global_batch_size // (ex.micro_batch_size * ex.data_parallel_size)
     counts = {"dense": stage.dense_layers(model), "moe": stage.moe_layers(model), "embedding": 1, "output": 1}
-    sums = dict.fromkeys(GROUPS, 0.0)
-    fixed, shortest = 0.0, float("inf")
+    sums: dict[str, float] = {}
     for kind, shape in rank_shapes(model, ex).items():
-        n = counts.get(kind, 0)
-        if not n:
-            continue
-        parts = layer_parts(shape, gpu)
-        for group, names in GROUPS.items():
-            sums[group] += micro * n * sum(parts.fwd.get(k, 0.0) + parts.dgrad.get(k, 0.0) + parts.wgrad.get(k, 0.0)
-                                           for k in names)
-        fixed += micro * n * 2 * fixed_overhead_s(shape, gpu)
-        if kind in ("dense", "moe"):
-            shortest = min(shortest, sum(parts.fwd.values()))
-    host = HOST_OPS_PER_LAYER_PASS * HOST_SECONDS_PER_OP
-    return {**{k: round(v * 1e3, 1) for k, v in sums.items()}, "fixed per-layer costs": round(fixed * 1e3, 1),
-            "shortest layer forward ms": round(shortest * 1e3, 2), "host launch bound ms": round(host * 1e3, 2),
-            "host-bound": shortest < host}
+        for name, seconds in kernel_classes_s(shape, gpu).items():
+            sums[name] = sums.get(name, 0.0) + micro * counts.get(kind, 0) * seconds
+    return {k: round(v * 1e3, 1) for k, v in sums.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

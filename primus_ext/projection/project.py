@@ -19,7 +19,7 @@ from primus_ext.hardware.host_time import measured_on
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.rank_shape import RankShape, rank_shapes
-from primus_ext.model.roofline import device_seconds, host_bound_s
+from primus_ext.model.roofline import device_seconds, host_bound_s, kernel_classes_s
 from primus_ext.projection.evaluate import _evaluate
 from primus_ext.projection.result import Projection
 from primus_ext.projection.table import Costs, lookup, providers_of
@@ -105,13 +105,17 @@ HOST_NOTE_SHARE = 0.05
 
 
 def host_bound_notes(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, providers: tuple) -> list[str]:
-    """A sentence per layer kind whose analytic pass waits on the host (``roofline.host_bound_s``), and by how much."""
+    """Per analytic decoder layer kind, the kernel classes its time is made of (``roofline.kernel_classes_s``), and a
+    sentence per layer kind whose pass waits on the host (``roofline.host_bound_s``), and by how much."""
     notes = []
     for kind, shape in rank_shapes(model, execution).items():
-        if lookup(shape, providers, system).source != "analytic":
-            continue
+        if kind in ("embedding", "output") or lookup(shape, providers, system).source != "analytic":
+            continue  # the edge layers: a pass each per micro-batch, never what sets a step
         fwd, bwd = host_bound_s(shape, system.gpu)
         device = sum(device_seconds(shape, system.gpu)[:2])
+        classes = kernel_classes_s(shape, system.gpu)
+        spent = ", ".join(f"{name} {seconds * 1e3:.2f}" for name, seconds in classes.items() if seconds > 0)
+        notes.append(f"kernels of a {kind} layer per micro-batch, forward + backward (ms): {spent}")
         if fwd + bwd > HOST_NOTE_SHARE * device:
             notes.append(f"host-bound: a {kind} layer's passes wait on the host, +{(fwd + bwd) * 1e3:.2f} ms per "
                          f"micro-batch over its kernels (forward +{fwd * 1e3:.2f}, backward +{bwd * 1e3:.2f}): "

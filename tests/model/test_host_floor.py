@@ -56,3 +56,21 @@ def test_the_shipped_host_times_are_possible_and_a_broken_file_is_named(tmp_path
     with pytest.raises(RecipeError) as err:
         _load(bad)
     assert "kinds.dense" in str(err.value) and "measure_host_time" in str(err.value)
+
+
+def test_kernel_classes_add_up_to_the_layer_cost_and_project_names_them():
+    from primus_ext.model.roofline import kernel_classes_s
+    from primus_ext.projection.project import host_bound_notes
+    from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+    gpu = load_gpu("h100")
+    classes = kernel_classes_s(SMALL, gpu)
+    cost = analytic_cost(SMALL, gpu)
+    assert sum(classes.values()) * 1e3 == pytest.approx(cost.fwd_ms + cost.bwd_ms)
+    assert classes["host floor"] > 0 and classes["GEMMs"] > 0 and classes["attention"] > 0
+    model = ModelSpec(num_layers=2, hidden_size=256, ffn_hidden_size=512, num_attention_heads=8, num_query_groups=2,
+                      kv_channels=32, vocab_size=32000)
+    notes = host_bound_notes(model, ExecutionSpec(seq_length=256), SystemSpec(gpu=gpu, num_nodes=1), ())
+    assert any(n.startswith("kernels of a dense layer per micro-batch") and "host floor" in n for n in notes)
+    assert any(n.startswith("host-bound: a dense layer's passes wait on the host") for n in notes)
+    assert not any("embedding" in n or "output" in n for n in notes)
