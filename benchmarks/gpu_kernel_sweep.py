@@ -15,7 +15,11 @@ Measures, each the mean of CUDA-event-timed calls after warm-up:
 - causal attention forward and forward + backward with each SDPA backend PyTorch offers (flash =
   FlashAttention-2, cuDNN = the kernel family TE's fused attention calls, memory-efficient) and with the
   default choice, by head dim (64, 128, MLA's 192 / 128) and sequence;
-- an HBM copy (device to device, bytes read + written).
+- an HBM copy (device to device, bytes read + written);
+- the host floor (``--host``, needs megatron-core): the process CPU time of one forward and one backward pass of the
+  real dense and MoE layers of two shipped recipes at minimal size on the device (``primus_ext.measure.host``), the
+  training host's own figure for ``hardware/host_time.yaml``'s (measured on a CPU): ``--summarize`` prints their
+  ratio, the ``Efficiency.host_factor`` this host implies.
 
 Prints one line per measurement and writes them all to ``--out`` (rewritten after each group, so a run
 cut short keeps what it measured). Figures, not assertions: `RESULTS.md` reads them against the
@@ -164,6 +168,28 @@ def hbm_copy(device: torch.device, scale: int, reps: int) -> dict:
     return {"bytes": x.numel(), "ms": ms, "tbps_read_plus_write": 2 * x.numel() / ms / 1e9}
 
 
+HOST_RECIPES = {"dense": ("recipes/llama3.1_8B-pretrain.yaml", 1), "moe": ("recipes/qwen3_30B_A3B-pretrain.yaml", 2)}
+"""The layers ``benchmarks/measure_host_time.py`` measured for ``hardware/host_time.yaml``: the same, on the device."""
+
+
+def host(device: torch.device, scale: int, reps: int) -> dict:
+    """Host seconds per pass of the dense and MoE layers at minimal size on ``device`` (``measure.host``)."""
+    del scale  # already minimal
+    from primus_ext.measure.host import host_time
+    from primus_ext.measure.shims import parallel_context
+    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.recipe import load_recipe
+
+    out = {}
+    with parallel_context(device=device):
+        for kind, (recipe, nodes) in HOST_RECIPES.items():
+            r = load_recipe(REPO / recipe, cluster="h100", nodes=nodes)
+            h = host_time(rank_shapes(r.model, r.execution)[kind], reps=reps, device=device)
+            out[kind] = {"fwd_s": h.fwd_s, "bwd_s": h.bwd_s, "fwd_ops": h.fwd_ops, "bwd_ops": h.bwd_ops}
+            print(json.dumps({"host": kind, **out[kind]}), flush=True)
+    return out
+
+
 def _peak_bf16(device: str) -> float:
     """Dense BF16 peak (TFLOP/s, datasheet) of the profile the sweep's device name names; NaN without one."""
     from primus_ext.hardware import load_gpu, profile_of_device
@@ -209,6 +235,15 @@ def summarize(result: dict) -> list[str]:
                      f"of peak, flash / cuDNN {flash / cudnn:.2f}")
     d64, d128 = att[("cudnn", 32, 32, 64, 4096, "fwd+bwd")], att[("cudnn", 32, 32, 128, 4096, "fwd+bwd")]
     lines.append(f"attention fwd+bwd, 64- / 128-wide heads at 4096 tokens (cuDNN): {d64 / d128:.3f}")
+    if result.get("host"):
+        from primus_ext.hardware.host_time import host_time_of, measured_on
+
+        for kind, h in result["host"].items():
+            ref = host_time_of(kind)
+            ratio = (h["fwd_s"] + h["bwd_s"]) / (ref.fwd_s + ref.bwd_s) if ref and ref.fwd_s + ref.bwd_s > 0 else 0.0
+            lines.append(f"host floor, {kind} layer: {h['fwd_s'] * 1e3:.2f} / {h['bwd_s'] * 1e3:.2f} ms per forward / "
+                         f"backward pass here, x{ratio:.2f} of hardware/host_time.yaml ({measured_on()}): the "
+                         "host_factor this host implies")
     return lines
 
 
@@ -219,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--small", action="store_true", help="sizes / 16: a dry run of the script on a CPU")
+    p.add_argument("--host", action="store_true", help="also the host floor of megatron-core's layers (megatron-core)")
     args = p.parse_args(argv)
     if args.summarize:
         print("\n".join(summarize(json.loads(Path(args.summarize).read_text()))))
@@ -234,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         result["sdpa_enabled"] = {n: getattr(torch.backends.cuda, f"{n}_sdp_enabled")()
                                   for n in ("flash", "mem_efficient", "math", "cudnn")}
     print(json.dumps(result), flush=True)
-    for name, fn in (("hbm", hbm_copy), ("attention", attention), ("gemm", gemms), ("grouped", grouped)):
+    groups = (("hbm", hbm_copy), ("attention", attention), ("gemm", gemms), ("grouped", grouped))
+    for name, fn in (*groups, *((("host", host),) if args.host else ())):
         t0 = time.monotonic()
         result[name] = fn(device, scale, args.reps)
         result[f"{name}_s"] = time.monotonic() - t0

@@ -58,23 +58,30 @@ def minimal(shape: RankShape, tokens: int) -> RankShape:
     return replace(small, seq_length=tokens, micro_batch_size=1, precision="bf16")
 
 
-def _timed(shape: RankShape, reps: int, warmup: int) -> tuple[float, float, int, int, int]:
-    built = build_layer(shape, device="cpu", stand_ins=True)
+def _timed(shape: RankShape, reps: int, warmup: int, device: torch.device) -> tuple[float, float, int, int, int]:
+    # the CPU runs the GPU's stand-ins (fused attention, grouped experts); a GPU what it would train with (TE)
+    built = build_layer(shape, device=device, stand_ins=True if device.type == "cpu" else None)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     module, inputs, layers = built.module, built.make_inputs(), max(1, built.layers)
     module.train()
     fwd, bwd = [], []
     try:
         for i in range(warmup + reps):
+            sync()
             t0 = time.process_time()
             out = _output_tensor(module(**inputs))
             t1 = time.process_time()
-            run_backward(out, torch.ones_like(out))
+            grad = torch.ones_like(out)
+            sync()  # a pass's own host work only: not the wait for the GPU, nor the gradient's allocation
             t2 = time.process_time()
+            run_backward(out, grad)
+            t3 = time.process_time()
+            sync()
             del out
             _clear_grads(module, inputs)
             if i >= warmup:
                 fwd.append(t1 - t0)
-                bwd.append(t2 - t1)
+                bwd.append(t3 - t2)
         with _Count() as f_count:
             out = _output_tensor(module(**inputs))
         with _Count() as b_count:
@@ -87,13 +94,16 @@ def _timed(shape: RankShape, reps: int, warmup: int) -> tuple[float, float, int,
     return fwd[len(fwd) // 2], bwd[len(bwd) // 2], f_count.ops, b_count.ops, layers
 
 
-def host_time(shape: RankShape, *, reps: int = 7, warmup: int = 2) -> HostTime:
+def host_time(shape: RankShape, *, reps: int = 7, warmup: int = 2, device: str | torch.device = "cpu") -> HostTime:
     """Host seconds and operators of one forward and one backward pass of ``shape``'s layer, per layer (inside an
-    active ``shims.parallel_context`` on the CPU; torch runs single-threaded meanwhile)."""
+    active ``shims.parallel_context`` on ``device``; torch runs single-threaded meanwhile). On a GPU the process CPU
+    time of the passes is the host's own work (its kernels run asynchronously): ``benchmarks/gpu_kernel_sweep.py``
+    measures it there, the training host's figure against this CPU's (``Efficiency.host_factor``)."""
+    dev = torch.device(device)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        (f0, b0, fo, bo, n), (f1, b1, *_) = (_timed(minimal(shape, t), reps, warmup) for t in TOKENS)
+        (f0, b0, fo, bo, n), (f1, b1, *_) = (_timed(minimal(shape, t), reps, warmup, dev) for t in TOKENS)
     finally:
         torch.set_num_threads(threads)
     t0, t1 = TOKENS
