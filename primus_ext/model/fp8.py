@@ -15,7 +15,7 @@ linear layers of the transformer block).
 from __future__ import annotations
 
 from primus_ext.model import fp4
-from primus_ext.specs import ExecutionSpec
+from primus_ext.specs import ExecutionSpec, GPUSpec
 
 MX_BLOCK_ELEMENTS = 32
 """MXFP8: one E8M0 scale byte per 32 elements along the reduction dimension (OCP Microscaling Formats
@@ -23,6 +23,25 @@ spec v1.0); the scales run along one dimension, so Transformer Engine keeps a ro
 quantisation of each weight on every GPU generation."""
 FP8_BYTES = 1.0
 """An E4M3 / E5M2 element."""
+BF16_BYTES = 2.0
+"""A BF16 activation element, what an FP8 cast reads."""
+
+
+def quantise_seconds(m: float, n: float, k: float, gpu: GPUSpec, recipe: str, *, count: float = 1.0
+                     ) -> tuple[float, float]:
+    """(forward, backward) seconds of Transformer Engine's FP8 casts around ``count`` FP8 GEMMs of M tokens x N outputs
+    x K inputs: the BF16 input (M x K) in forward and the output gradient (M x N) in backward, each read once (2 bytes)
+    and written as FP8 (1 byte) plus, where the backward GEMM needs the other operand layout, a transposed FP8 copy
+    (per-tensor scaling on a TN-only GPU: ``GPUSpec.fp8_any_layout`` False; MXFP8 and the 1x128 / row-wise recipes
+    on every GPU, their scales 1 / 32 of a byte at most), at HBM bandwidth x ``Efficiency.hbm``. Every linear is
+    priced with its own cast: where TE fuses it into the norm before it (``LayerNormLinear``) the norm writes the
+    FP8 copy instead of a BF16 one, about the same bytes."""
+    if m <= 0 or count <= 0:
+        return 0.0, 0.0
+    copies = 1 if recipe in ("delayed", "tensorwise", "custom") and gpu.fp8_any_layout else 2
+    scale = 1 + 1 / MX_BLOCK_ELEMENTS if recipe == "mxfp8" else 1.0
+    per_element = (BF16_BYTES + copies * FP8_BYTES * scale) / (gpu.hbm_bandwidth_bytes_per_s * gpu.efficiency.hbm)
+    return count * m * k * per_element, count * m * n * per_element
 
 
 def fp8_weight_bytes(recipe: str, any_layout: bool) -> float:

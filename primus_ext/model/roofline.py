@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
-from primus_ext.model import kernel_curve
+from primus_ext.model import fp8, kernel_curve
 from primus_ext.model.costs import LayerCost
 from primus_ext.model.fp4 import fp4_element_bytes, quantise_seconds
 from primus_ext.model.host_floor import host_floor_s, launches
@@ -147,13 +147,15 @@ class _Parts:
 
     def linear(self, name: str, m: float, n: float, k: float, shape: RankShape, gpu: GPUSpec, *,
                count: float = 1.0) -> None:
-        """``count`` linear layers' GEMMs (M tokens x N outputs x K inputs) in the shape's precision; in fp4 with
-        their quantisation passes (``model.fp4.quantise_seconds``), under the same module name (a recomputed
-        module re-runs its quantisation too)."""
+        """``count`` linear layers' GEMMs (M tokens x N outputs x K inputs) in the shape's precision; in fp4 / fp8 with
+        their quantisation passes (``model.fp4.quantise_seconds``, ``model.fp8.quantise_seconds``), under the same
+        module name (a recomputed module re-runs its quantisation too)."""
         recipe = gemm_recipe(shape)
         self.gemm(name, gemm_seconds(m, n, k, gpu, shape.precision, recipe=recipe, count=count))
         if shape.precision == "fp4":
             self.other(name, *quantise_seconds(m, n, k, gpu, recipe, count=count))
+        elif shape.precision == "fp8":
+            self.other(name, *fp8.quantise_seconds(m, n, k, gpu, recipe, count=count))
 
 
 def attention_efficiency(head_dim: float, gpu: GPUSpec, kernel: str = "fused") -> float:

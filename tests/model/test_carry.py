@@ -13,8 +13,11 @@ from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.roofline import analytic_cost
 
-FP8 = RankShape(kind="dense", arch=GQA, seq_length=4096, micro_batch_size=16, precision="fp8")
-"""Large enough that its kernels, not the host floor (``model.host_floor``), set its time in both precisions."""
+FP8 = RankShape(kind="dense", arch=replace(GQA, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
+                                           num_query_groups=4, kv_channels=128),
+                seq_length=4096, micro_batch_size=2, precision="fp8")
+"""Wide enough that FP8 pays for its casts (``model.fp8.quantise_seconds``) and its kernels, not the host floor
+(``model.host_floor``), set its time in both precisions."""
 
 
 def test_a_bf16_measurement_of_an_fp8_shape_takes_the_roofline_ratio_once():
