@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from primus_ext.hardware.host_time import measured_on
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
+from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import device_seconds, host_bound_s, kernel_classes_s
 from primus_ext.projection.evaluate import _evaluate
@@ -109,8 +110,8 @@ def host_bound_notes(model: ModelSpec, execution: ExecutionSpec, system: SystemS
     sentence per layer kind whose pass waits on the host (``roofline.host_bound_s``), and by how much."""
     notes = []
     for kind, shape in rank_shapes(model, execution).items():
-        if kind in ("embedding", "output") or lookup(shape, providers, system).source != "analytic":
-            continue  # the edge layers: a pass each per micro-batch, never what sets a step
+        if not get_kind(kind).decoder_layer or lookup(shape, providers, system).source != "analytic":
+            continue  # the edge layers (embedding, output): a pass each per micro-batch, never what sets a step
         fwd, bwd = host_bound_s(shape, system.gpu)
         device = sum(device_seconds(shape, system.gpu)[:2])
         classes = kernel_classes_s(shape, system.gpu)
