@@ -16,6 +16,10 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     (``attention_efficiency``: the softmax cost per score does not shrink with the head dim);
     backward = 2.5x forward (FlashAttention-2, Dao 2023, sec. 3: five matmuls in backward vs two in
     forward);
+  * on a GPU family with kernel curves (``hardware/kernel_curves.yaml``, fitted to public kernel measurements:
+    ``model.kernel_curve``), core attention instead takes the curve of the kernel its head dim runs, with the per-row
+    work that makes narrow windows slow, at the level ``Efficiency.attention`` states for the reference shape; an MoE
+    layer's experts take the family's grouped-GEMM curve where one was measured for their precision;
   * memory-bound ops (norms, residual adds, activation, RoPE, MoE permute/unpermute, cross-entropy)
     at HBM bandwidth * ``Efficiency.hbm``; backward moves ``MEMBOUND_BWD_FACTOR`` times the bytes;
   * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead), plus
@@ -25,6 +29,8 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     ``fp8_gemm_max * fp4_fp8_ratio`` of the FP4 peak, plus their quantisation passes (``model.fp4``);
   * attention's softmax share on a GPU whose special-function units differ from those of the GPUs its
     ``Efficiency.attention`` was fitted on (``attention_sfu_exp_per_s``: B300 / GB300) scales by the SFU ratio;
+  * the host floor: a pass is never faster than megatron-core's host work for it where kernels are launched one by
+    one (``model.host_floor``: measured on a CPU from the real modules, scaled by ``Efficiency.host_factor``);
   * recompute: the forward time of what is recomputed (full layer, or the selective modules; torchtitan's
     op-level selective checkpointing: ``op_sac_recompute_s``).
 Parameter counts come from ``primus_ext.model.params.layer_params`` (exact megatron-core counts).
