@@ -16,6 +16,10 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     (``attention_efficiency``: the softmax cost per score does not shrink with the head dim);
     backward = 2.5x forward (FlashAttention-2, Dao 2023, sec. 3: five matmuls in backward vs two in
     forward);
+  * on a GPU family with kernel curves (``hardware/kernel_curves.yaml``, fitted to public kernel measurements:
+    ``model.kernel_curve``), core attention instead takes the curve of the kernel its head dim runs, with the per-row
+    work that makes narrow windows slow, at the level ``Efficiency.attention`` states for the reference shape; an MoE
+    layer's experts take the family's grouped-GEMM curve where one was measured for their precision;
   * memory-bound ops (norms, residual adds, activation, RoPE, MoE permute/unpermute, cross-entropy)
     at HBM bandwidth * ``Efficiency.hbm``; backward moves ``MEMBOUND_BWD_FACTOR`` times the bytes;
   * ``Efficiency.kernel_overhead_s`` per layer per pass (launch / framework overhead), plus
@@ -25,6 +29,8 @@ Per layer kind at its per-rank shape (one micro-batch, one rank):
     ``fp8_gemm_max * fp4_fp8_ratio`` of the FP4 peak, plus their quantisation passes (``model.fp4``);
   * attention's softmax share on a GPU whose special-function units differ from those of the GPUs its
     ``Efficiency.attention`` was fitted on (``attention_sfu_exp_per_s``: B300 / GB300) scales by the SFU ratio;
+  * the host floor: a pass is never faster than megatron-core's host work for it where kernels are launched one by
+    one (``model.host_floor``: measured on a CPU from the real modules, scaled by ``Efficiency.host_factor``);
   * recompute: the forward time of what is recomputed (full layer, or the selective modules; torchtitan's
     op-level selective checkpointing: ``op_sac_recompute_s``).
 Parameter counts come from ``primus_ext.model.params.layer_params`` (exact megatron-core counts).
@@ -415,38 +421,6 @@ def device_seconds(shape: RankShape, gpu: GPUSpec) -> tuple[float, float, float]
     overhead = fixed_overhead_s(shape, gpu)
     wgrad = sum(parts.wgrad.values())
     return sum(parts.fwd.values()) + overhead, sum(parts.dgrad.values()) + wgrad + overhead, wgrad
-
-
-def host_bound_s(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
-    """(forward, backward) seconds the host floor adds to one pass of the layer over its device time (0 when the
-    device is the slower)."""
-    host = host_floor_s(shape, gpu)
-    if host is None:
-        return 0.0, 0.0
-    fwd, bwd, _ = device_seconds(shape, gpu)
-    return max(0.0, host[0] - fwd), max(0.0, host[1] - bwd)
-
-
-KERNEL_CLASSES = {
-    "GEMMs": ("attn_linear", "mla_up_proj", "mlp", "moe", "shared_experts", "router", "logits"),
-    "attention": ("core_attn",),
-    "memory-bound": ("layernorm", "rope", "residual", "mlp_act", "moe_act", "moe_permute", "cross_entropy",
-                     "embedding"),
-}
-"""Which kernel class each part of ``layer_parts`` is (a kind's other parts, e.g. Mamba's scan, count as ``other``)."""
-
-
-def kernel_classes_s(shape: RankShape, gpu: GPUSpec) -> dict[str, float]:
-    """Forward + backward seconds of one layer pass pair per kernel class (``KERNEL_CLASSES``, ``other``), the fixed
-    per-pass costs (``fixed``) and what the host floor adds over the kernels (``host floor``)."""
-    parts = layer_parts(shape, gpu)
-    names = {n for p in (parts.fwd, parts.dgrad, parts.wgrad) for n in p}
-    total = {n: parts.fwd.get(n, 0.0) + parts.dgrad.get(n, 0.0) + parts.wgrad.get(n, 0.0) for n in names}
-    out = {c: sum(total.get(n, 0.0) for n in members) for c, members in KERNEL_CLASSES.items()}
-    out["other"] = sum(v for n, v in total.items() if not any(n in m for m in KERNEL_CLASSES.values()))
-    out["fixed"] = 2 * fixed_overhead_s(shape, gpu)
-    out["host floor"] = sum(host_bound_s(shape, gpu))
-    return out
 
 
 @lru_cache(maxsize=16384)

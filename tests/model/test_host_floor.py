@@ -9,9 +9,10 @@ from archs import GQA
 from primus_ext.errors import RecipeError
 from primus_ext.hardware import load_gpu
 from primus_ext.hardware.host_time import _load, host_time_of
+from primus_ext.model.breakdown import host_bound_s
 from primus_ext.model.host_floor import host_floor_s
 from primus_ext.model.rank_shape import RankShape
-from primus_ext.model.roofline import analytic_cost, device_seconds, host_bound_s
+from primus_ext.model.roofline import analytic_cost, device_seconds
 
 SMALL = RankShape(kind="dense", arch=GQA, seq_length=256, micro_batch_size=1)
 """A layer whose kernels take less than its host work on an H100."""
@@ -59,7 +60,7 @@ def test_the_shipped_host_times_are_possible_and_a_broken_file_is_named(tmp_path
 
 
 def test_kernel_classes_add_up_to_the_layer_cost_and_project_names_them():
-    from primus_ext.model.roofline import kernel_classes_s
+    from primus_ext.model.breakdown import kernel_classes_s
     from primus_ext.projection.project import host_bound_notes
     from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
