@@ -15,10 +15,10 @@ from primus_ext.model.roofline import device_seconds, fixed_overhead_s, layer_pa
 from primus_ext.specs import GPUSpec
 
 
-def host_bound_s(shape: RankShape, gpu: GPUSpec) -> tuple[float, float]:
+def host_bound_s(shape: RankShape, gpu: GPUSpec, factor: float | None = None) -> tuple[float, float]:
     """(forward, backward) seconds the host floor adds to one pass of the layer over its device time (0 when the
-    device is the slower)."""
-    host = host_floor_s(shape, gpu)
+    device is the slower), at ``factor`` (default: the profile's ``Efficiency.host_factor``)."""
+    host = host_floor_s(shape, gpu, factor)
     if host is None:
         return 0.0, 0.0
     fwd, bwd, _ = device_seconds(shape, gpu)

@@ -20,20 +20,21 @@ def launches(shape: RankShape) -> bool:
     return shape.cuda_graph == "none" or (shape.cuda_graph == "layers" and not get_kind(shape.kind).layer_graph)
 
 
-def host_floor_s(shape: RankShape, gpu: GPUSpec) -> tuple[float, float] | None:
+def host_floor_s(shape: RankShape, gpu: GPUSpec, factor: float | None = None) -> tuple[float, float] | None:
     """(forward, backward) host seconds a pass of the layer cannot beat when its kernels are launched one by one
     (``launches``): megatron-core's Python, autograd and torch's dispatcher between two kernels, measured on a CPU
     from the real modules (``hardware/host_time.yaml``, ``measure.host``). The GPU runs each kernel as soon as the
     host has launched it, so a pass takes the longer of the two; a dropless MoE layer's token-count
     synchronisation drains the queue every layer, so the host cannot run ahead by more than a layer. ``None``: a
-    CUDA graph replays the layer (no host work per kernel) or its kind was not measured. Scaled by
-    ``Efficiency.host_factor`` (the training host against the CPU it was measured on)."""
+    CUDA graph replays the layer (no host work per kernel), its kind was not measured, or the scale is 0. Scaled by
+    ``factor``, by default ``Efficiency.host_factor`` (the training host against the CPU it was measured on; 0, not
+    stated: no floor)."""
     if not launches(shape):
         return None
     host = host_time_of(shape.kind)
-    if host is None:
+    k = gpu.efficiency.host_factor if factor is None else factor
+    if host is None or k <= 0:
         return None
-    k = gpu.efficiency.host_factor
     return host.fwd_s * k, host.bwd_s * k
 
 

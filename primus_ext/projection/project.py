@@ -113,16 +113,21 @@ def host_bound_notes(model: ModelSpec, execution: ExecutionSpec, system: SystemS
     for kind, shape in rank_shapes(model, execution).items():
         if not get_kind(kind).decoder_layer or lookup(shape, providers, system).source != "analytic":
             continue  # the edge layers (embedding, output): a pass each per micro-batch, never what sets a step
-        fwd, bwd = host_bound_s(shape, system.gpu)
+        stated = system.gpu.efficiency.host_factor > 0
+        fwd, bwd = host_bound_s(shape, system.gpu, None if stated else 1.0)
         device = sum(device_seconds(shape, system.gpu)[:2])
         classes = kernel_classes_s(shape, system.gpu)
         spent = ", ".join(f"{name} {seconds * 1e3:.2f}" for name, seconds in classes.items() if seconds > 0)
         notes.append(f"kernels of a {kind} layer per micro-batch, forward + backward (ms): {spent}")
         if fwd + bwd > HOST_NOTE_SHARE * device:
-            notes.append(f"host-bound: a {kind} layer's passes wait on the host, +{(fwd + bwd) * 1e3:.2f} ms per "
-                         f"micro-batch over its kernels (forward +{fwd * 1e3:.2f}, backward +{bwd * 1e3:.2f}): "
-                         f"megatron-core's Python and dispatch per pass, measured on {measured_on()}; "
-                         "CUDA graphs (cuda_graph_impl / external_cuda_graph) replay the kernels without it")
+            what = (f"host-bound: a {kind} layer's passes wait on the host, +{(fwd + bwd) * 1e3:.2f} ms per "
+                    f"micro-batch over its kernels" if stated else
+                    f"may be host-bound: on a host as fast as {measured_on()}, a {kind} layer's passes would wait on "
+                    f"it, +{(fwd + bwd) * 1e3:.2f} ms per micro-batch over its kernels")
+            notes.append(f"{what} (forward +{fwd * 1e3:.2f}, backward +{bwd * 1e3:.2f}): megatron-core's Python and "
+                         "dispatch per pass" + ("" if stated else "; not applied: the profile states no host_factor "
+                                                "(measure the training host: benchmarks/gpu_kernel_sweep.py --host)")
+                         + "; CUDA graphs (cuda_graph_impl / external_cuda_graph) replay the kernels without it")
     return notes
 
 

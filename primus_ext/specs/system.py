@@ -51,10 +51,11 @@ class Efficiency:
     """Bus-bandwidth fraction of the NIC reached by collectives across scale-up domains."""
     overlap: float = 0.90
     """Fraction of an overlapped collective actually hidden behind compute."""
-    host_factor: float = 1.0
+    host_factor: float = 0.0
     """The training host's time for megatron-core's per-layer Python and dispatch over the CPU it was measured on
-    (``hardware/host_time.yaml``): 1 = as fast; fitted on the rows of every family together
-    (``validate.efficiency_fit.SHARED_ACROSS_FAMILIES``) where host-bound rows constrain it."""
+    (``hardware/host_time.yaml``): 1 = as fast. 0 = not stated, the host floor is not applied (``project`` still says
+    what it would add at 1); a profile states it from a measurement on the training host
+    (``benchmarks/gpu_kernel_sweep.py --host``). Not fitted on published runs (``validate.efficiency_fit``)."""
     kernel_overhead_s: float = 2.0e-5
     """Launch / framework overhead per layer per pass, seconds."""
     collective_latency_s: float = 1.0e-5

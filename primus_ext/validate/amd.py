@@ -40,7 +40,6 @@ from primus_ext.validate.search import golden_section, nelder_mead
 POOLED_PRIOR = Efficiency(
     gemm_max=0.4692, fp8_gemm_max=0.4687, fp8_rowwise_ratio=0.6438, attention=0.4438, gemm_half_size_flops=2.804e10,
     moe_layer_overhead_s=7.983e-4, scaleout_link=0.74, scaleup_link=0.8428,
-    host_factor=0.6109,  # the training hosts' host-floor speed, fitted on the 136 NVIDIA rows (2026-12-07, issue 52)
     calibration="pooled prior: fitted on the 127 Hopper / Blackwell rows of measured_throughput.csv together")
 """Where an AMD board's rows cannot say (the GEMM size roll-off, the MoE layer's fixed cost, the links, row-wise FP8),
 the pooled fit on every NVIDIA row (``validate --fit --write-profiles``, mean |log error| 0.111: the block every AMD

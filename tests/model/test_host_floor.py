@@ -18,8 +18,15 @@ SMALL = RankShape(kind="dense", arch=GQA, seq_length=256, micro_batch_size=1)
 """A layer whose kernels take less than its host work on an H100."""
 
 
-def test_a_small_layer_is_host_bound_and_a_cuda_graph_lifts_the_floor():
+def h100(host_factor: float = 1.0):
+    """The H100 profile with a training host of ``host_factor`` x the measuring CPU's host time (the shipped profile
+    states none: its floor is not applied)."""
     gpu = load_gpu("h100")
+    return replace(gpu, efficiency=replace(gpu.efficiency, host_factor=host_factor))
+
+
+def test_a_small_layer_is_host_bound_and_a_cuda_graph_lifts_the_floor():
+    gpu = h100()
     host = host_time_of("dense")
     fwd, bwd, _ = device_seconds(SMALL, gpu)
     floor = host_floor_s(SMALL, gpu)
@@ -34,7 +41,7 @@ def test_a_small_layer_is_host_bound_and_a_cuda_graph_lifts_the_floor():
 
 
 def test_a_large_layer_keeps_its_kernel_time_and_the_factor_scales_the_floor():
-    gpu = load_gpu("h100")
+    gpu = h100()
     large = replace(SMALL, seq_length=8192, micro_batch_size=8)
     fwd, _, _ = device_seconds(large, gpu)
     assert analytic_cost(large, gpu).fwd_ms == pytest.approx(fwd * 1e3)
@@ -44,7 +51,21 @@ def test_a_large_layer_keeps_its_kernel_time_and_the_factor_scales_the_floor():
 
 def test_an_unmeasured_kind_has_no_floor():
     assert host_time_of("mamba") is None
-    assert host_floor_s(replace(SMALL, kind="mamba"), load_gpu("h100")) is None
+    assert host_floor_s(replace(SMALL, kind="mamba"), h100()) is None
+
+
+def test_no_floor_where_the_profile_states_no_host_factor_and_the_note_says_what_it_would_add():
+    from primus_ext.projection.project import host_bound_notes
+    from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+
+    shipped = load_gpu("h100")
+    assert shipped.efficiency.host_factor == 0 and host_floor_s(SMALL, shipped) is None
+    assert analytic_cost(SMALL, shipped).fwd_ms == pytest.approx(device_seconds(SMALL, shipped)[0] * 1e3)
+    model = ModelSpec(num_layers=2, hidden_size=256, ffn_hidden_size=512, num_attention_heads=8, num_query_groups=2,
+                      kv_channels=32, vocab_size=32000)
+    notes = host_bound_notes(model, ExecutionSpec(seq_length=256), SystemSpec(gpu=shipped, num_nodes=1), ())
+    [may] = [n for n in notes if "host-bound" in n]
+    assert may.startswith("may be host-bound") and "not applied" in may and "gpu_kernel_sweep.py --host" in may
 
 
 def test_the_shipped_host_times_are_possible_and_a_broken_file_is_named(tmp_path):
@@ -64,7 +85,7 @@ def test_kernel_classes_add_up_to_the_layer_cost_and_project_names_them():
     from primus_ext.projection.project import host_bound_notes
     from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
-    gpu = load_gpu("h100")
+    gpu = h100()
     classes = kernel_classes_s(SMALL, gpu)
     cost = analytic_cost(SMALL, gpu)
     assert sum(classes.values()) * 1e3 == pytest.approx(cost.fwd_ms + cost.bwd_ms)
