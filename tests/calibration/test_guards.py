@@ -8,6 +8,7 @@ x1.18 record as it was; every projection it changes names it; ``--list`` / ``--f
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -119,14 +120,15 @@ def test_projections_name_the_record_and_list_forget_undo_it(good, tmp_path: Pat
     out = tmp_path / "p.json"
     assert main(["project", str(recipe), *TARGET, "--store", str(store)]) == 0
     console = capsys.readouterr().out
-    assert "good.log" in console and "kernels x1.18" in console and "--forget" in console
+    # the record's factor as printed (4 digits): x1.18 within the log's millisecond rounding of a ~13 ms step
+    assert "good.log" in console and re.search(r"kernels x1\.1(8|79|78)\b", console) and "--forget" in console
     assert main(["project", str(recipe), *TARGET, "--store", str(store), "--json", str(out)]) == 0
     calibration = json.loads(out.read_text())["calibration"]
     assert calibration["logs"] == [str(log)] and calibration["date"] and calibration["store"] == str(store)
     capsys.readouterr()
     assert main(["calibrate", "--list", "--store", str(store)]) == 0
     listed = capsys.readouterr().out
-    assert str(log) in listed and "kernels x1.18" in listed and "--forget" in listed
+    assert str(log) in listed and re.search(r"kernels x1\.1(8|79|78)\b", listed) and "--forget" in listed
     assert main(["calibrate", "--forget", str(recipe), *TARGET, "--store", str(store)]) == 0
     assert "good.log" in capsys.readouterr().out and load_records(store) == []
     assert main(["project", str(recipe), *TARGET, "--store", str(store), "--json", str(out)]) == 0
