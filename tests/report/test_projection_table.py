@@ -5,7 +5,7 @@ from primus_ext.report.projection_table import calibration_label
 
 
 def test_calibration_label_says_whose_runs_the_efficiencies_come_from():
-    assert calibration_label(load_gpu("h100").efficiency.calibration).startswith("calibrated on 49 H100/H200 rows")
+    assert calibration_label(load_gpu("h100").efficiency.calibration).startswith("calibrated on 51 H100/H200 rows")
     assert calibration_label(load_gpu("mi300x").efficiency.calibration) == (
         "calibrated on 7 MI300X rows (1 configuration, AMD runs only) of published runs")
     assert calibration_label("pooled prior (fewer than 6 usable rows)").startswith("pooled prior")
