@@ -5,21 +5,21 @@
     python benchmarks/fit_kernel_curves.py KERNELS.csv         # fit and print only
 
 The measurements are public benchmark results (cuDNN-frontend's SDPA benchmark on B200 / GB200 / H200, AITER and
-Primus-Turbo on MI300X / MI355X, HipKittens' Composable Kernel baselines on MI355X, Primus-Turbo GEMM and grouped GEMM
-on MI300X / MI355X); every row names its source, and the written file names the sources of each curve. Three curves,
-each a few physically meaningful parameters per GPU family, fitted by least squares on log time
+Primus-Turbo on MI300X / MI355X, Composable Kernel baselines on MI355X from HipKittens' analysis, Primus-Turbo's grouped
+GEMMs on MI300X); every row names its source, and the written file names the sources of each curve. Two curves, each a
+few physically meaningful parameters per GPU family, fitted by least squares on log time
 (``scipy.optimize.least_squares``), never one parameter per row:
 
-* attention, forward and backward (``model.kernel_curves.AttentionCurve``): a flash kernel's time is
-  ``2 (d_qk + d_v) b h s (keys + row_keys) / (P e d / (d + head_dim_half))``: the matmul FLOPs over the unmasked keys
-  plus ``row_keys`` key-equivalents of per-row work (the partly masked tiles on the diagonal, the per-row softmax
-  rescale and the epilogue: why a 128-token sliding window runs at a few % of peak), at an efficiency that rises
-  with the head dim as the softmax's fixed cost per score is amortised (FlashAttention-3, arXiv:2407.08608,
-  sec. 3.3). The backward counts 2.5x the forward's FLOPs (5 BMMs vs 2, the roofline's convention).
-* dense GEMM per precision (``GemmCurve``): ``2mnk / (P e) + latency``: a fixed time per GEMM (launch, the last
-  partial wave, the epilogue) over a large-GEMM efficiency; the roofline's ``gemm_half_size_flops`` is
-  ``latency P e``.
-* grouped GEMM per precision: the same law per group, fitted on the grouped kernels' own points.
+* attention, forward and backward (``specs.system.AttentionCurve``): a flash kernel's time is
+  ``2 (d_qk + d_v) b h s (keys + row_keys) / (P e(head dim)) + latency``: the matmul FLOPs over the unmasked keys plus
+  ``row_keys`` key-equivalents of per-row work (the partly masked tiles on the diagonal, the per-row softmax rescale
+  and the epilogue: why a 128-token sliding window runs at a few % of peak), at one efficiency per head dim measured
+  (each head dim dispatches a kernel of its own), and a fixed latency per call. The backward counts 2.5x the
+  forward's FLOPs (5 BMMs vs 2, the roofline's convention).
+* grouped GEMM per precision and direction (``specs.system.GroupedCurve``): ``G`` GEMMs at an efficiency that falls as
+  the rows per group shrink, ``e m / (m + m_half)``, plus a latency per call.
+
+Dense GEMMs keep the roofline's law: the data holds dense GEMMs by size for MI300X / MI355X only.
 """
 
 from __future__ import annotations
