@@ -16,16 +16,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fit_rows import fit_inputs
 
 from primus_ext.cli import main
 from primus_ext.hardware import PROFILE_DIR, load_gpu
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "llama3.1_8B-pretrain.yaml"
-ARCH = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
-        "shared_experts,first_k_dense,mla(yes/no),notes\nM,8,1024,4096,16,4,32000,,,,,,no,\n")
-RUN_HEADER = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
-              "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n")
 TINY = ("tensor_model_parallel_size: 1\npipeline_model_parallel_size: 1\nnum_layers: 4\nhidden_size: 1024\n"
         "ffn_hidden_size: 4096\nnum_attention_heads: 16\nvocab_size: 32000\nseq_length: 2048\nmicro_batch_size: 1\n"
         "global_batch_size: 64\n")
@@ -33,17 +30,6 @@ TINY = ("tensor_model_parallel_size: 1\npipeline_model_parallel_size: 1\nnum_lay
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def _fit_inputs(tmp_path: Path) -> list[str]:
-    """A six-row H100 CSV `validate --fit` fits (tests/cli/test_profile_cli.py's)."""
-    (tmp_path / "a.csv").write_text(ARCH)
-    configs = ((1, 1, 1, 20000), (2, 1, 1, 18000), (2, 2, 1, 15000), (4, 1, 1, 14000), (1, 1, 2, 21000),
-               (4, 2, 1, 12000))
-    (tmp_path / "r.csv").write_text(RUN_HEADER + "".join(
-        f"S,2025,M,4096,BF16,H100,16,{tp},{pp},,1,,,{16 // (tp * pp)},{mbs},64,,{tps},,,,\n"
-        for tp, pp, mbs, tps in configs))
-    return ["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--fit"]
 
 
 # --- part 1: every file created with O_EXCL, at an unpredictable name, swept after a crash -----------------------
@@ -57,7 +43,7 @@ def test_write_profiles_never_follows_a_link_planted_at_its_temporary_name(tmp_p
         (out_dir / f"{name}.yaml.tmp").symlink_to(victim)
     load_gpu.cache_clear()
     try:
-        assert main([*_fit_inputs(tmp_path), "--write-profiles", str(out_dir)]) == 0
+        assert main([*fit_inputs(tmp_path), "--write-profiles", str(out_dir)]) == 0
     finally:
         load_gpu.cache_clear()
     assert victim.read_text() == "precious\n"
@@ -72,7 +58,7 @@ def test_write_profiles_cut_short_by_a_size_limit_leaves_nothing_and_the_next_ru
     out_dir.mkdir()
     shutil.copy(PROFILE_DIR / "h100.yaml", out_dir / "h100.yaml")
     before = (out_dir / "h100.yaml").read_bytes()
-    args = [*_fit_inputs(tmp_path), "--write-profiles", str(out_dir)]
+    args = [*fit_inputs(tmp_path), "--write-profiles", str(out_dir)]
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fit_rows import fit_inputs
 
 from primus_ext.cli import main
 from primus_ext.hardware import load_gpu
@@ -70,29 +71,17 @@ def test_an_unwritable_out_exits_2(tmp_path, capsys):
     assert "cannot write profiles" in err and "Traceback" not in err
 
 
-ARCH = ("name,num_layers,hidden,ffn_hidden,num_heads,num_kv_heads,vocab,num_experts,topk,moe_ffn_hidden,"
-        "shared_experts,first_k_dense,mla(yes/no),notes\nM,8,1024,4096,16,4,32000,,,,,,no,\n")
-RUN_HEADER = ("source,source_date,model,seq_len,precision,gpu,num_gpus,tp,pp,vpp,cp,ep,etp,dp,mbs,gbs,extra_flags,"
-              "tokens_per_sec_per_gpu,tflops_per_gpu,mfu,step_time_s,notes\n")
-
-
 def test_a_refit_keeps_the_pinned_value_and_its_source(tmp_path, monkeypatch):
     """pin, then `validate --fit --write-profiles` into the same folder (six H100 rows: a Hopper fit): the value
     stays as measured, its comment stays above the refitted block, and the fit says it did not fit it."""
     out_dir = tmp_path / "profiles"
     assert main(["profile", "pin", str(_sweep(tmp_path, "NVIDIA H200", tflops=400.0)), "--out", str(out_dir)]) == 0
-    (tmp_path / "a.csv").write_text(ARCH)
-    configs = ((1, 1, 1, 20000), (2, 1, 1, 18000), (2, 2, 1, 15000), (4, 1, 1, 14000), (1, 1, 2, 21000),
-               (4, 2, 1, 12000))
-    (tmp_path / "r.csv").write_text(RUN_HEADER + "".join(
-        f"S,2025,M,4096,BF16,H100,16,{tp},{pp},,1,,,{16 // (tp * pp)},{mbs},64,,{tps},,,,\n"
-        for tp, pp, mbs, tps in configs))
+    fit = fit_inputs(tmp_path)
     monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(out_dir))
     load_gpu.cache_clear()
     try:
         before = load_gpu("h100").efficiency
-        assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--fit",
-                     "--write-profiles", str(out_dir)]) == 0
+        assert main([*fit, "--write-profiles", str(out_dir)]) == 0
         load_gpu.cache_clear()
         for name in ("h100", "h200"):
             eff = load_gpu(name).efficiency
