@@ -358,17 +358,11 @@ def bucket_fraction(params: int, ex: ExecutionSpec) -> float:
     return min(1.0, bucket / params)
 
 
-def overlapped_exposed(total: float, window: float, first_or_last: float, overlap: float) -> float:
-    """Exposed seconds of a bucketed collective overlapped with ``window`` seconds of compute; the
-    ``first_or_last`` share (one bucket) runs outside the window."""
-    tail = total * first_or_last
-    return tail + hide(total - tail, window, overlap)
-
-
-def aligned_dp_windows(bwd1: float, fwd1: float, grad_t: float, param_t: float, share: float, vpp: int, pp: int,
-                       rank: int) -> tuple[float, float, float, float]:
+def aligned_dp_windows(bwd1: np.ndarray, fwd1: np.ndarray, grad_t: np.ndarray, param_t: np.ndarray,
+                       share: np.ndarray, vpp: int, pp: int) -> tuple[np.ndarray, ...]:
     """(gradient window, gradient bucket share, parameter window, parameter bucket share) for
-    ``overlapped_exposed``: the compute a step's DP collectives hide behind on pipeline rank ``rank``.
+    ``overlapped_exposed``, as (configurations, pipeline ranks) arrays of one ``vpp`` and ``pp``: the compute a
+    step's DP collectives hide behind on each pipeline rank (column ``rank``).
 
     Megatron-LM's (and Primus's) defaults ``align_grad_reduce`` / ``align_param_gather`` hand the schedule
     per-chunk sync functions (megatron-core 0.16.1 pipeline_parallel/schedules.py):
@@ -385,18 +379,6 @@ def aligned_dp_windows(bwd1: float, fwd1: float, grad_t: float, param_t: float, 
       parameters at the step's start and chunk c+1 at chunk c's first forward, each needed at its own
       first forward: ``(vpp-1) min(param_t / vpp, pp fwd1 / vpp)`` is hidden.
     Windows from these are passed with a zero bucket share (whole chunks, not buckets, are exposed)."""
-    if vpp <= 1:
-        return (bwd1 if rank == 0 else 0.0), share, fwd1, share
-    b, d = bwd1 / vpp, grad_t / vpp
-    spacing = pp * b
-    grad_hidden = (vpp - 1) * spacing - rank * b if d >= spacing else (vpp - 2) * d + min(d, spacing - rank * b)
-    param_hidden = (vpp - 1) * min(param_t / vpp, pp * fwd1 / vpp)
-    return grad_hidden, 0.0, param_hidden, 0.0
-
-
-def aligned_dp_windows_many(bwd1: np.ndarray, fwd1: np.ndarray, grad_t: np.ndarray, param_t: np.ndarray,
-                            share: np.ndarray, vpp: int, pp: int) -> tuple[np.ndarray, ...]:
-    """``aligned_dp_windows`` over (configurations, pipeline ranks) arrays of one ``vpp`` and ``pp``."""
     rank = np.arange(bwd1.shape[1], dtype=float)[None, :]
     if vpp <= 1:
         return np.where(rank == 0, bwd1, 0.0), share, fwd1, share
@@ -409,9 +391,10 @@ def aligned_dp_windows_many(bwd1: np.ndarray, fwd1: np.ndarray, grad_t: np.ndarr
     return grad_hidden, zero, param_hidden, zero
 
 
-def overlapped_exposed_many(total: np.ndarray, window: np.ndarray, first_or_last: np.ndarray,
-                            overlap: float) -> np.ndarray:
-    """``overlapped_exposed`` (and its ``hide``) element-wise over arrays: the batch path's step tail."""
+def overlapped_exposed(total: np.ndarray, window: np.ndarray, first_or_last: np.ndarray,
+                       overlap: float) -> np.ndarray:
+    """Exposed seconds of a bucketed collective overlapped with ``window`` seconds of compute (``hide``, element-wise
+    over arrays); the ``first_or_last`` share (one bucket) runs outside the window."""
     tail = total * first_or_last
     rest = total - tail
     hidden = np.minimum(rest, window)

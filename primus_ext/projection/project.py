@@ -22,7 +22,7 @@ from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape, rank_shapes
 from primus_ext.model.roofline import device_seconds
-from primus_ext.projection.evaluate import _evaluate
+from primus_ext.projection.evaluate import projection_of
 from primus_ext.projection.result import Projection
 from primus_ext.projection.table import Costs, lookup, providers_of
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
@@ -135,7 +135,7 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
             memory: bool = True, band: bool = True) -> Projection:
     """One configuration's projection with its timeline, memory estimate and uncertainty band."""
     providers = providers_of(costs)
-    result = _evaluate(model, execution, system, providers, timeline=True)
+    result = projection_of(model, execution, system, providers, timeline=True)
     notes = list(result.notes)
     if execution.cuda_graph != "none" and any(src != "analytic" for src in result.sources.values()):
         notes.append(f"CUDA graphs ({execution.cuda_graph}): fixed launch / MoE costs are removed from analytic "
@@ -150,8 +150,8 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
     if band:
         nominal = tuple(_AtNominal(provider=p, gpu=system.gpu) for p in providers) if providers else ()
         width = band_range(system.gpu)
-        low = _evaluate(model, execution, _scaled_system(system, 1 - width), nominal, False)
-        high = _evaluate(model, execution, _scaled_system(system, 1 + width), nominal, False)
+        low = projection_of(model, execution, _scaled_system(system, 1 - width), nominal)
+        high = projection_of(model, execution, _scaled_system(system, 1 + width), nominal)
         spread = 0.0
         for shape in rank_shapes(model, execution).values():
             cost = lookup(shape, providers, system)

@@ -4,13 +4,13 @@
     layers, p2p_bytes, layer_id = layer_entry(table, execution)   # (kind, recomputed) -> LayerCosts
     distinct, rank_rows = counts_entry(table, execution)          # per rank, per chunk: how many of each layer
 
-Both projection engines read it: ``evaluate`` (one configuration, its chunk sums in ``stage_sums``) and
-``evaluate_batch`` (thousands, as arrays). A ``LayerCosts`` entry is one layer kind's compute from the cost chain
-(the providers in order - a timing store first - then the analytic roofline, ``lookup``) with its per-layer
-communication (``projection.comm.layer_comm``) and the parameters it trains; ``chunk_counts`` says how many layers
-of each kind a chunk of each pipeline rank holds (the split and the recompute mix). Entries are memoised on the
-execution fields each part reads (``SHAPE_FIELDS`` + ``COMM_FIELDS``; ``SPLIT_FIELDS``), so configurations that
-differ elsewhere (batch, DP overlap, optimizer) share them. Pure arithmetic over memoised lookups: no torch, no I/O.
+The projection engine (``projection.engine``) reads it, for one configuration or thousands. A ``LayerCosts`` entry
+is one layer kind's compute from the cost chain (the providers in order - a timing store first - then the analytic
+roofline, ``lookup``) with its per-layer communication (``projection.comm.layer_comm``) and the parameters it trains;
+``chunk_counts`` says how many layers of each kind a chunk of each pipeline rank holds (the split and the recompute
+mix). Entries are memoised on the execution fields each part reads (``SHAPE_FIELDS`` + ``COMM_FIELDS``;
+``SPLIT_FIELDS``), so configurations that differ elsewhere (batch, DP overlap, optimizer) share them. Pure
+arithmetic over memoised lookups: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -82,11 +82,9 @@ def forget_projections() -> None:
     from primus_ext.model.pipeline import clear_schedule_cache
 
     for ctx in _tables.values():
-        ctx.rows.clear()
-        ctx.chunks.clear()
         ctx.tails.clear()
         ctx.constants.clear()
-        ctx.batch.pop("pass", None)
+        ctx.batch.pop("p2p", None)
         if ctx.projections is not None:
             ctx.projections.clear()
     clear_schedule_cache()
@@ -201,19 +199,16 @@ class CostTable:
     counts: dict = field(default_factory=dict)
     """Split fields -> ``distinct_rows`` of ``chunk_counts``."""
     row_ids: dict = field(default_factory=dict)
-    """Chunk counts of a rank -> a small id (the row memo's key)."""
-    chunks: dict = field(default_factory=dict)
-    """(chunk counts, layer id) -> ``_chunk`` sums."""
-    rows: dict = field(default_factory=dict)
-    """(chunk counts of a rank, layer key) -> (chunk times, aggregates, StageTime fields)."""
+    """Chunk counts of a rank -> a small id (the count matrices' key)."""
     projections: dict | None = None
     tails: dict = field(default_factory=dict)
-    """Per-rank step tails (``tail.rank_tail``): both engines' memo."""
+    """Per-rank step tails (``tail.rank_tail``)."""
     constants: dict = field(default_factory=dict)
     """Per-step constants (``tail.step_constants``): FLOPs, peak, tokens."""
     batch: dict = field(default_factory=dict)
-    """``evaluate_batch``'s arrays: per layer id its value matrix, per split its count matrix (kept, like
-    ``layers`` and ``counts``), and its per-pass memos under the key ``"pass"`` (cleared with the rows)."""
+    """``projection.engine``'s arrays: per layer id its layer-row values and cost sources, per split its count
+    matrix (kept, like ``layers`` and ``counts``), and the send/recv seconds per boundary under ``"p2p"`` (cleared by
+    ``forget_projections``)."""
 
 
 shape_key = attrgetter(*SHAPE_FIELDS)
@@ -240,8 +235,6 @@ def layer_entry(ctx: CostTable, ex: ExecutionSpec) -> tuple[dict[tuple[str, bool
     if found is None:
         if len(ctx.layers) >= STAGES_LIMIT:
             ctx.layers.clear()  # layer ids restart: forget everything keyed by them
-            ctx.rows.clear()
-            ctx.chunks.clear()
             ctx.batch.clear()
         found = ctx.layers[layer_key] = (*rank_layers(ctx.model, ex, ctx.system, ctx.providers), len(ctx.layers))
     return found

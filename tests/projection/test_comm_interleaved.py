@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from primus_ext.projection.comm import aligned_dp_windows, aligned_dp_windows_many
+from primus_ext.projection.comm import aligned_dp_windows as _windows
 
 
 def _table(m: int, vpp: int, pp: int) -> list[tuple[int, int]]:
@@ -63,6 +63,12 @@ def _param_hidden(fwd1: float, total: float, vpp: int, pp: int, m: int, rank: in
     return total - (clock - len(table) * f)  # hidden = total - the forward's stall
 
 
+def aligned_dp_windows(bwd1, fwd1, grad_t, param_t, share, vpp, pp, rank):
+    """One rank's windows from the array form (every rank given the same times; column ``rank`` read)."""
+    full = [np.full((1, pp), float(x)) for x in (bwd1, fwd1, grad_t, param_t, share)]
+    return tuple(float(np.broadcast_to(part, (1, pp))[0, rank]) for part in _windows(*full, vpp, pp))
+
+
 def test_by_hand():
     # 1F1B: rank 0 overlaps its last backward bucket by bucket; other ranks launch after their last pass
     assert aligned_dp_windows(12.0, 6.0, 40.0, 20.0, 0.1, 1, 4, 0) == (12.0, 0.1, 6.0, 0.1)
@@ -94,14 +100,14 @@ def test_parameter_window_equals_the_event_simulation(pp, vpp, m):
         assert hidden == pytest.approx(_param_hidden(fwd1, total, vpp, pp, m, rank), rel=1e-9, abs=1e-12)
 
 
-def test_array_form_equals_the_scalar_one():
+def test_each_rank_reads_its_own_row_of_times():
+    """A rank's windows depend on its own times and its column only (the tail takes each rank's)."""
     rng = np.random.default_rng(5)
     bwd, fwd = rng.uniform(0.01, 1.0, size=(50, 4)), rng.uniform(0.01, 1.0, size=(50, 4))
     grad, param, share = rng.uniform(0.001, 3.0, size=(50, 4)), rng.uniform(0.001, 3.0, size=(50, 4)), \
         rng.uniform(0.0, 0.2, size=(50, 4))
     for vpp, pp in ((1, 4), (3, 4), (12, 4)):
-        batch = aligned_dp_windows_many(bwd, fwd, grad, param, share, vpp, pp)
-        for part in range(4):
-            scalar = [[aligned_dp_windows(bwd[i, r], fwd[i, r], grad[i, r], param[i, r], share[i, r], vpp, pp,
-                                          r)[part] for r in range(4)] for i in range(50)]
-            assert np.array_equal(np.broadcast_to(batch[part], (50, 4)), np.array(scalar))
+        batch = _windows(bwd, fwd, grad, param, share, vpp, pp)
+        for i, r in ((0, 0), (7, 1), (49, 3)):
+            one = aligned_dp_windows(bwd[i, r], fwd[i, r], grad[i, r], param[i, r], share[i, r], vpp, pp, r)
+            assert one == tuple(float(np.broadcast_to(part, (50, 4))[i, r]) for part in batch)

@@ -16,7 +16,7 @@ from primus_ext.errors import InfeasibleConfig, PrimusExtError
 from primus_ext.hardware import load_system
 from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.projection import evaluate
-from primus_ext.projection.comm import hide, overlapped_exposed, overlapped_exposed_many
+from primus_ext.projection.comm import hide, overlapped_exposed
 from primus_ext.projection.evaluate import clear_cost_cache, forget_projections
 from primus_ext.projection.evaluate_batch import PARTS, evaluate_many
 from primus_ext.recipe import load_recipe
@@ -123,13 +123,14 @@ def test_oracle_many_gives_the_oracle_scores(mixtral):
     assert isinstance(scores[1], InfeasibleConfig)
 
 
-def test_overlap_arrays_equal_the_scalar_formula():
+def test_overlap_is_hide_past_the_first_or_last_bucket():
     rng = np.random.default_rng(0)
     total, window, share = rng.uniform(0, 2, 50), rng.uniform(0, 2, 50), rng.uniform(0, 1, 50)
-    got = overlapped_exposed_many(total, window, share, 0.8)
+    got = overlapped_exposed(total, window, share, 0.8)
     for k in range(50):
-        assert got[k] == pytest.approx(overlapped_exposed(total[k], window[k], share[k], 0.8), rel=1e-12)
-    assert overlapped_exposed(1.0, 5.0, 0.0, 1.0) == hide(1.0, 5.0, 1.0) == 0.0
+        bucket = total[k] * share[k]
+        assert got[k] == pytest.approx(bucket + hide(total[k] - bucket, window[k], 0.8), rel=1e-12)
+    assert overlapped_exposed(np.array([1.0]), np.array([5.0]), np.array([0.0]), 1.0)[0] == 0.0
 
 
 class _HalfStore:
@@ -171,11 +172,11 @@ def test_equals_evaluate_over_layouts_sharding_and_providers(costs):
 def test_equals_evaluate_across_memo_resets(monkeypatch):
     """The layer memo starts over every few layer sets (its ids restart): the batch's arrays keyed by
     layer id must start over with it."""
-    from primus_ext.projection import evaluate_batch, table, tail
+    from primus_ext.projection import engine, table, tail
 
     monkeypatch.setattr(table, "STAGES_LIMIT", 3)
     monkeypatch.setattr(tail, "TAIL_LIMIT", 2)
-    monkeypatch.setattr(evaluate_batch, "TAIL_LIMIT", 2)
+    monkeypatch.setattr(engine, "TAIL_LIMIT", 2)
     clear_cost_cache()
     executions = [ex for k, ex in enumerate(_grid()) if k % 7 == 0]
     system = load_system("h100", 8)

@@ -9,7 +9,7 @@ from projection_specs import BASE, MOE
 
 from primus_ext.hardware import load_system
 from primus_ext.projection import evaluate
-from primus_ext.projection.evaluate import _evaluate, clear_cost_cache
+from primus_ext.projection.evaluate import clear_cost_cache, projection_of
 
 
 def _fields(p) -> dict:
@@ -40,7 +40,7 @@ def _variants():
 def test_fast_path_equals_reference(ex):
     system = load_system("h100", ex.world_size // 8)
     fast = _fields(evaluate(MOE, ex, system))
-    reference = _fields(_evaluate(MOE, ex, system, (), timeline=True))  # what project() computes
+    reference = _fields(projection_of(MOE, ex, system, (), timeline=True))  # what project() computes
     assert fast.keys() == reference.keys()
     for key, want in reference.items():
         got = fast[key]

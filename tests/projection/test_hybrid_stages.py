@@ -38,12 +38,12 @@ def test_stage_parameters_in_the_projection_and_the_memory_model_agree_with_the_
     from primus_ext.hardware import load_system
     from primus_ext.model.memory.stage import rank_profile, stage_context
     from primus_ext.model.params import hybrid_stage_params as stage_params
-    from primus_ext.projection.evaluate import _stages
+    from primus_ext.projection.evaluate import evaluate
 
     system = load_system("h100", 1)
     ex = ExecutionSpec(pipeline_model_parallel_size=4, tensor_model_parallel_size=2, data_parallel_size=1)
-    stages = _stages(MODEL, ex, system, ())
-    per_rank = tuple(s["dense_params"] + s["expert_params"] for s in stages.static)
+    stages = evaluate(MODEL, ex, system).stages
+    per_rank = tuple(s.dense_params + s.expert_params for s in stages)
     assert per_rank == stage_params(MODEL, ex)
     ctx = stage_context(MODEL, ex, None)
     assert tuple(int(rank_profile(ctx, r).total_params) for r in range(4)) == stage_params(MODEL, ex)
