@@ -134,7 +134,7 @@ def step_parts(run) -> dict:
     """Seconds per step of each kernel class, the fixed per-layer costs and what the host floor adds
     (``model.roofline.kernel_classes_s``), for the busiest stage of a PP 1 row."""
     from primus_ext.model.breakdown import kernel_classes_s
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.model.stages import pipeline_plan
 
     model, ex, gpu = run.model, run.execution, run.system.gpu

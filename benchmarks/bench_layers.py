@@ -31,7 +31,7 @@ TARGET_WALL_S = 60.0
 def measure_layers(reps: int) -> list[str]:
     from primus_ext.measure.runner import MeasureOptions, measure_many
     from primus_ext.measure.scale import default_scale
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.recipe import load_recipe
 
     lines = [f"{'layer':<20} {'scale':>6} {'fwd ms':>8} {'spread':>7} {'bwd ms':>8} {'spread':>7} "

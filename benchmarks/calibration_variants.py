@@ -131,11 +131,11 @@ def patched_gemm(**how: float) -> Iterator[None]:
     forked fold processes inherit it (``main`` runs the folds in this process where they would not fork). The
     memoised layer costs and projections are forgotten on the way in and out: the plain defaults every fold
     starts from give the same (shape, GPU) keys in every variant."""
-    from primus_ext.model import roofline
+    from primus_ext.model import analytic, roofline
     from primus_ext.projection.evaluate import clear_cost_cache
 
     def forget() -> None:
-        roofline.analytic_cost.cache_clear()
+        analytic.analytic_cost.cache_clear()
         clear_cost_cache()
 
     original = roofline.gemm_seconds

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from primus_ext.hardware import load_system
 from primus_ext.measure.fabric_fit import scaleup_from_sweep, with_measured_scaleup
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.layers import rank_shapes
 from primus_ext.projection import project
 from primus_ext.projection.evaluate import clear_cost_cache
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec

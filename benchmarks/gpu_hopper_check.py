@@ -46,7 +46,7 @@ def _runs():
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
 
     shapes: dict = {}
     for run in _runs():
@@ -200,7 +200,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from primus_ext.hardware import load_gpu
     from primus_ext.measure.store import shape_from_dict
-    from primus_ext.model.roofline import analytic_cost
+    from primus_ext.model.analytic import analytic_cost
 
     gpu = load_gpu(args.gpu)
     ratios: dict[str, list[tuple[float, float]]] = {}

@@ -177,7 +177,7 @@ def host(device: torch.device, scale: int, reps: int) -> dict:
     del scale  # already minimal
     from primus_ext.measure.host import host_time
     from primus_ext.measure.shims import parallel_context
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.recipe import load_recipe
 
     out = {}

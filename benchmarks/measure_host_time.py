@@ -25,7 +25,7 @@ import yaml
 from primus_ext.measure.host import TOKENS, host_time
 from primus_ext.measure.shims import parallel_context
 from primus_ext.measure.single import _cpu_model, library_versions
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.layers import rank_shapes
 from primus_ext.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]

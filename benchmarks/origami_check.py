@@ -168,19 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdist", required=True, type=Path, help="rocm-origami source distribution (.tar.gz or dir)")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
-    from primus_ext.model import roofline
+    from primus_ext.model import analytic, roofline
 
     with tempfile.TemporaryDirectory() as folder:
         cdll = build(args.sdist, Path(folder))
         results = {"roofline": figures()}
         original = roofline.gemm_seconds
         roofline.gemm_seconds = origami_gemm(cdll)
-        roofline.analytic_cost.cache_clear()
+        analytic.analytic_cost.cache_clear()
         try:
             results["origami"] = figures()
         finally:
             roofline.gemm_seconds = original
-            roofline.analytic_cost.cache_clear()
+            analytic.analytic_cost.cache_clear()
     for key in results["roofline"]:
         print(f"{key}:")
         for model in ("roofline", "origami"):

@@ -39,8 +39,8 @@ def _row_line(run, projection) -> str:
 
 
 def _layer_line(run) -> str:
-    from primus_ext.model.rank_shape import rank_shapes
-    from primus_ext.model.roofline import fixed_overhead_s, layer_parts
+    from primus_ext.model.analytic import fixed_overhead_s, layer_parts
+    from primus_ext.model.layers import rank_shapes
 
     shapes = rank_shapes(run.model, run.execution)
     shape = shapes.get("moe") or shapes["dense"]

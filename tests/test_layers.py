@@ -6,8 +6,11 @@ import cycle joins two modules.
 ``LAYERS`` lists the packages (and root modules) of ``primus_ext`` bottom first; a package may import its own
 modules and anything in a lower layer, nothing in its own layer or above. Every import counts, at the top of a
 module or inside a function (a lazy import is a dependency all the same), and ``if TYPE_CHECKING:`` imports too
-(a type from above is knowledge from above). Cycles are checked between modules on the runtime imports (type-only
-imports excluded: they load nothing). docs/DESIGN.md "Layers" says why each package sits where it does.
+(a type from above is knowledge from above). Cycles are checked between modules on every import, type-only ones
+included (a circle closed by a type is still two modules that cannot be read, or moved, one without the other), and
+on the imports a plugin registry makes when it loads (``PLUGIN_LOADS``: the layer-kind registry imports every kind
+module, so a kind that imported a module looking kinds up would close a circle no import statement shows).
+docs/DESIGN.md "Layers" says why each package sits where it does, and how ``model/`` keeps its kinds out of circles.
 """
 
 from __future__ import annotations
@@ -85,8 +88,20 @@ def imports_of(path: Path, tree: ast.Module | None = None) -> Iterator[Import]:
                 yield Import(name, target, node.lineno, id(node) in type_only)
 
 
+def plugin_loads() -> list[Import]:
+    """The imports ``model.kinds.registry`` makes when it loads the built-in kinds (``_load_builtins``: every module
+    of its package but ``_NOT_KINDS``), as imports from the registry (line 0: no statement)."""
+    from primus_ext.model.kinds.registry import _NOT_KINDS
+
+    registry = "primus_ext.model.kinds.registry"
+    kinds = PACKAGE / "model" / "kinds"
+    return [Import(registry, module_name(path), 0, False) for path in sorted(kinds.glob("*.py"))
+            if path.stem not in (*_NOT_KINDS, "__init__")]
+
+
 def all_imports() -> list[Import]:
-    return [i for path in sorted(PACKAGE.rglob("*.py")) for i in imports_of(path)]
+    """Every import statement of the package, and the plugin registry's loads (``plugin_loads``)."""
+    return [i for path in sorted(PACKAGE.rglob("*.py")) for i in imports_of(path)] + plugin_loads()
 
 
 def unit(module: str) -> str:
@@ -116,10 +131,10 @@ def layering_problems(imports: list[Import]) -> list[str]:
 
 
 def cycles(imports: list[Import]) -> list[list[str]]:
-    """Strongly connected sets of modules (more than one) over the runtime imports."""
+    """Strongly connected sets of modules (more than one) over every import, type-only ones included."""
     edges: dict[str, set[str]] = {}
     for i in imports:
-        if not i.type_only and i.source != i.target:
+        if i.source != i.target:
             edges.setdefault(i.source, set()).add(i.target)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -177,8 +192,24 @@ def test_the_check_sees_an_upward_import(tmp_path):
     added = list(imports_of(path, ast.parse(source)))
     problems = layering_problems(added)
     assert any("primus_ext.tune.oracle" in p and "runs up" in p for p in problems), problems
-    loop = [Import("primus_ext.a", "primus_ext.b", 1, False), Import("primus_ext.b", "primus_ext.a", 1, False)]
-    assert cycles(loop) == [["primus_ext.a", "primus_ext.b"]]
+    loop = [Import("primus_ext.a", "primus_ext.b", 1, False), Import("primus_ext.b", "primus_ext.a", 1, True)]
+    assert cycles(loop) == [["primus_ext.a", "primus_ext.b"]]  # a type-only import closes a circle too
+
+
+def test_the_check_sees_a_kind_calling_back():
+    """A kind module that imports a module looking kinds up (a dispatcher, type-only even) closes a circle through
+    the registry's load of the kinds: the check finds it."""
+    path = PACKAGE / "model" / "kinds" / "decoder.py"
+    source = path.read_text(encoding="utf-8").replace(
+        "from __future__ import annotations\n",
+        "from __future__ import annotations\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from primus_ext.model.layers import layer_params\n", 1)
+    module = module_name(path)
+    imports = [i for i in all_imports() if i.source != module] + list(imports_of(path, ast.parse(source)))
+    found = cycles(imports)
+    assert any(module in c and "primus_ext.model.kinds.registry" in c and "primus_ext.model.layers" in c
+               for c in found), found
+    assert any(i.type_only and i.target == "primus_ext.model.layers" for i in imports_of(path, ast.parse(source)))
 
 
 @pytest.mark.parametrize("module", ["primus_ext.errors", "primus_ext.model.flops"])

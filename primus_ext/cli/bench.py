@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.measure.scale import default_scale
     from primus_ext.measure.shims import resolve_device
     from primus_ext.measure.store import TimingStore
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.recipe import load_recipe
 
     check_outputs(("--out", args.out), ("--export", args.export),  # before any measurement

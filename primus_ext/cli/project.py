@@ -89,7 +89,7 @@ def measure_first(args: argparse.Namespace, session: Session, recipe: Recipe) ->
     from primus_ext.launcher.projection_only import CostPlan, measure_missing
     from primus_ext.measure.scale import default_scale
     from primus_ext.measure.shims import resolve_device
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.session import Session
 
     device = resolve_device(None)

@@ -86,8 +86,8 @@ def experiment_dir(recipe_path: str | Path, *, env: Mapping[str, str] | None = N
 
 
 def _missing_shapes(recipe: Any, store: Any, scale: float) -> list[Any]:
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.model.lora import trained_in_full
-    from primus_ext.model.rank_shape import rank_shapes
 
     shapes = (trained_in_full(s) for s in rank_shapes(recipe.model, recipe.execution).values())
     return [s for s in shapes if store.entry(s, scale=scale) is None]

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from primus_ext.measure.store_open import add_missing_columns, open_database, store_errors
 from primus_ext.model.costs import STAND_IN_SPEC, CostOrigin, LayerCost
-from primus_ext.model.rank_shape import LayerArch, RankShape
+from primus_ext.model.kinds.registry import get_kind
+from primus_ext.model.rank_shape import KIND_TRAITS, LayerArch, RankShape, shape_dict
 
 MAX_IMPORT_BYTES = 256 << 20
 """256 MiB: an export holds one ~1-2 kB line per measured layer shape (~150 000 of them); a larger --import or
@@ -107,8 +108,8 @@ def _layer_cost(row: dict[str, Any], precision: str, target: RankShape | None = 
 
 def _carried_to_target(cost: LayerCost, measured: RankShape, target: RankShape) -> LayerCost:
     from primus_ext.hardware import load_gpu
+    from primus_ext.model.analytic import analytic_cost
     from primus_ext.model.carry import scaled_by_ratio
-    from primus_ext.model.roofline import analytic_cost
 
     cpu = load_gpu("cpu")
     old, new = analytic_cost(replace(measured, precision=target.precision), cpu), analytic_cost(target, cpu)
@@ -121,14 +122,15 @@ def default_store_path() -> Path:
 
 
 def shape_from_dict(data: dict[str, Any]) -> RankShape:
-    """Inverse of ``dataclasses.asdict(shape)`` (also after a JSON round trip)."""
+    """Inverse of ``rank_shape.shape_dict(shape)`` and ``dataclasses.asdict(shape)`` (also after a JSON round trip):
+    the kind's traits the shape carries (``rank_shape.KIND_TRAITS``) come from its registered kind."""
     arch = dict(data["arch"])
     if arch.get("window_size") is not None:
         arch["window_size"] = tuple(arch["window_size"])
-    fields = {k: v for k, v in data.items() if k != "arch"}
+    fields = {k: v for k, v in data.items() if k not in ("arch", *KIND_TRAITS)}
     fields["recompute_modules"] = tuple(fields.get("recompute_modules", ()))
     fields["lora_targets"] = tuple(fields.get("lora_targets", ()))
-    return RankShape(arch=LayerArch(**arch), **fields)
+    return RankShape(arch=LayerArch(**arch), attention=get_kind(fields["kind"]).attention, **fields)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,8 +235,8 @@ class TimingStore:
             device=m.device, versions=m.versions, scale=m.scale, status="ok" if cost else "failed",
             reason=m.error, host=m.host, date=m.date, reps=m.reps, warmup=m.warmup, world=m.world,
             mode=m.mode, spec=m.spec, notes=json.dumps(list(m.notes)),
-            shape_json=json.dumps(asdict(m.shape), sort_keys=True),
-            target_json=json.dumps(asdict(m.target), sort_keys=True))
+            shape_json=json.dumps(shape_dict(m.shape), sort_keys=True),
+            target_json=json.dumps(shape_dict(m.target), sort_keys=True))
         if cost is not None:
             row.update({f: getattr(cost, f) for f in _COST_FIELDS}, source=cost.source)
         self._put("layer_costs", row)

@@ -9,9 +9,9 @@ torch-free, over ``model.roofline``'s parts.
 
 from __future__ import annotations
 
+from primus_ext.model.analytic import device_seconds, fixed_overhead_s, layer_parts
 from primus_ext.model.host_floor import host_floor_s
 from primus_ext.model.rank_shape import RankShape
-from primus_ext.model.roofline import device_seconds, fixed_overhead_s, layer_parts
 from primus_ext.specs import GPUSpec
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from primus_ext.model.analytic import analytic_cost
 from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.rank_shape import RankShape
-from primus_ext.model.roofline import analytic_cost
 from primus_ext.specs import GPUSpec
 
 

@@ -24,18 +24,27 @@ causal attention halved, MLA term), NeMo ``nemo/utils/flops_formulas.py`` (llama
 Narayanan et al. 2021 (arXiv:2104.04473) appendix, eq. 72*B*s*l*h^2*(1 + s/(6h) + V/(12hl)) for
 GPT with 4h MLP and full (non-causal) attention: ``causal=False`` reproduces that paper's figure.
 Megatron-Bridge's published "Model TFLOP/s/GPU" / tokens/s/GPU equals this per-token count within
-0.1 % (tests/model/test_flops.py). Pure and torch-free.
+0.1 % (tests/model/test_flops.py). The per-layer terms are ``model.macs``' (a leaf the kinds use); a hybrid model's
+come from its kinds (``Kind.model_macs``), so this module sits above the kind registry. Pure and torch-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
 
+from primus_ext.model.kinds.registry import get_kind, pattern_kinds
+from primus_ext.model.macs import (
+    FLOPS_PER_MAC,
+    attention_core_macs,
+    attention_linear_macs,
+    dense_mlp_macs,
+    logits_macs,
+    moe_mlp_macs,
+)
 from primus_ext.specs import ModelSpec
 
 PASSES_FWD_BWD = 3
 """Forward + backward data-grad + backward weight-grad GEMMs (Narayanan et al. 2021, appendix)."""
-FLOPS_PER_MAC = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,45 +62,6 @@ class FlopsBreakdown:
     @property
     def total(self) -> float:
         return self.attention_linear + self.attention_core + self.mlp + self.logits + self.mtp_extra + self.mamba
-
-
-def attention_linear_macs(model: ModelSpec) -> float:
-    """Multiply-adds per token of one layer's attention projections (q, k, v, out)."""
-    h, a = model.hidden_size, model.num_attention_heads
-    if model.multi_latent_attention:
-        qk = model.qk_head_dim + model.qk_pos_emb_head_dim
-        q = model.q_lora_rank * (h + a * qk) if model.q_lora_rank else h * a * qk
-        kv = h * (model.kv_lora_rank + model.qk_pos_emb_head_dim)
-        kv += model.kv_lora_rank * a * (model.qk_head_dim + model.v_head_dim)
-        return q + kv + a * model.v_head_dim * h
-    d, g = model.kv_channels, model.num_query_groups
-    return h * a * d + 2 * h * g * d + a * d * h
-
-
-def attention_core_macs(model: ModelSpec, seq_length: int, *, causal: bool = True) -> float:
-    """Multiply-adds per token of QK^T and AV (causal masks half of the score matrix)."""
-    a = model.num_attention_heads
-    if model.multi_latent_attention:
-        width = (model.qk_head_dim + model.qk_pos_emb_head_dim) + model.v_head_dim
-    else:
-        width = 2 * model.kv_channels
-    return seq_length * a * width * (0.5 if causal else 1.0)
-
-
-def dense_mlp_macs(model: ModelSpec) -> float:
-    return model.hidden_size * model.ffn_hidden_size * (3 if model.gated else 2)
-
-
-def moe_mlp_macs(model: ModelSpec) -> float:
-    """Active routed experts (topk) + shared experts, per token."""
-    per_proj = 3 if model.gated else 2
-    routed = model.moe_router_topk * model.hidden_size * model.expert_ffn_hidden_size * per_proj
-    shared = model.hidden_size * (model.moe_shared_expert_intermediate_size or 0) * per_proj
-    return routed + shared
-
-
-def logits_macs(model: ModelSpec) -> float:
-    return model.hidden_size * model.padded_vocab_size(1)
 
 
 FROZEN_WEIGHT_PASSES = 2
@@ -129,8 +99,6 @@ def _hybrid_breakdown(model: ModelSpec, seq_length: int, scale: float, core_scal
                       causal: bool) -> FlopsBreakdown:
     """A hybrid model: each layer symbol's kind gives its forward MACs per token (``Kind.model_macs``: attention on
     ``*``, a dense MLP on ``-``, an MoE block on ``E``, a Mamba-2 mixer on ``M``), times its count in the pattern."""
-    from primus_ext.model.kinds.registry import get_kind, pattern_kinds
-
     parts = {f.name: 0 if f.default is MISSING else f.default for f in fields(FlopsBreakdown)}
     parts["logits"] = scale * logits_macs(model)
     for symbol, kind in pattern_kinds(model.hybrid_layer_pattern).items():
@@ -158,12 +126,7 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: i
 
 __all__ = [
     "FlopsBreakdown",
-    "attention_core_macs",
-    "attention_linear_macs",
-    "dense_mlp_macs",
     "flops_breakdown",
-    "logits_macs",
     "model_flops_per_step",
     "model_flops_per_token",
-    "moe_mlp_macs",
 ]

@@ -3,7 +3,7 @@
     >>> host_floor_s(shape)      # (0.0039, 0.0047): a MoE layer's forward / backward host seconds, or None
 
 Read from ``hardware/host_time.yaml`` (measured on a CPU from the real megatron-core modules, ``measure.host``);
-``roofline.analytic_cost`` takes a pass as the longer of its device time and this floor. Pure and torch-free.
+``analytic.analytic_cost`` takes a pass as the longer of its device time and this floor. Pure and torch-free.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Hybrid Mamba models as megatron-core 0.16.1 builds them: the layer pattern, its pipeline split, and the
-Mamba-2 mixer's parameters, FLOPs, bytes and saved activations (closed form, per rank, per micro-batch).
+"""Hybrid Mamba models as megatron-core 0.16.1 builds them: the layer symbols, the pattern's pipeline split, and the
+Mamba-2 mixer's parameters, FLOPs, bytes and saved activations (closed form, per rank, per micro-batch). The pattern
+itself (``allocate_layers``: its legal symbols are the registered kinds') is ``model.layers``'.
 
-    >>> allocate_layers(8, 0.25, 0.0)                  # megatron-core ssm/mamba_hybrid_layer_allocation.py
-    'MMM*MMM*'
     >>> stage_patterns("M-M*-M-M*-", 2)                # MambaStack._select_layers_for_pipeline_parallel
     ('M-M*-', 'M-M*-')
 
@@ -23,14 +22,12 @@ Context parallelism (ssm/mamba_context_parallel.py): all-to-alls trade the seque
 before the conv + scan and back after, so each CP rank scans the whole sequence for H / (TP*CP) heads: the
 per-rank scan work equals ``seq/CP`` tokens at ``H/TP`` heads, which is what ``RankShape.tokens`` gives.
 
-Pure and torch-free.
+A leaf of the model layer (the kinds ``mamba`` and ``hybrid_*`` price with it). Pure and torch-free.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-from primus_ext.model.kinds.registry import symbol_kinds
 
 if TYPE_CHECKING:
     from primus_ext.model.rank_shape import RankShape
@@ -38,11 +35,6 @@ if TYPE_CHECKING:
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
 """megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py ``Symbols`` (``allocate_layers`` places ``*`` and
 ``-``); each is the ``symbol`` of the layer kind that prices it (``model.kinds.mamba``, ``model.kinds.hybrid``)."""
-
-
-def symbols() -> str:
-    """Every legal layer symbol: those of the registered kinds (``kinds.registry.symbol_kinds``), in their order."""
-    return "".join(symbol_kinds())
 
 MAMBA_D_CONV = 4
 """Causal conv1d taps: ``MambaMixer(d_conv=4)`` (ssm/mamba_mixer.py@0.16.1; ``mamba_stack_spec`` passes none)."""
@@ -61,53 +53,6 @@ class HybridPatternError(ValueError):
 
 
 # -- the layer pattern ----------------------------------------------------------------------------------------
-def allocate_layers(total: int, attention_ratio: float = 0.0, mlp_ratio: float = 0.0,
-                    override: str | None = None) -> str:
-    """The layer pattern megatron-core's ``allocate_layers`` builds: attention layers evenly spaced (each
-    section of Mamba layers rounded at .5), then MLP layers evenly among the remaining Mamba ones; an
-    ``override`` pattern replaces it when its per-symbol counts agree with the ratios' (or no ratio is set)."""
-    if total <= 0:
-        raise HybridPatternError(f"num_layers must be positive, got {total}")
-    if not (0.0 <= attention_ratio <= 1.0 and 0.0 <= mlp_ratio <= 1.0 and attention_ratio + mlp_ratio <= 1.0):
-        raise HybridPatternError(f"hybrid_attention_ratio {attention_ratio} + hybrid_mlp_ratio {mlp_ratio} "
-                                 "must each lie in [0, 1] and sum to at most 1")
-    layers = [MAMBA] * total
-    n_attention = round(total * attention_ratio)
-    n_mamba = total - n_attention
-    section = n_mamba / (n_attention + 1)  # Mamba layers between consecutive attention layers
-    budget = section
-    for i in range(total):
-        if budget < 0.5:
-            layers[i] = ATTENTION
-            budget += section
-        else:
-            budget -= 1
-    n_mlp = round(total * mlp_ratio)
-    if n_mlp > 0:
-        per_mlp = (n_mamba - n_mlp) / n_mlp
-        budget = per_mlp
-        for i in range(total):
-            if layers[i] == MAMBA:
-                if budget < 0.5:
-                    layers[i] = MLP
-                    budget += per_mlp
-                else:
-                    budget -= 1
-    auto = "".join(layers)
-    if override is None:
-        return auto
-    if len(override) != total:
-        raise HybridPatternError(f"hybrid_override_pattern has {len(override)} layers, num_layers is {total}")
-    legal = symbols()
-    bad = sorted(set(override) - set(legal))
-    if bad:
-        raise HybridPatternError(f"hybrid_override_pattern symbol(s) {''.join(bad)} are not one of {' '.join(legal)}")
-    if (attention_ratio > 0 or mlp_ratio > 0) and any(override.count(s) != auto.count(s) for s in legal):
-        raise HybridPatternError("hybrid_override_pattern's layer counts differ from those hybrid_attention_ratio "
-                                 f"/ hybrid_mlp_ratio allocate ({auto})")
-    return override
-
-
 def stage_patterns(pattern: str, pp: int, *, first: int | None = None, last: int | None = None,
                    vpp: int | None = None) -> tuple[str, ...]:
     """Each pipeline rank's slice of ``pattern`` as ``MambaStack`` selects it (0.16.1 mamba_block.py

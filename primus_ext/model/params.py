@@ -2,11 +2,13 @@
 
 Usage::
 
-    from primus_ext.model.params import layer_params
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import layer_params, rank_shapes
     shapes = rank_shapes(model, execution)
     layer_params(shapes["dense"])               # per TP/EP rank (TE spec layout, the default)
     layer_params(shapes["dense"], impl="local")  # local spec in a real TP group
+
+A leaf of the model layer: the formulas each ``Kind.params`` hook sums; ``model.layers.layer_params`` asks the
+shape's kind.
 
 Every count follows the module that megatron-core builds (file:class in the comments):
 
@@ -35,10 +37,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from primus_ext.model.hybrid import stage_patterns
-from primus_ext.model.kinds.registry import get_kind, symbol_kinds
-from primus_ext.model.rank_shape import LayerArch, RankShape, rank_shapes
-from primus_ext.specs import ExecutionSpec, ModelSpec
+from primus_ext.model.rank_shape import LayerArch, RankShape
 
 Impl = Literal["local", "te"]
 """``te`` (default): the Transformer-Engine spec production runs use, which is also what
@@ -154,23 +153,6 @@ def output_params(shape: RankShape) -> int:
     return arch.vocab_size // shape.tp * arch.hidden_size + final_norm_params(arch)
 
 
-def layer_params(shape: RankShape, *, impl: Impl = "te") -> int:
-    """Parameters one rank holds for this layer kind (see the module docstring for the rules;
-    ``Kind.params`` in ``primus_ext.model.kinds``).
-
-    ``dense``/``moe``: input_layernorm + attention + pre_mlp_layernorm + MLP block.
-    ``embedding``: word embeddings only (rope / no positions; learned positions are
-    ``position_embedding_params``). ``output``: final layernorm + output projection (what
-    ``primus_ext.measure.build`` builds for the kind; a tied single-stage model drops the projection).
-    """
-    return get_kind(shape.kind).params(shape, impl=impl)
-
-
-def expert_layer_params(shape: RankShape) -> int:
-    """The part of ``layer_params`` that lives in the expert-parallel groups (sharded over expert-DP)."""
-    return get_kind(shape.kind).expert_params(shape)
-
-
 def final_norm_params(arch: LayerArch) -> int:
     """The decoder block's final layernorm (on the stage holding the output layer)."""
     return norm_params(arch, arch.hidden_size)
@@ -179,31 +161,3 @@ def final_norm_params(arch: LayerArch) -> int:
 def position_embedding_params(max_position_embeddings: int, hidden_size: int, kind: str) -> int:
     """Learned absolute position embeddings (not TP-split); 0 for rope / none."""
     return max_position_embeddings * hidden_size if kind == "learned_absolute" else 0
-
-
-# -- a whole hybrid model (an independent check of the stage sums: tests/projection/test_hybrid_stages.py) --
-def hybrid_symbol_params(model: ModelSpec, execution: ExecutionSpec) -> dict[str, int]:
-    """Parameters one rank holds for one layer of each symbol in ``model.hybrid_layer_pattern`` (TE spec):
-    ``M`` the ``MambaLayer``; ``*`` input norm + self-attention (GQA or MLA); ``-`` pre-MLP norm + dense MLP;
-    ``E`` pre-MLP norm + router + local experts + shared experts (mamba_layer_specs.py ``mamba_stack_spec``)."""
-    shapes = rank_shapes(model, execution)
-    return {symbol: get_kind(kind).params(shapes[kind]) for symbol, kind in symbol_kinds().items()
-            if symbol in model.hybrid_layer_pattern}
-
-
-def hybrid_stage_params(model: ModelSpec, execution: ExecutionSpec) -> tuple[int, ...]:
-    """Parameters each pipeline rank holds (one TP / EP rank of it): its slice of the pattern
-    (``hybrid.stage_patterns``), the embedding on the first, the final norm + output layer on the last (shared with
-    the embedding when tied and PP = 1)."""
-    shapes = rank_shapes(model, execution)
-    per = hybrid_symbol_params(model, execution)
-    stages = stage_patterns(model.hybrid_layer_pattern, execution.pp, first=execution.decoder_first_pipeline_num_layers,
-                            last=execution.decoder_last_pipeline_num_layers,
-                            vpp=execution.virtual_pipeline_model_parallel_size)
-    totals = [sum(per[s] for s in stage) for stage in stages]
-    totals[0] += embedding_params(shapes["embedding"])
-    output = output_params(shapes["output"])
-    if not model.untie_embeddings_and_output_weights and len(stages) == 1:
-        output -= embedding_params(shapes["embedding"])
-    totals[-1] += output
-    return tuple(totals)

@@ -1,20 +1,22 @@
 """Per-rank shapes: what one GPU of the target run computes for one layer and one micro-batch.
 
 Two configurations with the same per-rank shape cost the same compute, whatever their PP, DP or
-node count (docs/DESIGN.md "Terms"). ``rank_shapes(model, execution)`` collapses a model into the distinct layer
-kinds one rank executes; each is measured (or modelled) once.
+node count (docs/DESIGN.md "Terms"). ``model.layers.rank_shapes(model, execution)`` collapses a model into the
+distinct layer kinds one rank executes (each kind builds its shape: ``Kind.shape``); each is measured (or modelled)
+once.
 
-Pure and torch-free: this sits on the tuner's hot path.
+A leaf of the model layer: it imports no layer kind (the kinds import it), so a shape carries the traits of its
+kind that its own properties need (``attention``) instead of looking the kind up. Pure and torch-free: this sits on
+the tuner's hot path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-from primus_ext.model.kinds.registry import get_kind, placed_kinds
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp4Recipe, Fp8Recipe
 from primus_ext.specs.model import GATED_ACTIVATIONS
@@ -112,11 +114,11 @@ class RankShape:
     recompute_modules: tuple[str, ...] = ()
     selective_ac: Literal["modules", "op"] = "modules"
     """``ExecutionSpec.selective_ac_option`` when ``recompute`` is selective (``op``: torchtitan's op-level
-    selective checkpointing; ``roofline.op_sac_recompute_s``), else ``modules``."""
+    selective checkpointing; ``analytic.op_sac_recompute_s``), else ``modules``."""
     attention_kernel: AttentionKernel = "fused"
     """``ExecutionSpec.attention_kernel`` (``fused`` for the embedding and output kinds, which do not attend)."""
     cuda_graph: CudaGraph = "none"
-    """``ExecutionSpec.cuda_graph``: which fixed per-layer overheads remain (``roofline.analytic_cost``)."""
+    """``ExecutionSpec.cuda_graph``: which fixed per-layer overheads remain (``analytic.analytic_cost``)."""
     moe_imbalance: float = DEFAULT_MOE_IMBALANCE
     act_fp8_input: bool = False
     """``ExecutionSpec.activation_func_fp8_input_store``: the SwiGLU keeps its input in fp8 (``memory.activations``)."""
@@ -124,6 +126,11 @@ class RankShape:
     """LoRA fine-tuning (``ExecutionSpec.lora_rank``): base weights frozen, adapters of this rank on
     ``lora_targets`` (``model.lora``); 0 = every weight trains."""
     lora_targets: tuple[str, ...] = ()
+    attention: bool = field(default=False, compare=False, repr=False)
+    """Its kind's ``Kind.attention`` trait (``Kind.shape`` sets it): its layers run self-attention, so the
+    sliding-window pattern applies (``window_pattern``). A trait of the kind, not of the shape: out of ``==``, the
+    hash, the repr, ``key()`` and the stored form (``KIND_TRAITS``); a shape built by hand for an attending kind
+    passes ``True``."""
 
     # --- per-rank views ------------------------------------------------------------------------
     @property
@@ -153,7 +160,7 @@ class RankShape:
         window, or every layer windowed), else ``window_attn_skip_freq`` (every N-th layer attends fully, e.g.
         GPT-OSS's window / full pairs: N = 2; N = 1: none windowed). ``measure.build`` times one period."""
         a = self.arch
-        if get_kind(self.kind).attention and a.window_size and a.window_attn_skip_freq >= 1:
+        if self.attention and a.window_size and a.window_attn_skip_freq >= 1:
             return a.window_attn_skip_freq
         return 0
 
@@ -182,7 +189,7 @@ class RankShape:
         ``cuda_graph``, ``selective_ac``, ``lora_rank``, ``act_fp8_input``)
         enter the payload only when set (not at their defaults), so
         the keys of shapes without them, and the measurements stored under those keys, are unchanged."""
-        data = asdict(self)
+        data = shape_dict(self)
         for name in _KEY_OPTIONAL_ARCH:
             if not data["arch"][name]:
                 del data["arch"][name]
@@ -261,6 +268,19 @@ class RankShape:
         return replace(self, arch=arch, seq_length=seq)
 
 
+KIND_TRAITS = ("attention",)
+"""``RankShape`` fields that are its kind's traits, not its shape: left out of ``key()`` and the stored form."""
+
+
+def shape_dict(shape: RankShape) -> dict:
+    """``dataclasses.asdict(shape)`` without its kind's traits (``KIND_TRAITS``): what identifies it, what the timing
+    store keeps (``measure.store.shape_from_dict`` is the inverse)."""
+    data = asdict(shape)
+    for name in KIND_TRAITS:
+        del data[name]
+    return data
+
+
 def layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
     """One layer's global architecture from the model: its MoE block's sizes when ``moe``, the (padded) vocabulary
     of an edge layer (``Kind.layer_arch``)."""
@@ -298,17 +318,15 @@ def recompute_of(execution: ExecutionSpec) -> Recompute:
     return execution.recompute_granularity or "none"
 
 
-def rank_shapes(
-    model: ModelSpec, execution: ExecutionSpec, *, moe_imbalance: float = DEFAULT_MOE_IMBALANCE
-) -> dict[LayerKind, RankShape]:
-    """The distinct layer kinds one rank executes, each at its per-rank shape: every registered kind ``present`` in
-    ``model`` (``kinds.registry.placed_kinds``), at its ``layer_arch`` and ``shape_fields``.
+def execution_fields(execution: ExecutionSpec, moe_imbalance: float = DEFAULT_MOE_IMBALANCE) -> dict:
+    """The ``RankShape`` fields ``execution`` sets, the same for every kind (``Kind.shape`` adds its arch and traits,
+    ``Kind.shape_fields`` narrows them).
 
     Recompute is recorded as configured; which layers actually recompute (recompute_num_layers,
     block vs uniform) is the projection's business, so ``"full"`` here means "this kind's recompute
     variant" and the projection mixes both variants as needed.
     """
-    common = dict(
+    return dict(
         tp=execution.tp,
         cp=execution.cp,
         ep=execution.ep,
@@ -329,5 +347,3 @@ def rank_shapes(
         lora_rank=execution.lora_rank,
         lora_targets=execution.lora_targets if execution.lora_rank else (),
     )
-    return {kind.name: RankShape(kind=kind.name, arch=kind.layer_arch(model, execution), **kind.shape_fields(common))
-            for kind in placed_kinds() if kind.present(model)}

@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from primus_ext.model.analytic import DEFAULT_SELECTIVE
 from primus_ext.model.collectives import collective_time, p2p_time
 from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.memory import adam_step_bytes, dp_sharded, reduce_bytes
 from primus_ext.model.placement import GroupPlacement, Placements
 from primus_ext.model.rank_shape import RankShape
-from primus_ext.model.roofline import DEFAULT_SELECTIVE
 from primus_ext.specs import ExecutionSpec, SystemSpec
 
 ACT_BYTES = 2
@@ -98,7 +98,7 @@ function, collectives included):
     experts (their ETP pair) and the shared experts (their TP pair);
   * ``shared_experts``: ``moe_layer.py`` ``shared_experts_compute`` checkpoints the shared experts' MLP;
   * ``moe_act``, ``layernorm``, ``mla_up_proj``: element-wise / up-projection work, nothing communicated.
-Modules re-run once however many names cover them (as ``roofline.analytic_cost`` counts their compute)."""
+Modules re-run once however many names cover them (as ``analytic.analytic_cost`` counts their compute)."""
 
 
 def recomputed_parts(shape: RankShape) -> frozenset[str]:
@@ -115,7 +115,7 @@ def recomputed_parts(shape: RankShape) -> frozenset[str]:
 
 
 def op_sac(shape: RankShape) -> bool:
-    """torchtitan's op-level selective checkpointing (``roofline.op_sac_recompute_s``)."""
+    """torchtitan's op-level selective checkpointing (``analytic.op_sac_recompute_s``)."""
     return shape.recompute == "selective" and shape.selective_ac == "op"
 
 
@@ -233,11 +233,11 @@ def flex_dedup(topk: int, domains: int, groups: int = 0, group_topk: int = 0) ->
 
 
 def shared_expert_seconds(shape: RankShape, system: SystemSpec) -> tuple[float, float]:
-    """(forward, backward) seconds of a layer's shared experts, analytic (``roofline.layer_parts``): what the EP
+    """(forward, backward) seconds of a layer's shared experts, analytic (``analytic.layer_parts``): what the EP
     all-to-all hides behind under ``moe_shared_expert_overlap`` (megatron-core 0.16.1 ``moe/shared_experts.py``:
     the shared expert's fc1 + activation run on their own stream while the dispatch all-to-all runs, its fc2 while
     the combine runs, and their backwards beside the backward all-to-alls)."""
-    from primus_ext.model.roofline import layer_parts
+    from primus_ext.model.analytic import layer_parts
 
     parts = layer_parts(shape, system.gpu)
     return parts.fwd.get("shared_experts", 0.0), parts.dgrad.get("shared_experts", 0.0) + parts.wgrad.get(

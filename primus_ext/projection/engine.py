@@ -60,8 +60,9 @@ PARTS = ("compute_s", "bubble_s", "optimizer_s", "recompute_s", "overhead_s",
 GPT_COLUMNS = (0, 1, 2, 3, 4, 4, 5, 6)
 """``chunk_counts``' column of each of a model's first eight layer rows (``kind_rows``; a hybrid model's kinds follow,
 one column each): the MTP layer and its output head are counted by one column."""
-OUTPUT_ROW = 7
-"""The output layer's own row (row 5, the MTP head, shares its parameters and is no output layer of the stage)."""
+EMBEDDING_ROW, OUTPUT_ROW = 6, 7
+"""The embedding's and the output layer's rows (row 5, the MTP head, shares the output layer's parameters and is no
+output layer of its stage)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def _values(rows: tuple[KindRow, ...], layers: Mapping) -> np.ndarray:
             values[F["dense"]], values[F["experts"]] = layer.dense_params, layer.expert_params
         values[F["passes"]] = 2 * layer.launched
         values[F["layers"]] = row.decoder
-        values[F["embedding"]], values[F["output"]] = row.layer[0] == "embedding", row is rows[OUTPUT_ROW]
+        values[F["embedding"]], values[F["output"]] = row is rows[EMBEDDING_ROW], row is rows[OUTPUT_ROW]
         for kind, total, exposed in layer.comm_items:
             values[F[f"total_{kind}"]] += total
             values[F[f"exposed_{kind}"]] += exposed

@@ -16,12 +16,13 @@ import math
 from dataclasses import dataclass, replace
 
 from primus_ext.hardware.host_time import measured_on
+from primus_ext.model.analytic import device_seconds
 from primus_ext.model.breakdown import host_bound_s, kernel_classes_s
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
 from primus_ext.model.kinds.registry import get_kind
-from primus_ext.model.rank_shape import RankShape, rank_shapes
-from primus_ext.model.roofline import device_seconds
+from primus_ext.model.layers import rank_shapes
+from primus_ext.model.rank_shape import RankShape
 from primus_ext.projection.evaluate import projection_of
 from primus_ext.projection.result import Projection
 from primus_ext.projection.table import Costs, lookup, providers_of

@@ -20,15 +20,16 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from operator import attrgetter
 
+from primus_ext.model.analytic import analytic_cost, attention_seconds
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
+from primus_ext.model.host_floor import launches
 from primus_ext.model.kinds.registry import get_kind, pattern_kinds
+from primus_ext.model.layers import expert_layer_params, layer_params, rank_shapes
 from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
-from primus_ext.model.params import expert_layer_params, layer_params
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.placement import group_placements
-from primus_ext.model.rank_shape import RankShape, rank_shapes
-from primus_ext.model.roofline import analytic_cost, attention_seconds, launches
+from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.stages import pipeline_plan
 from primus_ext.projection.comm import layer_comm, pp_bytes
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec

@@ -2,7 +2,7 @@
 ``mamba_stack_spec`` (Primus's ``models/mamba/mamba_layer_specs.py`` copy builds the same stack).
 
 ``resolve_all`` calls ``hybrid_model`` on the resolved ``ModelSpec``: the layer pattern from
-``hybrid_override_pattern`` / ``hybrid_attention_ratio`` / ``hybrid_mlp_ratio`` (``model.hybrid.allocate_layers``),
+``hybrid_override_pattern`` / ``hybrid_attention_ratio`` / ``hybrid_mlp_ratio`` (``model.layers.allocate_layers``),
 the mixer sizes from ``mamba_*``, and the problems megatron-core would raise (head / group splits over TP and CP,
 interleaved pipelines, an uneven pipeline split). Refused with a sentence (``HYBRID_SPEC_REFUSALS``): Primus's own
 ``HybridStack`` specs (Zebra-Llama: its own mixer / MLP allocation, an expand-1 mixer, MLA with extra norms) and the
@@ -62,10 +62,9 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
         MAMBA_NUM_GROUPS,
         MAMBA_STATE_DIM,
         HybridPatternError,
-        allocate_layers,
         mamba_num_heads,
-        symbols,
     )
+    from primus_ext.model.layers import allocate_layers, symbols
 
     attention = a.float("hybrid_attention_ratio") or 0.0
     mlp = a.float("hybrid_mlp_ratio") or 0.0

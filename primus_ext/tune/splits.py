@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any
 
-from primus_ext.model.flops import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs, moe_mlp_macs
+from primus_ext.model.macs import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs, moe_mlp_macs
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS, layout_problems, pipeline_plan
 from primus_ext.specs import ExecutionSpec, ModelSpec

@@ -163,9 +163,9 @@ def _hybrid_model(model: ModelSpec, pattern: str, notes: str, assumptions: list[
         MAMBA_NUM_GROUPS,
         MAMBA_STATE_DIM,
         HybridPatternError,
-        allocate_layers,
         mamba_num_heads,
     )
+    from primus_ext.model.layers import allocate_layers
 
     try:
         allocate_layers(model.num_layers, 0.0, 0.0, pattern)

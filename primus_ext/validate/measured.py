@@ -27,7 +27,8 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.measure.store import TimingStore, open_store_file
 from primus_ext.model.carry import carry_cost
 from primus_ext.model.costs import CostProvider, LayerCost
-from primus_ext.model.rank_shape import RankShape, rank_shapes
+from primus_ext.model.layers import rank_shapes
+from primus_ext.model.rank_shape import RankShape
 from primus_ext.specs import GPUSpec
 from primus_ext.validate.run import Projector
 from primus_ext.validate.runs import RunRow

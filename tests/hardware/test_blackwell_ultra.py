@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.hardware import list_profiles, load_gpu, load_system
-from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.model.roofline import layer_parts, softmax_sfu_factor
+from primus_ext.model.analytic import layer_parts
+from primus_ext.model.layers import rank_shapes
+from primus_ext.model.roofline import softmax_sfu_factor
 from primus_ext.projection import project
 from primus_ext.report.projection_table import format_projection
 from primus_ext.specs import ExecutionSpec, ModelSpec

@@ -6,7 +6,7 @@ import pytest
 from archs import GQA, MLA, MOE
 
 from primus_ext.measure.build import build_layer
-from primus_ext.model.params import layer_params
+from primus_ext.model.layers import layer_params
 from primus_ext.model.rank_shape import RankShape
 
 CASES = {
@@ -75,7 +75,8 @@ def test_window_pattern_builds_one_period_and_measures_its_mean(world1):
     from primus_ext.measure.runner import MeasureOptions, measure_built
 
     arch = replace(GQA, window_size=(8, 0), window_attn_skip_freq=2)
-    shape = RankShape(kind="dense", arch=arch, seq_length=64, recompute="selective", recompute_modules=("layernorm",))
+    shape = RankShape(kind="dense", arch=arch, seq_length=64, recompute="selective", recompute_modules=("layernorm",),
+                      attention=True)
     built = build_layer(shape, device=world1)
     assert built.layers == len(built.module.layers) == 2
     windows = [layer.self_attention.core_attention.scale_mask_softmax.window_size for layer in built.module.layers]
@@ -105,11 +106,11 @@ def test_window_pattern_costs_are_per_layer_and_keyed_apart(world1, monkeypatch)
     fake = Timing(fwd=stats(10.0), bwd=stats(20.0), recompute=stats(4.0), wgrad_ms=6.0)
     monkeypatch.setattr(single, "time_layer", lambda *_a, **_k: fake)
     arch = replace(GQA, window_size=(8, 0), window_attn_skip_freq=2)
-    shape = RankShape(kind="dense", arch=arch, seq_length=64)
+    shape = RankShape(kind="dense", arch=arch, seq_length=64, attention=True)
     cost = single.measure_built(build_layer(shape, device=world1), shape, 1.0, single.MeasureOptions()).cost
     assert (cost.fwd_ms, cost.bwd_ms, cost.recompute_ms, cost.wgrad_ms) == (5.0, 10.0, 2.0, 3.0)
     assert shape.window_pattern == 2
-    assert RankShape(kind="dense", arch=replace(arch, window_attn_skip_freq=0), seq_length=64).window_pattern == 0
+    assert replace(shape, arch=replace(arch, window_attn_skip_freq=0)).window_pattern == 0
     assert RankShape(kind="output", arch=arch, seq_length=64).window_pattern == 0
     assert '"window_period_timed"' not in RankShape(kind="dense", arch=GQA, seq_length=64).key()  # others keep keys
     assert shape.key() != replace(shape, arch=replace(arch, window_size=None)).key()
@@ -119,7 +120,8 @@ def test_window_skip_freq_one_means_full_attention_everywhere(world1):
     """megatron: layer_number % 1 == 0, no layer windowed; the measurement follows (it used to window it)."""
     from dataclasses import replace
 
-    shape = RankShape(kind="dense", arch=replace(GQA, window_size=(8, 0), window_attn_skip_freq=1), seq_length=64)
+    shape = RankShape(kind="dense", arch=replace(GQA, window_size=(8, 0), window_attn_skip_freq=1), seq_length=64,
+                      attention=True)
     built = build_layer(shape, device=world1)
     assert built.layers == 1
     assert built.module.layers[0].self_attention.core_attention.scale_mask_softmax.window_size is None

@@ -12,7 +12,7 @@ from archs import MOE
 
 from primus_ext.measure.build import build_layer
 from primus_ext.measure.grouped import gmm, grouped_unavailable
-from primus_ext.model.params import layer_params
+from primus_ext.model.layers import layer_params
 from primus_ext.model.rank_shape import RankShape
 
 

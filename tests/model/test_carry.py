@@ -8,10 +8,10 @@ import pytest
 from archs import GQA
 
 from primus_ext.hardware import load_gpu
+from primus_ext.model.analytic import analytic_cost
 from primus_ext.model.carry import carry_cost, measured_precision
 from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.rank_shape import RankShape
-from primus_ext.model.roofline import analytic_cost
 
 FP8 = RankShape(kind="dense", arch=replace(GQA, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
                                            num_query_groups=4, kv_channels=128),

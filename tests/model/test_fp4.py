@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.hardware import load_gpu, load_system
+from primus_ext.model.analytic import analytic_cost, layer_parts
 from primus_ext.model.fp4 import fp4_element_bytes, fp4_problem, fp4_weight_bytes, layer_weight_bytes, quantise_seconds
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.memory import estimate_memory
-from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.model.roofline import analytic_cost, gemm_efficiency, layer_parts
+from primus_ext.model.roofline import gemm_efficiency
 from primus_ext.projection import project
 from primus_ext.specs import ExecutionSpec, ModelSpec
 

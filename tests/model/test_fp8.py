@@ -9,9 +9,10 @@ import pytest
 
 from primus_ext.hardware import load_gpu
 from primus_ext.measure.store import shape_from_dict
+from primus_ext.model.analytic import analytic_cost
 from primus_ext.model.fp8 import fp8_weight_bytes, fp8_weight_cache_bytes, layer_weight_bytes
-from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.model.roofline import analytic_cost, gemm_efficiency
+from primus_ext.model.layers import rank_shapes
+from primus_ext.model.roofline import gemm_efficiency
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 MODEL = ModelSpec(name="m", num_layers=4, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,

@@ -9,10 +9,10 @@ from archs import GQA
 from primus_ext.errors import RecipeError
 from primus_ext.hardware import load_gpu
 from primus_ext.hardware.host_time import _load, host_time_of
+from primus_ext.model.analytic import analytic_cost, device_seconds
 from primus_ext.model.breakdown import host_bound_s
 from primus_ext.model.host_floor import host_floor_s
 from primus_ext.model.rank_shape import RankShape
-from primus_ext.model.roofline import analytic_cost, device_seconds
 
 SMALL = RankShape(kind="dense", arch=GQA, seq_length=256, micro_batch_size=1)
 """A layer whose kernels take less than its host work on an H100."""

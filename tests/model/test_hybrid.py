@@ -9,6 +9,7 @@ import pytest
 
 from primus_ext.model import hybrid as Hy
 from primus_ext.model.kinds import get_kind
+from primus_ext.model.layers import allocate_layers
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
 NEMOTRON_H_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -28,17 +29,17 @@ ARCH = LayerArch(hidden_size=64, num_attention_heads=4, num_query_groups=2, kv_c
 def test_allocate_layers_equals_megatron_core(case):
     allocation = pytest.importorskip("megatron.core.ssm.mamba_hybrid_layer_allocation")
     total, attention, mlp, override = case
-    assert Hy.allocate_layers(total, attention, mlp, override) == "".join(
+    assert allocate_layers(total, attention, mlp, override) == "".join(
         allocation.allocate_layers(total, attention, mlp, override))
 
 
 def test_allocate_layers_refuses_what_megatron_core_refuses():
     with pytest.raises(Hy.HybridPatternError, match="52"):
-        Hy.allocate_layers(51, 0.0, 0.0, NANO)
+        allocate_layers(51, 0.0, 0.0, NANO)
     with pytest.raises(Hy.HybridPatternError, match="X"):
-        Hy.allocate_layers(3, 0.0, 0.0, "MXM")
+        allocate_layers(3, 0.0, 0.0, "MXM")
     with pytest.raises(Hy.HybridPatternError, match="counts differ"):
-        Hy.allocate_layers(9, 0.5, 0.0, "M*-M*-M*-")
+        allocate_layers(9, 0.5, 0.0, "M*-M*-M*-")
 
 
 class _Group:

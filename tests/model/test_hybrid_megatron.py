@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 from primus_ext.model import hybrid as Hy  # noqa: E402
-from primus_ext.model.params import hybrid_symbol_params, layer_params  # noqa: E402
+from primus_ext.model.layers import hybrid_symbol_params, layer_params  # noqa: E402
 from primus_ext.model.rank_shape import LayerArch, RankShape  # noqa: E402
 from primus_ext.specs import ExecutionSpec, ModelSpec  # noqa: E402
 

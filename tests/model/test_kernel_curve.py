@@ -75,8 +75,8 @@ def test_mla_heads_price_their_own_kernel_on_mi300x():
 
 
 def _moe_parts(gpu, precision):
-    from primus_ext.model.rank_shape import rank_shapes
-    from primus_ext.model.roofline import layer_parts
+    from primus_ext.model.analytic import layer_parts
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.specs import ExecutionSpec, ModelSpec
 
     model = ModelSpec(num_layers=2, hidden_size=2048, ffn_hidden_size=0, num_attention_heads=16, num_query_groups=16,

@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.hardware import load_gpu, load_system
+from primus_ext.model.analytic import analytic_cost
 from primus_ext.model.flops import model_flops_per_step
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.lora import lora_cost, lora_params
 from primus_ext.model.memory import estimate_memory, peak_bytes
-from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.model.roofline import analytic_cost
 from primus_ext.projection import evaluate
 from primus_ext.specs import ExecutionSpec, ModelSpec
 

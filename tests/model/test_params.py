@@ -9,10 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from primus_ext.model.params import (
-    layer_params,
-    position_embedding_params,
-)
+from primus_ext.model.layers import layer_params
+from primus_ext.model.params import position_embedding_params
 from primus_ext.model.rank_shape import LayerArch, RankShape
 
 LLAMA3_8B = LayerArch(hidden_size=4096, num_attention_heads=32, num_query_groups=8, kv_channels=128,

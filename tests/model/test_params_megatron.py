@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from primus_ext.model.params import layer_params  # noqa: E402
+from primus_ext.model.layers import layer_params  # noqa: E402
 from primus_ext.model.rank_shape import LayerArch, RankShape  # noqa: E402
 
 GQA = LayerArch(hidden_size=128, num_attention_heads=8, num_query_groups=4, kv_channels=16, ffn_hidden_size=384)

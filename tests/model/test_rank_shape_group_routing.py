@@ -4,7 +4,8 @@ timing-store keys of shapes that do not use them."""
 from dataclasses import asdict, replace
 
 from primus_ext.measure.store import shape_from_dict
-from primus_ext.model.rank_shape import LayerArch, RankShape, rank_shapes
+from primus_ext.model.layers import rank_shapes
+from primus_ext.model.rank_shape import LayerArch, RankShape
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 MODEL = ModelSpec(num_layers=4, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16, num_query_groups=4,

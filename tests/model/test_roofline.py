@@ -5,16 +5,10 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.hardware import load_gpu
-from primus_ext.model.flops import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs
-from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.model.roofline import (
-    AnalyticCosts,
-    analytic_cost,
-    attention_efficiency,
-    gemm_efficiency,
-    gemm_seconds,
-    layer_parts,
-)
+from primus_ext.model.analytic import AnalyticCosts, analytic_cost, layer_parts
+from primus_ext.model.layers import rank_shapes
+from primus_ext.model.macs import attention_core_macs, attention_linear_macs, dense_mlp_macs, logits_macs
+from primus_ext.model.roofline import attention_efficiency, gemm_efficiency, gemm_seconds
 from primus_ext.specs import Efficiency, ExecutionSpec, ModelSpec
 
 MODEL = ModelSpec(num_layers=4, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16, num_query_groups=4,
@@ -149,7 +143,7 @@ def test_flash_attention_2_runs_core_attention_at_its_published_fraction_of_the_
 
 
 def test_cuda_graphs_remove_the_launch_and_then_the_moe_fixed_costs():
-    from primus_ext.model.roofline import analytic_cost
+    from primus_ext.model.analytic import analytic_cost
 
     gpu = replace(flat_gpu(), efficiency=Efficiency(kernel_overhead_s=1e-4, moe_layer_overhead_s=1e-3, host_factor=0.0))
     moe = replace(MODEL, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512, moe_layer_pattern=(True,) * 4)
@@ -183,7 +177,7 @@ def test_op_level_selective_checkpointing_reruns_every_other_matmul():
 
 def test_op_level_checkpointing_halves_every_gemm_of_other_layer_kinds():
     """MoE layers: half of the forward GEMMs (shared experts' included) and the element-wise ops."""
-    from primus_ext.model.roofline import op_sac_recompute_s
+    from primus_ext.model.analytic import op_sac_recompute_s
 
     gpu = flat_gpu()
     moe = replace(MODEL, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512,

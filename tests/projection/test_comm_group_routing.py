@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from primus_ext.hardware import load_system
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.placement import group_placements
-from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection.comm import layer_comm
 from primus_ext.recipe import load_recipe
 from primus_ext.specs import ExecutionSpec

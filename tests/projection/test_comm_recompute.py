@@ -10,8 +10,8 @@ import pytest
 from projection_specs import MOE
 
 from primus_ext.hardware import load_system
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.placement import group_placements
-from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection import evaluate
 from primus_ext.projection.comm import layer_comm, recomputed_parts
 from primus_ext.projection.evaluate_batch import evaluate_many

@@ -10,8 +10,8 @@ from projection_specs import BASE, MOE
 
 from primus_ext.errors import InfeasibleConfig
 from primus_ext.hardware import load_system
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.placement import GroupPlacement, group_placements, with_copies
-from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.projection import evaluate
 from primus_ext.projection.comm import MXFP8_WIRE_BYTES, _ep
 from primus_ext.projection.evaluate import schedule_of

@@ -101,7 +101,7 @@ def test_fields_outside_the_layer_memo_key_leave_the_shapes_unchanged():
     executions differing in it would share layer costs."""
     from dataclasses import fields
 
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
     from primus_ext.projection.table import SHAPE_FIELDS as _SHAPE_FIELDS
 
     base, model = replace(BASE, precision="fp8"), MOE

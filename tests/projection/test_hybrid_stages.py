@@ -36,8 +36,8 @@ def test_projection_splits_the_pattern_as_mambastack(pp, first, last):
 
 def test_stage_parameters_in_the_projection_and_the_memory_model_agree_with_the_split():
     from primus_ext.hardware import load_system
+    from primus_ext.model.layers import hybrid_stage_params as stage_params
     from primus_ext.model.memory.stage import rank_profile, stage_context
-    from primus_ext.model.params import hybrid_stage_params as stage_params
     from primus_ext.projection.evaluate import evaluate
 
     system = load_system("h100", 1)

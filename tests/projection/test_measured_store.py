@@ -9,8 +9,8 @@ import pytest
 from projection_specs import LLAMA
 
 from primus_ext.hardware import load_system
+from primus_ext.model.analytic import analytic_cost
 from primus_ext.model.costs import MEASURED_AS_TAG, STAND_IN_TAG, CostOrigin
-from primus_ext.model.roofline import analytic_cost
 from primus_ext.projection import project
 from primus_ext.specs import ExecutionSpec
 

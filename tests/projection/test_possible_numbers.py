@@ -12,7 +12,7 @@ from primus_ext.cli import main
 from primus_ext.errors import PrimusExtError
 from primus_ext.hardware import load_system
 from primus_ext.model.costs import CostOrigin, LayerCost
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.layers import rank_shapes
 from primus_ext.projection import project
 from primus_ext.specs import ExecutionSpec
 

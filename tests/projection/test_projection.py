@@ -10,7 +10,7 @@ from projection_specs import MOE8 as MOE
 from primus_ext.hardware import load_system
 from primus_ext.model.costs import CostOrigin, LayerCost
 from primus_ext.model.flops import model_flops_per_step
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.layers import rank_shapes
 from primus_ext.projection import evaluate, project
 from primus_ext.specs import ExecutionSpec
 
@@ -153,7 +153,7 @@ def test_graphed_measured_layers_keep_their_cost_and_say_so():
 
 
 def _analytic_dense(ex, system):
-    from primus_ext.model.roofline import analytic_cost
+    from primus_ext.model.analytic import analytic_cost
 
     return analytic_cost(rank_shapes(LLAMA, ex)["dense"], system.gpu)
 

@@ -196,8 +196,7 @@ def test_shared_expert_gate_is_read_and_counted():
     """``moe_shared_expert_gate`` adds megatron-core's ``1 x hidden`` gate weight to every MoE layer, whole on each
     TP rank (the real modules' counts, megatron splitting over a 2-rank gloo group too:
     tests/model/test_params_megatron.py)."""
-    from primus_ext.model.params import layer_params
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import layer_params, rank_shapes
 
     shared = {**MOE, "moe_shared_expert_intermediate_size": 1024}
     plain, gated = resolve(shared), resolve({**shared, "moe_shared_expert_gate": True})

@@ -14,9 +14,9 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.hardware import load_gpu
 from primus_ext.measure.runner import Measurement
 from primus_ext.measure.store import TimingStore
+from primus_ext.model.analytic import analytic_cost
 from primus_ext.model.costs import CostOrigin
-from primus_ext.model.rank_shape import rank_shapes
-from primus_ext.model.roofline import analytic_cost
+from primus_ext.model.layers import rank_shapes
 from primus_ext.validate.measured import CarriedCosts, measured_projector, open_store
 from primus_ext.validate.run import analytic_projector, validate_runs
 

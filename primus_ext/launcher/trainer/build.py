@@ -33,7 +33,7 @@ the layer the projection timed (tests/launcher/test_trainer_model.py)."""
 def decoder_shape(plan: TrainPlan) -> RankShape:
     """The decoder layer the projection prices for this run (``model.rank_shapes``): the MoE layer of an MoE model,
     else the dense one."""
-    from primus_ext.model.rank_shape import rank_shapes
+    from primus_ext.model.layers import rank_shapes
 
     return rank_shapes(plan.model, plan.execution)["moe" if plan.model.is_moe else "dense"]
 

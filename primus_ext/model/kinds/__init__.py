@@ -2,8 +2,8 @@
 
 Calculon models a network as ``Layer`` subclasses; here each ``RankShape.kind`` ("dense", "moe", "embedding",
 "output"; a hybrid Mamba model's "mamba", "hybrid_attention", "hybrid_mlp", "hybrid_moe": ``kinds.mamba``,
-``kinds.hybrid``, ``model.hybrid``) names a registered ``Kind`` instance, and the formula modules ask it instead
-of branching on the name::
+``kinds.hybrid``, ``model.hybrid``) names a registered ``Kind`` instance, and the modules above the registry ask it
+instead of branching on the name::
 
     from primus_ext.model.kinds import get_kind
     get_kind(shape.kind).params(shape)          # parameters one rank holds
@@ -23,7 +23,7 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
      (EP, ETP) its weights are split over (default (1, TP)).
    - ``roofline(parts, shape, gpu)`` -> None: add seconds to ``roofline._Parts`` with ``parts.gemm(name,
      (fwd_s, dgrad_s, wgrad_s))`` and ``parts.other(name, fwd_s, bwd_s)``; names shared with
-     ``roofline._SELECTIVE`` are what selective recompute re-runs. ``op_sac_gemms_s`` -> seconds of each GEMM
+     ``analytic._SELECTIVE`` are what selective recompute re-runs. ``op_sac_gemms_s`` -> seconds of each GEMM
      torchtitan's op-level checkpointing re-runs, or ``None`` (half the forward GEMMs). ``overhead_s`` ->
      seconds per pass beyond FLOPs and launches (default 0). ``fwd_flops_estimate`` -> forward FLOPs (rough,
      to size CPU measurements).
@@ -32,14 +32,18 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
    - ``comm(shape, sequence_parallel)`` -> ``KindComm``: the named TP pairs (group ``"tp"`` / ``"etp"``), single
      forward / backward collectives over TP, the parts full recompute re-runs, whether it dispatches tokens
      over EP. Each collective moves ``tokens x hidden`` activations; ``projection.comm`` times them.
-3. ``register(MyKind())`` at the bottom of the module (the registry imports every module of this package).
+3. ``KINDS = (MyKind(),)`` at the bottom of the module: the registry imports every module of this package and
+   registers its ``KINDS``. The module imports ``base`` and the leaves of the model layer only (``rank_shape``,
+   ``params``, ``roofline``, ``macs``, ``hybrid``, ``memory.activations``: pure formulas that look no kind up), never
+   the registry or a module above it (``layers``, ``analytic``, ``flops``, ``memory.saved``): ``tests/test_layers.py``
+   finds the circle. A kind defined outside this package (a plugin's, a test's) calls ``register(MyKind())``.
 4. To measure it on hardware: a ``KindBuilder`` in ``primus_ext.measure.kind_builders.BUILDERS`` (torch-side).
 5. Place it (hooks, nothing edited elsewhere): ``symbol`` (its letter in a hybrid layer pattern) and
    ``present(model)`` (default: its symbol is in the pattern) say which models have it; ``layer_arch(model,
    execution)`` its global arch (``rank_shape.layer_arch``); ``shape_fields(fields)`` narrows the execution's
    ``RankShape`` fields (``base.no_recompute``); ``split_problem(model, execution)`` the TP / CP split megatron-core
    refuses for it; ``routed_experts`` (trait) marks MoE layers; ``model_macs(model, seq, causal)`` its forward MACs
-   per token by ``flops.FlopsBreakdown`` field. The legal symbols, ``rank_shape.rank_shapes``,
+   per token by ``flops.FlopsBreakdown`` field. The legal symbols, ``layers.rank_shapes``,
    ``projection.table.chunk_counts`` (``registry.pattern_kinds``), the stage sums, the memory plan, the legality
    check and the model FLOPs follow (``tests/model/kinds/test_adding_a_kind.py``); ``register`` refuses a kind no
    model could place (no symbol outside ``registry.GPT_LAYOUT``, a taken symbol, no ``model_macs``).

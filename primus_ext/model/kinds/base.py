@@ -1,6 +1,8 @@
 """The ``Kind`` base class: what one layer kind costs, saves and communicates (see the package docstring).
 
-Pure and torch-free (the tuner's hot path calls these hooks through ``get_kind``).
+It and the kinds import only leaves of the model layer (``rank_shape``, the formula modules), never the registry
+nor a module that looks a kind up (docs/DESIGN.md "Layers"). Pure and torch-free (the tuner's hot path calls these
+hooks through ``get_kind``).
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from primus_ext.model.rank_shape import RankShape
+
 if TYPE_CHECKING:
     from primus_ext.hardware import GPUSpec
     from primus_ext.model.memory.activations import ActivationImpl
-    from primus_ext.model.rank_shape import LayerArch, RankShape
+    from primus_ext.model.rank_shape import LayerArch
     from primus_ext.model.roofline import _Parts
     from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -37,7 +41,8 @@ class KindComm:
 
 
 class Kind(ABC):
-    """One layer kind: traits (class attributes) and hooks (methods). Subclass, then ``register`` an instance."""
+    """One layer kind: traits (class attributes) and hooks (methods). Subclass, then list an instance in the module's
+    ``KINDS`` (a kind of this package: the registry registers them) or ``register`` it (a plugin's)."""
 
     name: ClassVar[str]
     """The ``RankShape.kind`` string this class prices (the registry's key)."""
@@ -59,12 +64,12 @@ class Kind(ABC):
     symbol: ClassVar[str] = ""
     """Its layer symbol in a hybrid model's pattern (megatron-core 0.16.1 ssm/mamba_hybrid_layer_allocation.py
     ``Symbols``: ``M`` ``*`` ``-`` ``E``); "" for the GPT kinds (placed by ``moe_layer_pattern``) and the edges. The
-    symbol places a hybrid kind: the pattern's legal symbols (``model.hybrid.symbols``), whether a model has it
+    symbol places a hybrid kind: the pattern's legal symbols (``model.layers.symbols``), whether a model has it
     (``present``), a chunk's layer counts (``projection.table.chunk_counts``), stage sums and memory plans."""
 
     # -- placement (which models have it, at what shape) ------------------------------------------------------
     def present(self, model: ModelSpec) -> bool:
-        """Whether ``model`` has layers of this kind (``rank_shape.rank_shapes`` builds one shape per present
+        """Whether ``model`` has layers of this kind (``layers.rank_shapes`` builds one shape per present
         kind); by default: its symbol appears in the hybrid layer pattern."""
         return bool(self.symbol) and self.symbol in model.hybrid_layer_pattern
 
@@ -79,9 +84,16 @@ class Kind(ABC):
         return None
 
     def shape_fields(self, fields: dict) -> dict:
-        """This kind's ``RankShape`` fields from the execution's (``rank_shapes``): as given; a kind that cannot be
+        """This kind's ``RankShape`` fields from the execution's (``Kind.shape``): as given; a kind that cannot be
         recomputed (``no_recompute``) or only selectively narrows them."""
         return fields
+
+    def shape(self, model: ModelSpec, execution: ExecutionSpec, fields: dict) -> RankShape:
+        """One layer of this kind in ``model`` as one rank of ``execution`` runs it, from the execution's ``fields``
+        (``rank_shape.execution_fields``): its ``layer_arch``, its ``shape_fields``, its traits the shape carries
+        (``rank_shape.KIND_TRAITS``). ``layers.rank_shapes`` asks every kind a model has."""
+        return RankShape(kind=self.name, arch=self.layer_arch(model, execution), attention=self.attention,
+                         **self.shape_fields(fields))
 
     def model_macs(self, model: ModelSpec, seq_length: int, causal: bool) -> dict[str, float]:
         """Forward multiply-accumulates per token of one layer of this kind, by ``flops.FlopsBreakdown`` field
@@ -92,7 +104,7 @@ class Kind(ABC):
     # -- parameters (count of elements one rank holds) --------------------------------------------------------
     @abstractmethod
     def params(self, shape: RankShape, *, impl: str = "te") -> int:
-        """Parameters one rank holds for one layer of this kind (``model.params.layer_params``)."""
+        """Parameters one rank holds for one layer of this kind (``model.layers.layer_params``)."""
 
     def expert_params(self, shape: RankShape) -> int:
         """The part of ``params`` in the expert-parallel groups (sharded over expert-DP)."""
@@ -110,11 +122,11 @@ class Kind(ABC):
     @abstractmethod
     def roofline(self, parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
         """Add the roofline seconds of one micro-batch to ``parts`` (``parts.gemm(name, (fwd, dgrad, wgrad))``,
-        ``parts.other(name, fwd, bwd)``): ``model.roofline.layer_parts``."""
+        ``parts.other(name, fwd, bwd)``): ``model.analytic.layer_parts``."""
 
     def op_sac_gemms_s(self, shape: RankShape, gpu: GPUSpec) -> tuple[float, ...] | None:
         """Seconds of each forward GEMM torchtitan's op-level checkpointing re-runs, when the exact call order is
-        known; ``None``: half the forward GEMM time (``roofline.op_sac_recompute_s``)."""
+        known; ``None``: half the forward GEMM time (``analytic.op_sac_recompute_s``)."""
         return None
 
     def overhead_s(self, shape: RankShape, gpu: GPUSpec) -> float:
@@ -128,7 +140,7 @@ class Kind(ABC):
     # -- saved activations (bytes, one micro-batch, one rank) -----------------------------------------------
     @abstractmethod
     def saved(self, shape: RankShape, impl: ActivationImpl) -> dict[str, float]:
-        """Named bytes saved for backward without recompute (``memory.activations.activation_parts``)."""
+        """Named bytes saved for backward without recompute (``memory.saved.activation_parts``)."""
 
     def saved_selective(self, shape: RankShape, impl: ActivationImpl, parts: dict[str, float]) -> dict[str, float]:
         """``parts`` (from ``saved``) under selective recompute of ``shape.recompute_modules``."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 from primus_ext.model import params as P
 from primus_ext.model import roofline as R
 from primus_ext.model.kinds.base import Kind, KindComm
-from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
 from primus_ext.model.rank_shape import layer_arch
 
@@ -70,7 +69,7 @@ class DenseKind(DecoderKind):
         R.dense_mlp_parts(parts, shape, gpu)
 
     def op_sac_gemms_s(self, shape, gpu):
-        # torchtitan's call order is known for a Llama block only (roofline.op_sac_recompute_s)
+        # torchtitan's call order is known for a Llama block only (analytic.op_sac_recompute_s)
         return None if shape.arch.multi_latent_attention else R.dense_op_sac_gemms(shape, gpu)
 
     def _gemm_flops(self, shape) -> float:
@@ -150,8 +149,8 @@ class MoEKind(DecoderKind):
         return KindComm(pairs=tuple(pairs), parts=frozenset(("attn", "etp", "shared", "cp", "ep")), ep=True)
 
 
-DENSE = register(DenseKind())
-MOE = register(MoEKind())
+KINDS = (DenseKind(), MoEKind())
+"""What the registry registers from this module (``kinds.registry``)."""
 
 
 def drop_recomputed_moe(modules: object, parts: dict[str, float]) -> dict[str, float]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from primus_ext.model import params as P
 from primus_ext.model import roofline as R
 from primus_ext.model.kinds.base import Kind, KindComm, no_recompute
-from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
 from primus_ext.model.rank_shape import layer_arch
 
@@ -72,5 +71,5 @@ class OutputKind(EdgeKind):
                         bwd=("reduce_scatter" if sequence_parallel else "all_reduce",))
 
 
-EMBEDDING = register(EmbeddingKind())
-OUTPUT = register(OutputKind())
+KINDS = (EmbeddingKind(), OutputKind())
+"""What the registry registers from this module (``kinds.registry``)."""

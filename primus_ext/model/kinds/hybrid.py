@@ -13,13 +13,12 @@ its modules are checkpointed inside ``TransformerLayer`` / ``MoELayer`` themselv
 
 from __future__ import annotations
 
-from primus_ext.model import flops as F
 from primus_ext.model import hybrid as Hy
+from primus_ext.model import macs
 from primus_ext.model import params as P
 from primus_ext.model import roofline as R
 from primus_ext.model.kinds.base import Kind, KindComm, no_recompute
 from primus_ext.model.kinds.decoder import MoEKind, drop_recomputed_moe
-from primus_ext.model.kinds.registry import register
 from primus_ext.model.memory import activations as A
 from primus_ext.model.rank_shape import layer_arch
 
@@ -103,8 +102,8 @@ class HybridAttentionKind(HalfLayer):
         return KindComm(pairs=(("attn", "tp"),), parts=frozenset(("attn", "cp")))
 
     def model_macs(self, model, seq_length, causal) -> dict[str, float]:
-        return {"attention_linear": F.attention_linear_macs(model),
-                "attention_core": F.attention_core_macs(model, seq_length, causal=causal)}
+        return {"attention_linear": macs.attention_linear_macs(model),
+                "attention_core": macs.attention_core_macs(model, seq_length, causal=causal)}
 
 
 class HybridMLPKind(HalfLayer):
@@ -146,7 +145,7 @@ class HybridMLPKind(HalfLayer):
         return KindComm(pairs=(("mlp", "tp"),), parts=frozenset(("mlp",)))
 
     def model_macs(self, model, seq_length, causal) -> dict[str, float]:
-        return {"mlp": F.dense_mlp_macs(model)}
+        return {"mlp": macs.dense_mlp_macs(model)}
 
 
 class HybridMoEKind(HalfLayer, MoEKind):
@@ -193,9 +192,8 @@ class HybridMoEKind(HalfLayer, MoEKind):
                         ep=True)
 
     def model_macs(self, model, seq_length, causal) -> dict[str, float]:
-        return {"mlp": F.moe_mlp_macs(model)}
+        return {"mlp": macs.moe_mlp_macs(model)}
 
 
-HYBRID_ATTENTION = register(HybridAttentionKind())
-HYBRID_MLP = register(HybridMLPKind())
-HYBRID_MOE = register(HybridMoEKind())
+KINDS = (HybridAttentionKind(), HybridMLPKind(), HybridMoEKind())
+"""What the registry registers from this module (``kinds.registry``)."""

@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from primus_ext.model import flops as F
 from primus_ext.model import hybrid as Hy
 from primus_ext.model import roofline as R
 from primus_ext.model.kinds.base import Kind, KindComm, no_recompute
-from primus_ext.model.kinds.registry import register
+from primus_ext.model.macs import FLOPS_PER_MAC
 from primus_ext.model.memory import activations as A
-from primus_ext.model.rank_shape import layer_arch, rank_shapes
+from primus_ext.model.rank_shape import execution_fields, layer_arch
 from primus_ext.specs import ExecutionSpec
 
 SCAN_BWD_FLOPS = 2.0
@@ -63,8 +62,9 @@ class MambaKind(Kind):
     def model_macs(self, model, seq_length, causal) -> dict[str, float]:
         # the SSD algorithm's chunk matmuls, the conv1d and the projections (``hybrid.layer_flops``), per token;
         # megatron-core's own ``hybrid_flops`` (training.py@core_v0.16.1) counts the scan as 7 * d_in * N
-        shape = rank_shapes(model, ExecutionSpec(seq_length=seq_length))[self.name]
-        return {"mamba": Hy.layer_flops(shape) / F.FLOPS_PER_MAC / shape.tokens}
+        execution = ExecutionSpec(seq_length=seq_length)
+        shape = self.shape(model, execution, execution_fields(execution))
+        return {"mamba": Hy.layer_flops(shape) / FLOPS_PER_MAC / shape.tokens}
 
     def params(self, shape, *, impl="te") -> int:
         return Hy.mixer_params(shape)
@@ -102,4 +102,5 @@ class MambaKind(Kind):
         return KindComm(pairs=(("mamba", "tp"),))
 
 
-MAMBA = register(MambaKind())
+KINDS = (MambaKind(),)
+"""What the registry registers from this module (``kinds.registry``)."""

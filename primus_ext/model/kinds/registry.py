@@ -1,8 +1,10 @@
 """The layer-kind registry: ``RankShape.kind`` name -> ``Kind`` instance.
 
 The built-in kinds load on the first lookup: every module of this package but ``base`` and ``registry`` (a new
-kind's module is found, not listed). Their modules import the formula modules, which import this one: the lazy load
-is the one deliberate inversion of the model layer (docs/DESIGN.md "Layers"), and keeps the import graph acyclic.
+kind's module is found, not listed), each registering the instances its ``KINDS`` lists. A kind's module imports
+only the leaves of the model layer (``rank_shape``, the formula modules) and ``base``, never this module: the modules
+that look kinds up (``model.layers``, ``model.analytic``, ...) sit above it, so the lazy load closes no import
+circle (docs/DESIGN.md "Layers"; ``tests/test_layers.py`` counts it as an import).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def _load_builtins() -> None:
 
         for info in sorted(pkgutil.iter_modules(sys.modules[_PACKAGE].__path__), key=lambda i: i.name):
             if info.name not in _NOT_KINDS:
-                importlib.import_module(f"{_PACKAGE}.{info.name}")
+                for kind in importlib.import_module(f"{_PACKAGE}.{info.name}").KINDS:
+                    register(kind)
 
 
 def _ordered() -> list[Kind]:
@@ -147,7 +150,7 @@ def pattern_kinds(pattern: str) -> MappingProxyType[str, str]:
 
 
 def placed_kinds() -> tuple[Kind, ...]:
-    """Every kind in the order ``rank_shape.rank_shapes`` lists a model's: decoder layers, then the edges, each in
+    """Every kind in the order ``layers.rank_shapes`` lists a model's: decoder layers, then the edges, each in
     the registry's fixed order (``Kind.present`` says which a model has)."""
     found = _derived.get("placed")
     if found is None:

@@ -10,14 +10,15 @@ The rooms behind it (other packages import from here, not from them):
 
 * ``estimate``: ``estimate_memory`` / ``fits`` / ``peak_bytes``, the result types, HBM capacity and margin;
 * ``stage``: one stage's bytes from memoised per-rank terms; constants for context, NCCL, workspaces;
-* ``activations``: bytes one layer saves for backward per micro-batch (``TE`` / ``LOCAL`` implementations);
+* ``activations``: the formulas of the bytes one layer saves for backward per micro-batch (``TE`` / ``LOCAL``
+  implementations); ``saved``: those bytes asked of the layer's kind, recompute applied;
 * ``plan``: per pipeline chunk, its dense / MoE layers and which of them recompute or offload;
 * ``schedule``: micro-batches in flight per rank and chunk (megatron-core's warm-up rule);
 * ``state``: per-rank parameters, gradients, optimizer state and the data-parallel sharding transients;
 * ``optimizer_state``: Adam's bytes per parameter (the state kept, the step's HBM traffic), its sharding.
 """
 
-from primus_ext.model.memory.activations import LOCAL, TE, activation_bytes_per_layer
+from primus_ext.model.memory.activations import LOCAL, TE
 from primus_ext.model.memory.estimate import (
     DEFAULT_MARGIN,
     MEMORY_ERROR,
@@ -30,6 +31,7 @@ from primus_ext.model.memory.estimate import (
     peak_bytes,
 )
 from primus_ext.model.memory.optimizer_state import adam_state_bytes, adam_step_bytes, dp_sharded
+from primus_ext.model.memory.saved import activation_bytes_per_layer
 from primus_ext.model.memory.state import reduce_bytes
 
 __all__ = [

@@ -2,9 +2,12 @@
 
 Usage::
 
-    from primus_ext.model.memory.activations import activation_bytes_per_layer, activation_parts
+    from primus_ext.model.memory.saved import activation_bytes_per_layer, activation_parts
     activation_bytes_per_layer(shape)                  # Transformer-Engine spec (production GPU runs)
     activation_parts(shape, impl=LOCAL)                # named parts, megatron-core local spec on CPU
+
+This module holds the formulas each kind's ``Kind.saved`` / ``saved_selective`` hooks sum (a leaf: it imports no
+kind); ``memory.saved`` asks the shape's kind and applies recompute.
 
 Every part is a tensor megatron-core 0.16.1 keeps alive between a layer's forward and its backward
 (autograd ``save_for_backward`` / checkpoint inputs), counted once per storage. Symbols: ``T`` tokens
@@ -33,10 +36,8 @@ mla_up_proj) replaces the named parts by what the checkpoint keeps. Pure and tor
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from primus_ext.model.fp4 import fp4_element_bytes
-from primus_ext.model.kinds.registry import get_kind
 from primus_ext.model.rank_shape import RankShape
 
 
@@ -208,11 +209,6 @@ def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: float, ts: float
     return parts
 
 
-@lru_cache(maxsize=4096)
-def _parts_none(shape: RankShape, impl: ActivationImpl) -> tuple[tuple[str, float], ...]:
-    return tuple(get_kind(shape.kind).saved(shape, impl).items())
-
-
 def _sizes(shape: RankShape, impl: ActivationImpl) -> tuple[int, float, float]:
     """(element bytes, linear-input element bytes, tokens per rank along the sequence-parallel split). fp4: the
     column-wise quantised input TE keeps for the weight gradient, with its block scales (``model.fp4``)."""
@@ -359,35 +355,3 @@ def op_sac_saved_bytes(shape: RankShape) -> float:
     if shape.tp > 1:
         saved += 2 * e * ts * a.hidden_size  # reduce_scatter outputs after wo and w2
     return saved
-
-
-def activation_parts(shape: RankShape, *, impl: ActivationImpl = TE, recompute: str | None = None) -> dict[str, float]:
-    """Named bytes one layer of ``shape.kind`` saves for one micro-batch on one rank.
-
-    ``recompute`` overrides ``shape.recompute`` (the memory model mixes recomputed and plain layers
-    under ``recompute_num_layers``).
-    """
-    mode = recompute or shape.recompute
-    kind = get_kind(shape.kind)
-    if mode == "full" and kind.recomputable:
-        sp = shape.tp if shape.sequence_parallel and shape.tp > 1 else 1
-        e = element_bytes(shape.precision)
-        return {"checkpoint_input": e * shape.tokens / sp * shape.arch.hidden_size}
-    parts = dict(_parts_none(shape, impl))
-    if mode == "selective" and kind.recomputable:
-        parts = kind.saved_selective(shape, impl, parts)
-    return parts
-
-
-def activation_bytes_per_layer(shape: RankShape, *, impl: ActivationImpl = TE, recompute: str | None = None) -> int:
-    """Bytes saved for backward by one layer, one micro-batch, honouring SP/CP/TP/ETP and recompute."""
-    return round(sum(activation_parts(shape, impl=impl, recompute=recompute).values()))
-
-
-def linear_input_fraction(shape: RankShape, *, impl: ActivationImpl = TE) -> float:
-    """Share of a layer's saved bytes that weight-gradient GEMMs need (kept until a deferred W pass)."""
-    parts = activation_parts(shape, impl=impl, recompute="none")
-    total = sum(parts.values())
-    names = ("input_norm_out", "pre_mlp_norm_out", "attn_out", "mlp_fc2_in", "experts", "experts_fc2_in",
-             "output_in", "mla_q_compressed", "mla_kv_compressed")
-    return sum(parts.get(n, 0.0) for n in names) / total if total else 0.0

@@ -19,20 +19,20 @@ from functools import lru_cache
 from primus_ext.model.fp8 import layer_weight_bytes
 from primus_ext.model.identity_memo import IdentityMemo
 from primus_ext.model.kinds.registry import get_kind, pattern_kinds
+from primus_ext.model.layers import expert_layer_params, layer_params, rank_shapes
 from primus_ext.model.lora import lora_params
 from primus_ext.model.memory.activations import (
     LOCAL,
     TE,
-    activation_bytes_per_layer,
     as_measured,
     element_bytes,
-    linear_input_fraction,
     loss_saved_bytes,
     op_sac_saved_bytes,
 )
 from primus_ext.model.memory.optimizer_state import dp_sharded
 from primus_ext.model.memory.plan import ChunkComposition, offloaded_layers, recompute_plan
 from primus_ext.model.memory.plan import plan as chunk_plan
+from primus_ext.model.memory.saved import activation_bytes_per_layer, linear_input_fraction
 from primus_ext.model.memory.schedule import held_activations
 from primus_ext.model.memory.state import (
     fsdp_shard_bytes,
@@ -41,15 +41,10 @@ from primus_ext.model.memory.state import (
     state_bytes,
     step_grad_bytes,
 )
-from primus_ext.model.params import (
-    ROUTER_PARAM_BYTES,
-    expert_layer_params,
-    layer_params,
-    position_embedding_params,
-)
+from primus_ext.model.params import ROUTER_PARAM_BYTES, position_embedding_params
 from primus_ext.model.pipeline.registry import get_schedule, resolve
 from primus_ext.model.pipeline.zbv import wgrad_share
-from primus_ext.model.rank_shape import RankShape, rank_shapes
+from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.stages import StagePlan
 from primus_ext.specs import ExecutionSpec, ModelSpec
 

@@ -1,5 +1,7 @@
-"""Adding a layer kind is one module of ``model/kinds`` (+ a builder in ``measure/kind_builders`` to time it): a kind
-declared and registered here, with nothing else edited, is placed, priced, counted and remembered end to end.
+"""Adding a layer kind is one module of ``model/kinds`` (+ a builder in ``measure/kind_builders`` to time it): the
+module lists its instances in ``KINDS`` and the registry registers them when it loads the package's modules. A kind
+declared here and registered as a plugin's (``register``), with nothing else edited, is placed, priced, counted and
+remembered end to end.
 
 The kind is a stand-in for a new hybrid mixer (e.g. Primus's ``zebra_llama_300M_gdn_hybrid`` gated-DeltaNet layers):
 Mamba's formulas under a new name and symbol ``G``. What it shows is the wiring, not a GDN cost model.
@@ -13,13 +15,13 @@ import pytest
 
 from primus_ext.hardware import load_system
 from primus_ext.model.flops import flops_breakdown
-from primus_ext.model.hybrid import HybridPatternError, allocate_layers, symbols
+from primus_ext.model.hybrid import HybridPatternError
 from primus_ext.model.kinds import Kind, get_kind, known_kinds, register
 from primus_ext.model.kinds.decoder import DenseKind
 from primus_ext.model.kinds.hybrid import HybridMLPKind
 from primus_ext.model.kinds.mamba import MambaKind
 from primus_ext.model.kinds.registry import pattern_kinds, symbol_kinds, unregister
-from primus_ext.model.params import hybrid_stage_params, hybrid_symbol_params
+from primus_ext.model.layers import allocate_layers, hybrid_stage_params, hybrid_symbol_params, symbols
 from primus_ext.projection.evaluate_batch import evaluate_many
 from primus_ext.projection.project import project
 from primus_ext.projection.table import chunk_counts
@@ -157,6 +159,26 @@ def test_kinds_no_model_could_place_are_refused():
         with pytest.raises(ValueError, match=message):
             register(kind)
         assert kind.name not in known_kinds()
+
+
+def test_the_registry_registers_each_kind_modules_kinds():
+    """A module of ``model/kinds`` (but ``base`` and ``registry``) lists its kinds in ``KINDS``; the registry registers
+    those, and no kind module imports the registry (it would call back: ``tests/test_layers.py``)."""
+    import importlib
+    import pkgutil
+
+    from primus_ext.model import kinds
+    from primus_ext.model.kinds.registry import _NOT_KINDS
+
+    listed = []
+    for info in pkgutil.iter_modules(kinds.__path__):
+        if info.name not in _NOT_KINDS:
+            module = importlib.import_module(f"{kinds.__name__}.{info.name}")
+            assert module.KINDS and all(isinstance(k, Kind) for k in module.KINDS), info.name
+            assert not hasattr(module, "register"), f"{info.name} imports the registry"
+            listed += [k.name for k in module.KINDS]
+    assert sorted(listed) == sorted(name for name in known_kinds() if not name.startswith("test_"))
+    assert all(type(get_kind(name)).__module__.startswith(kinds.__name__) for name in listed)
 
 
 def test_a_kind_registered_first_is_checked_against_the_built_in_ones():

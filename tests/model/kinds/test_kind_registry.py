@@ -12,8 +12,8 @@ from primus_ext.errors import PrimusExtError
 from primus_ext.hardware import load_gpu
 from primus_ext.model.kinds import HOOKS, TRAITS, Kind, KindComm, UnknownKind, get_kind, known_kinds, register
 from primus_ext.model.kinds.decoder import DenseKind
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.memory.activations import LOCAL, TE
-from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.model.roofline import _Parts
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -126,6 +126,22 @@ def test_traits_of_the_builtin_kinds():
     assert not emb.takes_sequence_split and out.takes_sequence_split
     shape = replace(_shapes()["moe"], cuda_graph="full_iteration")
     assert moe.overhead_s(shape, load_gpu("h100")) == 0.0
+
+
+def test_a_shape_carries_its_kinds_traits():
+    """A kind builds its shape with the traits the shape's own properties read (``rank_shape.KIND_TRAITS``), not part
+    of what the shape is: equality, hash, store key and stored form ignore them; the store's reader restores them."""
+    from primus_ext.measure.store import shape_from_dict
+    from primus_ext.model.rank_shape import shape_dict
+
+    for name, shape in _shapes().items():
+        assert shape.attention == get_kind(name).attention, name
+        other = replace(shape, attention=not shape.attention)
+        assert other == shape and hash(other) == hash(shape) and other.key() == shape.key()
+        assert "attention" not in shape_dict(shape) and shape_from_dict(shape_dict(shape)).attention == shape.attention
+    shapes = rank_shapes(replace(MOE_MODEL, window_size=(128, 0), window_attn_skip_freq=2), EXECUTION)
+    assert shapes["dense"].arch.window_size == shapes["embedding"].arch.window_size == (128, 0)
+    assert shapes["dense"].window_pattern == 2 and shapes["embedding"].window_pattern == 0  # only attention windows
 
 
 def test_every_kind_has_a_measurement_builder():

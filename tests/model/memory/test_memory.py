@@ -14,11 +14,11 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.hardware import load_system
+from primus_ext.model.layers import layer_params, rank_shapes
 from primus_ext.model.memory import estimate_memory, fits, peak_bytes
-from primus_ext.model.memory.activations import TE, activation_bytes_per_layer, activation_parts
+from primus_ext.model.memory.activations import TE
+from primus_ext.model.memory.saved import activation_bytes_per_layer, activation_parts
 from primus_ext.model.memory.schedule import chunk_in_flight
-from primus_ext.model.params import layer_params
-from primus_ext.model.rank_shape import rank_shapes
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 TINY = ModelSpec(name="tiny", num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.hardware import load_system
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.memory import MEMORY_ERROR, margin_verdict
-from primus_ext.model.memory.activations import activation_parts
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.memory.saved import activation_parts
 from primus_ext.recipe.checks import check
 from primus_ext.specs import ExecutionSpec, ModelSpec
 

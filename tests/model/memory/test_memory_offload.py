@@ -13,9 +13,9 @@ from dataclasses import replace
 import pytest
 
 from primus_ext.hardware import load_system
+from primus_ext.model.layers import rank_shapes
 from primus_ext.model.memory import estimate_memory, peak_bytes
-from primus_ext.model.memory.activations import activation_bytes_per_layer
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.memory.saved import activation_bytes_per_layer
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 GQA = ModelSpec(name="gqa", num_layers=8, hidden_size=1024, ffn_hidden_size=2816, num_attention_heads=16,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from primus_ext.model.memory.activations import activation_bytes_per_layer, op_sac_saved_bytes
-from primus_ext.model.rank_shape import rank_shapes
+from primus_ext.model.layers import rank_shapes
+from primus_ext.model.memory.activations import op_sac_saved_bytes
+from primus_ext.model.memory.saved import activation_bytes_per_layer
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 torch = pytest.importorskip("torch")
