@@ -104,14 +104,16 @@ def _primus_gate(recipe: Path, store: Path, out: Path) -> int:
 
 LLAMA = Path(__file__).parents[1] / "recipes" / "llama3.1_8B-pretrain.yaml"
 FITS_UNCALIBRATED = ["tensor_model_parallel_size=2", "micro_batch_size=1"]
-"""59.6 GiB projected of the H100's 79.6: it fits; 1.6 x that does not (over the 15.5 % the memory model may miss)."""
+"""~60 GiB projected of the H100's 79.6: it fits; twice that does not (over the 15.5 % the memory model may miss), for
+any projected peak from 46 to 92 GiB."""
+MEASURED_TWICE = 2.0
 
 
 def test_the_memory_verdict_is_the_calibrated_one(tmp_path: Path, capsys):
     """A measured peak over the HBM where the projected one fits: ``project``, ``--memory-only``, ``tune`` and ``train
     --projection-only`` say so with the same peak, and exit 3 (tune: the recipe's configuration is out of memory)."""
     store = tmp_path / "timings.sqlite"
-    _store_record(store, LLAMA, FITS_UNCALIBRATED, 1.6)
+    _store_record(store, LLAMA, FITS_UNCALIBRATED, MEASURED_TWICE)
     flags = [*FITS_UNCALIBRATED, *TARGET, "--store", str(store)]
     peaks = {}
     for name, extra in (("project", []), ("memory-only", ["--memory-only"]), ("uncalibrated", ["--uncalibrated"])):
@@ -120,7 +122,7 @@ def test_the_memory_verdict_is_the_calibrated_one(tmp_path: Path, capsys):
                                                                                       else 3), name
         peaks[name] = json.loads(out.read_text())["memory"]["peak_memory_gib"]
     assert peaks["memory-only"] == pytest.approx(peaks["project"], rel=1e-12)
-    assert peaks["project"] == pytest.approx(1.6 * peaks["uncalibrated"], abs=2e-3)
+    assert peaks["project"] == pytest.approx(MEASURED_TWICE * peaks["uncalibrated"], abs=2e-3)
     workspace = tmp_path / "train"
     assert main(["train", "--config", str(LLAMA), *flags, "--projection-only", "--workspace", str(workspace)]) == 3
     assert json.loads((workspace / "projection.json").read_text())["memory"]["peak_memory_gib"] == pytest.approx(
