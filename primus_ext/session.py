@@ -1,21 +1,23 @@
 """One projection session per command: the target, the cost chain and the calibration, decided in one place.
 
-    session = Session(CostChoice(mode="store", store=None))       # what --compute / --store / --uncalibrated asked
+    session = Session(cost_choice(compute="store", store=None))  # what --compute / --store / --uncalibrated asked
     recipe = session.load("recipes/llama3.1_8B-pretrain.yaml", ["micro_batch_size=2"])
     projection = session.project(recipe)       # the cost chain, then the stored calibration that applies
     oracle = session.oracle(recipe)            # the tuner's: the same chain and records, per execution
     print(session.target_line(recipe))         # target: 8 nodes x 8 MI325X (mi325x, from ...)
 
-``project``, ``compare``, ``tune``, ``train --projection-only``, ``calibrate``, ``ci`` and the launcher gates ask a
-session; the same recipe and store give the same figure whichever command prints it.
+``project`` (``--memory-only`` too), ``compare``, ``tune``, ``train --projection-only``, ``calibrate``, ``ci`` and the
+launcher gates ask a session, built once per command from its flags by ``cost_choice``; the same recipe and store give
+the same figure (step, band, peak memory, verdict) whichever command prints it.
 
 - **Target** (``load``): the one rule of ``recipe.target.resolve_target`` (``--cluster``, the recipe's
   ``# primus-ext:`` comment, ``$PRIMUS_EXT_CLUSTER``, a Primus ``configs/<GPU>/`` folder, this machine's GPUs;
   nothing stating it exits 2). ``Recipe.target`` says where it came from; ``target_line`` prints it.
 - **Cost chain** (``costs``): ``analytic`` (the roofline), ``store`` (the timing store ``store``, else the default
   one when it exists: the entries measured on the target GPU, or on ``device``; the roofline for what it lacks),
-  ``measured`` (this machine's entries, measured first by the caller: ``launcher.projection_only.measure_missing``).
-  ``provider`` hands a ready cost provider instead (perf CI's committed store).
+  ``measured`` (this machine's entries, the missing ones measured first: ``measure``; below scale 1 they stand in for
+  their full-size shapes and the memory is the analytic model's at full size). ``provider`` hands a ready cost
+  provider instead (perf CI's committed store).
 - **Calibration** (``records``, ``calibrate``): the store's records of real runs (``primus_ext.calibration``) of the
   recipe's model on its GPU type, applied exactly to their workload and with a wider band nearby, each naming the
   record (logs, date, factor) in the projection's notes and JSON; ``calibrated=False`` (``--uncalibrated``, perf CI)
@@ -69,6 +71,28 @@ class CostChoice:
     cluster_label: str | None = None
     """Which cluster record of the target's profile applies (``--cluster-label``); ``None``:
     ``$PRIMUS_EXT_CLUSTER_LABEL``, else the unlabelled record."""
+    scale: float | None = None
+    """``measured``: the scale the missing layers are measured at (``--scale``; ``None``: 1 on a GPU, a CPU-sized one
+    on CPU, decided by ``Session.measure``). Below 1 the memory is the analytic model's at full size."""
+    measure_on: str | None = None
+    """``measured``: the torch device to measure on (``cpu``, ``cuda``; ``None``: cuda when present)."""
+
+
+def cost_choice(*, compute: CostMode = "store", analytic: bool = False, store: str | None = None,
+                device: str | None = None, accept_scaled: bool = False, scale: float | None = None,
+                measure_on: str | None = None, uncalibrated: bool = False,
+                cluster_label: str | None = None) -> CostChoice:
+    """A command's cost flags as its ``CostChoice``, the one rule (``cli._args.session_of``: ``project``, ``compare``,
+    ``tune``, ``calibrate``; ``train --projection-only`` and the launcher gates). ``analytic`` is ``compute=
+    "analytic"``; ``device`` counts in ``store`` mode, ``scale`` and ``measure_on`` in ``measured`` mode, which reads
+    the scaled entries exactly when the scale is below 1 (``accept_scaled``: the caller may measure for another
+    device's target)."""
+    mode: CostMode = "analytic" if analytic else compute
+    measured = mode == "measured"
+    return CostChoice(mode=mode, store=store, device=device if mode == "store" else None,
+                      accept_scaled=scale is not None and scale < 1 if measured else accept_scaled,
+                      scale=scale if measured else None, measure_on=measure_on if measured else None,
+                      calibrated=not uncalibrated, cluster_label=cluster_label)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +125,18 @@ class Environment:
         if not notes and a is None:
             return projection
         return replace(projection, notes=(*projection.notes, *notes), cluster_calibration=a)
+
+
+def full_scale_memory(projection: Projection) -> Projection:
+    """Activation bytes measured on a down-scaled model are not the target's: the projection with the analytic memory
+    model at full size instead (its own memory would rest on the scaled saved bytes)."""
+    from dataclasses import replace
+
+    from primus_ext.model.memory import estimate_memory
+
+    memory = estimate_memory(projection.model, projection.execution, projection.system)
+    note = "memory: analytic at full size (measured saved-bytes are of the down-scaled layers)"
+    return replace(projection, memory=memory, notes=(*projection.notes, note))
 
 
 def basis_key(record: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
@@ -179,6 +215,32 @@ class Session:
         from primus_ext.measure.store import store_for_target
 
         return store_for_target(self.store_path, gpu_name, device=c.device, accept_scaled=c.accept_scaled)
+
+    def measure(self, recipe: Any, *, progress: Callable[[int, int, Any], None] | None = None) -> tuple[str, ...]:
+        """``measured``: time the recipe's per-rank layer kinds the store lacks on this machine (``bench``'s loop) at
+        ``CostChoice.scale`` (``None``: ``measure.scale.default_scale``), which this session then reads; one line per
+        kind measured (``kind: ok`` or ``kind: FAILED reason``)."""
+        from dataclasses import replace
+
+        from primus_ext.measure.runner import MeasureOptions, measure_many
+        from primus_ext.measure.scale import default_scale
+        from primus_ext.measure.shims import resolve_device
+        from primus_ext.measure.store import TimingStore
+        from primus_ext.model.lora import trained_in_full
+        from primus_ext.model.layers import rank_shapes
+
+        device = resolve_device(self.choice.measure_on)
+        shapes = rank_shapes(recipe.model, recipe.execution).values()
+        scale = self.choice.scale if self.choice.scale is not None else default_scale(shapes, device.type)
+        with TimingStore(self.choice.store) as store:
+            missing = [s for s in map(trained_in_full, shapes) if store.entry(s, scale=scale) is None]
+            results = measure_many(missing, scale=scale, device=device, opts=MeasureOptions(reps=5),  # bench: 10
+                                   progress=progress)
+            for m in results:
+                store.record(m)
+        self.choice = replace(self.choice, scale=scale, accept_scaled=scale < 1)
+        self._costs.clear()
+        return tuple(f"{m.target.kind}: ok" if m.ok else f"{m.target.kind}: FAILED {m.error}" for m in results)
 
     # --- calibration --------------------------------------------------------------------------------------------
     def records(self, model: ModelSpec, system: SystemSpec) -> tuple[CalibrationRecord, ...]:
@@ -281,8 +343,8 @@ class Session:
         return apply_stored(projection, str(self.store_path), records=records)
 
     def memory_factor(self, recipe: Any) -> Callable[[ExecutionSpec], float] | None:
-        """The tuner pre-filter's measured / projected peak factor per execution (``None`` without records)."""
-        records = self.records(recipe.model, recipe.system)
+        """The tuner pre-filter's measured / projected peak factor per execution from the oracle's records (or None)."""
+        records = self._fitted(recipe)[1]
         if not records:
             return None
         from primus_ext.calibration import find_record
@@ -296,20 +358,23 @@ class Session:
     # --- projections --------------------------------------------------------------------------------------------
     def project_on_cluster(self, recipe: Any, *, band: bool = True) -> Projection:
         """The recipe's projection on its environment (``environment``), before a per-model record corrects it."""
-        from primus_ext.projection import project
-
         env = self.environment(recipe.model, recipe.execution, recipe.system)
-        return env.mark(project(recipe.model, recipe.execution, env.system, self.costs(recipe.system.gpu.name),
-                                band=band))
+        return env.mark(self._project(recipe, env.system, band))
 
     def project(self, recipe: Any, *, band: bool = True, calibrated: bool = True) -> Projection:
         """The recipe's projection through this session's cost chain, then its stored calibration (cluster
-        environment, then the per-model record); ``calibrated=False``: neither."""
+        environment, then the per-model record); ``calibrated=False``: neither. Its ``memory`` is the verdict every
+        command prints (``project --memory-only`` too)."""
         if calibrated:
             return self.calibrate(self.project_on_cluster(recipe, band=band))
+        return self._project(recipe, recipe.system, band)
+
+    def _project(self, recipe: Any, system: SystemSpec, band: bool) -> Projection:
         from primus_ext.projection import project
 
-        return project(recipe.model, recipe.execution, recipe.system, self.costs(recipe.system.gpu.name), band=band)
+        p = project(recipe.model, recipe.execution, system, self.costs(recipe.system.gpu.name), band=band)
+        scale = self.choice.scale
+        return p if scale is None or scale >= 1 else full_scale_memory(p)
 
     def evaluate(self, model: ModelSpec, execution: ExecutionSpec, system: SystemSpec) -> Projection:
         """The fast path (``projection.evaluate``: no timeline, memory or band) through this session's cost chain,
@@ -324,11 +389,16 @@ class Session:
         recipe's own configuration, and the calibration records fitted on it."""
         from primus_ext.tune.oracle import projection_oracle
 
+        env, records = self._fitted(recipe)
+        return projection_oracle(recipe.model, env.system, self.costs(recipe.system.gpu.name), records)
+
+    def _fitted(self, recipe: Any) -> tuple[Environment, tuple[CalibrationRecord, ...]]:
+        """The environment of the recipe's own configuration and the model records fitted on it."""
         env = self.environment(recipe.model, recipe.execution, recipe.system)
         records = self.records(recipe.model, recipe.system)
         if any(r.environment is not None for r in records):
             records = tuple(r for r in records if basis_key(r.environment) == env.basis)
-        return projection_oracle(recipe.model, env.system, self.costs(recipe.system.gpu.name), records)
+        return env, records
 
     def calibration_line(self, recipe: Any) -> str | None:
         """One sentence naming the records that may change this recipe's scores (the tuner prints it)."""

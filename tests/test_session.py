@@ -14,6 +14,7 @@ import pytest
 from runlogs import TARGET, TINY, kernel_step, steady, write_log
 
 from primus_ext.cli import compare, main
+from primus_ext.cli._args import session_of
 from primus_ext.session import CostChoice, Session
 
 
@@ -44,7 +45,7 @@ def test_project_compare_and_tune_give_one_figure(calibrated, tmp_path: Path, ca
 
     args = _compare_args(str(recipe), str(recipe), *TARGET, "--store", str(store))
     side, _ = compare.parse_sides(args.a, args.b)
-    _, a = compare.project_side(side, compare.session_of(args), cluster="h100", nodes=1)
+    _, a = compare.project_side(side, session_of(args, calibrated=not args.uncalibrated), cluster="h100", nodes=1)
     assert a.calibration is not None and a.tokens_per_s_per_gpu == pytest.approx(figure, rel=1e-9)
     assert main(["compare", str(recipe), str(recipe), *TARGET, "--store", str(store)]) == 0
     assert "calibrated (exact)" in capsys.readouterr().out  # the console says which record changed it
@@ -86,7 +87,7 @@ def test_a_cluster_record_gives_one_figure_in_project_compare_and_tune(tmp_path:
     assert doc["step_time_s"] > 1.2 * plain.project(loaded).step_time_s  # slower kernels and links
     args = _compare_args(str(recipe), str(recipe), *TARGET, "--store", str(store))
     side, _ = compare.parse_sides(args.a, args.b)
-    _, a = compare.project_side(side, compare.session_of(args), cluster="h100", nodes=1)
+    _, a = compare.project_side(side, session_of(args, calibrated=not args.uncalibrated), cluster="h100", nodes=1)
     assert a.cluster_calibration is not None and a.tokens_per_s_per_gpu == pytest.approx(doc["tokens_per_s_per_gpu"],
                                                                                          rel=1e-9)
     tuned = tmp_path / "tune.json"

@@ -61,8 +61,18 @@ def _negated(date: str) -> str:
 
 
 def band_of(record: CalibrationRecord, match: Match) -> float:
+    """The band's relative width ``b`` (printed as +-b): the runs' spread, at least ``MIN_BAND``, wider nearby."""
     spread = max(record.correction.spread, MIN_BAND)
     return spread + (NEARBY_SPREAD if match == "nearby" else 0.0)
+
+
+def band_factors(record: CalibrationRecord, match: Match) -> tuple[float, float]:
+    """The band of a calibrated throughput as factors of it: ``1 / (1 + b)`` .. ``1 + b`` (``b = band_of``), symmetric
+    in log (a run ``1 + b`` times slower is as likely as one ``1 + b`` times faster; ``1 - b`` would reach zero at
+    ``b = 1``). The one band: ``project`` prints it (``apply_record``) and the tuner's ties use it
+    (``tune.oracle.ProjectionOracle.band``)."""
+    width = band_of(record, match)
+    return 1 / (1 + width), 1 + width
 
 
 def breakdown_parts(breakdown: Breakdown) -> dict[str, float]:
@@ -87,7 +97,7 @@ def apply_record(projection: Projection, record: CalibrationRecord, match: Match
                            group=x.group) for x in b.comms)
     breakdown = replace(b, compute_s=new["compute_s"], bubble_s=new["bubble_s"], optimizer_s=new["optimizer_s"],
                         overhead_s=new["overhead_s"], recompute_s=new["recompute_s"], comms=comms)
-    band = band_of(record, match)
+    band, (low, high) = band_of(record, match), band_factors(record, match)
     tokens = projection.tokens_per_s_per_gpu * ratio
     memory, peak_before = projection.memory, None
     if memory is not None:
@@ -106,7 +116,7 @@ def apply_record(projection: Projection, record: CalibrationRecord, match: Match
             "it, --uncalibrated to ignore it)")
     return replace(projection, step_time_s=step, tokens_per_s_per_gpu=tokens,
                    model_tflops_per_gpu=projection.model_tflops_per_gpu * ratio, mfu=projection.mfu * ratio,
-                   breakdown=breakdown, memory=memory, band=(tokens / (1 + band), tokens * (1 + band)),
+                   breakdown=breakdown, memory=memory, band=(tokens * low, tokens * high),
                    notes=(*projection.notes, note), calibration=applied)
 
 

@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.cli._args import add_cost_arguments, session_of
 from primus_ext.cli.calibrate_logs import Loader, compare_all, split_inputs
 
 if TYPE_CHECKING:
@@ -55,12 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=int, help="node count of the run; default from the recipe")
     p.add_argument("--config-root", action="append", default=[], metavar="DIR",
                    help="folder searched for model/module presets (repeatable)")
-    p.add_argument("--store", metavar="FILE", help="timing store: layer costs read, calibration record written")
-    p.add_argument("--device", help="whose measurements to read from the store (default: this machine)")
-    p.add_argument("--accept-scaled", action="store_true", help="also use down-scaled store entries")
-    p.add_argument("--compute", choices=("store", "analytic"), default="store",
-                   help="layer costs of the projection compared: the store with roofline fallback, or roofline only")
-    p.add_argument("--analytic", action="store_true", help="same as --compute analytic")
+    add_cost_arguments(p)  # the store is also where the record is written
     p.add_argument("--follow-log", action="store_true",
                    help="project the layout and batch each log ran (instead of refusing a recipe that differs)")
     p.add_argument("--dry-run", action="store_true", help="compare only; store nothing")
@@ -141,11 +137,12 @@ def _model_of(args: argparse.Namespace) -> Any:
     """RECIPE's model (``--forget``): the architecture alone names its records, on any target (a recipe that states
     none is read on the ``cpu`` profile: the model does not depend on it)."""
     from primus_ext.errors import RecipeError
-    from primus_ext.session import Session
+
+    session = session_of(args)
 
     def load(cluster: str | None) -> Any:
-        return Session().load(args.recipe, [], cluster=cluster, nodes=args.nodes, config_roots=args.config_root,
-                              validate=False).model
+        return session.load(args.recipe, [], cluster=cluster, nodes=args.nodes, config_roots=args.config_root,
+                            validate=False).model
 
     try:
         return load(args.cluster)
@@ -179,15 +176,16 @@ def run(args: argparse.Namespace) -> int:
         raise PrimusExtError("calibrate needs RECIPE and at least one LOG (or --list / --forget)")
     check_json_out(args.json)
     check_outputs(("--json", args.json), inputs=(args.recipe, *(i for i in args.inputs if "=" not in i)))
+    session = session_of(args)  # the one session: the recipe's target, the cluster record, the layer costs
     if Path(args.recipe).is_dir():  # a tune --verify-top folder: its manifest names the recipe and the logs
         from primus_ext.cli.calibrate_folder import folder_jobs
 
-        base, jobs, skipped = folder_jobs(args, Path(args.recipe))
+        base, jobs, skipped = folder_jobs(args, session, Path(args.recipe))
         for line in skipped:
             print(f"skipped {line}", file=sys.stderr)
-        cluster = _cluster_basis(args, base)
-        return _conclude(args, base, compare_all(args, base, jobs, skip_unreadable=True, environment=cluster),
-                         environment=cluster)
+        cluster = _cluster_basis(session, base)
+        return _conclude(args, base, compare_all(args, session, base, jobs, skip_unreadable=True,
+                                                 environment=cluster), environment=cluster)
     logs, overrides = split_inputs(list(args.inputs))
     if not logs:
         from primus_ext.errors import PrimusExtError
@@ -195,24 +193,19 @@ def run(args: argparse.Namespace) -> int:
         raise PrimusExtError("no training log given: primus-ext calibrate RECIPE LOG [LOG ...]")
 
     def load(extra: list[str]) -> Any:
-        from primus_ext.session import Session
-
-        return Session().load(args.recipe, [*overrides, *extra], cluster=args.cluster, nodes=args.nodes,
-                              config_roots=args.config_root)
+        return session.load(args.recipe, [*overrides, *extra], cluster=args.cluster, nodes=args.nodes,
+                            config_roots=args.config_root)
 
     base = load([])
     loader: Loader = lambda extra: load(extra) if extra else base  # noqa: E731 (the base, loaded once)
-    cluster = _cluster_basis(args, base)
-    return _conclude(args, base, compare_all(args, base, [(path, loader) for path in logs], environment=cluster),
-                     environment=cluster)
+    cluster = _cluster_basis(session, base)
+    return _conclude(args, base, compare_all(args, session, base, [(path, loader) for path in logs],
+                                             environment=cluster), environment=cluster)
 
 
-def _cluster_basis(args: argparse.Namespace, recipe: Any) -> Any:
+def _cluster_basis(session: Any, recipe: Any) -> Any:
     """The cluster record a model record's comparison runs on (that profile and ``--cluster-label``), or None."""
-    from primus_ext.session import CostChoice, Session
-
-    found, note = Session(CostChoice(store=args.store, cluster_label=args.cluster_label)).cluster_record(
-        recipe.system)
+    found, note = session.cluster_record(recipe.system)
     if note:
         print(f"note: {note}", file=sys.stderr)
     if found is not None:

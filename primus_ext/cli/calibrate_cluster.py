@@ -45,19 +45,13 @@ def groups_of(recipe: str, inputs: list[str]) -> list[tuple[str, list[Path], lis
     return out
 
 
-def _label(args: argparse.Namespace) -> str:
-    from primus_ext.session import CostChoice, Session
-
-    return Session(CostChoice(store=args.store, cluster_label=args.cluster_label)).cluster_label()
-
-
 def run_cluster(args: argparse.Namespace) -> int:
     from primus_ext.calibration.workload import Workload, fingerprint
+    from primus_ext.cli._args import session_of
     from primus_ext.cli.calibrate_logs import compare_all as _compare_all
-    from primus_ext.cli.project import session_of
+    from primus_ext.cli.calibrate_logs import layer_costs
     from primus_ext.files import check_outputs
     from primus_ext.results import check_json_out
-    from primus_ext.session import Session
 
     if not args.recipe:
         raise PrimusExtError("calibrate --scope cluster needs RECIPE LOG [RECIPE LOG ...]")
@@ -67,24 +61,24 @@ def run_cluster(args: argparse.Namespace) -> int:
     check_json_out(args.json)
     check_outputs(("--json", args.json))
     comparisons, recipes = [], []
+    session = session_of(args)  # the one session: each recipe's target, the layer costs, the cluster label
     for path, logs, overrides in groups_of(args.recipe, list(args.inputs)):
         def load(extra: list[str], path: str = path, overrides: list[str] = overrides) -> Any:
-            return Session().load(path, [*overrides, *extra], cluster=args.cluster, nodes=args.nodes,
-                                  config_roots=args.config_root)
+            return session.load(path, [*overrides, *extra], cluster=args.cluster, nodes=args.nodes,
+                                config_roots=args.config_root)
 
         base = load([])
         recipes.append(base)
-        comparisons += _compare_all(args, base, [(log, lambda extra, load=load, base=base: load(extra) if extra
-                                                  else base) for log in logs])
+        comparisons += _compare_all(args, session, base, [(log, lambda extra, load=load, base=base: load(extra)
+                                                           if extra else base) for log in logs])
     profiles = sorted({r.system.name for r in recipes})
     if len(profiles) > 1:
         raise PrimusExtError(f"the recipes target {', '.join(profiles)}: a cluster record is of one cluster (one "
                              "profile); give --cluster, or calibrate each cluster on its own")
     system = recipes[0].system
-    fresh = args.store is not None and not Path(args.store).exists()
-    costs = None if fresh and args.compute == "store" else session_of(args, calibrated=False).costs(system.gpu.name)
     runs = [_run(c, Workload, fingerprint) for c in comparisons]
-    record, refused, stored = _fit(args, comparisons, runs, costs, system)
+    record, refused, stored = _fit(args, comparisons, runs, layer_costs(session, system), system,
+                                   label=session.cluster_label())
     _report(args, recipes[0], comparisons, record, stored, refused)
     if refused:
         print(f"not stored: {refused}", file=sys.stderr)
@@ -101,9 +95,9 @@ def _run(c: Any, workload: Any, fingerprint: Any) -> Any:
                                                  p.system.world_size]))
 
 
-def _fit(args: argparse.Namespace, comparisons: list[Any], runs: list[Any], costs: Any,
-         system: Any) -> tuple[Any, str | None, str | None]:
-    """(record or None, why refused or None, where stored or None)."""
+def _fit(args: argparse.Namespace, comparisons: list[Any], runs: list[Any], costs: Any, system: Any, *,
+         label: str) -> tuple[Any, str | None, str | None]:
+    """(record or None, why refused or None, where stored or None); ``label``: the record's cluster label."""
     from primus_ext.calibration.cluster import ClusterRecord, ClusterRun, save_cluster_record
     from primus_ext.calibration.cluster_fit import fit_environment
     from primus_ext.calibration.correction import CorrectionError
@@ -129,7 +123,7 @@ def _fit(args: argparse.Namespace, comparisons: list[Any], runs: list[Any], cost
     if kind != "analytic" and "kernels" in fit.values:
         notes.append("some layer costs were measured (timing store): the kernel factor scales the roofline's only")
     record = ClusterRecord(
-        profile=system.name, gpu=gpu.name, label=_label(args), values=fit.values,
+        profile=system.name, gpu=gpu.name, label=label, values=fit.values,
         profile_values={n: profile_value(n, gpu) for n in fit.values}, standard_errors=fit.standard_errors,
         held=fit.held, rule=fit.rule, date=now(), notes=tuple(notes),
         costs=kind,

@@ -36,10 +36,11 @@ def _base_path(manifest: dict[str, Any], folder: Path) -> Path | None:
     return None
 
 
-def folder_jobs(args: argparse.Namespace, folder: Path) -> tuple[Any, list[tuple[Path, Any]], list[str]]:
-    """The base recipe, a (log, loader) pair per candidate with a log, and one line per candidate left out."""
+def folder_jobs(args: argparse.Namespace, session: Any,
+                folder: Path) -> tuple[Any, list[tuple[Path, Any]], list[str]]:
+    """The base recipe, a (log, loader) pair per candidate with a log, and one line per candidate left out (each
+    loaded by ``session``, the command's)."""
     from primus_ext.launcher.verify_top.variants import MANIFEST, read_manifest
-    from primus_ext.recipe import load_recipe
 
     manifest = read_manifest(folder)
     if manifest.get("local"):
@@ -59,8 +60,8 @@ def folder_jobs(args: argparse.Namespace, folder: Path) -> tuple[Any, list[tuple
     where = _base_path(manifest, folder)
 
     def load(path: Path, extra: list[str]) -> Any:
-        return load_recipe(path, [*overrides, *extra], cluster=cluster, nodes=nodes, config_roots=args.config_root,
-                           validate=False)
+        return session.load(path, [*overrides, *extra], cluster=cluster, nodes=nodes, config_roots=args.config_root,
+                            validate=False)
 
     base = load(where, []) if where is not None else None
     skipped: list[str] = []

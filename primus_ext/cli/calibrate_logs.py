@@ -44,13 +44,21 @@ Loader = Callable[[list[str]], Any]
 """Loads the recipe a log ran, with extra ``key=value`` overrides (``--follow-log``)."""
 
 
-def compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Loader]], *,
+def layer_costs(session: Any, system: Any) -> Any:
+    """The command's layer costs for ``system``'s GPU (``session.costs``); the roofline when ``--store`` names a file
+    the record will create (nothing to read yet)."""
+    store = session.choice.store
+    if store is not None and not Path(store).exists() and session.choice.mode == "store":
+        return None
+    return session.costs(system.gpu.name)
+
+
+def compare_all(args: argparse.Namespace, session: Any, base: Any, jobs: list[tuple[Path, Loader]], *,
                  skip_unreadable: bool = False, environment: Any = None) -> list[LogComparison]:
-    """Each log against the projection of the recipe its loader gives (on ``environment``'s cluster record when
-    given). An unreadable log is an error (exit 2), or with ``skip_unreadable`` said and left out (a verify-top
-    candidate whose run failed)."""
+    """Each log against the uncalibrated projection of the recipe its loader gives, over ``session``'s layer costs
+    (on ``environment``'s cluster record when given). An unreadable log is an error (exit 2), or with
+    ``skip_unreadable`` said and left out (a verify-top candidate whose run failed)."""
     from primus_ext.calibration.compare import compare_log, log_problems, mismatches
-    from primus_ext.cli.project import session_of
     from primus_ext.errors import PrimusExtError, Problem, RecipeError
     from primus_ext.logs import LogError, read_log
 
@@ -72,9 +80,7 @@ def compare_all(args: argparse.Namespace, base: Any, jobs: list[tuple[Path, Load
     if problems:
         raise RecipeError(problems=problems, source="(training logs)")
     comparisons = []
-    fresh = args.store is not None and not Path(args.store).exists()  # the record will create it: nothing to read
-    session = session_of(args, calibrated=False)  # the comparison is against the uncalibrated projection
-    costs = None if fresh and args.compute == "store" else session.costs(base.system.gpu.name)
+    costs = layer_costs(session, base.system)
     for path, loader, log in read:
         recipe = loader([])
         found, follow = mismatches(recipe, log)

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from primus_ext.cli._args import add_calibration_arguments
+from primus_ext.cli._args import add_calibration_arguments, add_cost_arguments, session_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,9 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--schedule-b", metavar="NAME", help="pipeline schedule of side B only")
     parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
                         help="folder searched for model/module presets (repeatable)")
-    parser.add_argument("--store", metavar="FILE",
-                        help="timing store with measured layer costs (default: the default store, when it exists)")
-    parser.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
+    add_cost_arguments(parser)
     add_calibration_arguments(parser)
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as one self-contained HTML page")
     parser.add_argument("--json", metavar="OUT", help="also write both projections and the rows as JSON, the result "
@@ -103,13 +101,6 @@ def project_side(side: Side, session: Any, *, cluster: str | None = None, nodes:
                           schedule=schedule)
     return recipe, session.project(recipe)
 
-def session_of(args: argparse.Namespace) -> Any:
-    """Both sides' projection session (``primus_ext.session``): ``project``'s costs and calibration."""
-    from primus_ext.session import CostChoice, Session
-
-    return Session(CostChoice(mode="analytic" if args.analytic else "store", store=args.store,
-                              calibrated=not args.uncalibrated, cluster_label=args.cluster_label))
-
 
 def run(args: argparse.Namespace) -> int:
     from primus_ext.files import check_outputs, write_output
@@ -121,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     side_a, side_b = parse_sides(args.a, args.b)
     check_outputs(("--html", args.html), ("--json", args.json),  # before any work
                   inputs=(side_a.recipe, side_b.recipe))
-    session, roots = session_of(args), tuple(args.config_root)
+    session, roots = session_of(args, calibrated=not args.uncalibrated), tuple(args.config_root)
     recipe_a, a = project_side(side_a, session, cluster=args.cluster, nodes=args.nodes, config_roots=roots,
                                schedule=args.schedule)
     recipe_b, b = project_side(side_b, session, cluster=args.cluster_b or args.cluster,

@@ -15,7 +15,8 @@ entry then stands in for its full-size shape, labelled ``measured:cpu@scale=...`
 roofline only. Layer kinds the store lacks fall back to the roofline. The report says which source each
 layer kind used. A calibration record of real runs (``primus-ext calibrate``) in the store corrects the figures
 of its workload, and of nearby configurations of the same model with a wider band; the report says so
-(``--uncalibrated``: ignore it). Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory
+(``--uncalibrated``: ignore it). ``--memory-only`` prints the memory verdict of the same projection (the record's
+memory factor applied). Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory
 (``--memory-only`` too). The JSON follows the one result schema (``primus_ext.results``: kinds ``projection``
 and ``memory``).
 """
@@ -26,7 +27,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from primus_ext.cli._args import add_calibration_arguments, nonnegative_float
+from primus_ext.cli._args import add_calibration_arguments, add_cost_arguments, nonnegative_float, session_of
 
 if TYPE_CHECKING:
     import torch
@@ -48,18 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "`# primus-ext: {schedule: ...}` comment, else its keys")
     parser.add_argument("--config-root", action="append", default=[], metavar="DIR",
                         help="folder searched for model/module presets (repeatable)")
-    parser.add_argument("--store", metavar="FILE",
-                        help="timing store with measured layer costs (SQLite, or its JSON-lines export)")
-    parser.add_argument("--device", help="whose measurements to read from the store (default: this machine)")
-    parser.add_argument("--accept-scaled", action="store_true",
-                        help="also use down-scaled (CPU-sized) store entries for their target shapes")
-    parser.add_argument("--compute", choices=("measured", "store", "analytic"), default="store",
-                        help="layer costs: measure what the store lacks on this device first (measured), "
-                             "read the store with roofline fallback (store, default), or roofline only")
+    add_cost_arguments(parser, measured=True)
     parser.add_argument("--scale", type=nonnegative_float, default=None,
                         help="with --compute measured: measure at this reduced scale (default: 1 on GPU, "
                              "a CPU-sized scale on CPU)")
-    parser.add_argument("--analytic", action="store_true", help="same as --compute analytic")
     add_calibration_arguments(parser)
     parser.add_argument("--memory-only", action="store_true", help="print the memory estimate only")
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
@@ -71,41 +64,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def session_of(args: argparse.Namespace, *, calibrated: bool) -> Session:
-    """The projection session of ``project`` / ``calibrate``'s cost flags (``--compute``, ``--analytic``, ``--store``,
-    ``--device``, ``--accept-scaled``); ``calibrated``: apply stored calibration records."""
-    from primus_ext.session import CostChoice, Session
-
-    mode = "analytic" if args.analytic or args.compute == "analytic" else args.compute
-    return Session(CostChoice(mode=mode, store=args.store, device=args.device, accept_scaled=args.accept_scaled,
-                              calibrated=calibrated, cluster_label=getattr(args, "cluster_label", None)))
-
-
-def measure_first(args: argparse.Namespace, session: Session, recipe: Recipe) -> Session:
-    """``--compute measured``: measure what the store lacks on this device, then the session reading those entries
-    (as they are for scale 1, standing in for their full-size shapes below)."""
-    from dataclasses import replace
-
-    from primus_ext.launcher.projection_only import CostPlan, measure_missing
-    from primus_ext.measure.scale import default_scale
+def measure_first(args: argparse.Namespace, session: Session, recipe: Recipe) -> None:
+    """``--compute measured``: measure what the store lacks on this device (``Session.measure``; only for a target of
+    this device unless ``--accept-scaled``), which the session then reads."""
     from primus_ext.measure.shims import resolve_device
-    from primus_ext.model.layers import rank_shapes
-    from primus_ext.session import Session
 
-    device = resolve_device(None)
-    _same_device_or_accepted(device, recipe, args.accept_scaled)
-    scale = args.scale
-    if scale is None:
-        scale = default_scale(rank_shapes(recipe.model, recipe.execution).values(), device.type)
-    plan = CostPlan(mode="measured", store=args.store, scale=scale)
+    _same_device_or_accepted(resolve_device(None), recipe, args.accept_scaled)
 
     def progress(done: int, total: int, _shape: Any) -> None:
         print(f"\rmeasuring missing layers [{done}/{total}]", end="" if done < total else "\n",
               file=sys.stderr, flush=True)
 
-    for line in measure_missing(recipe, plan, progress=progress):
+    for line in session.measure(recipe, progress=progress):
         print(f"  {line}", file=sys.stderr)
-    return Session(replace(session.choice, accept_scaled=scale < 1), env=session.env)
 
 
 def _same_device_or_accepted(device: torch.device, recipe: Recipe, accept: bool) -> None:
@@ -135,32 +106,16 @@ def run(args: argparse.Namespace) -> int:
     check_json_out(args.json)
     check_outputs(("--json", args.json), ("--html", args.html), ("--trace", args.trace),  # before any work
                   inputs=(args.recipe,))
-    session = session_of(args, calibrated=not args.uncalibrated)  # target, cost chain, calibration: one place
+    session = session_of(args, calibrated=not args.uncalibrated, scale=args.scale)  # target, costs, calibration
     recipe = session.load(args.recipe, args.overrides, cluster=args.cluster, nodes=args.nodes,
                           config_roots=args.config_root, schedule=args.schedule)
-    model, execution, system = recipe.model, recipe.execution, recipe.system
+    if session.choice.mode == "measured":
+        measure_first(args, session, recipe)
     if args.memory_only:
-        from primus_ext.model.memory import estimate_memory
-        from primus_ext.report.memory_table import format_memory_table
-        from primus_ext.results.projection import memory_document
-
-        memory = estimate_memory(model, execution, system)
-        if stream_of(args.json) != 1:  # the tables, unless stdout is the JSON's
-            from primus_ext.cli.recipe import presets_line
-
-            print(format_memory_table(memory))
-            print(presets_line(recipe))
-            print(session.target_line(recipe))
-        for warning in recipe.warnings:  # on stderr, with --json - too
-            print(f"warning: {warning}", file=sys.stderr)
-        emit_json(memory_document(memory, recipe=recipe), args.json)
-        return _exit_code(memory)
-
+        return _memory_only(args, session, recipe)
     from primus_ext.report.projection_table import format_projection
     from primus_ext.results.projection import projection_document
 
-    if session.choice.mode == "measured":
-        session = measure_first(args, session, recipe)
     projection = session.project(recipe)
     if args.trace:
         from primus_ext.report.trace import write_trace
@@ -180,6 +135,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     emit_json(projection_document(projection, recipe=recipe, timeline=args.timeline), args.json)
     return _exit_code(projection.memory)
+
+
+def _memory_only(args: argparse.Namespace, session: Session, recipe: Recipe) -> int:
+    """``--memory-only``: the memory verdict of the session's projection (calibrated as ``project`` prints it)."""
+    from primus_ext.files import stream_of
+    from primus_ext.report.memory_table import format_memory_table
+    from primus_ext.results import emit_json
+    from primus_ext.results.projection import memory_document
+
+    projection = session.project(recipe, band=False)
+    memory = projection.memory
+    if stream_of(args.json) != 1:  # the tables, unless stdout is the JSON's
+        from primus_ext.cli.recipe import presets_line
+
+        print(format_memory_table(memory))
+        for note in projection.notes:  # which stored record changed the peak
+            if note.startswith(("calibrated (", "cluster environment")):
+                print(note)
+        print(presets_line(recipe))
+        print(session.target_line(recipe))
+    for warning in recipe.warnings:  # on stderr, with --json - too
+        print(f"warning: {warning}", file=sys.stderr)
+    emit_json(memory_document(memory, recipe=recipe), args.json)
+    return _exit_code(memory)
 
 
 OUT_OF_MEMORY = 3

@@ -110,36 +110,39 @@ def _workspace(args: argparse.Namespace, config: str) -> Path:
     return Path(args.workspace) if args.workspace else experiment_dir(config)
 
 
-def _as_written(args: argparse.Namespace, config: str) -> Any:
+def _as_written(args: argparse.Namespace, config: str, session: Any) -> Any:
     """After auto-tune, the recipe it started from (shown beside the tuned one in the HTML report); else None."""
     if config == args.config:
         return None
-    from primus_ext.session import Session
-
-    return Session().load(args.config, args.overrides, cluster=args.cluster, nodes=args.nodes,
-                          config_roots=args.config_root)
+    return session.load(args.config, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                        config_roots=args.config_root)
 
 
-def _projection_only(args: argparse.Namespace, recipe: Any, config: str) -> int:
+def _projection_only(args: argparse.Namespace, config: str) -> int:
+    """``--projection-only``: one session from the cost flags (``--analytic``; ``--scale``, or a GPU here, measures what
+    the store lacks: at full size on a GPU; else the store), the recipe loaded and projected by it."""
     from primus_ext.cli._progress import LayerProgress, PhaseLine
-    from primus_ext.launcher.projection_only import REPORT_PHASES, CostPlan, projection_only
+    from primus_ext.files import check_outputs
+    from primus_ext.launcher.projection_only import REPORT_PHASES, projection_only
     from primus_ext.report.projection_table import format_projection
+    from primus_ext.session import Session, cost_choice
 
     phases = PhaseLine("projection-only", ("checking for a GPU", *REPORT_PHASES))  # stderr: no silent seconds
     with phases:
-        if args.analytic:
-            plan = CostPlan(mode="analytic")
-        else:
+        compute = "analytic" if args.analytic else "store"
+        if not args.analytic:
             phases("checking for a GPU")
             if args.scale is not None or _device(args) == "cuda":  # on a GPU: measure what is missing at full size
-                plan = CostPlan(mode="measured", store=args.store, scale=args.scale or 1.0, device=args.device)
+                compute = "measured"
                 phases.close()  # the layer measurement draws its own line
-            else:
-                plan = CostPlan(mode="store", store=args.store)
-        outcome = projection_only(recipe, out_dir=_workspace(args, config), costs=plan, overrides=args.overrides,
-                                  html_path=Path(args.html) if args.html else None, progress=LayerProgress(),
-                                  baseline=_as_written(args, config), calibrated=not args.uncalibrated,
-                                  phase=phases)
+        session = Session(cost_choice(compute=compute, store=args.store, scale=args.scale or 1.0,
+                                      measure_on=args.device, uncalibrated=args.uncalibrated))
+        recipe = session.load(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
+                              config_roots=args.config_root)  # the target: primus_ext.session's one rule
+        check_outputs(("--html", args.html))  # against the recipe's presets too, before measuring
+        outcome = projection_only(recipe, out_dir=_workspace(args, config), session=session,
+                                  overrides=args.overrides, html_path=Path(args.html) if args.html else None,
+                                  progress=LayerProgress(), baseline=_as_written(args, config, session), phase=phases)
     print(format_projection(outcome.projection))
     if recipe.target is not None:
         print(recipe.target.describe(recipe.system))
@@ -257,11 +260,11 @@ def run_command(args: argparse.Namespace) -> int:
         if code:
             return code
         print(f"auto-tune: continuing with {config}", file=sys.stderr)
+    if args.projection_only:
+        return _projection_only(args, config)
     recipe = Session().load(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
                             config_roots=args.config_root)  # the target: primus_ext.session's one rule
-    check_outputs(("--html", args.html))  # against the recipe's presets too, before measuring or training
-    if args.projection_only:
-        return _projection_only(args, recipe, config)
+    check_outputs(("--html", args.html))  # against the recipe's presets too, before training
     if args.train_iters or args.verify or args.launcher == "builtin":
         return _builtin(args, recipe, config)
     from primus_ext.errors import Problem, RecipeError

@@ -7,9 +7,10 @@
     primus-ext tune RECIPE --pin tp=1,2 --pin recompute=none,block25,block50 --margin 0.05 --apply
 
 The search goes legality -> memory pre-filter (``--margin``: fraction of HBM kept free) -> projection
-(``project``'s: the timing store, ``--store`` or the default one when it exists, with the roofline for what it
-lacks; ``--analytic`` the roofline only; the stored calibration records of the model, ``--uncalibrated`` to ignore
-them; ``primus_ext.session``). ``--out FILE`` writes a tuned copy of the
+(``project``'s, with its cost flags: the timing store, ``--store`` or the default one when it exists, with the
+roofline for what it lacks; ``--device`` / ``--accept-scaled`` which entries; ``--analytic`` the roofline only; the
+stored calibration records of the model, ``--uncalibrated`` to ignore them; ``primus_ext.session``). ``--out FILE``
+writes a tuned copy of the
 recipe, ``--apply`` rewrites it in place (backup ``RECIPE.bak``); both print the diff and reload the
 result to check it resolves to the tuned configuration. ``--json OUT`` writes everything (ranking,
 best, gain, regret, Pareto front, sensitivity, notes) as the result schema's ``tune`` document
@@ -38,7 +39,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from primus_ext.cli._args import add_calibration_arguments, nonnegative_float
+from primus_ext.cli._args import add_calibration_arguments, add_cost_arguments, nonnegative_float, session_of
 from primus_ext.launcher.verify_top.variants import DEFAULT_ITERS as DEFAULT_VERIFY_ITERS
 from primus_ext.model.memory import DEFAULT_MARGIN
 from primus_ext.tune.strategies import STRATEGIES
@@ -49,7 +50,6 @@ MIN_VERIFY_ITERS = 3
 if TYPE_CHECKING:
     from primus_ext.errors import Problem
     from primus_ext.recipe import Recipe
-    from primus_ext.session import Session
     from primus_ext.specs import ExecutionSpec
     from primus_ext.tune.agent import SearchStats
     from primus_ext.tune.space import Space
@@ -89,9 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="LOG", help="continue the search logged in LOG (and keep logging to it)")
     p.add_argument("--no-regret", action="store_true", help="skip the exhaustive reference for the regret")
     p.add_argument("--top", type=int, default=10, help="rows of the ranking to print")
-    p.add_argument("--store", metavar="FILE",
-                   help="timing store with measured layer costs (SQLite, or its JSON-lines export)")
-    p.add_argument("--analytic", action="store_true", help="analytic roofline costs only (ignore any store)")
+    add_cost_arguments(p)
     add_calibration_arguments(p)
     verify = p.add_argument_group("multi-fidelity: short real runs of the K best (primus_ext.launcher.verify_top)")
     verify.add_argument("--verify-top", type=int, metavar="K",
@@ -109,14 +107,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--resume-verify", action="store_true",
                         help="no search: re-rank the candidates in --verify-dir from the logs already there")
     p.set_defaults(func=run)
-
-
-def _session(args: argparse.Namespace) -> Session:
-    """The search's projection session (``primus_ext.session``): ``project``'s target, costs and calibration."""
-    from primus_ext.session import CostChoice, Session
-
-    return Session(CostChoice(mode="analytic" if args.analytic else "store", store=args.store,
-                              calibrated=not args.uncalibrated, cluster_label=args.cluster_label))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,7 +162,7 @@ def _search(args: argparse.Namespace) -> _Searched:
         raise RecipeError(problems=[Problem(path="--budget/--margin", value=(args.budget, args.margin),
                                             message="budget must be >= 1 and margin in [0, 1)")])
     _check_outputs(args)
-    session = _session(args)
+    session = session_of(args, calibrated=not args.uncalibrated)
     recipe = session.load(args.recipe, cluster=args.cluster, nodes=args.nodes, config_roots=args.config_root,
                           validate=False)
     check_outputs(("--out", args.out), ("--json", args.json),  # its presets too,

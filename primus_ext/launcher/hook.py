@@ -42,8 +42,9 @@ from typing import Any, TextIO
 
 from primus_ext.argtypes import nonnegative_float
 from primus_ext.errors import PrimusExtError, RecipeError
-from primus_ext.launcher.projection_only import CostPlan, experiment_dir, margin_note, projection_only
+from primus_ext.launcher.projection_only import experiment_dir, margin_note, projection_only
 from primus_ext.recipe.target import CLUSTER_ENV
+from primus_ext.session import CostChoice, Session, cost_choice
 
 PER_LAYER_LISTS = ("cp_comm_type",)
 """Megatron-LM arguments with ``nargs='+'``: one value for every layer, or one value per layer."""
@@ -208,19 +209,25 @@ def short_circuit(args: argparse.Namespace, *, stream: TextIO | None = None,
         if rank0:
             print(f"error: {err}", file=out)
         return err.exit_code
-    plan = CostPlan(mode=args.projection_costs, store=args.projection_store, scale=args.projection_scale)
-    if not rank0 and plan.mode == "measured":
-        plan = replace(plan, mode="store")
+    choice = gate_choice(args)
+    if not rank0 and choice.mode == "measured":  # rank 0 measures; the others read what it stored
+        choice = replace(choice, mode="store")
     folder = Path(args.projection_out or getattr(args, "save", None) or "output/projection")
-    return _report(recipe, plan, folder if rank0 else None, out, quiet=not rank0)
+    return _report(recipe, Session(choice, env=env), folder if rank0 else None, out, quiet=not rank0)
 
 
-def _report(recipe: Any, plan: CostPlan, folder: Path | None, out: TextIO, *, quiet: bool,
+def gate_choice(args: argparse.Namespace) -> CostChoice:
+    """The launcher's ``--projection-costs`` / ``--projection-store`` / ``--projection-scale`` as the session's cost
+    choice (``session.cost_choice``: the rule every command's flags go through)."""
+    return cost_choice(compute=args.projection_costs, store=args.projection_store, scale=args.projection_scale)
+
+
+def _report(recipe: Any, session: Session, folder: Path | None, out: TextIO, *, quiet: bool,
             overrides: Sequence[str] = ()) -> int:
     from primus_ext.report.projection_table import format_projection
 
     try:
-        outcome = projection_only(recipe, out_dir=folder, costs=plan, overrides=overrides)
+        outcome = projection_only(recipe, out_dir=folder, session=session, overrides=overrides)
     except PrimusExtError as err:
         if not quiet:
             print(f"error: {err}", file=out)
@@ -266,7 +273,7 @@ def overrides_from_argv(argv: Sequence[str]) -> list[str]:
 
 
 def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, cluster: str | None = None,
-                       nodes: int | None = None, costs: CostPlan | None = None,
+                       nodes: int | None = None, costs: CostChoice | None = None,
                        config_roots: Sequence[str | Path] = (), out_dir: str | Path | None = None,
                        module: str | None = None,
                        stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -275,15 +282,15 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
     ``cluster`` / ``nodes`` default to the recipe's ``# primus-ext:`` comment (or block), then to
     ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``, then to the loader's defaults. ``config_roots``: extra
     folders for ``model:`` / ``config:`` presets (e.g. the Primus checkout that runs the gate). The
-    reports go to ``out_dir``, default the experiment's directory (``experiment_dir``)."""
-    from primus_ext.recipe import load_recipe
-
+    reports go to ``out_dir``, default the experiment's directory (``experiment_dir``). ``costs``: the session's
+    cost choice (``gate_choice`` of the launcher's flags; default: the store, calibrated)."""
     env = os.environ if env is None else env
     out = stream or sys.stdout
     rank0 = _global_rank(env) == 0
+    session = Session(costs or CostChoice(), env=env)
     try:  # the target and the node count: the loader's one rule (recipe.target), from env
-        recipe = load_recipe(config, list(overrides), cluster=cluster, nodes=nodes, config_roots=config_roots,
-                             env=env, module=module)
+        recipe = session.load(config, overrides, cluster=cluster, nodes=nodes, config_roots=config_roots,
+                              module=module)
     except RecipeError as err:
         if rank0:
             print(f"error: {_launcher_flags(err)}", file=out)
@@ -294,9 +301,8 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
         return err.exit_code
     if recipe.target is not None and recipe.target.source == "--cluster":
         recipe = replace(recipe, target=replace(recipe.target, source="--projection-cluster"))
-    plan = costs or CostPlan()
     folder = (Path(out_dir) if out_dir is not None else experiment_dir(config, env=env)) if rank0 else None
-    return _report(recipe, plan, folder, out, quiet=not rank0, overrides=overrides)
+    return _report(recipe, session, folder, out, quiet=not rank0, overrides=overrides)
 
 
 def _launcher_flags(err: RecipeError) -> RecipeError:

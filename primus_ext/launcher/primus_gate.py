@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TextIO
 
 from primus_ext.argtypes import nonnegative_float
-from primus_ext.launcher.hook import CLUSTER_ENV, project_experiment
-from primus_ext.launcher.projection_only import EXIT_ILLEGAL, CostPlan
+from primus_ext.launcher.hook import CLUSTER_ENV, gate_choice, project_experiment
+from primus_ext.launcher.projection_only import EXIT_ILLEGAL
 from primus_ext.recipe.presets import is_primus_root
 
 SUITE_MODULES: Mapping[str, str] = {"pretrain": "pre_trainer", "posttrain": "post_trainer"}
@@ -96,9 +96,8 @@ def run_gate(args: argparse.Namespace, overrides: Sequence[str] | None, *, strea
         return EXIT_ILLEGAL
     root = primus_root()
     roots = [*([root] if root is not None else []), *args.projection_config_root]
-    plan = CostPlan(mode=args.projection_costs, store=args.projection_store, scale=args.projection_scale)
     return project_experiment(args.config, overrides_from_argv(list(overrides or [])),
-                              cluster=args.projection_cluster, nodes=args.projection_nodes, costs=plan,
+                              cluster=args.projection_cluster, nodes=args.projection_nodes, costs=gate_choice(args),
                               config_roots=roots, out_dir=args.projection_out, stream=out, env=env,
                               module=SUITE_MODULES[suite])
 

@@ -1,17 +1,19 @@
 """``--projection-only``: measure what the store lacks, project, write the reports, decide the exit code.
 
-    from primus_ext.launcher.projection_only import CostPlan, projection_only
-    outcome = projection_only(recipe, out_dir=Path("output/amd/root/exp"), costs=CostPlan(mode="analytic"))
+    from primus_ext.launcher.projection_only import projection_only
+    from primus_ext.session import Session, cost_choice
+    session = Session(cost_choice(compute="analytic"))
+    outcome = projection_only(recipe, out_dir=Path("output/amd/root/exp"), session=session)
     outcome.exit_code        # 0 fits, 3 projected out of memory (illegal recipes raise RecipeError: 2)
 
-Shared by ``primus-ext train --projection-only`` and the upstream-launcher hook (``hook.py``).
-Where the files go: the experiment's directory as Primus composes it,
-``{workspace}/{work_group}/{user_name}/{exp_name}`` (``experiment_dir``); a flat Megatron YAML
-without ``workspace`` writes to ``./output/<file stem>``.
+Shared by ``primus-ext train --projection-only`` and the upstream-launcher hooks (``hook.py``, ``primus_gate.py``),
+each of which builds its session from its flags (``session.cost_choice``). Where the files go: the experiment's
+directory as Primus composes it, ``{workspace}/{work_group}/{user_name}/{exp_name}`` (``experiment_dir``); a flat
+Megatron YAML without ``workspace`` writes to ``./output/<file stem>``.
 
-Cost modes: ``analytic`` (roofline only), ``store`` (timing-store entries at full scale, roofline
-for the rest), ``measured`` (first measure on this device, at ``scale``, what the store lacks; a
-scale < 1 projects with the scaled entries standing in for their targets, and the sources say so).
+The figures are the session's (``primus_ext.session``: the cost chain, the cluster environment, the calibration
+record, the memory verdict), as ``project`` prints them; ``measured`` costs first measure on this device, at the
+choice's scale, what the store lacks (``Session.measure``).
 """
 
 from __future__ import annotations
@@ -20,30 +22,16 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from primus_ext.session import Session
 
 EXIT_OK = 0
 EXIT_ILLEGAL = 2
 """Same code as every ``PrimusExtError`` (the CLI's domain errors)."""
 EXIT_OOM = 3
 """Projected peak memory above the GPU's HBM on some pipeline stage."""
-
-CostMode = Literal["analytic", "store", "measured"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CostPlan:
-    """Where layer costs come from (see the module docstring)."""
-
-    mode: CostMode = "store"
-    store: str | None = None
-    """SQLite timing store; ``None`` = the default store ($PRIMUS_EXT_CACHE/timings.sqlite)."""
-    scale: float = 1.0
-    device: str | None = None
-    """Device to measure on (``None`` = cuda when present)."""
-    store_device: str | None = None
-    """Whose store entries to read in ``store`` mode (the store's device name; ``None`` = this machine)."""
-    reps: int = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,58 +71,6 @@ def experiment_dir(recipe_path: str | Path, *, env: Mapping[str, str] | None = N
     parts = [str(values[k]) for k in ("work_group", "user_name") if isinstance(values.get(k), str | int)]
     exp = values.get("exp_name")
     return Path(workspace, *parts, str(exp) if exp else path.stem)
-
-
-def _missing_shapes(recipe: Any, store: Any, scale: float) -> list[Any]:
-    from primus_ext.model.layers import rank_shapes
-    from primus_ext.model.lora import trained_in_full
-
-    shapes = (trained_in_full(s) for s in rank_shapes(recipe.model, recipe.execution).values())
-    return [s for s in shapes if store.entry(s, scale=scale) is None]
-
-
-def measure_missing(recipe: Any, plan: CostPlan, *,
-                    progress: Callable[[int, int, Any], None] | None = None) -> tuple[str, ...]:
-    """Measure the recipe's per-rank layer kinds the store lacks at ``plan.scale`` (``bench``'s loop)."""
-    from primus_ext.measure.runner import MeasureOptions, measure_many
-    from primus_ext.measure.shims import resolve_device
-    from primus_ext.measure.store import TimingStore
-
-    device = resolve_device(plan.device)
-    with TimingStore(plan.store) as store:
-        missing = _missing_shapes(recipe, store, plan.scale)
-        results = measure_many(missing, scale=plan.scale, device=device, opts=MeasureOptions(reps=plan.reps),
-                               progress=progress)
-        for m in results:
-            store.record(m)
-    return tuple(f"{m.target.kind}: ok" if m.ok else f"{m.target.kind}: FAILED {m.error}" for m in results)
-
-
-def session_of(plan: CostPlan, *, calibrated: bool = True) -> Any:
-    """The projection session (``primus_ext.session``) of a cost plan: ``project``'s chain, with the store entries of
-    the target GPU (or ``plan.store_device``'s) and, below scale 1, the scaled entries standing in for their targets."""
-    from primus_ext.session import CostChoice, Session
-
-    return Session(CostChoice(mode=plan.mode, store=plan.store, device=plan.store_device if plan.mode == "store"
-                              else None, accept_scaled=plan.scale < 1, calibrated=calibrated))
-
-
-def cost_provider(plan: CostPlan, gpu_name: str | None = None) -> Any:
-    """The projection's ``costs`` argument for a plan (``None`` = analytic roofline only).
-
-    ``store`` mode reads the entries measured on the target GPU (``gpu_name``, the profile name) unless
-    ``plan.store_device`` names a device; ``measured`` mode reads this machine's fresh measurements."""
-    if plan.mode == "analytic":
-        return None
-    from primus_ext.measure.store import TimingStore, default_store_path, store_for_target
-
-    path = plan.store or default_store_path()
-    if plan.mode == "store" and not Path(path).exists():
-        return None
-    if plan.mode == "store" and plan.store_device is None and gpu_name:
-        return store_for_target(path, gpu_name, accept_scaled=plan.scale < 1)
-    device = plan.store_device if plan.mode == "store" else None  # measured: this machine's entries
-    return TimingStore(path, device=device, accept_scaled=plan.scale < 1)
 
 
 def oom_reasons(projection: Any) -> tuple[str, ...]:
@@ -211,44 +147,32 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
     return files
 
 
-def _full_scale_memory(projection: Any) -> Any:
-    """Activation bytes measured on a down-scaled model are not the target's: gate on the analytic
-    memory model at full size instead (the projection's own memory would use the scaled saved-bytes)."""
-    from dataclasses import replace
-
-    from primus_ext.model.memory import estimate_memory
-
-    memory = estimate_memory(projection.model, projection.execution, projection.system)
-    note = "memory: analytic at full size (measured saved-bytes are of the down-scaled layers)"
-    return replace(projection, memory=memory, notes=(*projection.notes, note))
-
-
-def projection_only(recipe: Any, *, out_dir: Path | None, costs: CostPlan | None = None,
+def projection_only(recipe: Any, *, out_dir: Path | None, session: Session | None = None,
                     overrides: Sequence[str] = (), html_path: Path | None = None,
                     progress: Callable[[int, int, Any], None] | None = None,
-                    baseline: Any = None, calibrated: bool = True,
-                    phase: Callable[[str], None] | None = None) -> ProjectionOutcome:
-    """Project a loaded (hence legal) recipe and write its reports; exit code 0 or 3 (see module). ``baseline``: a
-    loaded recipe (the one auto-tune started from) projected with the same costs and shown beside it in the HTML.
-    ``calibrated``: apply the store's calibration record from real runs of this workload (or a nearby one).
-    ``progress``: the layer measurement's hook; ``phase``: told each of ``REPORT_PHASES`` as it starts."""
-    plan = costs or CostPlan()
-    session = session_of(plan, calibrated=calibrated)
+                    baseline: Any = None, phase: Callable[[str], None] | None = None) -> ProjectionOutcome:
+    """Project a loaded (hence legal) recipe through ``session`` (default: the store, calibrated) and write its
+    reports; exit code 0 or 3 (see module). ``baseline``: a loaded recipe (the one auto-tune started from) projected
+    with the same costs, uncalibrated, and shown beside it in the HTML. ``progress``: the layer measurement's hook;
+    ``phase``: told each of ``REPORT_PHASES`` as it starts."""
+    from primus_ext.session import Session
+
+    session = session or Session()
+    choice = session.choice
     measured: tuple[str, ...] = ()
-    if plan.mode == "measured":
-        measured = measure_missing(recipe, plan, progress=progress)
+    if choice.mode == "measured":
+        measured = session.measure(recipe, progress=progress)
+        choice = session.choice  # its scale decided
     if phase is not None:
         phase(REPORT_PHASES[0])
-    projection = session.project_on_cluster(recipe)  # the cluster record's environment; the model record below
-    if plan.mode == "measured" and plan.scale < 1:
-        projection = _full_scale_memory(projection)
-    projection = session.calibrate(projection)
+    projection = session.project(recipe)
     reasons = oom_reasons(projection)
     files: dict[str, Path] = {}
     if out_dir is not None:
-        extra = {"costs": plan.mode + (f" (scale {plan.scale:g})" if plan.scale < 1 else "")}
-        if plan.mode != "analytic":
-            extra["store"] = str(plan.store or "default store")
+        scale = choice.scale if choice.scale is not None else 1.0
+        extra = {"costs": choice.mode + (f" (scale {scale:g})" if scale < 1 else "")}
+        if choice.mode != "analytic":
+            extra["store"] = str(choice.store or "default store")
         beside = None
         if baseline is not None:
             beside = ("the recipe as written", session.project(baseline, calibrated=False))

@@ -264,18 +264,17 @@ def verify_short_run(target: LocalTarget, *, iters: int, warmup: int = 1, store:
     ``log``: where the run's Megatron-format lines go (``trainer.run_plan``: True = stderr, a stream, or False)."""
     from types import SimpleNamespace
 
-    from primus_ext.launcher.projection_only import CostPlan, cost_provider, measure_missing
     from primus_ext.launcher.trainer import plan_run, run_plan
-    from primus_ext.projection import project
+    from primus_ext.session import Session, cost_choice
 
     # refuse before spending minutes on measurements
     train_plan = plan_run(target.model, target.execution, world_size=target.nproc, iters=iters,
                           device=target.device, warmup=warmup, time_collectives=True)
-    costs = CostPlan(mode="measured", store=store, scale=1.0, device=target.device)
-    as_recipe = SimpleNamespace(model=target.model, execution=target.execution, system=target.system)
-    measured = measure_missing(as_recipe, costs, progress=progress)
+    session = Session(cost_choice(compute="measured", store=store, scale=1.0, measure_on=target.device))
+    measured = session.measure(target, progress=progress)
     system, fabric = _local_fabric(target, store, notice)
-    projection = project(target.model, target.execution, system, cost_provider(costs))
+    run_here = SimpleNamespace(model=target.model, execution=target.execution, system=system)
+    projection = session.project(run_here, calibrated=False)  # this machine's run: no record of the cluster's
     if on_projection:
         on_projection(projection, fabric)
     training = run_plan(train_plan, progress=on_step, log=log)

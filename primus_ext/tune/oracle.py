@@ -21,6 +21,7 @@ from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 if TYPE_CHECKING:
     from primus_ext.calibration import CalibrationRecord, Correction
+    from primus_ext.calibration.workload import Match
     from primus_ext.projection.evaluate import Costs
     from primus_ext.projection.evaluate_batch import BatchProjection
     from primus_ext.projection.result import Projection
@@ -139,7 +140,7 @@ class ProjectionOracle:
         found = self._record(execution, sources)
         return floor if found is None else corrected_step_floor(found[0].correction, floor)
 
-    def _record(self, execution: ExecutionSpec, sources: Mapping[str, str]) -> tuple[CalibrationRecord, str] | None:
+    def _record(self, execution: ExecutionSpec, sources: Mapping[str, str]) -> tuple[CalibrationRecord, Match] | None:
         """The record that corrects a score of ``execution`` whose layers came from ``sources`` (exact, else the
         nearest; only one that priced its layers the same way)."""
         if not self.calibrations:
@@ -152,26 +153,20 @@ class ProjectionOracle:
 
     def band(self, execution: ExecutionSpec) -> tuple[float, float] | None:
         """The band of ``execution``'s score as factors of its throughput: the calibration record's that applies
-        (its runs' spread, wider when nearby), else the projection's sensitivity band (every efficiency
-        +-``EFFICIENCY_RANGE``, widened by the measurement spread); None when it cannot be projected. The tuner's
-        ties (``tune.run``)."""
+        (``calibration.apply.band_factors``: the band ``project`` prints), else the projection's sensitivity band
+        (every efficiency +-``EFFICIENCY_RANGE``, widened by the measurement spread); None when it cannot be projected.
+        The tuner's ties (``tune.run``)."""
         from primus_ext.projection import project
 
         try:
             p = project(self.model, execution, self.system, self.costs, memory=False)
         except PrimusExtError:
             return None
-        if self.calibrations:
-            from primus_ext.calibration import find_record
-            from primus_ext.calibration.apply import band_of
-            from primus_ext.calibration.record import costs_of
+        found = self._record(execution, p.sources)
+        if found is not None:
+            from primus_ext.calibration.apply import band_factors
 
-            costs = costs_of(dict(p.sources))
-            found = find_record([r for r in self.calibrations if r.costs == costs], self.model, execution,
-                                self.system)
-            if found is not None:
-                width = band_of(*found)
-                return max(0.0, 1 - width), 1 + width
+            return band_factors(*found)
         if p.band is None or p.tokens_per_s_per_gpu <= 0:
             return None
         return p.band[0] / p.tokens_per_s_per_gpu, p.band[1] / p.tokens_per_s_per_gpu

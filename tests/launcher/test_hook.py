@@ -156,7 +156,7 @@ def test_primus_side_writes_into_the_experiment_directory(tmp_path: Path):
     config = tmp_path / "exp.yaml"
     config.write_text(EXPERIMENT.replace("{workspace}", str(tmp_path / "ws")))
     out = io.StringIO()
-    code = hook.project_experiment(config, ["global_batch_size=32"], costs=hook.CostPlan(mode="analytic"),
+    code = hook.project_experiment(config, ["global_batch_size=32"], costs=hook.CostChoice(mode="analytic"),
                                    stream=out, env={})
     folder = tmp_path / "ws" / "team" / "alice" / "tiny-exp"
     assert code == EXIT_OK, out.getvalue()
@@ -179,7 +179,7 @@ def test_primus_cluster_and_nodes_come_from_the_recipe_before_the_environment(tm
     config = tmp_path / "exp.yaml"
     config.write_text(EXPERIMENT.replace("{workspace}", str(tmp_path / "ws")))
     env = {"NNODES": "4", hook.CLUSTER_ENV: "mi300x"}
-    plan = hook.CostPlan(mode="analytic")
+    plan = hook.CostChoice(mode="analytic")
     assert hook.project_experiment(config, costs=plan, stream=io.StringIO(), env=env) == EXIT_OK
     assert (_system(tmp_path)["gpu"], _system(tmp_path)["num_nodes"]) == ("h100", 1)  # the primus_ext block
     assert hook.project_experiment(config, cluster="mi300x", nodes=2, costs=plan, stream=io.StringIO(),

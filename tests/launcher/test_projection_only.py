@@ -1,13 +1,14 @@
-"""``projection_only`` pieces: OOM reasons, and the full-size memory gate behind --scale."""
+"""``projection_only`` pieces: OOM reasons, and the full-size memory gate behind --scale (``session``'s rule)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from primus_ext.hardware import load_system
-from primus_ext.launcher.projection_only import _full_scale_memory, experiment_dir, oom_reasons
+from primus_ext.launcher.projection_only import experiment_dir, oom_reasons
 from primus_ext.model.memory import estimate_memory
 from primus_ext.projection import project
+from primus_ext.session import full_scale_memory
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 MODEL = ModelSpec(name="m", num_layers=8, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
@@ -23,7 +24,7 @@ def test_scaled_saved_bytes_do_not_hide_an_oom():
     tiny = replace(full, memory=estimate_memory(MODEL, EXE, system,
                                                 activation_bytes={"dense": 1, "embedding": 1, "output": 1}))
     assert tiny.memory.peak_bytes < full.memory.peak_bytes
-    gated = _full_scale_memory(tiny)
+    gated = full_scale_memory(tiny)
     assert gated.memory.peak_bytes == full.memory.peak_bytes and not gated.memory.fits
     assert oom_reasons(gated)[0].startswith("pipeline stage 0: projected peak")
 
