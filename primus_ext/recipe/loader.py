@@ -382,65 +382,24 @@ def load_recipe(
     """
     if isinstance(overrides, str):
         overrides = [overrides]
-    roots = tuple(Path(r) for r in config_roots)
-    found_root = None if roots else find_primus_root(Path(path))
-    state = _State(path=Path(path), env=os.environ if env is None else env,
-                   roots=roots or ((found_root,) if found_root else ()), gpus=gpus)
-    if not is_file(state.path):
-        raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
-                                            fix="check the path")], source=str(path))
-    top = load_preset(state.path, state.env, state.problems, state.warnings, files=state.files)
-    state.hidden.update(hidden_values(top.values))
-    if not top.values:
-        state.fail_if_problems()  # unreadable file: nothing to resolve
-    data = dict(top.values)
-    block = target_block(state.path, data.pop("primus_ext", None), "modules" in data, state.problems,
-                         state.warnings)
-    if "modules" in data:
-        args, model_name, module = _primus_args(state, data, module)
-    else:
-        top.values.pop("primus_ext", None)
-        top.origins.pop("primus_ext", None)
-        args, model_name, module = _flat_args(state, top), state.path.stem, ""
-        if not any(key in known_keys() for key in args.values):
-            state.problems.append(Problem(
-                path=display(state.path), value=sorted(map(str, args.values))[:5],
-                message="neither a Primus experiment (no `modules` block) nor a Megatron argument file (none of its "
-                        "top-level keys is a Megatron / Primus argument)",
-                fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
-            state.fail_if_problems()
+    state, found_root = _start(path, config_roots, env, gpus)
+    top, data, block = _read_recipe(state)
+    args, model_name, module = _recipe_args(state, top, data, module)
     args.update(parse_overrides(overrides, state.problems))
     state.hidden.update(hidden_values(args.values))  # presets' and the command line's too
     system = _system(state, block, cluster, nodes)
     if system is None:  # a bad cluster / node count: still list every argument problem with it
-        from primus_ext.hardware import load_system
-
-        _, _, arg_problems, _ = resolve_all(args.values, load_system(LISTING_CLUSTER, DEFAULT_NODES),
-                                            name=model_name or "model")
-        state.problems += _repoint(arg_problems, args.values, args.origins)
+        _list_argument_problems(state, args, model_name)
     state.fail_if_problems()
     assert system is not None
-    unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
-    state.warnings += [unknown_key_warning(k, _where(args.origins[k])) for k in unknown]
-    state.typos += [
-        Problem(path=args.origins[k], value=k, message="unknown key (kept, passed through to Megatron)",
-                fix=f"did you mean {hint}?")
-        for k in unknown
-        if (hint := did_you_mean(k))
-    ]
-    model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name or "model",
+    unknown = _unknown_keys(state, args)
+    model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name,
                                                                        primus=bool(module), environ=state.env)
     state.warnings += resolve_warnings
     state.problems += _repoint(resolve_problems, args.values, args.origins)
     execution = _what_if(state, execution, schedule, block)
     state.fail_if_problems()
-    raw_legality = check(model, execution, system)
-    legality = _repoint(raw_legality, args.values, args.origins)
-    if validate:
-        state.problems += legality
-        if state.nodes_defaulted and any(p.path in WORLD_SIZE_PATHS for p in raw_legality):
-            state.problems.append(nodes_hint(execution, system))
-        state.fail_if_problems()
+    legality = _legality(state, model, execution, system, args, validate)
     exp_name = data.get("exp_name")
     return Recipe(
         model=model,
@@ -460,6 +419,87 @@ def load_recipe(
         target=state.target,
         hidden=MappingProxyType(dict(state.hidden)),
     )
+
+
+def _start(path: str | Path, config_roots: Sequence[str | Path], env: Mapping[str, str] | None,
+           gpus: Callable[[], Sequence[str]] | None) -> tuple[_State, Path | None]:
+    """The loading state of the recipe at ``path``, with the Primus checkout found above it when no config root
+    is given (else ``None``); raises when the file does not exist."""
+    roots = tuple(Path(r) for r in config_roots)
+    found_root = None if roots else find_primus_root(Path(path))
+    state = _State(path=Path(path), env=os.environ if env is None else env,
+                   roots=roots or ((found_root,) if found_root else ()), gpus=gpus)
+    if not is_file(state.path):
+        raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
+                                            fix="check the path")], source=str(path))
+    return state, found_root
+
+
+def _read_recipe(state: _State) -> tuple[Layer, dict[str, Any], Any]:
+    """The recipe file itself: its layer (``extends`` and ``${VAR}`` resolved), its top-level values without the
+    target block, and that block (``recipe.target.target_block``). Raises when the file gives nothing to resolve."""
+    top = load_preset(state.path, state.env, state.problems, state.warnings, files=state.files)
+    state.hidden.update(hidden_values(top.values))
+    if not top.values:
+        state.fail_if_problems()  # unreadable file: nothing to resolve
+    data = dict(top.values)
+    block = target_block(state.path, data.pop("primus_ext", None), "modules" in data, state.problems,
+                         state.warnings)
+    return top, data, block
+
+
+def _recipe_args(state: _State, top: Layer, data: dict[str, Any], module: str | None) -> tuple[Layer, str, str]:
+    """The Megatron arguments the recipe sets, a Primus experiment's (``_primus_args``) or a flat file's:
+    (arguments, the model's name, the module's name). Raises when the file is neither."""
+    if "modules" in data:
+        args, model_name, module = _primus_args(state, data, module)
+        return args, model_name or "model", module
+    top.values.pop("primus_ext", None)
+    top.origins.pop("primus_ext", None)
+    args = _flat_args(state, top)
+    if not any(key in known_keys() for key in args.values):
+        state.problems.append(Problem(
+            path=display(state.path), value=sorted(map(str, args.values))[:5],
+            message="neither a Primus experiment (no `modules` block) nor a Megatron argument file (none of its "
+                    "top-level keys is a Megatron / Primus argument)",
+            fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
+        state.fail_if_problems()
+    return args, state.path.stem or "model", ""
+
+
+def _list_argument_problems(state: _State, args: Layer, model_name: str) -> None:
+    """Add the arguments' problems when the target cannot be loaded: they are resolved on ``LISTING_CLUSTER``."""
+    from primus_ext.hardware import load_system
+
+    _, _, arg_problems, _ = resolve_all(args.values, load_system(LISTING_CLUSTER, DEFAULT_NODES), name=model_name)
+    state.problems += _repoint(arg_problems, args.values, args.origins)
+
+
+def _unknown_keys(state: _State, args: Layer) -> dict[str, Any]:
+    """The arguments outside the catalogue: each named in a warning, those close to a known key also as a typo."""
+    unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
+    state.warnings += [unknown_key_warning(k, _where(args.origins[k])) for k in unknown]
+    state.typos += [
+        Problem(path=args.origins[k], value=k, message="unknown key (kept, passed through to Megatron)",
+                fix=f"did you mean {hint}?")
+        for k in unknown
+        if (hint := did_you_mean(k))
+    ]
+    return unknown
+
+
+def _legality(state: _State, model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, args: Layer,
+              validate: bool) -> list[Problem]:
+    """The legality problems (``checks.check``) pointed at where their keys were written; with ``validate`` they
+    raise, with a node-count hint when no count was given and the world size is the problem."""
+    raw_legality = check(model, execution, system)
+    legality = _repoint(raw_legality, args.values, args.origins)
+    if validate:
+        state.problems += legality
+        if state.nodes_defaulted and any(p.path in WORLD_SIZE_PATHS for p in raw_legality):
+            state.problems.append(nodes_hint(execution, system))
+        state.fail_if_problems()
+    return legality
 
 
 def _what_if(state: _State, execution: ExecutionSpec, schedule: str | None, block: Any) -> ExecutionSpec:
