@@ -86,37 +86,27 @@ def _min_completions(space: Space, partial: Config, start: int,
     return out
 
 
-def _key(config: Config) -> tuple[Any, ...]:
-    """A complete configuration's values in axis order (the memo key of its execution and pre-filter answer)."""
-    return tuple(config[n] for n in AXIS_ORDER)
-
-
-_PRUNE_AT = frozenset(AXIS_ORDER.index(n) + 1 for n in PRUNE_AFTER)
-"""Depths (axes set) at which a prefix's memory-minimal completions are checked (``_Search.pruned``)."""
+_PRUNE_AT = frozenset(AXIS_ORDER.index(n) + 1 for n in PRUNE_AFTER)  # the depths right after a PRUNE_AFTER axis
 
 
 @dataclass
 class _Search:
-    """One exhaustive search: the walk over the axes with its two prunings, the memos they share, and the leaves
-    collected for projection."""
+    """One exhaustive search: the walk over the axes with its two prunings, and the leaves collected for projection.
+    Memos: ``counts`` (subtree sizes, keyed as ``_SUFFIX_DEPENDS`` says), ``prepared`` (execution and ``check``
+    problems of the memory-minimal completions, which come back at several depths and as leaves), ``fitted`` (the
+    pre-filter's answers), ``suffixes`` (``_min_completions``')."""
 
     ctx: SearchContext
     space: Space
     counts: dict[tuple[Any, ...], int] = field(default_factory=dict)
-    """Subtree sizes, keyed on the prefix axes the subtree's domains read (``_SUFFIX_DEPENDS``)."""
     prepared: dict[tuple[Any, ...], tuple[Any, list[Any]]] = field(default_factory=dict)
-    """Execution and ``check`` problems of the memory-minimal completions (the same completion comes
-    back at several depths, and as a leaf)."""
     fitted: dict[tuple[Any, ...], bool] = field(default_factory=dict)
-    """The pre-filter's answer per completion."""
     suffixes: dict[tuple[Any, ...], list[Config]] = field(default_factory=dict)
-    """``_min_completions``'s memo."""
     leaves: list[Config] = field(default_factory=list)
-    """Complete configurations walked and not yet projected, in walk order."""
 
     def prepare(self, config: Config) -> tuple[tuple[Any, ...], Any, list[Any]]:
         """``config``'s key, execution and ``check`` problems, each built once."""
-        key = _key(config)
+        key = tuple(config[n] for n in AXIS_ORDER)
         found = self.prepared.get(key)
         if found is None:
             execution = self.space.to_execution(config)
@@ -179,7 +169,7 @@ class _Search:
         many = getattr(ctx.oracle, "many", None) if ctx.stats.projected >= BATCH_AFTER else None
         entries = []
         for config in self.leaves:
-            key = _key(config)
+            key = tuple(config[n] for n in AXIS_ORDER)
             execution, problems = self.prepared.pop(key, (None, None))
             fits = self.fitted.get(key)
             if many is not None:  # what try_config would find, found first to pick the batch
@@ -300,15 +290,25 @@ def _compute_bound(ctx: SearchContext, space: Space, config: Config, floor: Any)
     simulated), at least as tight as the projected representative's ``compute_s``. Projecting each representative
     cost the shipped Qwen3-235B space 62 of its 72 CPU-s (2 694 prefixes; 25 of them past the op budget of
     ``pipeline.long``, 46 s), for 227 trials reused; this costs ~1 ms a prefix."""
+    rate = _floor_rate(ctx, space, config, lambda e: floor(e, compute_only=True), (RecipeError, ValueError))
+    return float("inf") if rate is None else rate
+
+
+def _floor_rate(ctx: SearchContext, space: Space, config: Config, price: Any,
+                errors: tuple[type[Exception], ...]) -> float | None:
+    """tok/s/GPU of ``config`` at the step floor ``price`` gives its execution: ``None`` when ``check`` finds a
+    problem, ``inf`` when the floor cannot be priced (one of ``errors``) or is not positive."""
     execution = space.to_execution(config)
     if check(space.model, execution, space.system):
-        return float("inf")
+        return None
     try:
-        seconds = floor(execution, compute_only=True)
-    except (RecipeError, ValueError):
+        seconds = price(execution)
+    except errors:
         return float("inf")
     ctx.stats.bound_projections += 1
-    return _tokens_per_gpu_s(execution, seconds)
+    if seconds <= 0:
+        return float("inf")
+    return execution.global_batch_size * execution.seq_length / (execution.world_size * seconds)
 
 
 FLOOR_AXES = ("sharding", "precision", "tp_comm_overlap", "ep_overlap")
@@ -326,22 +326,8 @@ def _floor_bound(ctx: SearchContext, space: Space, config: Config, depth: int, f
             variants = [{**v, name: x} for v in variants for x in space.domain(name, v)] or variants
     best = 0.0
     for variant in variants:
-        execution = space.to_execution(variant)
-        if check(space.model, execution, space.system):
-            continue
-        try:
-            seconds = floor(execution)
-        except RecipeError:
-            return float("inf")
-        ctx.stats.bound_projections += 1
-        if seconds <= 0:
-            return float("inf")
-        best = max(best, _tokens_per_gpu_s(execution, seconds))
+        rate = _floor_rate(ctx, space, variant, floor, (RecipeError,))
+        if rate == float("inf"):
+            return rate
+        best = max(best, rate or 0.0)  # None: an illegal variant, skipped
     return best if best > 0 else float("inf")
-
-
-def _tokens_per_gpu_s(execution: Any, seconds: float) -> float:
-    """tok/s/GPU of a step of ``seconds`` (``inf`` when it takes no time)."""
-    if seconds <= 0:
-        return float("inf")
-    return execution.global_batch_size * execution.seq_length / (execution.world_size * seconds)
