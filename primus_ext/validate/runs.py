@@ -113,6 +113,12 @@ def _flag(flags: str, key: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
+def _bool_flag(flags: str, key: str, default: bool) -> bool:
+    """A true/false recipe flag (``key=True``); ``default`` when the row does not set it."""
+    value = _flag(flags, key)
+    return default if value is None else value.lower() == "true"
+
+
 def cuda_graph_of(flags: str) -> str:
     """The CUDA graph mode a row's recipe flags set (``recipe.graphs.graph_mode``). The last
     ``cuda_graph_impl`` and ``cuda_graph_scope`` win (a recipe call may override an earlier one);
@@ -142,7 +148,7 @@ def optimizer_of(flags: str) -> dict[str, object]:
     or the prose "precision-aware optimizer <dtype> moments" (an optimization-history row's summary)."""
     lowered = flags.lower()
     prose = re.search(r"precision-aware optimizer(?:\s+(bf16|fp16|fp8) moments)?", lowered)
-    flag = (_flag(flags, "use_precision_aware_optimizer") or "").lower() == "true"
+    flag = _bool_flag(flags, "use_precision_aware_optimizer", False)
     if not (prose or flag):
         return {}
     out: dict[str, object] = {"use_precision_aware_optimizer": True}
@@ -165,36 +171,29 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         etp = 1
         assumptions.append("expert_tensor_parallel_size=1 (Megatron-Bridge MoE recipes; not stated)")
     execution = ExecutionSpec(
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
         virtual_pipeline_model_parallel_size=vpp if vpp and vpp > 1 else None,
-        context_parallel_size=cp,
-        expert_model_parallel_size=_int(row["ep"], 1) or 1,
-        expert_tensor_parallel_size=etp,
+        expert_model_parallel_size=_int(row["ep"], 1) or 1, expert_tensor_parallel_size=etp,
         data_parallel_size=max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1,
-        sequence_parallel=_sequence_parallel_of(flags, tp, model),
+        # on when TP > 1 unless stated otherwise; always for MoE with TP > 1 (Megatron requires it)
+        sequence_parallel=(model.is_moe and tp > 1) or _bool_flag(flags, "sequence_parallel", tp > 1),
         pipeline_model_parallel_layout=_flag(flags, "pp_layout") or None,
         pipeline_schedule=resolve_schedule("1f1b", 2, vpp).name,
-        micro_batch_size=_int(row["mbs"], 1) or 1,
-        global_batch_size=_int(row["gbs"], 1) or 1,
+        micro_batch_size=_int(row["mbs"], 1) or 1, global_batch_size=_int(row["gbs"], 1) or 1,
         seq_length=_int(row["seq_len"], 4096) or 4096,
-        **_recompute_of(flags, lowered, torchtitan),
         # torchtitan calls F.scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch
         # 2.2+ release notes); Megatron-based stacks run Transformer Engine's fused attention
         attention_kernel="flash2" if torchtitan else "fused",
         cuda_graph=cuda_graph_of(flags),  # type: ignore[arg-type]
-        **optimizer_of(flags),  # type: ignore[arg-type]
-        **_offloading_of(flags),
+        **_recompute_of(flags, lowered, torchtitan), **optimizer_of(flags), **_offloading_of(flags),
         **_sharding_of(flags, notes, torchtitan),
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-        tp_comm_overlap=tp > 1 and not torchtitan,
+        overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=tp > 1 and not torchtitan,
         overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
         precision=precision,  # type: ignore[arg-type]
-        cross_entropy_fusion_impl=_loss_impl_of(flags, source, model),  # type: ignore[arg-type]
-        fp8_param_gather=_fp8_param_gather_of(flags, lowered, source, precision),
-        fp8_recipe=fp8_recipe_of(row["precision"], row["notes"] or ""),  # type: ignore[arg-type]
+        fp8_recipe=fp8_recipe_of(row["precision"], notes),  # type: ignore[arg-type]
         fp4_recipe=fp4_recipe_of(row["precision"]),  # type: ignore[arg-type]
+        fp8_param_gather=_fp8_param_gather_of(flags, lowered, source, precision),
+        cross_entropy_fusion_impl=_loss_impl_of(flags, source, model),  # type: ignore[arg-type]
         moe_token_dispatcher_type=_dispatcher_of(flags, lowered),  # type: ignore[arg-type]
         moe_router_force_load_balancing=model.is_moe,
     )
@@ -204,14 +203,6 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         execution, note = _legal_split(model, execution)
         assumptions.append(note)
     return execution, assumptions
-
-
-def _sequence_parallel_of(flags: str, tp: int, model: ModelSpec) -> bool:
-    """Sequence parallelism: as stated, else on when TP > 1 (the recipes' default); always on for MoE with TP > 1,
-    which Megatron requires."""
-    stated = _flag(flags, "sequence_parallel")
-    sp = tp > 1 if stated is None else stated.lower() == "true"
-    return True if model.is_moe and tp > 1 else sp
 
 
 def _recompute_of(flags: str, lowered: str, torchtitan: bool) -> dict[str, Any]:
@@ -276,13 +267,11 @@ def _dispatcher_of(flags: str, lowered: str) -> str:
 def _offloading_of(flags: str) -> dict[str, Any]:
     """The activation / weight CPU offloading a row's recipe flags set, as the ``cpu_offloading*`` fields."""
     layers = _int(_flag(flags, "cpu_offloading_num_layers") or "", 0) or 0
-    stated = _flag(flags, "cpu_offloading")
     # NeMo / Megatron-Bridge performance scripts turn ``cpu_offloading`` on (activations only, weights
     # off) when they set ``cpu_offloading_num_layers`` > 0; the rows list only the layer count.
-    return {"cpu_offloading": layers > 0 if stated is None else stated.lower() == "true",
-            "cpu_offloading_num_layers": layers,
+    return {"cpu_offloading": _bool_flag(flags, "cpu_offloading", layers > 0), "cpu_offloading_num_layers": layers,
             "cpu_offloading_activations": (_flag(flags, "cpu_offloading_activations") or "true").lower() == "true",
-            "cpu_offloading_weights": (_flag(flags, "cpu_offloading_weights") or "false").lower() == "true"}
+            "cpu_offloading_weights": _bool_flag(flags, "cpu_offloading_weights", False)}
 
 
 def _loss_impl_of(flags: str, source: str, model: ModelSpec) -> str:
@@ -300,11 +289,8 @@ def _fp8_param_gather_of(flags: str, lowered: str, source: str, precision: str) 
     mixed-precision recipes (bf16_with_fp8_delayed_scaling / current_scaling / mxfp8_mixed, Megatron-Bridge
     training/mixed_precision.py, ported from NeMo 2's recipes/precision/mixed_precision.py: all set
     fp8_param_gather=True), elsewhere only when the row names it."""
-    stated = _flag(flags, "fp8_param_gather")
-    if stated is not None:
-        return stated.lower() == "true"
-    nvidia_recipe = "nemo" in source.lower() and "automodel" not in source.lower()
-    return "fp8-param-gather" in lowered or (nvidia_recipe and precision == "fp8")
+    nvidia_fp8 = "nemo" in source.lower() and "automodel" not in source.lower() and precision == "fp8"
+    return _bool_flag(flags, "fp8_param_gather", "fp8-param-gather" in lowered or nvidia_fp8)
 
 
 def balanced_layout(num_layers: int, stages: int, mtp_layers: int = 0) -> str:
