@@ -97,7 +97,7 @@ def session_of(costs: Costs) -> Any:
     stored calibration (a user's records must not move a CI figure), and an environment whose ``$NNODES`` and
     ``$PRIMUS_EXT_CLUSTER`` do not move an entry, nor the runner's GPUs (reproducible: its target is the entry's
     or its recipe's, else the entry is an error naming --cluster)."""
-    from primus_ext.recipe.loader import NODES_ENV
+    from primus_ext.recipe.node_count import NODES_ENV
     from primus_ext.recipe.target import CLUSTER_ENV
     from primus_ext.session import CostChoice, Session
 

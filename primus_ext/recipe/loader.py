@@ -42,7 +42,7 @@ from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys
-from primus_ext.recipe.node_count import DEFAULT_NODES, NODES_ENV, WORLD_SIZE_PATHS, nodes_hint
+from primus_ext.recipe.node_count import DEFAULT_NODES, NODES_DEFAULTED, WORLD_SIZE_PATHS, nodes_hint, stated_nodes
 from primus_ext.recipe.presets import (
     SHIPPED_RECIPES,
     Layer,
@@ -66,8 +66,6 @@ MODULE_KEYS = frozenset({"framework", "config", "model", "overrides", "trainer_c
 """Keys of a Primus trainer module (``trainer_class`` picks the trainer, e.g. diffusion's)."""
 CLUSTER_KEYS = frozenset({"cluster", "nodes", "schedule"})
 """Keys of the ``# primus-ext:`` comment (``schedule``: a pipeline schedule to project, ``--schedule``)."""
-MAX_NODES = 100_000
-"""Largest node count accepted (guards absurd input)."""
 CLI_PREFIX = "cli."
 """Origin prefix of a command-line ``key=value`` (``cli.micro_batch_size``)."""
 
@@ -288,12 +286,6 @@ def _primus_args(state: _State, data: dict[str, Any], wanted: str | None = None)
     return args, model_name, name
 
 
-def _flat_args(state: _State, layer: Layer) -> Layer:
-    label = display(state.path)
-    origins = {k: (k if v == f"{label}:{k}" else v) for k, v in layer.origins.items()}
-    return Layer(values=dict(layer.values), origins=origins)
-
-
 def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -> SystemSpec | None:
     from primus_ext.hardware import load_system
 
@@ -317,22 +309,9 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
         state.problems.append(Problem(path=name_path, value=name, message="expected a profile name",
                                       fix="e.g. cluster: mi300x"))
         return None
-    count: Any
-    if nodes is not None:
-        nodes_path, count = "--nodes", nodes
-    elif "nodes" in block:
-        nodes_path, count = "primus_ext.nodes", block["nodes"]
-    elif state.env.get(NODES_ENV, "").strip():
-        nodes_path, text = f"${NODES_ENV}", state.env[NODES_ENV].strip()
-        count = int(text) if text.isdigit() and len(text) < 10 else text
-    else:
-        nodes_path, count = "nodes", DEFAULT_NODES
-        state.nodes_defaulted = True
-    bad_count = isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES
-    if bad_count:
-        state.problems.append(Problem(path=nodes_path, value=count,
-                                      message=f"node count must be an integer in 1..{MAX_NODES}", fix="e.g. nodes: 4"))
-    if name is None or bad_count:
+    nodes_path, count = stated_nodes(nodes, block, state.env, state.problems)
+    state.nodes_defaulted = nodes_path == NODES_DEFAULTED
+    if name is None or count is None:
         return None
     try:
         return load_system(name, count)
@@ -382,6 +361,41 @@ def load_recipe(
     """
     if isinstance(overrides, str):
         overrides = [overrides]
+    state, found_root = _start(path, config_roots, env, gpus)
+    top, data, block = _read_recipe(state)
+    args, model_name, module = _recipe_args(state, top, data, module)
+    args.update(parse_overrides(overrides, state.problems))
+    state.hidden.update(hidden_values(args.values))  # presets' and the command line's too
+    system = _system(state, block, cluster, nodes)
+    if system is None:  # a bad cluster / node count: still list every argument problem with it
+        _list_argument_problems(state, args, model_name)
+    state.fail_if_problems()
+    assert system is not None
+    unknown = _unknown_keys(state, args)
+    model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name,
+                                                                       primus=bool(module), environ=state.env)
+    state.warnings += resolve_warnings
+    state.problems += _repoint(resolve_problems, args.values, args.origins)
+    execution = _what_if(state, execution, schedule, block)
+    state.fail_if_problems()
+    legality = _legality(state, model, execution, system, args, validate)
+    exp_name = data.get("exp_name")
+    return Recipe(
+        model=model, execution=execution, system=system, source=str(path), module=module, target=state.target,
+        megatron_args=MappingProxyType(dict(args.values)), origins=MappingProxyType(dict(args.origins)),
+        unknown_keys=MappingProxyType(unknown), hidden=MappingProxyType(dict(state.hidden)),
+        warnings=tuple(hide_text(w, state.hidden) for w in state.warnings),
+        problems=() if validate else tuple(state.shown(p) for p in legality),
+        exp_name=hide_value(exp_name) if isinstance(exp_name, str) else "",
+        preset_files=_reading_order(state.files, state.path),
+        unmodelled=MappingProxyType({k: hide_text(v, state.hidden) for k, v in unmodelled_keys(args.values).items()}),
+        config_root=display(found_root) if found_root else None)
+
+
+def _start(path: str | Path, config_roots: Sequence[str | Path], env: Mapping[str, str] | None,
+           gpus: Callable[[], Sequence[str]] | None) -> tuple[_State, Path | None]:
+    """The loading state of the recipe at ``path``, with the Primus checkout found above it when no config root
+    is given (else ``None``); raises when the file does not exist."""
     roots = tuple(Path(r) for r in config_roots)
     found_root = None if roots else find_primus_root(Path(path))
     state = _State(path=Path(path), env=os.environ if env is None else env,
@@ -389,6 +403,12 @@ def load_recipe(
     if not is_file(state.path):
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path))
+    return state, found_root
+
+
+def _read_recipe(state: _State) -> tuple[Layer, dict[str, Any], Any]:
+    """The recipe file itself: its layer (``extends`` and ``${VAR}`` resolved), its top-level values without the
+    target block, and that block (``recipe.target.target_block``). Raises when the file gives nothing to resolve."""
     top = load_preset(state.path, state.env, state.problems, state.warnings, files=state.files)
     state.hidden.update(hidden_values(top.values))
     if not top.values:
@@ -396,44 +416,49 @@ def load_recipe(
     data = dict(top.values)
     block = target_block(state.path, data.pop("primus_ext", None), "modules" in data, state.problems,
                          state.warnings)
+    return top, data, block
+
+
+def _recipe_args(state: _State, top: Layer, data: dict[str, Any], module: str | None) -> tuple[Layer, str, str]:
+    """The Megatron arguments the recipe sets, a Primus experiment's (``_primus_args``) or a flat file's:
+    (arguments, the model's name, the module's name). Raises when the file is neither."""
     if "modules" in data:
         args, model_name, module = _primus_args(state, data, module)
-    else:
-        top.values.pop("primus_ext", None)
-        top.origins.pop("primus_ext", None)
-        args, model_name, module = _flat_args(state, top), state.path.stem, ""
-        if not any(key in known_keys() for key in args.values):
-            state.problems.append(Problem(
-                path=display(state.path), value=sorted(map(str, args.values))[:5],
-                message="neither a Primus experiment (no `modules` block) nor a Megatron argument file (none of its "
-                        "top-level keys is a Megatron / Primus argument)",
-                fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
-            state.fail_if_problems()
-    args.update(parse_overrides(overrides, state.problems))
-    state.hidden.update(hidden_values(args.values))  # presets' and the command line's too
-    system = _system(state, block, cluster, nodes)
-    if system is None:  # a bad cluster / node count: still list every argument problem with it
-        from primus_ext.hardware import load_system
+        return args, model_name or "model", module
+    label = display(state.path)  # a flat file: its keys are the arguments, each written at its own name
+    args = Layer(values={k: v for k, v in top.values.items() if k != "primus_ext"},
+                 origins={k: (k if v == f"{label}:{k}" else v) for k, v in top.origins.items() if k != "primus_ext"})
+    if not any(key in known_keys() for key in args.values):
+        state.problems.append(Problem(
+            path=display(state.path), value=sorted(map(str, args.values))[:5],
+            message="neither a Primus experiment (no `modules` block) nor a Megatron argument file (none of its "
+                    "top-level keys is a Megatron / Primus argument)",
+            fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
+        state.fail_if_problems()
+    return args, state.path.stem or "model", ""
 
-        _, _, arg_problems, _ = resolve_all(args.values, load_system(LISTING_CLUSTER, DEFAULT_NODES),
-                                            name=model_name or "model")
-        state.problems += _repoint(arg_problems, args.values, args.origins)
-    state.fail_if_problems()
-    assert system is not None
+
+def _list_argument_problems(state: _State, args: Layer, model_name: str) -> None:
+    """Add the arguments' problems when the target cannot be loaded: they are resolved on ``LISTING_CLUSTER``."""
+    from primus_ext.hardware import load_system
+
+    _, _, arg_problems, _ = resolve_all(args.values, load_system(LISTING_CLUSTER, DEFAULT_NODES), name=model_name)
+    state.problems += _repoint(arg_problems, args.values, args.origins)
+
+
+def _unknown_keys(state: _State, args: Layer) -> dict[str, Any]:
+    """The arguments outside the catalogue: each named in a warning, those close to a known key also as a typo."""
     unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
     state.warnings += [unknown_key_warning(k, _where(args.origins[k])) for k in unknown]
-    state.typos += [
-        Problem(path=args.origins[k], value=k, message="unknown key (kept, passed through to Megatron)",
-                fix=f"did you mean {hint}?")
-        for k in unknown
-        if (hint := did_you_mean(k))
-    ]
-    model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name or "model",
-                                                                       primus=bool(module), environ=state.env)
-    state.warnings += resolve_warnings
-    state.problems += _repoint(resolve_problems, args.values, args.origins)
-    execution = _what_if(state, execution, schedule, block)
-    state.fail_if_problems()
+    state.typos += [Problem(path=args.origins[k], value=k, message="unknown key (kept, passed through to Megatron)",
+                            fix=f"did you mean {hint}?") for k in unknown if (hint := did_you_mean(k))]
+    return unknown
+
+
+def _legality(state: _State, model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, args: Layer,
+              validate: bool) -> list[Problem]:
+    """The legality problems (``checks.check``) pointed at where their keys were written; with ``validate`` they
+    raise, with a node-count hint when no count was given and the world size is the problem."""
     raw_legality = check(model, execution, system)
     legality = _repoint(raw_legality, args.values, args.origins)
     if validate:
@@ -441,25 +466,7 @@ def load_recipe(
         if state.nodes_defaulted and any(p.path in WORLD_SIZE_PATHS for p in raw_legality):
             state.problems.append(nodes_hint(execution, system))
         state.fail_if_problems()
-    exp_name = data.get("exp_name")
-    return Recipe(
-        model=model,
-        execution=execution,
-        system=system,
-        megatron_args=MappingProxyType(dict(args.values)),
-        unknown_keys=MappingProxyType(unknown),
-        warnings=tuple(hide_text(w, state.hidden) for w in state.warnings),
-        source=str(path),
-        origins=MappingProxyType(dict(args.origins)),
-        problems=() if validate else tuple(state.shown(p) for p in legality),
-        exp_name=hide_value(exp_name) if isinstance(exp_name, str) else "",
-        module=module,
-        preset_files=_reading_order(state.files, state.path),
-        unmodelled=MappingProxyType({k: hide_text(v, state.hidden) for k, v in unmodelled_keys(args.values).items()}),
-        config_root=display(found_root) if found_root else None,
-        target=state.target,
-        hidden=MappingProxyType(dict(state.hidden)),
-    )
+    return legality
 
 
 def _what_if(state: _State, execution: ExecutionSpec, schedule: str | None, block: Any) -> ExecutionSpec:

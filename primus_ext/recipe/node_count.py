@@ -1,6 +1,10 @@
-"""The node count a recipe runs on when nothing states it, and the hint that names the count its layout needs."""
+"""The node count a recipe runs on (``stated_nodes``: the one that states it, else the default), and the hint that
+names the count its layout needs."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from primus_ext.errors import Problem
 from primus_ext.specs import ExecutionSpec, SystemSpec
@@ -14,6 +18,32 @@ WORLD_SIZE_PATHS = frozenset({"tensor_model_parallel_size", "pipeline_model_para
 """Where ``recipe.checks.check`` reports a layout that does not divide the GPU count."""
 MAX_HINT_NODES = 4096
 """Largest node count the 'needs N nodes' hint searches."""
+MAX_NODES = 100_000
+"""Largest node count accepted (guards absurd input)."""
+NODES_DEFAULTED = "nodes"
+"""``stated_nodes``' source when nothing states a count."""
+
+
+def stated_nodes(nodes: int | None, block: Mapping[str, Any], env: Mapping[str, str],
+                 problems: list[Problem]) -> tuple[str, int | None]:
+    """Where the node count is stated and the count: ``--nodes`` (``nodes``), the recipe's ``primus_ext.nodes``
+    (``block``), ``$NNODES``, else ``DEFAULT_NODES`` (source ``NODES_DEFAULTED``). The count is ``None``, and a
+    problem is added, when it is not an integer in 1..``MAX_NODES``."""
+    count: Any
+    if nodes is not None:
+        path, count = "--nodes", nodes
+    elif "nodes" in block:
+        path, count = "primus_ext.nodes", block["nodes"]
+    elif env.get(NODES_ENV, "").strip():
+        path, text = f"${NODES_ENV}", env[NODES_ENV].strip()
+        count = int(text) if text.isdigit() and len(text) < 10 else text
+    else:
+        path, count = NODES_DEFAULTED, DEFAULT_NODES
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_NODES:
+        problems.append(Problem(path=path, value=count, message=f"node count must be an integer in 1..{MAX_NODES}",
+                                fix="e.g. nodes: 4"))
+        return path, None
+    return path, count
 
 
 def nodes_hint(e: ExecutionSpec, s: SystemSpec) -> Problem:
@@ -32,4 +62,5 @@ def nodes_hint(e: ExecutionSpec, s: SystemSpec) -> Problem:
                    fix=f"pass --nodes {need} (or export {NODES_ENV}={need}, as Primus's launch scripts do)")
 
 
-__all__ = ["DEFAULT_NODES", "MAX_HINT_NODES", "NODES_ENV", "WORLD_SIZE_PATHS", "nodes_hint"]
+__all__ = ["DEFAULT_NODES", "MAX_HINT_NODES", "MAX_NODES", "NODES_DEFAULTED", "NODES_ENV", "WORLD_SIZE_PATHS",
+           "nodes_hint", "stated_nodes"]

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from primus_ext.errors import RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
@@ -112,6 +113,12 @@ def _flag(flags: str, key: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
+def _bool_flag(flags: str, key: str, default: bool) -> bool:
+    """A true/false recipe flag (``key=True``); ``default`` when the row does not set it."""
+    value = _flag(flags, key)
+    return default if value is None else value.lower() == "true"
+
+
 def cuda_graph_of(flags: str) -> str:
     """The CUDA graph mode a row's recipe flags set (``recipe.graphs.graph_mode``). The last
     ``cuda_graph_impl`` and ``cuda_graph_scope`` win (a recipe call may override an earlier one);
@@ -141,7 +148,7 @@ def optimizer_of(flags: str) -> dict[str, object]:
     or the prose "precision-aware optimizer <dtype> moments" (an optimization-history row's summary)."""
     lowered = flags.lower()
     prose = re.search(r"precision-aware optimizer(?:\s+(bf16|fp16|fp8) moments)?", lowered)
-    flag = (_flag(flags, "use_precision_aware_optimizer") or "").lower() == "true"
+    flag = _bool_flag(flags, "use_precision_aware_optimizer", False)
     if not (prose or flag):
         return {}
     out: dict[str, object] = {"use_precision_aware_optimizer": True}
@@ -156,19 +163,51 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
     """The execution a row describes, with framework defaults for what it leaves out."""
     flags, notes, source = row["extra_flags"] or "", row["notes"] or "", row["source"] or ""
     lowered = (flags + " " + notes).lower()
-    tp, pp, cp = _int(row["tp"], 1) or 1, _int(row["pp"], 1) or 1, _int(row["cp"], 1) or 1
-    vpp = _int(row["vpp"])
-    ep = _int(row["ep"], 1) or 1
-    etp = _int(row["etp"])
-    num_gpus = _int(row["num_gpus"], 0) or 0
-    assumptions: list[str] = []
     torchtitan = "torchtitan" in source.lower()
-    sp = tp > 1
-    sp_flag = _flag(flags, "sequence_parallel")
-    if sp_flag is not None:
-        sp = sp_flag.lower() == "true"
-    if model.is_moe and tp > 1:
-        sp = True  # Megatron requires SP for MoE with TP > 1
+    tp, pp, cp = _int(row["tp"], 1) or 1, _int(row["pp"], 1) or 1, _int(row["cp"], 1) or 1
+    vpp, etp, num_gpus = _int(row["vpp"]), _int(row["etp"]), _int(row["num_gpus"], 0) or 0
+    assumptions: list[str] = []
+    if model.is_moe and etp is None:
+        etp = 1
+        assumptions.append("expert_tensor_parallel_size=1 (Megatron-Bridge MoE recipes; not stated)")
+    execution = ExecutionSpec(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
+        virtual_pipeline_model_parallel_size=vpp if vpp and vpp > 1 else None,
+        expert_model_parallel_size=_int(row["ep"], 1) or 1, expert_tensor_parallel_size=etp,
+        data_parallel_size=max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1,
+        # on when TP > 1 unless stated otherwise; always for MoE with TP > 1 (Megatron requires it)
+        sequence_parallel=(model.is_moe and tp > 1) or _bool_flag(flags, "sequence_parallel", tp > 1),
+        pipeline_model_parallel_layout=_flag(flags, "pp_layout") or None,
+        pipeline_schedule=resolve_schedule("1f1b", 2, vpp).name,
+        micro_batch_size=_int(row["mbs"], 1) or 1, global_batch_size=_int(row["gbs"], 1) or 1,
+        seq_length=_int(row["seq_len"], 4096) or 4096,
+        # torchtitan calls F.scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch
+        # 2.2+ release notes); Megatron-based stacks run Transformer Engine's fused attention
+        attention_kernel="flash2" if torchtitan else "fused",
+        cuda_graph=cuda_graph_of(flags),  # type: ignore[arg-type]
+        **_recompute_of(flags, lowered, torchtitan), **optimizer_of(flags), **_offloading_of(flags),
+        **_sharding_of(flags, notes, torchtitan),
+        overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=tp > 1 and not torchtitan,
+        overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
+        precision=precision,  # type: ignore[arg-type]
+        fp8_recipe=fp8_recipe_of(row["precision"], notes),  # type: ignore[arg-type]
+        fp4_recipe=fp4_recipe_of(row["precision"]),  # type: ignore[arg-type]
+        fp8_param_gather=_fp8_param_gather_of(flags, lowered, source, precision),
+        cross_entropy_fusion_impl=_loss_impl_of(flags, source, model),  # type: ignore[arg-type]
+        moe_token_dispatcher_type=_dispatcher_of(flags, lowered),  # type: ignore[arg-type]
+        moe_router_force_load_balancing=model.is_moe,
+    )
+    if not torchtitan:
+        assumptions.append("Megatron recipe defaults: distributed optimizer, grad/param overlap, TP comm overlap")
+    if layout_problems(model, execution):
+        execution, note = _legal_split(model, execution)
+        assumptions.append(note)
+    return execution, assumptions
+
+
+def _recompute_of(flags: str, lowered: str, torchtitan: bool) -> dict[str, Any]:
+    """The activation recomputation a row states (recipe flags or prose: "full AC", "selective AC"), as the
+    ``recompute_*`` and ``selective_ac_option`` fields; none when it states none."""
     granularity, modules = None, ()
     rg = _flag(flags, "recompute_granularity")
     if rg and rg.lower() not in ("none", ""):
@@ -187,97 +226,71 @@ def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple
         num_layers = _int(_flag(flags, "recompute_num_layers") or "", 1)
         if method == "none":
             method = "uniform"
+    return {"recompute_granularity": granularity, "recompute_method": method, "recompute_num_layers": num_layers,
+            "recompute_modules": modules,
+            # torchtitan's selective activation checkpointing is op-level by default (train_configs
+            # selective_ac_option = "op"; the torchtitan rows say "per-op selective AC")
+            "selective_ac_option": "op" if torchtitan and granularity == "selective" else "modules"}
+
+
+MEGATRON_FSDP_FLAGS = ("use_megatron_fsdp=true", "megatron_fsdp(", "megatron fsdp", "use_mcore_fsdp=1",
+                       "use_mcore_fsdp=true")
+"""Flag texts (lower case) that name Megatron's own FSDP."""
+
+
+def _sharding_of(flags: str, notes: str, torchtitan: bool) -> dict[str, Any]:
+    """How the data-parallel state is sharded: Megatron FSDP, torch FSDP2 (torchtitan, or FSDP named), else the
+    distributed optimizer; as the ``fsdp`` fields and ``use_distributed_optimizer``."""
     fsdp = "none"
     raw_fsdp = re.search(r"\bFSDP=(\d+)", notes)
     flag_text = flags.lower()
-    megatron = ("use_megatron_fsdp=true", "megatron_fsdp(", "megatron fsdp", "use_mcore_fsdp=1", "use_mcore_fsdp=true")
-    if any(k in flag_text for k in megatron) or (raw_fsdp and int(raw_fsdp.group(1))):
+    if any(k in flag_text for k in MEGATRON_FSDP_FLAGS) or (raw_fsdp and int(raw_fsdp.group(1))):
         fsdp = "megatron_fsdp"
     elif torchtitan or ("fsdp" in flag_text and "no fsdp" not in flag_text):  # "no FSDP (DDP/...)": the opposite
         fsdp = "torch_fsdp2"
+    return {"use_distributed_optimizer": fsdp == "none", "fsdp": fsdp,
+            # the FSDP2 rows are torchtitan's and NeMo AutoModel's: their MixedPrecisionPolicy reduces in fp32
+            "fsdp_reduce_dtype": "fp32" if fsdp == "torch_fsdp2" else "param",
+            "data_parallel_sharding_strategy": "optim_grads_params" if fsdp == "megatron_fsdp" else "no_shard"}
+
+
+def _dispatcher_of(flags: str, lowered: str) -> str:
+    """The MoE token dispatcher: as stated, ``flex`` when DeepEP / HybridEP is named (they run through Megatron's
+    flex dispatcher), else ``alltoall``."""
     dispatcher = (_flag(flags, "moe_token_dispatcher_type") or "alltoall").lower()
     if "moe_flex_dispatcher_backend" in flags or re.search(r"dispatcher\s*=\s*(deepep|hybridep)", lowered) or \
             re.search(r"kernels:[^;|]*\bdeepep\b", lowered):  # NeMo AutoModel rows: "kernels: TE + DeepEP"
-        dispatcher = "flex"  # DeepEP / HybridEP run through Megatron's flex dispatcher
-    if dispatcher not in ("alltoall", "allgather", "flex"):
-        dispatcher = "alltoall"
-    if model.is_moe and etp is None:
-        etp = 1
-        assumptions.append("expert_tensor_parallel_size=1 (Megatron-Bridge MoE recipes; not stated)")
-    offload_layers = _int(_flag(flags, "cpu_offloading_num_layers") or "", 0) or 0
-    offload_flag = _flag(flags, "cpu_offloading")
+        dispatcher = "flex"
+    return dispatcher if dispatcher in ("alltoall", "allgather", "flex") else "alltoall"
+
+
+def _offloading_of(flags: str) -> dict[str, Any]:
+    """The activation / weight CPU offloading a row's recipe flags set, as the ``cpu_offloading*`` fields."""
+    layers = _int(_flag(flags, "cpu_offloading_num_layers") or "", 0) or 0
     # NeMo / Megatron-Bridge performance scripts turn ``cpu_offloading`` on (activations only, weights
     # off) when they set ``cpu_offloading_num_layers`` > 0; the rows list only the layer count.
-    offloading = offload_layers > 0 if offload_flag is None else offload_flag.lower() == "true"
-    offload_activations = (_flag(flags, "cpu_offloading_activations") or "true").lower() == "true"
-    offload_weights = (_flag(flags, "cpu_offloading_weights") or "false").lower() == "true"
+    return {"cpu_offloading": _bool_flag(flags, "cpu_offloading", layers > 0), "cpu_offloading_num_layers": layers,
+            "cpu_offloading_activations": (_flag(flags, "cpu_offloading_activations") or "true").lower() == "true",
+            "cpu_offloading_weights": _bool_flag(flags, "cpu_offloading_weights", False)}
+
+
+def _loss_impl_of(flags: str, source: str, model: ModelSpec) -> str:
+    """The cross-entropy implementation: as stated, else Transformer Engine's for the Megatron-Bridge families
+    that use it (``MEGATRON_BRIDGE_TE_LOSS_FAMILIES``), else megatron-core's ``native``."""
     loss_impl = (_flag(flags, "cross_entropy_fusion_impl") or "").lower()
-    if loss_impl not in ("native", "te"):
-        bridge = "megatron-bridge" in source.lower()
-        loss_impl = "te" if bridge and model.name.startswith(MEGATRON_BRIDGE_TE_LOSS_FAMILIES) else "native"
-    # NVIDIA's NeMo 2 / Megatron-Bridge fp8 mixed-precision recipes (bf16_with_fp8_delayed_scaling /
-    # current_scaling / mxfp8_mixed, Megatron-Bridge training/mixed_precision.py, ported from NeMo 2's
-    # recipes/precision/mixed_precision.py) all set fp8_param_gather=True; elsewhere only when stated.
-    pg_flag = _flag(flags, "fp8_param_gather")
-    nvidia_recipe = "nemo" in source.lower() and "automodel" not in source.lower()
-    fp8_params = (pg_flag.lower() == "true" if pg_flag is not None else
-                  "fp8-param-gather" in lowered or (nvidia_recipe and precision == "fp8"))
-    layout = _flag(flags, "pp_layout")
-    cuda_graph = cuda_graph_of(flags)
-    dp = max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1
-    execution = ExecutionSpec(
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp if vpp and vpp > 1 else None,
-        context_parallel_size=cp,
-        expert_model_parallel_size=ep,
-        expert_tensor_parallel_size=etp,
-        data_parallel_size=dp,
-        sequence_parallel=sp,
-        pipeline_model_parallel_layout=layout or None,
-        pipeline_schedule=resolve_schedule("1f1b", 2, vpp).name,
-        micro_batch_size=_int(row["mbs"], 1) or 1,
-        global_batch_size=_int(row["gbs"], 1) or 1,
-        seq_length=_int(row["seq_len"], 4096) or 4096,
-        recompute_granularity=granularity,  # type: ignore[arg-type]
-        recompute_method=method,  # type: ignore[arg-type]
-        recompute_num_layers=num_layers,
-        recompute_modules=modules,
-        # torchtitan's selective activation checkpointing is op-level by default (train_configs
-        # selective_ac_option = "op"; the torchtitan rows say "per-op selective AC")
-        selective_ac_option="op" if torchtitan and granularity == "selective" else "modules",
-        # torchtitan calls F.scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch
-        # 2.2+ release notes); Megatron-based stacks run Transformer Engine's fused attention
-        attention_kernel="flash2" if torchtitan else "fused",
-        cuda_graph=cuda_graph,  # type: ignore[arg-type]
-        **optimizer_of(flags),  # type: ignore[arg-type]
-        cpu_offloading=offloading,
-        cpu_offloading_num_layers=offload_layers,
-        cpu_offloading_activations=offload_activations,
-        cpu_offloading_weights=offload_weights,
-        use_distributed_optimizer=fsdp == "none",
-        fsdp=fsdp,  # type: ignore[arg-type]
-        # the FSDP2 rows are torchtitan's and NeMo AutoModel's: their MixedPrecisionPolicy reduces in fp32
-        fsdp_reduce_dtype="fp32" if fsdp == "torch_fsdp2" else "param",
-        data_parallel_sharding_strategy="optim_grads_params" if fsdp == "megatron_fsdp" else "no_shard",
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-        tp_comm_overlap=tp > 1 and not torchtitan,
-        overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
-        precision=precision,  # type: ignore[arg-type]
-        cross_entropy_fusion_impl=loss_impl,  # type: ignore[arg-type]
-        fp8_param_gather=fp8_params,
-        fp8_recipe=fp8_recipe_of(row["precision"], row["notes"] or ""),  # type: ignore[arg-type]
-        fp4_recipe=fp4_recipe_of(row["precision"]),  # type: ignore[arg-type]
-        moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
-        moe_router_force_load_balancing=model.is_moe,
-    )
-    if not torchtitan:
-        assumptions.append("Megatron recipe defaults: distributed optimizer, grad/param overlap, TP comm overlap")
-    if layout_problems(model, execution):
-        execution, note = _legal_split(model, execution)
-        assumptions.append(note)
-    return execution, assumptions
+    if loss_impl in ("native", "te"):
+        return loss_impl
+    bridge = "megatron-bridge" in source.lower()
+    return "te" if bridge and model.name.startswith(MEGATRON_BRIDGE_TE_LOSS_FAMILIES) else "native"
+
+
+def _fp8_param_gather_of(flags: str, lowered: str, source: str, precision: str) -> bool:
+    """Whether the weights are gathered in fp8: as stated, else on for NVIDIA's NeMo 2 / Megatron-Bridge fp8
+    mixed-precision recipes (bf16_with_fp8_delayed_scaling / current_scaling / mxfp8_mixed, Megatron-Bridge
+    training/mixed_precision.py, ported from NeMo 2's recipes/precision/mixed_precision.py: all set
+    fp8_param_gather=True), elsewhere only when the row names it."""
+    nvidia_fp8 = "nemo" in source.lower() and "automodel" not in source.lower() and precision == "fp8"
+    return _bool_flag(flags, "fp8_param_gather", "fp8-param-gather" in lowered or nvidia_fp8)
 
 
 def balanced_layout(num_layers: int, stages: int, mtp_layers: int = 0) -> str:

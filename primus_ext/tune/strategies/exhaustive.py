@@ -18,6 +18,7 @@ through ``ctx.try_config`` like any other proposal. The budget does not apply (i
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import RecipeError
@@ -85,88 +86,92 @@ def _min_completions(space: Space, partial: Config, start: int,
     return out
 
 
-def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
-    space: Space = ctx.space
-    names = AXIS_ORDER
-    assert names[: len(STRUCTURAL_AXES)] == STRUCTURAL_AXES
-    prune_at = {names.index(n) + 1 for n in PRUNE_AFTER}
-    counts: dict[tuple[Any, ...], int] = {}
-    prepared: dict[tuple[Any, ...], tuple[Any, list[Any]]] = {}
-    """Execution and ``check`` problems of the memory-minimal completions (the same completion comes
-    back at several depths, and as a leaf)."""
-    fitted: dict[tuple[Any, ...], bool] = {}
-    suffixes: dict[tuple[Any, ...], list[Config]] = {}
+_PRUNE_AT = frozenset(AXIS_ORDER.index(n) + 1 for n in PRUNE_AFTER)  # the depths right after a PRUNE_AFTER axis
 
-    def prepare(config: Config) -> tuple[tuple[Any, ...], Any, list[Any]]:
-        key = tuple(config[n] for n in names)
-        found = prepared.get(key)
+
+@dataclass
+class _Search:
+    """One exhaustive search: the walk over the axes with its two prunings, and the leaves collected for projection.
+    Memos: ``counts`` (subtree sizes, keyed as ``_SUFFIX_DEPENDS`` says), ``prepared`` (execution and ``check``
+    problems of the memory-minimal completions, which come back at several depths and as leaves), ``fitted`` (the
+    pre-filter's answers), ``suffixes`` (``_min_completions``')."""
+
+    ctx: SearchContext
+    space: Space
+    counts: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    prepared: dict[tuple[Any, ...], tuple[Any, list[Any]]] = field(default_factory=dict)
+    fitted: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    suffixes: dict[tuple[Any, ...], list[Config]] = field(default_factory=dict)
+    leaves: list[Config] = field(default_factory=list)
+
+    def prepare(self, config: Config) -> tuple[tuple[Any, ...], Any, list[Any]]:
+        """``config``'s key, execution and ``check`` problems, each built once."""
+        key = tuple(config[n] for n in AXIS_ORDER)
+        found = self.prepared.get(key)
         if found is None:
-            execution = space.to_execution(config)
-            found = prepared[key] = (execution, check(space.model, execution, space.system))
+            execution = self.space.to_execution(config)
+            found = self.prepared[key] = (execution, check(self.space.model, execution, self.space.system))
         return key, found[0], found[1]
 
-    def count(partial: Config, i: int) -> int:
+    def count(self, partial: Config, i: int) -> int:
+        """The number of complete configurations under the prefix ``partial`` (its first ``i`` axes set)."""
         key = (i, *(partial[d] for d in _SUFFIX_DEPENDS[i]))  # subtree counts read only these axes
-        if key not in counts:
-            if i == len(names):
-                counts[key] = 1
+        if key not in self.counts:
+            if i == len(AXIS_ORDER):
+                self.counts[key] = 1
             else:
                 total = 0
-                for value in space.domain(names[i], partial):
-                    partial[names[i]] = value
-                    total += count(partial, i + 1)
-                partial.pop(names[i], None)  # an empty domain set nothing
-                counts[key] = total
-        return counts[key]
+                for value in self.space.domain(AXIS_ORDER[i], partial):
+                    partial[AXIS_ORDER[i]] = value
+                    total += self.count(partial, i + 1)
+                partial.pop(AXIS_ORDER[i], None)  # an empty domain set nothing
+                self.counts[key] = total
+        return self.counts[key]
 
-    def pruned(partial: Config, i: int) -> bool:
-        completions = _min_completions(space, partial, i, suffixes)
-        fits = False
-        for config in completions:
-            key, execution, problems = prepare(config)
+    def pruned(self, partial: Config, i: int) -> bool:
+        """Whether no completion of the prefix can be legal (checked after the structural axes) or fit (its
+        memory-minimal completions do not); the subtree is then counted in ``ctx.stats``."""
+        stats = self.ctx.stats
+        for config in _min_completions(self.space, partial, i, self.suffixes):
+            key, execution, problems = self.prepare(config)
             if i == len(STRUCTURAL_AXES) and is_structural(problems):
-                ctx.stats.pruned_illegal += count(partial, i)
-                ctx.stats.exclude([p for p in problems if p.path in STRUCTURAL_PATHS], count(partial, i))
+                stats.pruned_illegal += self.count(partial, i)
+                stats.exclude([p for p in problems if p.path in STRUCTURAL_PATHS], self.count(partial, i))
                 return True
             if is_structural(problems):
-                fits = True
-                break
-            if key not in fitted:
-                fitted[key] = ctx.prefilter.fits(execution)
-            if fitted[key]:
-                fits = True
-                break
-        if not fits:
-            ctx.stats.pruned_by_prefilter += count(partial, i)
-        return not fits
+                return False
+            if key not in self.fitted:
+                self.fitted[key] = self.ctx.prefilter.fits(execution)
+            if self.fitted[key]:
+                return False
+        stats.pruned_by_prefilter += self.count(partial, i)
+        return True
 
-    def walk(i: int, partial: Config, stop: int = len(names), out: list[Config] | None = None,
+    def walk(self, i: int, partial: Config, out: list[Config], stop: int = len(AXIS_ORDER),
              checked: int = -1) -> None:
-        if i in prune_at and i != checked and pruned(partial, i):
+        """Append to ``out`` every unpruned prefix of ``stop`` axes extending ``partial`` (its first ``i`` axes
+        set), in axis-value order; ``checked``: a depth whose pruning was already done for ``partial``."""
+        if i in _PRUNE_AT and i != checked and self.pruned(partial, i):
             return
         if i == stop:
-            if out is not None:
-                out.append(dict(partial))
-            else:
-                leaves.append(dict(partial))
+            out.append(dict(partial))
             return
-        for value in space.domain(names[i], partial):
-            partial[names[i]] = value
-            walk(i + 1, partial, stop, out)
-        partial.pop(names[i], None)  # an empty domain set nothing
+        for value in self.space.domain(AXIS_ORDER[i], partial):
+            partial[AXIS_ORDER[i]] = value
+            self.walk(i + 1, partial, out, stop)
+        partial.pop(AXIS_ORDER[i], None)  # an empty domain set nothing
 
-    leaves: list[Config] = []
-
-    def project_leaves() -> None:
+    def project_leaves(self) -> None:
         """Every collected leaf through ``ctx.try_config`` in walk order, the legal ones that fit projected
         as one batch first when the oracle can (``oracle.many``: the same scores, faster) and the search is
         big enough (``BATCH_AFTER``)."""
+        ctx, space = self.ctx, self.space
         many = getattr(ctx.oracle, "many", None) if ctx.stats.projected >= BATCH_AFTER else None
         entries = []
-        for config in leaves:
-            key = tuple(config[n] for n in names)
-            execution, problems = prepared.pop(key, (None, None))
-            fits = fitted.get(key)
+        for config in self.leaves:
+            key = tuple(config[n] for n in AXIS_ORDER)
+            execution, problems = self.prepared.pop(key, (None, None))
+            fits = self.fitted.get(key)
             if many is not None:  # what try_config would find, found first to pick the batch
                 if execution is None:
                     execution = space.to_execution(config)
@@ -174,7 +179,7 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
                 if fits is None and not problems:
                     fits = ctx.prefilter.fits(execution)
             entries.append((config, execution, problems, fits))
-        leaves.clear()
+        self.leaves.clear()
         batch = [e for e in entries if not e[2] and e[3]] if many is not None else []
         scores = dict(zip(map(id, batch), many([e[1] for e in batch]), strict=True)) if batch else {}
         for entry in entries:
@@ -182,31 +187,41 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
             ctx.try_config(config, origin="exhaustive", counted=False, trusted=True, keep_rejected=False,
                            execution=execution, problems=problems, fits=fits, score=scores.get(id(entry)))
 
-    if not getattr(options, "bound", True):
-        walk(0, {})
-        project_leaves()
-        return []
-    # branch and bound over (structural axes, micro-batch) prefixes, most promising first
-    depth = names.index(BOUND_AFTER) + 1
+
+def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
+    """Project every candidate of ``ctx.space`` that the prunings keep (module docstring); nothing to report."""
+    assert AXIS_ORDER[: len(STRUCTURAL_AXES)] == STRUCTURAL_AXES
+    search = _Search(ctx=ctx, space=ctx.space)
+    if getattr(options, "bound", True):
+        _branch_and_bound(search, max(1, getattr(options, "keep", 1)))
+    else:
+        search.walk(0, {}, search.leaves)
+        search.project_leaves()
+    return []
+
+
+def _branch_and_bound(search: _Search, keep: int) -> None:
+    """Search the (structural axes, micro-batch) prefixes best upper bound first, skipping those whose bound
+    cannot beat the ``keep``-th best configuration found so far."""
+    ctx, space = search.ctx, search.space
+    depth = AXIS_ORDER.index(BOUND_AFTER) + 1
     prefixes: list[Config] = []
-    walk(0, {}, depth, prefixes)
+    search.walk(0, {}, prefixes, depth)
     bounds = []
     for n, prefix in enumerate(prefixes):
         batch = _batch_problems(space, prefix, depth)
         if batch:  # the micro-batch count breaks a schedule rule: no completion of the prefix is legal
-            ctx.stats.pruned_illegal += count(prefix, depth)
-            ctx.stats.exclude(batch, count(prefix, depth))
+            ctx.stats.pruned_illegal += search.count(prefix, depth)
+            ctx.stats.exclude(batch, search.count(prefix, depth))
             continue
         bounds.append((_upper_bound(ctx, space, prefix, depth), n, prefix))
-    keep = max(1, getattr(options, "keep", 1))
     for bound, _, prefix in sorted(bounds, key=lambda b: (-b[0], b[1])):
         best = ctx.best() if keep == 1 else _kth_distinct(ctx.projected(), keep)
         if best is not None and bound <= best.tokens_per_s_per_gpu:
-            ctx.stats.pruned_by_bound += count(prefix, depth)
+            ctx.stats.pruned_by_bound += search.count(prefix, depth)
             continue
-        walk(depth, dict(prefix), checked=depth)
-        project_leaves()
-    return []
+        search.walk(depth, dict(prefix), search.leaves, checked=depth)
+        search.project_leaves()
 
 
 def _kth_distinct(projected: list[Any], k: int) -> Any:
@@ -275,18 +290,25 @@ def _compute_bound(ctx: SearchContext, space: Space, config: Config, floor: Any)
     simulated), at least as tight as the projected representative's ``compute_s``. Projecting each representative
     cost the shipped Qwen3-235B space 62 of its 72 CPU-s (2 694 prefixes; 25 of them past the op budget of
     ``pipeline.long``, 46 s), for 227 trials reused; this costs ~1 ms a prefix."""
+    rate = _floor_rate(ctx, space, config, lambda e: floor(e, compute_only=True), (RecipeError, ValueError))
+    return float("inf") if rate is None else rate
+
+
+def _floor_rate(ctx: SearchContext, space: Space, config: Config, price: Any,
+                errors: tuple[type[Exception], ...]) -> float | None:
+    """tok/s/GPU of ``config`` at the step floor ``price`` gives its execution: ``None`` when ``check`` finds a
+    problem, ``inf`` when the floor cannot be priced (one of ``errors``) or is not positive."""
     execution = space.to_execution(config)
     if check(space.model, execution, space.system):
-        return float("inf")
+        return None
     try:
-        seconds = floor(execution, compute_only=True)
-    except (RecipeError, ValueError):
+        seconds = price(execution)
+    except errors:
         return float("inf")
     ctx.stats.bound_projections += 1
     if seconds <= 0:
         return float("inf")
-    e = execution
-    return e.global_batch_size * e.seq_length / (e.world_size * seconds)
+    return execution.global_batch_size * execution.seq_length / (execution.world_size * seconds)
 
 
 FLOOR_AXES = ("sharding", "precision", "tp_comm_overlap", "ep_overlap")
@@ -304,16 +326,8 @@ def _floor_bound(ctx: SearchContext, space: Space, config: Config, depth: int, f
             variants = [{**v, name: x} for v in variants for x in space.domain(name, v)] or variants
     best = 0.0
     for variant in variants:
-        execution = space.to_execution(variant)
-        if check(space.model, execution, space.system):
-            continue
-        try:
-            seconds = floor(execution)
-        except RecipeError:
-            return float("inf")
-        ctx.stats.bound_projections += 1
-        if seconds <= 0:
-            return float("inf")
-        e = execution
-        best = max(best, e.global_batch_size * e.seq_length / (e.world_size * seconds))
+        rate = _floor_rate(ctx, space, variant, floor, (RecipeError,))
+        if rate == float("inf"):
+            return rate
+        best = max(best, rate or 0.0)  # None: an illegal variant, skipped
     return best if best > 0 else float("inf")
