@@ -226,8 +226,8 @@ class Session:
         from primus_ext.measure.scale import default_scale
         from primus_ext.measure.shims import resolve_device
         from primus_ext.measure.store import TimingStore
-        from primus_ext.model.lora import trained_in_full
         from primus_ext.model.layers import rank_shapes
+        from primus_ext.model.lora import trained_in_full
 
         device = resolve_device(self.choice.measure_on)
         shapes = rank_shapes(recipe.model, recipe.execution).values()
