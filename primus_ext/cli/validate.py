@@ -163,19 +163,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> dict:
     """Print the report; its JSON fields (the ``validation`` document's body)."""
-    from primus_ext.hardware import yaml_number
     from primus_ext.validate.archs import read_archs
-    from primus_ext.validate.crossval import leave_one_model_out
-    from primus_ext.validate.efficiency_fit import (
-        DEFAULT_PARAMS,
-        fit_by_gpu,
-        fit_pooled,
-        one_run_offset,
-    )
+    from primus_ext.validate.efficiency_fit import one_run_offset
     from primus_ext.validate.hardware_csv import read_hardware
     from primus_ext.validate.run import analytic_projector, validate_runs
     from primus_ext.validate.runs import read_runs
-    from primus_ext.validate.stated import with_measured
 
     store, store_gpu = _open_measured(args)  # bad --store input fails before the projection runs
     beside = Path(args.measurements).parent
@@ -206,86 +198,110 @@ def _report(args: argparse.Namespace) -> dict:
         print("\n" + "\n".join(_summary_lines(user, data_bounds=False)[:2]))
         out["calibrated_from_user_run"] = user.to_dict()
     if args.fit:
-        from primus_ext.validate.amd import fit_amd, is_amd
-
-        fits = fit_by_gpu([r for r in runs if not is_amd(r)], analytic_projector, label=Path(args.measurements).name,
-                          progress=_progress)  # AMD boards: on AMD rows only, each board on its own (validate.amd)
-        amd_fits = fit_amd(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
-        for board, fit in amd_fits.items():
-            print(f"# {board}: {fit.rows} AMD rows, {fit.configurations} configurations, knobs {', '.join(fit.knobs)}, "
-                  f"mean |log error| {fit.loss:.3f}")
-            print("efficiency:")
-            for key in ("gemm_max", "fp8_gemm_max", "attention"):
-                print(f"  {key}: {yaml_number(getattr(fit.efficiency, key))}")
-            print(f"  calibration: {fit.efficiency.calibration!r}")
-            out.setdefault("amd_fits", {})[board] = {"gemm_max": fit.efficiency.gemm_max, "rows": fit.rows,
-                                                     "fp8_gemm_max": fit.efficiency.fp8_gemm_max,
-                                                     "attention": fit.efficiency.attention, "loss": fit.loss,
-                                                     "configurations": fit.configurations, "knobs": list(fit.knobs)}
-        print("\nfitted efficiency blocks per GPU family (profiles of a family share them):")
-        for name, (eff, n, loss) in fits.items():
-            values = {p.name: getattr(eff, p.name) for p in DEFAULT_PARAMS}
-            print(f"# {name}: {n} rows, mean |log error| {loss:.3f}")
-            print("efficiency:")
-            for key, value in values.items():
-                print(f"  {key}: {yaml_number(value)}")
-            if eff.measured:
-                print(f"  measured: {json.dumps(list(eff.measured))}")
-            print(f"  calibration: {eff.calibration!r}")
-            out.setdefault("fits", {})[name] = {**values, "measured": list(eff.measured), "rows": n, "loss": loss}
-        if args.write_profiles:
-            from primus_ext.hardware import list_profiles, load_gpu, profile_text, write_profiles
-
-            names = [p.name for p in DEFAULT_PARAMS]
-            # families without enough rows of their own get the prior, unless their profile holds a calibration
-            # of another origin (a user's); the CPU profile is the end-to-end check's, not a GPU's
-            # (a profile stating validate.amd.POOLED_PRIOR follows that constant, as the AMD boards' start does)
-            others = [p for p in list_profiles() if (load_gpu(p).family or p) not in fits and p != "cpu"
-                      and load_gpu(p).efficiency.calibration.startswith(("uncalibrated", "pooled prior"))
-                      and not load_gpu(p).efficiency.calibration.startswith("pooled prior: validate.amd.POOLED_PRIOR")]
-            pooled = fit_pooled(runs, analytic_projector, label=Path(args.measurements).name,
-                                progress=_progress) if others else None
-            if pooled is not None:
-                print(f"# pooled prior for {', '.join(others)}: {pooled[1]} rows, mean |log error| {pooled[2]:.3f}")
-                out["pooled_prior"] = {**{n: getattr(pooled[0], n) for n in names}, "rows": pooled[1],
-                                       "loss": pooled[2], "profiles": others}
-            texts = {}
-            for profile in list_profiles():
-                family = load_gpu(profile).family or profile
-                chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None
-                if chosen is not None:
-                    own = load_gpu(profile).efficiency
-                    block, fields = with_measured(chosen, own), names
-                    if own.band > block.band:  # a GPU with no runs of its own states a wider band: kept
-                        block, fields = replace(block, band=own.band), [*names, "band"]
-                    texts[profile] = profile_text(profile, block, fields)
-            for board, fit in amd_fits.items():  # the board's band (its held-out error) as its profile states it
-                band = load_gpu(board).efficiency.band
-                texts[board] = profile_text(board, replace(fit.efficiency, band=band),
-                                            ["gemm_max", "fp8_gemm_max", "attention", "band"])
-            for path in write_profiles(texts, Path(args.write_profiles)):
-                print(f"wrote {path}")
+        _fit(args, runs, out)
     if args.cv:
-        from primus_ext.cli._progress import ProgressLine
-        from primus_ext.validate.efficiency_fit import usable
-
-        held_out = _is_moe_row if args.moe_only else None
-        if args.holdout == "model":
-            models = {r.model_name for r in usable(runs) if held_out is None or held_out(r)}
-            with ProgressLine(f"cross-validation ({args.jobs} at a time)", len(models), label="fitting") as bar:
-                cv = leave_one_model_out(runs, analytic_projector, jobs=args.jobs, held_out=held_out,
-                                         progress=lambda done, _n, model: bar.update(done, label=f"left out {model}"))
-        else:
-            from primus_ext.validate.holdout import group_of, leave_one_out
-
-            groups = {group_of(r, args.holdout) for r in usable(runs)}
-            with ProgressLine(f"cross-validation by {args.holdout}", len(groups), label="fitting") as bar:
-                cv = leave_one_out(runs, analytic_projector, by=args.holdout, progress=lambda done, _n, group:
-                                   bar.update(done, label=f"left out {group}"))
-        print("\n" + "\n".join(_summary_lines(cv)))
-        print("\n".join(_model_lines(cv)))
-        out["cross_validation"] = cv.to_dict()
-        cv_offset = one_run_offset(cv)
-        print("\n" + "\n".join(_summary_lines(cv_offset, data_bounds=False)[:2]))
-        out["cross_validation_one_run_offset_summary"] = cv_offset.to_dict()["summary"]
+        _cross_validate(args, runs, out)
     return out
+
+
+def _fit(args: argparse.Namespace, runs: list, out: dict) -> None:
+    """``--fit``: the efficiency blocks per GPU family (AMD boards on AMD rows only), printed and in ``out``;
+    ``--write-profiles``: the profiles with them."""
+    from primus_ext.hardware import yaml_number
+    from primus_ext.validate.amd import fit_amd, is_amd
+    from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS, fit_by_gpu
+    from primus_ext.validate.run import analytic_projector
+
+    fits = fit_by_gpu([r for r in runs if not is_amd(r)], analytic_projector, label=Path(args.measurements).name,
+                      progress=_progress)  # AMD boards: on AMD rows only, each board on its own (validate.amd)
+    amd_fits = fit_amd(runs, analytic_projector, label=Path(args.measurements).name, progress=_progress)
+    for board, fit in amd_fits.items():
+        print(f"# {board}: {fit.rows} AMD rows, {fit.configurations} configurations, knobs {', '.join(fit.knobs)}, "
+              f"mean |log error| {fit.loss:.3f}")
+        print("efficiency:")
+        for key in ("gemm_max", "fp8_gemm_max", "attention"):
+            print(f"  {key}: {yaml_number(getattr(fit.efficiency, key))}")
+        print(f"  calibration: {fit.efficiency.calibration!r}")
+        out.setdefault("amd_fits", {})[board] = {"gemm_max": fit.efficiency.gemm_max, "rows": fit.rows,
+                                                 "fp8_gemm_max": fit.efficiency.fp8_gemm_max,
+                                                 "attention": fit.efficiency.attention, "loss": fit.loss,
+                                                 "configurations": fit.configurations, "knobs": list(fit.knobs)}
+    print("\nfitted efficiency blocks per GPU family (profiles of a family share them):")
+    for name, (eff, n, loss) in fits.items():
+        values = {p.name: getattr(eff, p.name) for p in DEFAULT_PARAMS}
+        print(f"# {name}: {n} rows, mean |log error| {loss:.3f}")
+        print("efficiency:")
+        for key, value in values.items():
+            print(f"  {key}: {yaml_number(value)}")
+        if eff.measured:
+            print(f"  measured: {json.dumps(list(eff.measured))}")
+        print(f"  calibration: {eff.calibration!r}")
+        out.setdefault("fits", {})[name] = {**values, "measured": list(eff.measured), "rows": n, "loss": loss}
+    if args.write_profiles:
+        _write_fitted(args, runs, fits, amd_fits, out)
+
+
+def _write_fitted(args: argparse.Namespace, runs: list, fits: dict, amd_fits: dict, out: dict) -> None:
+    """``--write-profiles``: every profile of a fitted family (or of the pooled prior) with its fitted block."""
+    from primus_ext.hardware import list_profiles, load_gpu, profile_text, write_profiles
+    from primus_ext.validate.efficiency_fit import DEFAULT_PARAMS, fit_pooled
+    from primus_ext.validate.run import analytic_projector
+    from primus_ext.validate.stated import with_measured
+
+    names = [p.name for p in DEFAULT_PARAMS]
+    # families without enough rows of their own get the prior, unless their profile holds a calibration
+    # of another origin (a user's); the CPU profile is the end-to-end check's, not a GPU's
+    # (a profile stating validate.amd.POOLED_PRIOR follows that constant, as the AMD boards' start does)
+    others = [p for p in list_profiles() if (load_gpu(p).family or p) not in fits and p != "cpu"
+              and load_gpu(p).efficiency.calibration.startswith(("uncalibrated", "pooled prior"))
+              and not load_gpu(p).efficiency.calibration.startswith("pooled prior: validate.amd.POOLED_PRIOR")]
+    pooled = fit_pooled(runs, analytic_projector, label=Path(args.measurements).name,
+                        progress=_progress) if others else None
+    if pooled is not None:
+        print(f"# pooled prior for {', '.join(others)}: {pooled[1]} rows, mean |log error| {pooled[2]:.3f}")
+        out["pooled_prior"] = {**{n: getattr(pooled[0], n) for n in names}, "rows": pooled[1],
+                               "loss": pooled[2], "profiles": others}
+    texts = {}
+    for profile in list_profiles():
+        family = load_gpu(profile).family or profile
+        chosen = fits[family][0] if family in fits else pooled[0] if pooled and profile in others else None
+        if chosen is not None:
+            own = load_gpu(profile).efficiency
+            block, fields = with_measured(chosen, own), names
+            if own.band > block.band:  # a GPU with no runs of its own states a wider band: kept
+                block, fields = replace(block, band=own.band), [*names, "band"]
+            texts[profile] = profile_text(profile, block, fields)
+    for board, fit in amd_fits.items():  # the board's band (its held-out error) as its profile states it
+        band = load_gpu(board).efficiency.band
+        texts[board] = profile_text(board, replace(fit.efficiency, band=band),
+                                    ["gemm_max", "fp8_gemm_max", "attention", "band"])
+    for path in write_profiles(texts, Path(args.write_profiles)):
+        print(f"wrote {path}")
+
+
+def _cross_validate(args: argparse.Namespace, runs: list, out: dict) -> None:
+    """``--cv``: the held-out figures (by model, submission or GPU), printed and in ``out``."""
+    from primus_ext.cli._progress import ProgressLine
+    from primus_ext.validate.crossval import leave_one_model_out
+    from primus_ext.validate.efficiency_fit import one_run_offset, usable
+    from primus_ext.validate.run import analytic_projector
+
+    held_out = _is_moe_row if args.moe_only else None
+    if args.holdout == "model":
+        models = {r.model_name for r in usable(runs) if held_out is None or held_out(r)}
+        with ProgressLine(f"cross-validation ({args.jobs} at a time)", len(models), label="fitting") as bar:
+            cv = leave_one_model_out(runs, analytic_projector, jobs=args.jobs, held_out=held_out,
+                                     progress=lambda done, _n, model: bar.update(done, label=f"left out {model}"))
+    else:
+        from primus_ext.validate.holdout import group_of, leave_one_out
+
+        groups = {group_of(r, args.holdout) for r in usable(runs)}
+        with ProgressLine(f"cross-validation by {args.holdout}", len(groups), label="fitting") as bar:
+            cv = leave_one_out(runs, analytic_projector, by=args.holdout, progress=lambda done, _n, group:
+                               bar.update(done, label=f"left out {group}"))
+    print("\n" + "\n".join(_summary_lines(cv)))
+    print("\n".join(_model_lines(cv)))
+    out["cross_validation"] = cv.to_dict()
+    cv_offset = one_run_offset(cv)
+    print("\n" + "\n".join(_summary_lines(cv_offset, data_bounds=False)[:2]))
+    out["cross_validation_one_run_offset_summary"] = cv_offset.to_dict()["summary"]
