@@ -8,8 +8,10 @@ Usage::
 
 The rooms behind it (other packages import from here, not from them):
 
-* ``estimate``: ``estimate_memory`` / ``fits`` / ``peak_bytes``, the result types, HBM capacity and margin;
-* ``stage``: one stage's bytes from memoised per-rank terms; constants for context, NCCL, workspaces;
+* ``estimate``: ``estimate_memory`` / ``fits`` / ``peak_bytes``, the ``Memory`` result, HBM capacity and margin;
+* ``rank``: one pipeline rank's bytes (``rank_memory``: the one arithmetic behind ``estimate_memory`` and
+  ``fits``), ``StageMemory``, constants for context, NCCL, workspaces, fragmentation;
+* ``stage``: what each rank holds whatever the sharding and schedule (``rank_profile``), memoised;
 * ``activations``: the formulas of the bytes one layer saves for backward per micro-batch (``TE`` / ``LOCAL``
   implementations); ``saved``: those bytes asked of the layer's kind, recompute applied;
 * ``plan``: per pipeline chunk, its dense / MoE layers and which of them recompute or offload;
@@ -23,7 +25,6 @@ from primus_ext.model.memory.estimate import (
     DEFAULT_MARGIN,
     MEMORY_ERROR,
     Memory,
-    StageMemory,
     capacity_bytes,
     estimate_memory,
     fits,
@@ -31,6 +32,7 @@ from primus_ext.model.memory.estimate import (
     peak_bytes,
 )
 from primus_ext.model.memory.optimizer_state import adam_state_bytes, adam_step_bytes, dp_sharded
+from primus_ext.model.memory.rank import StageMemory
 from primus_ext.model.memory.saved import activation_bytes_per_layer
 from primus_ext.model.memory.state import reduce_bytes
 

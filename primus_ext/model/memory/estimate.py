@@ -29,15 +29,16 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
   ``i``, up to ``i`` deferred weight-gradient passes holding the GEMM inputs (Qi et al. 2023, section
   3.1: peak stays at PP micro-batches);
 * other: CUDA context, NCCL and GEMM workspaces, the recompute / backward working set, logits of the
-  loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants below); on the
+  loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants in ``memory.rank``); on the
   loss stage the loss's and output layer's backward and the last layer's recompute + backward are two
-  phases, the first freeing its tensors before the second (``memory.stage.loss_overlap``).
+  phases, the first freeing its tensors before the second (``memory.rank.loss_overlap``).
 
-``fits`` / ``peak_bytes`` evaluate the same arithmetic on one representative rank per distinct stage
-composition, from per-rank constants memoised on the fields they depend on (``_SHAPE_FIELDS``), and
-memoise the peak on those + the run fields (``_RUN_FIELDS``); no dataclass is built on that path and torch
-is never imported. ``tests/model/memory/test_memory_prefilter_fast.py`` checks it equals ``estimate_memory`` on
-every configuration of two tuner spaces and that no other field changes memory.
+One arithmetic (``memory.rank.rank_memory``) gives every number: ``estimate_memory`` runs it on every rank with
+the named parts; ``fits`` / ``peak_bytes`` on one representative rank per distinct stage composition, their
+per-rank profiles memoised on the fields they depend on (``_SHAPE_FIELDS``), the peak on those + the run fields
+(``_RUN_FIELDS``); torch is never imported. ``tests/model/memory/test_memory_prefilter_fast.py`` checks the
+representatives and the memo keys: the pre-filter equals ``estimate_memory`` on every configuration of three tuner
+spaces, and no other field changes memory.
 """
 
 from __future__ import annotations
@@ -46,27 +47,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
-from primus_ext.model.fp8 import layer_weight_bytes
-from primus_ext.model.memory.schedule import held_activations, megatron_held, prefix_sums
-from primus_ext.model.memory.stage import (
-    CUDA_CONTEXT_BYTES,
-    FIXED_OTHER_BYTES,
-    FRAGMENTATION_FRACTION,
-    GEMM_WORKSPACE_BYTES,
-    NCCL_BUFFER_BYTES,
-    Measured,
-    StageContext,
-    biggest_layer_params,
-    loss_overlap,
-    peak_representatives,
-    rank_profile,
-    stage_context,
-    stage_memory,
-    transient_terms,
-)
-from primus_ext.model.memory.state import optimizer_step_excess, sharding_bytes, state_bytes
-from primus_ext.model.pipeline.registry import resolve_schedule
-from primus_ext.model.pipeline.zbv import wgrad_share
+from primus_ext.model.memory.rank import StageMemory, rank_memory
+from primus_ext.model.memory.stage import Measured, biggest_layer_params, rank_profile, stage_context
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE = 81559 * 2**20 / 80e9
@@ -77,7 +59,7 @@ is ``hbm_bytes`` times this factor (1.069)."""
 
 DEFAULT_MARGIN = 0.05
 """Share of each GPU's allocatable HBM the tuner keeps free by default and the gate and ``project`` warn inside.
-What the memory model names is already in the projected peak (``memory.stage``: CUDA/HIP context 0.6 GB, NCCL/RCCL
+What the memory model names is already in the projected peak (``memory.rank``: CUDA/HIP context 0.6 GB, NCCL/RCCL
 buffers 0.5 GB, GEMM workspaces 0.1 GB, caching-allocator fragmentation 3 % of activations and transients); the
 margin is for what it cannot see: data-loader and checkpoint-save allocations, allocator state after long runs,
 a library's workspace we do not list. An engineering allowance (not fitted: no GPU run of this project measured
@@ -113,28 +95,6 @@ def capacity_bytes(system: SystemSpec) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageMemory:
-    """Peak bytes on one GPU of one pipeline rank."""
-
-    rank: int
-    params_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    other_bytes: float
-    total_bytes: float
-    microbatches_in_flight: float
-    """Micro-batches whose activations are held at the peak (chunk-weighted under VPP)."""
-    detail: Mapping[str, float]
-    """Named parts (bytes) behind the five totals."""
-
-    @property
-    def peak_bytes(self) -> float:
-        """Alias of ``total_bytes`` (the stage's peak), for readers of per-stage peaks."""
-        return self.total_bytes
-
-
-@dataclass(frozen=True, kw_only=True)
 class Memory:
     """The memory projection of one configuration."""
 
@@ -151,14 +111,6 @@ class Memory:
     @property
     def peak_stage(self) -> StageMemory:
         return max(self.stages, key=lambda s: s.total_bytes)
-
-
-def _result(ctx: StageContext, stages: list[StageMemory], system: SystemSpec, margin: float) -> Memory:
-    capacity = capacity_bytes(system)
-    peak = max(s.total_bytes for s in stages)
-    usable = capacity * (1.0 - margin)
-    return Memory(stages=tuple(stages), peak_bytes=peak, capacity_bytes=capacity, fits=peak <= usable,
-                  headroom_bytes=usable - peak, source=ctx.source, margin=margin)
 
 
 def estimate_memory(
@@ -189,15 +141,13 @@ def estimate_memory(
         measured = Measured(saved_bytes=dict(activation_bytes), impl=measured_impl, scale=measured_scale,
                             sequence_split=measured_sequence_split)
     ctx = stage_context(model, execution, measured)
-    stages = []
-    for rank in range(execution.pp):
-        parts, totals, in_flight = stage_memory(ctx, execution, rank, detail=True,
-                                                fp8_any_layout=system.gpu.fp8_any_layout)
-        stages.append(StageMemory(rank=rank, params_bytes=totals[0], grads_bytes=totals[1],
-                                  optimizer_bytes=totals[2], activations_bytes=totals[3],
-                                  other_bytes=totals[4], total_bytes=sum(totals),
-                                  microbatches_in_flight=in_flight, detail=parts))
-    return _result(ctx, stages, system, margin)
+    ranks = [(rank, rank_profile(ctx, rank)) for rank in range(execution.pp)]
+    peak, stages = rank_memory(model, execution, system.gpu.fp8_any_layout, biggest_layer_params(ctx), ranks,
+                               detail=True)
+    capacity = capacity_bytes(system)
+    usable = capacity * (1.0 - margin)
+    return Memory(stages=tuple(stages), peak_bytes=peak, capacity_bytes=capacity, fits=peak <= usable,
+                  headroom_bytes=usable - peak, source=ctx.source, margin=margin)
 
 
 _SHAPE_FIELDS = (
@@ -225,9 +175,9 @@ _N_SHAPE = len(_SHAPE_FIELDS)
 _peak_fields = attrgetter(*_SHAPE_FIELDS, *_RUN_FIELDS)
 
 _COMPILED: dict[tuple, tuple] = {}
-"""(id(model), shape fields) -> per-rank constants: for each distinct stage composition the parameter
-counts, saved bytes per chunk and the shape-only transients. An entry is used only for the same model
-object (it keeps the model alive)."""
+"""(id(model), shape fields) -> (model, ``(rank, RankProfile)`` of one rank per distinct stage composition, the
+largest layer's parameters): ``rank_memory``'s inputs. An entry is used only for the same model object (it keeps the
+model alive)."""
 _PEAKS: dict[tuple, tuple[ModelSpec, float]] = {}
 """(id(model), shape + run fields) -> (model, peak bytes)."""
 _MEMO_LIMIT = 200_000
@@ -235,23 +185,13 @@ _MEMO_LIMIT = 200_000
 
 def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
     ctx = stage_context(model, e, None)
-    reps = []
-    for rank in peak_representatives(ctx):
-        prof = rank_profile(ctx, rank)
-        backward_ws, logits, a2a = transient_terms(model, e, prof)
-        static = prof.working + backward_ws + logits + a2a
-        reps.append((rank, prof.total_params, prof.expert_params, prof.router_params, prof.edge_params,
-                     prof.chunk_saved, prefix_sums(prof.chunk_saved), sum(prof.chunk_saved), prof.wgrad_fraction,
-                     static, prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
-                     prof.output_params, prof.trainable))
-    return (model, tuple(reps), biggest_layer_params(ctx))
+    return model, tuple((rank, rank_profile(ctx, rank)) for rank in ctx.representatives), biggest_layer_params(ctx)
 
 
 def _peak(model: ModelSpec, e: ExecutionSpec, any_layout: bool) -> float:
-    """The peak over the pipeline ranks: the arithmetic of ``memory.stage.stage_memory`` (checked equal on
-    whole tuner spaces by tests/model/memory/test_memory_prefilter_fast.py) on memoised per-rank constants, then
-    memoised on the remaining fields the peak depends on (configurations differing only in overlap flags,
-    dispatcher, ... share it)."""
+    """The peak over the pipeline ranks: ``rank.rank_memory`` on one rank per distinct stage composition, their
+    profiles memoised on the shape fields, the peak on the remaining fields it depends on (configurations
+    differing only in overlap flags, dispatcher, ... share it)."""
     key = (id(model), _peak_fields(e), any_layout)
     hit = _PEAKS.get(key)
     if hit is not None and hit[0] is model:
@@ -263,38 +203,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec, any_layout: bool) -> float:
             _COMPILED.clear()
         entry = _COMPILED[shape_key] = _compile(model, e)
     _, reps, biggest = entry
-    sharding = sharding_bytes(e)
-    weight = layer_weight_bytes(e, any_layout, param_bytes=sharding[0])
-    pp = e.pipeline_model_parallel_size
-    m = max(1, e.global_batch_size // (e.micro_batch_size * e.data_parallel_size))
-    vpp = e.virtual_pipeline_model_parallel_size or 1
-    schedule = resolve_schedule(e.pipeline_schedule, pp, e.virtual_pipeline_model_parallel_size)
-    zb = schedule.splits_wgrad
-    extra = 1 if e.overlap_moe_expert_parallel_comm else 0
-    share = 0.0 if schedule.batch_kernel is not None else wgrad_share(model.hidden_size, model.num_attention_heads,
-                                                                       e.seq_length)
-    peak = 0.0
-    megatron = schedule.batch_kernel is not None  # 1F1B / interleaved: their counts in closed form
-    for (rank, total_params, expert, router, edge, saved, prefix, per_mb, wgrad, static, loss, layer, output,
-         trainable) in reps:
-        params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
-            e, sharding, total_params, expert, router, edge, biggest, weight, output, trainable)
-        fsdp_gather = max(fsdp_layer, fsdp_loss)
-        opt = opt_dense + opt_expert
-        if megatron:
-            activations = megatron_held(pp, vpp, m, rank, extra, saved, prefix, per_mb)
-        else:
-            w_bytes = per_mb * wgrad if zb else 0.0
-            activations = max(held_activations(f, saved) + w * w_bytes
-                              for f, w in schedule.held_states(rank, pp, vpp, m, extra, share))
-        transient = static - loss_overlap(loss, layer, fsdp_layer, fsdp_loss, zb) + fsdp_gather
-        other = (transient + FRAGMENTATION_FRACTION * (activations + transient) + CUDA_CONTEXT_BYTES
-                 + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES)
-        other += optimizer_step_excess(e, sharding, params, grads, opt, params + grads + opt + activations + other,
-                                       FIXED_OTHER_BYTES)
-        total = params + grads + opt + activations + other
-        if total > peak:
-            peak = total
+    peak, _ = rank_memory(model, e, any_layout, biggest, reps)
     if len(_PEAKS) >= _MEMO_LIMIT:
         _PEAKS.clear()
     _PEAKS[key] = (model, peak)

@@ -42,8 +42,10 @@ def megatron_held(pp: int, vpp: int, m: int, rank: int, extra: int, saved: tuple
                   prefix: tuple[float, ...], per_mb: float) -> float:
     """``held_activations`` of Megatron's 1F1B / interleaved counts (``Interleaved.chunk_in_flight``) in closed form:
     whole cycles hold PP micro-batches per chunk, then the first ``q`` chunks PP more and chunk ``q`` the remainder.
-    The pre-filter's hot path: no tuple of counts built per configuration (89k -> 134k distinct configurations per
-    CPU-s on Mixtral-8x22B, ``python benchmarks/memory_prefilter.py --skip-recipes``)."""
+    What ``memory.rank.rank_memory`` evaluates for these schedules (``estimate_memory`` and the pre-filter): no tuple
+    of counts built per configuration (89k -> 134k distinct configurations per CPU-s on Mixtral-8x22B, ``python
+    benchmarks/memory_prefilter.py --skip-recipes``). The same bits as ``held_activations`` on whole-byte sizes; on
+    fractional (measured, rescaled) sizes the sums are grouped differently, so the last bits may differ."""
     if vpp == 1:
         return float(min(pp - rank, m)) * saved[0]
     in_flight = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1 + extra, m * vpp)

@@ -1,9 +1,13 @@
-"""The arithmetic behind ``primus_ext.model.memory``: per-rank terms, memoised, and one stage's bytes.
+"""What each pipeline rank holds, whatever the sharding and schedule: the per-rank constants behind
+``primus_ext.model.memory``, memoised.
 
 Usage (through ``memory.estimate_memory`` / ``memory.fits``)::
 
     ctx = stage_context(model, execution, None)
-    parts, (params, grads, optimizer, activations, other), in_flight = stage_memory(ctx, execution, 0, detail=True)
+    profile = rank_profile(ctx, 0)     # rank 0's parameter counts, saved bytes per chunk, transient buffers
+    biggest_layer_params(ctx)          # what FSDP gathers at a time
+
+``memory.rank.rank_memory`` turns the profiles into bytes under a configuration's sharding and schedule.
 
 Pure and torch-free. Memoisation is keyed on the fields that change each term, so the tuner's many
 configurations sharing a model and per-rank shapes reuse them.
@@ -16,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from primus_ext.model.fp8 import layer_weight_bytes
 from primus_ext.model.identity_memo import IdentityMemo
 from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 from primus_ext.model.layers import expert_layer_params, layer_params, rank_shapes
@@ -29,42 +32,16 @@ from primus_ext.model.memory.activations import (
     loss_saved_bytes,
     op_sac_saved_bytes,
 )
-from primus_ext.model.memory.optimizer_state import dp_sharded
 from primus_ext.model.memory.plan import ChunkComposition, offloaded_layers, recompute_plan
 from primus_ext.model.memory.plan import plan as chunk_plan
 from primus_ext.model.memory.saved import activation_bytes_per_layer, linear_input_fraction
-from primus_ext.model.memory.schedule import held_activations
-from primus_ext.model.memory.state import (
-    fsdp_shard_bytes,
-    optimizer_step_excess,
-    sharding_bytes,
-    state_bytes,
-    step_grad_bytes,
-)
-from primus_ext.model.params import ROUTER_PARAM_BYTES, position_embedding_params
-from primus_ext.model.pipeline.registry import get_schedule, resolve
-from primus_ext.model.pipeline.zbv import wgrad_share
+from primus_ext.model.memory.schedule import prefix_sums
+from primus_ext.model.params import position_embedding_params
+from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.rank_shape import RankShape
 from primus_ext.model.stages import StagePlan
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
-# --- "other" memory: named constants -----------------------------------------------------------
-CUDA_CONTEXT_BYTES = 0.6e9
-"""CUDA/HIP context + kernel images of a torch process: ~500-600 MiB on H100 with CUDA 12 (nvidia-smi
-of an idle torch 2.x process; same order under ROCm 6)."""
-NCCL_BUFFER_BYTES = 0.5e9
-"""NCCL/RCCL channel buffers: NCCL_BUFFSIZE = 4 MiB per channel per peer (NCCL docs), for the TP, DP,
-PP and EP communicators a training rank keeps (estimate, order of magnitude)."""
-GEMM_WORKSPACE_BYTES = 0.1e9
-"""cuBLAS (32 MiB per handle on Hopper, torch's default CUBLAS_WORKSPACE_CONFIG) + TE cuBLASLt
-workspaces on the compute and communication streams."""
-FIXED_OTHER_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
-"""What stays allocated through the optimizer step beside the parameters, gradients and optimizer state."""
-FRAGMENTATION_FRACTION = 0.03
-"""Caching-allocator overhead (reserved - allocated) as a fraction of the activations and transient
-buffers. 3-10 % with the default allocator; training launchers set
-``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, which keeps it near the low end (estimate, not
-measured here: no GPU in this project's CI)."""
 BACKWARD_WORKSPACE_LAYER_FRACTION = 0.5
 """Gradients of a layer's intermediates alive during its backward, as a fraction of that layer's
 un-recomputed saved bytes (the fc1-output gradient dominates; estimate)."""
@@ -108,36 +85,44 @@ class StageContext:
     """Per MTP layer beyond its decoder layer: eh_proj + enorm + hnorm + final norm."""
     source: str
     representatives: tuple[int, ...] = ()
-    """One rank per distinct chunk composition (see ``peak_representatives``)."""
+    """One rank per distinct chunk composition, the lowest (the one holding the most micro-batches); every rank
+    under the schedules whose held counts need not fall with the rank (what the pre-filter evaluates)."""
     profile_key: tuple | None = None
     """Memo key of the per-rank profiles (``None`` with measured activations: not memoised)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RankProfile:
-    """What one pipeline rank holds, independent of sharding and schedule."""
+    """What one pipeline rank holds, independent of sharding and schedule (``rank.rank_memory``'s input)."""
 
     total_params: float
     expert_params: float
     router_params: float
     edge_params: float
     """Embedding / output / MTP extras among ``total_params``."""
+    output_params: float
+    """Parameters of the output layer on this rank (an FSDP unit of its own)."""
+    trainable: tuple[float, float] | None
+    """(dense, expert) trainable parameters under LoRA (the adapters); ``None``: every parameter trains."""
     chunk_saved: tuple[float, ...]
     """Saved bytes of one micro-batch through each chunk."""
+    prefix: tuple[float, ...]
+    """``schedule.prefix_sums(chunk_saved)`` (``schedule.megatron_held``'s table)."""
+    per_mb: float
+    """Saved bytes of one micro-batch through the whole stage."""
+    wgrad_fraction: float
+    """Share of the saved bytes split-W schedules keep for the deferred weight-gradient pass."""
     working: float
     """Recompute working set (bytes re-materialised at once in backward)."""
-    biggest_layer: float
-    wgrad_fraction: float
-    loss_side: bool
-    """Holds the output layer or MTP layers (the logits transient)."""
-    moe_layers: int
-    output_params: float = 0.0
-    """Parameters of the output layer on this rank (an FSDP unit of its own)."""
-    loss_saved: float = 0.0
+    backward_ws: float
+    """Gradients of the largest layer's intermediates alive during its backward."""
+    logits: float
+    """The bf16 gradient of the logits (native loss, on the output layer's or MTP layers' rank)."""
+    a2a: float
+    """MoE all-to-all send / receive buffers."""
+    loss_saved: float
     """Saved bytes of the output layer + loss of one micro-batch, when they are freed before that micro-batch's
-    layers run their backward (one chunk, no MTP: see ``loss_overlap``); 0 otherwise."""
-    trainable: tuple[float, float] | None = None
-    """(dense, expert) trainable parameters under LoRA (the adapters); ``None``: every parameter trains."""
+    layers run their backward (one chunk, no MTP: see ``rank.loss_overlap``); 0 otherwise."""
 
 
 @lru_cache(maxsize=8192)
@@ -325,17 +310,38 @@ def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
     total += sum(n * t.params for n, t in hybrid)
     expert = n_moe * (moe.expert_params if moe else 0) + sum(n * t.expert_params for n, t in hybrid)
     router = n_moe * (moe.router_params if moe else 0) + sum(n * t.router_params for n, t in hybrid)
+    saved = tuple(saved for saved, _ in chunks)
+    backward_ws, logits, a2a = _transients(model, ctx.execution, max((t.act_none for t in present), default=0.0),
+                                           output or n_mtp > 0, n_moe + sum(n for n, t in hybrid if t.expert_params))
     return RankProfile(
         total_params=float(total + edge), expert_params=float(expert),
         router_params=float(router), edge_params=float(edge),
-        chunk_saved=tuple(saved for saved, _ in chunks), working=max(work for _, work in chunks),
-        biggest_layer=max((t.act_none for t in present), default=0.0),
-        wgrad_fraction=max((t.wgrad_fraction for t in present), default=0.0),
-        loss_side=output or n_mtp > 0, moe_layers=n_moe + sum(n for n, t in hybrid if t.expert_params),
         output_params=float(ctx.output_params if output else 0),
-        loss_saved=ctx.terms["output"].act_none if output and not n_mtp and len(comps) == 1 else 0.0,
         trainable=(float(n_dense * (dense.lora_dense if dense else 0) + n_moe * (moe.lora_dense if moe else 0)),
-                   float(n_moe * (moe.lora_expert if moe else 0))) if ctx.execution.lora_rank else None)
+                   float(n_moe * (moe.lora_expert if moe else 0))) if ctx.execution.lora_rank else None,
+        chunk_saved=saved, prefix=prefix_sums(saved), per_mb=sum(saved),
+        wgrad_fraction=max((t.wgrad_fraction for t in present), default=0.0),
+        working=max(work for _, work in chunks), backward_ws=backward_ws, logits=logits, a2a=a2a,
+        loss_saved=ctx.terms["output"].act_none if output and not n_mtp and len(comps) == 1 else 0.0)
+
+
+def _transients(model: ModelSpec, e: ExecutionSpec, biggest_layer: float, loss_side: bool,
+                moe_layers: int) -> tuple[float, float, float]:
+    """(backward workspace, bf16 logits of the loss, MoE all-to-all buffers) of a rank whose largest layer saves
+    ``biggest_layer`` bytes, holding the output layer or MTP layers (``loss_side``) and ``moe_layers`` MoE layers:
+    they depend only on the per-rank shapes (TP, CP, ETP, MBS, seq, precision)."""
+    backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * biggest_layer
+    tokens = e.micro_batch_size * e.seq_length / e.cp
+    elem = element_bytes(e.precision)
+    # the bf16 gradient of the logits in backward (native loss); TE's loss computes it in place in the
+    # logits it saved (counted with the activations)
+    native = e.cross_entropy_fusion_impl != "te"
+    logits = elem * tokens * model.padded_vocab_size(e.tp) / e.tp if loss_side and native else 0.0
+    a2a = 0.0
+    if moe_layers:
+        slots = tokens * model.moe_router_topk * e.etp / e.tp
+        a2a = MOE_A2A_BUFFER_COPIES * slots * model.hidden_size * elem
+    return backward_ws, logits, a2a
 
 
 def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
@@ -345,108 +351,5 @@ def rank_profile(ctx: StageContext, rank: int) -> RankProfile:
     return _memo((*ctx.profile_key, rank), ctx.model, lambda: _rank_profile(ctx, rank))
 
 
-def stage_memory(ctx: StageContext, execution: ExecutionSpec, rank: int, *, detail: bool,
-                 fp8_any_layout: bool = False) -> tuple[dict[str, float], tuple[float, ...], float]:
-    """Bytes of pipeline rank ``rank`` under ``execution`` (the configuration ``ctx`` was looked up for) on a
-    GPU whose FP8 GEMMs take every operand layout or not (``GPUSpec.fp8_any_layout``; False = the conservative
-    Hopper answer): named parts (when ``detail``), the five totals, micro-batches in flight."""
-    e, model = execution, ctx.model
-    prof = rank_profile(ctx, rank)
-    total_params, expert, router = prof.total_params, prof.expert_params, prof.router_params
-    # --- parameters, gradients, optimizer ------------------------------------------------------
-    sharding = sharding_bytes(e)
-    param_b = sharding[0]
-    weight = layer_weight_bytes(e, fp8_any_layout, param_bytes=param_b)
-    layer_gemm = total_params - prof.edge_params - router
-    params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
-        e, sharding, total_params, expert, router, prof.edge_params, biggest_layer_params(ctx), weight,
-        prof.output_params, prof.trainable)
-    fsdp_gather = max(fsdp_layer, fsdp_loss)
-    # --- activations ---------------------------------------------------------------------------
-    schedule = resolve(e)
-    states = schedule.held_states(rank, e.pp, e.vpp, max(1, e.num_microbatches),
-                                  1 if e.overlap_moe_expert_parallel_comm else 0,
-                                  wgrad_share(model.hidden_size, model.num_attention_heads, e.seq_length))
-    per_mb = sum(prof.chunk_saved)
-    w_bytes = per_mb * prof.wgrad_fraction if schedule.splits_wgrad else 0.0  # split-W: inputs kept for the W
-    activations, flights, zb_hold = max((held_activations(f, prof.chunk_saved) + w * w_bytes, f, w * w_bytes)
-                                        for f, w in states)
-    in_flight = activations / per_mb if per_mb else flights[0]
-    # --- other ---------------------------------------------------------------------------------
-    backward_ws, logits, a2a = transient_terms(model, e, prof)
-    freed = loss_overlap(prof.loss_saved + logits if prof.loss_saved else 0.0, prof.working + backward_ws,
-                         fsdp_layer, fsdp_loss, schedule.splits_wgrad)
-    transient = prof.working + backward_ws + logits + a2a - freed + fsdp_gather
-    fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
-    other = transient + fragmentation + CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
-    opt = opt_dense + opt_expert
-    step_excess = optimizer_step_excess(e, sharding, params, grads, opt, params + grads + opt + activations + other,
-                                        FIXED_OTHER_BYTES)
-    other += step_excess
-    totals = (params, grads, opt, activations, other)
-    if not detail:
-        return {}, totals, in_flight
-    if dp_sharded(e)[2]:  # FSDP shards every parameter (the edge ones are dense) and keeps no fp8 cache
-        edge_part, router_extra, fp8_cache = prof.edge_params / sharding[3] * fsdp_shard_bytes(e, param_b), 0.0, 0.0
-    else:
-        edge_part = prof.edge_params * param_b
-        router_extra, fp8_cache = router * (ROUTER_PARAM_BYTES - param_b), layer_gemm * weight[1]
-    parts = {
-        "params.decoder_layers": params - edge_part - router_extra - fp8_cache,
-        "params.embedding_output_mtp": edge_part, "params.router_fp32_extra": router_extra,
-        "params.fp8_weight_cache": fp8_cache,
-        "params.count": total_params, "params.expert_count": expert,
-        "params.lora_adapter_count": sum(prof.trainable) if prof.trainable else 0.0,
-        "grads.at_optimizer_step": grads * (step_grad_bytes(e, sharding[1]) / sharding[1]),
-        "optimizer.dense_shard": opt_dense, "optimizer.expert_shard": opt_expert,
-        "activations.per_microbatch": per_mb, "activations.zb_deferred_wgrad": zb_hold,
-        "other.recompute_working_set": prof.working, "other.backward_workspace": backward_ws,
-        "other.loss_logits": logits, "other.loss_freed_before_layer_backward": -freed,
-        "other.moe_a2a_buffers": a2a, "other.fsdp_gathered": fsdp_gather,
-        "other.fragmentation": fragmentation, "other.cuda_context": CUDA_CONTEXT_BYTES,
-        "other.nccl_buffers": NCCL_BUFFER_BYTES, "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
-        "other.optimizer_step_excess": step_excess,
-    }
-    return parts, totals, in_flight
-
-
-def loss_overlap(loss_part: float, layer_part: float, fsdp_layer: float, fsdp_loss: float, zb: bool) -> float:
-    """Bytes the loss stage's peak holds less than the sum of its parts. Autograd runs the loss's and the
-    output layer's backward first and frees their saved tensors and the native loss's logits gradient
-    (``loss_part``: ``RankProfile.loss_saved`` + logits) before the last layer recomputes its forward and runs
-    its backward (``layer_part``: recompute working set + backward workspace), so on top of the layers' saved
-    bytes only the larger phase is held, each with its own FSDP units (``fsdp_loss`` / ``fsdp_layer``, summed
-    as their maximum). 0 where ``loss_saved`` is (several chunks, MTP, no output layer) and under ZB-H1
-    (``zb``), whose deferred weight-gradient passes may keep the logits gradient for later."""
-    if not loss_part or zb:
-        return 0.0
-    gathered = max(fsdp_layer, fsdp_loss)
-    # sum of the parts - the larger phase: loss_part + layer_part + gathered - max(loss_part + fsdp_loss,
-    # layer_part + fsdp_layer)
-    return min(layer_part + gathered - fsdp_loss, loss_part + gathered - fsdp_layer)
-
-
-def transient_terms(model: ModelSpec, e: ExecutionSpec, prof: RankProfile) -> tuple[float, float, float]:
-    """(backward workspace, bf16 logits of the loss, MoE all-to-all buffers) of one rank: they depend only
-    on the per-rank shapes (TP, CP, ETP, MBS, seq, precision) and the rank's profile."""
-    backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * prof.biggest_layer
-    tokens = e.micro_batch_size * e.seq_length / e.cp
-    elem = element_bytes(e.precision)
-    # the bf16 gradient of the logits in backward (native loss); TE's loss computes it in place in the
-    # logits it saved (counted with the activations)
-    native = e.cross_entropy_fusion_impl != "te"
-    logits = elem * tokens * model.padded_vocab_size(e.tp) / e.tp if prof.loss_side and native else 0.0
-    a2a = 0.0
-    if prof.moe_layers:
-        slots = tokens * model.moe_router_topk * e.etp / e.tp
-        a2a = MOE_A2A_BUFFER_COPIES * slots * model.hidden_size * elem
-    return backward_ws, logits, a2a
-
-
 def norm_params_for(model: ModelSpec) -> int:
     return model.hidden_size * (2 if model.normalization == "LayerNorm" else 1)
-
-
-def peak_representatives(ctx: StageContext) -> tuple[int, ...]:
-    """One rank per distinct chunk composition: the lowest rank holds the most micro-batches."""
-    return ctx.representatives

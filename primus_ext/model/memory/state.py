@@ -1,6 +1,6 @@
 """Per-rank parameters, gradients, optimizer state and the data-parallel sharding transients (torch-free).
 
-Usage (through ``memory.stage.stage_memory`` and the pre-filter's ``memory.estimate._peak``)::
+Usage (through ``memory.rank.rank_memory``, behind ``estimate_memory`` and the pre-filter)::
 
     sharding = sharding_bytes(execution)             # (param, grad, optimizer) B/param, dense / expert shards
     params, grads, opt_dense, opt_expert, gathered_layer, gathered_loss = state_bytes(execution, sharding, ...)
@@ -120,8 +120,8 @@ def state_bytes(e: ExecutionSpec, sharding: tuple[float, float, float, float, fl
     of one rank holding ``total_params`` (``expert`` of them expert, ``router`` fp32 router, ``edge``
     embedding / output / MTP extras, ``output`` of the output layer) parameters; ``sharding`` =
     ``sharding_bytes(e)``, ``biggest`` = the largest layer's parameters (what FSDP gathers), ``weight`` =
-    ``fp8.layer_weight_bytes`` (bytes per transformer-layer GEMM parameter and its fp8 cache). The one formula
-    behind both ``memory.stage.stage_memory`` and the pre-filter's fast path (``memory.estimate._peak``).
+    ``fp8.layer_weight_bytes`` (bytes per transformer-layer GEMM parameter and its fp8 cache). Called by
+    ``memory.rank.rank_memory``, the one arithmetic behind ``estimate_memory`` and the pre-filter.
 
     ``trainable`` (LoRA, ``model.lora``): the (dense, expert) adapter parameters, the only ones with gradients
     and optimizer state (Primus's ``PEFT.freeze_model`` sets ``requires_grad = False`` on every base weight, and

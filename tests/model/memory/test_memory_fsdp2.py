@@ -17,7 +17,7 @@ import pytest
 from primus_ext.hardware import load_system
 from primus_ext.model.layers import layer_params, rank_shapes
 from primus_ext.model.memory import estimate_memory, peak_bytes
-from primus_ext.model.memory.stage import CUDA_CONTEXT_BYTES, GEMM_WORKSPACE_BYTES, NCCL_BUFFER_BYTES
+from primus_ext.model.memory.rank import CUDA_CONTEXT_BYTES, GEMM_WORKSPACE_BYTES, NCCL_BUFFER_BYTES
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
 LLAMA3_70B = ModelSpec(name="llama3.1_70B", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,

@@ -6,7 +6,7 @@
    gradient shards, the optimizer's master copies and Adam state, the gradients the step runs on; compared
    with ``memory.state``'s bytes per parameter.
 2. The order in which autograd frees the loss's saved logits: before the last transformer layer recomputes its
-   forward (full recompute) or starts its backward (none), what ``memory.stage.loss_overlap`` relies on.
+   forward (full recompute) or starts its backward (none), what ``memory.rank.loss_overlap`` relies on.
 
 Test-only stand-ins for the parts that name CUDA (children of this test only): the wrapper builds its
 ``DeviceMesh`` on ``"cuda"``, Megatron's Float16 optimizer accepts ``torch.cuda.*Tensor`` types and makes a few

@@ -1,11 +1,12 @@
-"""The pre-filter's fast path (``memory.fits`` / ``memory.peak_bytes``) equals the full ``estimate_memory``
-on every configuration of real tuner spaces, and stays torch-free.
+"""The tuner's pre-filter (``memory.fits`` / ``memory.peak_bytes``) agrees with ``estimate_memory`` and stays
+torch-free.
 
-Independent reference: ``estimate_memory`` evaluates every pipeline rank through
-``memory.stage.stage_memory`` (named parts, no per-configuration memo); the fast path evaluates only one
-rank per distinct stage composition from memoised per-rank constants and memoises the peak on the fields
-it depends on. Both must give the same bytes (same arithmetic order, so equal to the last bit) and the
-same verdict at any margin.
+Both run the one arithmetic, ``memory.rank.rank_memory``; what the pre-filter adds is checked here: it evaluates one
+rank per distinct stage composition (``StageContext.representatives``) and memoises the per-rank profiles and the
+peak on ``_SHAPE_FIELDS`` + ``_RUN_FIELDS``. Every configuration of three tuner spaces goes through the memo in order
+and every ``STRIDE``-th is compared with ``estimate_memory`` (every rank, no per-configuration memo): the same bytes
+and the same verdict at any margin. A representative that is not the peak rank, or a memo key missing a field that
+changes memory, answers with another configuration's bytes.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ SPACES = [("recipes/deepseek_v3-pretrain.yaml", "h100", 128, ()),
           # Blackwell fp8: 1-byte per-tensor fp8 parameters (the GPU generation enters the fast path)
           ("recipes/llama3.1_405B-pretrain.yaml", "b200", 16,
            ("fp8=hybrid", "fp8_recipe=tensorwise", "fp8_param_gather=true"))]
+STRIDE = 11
+"""One configuration in STRIDE is compared with ``estimate_memory`` (all of them go through the pre-filter)."""
 
 
 @pytest.mark.parametrize(("path", "cluster", "nodes", "overrides"), SPACES)
-def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path, cluster, nodes, overrides):
+def test_prefilter_equals_estimate_memory_across_a_tuner_space(path, cluster, nodes, overrides):
     recipe = load_recipe(path, list(overrides), cluster=cluster, nodes=nodes, validate=False)
     model, system = recipe.model, recipe.system
     space = build_space(model, recipe.execution, system)
@@ -39,13 +42,15 @@ def test_fast_path_equals_estimate_memory_on_every_config_of_a_tuner_space(path,
     count = 0
     for config in space.iter_configs():
         e = space.to_execution(config)
+        fast = peak_bytes(model, e, system)  # every configuration fills (or reads) the memo
+        count += 1
+        if count % STRIDE:
+            continue
         full = estimate_memory(model, e, system)
-        fast = peak_bytes(model, e, system)
         assert fast == full.peak_bytes, (config, fast, full.peak_bytes)
         assert fits(model, e, system) == full.fits
         assert fits(model, e, system, margin=0.05) == (full.peak_bytes <= capacity * 0.95)
         verdicts[full.fits] += 1
-        count += 1
     assert count == space.size() and verdicts[True] and verdicts[False]  # the space straddles the capacity
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from primus_ext.model.memory.schedule import chunk_in_flight
+from primus_ext.model.memory.schedule import chunk_in_flight, held_activations, megatron_held, prefix_sums
 from primus_ext.specs import ExecutionSpec
 
 
@@ -35,3 +35,22 @@ def test_interleaved_in_flight_matches_megatron_schedule(pp, vpp, m, overlap):
                       overlap_moe_expert_parallel_comm=overlap)
     for rank in range(pp):
         assert chunk_in_flight(e, rank) == _megatron_in_flight(pp, rank, vpp, m, overlap), rank
+
+
+@pytest.mark.parametrize(("pp", "vpp"), [(1, 1), (4, 1), (8, 1), (4, 2), (4, 3), (8, 4), (16, 4), (2, 24)])
+@pytest.mark.parametrize("m", [1, 3, 8, 64, 384])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_closed_form_holds_what_the_chunk_counts_hold(pp, vpp, m, overlap):
+    """``megatron_held``, what ``memory.rank.rank_memory`` evaluates under 1F1B / interleaved, is ``held_activations``
+    of the per-chunk counts (checked above against megatron-core's schedule), to the last bit on whole bytes."""
+    e = ExecutionSpec(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+                      pipeline_schedule="interleaved" if vpp > 1 else "1f1b", micro_batch_size=1, global_batch_size=m,
+                      data_parallel_size=1, overlap_moe_expert_parallel_comm=overlap)
+    saved = tuple(float(1_000_003 * (c + 1) + 7 * c * c) for c in range(vpp))  # a different size per chunk
+    fractional = tuple(b / 3 for b in saved)  # measured sizes, rescaled: equal within rounding
+    for rank in range(pp):
+        counts = chunk_in_flight(e, rank)
+        held = megatron_held(pp, vpp, m, rank, int(overlap), saved, prefix_sums(saved), sum(saved))
+        assert held == held_activations(counts, saved), rank
+        held = megatron_held(pp, vpp, m, rank, int(overlap), fractional, prefix_sums(fractional), sum(fractional))
+        assert held == pytest.approx(held_activations(counts, fractional), rel=1e-14), rank
