@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 from primus_ext.calibration.correction import Correction, StepParts
 
-KERNEL_PARTS = ("compute_s", "bubble_s", "optimizer_s")
-"""The parts the GPU's kernels set (``StepParts.kernels_s``); the exposed communication is the links' part."""
 SCALED_BY_KERNELS = ("bubble_s", "optimizer_s", "recompute_s", "overhead_s")
 """Parts scaled by the kernel factor (``compute_s`` also gets the fixed overhead; ``overhead_s`` lies inside it and
 gets it too)."""

@@ -7,7 +7,7 @@ Pure functions of the execution's ``fp8_recipe`` and whether the GPU's FP8 GEMMs
     fp8_weight_bytes("tensorwise", any_layout=False)  # 2.0 (Hopper): fp8 data + the transposed copy
     layer_weight_bytes(execution, True, param_bytes=2.0)  # (weight, cache) bytes per layer param
 
-The memory model (``memory.stage.state_bytes``) applies them to the transformer layers' GEMM weights;
+The memory model (``memory.state.state_bytes``) applies them to the transformer layers' GEMM weights;
 embedding, output layer and router stay in their own dtypes (Transformer Engine quantises only the
 linear layers of the transformer block).
 """

@@ -39,7 +39,7 @@ from primus_ext.model.placement import group_placements, with_copies
 from primus_ext.model.stages import virtual_stages
 from primus_ext.projection.comm import aligned_dp_windows, describe, overlapped_exposed
 from primus_ext.projection.result import Breakdown, CommTime, Projection, StageTime
-from primus_ext.projection.table import CostTable, counts_entry, layer_entry, layer_sources, split_key
+from primus_ext.projection.table import CostTable, chunk_counts, layer_entry, layer_sources, split_key
 from primus_ext.projection.tail import TAIL_LIMIT, boundary_p2p, rank_tail, step_constants
 from primus_ext.specs import ExecutionSpec
 
@@ -182,12 +182,13 @@ def _values(rows: tuple[KindRow, ...], layers: Mapping) -> np.ndarray:
 
 
 def _counts(ctx: CostTable, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, ...]]:
-    key = ("counts", split_key(ex))  # ``counts_entry``'s key
+    key = ("counts", split_key(ex))  # what ``chunk_counts`` reads
     found = ctx.batch.get(key)
     if found is None:
-        distinct, rank_rows = counts_entry(ctx, ex)
-        rows = [row for _, row in distinct]
-        raw = np.array([chunk for k in rank_rows for chunk in rows[k]], dtype=np.float64)
+        per_rank = chunk_counts(ctx.model, ex)
+        distinct: dict[tuple, int] = {}
+        rank_rows = tuple(distinct.setdefault(row, len(distinct)) for row in per_rank)
+        raw = np.array([chunk for row in per_rank for chunk in row], dtype=np.float64)
         found = ctx.batch[key] = (raw[:, [*GPT_COLUMNS, *range(len(GPT_COLUMNS) - 1, raw.shape[1])]], rank_rows)
     return found
 

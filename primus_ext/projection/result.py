@@ -187,12 +187,6 @@ class Projection:
     def step_time_ms(self) -> float:
         return self.step_time_s * 1e3
 
-    @property
-    def measured_fraction(self) -> float:
-        """Share of layer kinds whose cost was measured (not analytic)."""
-        kinds = list(self.sources.values())
-        return sum(1 for s in kinds if s != "analytic") / len(kinds) if kinds else 0.0
-
 
 @dataclass(frozen=True, kw_only=True)
 class StageIdle:

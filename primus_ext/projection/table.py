@@ -2,7 +2,7 @@
 
     table = table_of(model, system, providers_of(costs))      # found by identity: one per tuner space
     layers, p2p_bytes, layer_id = layer_entry(table, execution)   # (kind, recomputed) -> LayerCosts
-    distinct, rank_rows = counts_entry(table, execution)          # per rank, per chunk: how many of each layer
+    counts = chunk_counts(model, execution)                       # per rank, per chunk: how many of each layer
 
 The projection engine (``projection.engine``) reads it, for one configuration or thousands. A ``LayerCosts`` entry
 is one layer kind's compute from the cost chain (the providers in order - a timing store first - then the analytic
@@ -51,7 +51,7 @@ class LayerCosts:
     expert_params: int
     source: str
     launched: bool
-    """An analytic cost that includes ``Efficiency.kernel_overhead_s`` per pass (``roofline.launches``)."""
+    """An analytic cost that includes ``Efficiency.kernel_overhead_s`` per pass (``host_floor.launches``)."""
     fwd: float = 0.0
     """Forward incl. exposed comm."""
     bwd: float = 0.0
@@ -197,10 +197,6 @@ class CostTable:
     providers: tuple[CostProvider, ...]
     layers: dict = field(default_factory=dict)
     """(shape fields, comm fields) -> (layers, p2p bytes)."""
-    counts: dict = field(default_factory=dict)
-    """Split fields -> ``distinct_rows`` of ``chunk_counts``."""
-    row_ids: dict = field(default_factory=dict)
-    """Chunk counts of a rank -> a small id (the count matrices' key)."""
     projections: dict | None = None
     tails: dict = field(default_factory=dict)
     """Per-rank step tails (``tail.rank_tail``)."""
@@ -240,14 +236,6 @@ def layer_entry(ctx: CostTable, ex: ExecutionSpec) -> tuple[dict[tuple[str, bool
         found = ctx.layers[layer_key] = (*rank_layers(ctx.model, ex, ctx.system, ctx.providers), len(ctx.layers))
     return found
 
-
-def counts_entry(ctx: CostTable, ex: ExecutionSpec) -> tuple[tuple[tuple[int, tuple], ...], tuple[int, ...]]:
-    """``distinct_rows`` of ``ex``'s chunk counts from the context's memo (keyed on the split fields)."""
-    split = split_key(ex)
-    counts = ctx.counts.get(split)
-    if counts is None:
-        counts = ctx.counts[split] = distinct_rows(chunk_counts(ctx.model, ex), ctx.row_ids)
-    return counts
 
 def layer_sources(layers: dict[tuple[str, bool], LayerCosts]) -> dict[str, str]:
     """Layer kind -> where its cost came from (both variants' sources when they differ)."""
@@ -321,14 +309,8 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
         out.append(tuple(row))
     return tuple(out)
 
-def distinct_rows(counts: tuple, ids: dict) -> tuple[tuple[tuple[int, tuple], ...], tuple[int, ...]]:
-    """(the distinct ranks' chunk counts with their ids in ``ids``, per rank the index into them)."""
-    distinct: dict[tuple, int] = {}
-    rank_rows = tuple(distinct.setdefault(row, len(distinct)) for row in counts)
-    return tuple((ids.setdefault(row, len(ids)), row) for row in distinct), rank_rows
-
 
 __all__ = ["COMM_FIELDS", "CONTEXT_LIMIT", "PROJECTIONS_LIMIT", "SHAPE_FIELDS", "SPLIT_FIELDS", "STAGES_LIMIT",
            "CostTable", "Costs", "LayerCosts", "chunk_counts", "clear_cost_cache", "comm_fields", "comm_key",
-           "counts_entry", "distinct_rows", "forget_projections", "layer_costs", "layer_entry", "layer_sources",
+           "forget_projections", "layer_costs", "layer_entry", "layer_sources",
            "lookup", "providers_of", "rank_layers", "shape_key", "split_key", "table_of"]

@@ -104,10 +104,6 @@ class ModelSpec:
     """TransformerConfig defaults (megatron-core 0.16.1 transformer_config.py ``mamba_*``)."""
 
     @property
-    def is_hybrid(self) -> bool:
-        return bool(self.hybrid_layer_pattern)
-
-    @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
 

@@ -44,7 +44,7 @@ spaces, and no other field changes memory.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import attrgetter
 
 from primus_ext.model.memory.rank import StageMemory, rank_memory
@@ -220,10 +220,3 @@ def fits(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, *, marg
     """The tuner's fast pre-filter: True when the analytic peak fits ``capacity * (1 - margin)``."""
     usable = system.gpu.hbm_bytes * HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE * (1.0 - margin)
     return _peak(model, execution, system.gpu.fp8_any_layout) <= usable
-
-
-def with_capacity(memory: Memory, capacity_bytes: float) -> Memory:
-    """The same projection judged against another capacity (e.g. a reserved-memory cap)."""
-    usable = capacity_bytes * (1.0 - memory.margin)
-    return replace(memory, capacity_bytes=capacity_bytes, fits=memory.peak_bytes <= usable,
-                   headroom_bytes=usable - memory.peak_bytes)

@@ -202,10 +202,6 @@ def register(cls: type[Schedule]) -> type[Schedule]:
     return cls
 
 
-def known_names() -> tuple[str, ...]:
-    return tuple(SCHEDULES)
-
-
 def get_schedule(name: str | Schedule) -> Schedule:
     """The registered schedule called ``name``; unknown → ``PrimusExtError`` listing the known names."""
     if isinstance(name, Schedule):
