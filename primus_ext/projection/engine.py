@@ -32,7 +32,7 @@ import numpy as np
 
 from primus_ext.errors import InfeasibleConfig, Problem
 from primus_ext.model.kinds.registry import get_kind, pattern_kinds
-from primus_ext.model.pipeline import ChunkTimes, simulate_many, unpaired_counts
+from primus_ext.model.pipeline import ChunkTimes, unpaired_counts
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule
 from primus_ext.model.pipeline.zbv import wgrad_share
 from primus_ext.model.placement import group_placements, with_copies
@@ -290,6 +290,8 @@ def _simulate(ctx: CostTable, key: tuple, members: Sequence[Member], chunks: np.
     chosen = get_schedule(schedule)
     events: tuple = ((),) * n
     if chosen.batch_kernel is not None and n > 1 and not timeline:
+        from primus_ext.model.pipeline.batch import simulate_many  # numba: imported by batches only
+
         fwd, bwd = chunks[:, :, F["fwd"]], chunks[:, :, F["bwd"]]
         if extra:  # EP overlap: the passes without a partner in their own slots (``pipeline.ops.duration_slot``)
             durations = np.concatenate((fwd, bwd, np.zeros_like(fwd), fwd + chunks[:, :, F["fwd_unpaired"]],
