@@ -18,6 +18,7 @@ import time
 
 from primus_ext.recipe import load_recipe
 from primus_ext.tune.agent import SearchContext
+from primus_ext.tune.axes import CP, EP, MBS, PP, RECOMPUTE, SCHEDULE, SPLIT, TP, VPP
 from primus_ext.tune.configure import PRIMUS_SCHEDULES
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
@@ -56,7 +57,7 @@ def run_case(key: str) -> None:
           if best else f"  default space: exhaustive {wall:.2f} s, nothing fits")
     reference = None
     for family, names in FAMILIES.items():
-        result, wall = _search(recipe, {"schedule": names})
+        result, wall = _search(recipe, {SCHEDULE: names})
         best = result.best
         if best is None:
             print(f"  {family:<32} nothing legal fits ({wall:.2f} s)")
@@ -65,8 +66,8 @@ def run_case(key: str) -> None:
         change = best.tokens_per_s_per_gpu / reference - 1
         c = best.config
         print(f"  {family:<32} {best.tokens_per_s_per_gpu:8.1f} tok/s/GPU ({change * 100:+5.1f} %)  "
-              f"{c['schedule']} TP{c['tp']} PP{c['pp']} VPP{c['vpp']} EP{c['ep']} CP{c['cp']} MBS{c['mbs']} "
-              f"{c['recompute']} split={c['split']}  [{wall:.2f} s, {result.stats.projected} projected]")
+              f"{c[SCHEDULE]} TP{c[TP]} PP{c[PP]} VPP{c[VPP]} EP{c[EP]} CP{c[CP]} MBS{c[MBS]} "
+              f"{c[RECOMPUTE]} split={c[SPLIT]}  [{wall:.2f} s, {result.stats.projected} projected]")
 
 
 def main() -> None:

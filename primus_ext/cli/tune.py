@@ -74,8 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"fraction of GPU memory kept free by the pre-filter (default {DEFAULT_MARGIN}; 0 to allow "
                         "the memory edge)")
     p.add_argument("--pin", action="append", default=[], metavar="AXIS=V[,V...]",
-                   help="limit an axis to these values (repeatable); axes: tp etp pp vpp split cp ep mbs recompute "
-                        "sharding precision tp_comm_overlap ep_overlap dp_overlap")
+                   help="limit an axis to these values (repeatable); an axis by its label or the recipe key it "
+                        "sets: tp etp pp vpp schedule split cp ep mbs recompute sharding precision tp_comm_overlap "
+                        "ep_overlap dp_overlap (tp = tensor_model_parallel_size, mbs = micro_batch_size, ...)")
     p.add_argument("--seed", type=int, default=0)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", metavar="FILE", help="write a tuned copy of the recipe")

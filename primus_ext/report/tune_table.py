@@ -10,13 +10,32 @@ from typing import Any
 from primus_ext.report.mfu import mfu_basis
 from primus_ext.specs import GPUSpec
 from primus_ext.tune.agent import Trial
+from primus_ext.tune.axes import (
+    CP,
+    DP_OVERLAP,
+    EP,
+    EP_OVERLAP,
+    ETP,
+    MBS,
+    PP,
+    PRECISION,
+    RECOMPUTE,
+    SCHEDULE,
+    SHARDING,
+    SPLIT,
+    TP,
+    TP_OVERLAP,
+    VPP,
+    label,
+)
 from primus_ext.tune.run import TuneResult
 
 GIB = 2**30
-SHOWN_AXES = ("tp", "etp", "pp", "vpp", "schedule", "split", "cp", "ep", "mbs", "recompute", "sharding", "precision",
-              "tp_comm_overlap", "ep_overlap", "dp_overlap")
-SHORT = {"tp_comm_overlap": "tp_ov", "ep_overlap": "ep_ov", "dp_overlap": "dp_ov", "precision": "prec",
-         "recompute": "recomp", "sharding": "shard"}
+SHOWN_AXES = (TP, ETP, PP, VPP, SCHEDULE, SPLIT, CP, EP, MBS, RECOMPUTE, SHARDING, PRECISION, TP_OVERLAP, EP_OVERLAP,
+              DP_OVERLAP)
+SHORT = {TP_OVERLAP: "tp_ov", EP_OVERLAP: "ep_ov", DP_OVERLAP: "dp_ov", PRECISION: "prec", RECOMPUTE: "recomp",
+         SHARDING: "shard"}
+"""Column headers narrower than the axes' labels (``axes.label`` for the others)."""
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -46,7 +65,7 @@ def _row(rank: str, t: Trial) -> list[str]:
 
 def _trials_table(trials: list[tuple[str, Trial]]) -> list[str]:
     headers = ["#", "tok/s/GPU", "step s", "MFU", "free GiB", "bubble ms", "exposed ms",
-               *(SHORT.get(a, a) for a in SHOWN_AXES)]
+               *(SHORT.get(a, label(a)) for a in SHOWN_AXES)]
     return _table(headers, [_row(rank, t) for rank, t in trials if t.score is not None])
 
 
@@ -60,7 +79,7 @@ def _baseline_label(trial: Trial) -> str:
 
 def _mfu_legend(trials: list[Trial], gpu: GPUSpec | None) -> list[str]:
     """What the MFU column is taken against, when a row runs below BF16 (FP8 / FP4 peaks)."""
-    precisions = sorted({str(t.config.get("precision")) for t in trials if t.score is not None})
+    precisions = sorted({str(t.config.get(PRECISION)) for t in trials if t.score is not None})
     low = [p for p in precisions if gpu is not None and mfu_basis(gpu, p) in ("FP8", "FP4")]
     if gpu is None or not low:
         return []
@@ -101,7 +120,7 @@ def format_tune(result: TuneResult, *, top: int = 10, gpu: GPUSpec | None = None
             held = chosen.get(item.axis)
             if held is None or rank > (held.change if held.change is not None else float("-inf")):
                 chosen[item.axis] = item
-        parts = [f"{i.axis}={_value(i.value)} {_pct(i.change) if i.change is not None else i.status}"
+        parts = [f"{label(i.axis)}={_value(i.value)} {_pct(i.change) if i.change is not None else i.status}"
                  for i in chosen.values()]
         lines.append("sensitivity (least costly one-axis change per axis): " + "; ".join(parts))
     if result.same_figures:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from primus_ext.results.version import KINDS, SCHEMA_VERSION
+from primus_ext.tune.axes import LABELS as AXIS_LABELS
 
 NUM: dict[str, Any] = {"type": "number"}
 NONNEG: dict[str, Any] = {"type": "number", "minimum": 0}
@@ -116,8 +117,13 @@ PROJECTION = {
     "calibration": _ref("calibration_applied"),
     "cluster_calibration": _ref("cluster_applied"),
 }
+CONFIG = {"type": "object", "propertyNames": {"enum": list(AXIS_LABELS)}}
+"""A tuner configuration: axis -> value, keyed by the recipe / ``ExecutionSpec`` field each axis sets
+(``tensor_model_parallel_size``, ``micro_batch_size``, ...) or, for the tuner's own choices, ``split``,
+``recompute``, ``sharding``, ``dp_overlap`` (``primus_ext.tune.axes``; the short labels tp, mbs, ... are display
+only)."""
 TRIAL = _closed({
-    "config": {"type": "object"}, "status": {"enum": ["projected", "oom", "illegal"]}, "origin": STR,
+    "config": CONFIG, "status": {"enum": ["projected", "oom", "illegal"]}, "origin": STR,
     "step_time_s": _null(NONNEG), "tokens_per_s_per_gpu": _null(NONNEG), "mfu": _null(FRACTION),
     "breakdown": _null({"type": "object", "additionalProperties": NUM}),
     "sources": _null({"type": "object", "additionalProperties": STR}),
@@ -192,7 +198,7 @@ SCHEMA: dict[str, Any] = {
             "regret": _null(FRACTION), "ranked": {"type": "array", "items": _ref("trial")},
             "pareto": {"type": "array", "items": _ref("trial")},
             "sensitivity": {"type": "array", "items": _closed({
-                "axis": STR, "value": {}, "status": {"enum": ["projected", "oom", "illegal"]},
+                "axis": {"enum": list(AXIS_LABELS)}, "value": {}, "status": {"enum": ["projected", "oom", "illegal"]},
                 "change": _null(NUM), "reason": STR})},
             "stats": {"type": "object"}, "exhaustive_stats": _null({"type": "object"}), "candidates": _null(INT),
             "notes": {"type": "array", "items": STR}, "best_execution": _null({"type": "object"}),

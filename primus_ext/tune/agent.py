@@ -23,6 +23,7 @@ from typing import Any, Literal
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.recipe.checks import check
 from primus_ext.specs import ExecutionSpec
+from primus_ext.tune.axes import canonical
 from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.legality import problems_of, rule_of
 from primus_ext.tune.oracle import Oracle, Score
@@ -85,7 +86,7 @@ class Trial:
     def from_dict(cls, data: Mapping[str, Any]) -> Trial:
         memory = data.get("memory")
         return cls(
-            config=dict(data["config"]), status=data["status"], origin=str(data.get("origin", "resume")),
+            config=canonical(data["config"]), status=data["status"], origin=str(data.get("origin", "resume")),
             score=Score.from_dict(data["score"]) if data.get("score") else None,
             memory=MemoryVerdict(**memory) if memory else None,
             problems=tuple(Problem(**p) for p in data.get("problems") or ()),
@@ -168,8 +169,8 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
             if not isinstance(item, dict) or not isinstance(item.get("header", {}), dict):
                 raise ValueError("expected {\"header\": {...}} or {\"trial\": {...}}")
             if "header" in item:
-                mismatch = {k: (item["header"].get(k), v) for k, v in (expect or {}).items()
-                            if item["header"].get(k) != v}
+                header = _logged_header(item["header"])
+                mismatch = {k: (header.get(k), v) for k, v in (expect or {}).items() if header.get(k) != v}
                 if mismatch:
                     raise RecipeError(problems=[Problem(
                         path=f"{path}:{number}", value=str(mismatch),
@@ -185,9 +186,17 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
     return trials
 
 
+def _logged_header(header: dict[str, Any]) -> dict[str, Any]:
+    """A log's header with its pins' axes by name (a log written before the axes took the recipe's names keys them
+    by their short labels: ``axes.canonical``)."""
+    pins = header.get("pins")
+    return {**header, "pins": canonical(pins)} if isinstance(pins, dict) else header
+
+
 def _logged_trial(data: Any) -> Trial:
-    """A log line's trial as logged; its configuration must be a mapping of axis names to plain values (only the
-    configuration and its origin are used again: ``SearchContext.seed`` judges it anew)."""
+    """A log line's trial as logged; its configuration must be a mapping of axis names (or their short labels, as
+    older logs write them: translated here) to plain values (only the configuration and its origin are used again:
+    ``SearchContext.seed`` judges it anew)."""
     config = data["config"]
     if not isinstance(config, dict) or not all(
             isinstance(k, str) and (v is None or isinstance(v, int | float | str | bool)) for k, v in config.items()):

@@ -1,6 +1,6 @@
 """Hot-path helpers of the search space: a configuration's stable key and a fast dataclass copy.
 
-    >>> config_key({"tp": 2, "recompute": "none"})      # '{"recompute":"none","tp":2}'
+    >>> config_key({"recompute": "none", "micro_batch_size": 2})      # '{"micro_batch_size":2,"recompute":"none"}'
     >>> fast_replace(execution, {"tensor_model_parallel_size": 4})
 
 Both run once per candidate the tuner visits (tens of thousands per exhaustive search), hence the

@@ -16,6 +16,7 @@ from typing import Any
 
 from primus_ext.errors import Problem
 from primus_ext.recipe.checks import check
+from primus_ext.tune.axes import canonical, spelled
 from primus_ext.tune.space import AXIS_DOCS, AXIS_ORDER, Config, Space
 
 STRUCTURAL_PATHS = frozenset({
@@ -58,15 +59,17 @@ def is_structural(problems: list[Problem]) -> bool:
 
 
 def normalise(space: Space, raw: Any) -> tuple[Config | None, list[Problem]]:
-    """A proposal from outside -> a configuration of the space, or the reasons it is not one."""
+    """A proposal from outside -> a configuration of the space, or the reasons it is not one. Its axes may be named
+    by their names or their short labels (``axes.canonical``); nothing else is translated."""
     if not isinstance(raw, dict):
         return None, [Problem(path="config", value=type(raw).__name__, message="expected a JSON object",
                               fix="give {axis: value, ...}")]
+    raw = canonical(raw)  # an axis given by its short label (tp, mbs, ...) reads as its name
     problems = []
     for key, value in raw.items():
         if key not in AXIS_DOCS:
             problems.append(Problem(path=str(key)[:40], message="unknown axis",
-                                    fix=f"use only {', '.join(AXIS_ORDER)}"))
+                                    fix=f"use only {spelled(AXIS_ORDER)}"))
         elif value is not None and not isinstance(value, bool | int | str):
             problems.append(Problem(path=key, value=str(value)[:40], message="expected a scalar (int, bool, string)"))
     if problems:

@@ -26,6 +26,7 @@ from typing import Any
 
 from primus_ext.specs import ExecutionSpec
 from primus_ext.tune.agent import BudgetExhausted, SearchContext, SearchStats, Trial, evaluate_execution
+from primus_ext.tune.axes import label
 from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.strategies import StrategyOptions, get_strategy
 
@@ -189,8 +190,8 @@ def tune(
               and around.tokens_per_s_per_gpu * (1 + s.change) > fastest.tokens_per_s_per_gpu]
     if better:
         top = max(better, key=lambda s: s.change or 0.0)
-        notes.append(f"a one-axis change of the best ({top.axis}={top.value}) projects {top.change * 100:+.2f} %: "
-                     "the budget ended before the local search converged (raise --budget)")
+        notes.append(f"a one-axis change of the best ({label(top.axis)}={top.value}) projects "
+                     f"{top.change * 100:+.2f} %: the budget ended before the local search converged (raise --budget)")
     gain = None
     if best is not None and base_trial is not None and base_trial.score is not None:
         gain = best.tokens_per_s_per_gpu / base_trial.tokens_per_s_per_gpu - 1

@@ -1,20 +1,20 @@
 """The tuner's search space: axes and their candidate values around one recipe.
 
 A *configuration* is a plain JSON mapping ``{axis: value}`` over the axes below (what the strategies
-and the LLM propose, what the trials log stores). The space builds an ``ExecutionSpec`` from it
-(``primus_ext.tune.configure``, memoised here) by changing the recipe's execution only where an axis
-says so; everything else (GBS, sequence length, dispatcher, zero-bubble, ...) stays as the recipe
-wrote it. DP is derived (world / (TP*PP*CP)),
-sequence parallelism is on whenever TP > 1, and the pipeline split is the ``split`` axis
-(``primus_ext.tune.splits``): by default Megatron's even split when the layers divide, else a generated
-``pipeline_model_parallel_layout``; besides it, legal uneven first/last stages, account_for flags and a
-weighted layout that unload the busiest stage.
+and the LLM propose, what the trials log stores), keyed by the recipe's field names where one field carries the
+axis (``primus_ext.tune.axes``: ``tp``, ``mbs``, ... are display labels, accepted as input aliases). The space
+builds an ``ExecutionSpec`` from it (``primus_ext.tune.configure``, memoised here) by changing the recipe's
+execution only where an axis says so; everything else (GBS, sequence length, dispatcher, zero-bubble, ...) stays
+as the recipe wrote it. DP is derived (world / (TP*PP*CP)), sequence parallelism is on whenever TP > 1, and the
+pipeline split is the ``split`` axis (``primus_ext.tune.splits``): by default Megatron's even split when the layers
+divide, else a generated ``pipeline_model_parallel_layout``; besides it, legal uneven first/last stages,
+account_for flags and a weighted layout that unload the busiest stage.
 
 Axes are ordered: an axis's candidate values may depend on the axes before it (ETP on TP, VPP on PP,
 MBS on DP). Candidate values are a superset of what is legal; ``primus_ext.recipe.checks.check``
 (through ``primus_ext.tune.legality``) is the one judge. Users pin or limit axes::
 
-    space = build_space(recipe.model, recipe.execution, recipe.system, pins={"tp": (1, 2), "cp": (1,)})
+    space = build_space(recipe.model, recipe.execution, recipe.system, pins={TP: (1, 2), CP: (1,)})
     for config in space.iter_configs():          # every candidate (legal or not)
         execution = space.to_execution(config)
 """
@@ -29,6 +29,26 @@ from primus_ext.errors import Problem, RecipeError
 from primus_ext.model.pipeline.registry import SCHEDULES, get_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+from primus_ext.tune.axes import (
+    CP,
+    DP_OVERLAP,
+    EP,
+    EP_OVERLAP,
+    ETP,
+    MBS,
+    PP,
+    PRECISION,
+    RECOMPUTE,
+    SCHEDULE,
+    SHARDING,
+    SPLIT,
+    TP,
+    TP_OVERLAP,
+    VPP,
+    axis_name,
+    canonical,
+    spelled,
+)
 from primus_ext.tune.configure import (
     RECOMPUTE_CHOICES,
     config_of,
@@ -74,40 +94,47 @@ gathers its parameters ahead by itself and refuses ``overlap_param_gather`` (Meg
 it needs the distributed optimizer or Megatron-FSDP), so its strongest setting is ``grad``."""
 
 AXIS_DOCS: dict[str, str] = {
-    "tp": "tensor_model_parallel_size (sequence_parallel is on whenever tp > 1)",
-    "etp": "expert_tensor_parallel_size: 1 or equal to tp (MoE only)",
-    "pp": "pipeline_model_parallel_size",
-    "vpp": "virtual pipeline stages per pipeline rank (interleaved 1F1B when > 1; needs pp > 1)",
-    "schedule": "pipeline schedule (pp > 1): 1f1b / interleaved (Megatron's, by vpp) | zb-h1, zb-h2 (Primus zero "
-                "bubble, vpp 1) | zb-v, v-half, v-min (Primus V schedules, vpp 2) | dualpipe, dualpipev (DeepSeek, "
-                "vpp 1; what-ifs: no recipe key runs them). Explored: the recipe's own, plus V-half and V-min "
-                "on Primus recipes; --pin schedule=... for the others",
-    "split": "layers per pipeline stage: default (the recipe's own, Megatron's even split, or a generated layout) | "
-             "firstN/lastN (decoder_first/last_pipeline_num_layers) | acc-emb/acc-loss/acc-both "
-             "(account_for_embedding/loss_in_pipeline_split) | layout (output layer weighted by its cost); "
-             "legal candidates that unload the busiest stage only, at most 1 + splits.MAX_UNEVEN per (pp, vpp)",
-    "cp": "context_parallel_size",
-    "ep": "expert_model_parallel_size (MoE only)",
-    "mbs": "micro_batch_size (global batch size is fixed; data_parallel_size = world / (tp*pp*cp))",
-    "recompute": "activation recompute: none | selective | block25/50/75 (full recompute of that share of each "
-                 "chunk's layers) | full (every layer)",
-    "sharding": "ddp | distopt (distributed optimizer) | fsdp",
-    "precision": "GEMM precision: bf16 | fp8 (explored only when the user allows it with --pin precision=bf16,fp8)",
-    "tp_comm_overlap": "overlap TP communication with GEMMs (needs tp > 1)",
-    "ep_overlap": "overlap_moe_expert_parallel_comm: hide EP all-to-all behind the other micro-batch (needs ep > 1)",
-    "dp_overlap": "overlap data-parallel communication: none | grad (overlap_grad_reduce, with ddp) | "
-                  "grad+param (+ overlap_param_gather, with distopt or Megatron-FSDP; torch FSDP2: none | grad)",
+    TP: "tp: tensor parallel size (sequence_parallel is on whenever tp > 1)",
+    ETP: "etp: expert tensor parallel size, 1 or equal to tp (MoE only; the recipe's null reads as tp's value, "
+         "a dense model's axis holds null)",
+    PP: "pp: pipeline parallel size",
+    VPP: "vpp: virtual pipeline stages per pipeline rank (1 where the recipe writes null; interleaved 1F1B when > 1; "
+         "needs pp > 1)",
+    SCHEDULE: "schedule: the pipeline schedule (pp > 1): 1f1b / interleaved (Megatron's, by vpp) | zb-h1, zb-h2 "
+              "(Primus zero bubble, vpp 1) | zb-v, v-half, v-min (Primus V schedules, vpp 2) | dualpipe, dualpipev "
+              "(DeepSeek, vpp 1; what-ifs: no recipe key runs them). Explored: the recipe's own, plus V-half and "
+              "V-min on Primus recipes; --pin schedule=... for the others",
+    SPLIT: "a tuner choice (sets the layout keys): layers per pipeline stage: default (the recipe's own, Megatron's "
+           "even split, or a generated layout) | firstN/lastN (decoder_first/last_pipeline_num_layers) | "
+           "acc-emb/acc-loss/acc-both (account_for_embedding/loss_in_pipeline_split) | layout (output layer weighted "
+           "by its cost); legal candidates that unload the busiest stage only, at most 1 + splits.MAX_UNEVEN per "
+           "(pp, vpp)",
+    CP: "cp: context parallel size",
+    EP: "ep: expert parallel size (MoE only)",
+    MBS: "mbs: micro-batch size (global batch size is fixed; data_parallel_size = world / (tp*pp*cp))",
+    RECOMPUTE: "a tuner choice (sets the recompute_* keys): activation recompute: none | selective | block25/50/75 "
+               "(full recompute of that share of each chunk's layers) | full (every layer)",
+    SHARDING: "a tuner choice (sets use_distributed_optimizer and the FSDP keys): ddp | distopt (distributed "
+              "optimizer) | fsdp",
+    PRECISION: "GEMM precision: bf16 | fp8 (explored only when the user allows it with --pin precision=bf16,fp8)",
+    TP_OVERLAP: "overlap TP communication with GEMMs (needs tp > 1)",
+    EP_OVERLAP: "ep_overlap: hide EP all-to-all behind the other micro-batch (needs ep > 1)",
+    DP_OVERLAP: "a tuner choice (sets overlap_grad_reduce / overlap_param_gather): none | grad (overlap_grad_reduce, "
+                "with ddp) | grad+param (+ overlap_param_gather, with distopt or Megatron-FSDP; torch FSDP2: "
+                "none | grad)",
 }
 """Axes in enumeration order: each axis's candidates may depend on the axes before it. Structural axes
-come first, then those that change memory, then the overlap flags."""
+come first, then those that change memory, then the overlap flags. Each key is the ``ExecutionSpec`` / recipe field
+the axis sets (``primus_ext.tune.axes``), except ``split``, ``recompute``, ``sharding`` and ``dp_overlap``: tuner
+choices that set several fields at once, named for themselves; the docs give each axis's short label."""
 AXIS_ORDER = tuple(AXIS_DOCS)
-STRUCTURAL_AXES = ("tp", "etp", "pp", "vpp", "schedule", "split", "cp", "ep")
+STRUCTURAL_AXES = (TP, ETP, PP, VPP, SCHEDULE, SPLIT, CP, EP)
 DOMAIN_DEPENDS: dict[str, tuple[str, ...]] = {
-    "tp": (), "etp": ("tp",), "pp": ("tp",), "vpp": ("pp",), "schedule": ("pp", "vpp"),
-    "split": ("pp", "vpp", "schedule"),
-    "cp": ("tp", "pp"), "ep": ("pp", "etp"),
-    "mbs": ("tp", "pp", "cp"), "recompute": ("pp", "vpp"), "sharding": (), "precision": (),
-    "tp_comm_overlap": ("tp",), "ep_overlap": ("ep",), "dp_overlap": ("sharding", "schedule", "pp"),
+    TP: (), ETP: (TP,), PP: (TP,), VPP: (PP,), SCHEDULE: (PP, VPP),
+    SPLIT: (PP, VPP, SCHEDULE),
+    CP: (TP, PP), EP: (PP, ETP),
+    MBS: (TP, PP, CP), RECOMPUTE: (PP, VPP), SHARDING: (), PRECISION: (),
+    TP_OVERLAP: (TP,), EP_OVERLAP: (EP,), DP_OVERLAP: (SHARDING, SCHEDULE, PP),
 }
 """The earlier axes each axis's candidates read (``Space.domain``): what its memo is keyed on
 (``tests/tune/test_space.py`` checks the memo against the computation over whole spaces)."""
@@ -183,68 +210,68 @@ class Space:
     def _domain(self, name: str, partial: Mapping[str, Any]) -> tuple[Any, ...]:
         m, b, world = self.model, self.base, self.world
         g = partial.get
-        if name == "tp":
+        if name == TP:
             cands = [t for t in POWERS_OF_TWO if t <= self.system.gpu.gpus_per_node] + [b.tp]
             return self._pinned(name, sorted(t for t in cands if world % t == 0))
-        if name == "etp":
-            return self._pinned(name, (1, g("tp")) if m.is_moe else (None,))
-        if name == "tp_comm_overlap":
-            return self._pinned(name, (False, True) if g("tp") > 1 else (False,))
-        if name == "pp":
+        if name == ETP:
+            return self._pinned(name, (1, g(TP)) if m.is_moe else (None,))
+        if name == TP_OVERLAP:
+            return self._pinned(name, (False, True) if g(TP) > 1 else (False,))
+        if name == PP:
             cands = [p for p in POWERS_OF_TWO if p <= m.num_layers] + [b.pp]
-            return self._pinned(name, sorted(p for p in cands if world % (g("tp") * p) == 0))
-        if name == "vpp":
-            pp = g("pp")
+            return self._pinned(name, sorted(p for p in cands if world % (g(TP) * p) == 0))
+        if name == VPP:
+            pp = g(PP)
             if pp == 1:
                 return self._pinned(name, (1,))
             even = [v for v in range(1, MAX_VPP + 1) if m.num_layers % (pp * v) == 0]
             cands = sorted({*VPP_CANDIDATES, *even, b.vpp})
             return self._pinned(name, tuple(v for v in cands if pp * v <= m.num_layers + 1))
-        if name == "schedule":
-            return self._pinned(name, schedule_candidates(b, g("pp"), g("vpp"), self.pins.get(name) or self.schedules))
-        if name == "split":
-            pp, vpp = g("pp"), g("vpp")
-            schedule = get_schedule(g("schedule") or "1f1b")
+        if name == SCHEDULE:
+            return self._pinned(name, schedule_candidates(b, g(PP), g(VPP), self.pins.get(name) or self.schedules))
+        if name == SPLIT:
+            pp, vpp = g(PP), g(VPP)
+            schedule = get_schedule(g(SCHEDULE) or "1f1b")
             if schedule.fixed_chunks and schedule.recipe_keys(pp) is not None:
                 return self._pinned(name, (DEFAULT,))  # Primus's V schedules: an even count per stage, no layout
-            own = self.pipeline_split(pp, vpp, DEFAULT, g("schedule"))
+            own = self.pipeline_split(pp, vpp, DEFAULT, g(SCHEDULE))
             return self._pinned(name, split_candidates(m, b, pp, vpp, own, schedule=schedule.name))
-        if name == "cp":
+        if name == CP:
             cands = [c for c in POWERS_OF_TWO if b.seq_length // c >= MIN_TOKENS_PER_CP_RANK] + [b.cp]
-            return self._pinned(name, sorted(c for c in cands if world % (g("tp") * g("pp") * c) == 0))
-        if name == "ep":
+            return self._pinned(name, sorted(c for c in cands if world % (g(TP) * g(PP) * c) == 0))
+        if name == EP:
             if not m.is_moe:
                 return self._pinned(name, (1,))
-            per_stage = world // g("pp")
+            per_stage = world // g(PP)
             experts = m.num_experts or 1
             cands = {e for e in POWERS_OF_TWO if experts % e == 0} | {b.ep}
-            return self._pinned(name, sorted(e for e in cands if per_stage % (e * g("etp")) == 0))
-        if name == "ep_overlap":
-            return self._pinned(name, (False, True) if g("ep") > 1 else (False,))
-        if name == "mbs":
-            dp = world // (g("tp") * g("pp") * g("cp"))
+            return self._pinned(name, sorted(e for e in cands if per_stage % (e * g(ETP)) == 0))
+        if name == EP_OVERLAP:
+            return self._pinned(name, (False, True) if g(EP) > 1 else (False,))
+        if name == MBS:
+            dp = world // (g(TP) * g(PP) * g(CP))
             cands = self._choices(name, MBS_CANDIDATES, sorted({*MBS_EXTENDED, b.micro_batch_size}))
             return tuple(x for x in cands if x * dp <= b.global_batch_size)
-        if name == "recompute":
-            chunk = max(1, m.num_layers // (g("pp") * g("vpp")))
+        if name == RECOMPUTE:
+            chunk = max(1, m.num_layers // (g(PP) * g(VPP)))
             cands = self._choices(name, RECOMPUTE_DEFAULT, RECOMPUTE_CHOICES)
             return tuple(c for c in cands if not c.startswith("block") or recompute_layers(c, chunk))
-        if name == "sharding":
+        if name == SHARDING:
             return self._choices(name, SHARDING_DEFAULT, SHARDING_CHOICES)
-        if name == "dp_overlap":
-            sharding = g("sharding")
+        if name == DP_OVERLAP:
+            sharding = g(SHARDING)
             options = DP_OVERLAP_CHOICES["torch_fsdp2" if sharding == "fsdp" and self.base.fsdp == "torch_fsdp2"
                                          else sharding]
-            schedule = get_schedule(g("schedule") or "1f1b")
-            if schedule.splits_wgrad and schedule.recipe_keys(g("pp") or 1) is not None and g("sharding") != "ddp":
+            schedule = get_schedule(g(SCHEDULE) or "1f1b")
+            if schedule.splits_wgrad and schedule.recipe_keys(g(PP) or 1) is not None and g(SHARDING) != "ddp":
                 options = ("none",)  # Primus's zero bubble refuses DP overlap with the distributed optimizer
             if name not in self.pins:
                 strongest = options[-1]
                 own = self._recipe_config.get(name)
                 return tuple(o for o in options if o == strongest or (o == own and own in options))
             return self._pinned(name, options)
-        if name == "precision":
-            cands = [b.precision] + (["bf16", "fp8"] if "precision" in self.pins else [])
+        if name == PRECISION:
+            cands = [b.precision] + (["bf16", "fp8"] if PRECISION in self.pins else [])
             if self.system.gpu.fp8_dense_tflops <= 0 or self.system.gpu.runs("fp8") is False:
                 cands = [c for c in cands if c != "fp8"] or [b.precision]
             return self._pinned(name, cands)
@@ -264,9 +291,9 @@ class Space:
                 if name in STRUCTURAL_AXES:
                     seen[name][partial[name]] = None
                     continue
-                if name == "dp_overlap":
-                    for sharding in self.domain("sharding", partial):
-                        seen[name].update(dict.fromkeys(self.domain(name, {**partial, "sharding": sharding})))
+                if name == DP_OVERLAP:
+                    for sharding in self.domain(SHARDING, partial):
+                        seen[name].update(dict.fromkeys(self.domain(name, {**partial, SHARDING: sharding})))
                     continue
                 values = self.domain(name, partial)
                 if not values:  # this structural choice leaves the axis empty: it has no candidate
@@ -344,7 +371,7 @@ class Space:
     def membership(self, config: Mapping[str, Any]) -> list[Problem]:
         """Why ``config`` is not a point of this space (unknown / missing axes, out-of-space values)."""
         problems = [
-            Problem(path=str(k), value=None, message="unknown axis", fix=f"use only {', '.join(AXIS_ORDER)}")
+            Problem(path=str(k), value=None, message="unknown axis", fix=f"use only {spelled(AXIS_ORDER)}")
             for k in config if k not in AXIS_DOCS
         ]
         partial: Config = {}
@@ -374,33 +401,34 @@ class Space:
     def to_execution(self, config: Mapping[str, Any]) -> ExecutionSpec:
         """The recipe's execution with this configuration applied (not legality-checked)."""
         return to_execution(self.model, self.base, self.world, config,
-                            self.pipeline_split(config["pp"], config["vpp"], config.get("split", DEFAULT),
-                                                config.get("schedule")))
+                            self.pipeline_split(config[PP], config[VPP], config.get(SPLIT, DEFAULT),
+                                                config.get(SCHEDULE)))
 
     def config_of(self, execution: ExecutionSpec) -> Config:
         """The configuration nearest to an execution (the recipe's own, for seeding and reports); ``split`` is
         the candidate whose layout fields the execution has, else ``default``."""
         config = config_of(self.model, execution)
         fields = {name: getattr(execution, name) for name in LAYOUT_FIELDS}
-        schedule = config.get("schedule")
-        if config["pp"] > 1 and fields != self.pipeline_split(config["pp"], config["vpp"], DEFAULT, schedule):
-            for split in self.domain("split", config):
-                if self.pipeline_split(config["pp"], config["vpp"], split, schedule) == fields:
-                    config["split"] = split
+        schedule = config.get(SCHEDULE)
+        if config[PP] > 1 and fields != self.pipeline_split(config[PP], config[VPP], DEFAULT, schedule):
+            for split in self.domain(SPLIT, config):
+                if self.pipeline_split(config[PP], config[VPP], split, schedule) == fields:
+                    config[SPLIT] = split
                     break
         return config
 
 
 def parse_pins(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-    """``["tp=2", "ep=8,16", "precision=bf16,fp8"]`` -> ``{"tp": (2,), "ep": (8, 16), ...}``."""
+    """``["tp=2", "expert_model_parallel_size=8,16", "precision=bf16,fp8"]`` -> ``{"tensor_model_parallel_size": (2,),
+    "expert_model_parallel_size": (8, 16), ...}``: an axis by its name or its short label (``axes.LABELS``)."""
     problems: list[Problem] = []
     pins: dict[str, tuple[Any, ...]] = {}
     for item in items:
         name, sep, text = item.partition("=")
-        name = name.strip()
+        name = axis_name(name.strip())
         if not sep or name not in AXIS_DOCS:
             problems.append(Problem(path="--pin", value=item, message="expected axis=value[,value...]",
-                                    fix=f"axes: {', '.join(AXIS_ORDER)}"))
+                                    fix=f"axes: {spelled(AXIS_ORDER)}"))
             continue
         values: list[Any] = []
         for word in text.split(","):
@@ -408,7 +436,7 @@ def parse_pins(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
             low = word.lower()
             if low in ("true", "false"):
                 values.append(low == "true")
-            elif low in ("null", "none") and name == "etp":
+            elif low in ("null", "none") and name == ETP:
                 values.append(None)
             else:
                 try:
@@ -426,13 +454,14 @@ def build_space(
     pins: Mapping[str, Sequence[Any]] | None = None, *, schedules: Sequence[str] = (),
 ) -> Space:
     """The space around ``execution`` (the recipe's) on ``system``, limited by ``pins``; ``schedules``: pipeline
-    schedules to explore besides the recipe's own (``PRIMUS_SCHEDULES`` for a Primus recipe)."""
-    pins = {k: tuple(v) for k, v in (pins or {}).items()}
+    schedules to explore besides the recipe's own (``PRIMUS_SCHEDULES`` for a Primus recipe). A pin names its axis
+    by name or by short label (``axes.canonical``)."""
+    pins = {k: tuple(v) for k, v in canonical(pins or {}).items()}
     unknown = [k for k in pins if k not in AXIS_DOCS]
     if unknown:
         raise RecipeError(problems=[Problem(path="--pin", value=k, message="unknown axis",
-                                            fix=f"axes: {', '.join(AXIS_ORDER)}") for k in unknown])
-    bad = [v for v in pins.get("schedule", ()) if v not in SCHEDULES]
+                                            fix=f"axes: {spelled(AXIS_ORDER)}") for k in unknown])
+    bad = [v for v in pins.get(SCHEDULE, ()) if v not in SCHEDULES]
     if bad:
         raise RecipeError(problems=[Problem(path="--pin", value=v, message="unknown pipeline schedule",
                                             fix=f"schedules: {', '.join(SCHEDULES)}") for v in bad])

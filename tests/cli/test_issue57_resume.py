@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from primus_ext.cli import main
+from primus_ext.tune.axes import EP, MBS, PP, TP
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1_8B-pretrain.yaml"
 ARGS = ["--cluster", "h100", "--nodes", "1", "--no-regret"]
@@ -39,18 +40,18 @@ def _forge(log: Path, line: dict, config: dict, tokens: float = 1e12) -> None:
 
 def test_a_forged_illegal_trial_is_never_reported(logged, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     recipe, log, line = logged
-    _forge(log, line, {"tp": 7})
+    _forge(log, line, {TP: 7})
     out = tmp_path / "out.json"
     assert main(["tune", str(recipe), *ARGS, "--budget", "6", "--resume", str(log), "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     best = doc["best"]
-    assert best["config"]["tp"] != 7 and best["tokens_per_s_per_gpu"] < 1e9
-    assert doc["ranked"] and all(row["config"].get("tp") != 7 for row in doc["ranked"])
+    assert best["config"][TP] != 7 and best["tokens_per_s_per_gpu"] < 1e9
+    assert doc["ranked"] and all(row["config"].get(TP) != 7 for row in doc["ranked"])
 
 
 def test_a_forged_figure_of_a_legal_trial_is_projected_again(logged, tmp_path: Path):
     recipe, log, line = logged
-    _forge(log, line, {"mbs": 1})  # a legal configuration (maybe already logged), a figure no GPU reaches
+    _forge(log, line, {MBS: 1})  # a legal configuration (maybe already logged), a figure no GPU reaches
     out = tmp_path / "out.json"
     assert main(["tune", str(recipe), *ARGS, "--budget", "6", "--resume", str(log), "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
@@ -74,7 +75,7 @@ def test_malformed_lines_are_refused_with_their_line(logged, text: str, capsys: 
     assert "unreadable trial line" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("config", [{"ep": 0}, {"tp": "eight"}, {"mbs": 1.5}, {"pp": None}, {"nope": 1}])
+@pytest.mark.parametrize("config", [{EP: 0}, {TP: "eight"}, {MBS: 1.5}, {PP: None}, {"nope": 1}])
 def test_out_of_space_values_are_judged_not_trusted(logged, tmp_path: Path, config: dict):
     recipe, log, line = logged
     _forge(log, line, config)

@@ -10,6 +10,7 @@ import pytest
 
 from primus_ext.cli import main
 from primus_ext.recipe import load_recipe
+from primus_ext.tune.axes import CP, DP_OVERLAP, EP, EP_OVERLAP, ETP, MBS, PP, RECOMPUTE, SHARDING, TP, TP_OVERLAP, VPP
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 PINS = ["--pin", "tp=1,2", "--pin", "pp=2,4", "--pin", "cp=1", "--pin", "ep=4,8", "--pin", "mbs=1,2"]
@@ -33,8 +34,8 @@ def test_tune_writes_json_log_and_a_tuned_copy(recipe, tmp_path, capsys):
     assert {"best", "baseline", "gain", "regret", "ranked", "pareto", "sensitivity", "stats", "notes"} <= set(data)
     assert data["stats"]["projected"] <= 10 and data["regret"] is not None and data["regret"] >= 0
     tuned = load_recipe(out)
-    assert tuned.execution.tp == data["best"]["config"]["tp"] and tuned.execution.ep == data["best"]["config"]["ep"]
-    assert tuned.execution.micro_batch_size == data["best"]["config"]["mbs"]
+    assert tuned.execution.tp == data["best"]["config"][TP] and tuned.execution.ep == data["best"]["config"][EP]
+    assert tuned.execution.micro_batch_size == data["best"]["config"][MBS]
     lines = log.read_text().splitlines()
     assert "header" in json.loads(lines[0]) and len(lines) > 10
     # resuming with a larger budget continues from the log (10 of 20 spent: the search is not done)
@@ -63,9 +64,9 @@ def test_llm_strategy_key_never_reaches_output_log_or_json(recipe, tmp_path, cap
     secret = "sk-cli-test-9f8e7d6c5b4a"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     good = {"rationale": f"cut the bubble; my key is {secret}",
-            "configs": [{"tp": 1, "etp": 1, "pp": 2, "vpp": 1, "cp": 1, "ep": 8, "mbs": 1, "recompute": "full",
-                         "sharding": "distopt", "tp_comm_overlap": False, "ep_overlap": False,
-                         "dp_overlap": "grad+param"}]}
+            "configs": [{TP: 1, ETP: 1, PP: 2, VPP: 1, CP: 1, EP: 8, MBS: 1, RECOMPUTE: "full",
+                         SHARDING: "distopt", TP_OVERLAP: False, EP_OVERLAP: False,
+                         DP_OVERLAP: "grad+param"}]}
     doc, log = tmp_path / "llm.json", tmp_path / "llm.jsonl"
     with FakeLLM([reply(json.dumps(good)), status(401, f"Incorrect API key provided: {secret}")]) as server:
         code = main(["tune", str(recipe), "--cluster", "mi355x", "--nodes", "8", "--strategy", "llm",

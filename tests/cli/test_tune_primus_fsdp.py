@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from primus_ext.cli import main
+from primus_ext.tune.axes import DP_OVERLAP, SHARDING
 
 PRIMUS_CONFIGS = Path(__file__).resolve().parents[3] / "shared" / "primus_configs"
 RECIPE = PRIMUS_CONFIGS / "examples/megatron/configs/MI300X/llama3.1_70B-FP8-pretrain.yaml"
@@ -22,9 +23,9 @@ def test_primus_fsdp2_recipe_tunes_on_one_node(pins, capsys):
             *pins, "--json", "-"]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["baseline"]["status"] == "projected" and doc["baseline"]["config"]["sharding"] == "fsdp"
+    assert doc["baseline"]["status"] == "projected" and doc["baseline"]["config"][SHARDING] == "fsdp"
     assert doc["stats"]["projected"] > 0 and doc["best"]["status"] == "projected"
-    fsdp = [t for t in doc["ranked"] if t["config"]["sharding"] == "fsdp"]
-    assert fsdp and all(t["config"]["dp_overlap"] in ("none", "grad") for t in fsdp)
+    fsdp = [t for t in doc["ranked"] if t["config"][SHARDING] == "fsdp"]
+    assert fsdp and all(t["config"][DP_OVERLAP] in ("none", "grad") for t in fsdp)
     assert doc["best"]["tokens_per_s_per_gpu"] >= doc["baseline"]["tokens_per_s_per_gpu"] * 0.999
-    assert not any(s["axis"] == "sharding" and s["value"] == "fsdp" for s in doc["sensitivity"])
+    assert not any(s["axis"] == SHARDING and s["value"] == "fsdp" for s in doc["sensitivity"])

@@ -18,6 +18,7 @@ from primus_ext.cli import main
 from primus_ext.hardware import PROFILE_DIR, load_gpu
 from primus_ext.projection.project import band_reason
 from primus_ext.recipe import load_recipe
+from primus_ext.tune.axes import PRECISION, TP
 from primus_ext.validate.amd import POOLED_PRIOR
 
 NEW = ("a100", "a100_40gb", "a800", "h20", "mi250x")
@@ -118,7 +119,7 @@ def test_tune_on_a100_finds_a_legal_configuration(tmp_path, capsys):
     assert main(["tune", str(recipe), "--cluster", "a100", "--nodes", "2", "--budget", "20", "--no-regret",
                  "--out", str(tuned), "--json", str(doc)]) == 0
     best = json.loads(doc.read_text())["best"]
-    assert best is not None and best["config"]["precision"] == "bf16"
+    assert best is not None and best["config"][PRECISION] == "bf16"
     capsys.readouterr()
-    assert load_recipe(tuned, cluster="a100", nodes=2).execution.tp == best["config"]["tp"]
+    assert load_recipe(tuned, cluster="a100", nodes=2).execution.tp == best["config"][TP]
     assert main(["project", str(tuned), "--cluster", "a100", "--nodes", "2"]) == 0  # legal, and it fits

@@ -28,6 +28,7 @@ from primus_ext.launcher.verify_top import (
 from primus_ext.launcher.verify_top.local import megatron_log_lines
 from primus_ext.launcher.verify_top.variants import write_manifest
 from primus_ext.recipe import load_recipe
+from primus_ext.tune.axes import MBS, TP
 from primus_ext.tune.space import build_space
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def test_short_run_keys():
 
 def test_variants_reload_to_the_tuned_configuration(tmp_path: Path):
     recipe = load_recipe(EIGHT_B, validate=False)
-    candidates = _candidates(recipe, [{"mbs": 1}, {"tp": 2, "mbs": 2}])
+    candidates = _candidates(recipe, [{MBS: 1}, {TP: 2, MBS: 2}])
     assert candidates[0].execution != candidates[1].execution != recipe.execution
     folder = tmp_path / "verify"
     manifest, variants = write_variants(recipe, candidates, folder, iters=12, cluster=None, nodes=None)
@@ -102,7 +103,7 @@ def test_relative_extends_resolve_from_the_verify_folder(tmp_path: Path):
                            "micro_batch_size: 1\nglobal_batch_size: 64\ntensor_model_parallel_size: 1\n")
     recipe = load_recipe(recipe_path, cluster="h100", nodes=1, validate=False)
     folder = tmp_path / "b" / "verify"
-    write_variants(recipe, _candidates(recipe, [{"tp": 2}]), folder, iters=20, cluster="h100", nodes=1)
+    write_variants(recipe, _candidates(recipe, [{TP: 2}]), folder, iters=20, cluster="h100", nodes=1)
     variant = folder / "candidate-1.yaml"
     assert yaml.safe_load(variant.read_text())["extends"] == ["../../a/base.yaml"]
     # a flat recipe's model is named after its file: the rest is the same model

@@ -15,6 +15,7 @@ from tune_fakes import fake_estimate, fake_filter, fake_fits, fake_oracle, fake_
 from primus_ext.errors import RecipeError
 from primus_ext.recipe.checks import check
 from primus_ext.tune.agent import SearchContext, TrialLog, read_log
+from primus_ext.tune.axes import RECOMPUTE
 from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.prefilter import MemoryFilter
 from primus_ext.tune.run import pareto_front, tune
@@ -162,5 +163,5 @@ def test_tpe_projects_when_only_full_recompute_fits(small):
     ctx = SearchContext(space=space, oracle=fake_oracle(model, system), prefilter=prefilter, budget=100)
     result = tune(ctx, "tpe", options=StrategyOptions(seed=0), candidates=space.size())
     assert result.stats.projected > 0 and result.best is not None
-    assert result.best.config["recompute"] == "full"
+    assert result.best.config[RECOMPUTE] == "full"
     assert result.regret == pytest.approx(0.0, abs=1e-9)

@@ -8,6 +8,7 @@ import pytest
 
 from primus_ext.model.stages import layout_problems, parse_layout, pipeline_plan
 from primus_ext.recipe.checks import check
+from primus_ext.tune.axes import ETP, PP, PRECISION, RECOMPUTE, SCHEDULE, SHARDING, TP, VPP
 from primus_ext.tune.configure import config_of, recompute_layers, to_execution
 from primus_ext.tune.space import build_space, parse_pins
 from primus_ext.tune.splits import balanced_layout
@@ -15,8 +16,8 @@ from primus_ext.tune.splits import balanced_layout
 
 def test_to_execution_derives_dp_sp_schedule(mixtral):
     space = build_space(mixtral.model, mixtral.execution, mixtral.system)
-    config = {**space.config_of(mixtral.execution), "tp": 2, "etp": 1, "pp": 2, "vpp": 1, "schedule": "1f1b"}
-    assert space.to_execution({**config, "schedule": "interleaved"}).pipeline_schedule == "1f1b"  # as it runs
+    config = {**space.config_of(mixtral.execution), TP: 2, ETP: 1, PP: 2, VPP: 1, SCHEDULE: "1f1b"}
+    assert space.to_execution({**config, SCHEDULE: "interleaved"}).pipeline_schedule == "1f1b"  # as it runs
     e = space.to_execution(config)
     assert e.data_parallel_size == 32 // (2 * 2 * 1)          # world 4 nodes x 8
     assert e.sequence_parallel and e.pipeline_schedule == "1f1b"
@@ -31,7 +32,7 @@ def test_bf16_candidates_drop_fp8_parameters(mixtral):
     space = build_space(mixtral.model, base, mixtral.system, parse_pins(["precision=bf16,fp8"]))
     config = space.config_of(base)
     assert space.to_execution(config).fp8_param_gather
-    bf16 = space.to_execution({**config, "precision": "bf16"})
+    bf16 = space.to_execution({**config, PRECISION: "bf16"})
     assert not bf16.fp8_param_gather and check(mixtral.model, bf16, mixtral.system) == []
 
 
@@ -39,7 +40,7 @@ def test_fsdp_candidates_shard_even_when_the_recipe_runs_no_shard(mixtral):
     base = dataclasses.replace(mixtral.execution, fsdp="megatron_fsdp", data_parallel_sharding_strategy="no_shard",
                                use_distributed_optimizer=True)
     space = build_space(mixtral.model, base, mixtral.system)
-    assert space.to_execution({**space.config_of(base), "sharding": "fsdp"}).data_parallel_sharding_strategy == \
+    assert space.to_execution({**space.config_of(base), SHARDING: "fsdp"}).data_parallel_sharding_strategy == \
         "optim_grads_params"
 
 
@@ -52,7 +53,7 @@ def test_balanced_layout_is_legal_for_deepseek(deepseek, pp, vpp):
     sizes = [s.count("decoder") + (s.count("loss") + 2 * s.count("mtp")) for s in stages]
     assert max(sizes) - min(sizes) <= 1                       # balanced in layer-equivalents
     space = build_space(model, deepseek.execution, deepseek.system)
-    e = space.to_execution({**space.config_of(deepseek.execution), "pp": pp, "vpp": vpp})
+    e = space.to_execution({**space.config_of(deepseek.execution), PP: pp, VPP: vpp})
     assert layout_problems(model, e) == []
     assert sum(len(s.layers) for s in pipeline_plan(model, e)) == model.num_layers
 
@@ -66,7 +67,7 @@ def test_block_recompute_counts_layers_per_chunk(choice, chunk, layers):
 
 def test_block_recompute_round_trips_and_the_space_memo_changes_nothing(mixtral):
     space = build_space(mixtral.model, mixtral.execution, mixtral.system)
-    config = {**space.config_of(mixtral.execution), "pp": 1, "vpp": 1, "schedule": "1f1b", "recompute": "block50"}
+    config = {**space.config_of(mixtral.execution), PP: 1, VPP: 1, SCHEDULE: "1f1b", RECOMPUTE: "block50"}
     e = to_execution(mixtral.model, mixtral.execution, mixtral.system.world_size, config)
     chunk = mixtral.model.num_layers
     assert (e.recompute_granularity, e.recompute_method, e.recompute_num_layers) == ("full", "block", chunk // 2)
@@ -92,12 +93,12 @@ def test_primus_recompute_layer_ids_are_kept_at_their_choice_and_dropped_elsewhe
     recipe = load_recipe(path, cluster="h100", nodes=1)
     space = build_space(recipe.model, recipe.execution, recipe.system)
     own = config_of(recipe.model, recipe.execution)
-    assert own["recompute"] == "block25"  # 2 of the 8 layers of a stage
+    assert own[RECOMPUTE] == "block25"  # 2 of the 8 layers of a stage
     kept = space.to_execution(own)
     assert kept.recompute_layer_ids == (0, 1, 8, 9) and kept.recompute_method is None
     assert check(recipe.model, kept, space.system) == []
     for choice in ("none", "selective", "block50", "full"):
-        moved = space.to_execution({**own, "recompute": choice})
+        moved = space.to_execution({**own, RECOMPUTE: choice})
         assert moved.recompute_layer_ids == () and check(recipe.model, moved, space.system) == [], choice
     out = tmp_path / "tuned.yaml"
     assert main(["tune", str(path), "--cluster", "h100", "--nodes", "1", "--strategy", "exhaustive",

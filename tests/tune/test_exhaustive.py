@@ -9,6 +9,7 @@ import pytest
 from primus_ext.projection import evaluate
 from primus_ext.recipe.checks import check
 from primus_ext.tune.agent import SearchContext
+from primus_ext.tune.axes import CP, EP, MBS, PP, RECOMPUTE, TP
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
 from primus_ext.tune.run import tune
@@ -16,7 +17,7 @@ from primus_ext.tune.space import AXIS_ORDER, build_space
 from primus_ext.tune.strategies import StrategyOptions
 from primus_ext.tune.strategies.exhaustive import BOUND_AFTER, LEAST_COMPUTE
 
-PINS = {"tp": (1, 2), "pp": (2, 4), "cp": (1,), "ep": (4, 8), "mbs": (1, 2)}
+PINS = {TP: (1, 2), PP: (2, 4), CP: (1,), EP: (4, 8), MBS: (1, 2)}
 
 
 def _completions(space, seed: int, wanted: int):
@@ -35,7 +36,7 @@ def _completions(space, seed: int, wanted: int):
         rep = {k: config[k] for k in AXIS_ORDER[:depth]}
         for name in AXIS_ORDER[depth:]:
             allowed = space.domain(name, rep)
-            rep[name] = min(allowed, key=LEAST_COMPUTE.index) if name == "recompute" else allowed[0]
+            rep[name] = min(allowed, key=LEAST_COMPUTE.index) if name == RECOMPUTE else allowed[0]
         r = space.to_execution(rep)
         if check(space.model, r, space.system):
             continue

@@ -24,6 +24,7 @@ from primus_ext.model.pipeline.registry import SCHEDULES, get_schedule
 from primus_ext.recipe import load_recipe
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.rewrite import apply_changes, execution_changes, read_text
+from primus_ext.tune.axes import SCHEDULE
 from primus_ext.tune.space import AXIS_ORDER, build_space
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def sample(space, rng: random.Random, schedule: str, tries: int = 400):
         config = {}
         for axis in AXIS_ORDER:
             domain = space.domain(axis, config)
-            if axis == "schedule":
+            if axis == SCHEDULE:
                 if schedule not in domain:
                     break
                 config[axis] = schedule
@@ -73,7 +74,7 @@ def test_every_schedule_and_a_sample_of_each_axis_resolves(tmp_path: Path, name:
     source = tmp_path / name
     shutil.copy(REPO / "recipes" / name, source)
     recipe = load_recipe(source, cluster="h100", nodes=nodes)
-    space = build_space(recipe.model, recipe.execution, recipe.system, {"schedule": (schedule,)})
+    space = build_space(recipe.model, recipe.execution, recipe.system, {SCHEDULE: (schedule,)})
     executions = sample(space, random.Random(f"{name}-{schedule}"), schedule)
     if not executions:
         pytest.skip(f"{schedule}: no legal configuration of {name} at {nodes} nodes in the sample")

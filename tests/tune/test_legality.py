@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from primus_ext.recipe.checks import check
+from primus_ext.tune.axes import LABELS, MBS, PP, PRECISION, TP
 from primus_ext.tune.legality import is_structural, normalise, problems_of
 from primus_ext.tune.space import AXIS_ORDER, STRUCTURAL_AXES, build_space
 from primus_ext.tune.strategies.exhaustive import _min_completions
@@ -30,14 +31,26 @@ def test_normalise_reads_only_known_axes_and_candidates(mixtral):
     base = space.config_of(mixtral.execution)
     config, problems = normalise(space, dict(base))
     assert config == base and problems == []
-    single = {k: v for k, v in base.items() if k != "precision"}  # one candidate: may be left out
+    single = {k: v for k, v in base.items() if k != PRECISION}  # one candidate: may be left out
     assert normalise(space, single)[0] == base
-    for bad, path in [({**base, "rm -rf /": 1}, "rm -rf /"), ({**base, "tp": "2"}, "tp"), ({**base, "tp": 3}, "tp"),
-                      ({**base, "tp": True}, "tp"), ({**base, "mbs": [1]}, "mbs"),
-                      ({k: v for k, v in base.items() if k != "pp"}, "pp")]:
+    for bad, path in [({**base, "rm -rf /": 1}, "rm -rf /"), ({**base, TP: "2"}, TP), ({**base, TP: 3}, TP),
+                      ({**base, TP: True}, TP), ({**base, MBS: [1]}, MBS),
+                      ({k: v for k, v in base.items() if k != PP}, PP)]:
         config, problems = normalise(space, bad)
         assert config is None and problems and problems[0].path == path, bad
-    assert normalise(space, ["tp", 2])[0] is None
+    assert normalise(space, [TP, 2])[0] is None
+
+
+def test_normalise_reads_short_labels_as_the_axes_they_label(mixtral):
+    """An LLM may answer in the labels it reads (tp, mbs, ...): the same configuration; a value is still judged."""
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system)
+    base = space.config_of(mixtral.execution)
+    labelled = {LABELS[k]: v for k, v in base.items()}
+    assert "mbs" in labelled and normalise(space, labelled) == (base, [])
+    config, problems = normalise(space, {**labelled, "tp": 3})
+    assert config is None and problems[0].path == TP
+    config, problems = normalise(space, {**labelled, TP: base[TP]})  # one axis given both ways: refused, not merged
+    assert config is None and problems[0].path == "tp" and problems[0].message == "unknown axis"
 
 
 def test_structural_pruning_is_sound(tiny):

@@ -9,6 +9,7 @@ import pytest
 from tune_fakes import fake_filter, fake_oracle
 
 from primus_ext.tune.agent import SearchContext, Trial
+from primus_ext.tune.axes import DP_OVERLAP, TP
 from primus_ext.tune.oracle import Score
 from primus_ext.tune.run import distinct, tune
 from primus_ext.tune.space import build_space
@@ -49,8 +50,8 @@ def test_inside_the_band_the_recipe_is_kept_and_said(small):
 def test_configurations_that_project_alike_are_listed_once_closest_to_the_recipe():
     score = Score(tokens_per_s_per_gpu=100.0, step_time_s=1.0, mfu=0.3, peak_bytes=10, capacity_bytes=20)
     other = dataclasses.replace(score, tokens_per_s_per_gpu=90.0)
-    recipe = Trial(config={"tp": 1, "dp_overlap": "grad"}, status="projected", origin="recipe", score=other)
-    far = Trial(config={"tp": 2, "dp_overlap": "grad+param"}, status="projected", origin="tpe", score=score)
-    near = Trial(config={"tp": 2, "dp_overlap": "grad"}, status="projected", origin="tpe", score=score)
+    recipe = Trial(config={TP: 1, DP_OVERLAP: "grad"}, status="projected", origin="recipe", score=other)
+    far = Trial(config={TP: 2, DP_OVERLAP: "grad+param"}, status="projected", origin="tpe", score=score)
+    near = Trial(config={TP: 2, DP_OVERLAP: "grad"}, status="projected", origin="tpe", score=score)
     kept, dropped = distinct([far, recipe, near], recipe)
     assert [t.config for t in kept] == [near.config, recipe.config] and dropped == 1

@@ -14,6 +14,23 @@ from primus_ext.projection.evaluate import step_floor
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.rewrite import execution_changes
 from primus_ext.tune.agent import SearchContext
+from primus_ext.tune.axes import (
+    CP,
+    DP_OVERLAP,
+    EP,
+    EP_OVERLAP,
+    ETP,
+    MBS,
+    PP,
+    PRECISION,
+    RECOMPUTE,
+    SCHEDULE,
+    SHARDING,
+    SPLIT,
+    TP,
+    TP_OVERLAP,
+    VPP,
+)
 from primus_ext.tune.configure import PRIMUS_SCHEDULES
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
@@ -22,26 +39,26 @@ from primus_ext.tune.space import AXIS_ORDER, build_space
 from primus_ext.tune.strategies import StrategyOptions
 
 ALL = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipe", "dualpipev")
-PINS = {"tp": (1, 2), "pp": (2, 4), "vpp": (1, 2), "cp": (1,), "ep": (4, 8), "mbs": (1, 2),
-        "recompute": ("none", "full"), "sharding": ("distopt",)}
+PINS = {TP: (1, 2), PP: (2, 4), VPP: (1, 2), CP: (1,), EP: (4, 8), MBS: (1, 2),
+        RECOMPUTE: ("none", "full"), SHARDING: ("distopt",)}
 
 
 def test_candidates_follow_pp_and_vpp(mixtral):
     space = build_space(mixtral.model, mixtral.execution, mixtral.system, schedules=PRIMUS_SCHEDULES)
-    assert space.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 2}) == ("interleaved", *PRIMUS_SCHEDULES)
-    assert space.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 1}) == ("1f1b",)
-    assert space.domain("schedule", {"tp": 1, "etp": 1, "pp": 1, "vpp": 1}) == ("1f1b",)
-    pinned = build_space(mixtral.model, mixtral.execution, mixtral.system, {"schedule": ALL})
-    assert pinned.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 1}) == ("1f1b", "zb-h1", "zb-h2",
+    assert space.domain(SCHEDULE, {TP: 1, ETP: 1, PP: 4, VPP: 2}) == ("interleaved", *PRIMUS_SCHEDULES)
+    assert space.domain(SCHEDULE, {TP: 1, ETP: 1, PP: 4, VPP: 1}) == ("1f1b",)
+    assert space.domain(SCHEDULE, {TP: 1, ETP: 1, PP: 1, VPP: 1}) == ("1f1b",)
+    pinned = build_space(mixtral.model, mixtral.execution, mixtral.system, {SCHEDULE: ALL})
+    assert pinned.domain(SCHEDULE, {TP: 1, ETP: 1, PP: 4, VPP: 1}) == ("1f1b", "zb-h1", "zb-h2",
                                                                                 "dualpipe", "dualpipev")
-    assert pinned.domain("schedule", {"tp": 1, "etp": 1, "pp": 4, "vpp": 4}) == ("interleaved",)
+    assert pinned.domain(SCHEDULE, {TP: 1, ETP: 1, PP: 4, VPP: 4}) == ("interleaved",)
     with pytest.raises(RecipeError, match="unknown pipeline schedule"):
-        build_space(mixtral.model, mixtral.execution, mixtral.system, {"schedule": ("zb-h3",)})
+        build_space(mixtral.model, mixtral.execution, mixtral.system, {SCHEDULE: ("zb-h3",)})
 
 
 def test_step_floor_never_exceeds_the_projected_step(mixtral):
     """The floor the branch and bound uses for costly schedules is a true lower bound of ``evaluate``'s step."""
-    space = build_space(mixtral.model, mixtral.execution, mixtral.system, {**PINS, "schedule": ALL})
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, {**PINS, SCHEDULE: ALL})
     rng = random.Random(3)
     seen: set[str] = set()
     for _ in range(400):
@@ -58,7 +75,7 @@ def test_step_floor_never_exceeds_the_projected_step(mixtral):
 
 def test_branch_and_bound_with_costly_schedules_finds_the_plain_optimum(mixtral):
     space = build_space(mixtral.model, mixtral.execution, mixtral.system,
-                        {**PINS, "schedule": ("interleaved", "1f1b", "v-half", "dualpipev")})
+                        {**PINS, SCHEDULE: ("interleaved", "1f1b", "v-half", "dualpipev")})
     oracle = projection_oracle(space.model, space.system, None)
     results = {}
     for bound in (False, True):
@@ -71,16 +88,16 @@ def test_branch_and_bound_with_costly_schedules_finds_the_plain_optimum(mixtral)
 
 
 def test_rewrite_writes_primus_zero_bubble_keys_and_refuses_what_ifs(mixtral):
-    space = build_space(mixtral.model, mixtral.execution, mixtral.system, {"schedule": ALL})
-    config = {**space.config_of(mixtral.execution), "pp": 4, "vpp": 2, "schedule": "v-min", "split": "default"}
+    space = build_space(mixtral.model, mixtral.execution, mixtral.system, {SCHEDULE: ALL})
+    config = {**space.config_of(mixtral.execution), PP: 4, VPP: 2, SCHEDULE: "v-min", SPLIT: "default"}
     changes = execution_changes(mixtral, space.to_execution(config))
     assert changes["patch_zero_bubble"] is True and changes["zero_bubble_v_schedule"] is True
     assert changes["zero_bubble_v_schedule_mem_setup"] == "min"
     assert changes.get("num_virtual_stages_per_pipeline_rank") is None  # Primus sets VPP = 2 for a V itself
-    zb2 = execution_changes(mixtral, space.to_execution({**config, "vpp": 1, "schedule": "zb-h2"}))
+    zb2 = execution_changes(mixtral, space.to_execution({**config, VPP: 1, SCHEDULE: "zb-h2"}))
     assert zb2["zero_bubble_max_pending_backward"] == 8 and "zero_bubble_v_schedule" not in zb2
     with pytest.raises(RecipeError, match="what-if"):
-        execution_changes(mixtral, space.to_execution({**config, "vpp": 1, "schedule": "dualpipe"}))
+        execution_changes(mixtral, space.to_execution({**config, VPP: 1, SCHEDULE: "dualpipe"}))
 
 
 def test_a_megatron_lm_recipe_gets_no_zero_bubble_keys(tmp_path: Path):
@@ -91,9 +108,9 @@ def test_a_megatron_lm_recipe_gets_no_zero_bubble_keys(tmp_path: Path):
                     "seq_length: 4096\nmicro_batch_size: 1\nglobal_batch_size: 64\nbf16: true\nswiglu: true\n"
                     "vocab_size: 32000\npipeline_model_parallel_size: 2\n")
     recipe = load_recipe(flat, cluster="h100", nodes=1)
-    space = build_space(recipe.model, recipe.execution, recipe.system, {"schedule": ALL})
-    assert space.domain("schedule", {"tp": 1, "etp": None, "pp": 2, "vpp": 2})[0] == "interleaved"
-    config = {**space.config_of(recipe.execution), "schedule": "zb-h1"}
+    space = build_space(recipe.model, recipe.execution, recipe.system, {SCHEDULE: ALL})
+    assert space.domain(SCHEDULE, {TP: 1, ETP: None, PP: 2, VPP: 2})[0] == "interleaved"
+    config = {**space.config_of(recipe.execution), SCHEDULE: "zb-h1"}
     with pytest.raises(RecipeError, match="only under Primus"):
         execution_changes(recipe, space.to_execution(config))
 
@@ -109,10 +126,10 @@ def test_primus_zero_bubble_rules(mixtral):
     paths = {p.path for p in check(mixtral.model, v, mixtral.system)}
     assert {"overlap_grad_reduce", "overlap_param_gather", "decoder_first_pipeline_num_layers"} <= paths
     space = build_space(mixtral.model, mixtral.execution, mixtral.system, schedules=PRIMUS_SCHEDULES)
-    prefix = {"tp": 1, "etp": 1, "pp": 4, "vpp": 2, "schedule": "v-half", "sharding": "distopt"}
-    assert space.domain("dp_overlap", prefix) == ("none",)
-    assert space.domain("split", prefix) == ("default",)
-    assert "grad+param" in space.domain("dp_overlap", {**prefix, "schedule": "interleaved"})
+    prefix = {TP: 1, ETP: 1, PP: 4, VPP: 2, SCHEDULE: "v-half", SHARDING: "distopt"}
+    assert space.domain(DP_OVERLAP, prefix) == ("none",)
+    assert space.domain(SPLIT, prefix) == ("default",)
+    assert "grad+param" in space.domain(DP_OVERLAP, {**prefix, SCHEDULE: "interleaved"})
 
 
 def test_rewrite_zero_bubble_spellings(mixtral):
@@ -163,15 +180,15 @@ def test_deepseek_schedules_get_splits_of_their_own_stage_count(deepseek, name, 
     the schedule's stage count (and, for DualPipe, Megatron's uneven first / last stages), every candidate legal."""
     from primus_ext.model.stages import layout_problems, parse_layout
 
-    space = build_space(deepseek.model, deepseek.execution, deepseek.system, {"pp": (8,), "tp": (1,), "cp": (1,)},
+    space = build_space(deepseek.model, deepseek.execution, deepseek.system, {PP: (8,), TP: (1,), CP: (1,)},
                         schedules=(name,))
-    partial = {"tp": 1, "etp": 1, "pp": 8, "vpp": 1, "schedule": name}
-    splits = space.domain("split", partial)
+    partial = {TP: 1, ETP: 1, PP: 8, VPP: 1, SCHEDULE: name}
+    splits = space.domain(SPLIT, partial)
     assert splits[0] == "default"
     for split in splits:
-        e = space.to_execution({**partial, "split": split, "cp": 1, "ep": 8, "mbs": 1, "recompute": "none",
-                                "sharding": "distopt", "precision": "bf16", "tp_comm_overlap": False,
-                                "ep_overlap": False, "dp_overlap": "grad+param"})
+        e = space.to_execution({**partial, SPLIT: split, CP: 1, EP: 8, MBS: 1, RECOMPUTE: "none",
+                                SHARDING: "distopt", PRECISION: "bf16", TP_OVERLAP: False,
+                                EP_OVERLAP: False, DP_OVERLAP: "grad+param"})
         assert e.pipeline_schedule == name and not layout_problems(deepseek.model, e), split
         if e.pipeline_model_parallel_layout:
             assert len(parse_layout(e.pipeline_model_parallel_layout)) == stages
@@ -184,7 +201,7 @@ def test_a_refusal_names_the_rules_that_excluded_the_candidates(deepseek):
     assert rule_of([Problem(path="num_layers", message="61 layers not divisible by PP*VPP=16*1")]) == \
         rule_of([Problem(path="num_layers", message="61 layers not divisible by PP*VPP=8*2")]) == \
         "num_layers: N layers not divisible by PP*VPP=N*N"
-    space = build_space(deepseek.model, deepseek.execution, deepseek.system, {"schedule": ("dualpipe",), "tp": (1,)},
+    space = build_space(deepseek.model, deepseek.execution, deepseek.system, {SCHEDULE: ("dualpipe",), TP: (1,)},
                         schedules=("dualpipe",))
     ctx = SearchContext(space=space, oracle=projection_oracle(deepseek.model, deepseek.system, None),
                         prefilter=MemoryFilter(deepseek.model, deepseek.system), budget=10**9, detail=False)

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from primus_ext.cli import main
+from primus_ext.tune.axes import CP, EP, MBS, PP, TP, VPP
 
 SMALL_MOE = {
     "num_layers": 8, "hidden_size": 1024, "ffn_hidden_size": 4096, "num_attention_heads": 16,
@@ -26,8 +27,8 @@ SMALL_MOE = {
     "moe_ffn_hidden_size": 1024, "moe_grouped_gemm": True, "moe_token_dispatcher_type": "alltoall",
     "expert_model_parallel_size": 2, "use_distributed_optimizer": True,
 }
-AXIS_VALUES = {"tp": [1, 2, 3, 4, 8], "pp": [1, 2, 4, 7, 8], "ep": [1, 2, 3, 4, 8], "cp": [1, 2], "mbs": [1, 2, 3, 64],
-               "vpp": [1, 2, 4]}
+AXIS_VALUES = {TP: [1, 2, 3, 4, 8], PP: [1, 2, 4, 7, 8], EP: [1, 2, 3, 4, 8], CP: [1, 2], MBS: [1, 2, 3, 64],
+               VPP: [1, 2, 4]}
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 
 from primus_ext.errors import RecipeError
 from primus_ext.recipe.checks import check
+from primus_ext.tune.axes import CP, DP_OVERLAP, EP, ETP, MBS, PP, RECOMPUTE, SHARDING, TP, TP_OVERLAP
 from primus_ext.tune.config_keys import config_key
 from primus_ext.tune.space import AXIS_ORDER, build_space, parse_pins
 
@@ -27,19 +28,19 @@ def test_every_candidate_value_respects_world_divisibility(tiny):
     assert len(configs) == space.size() > 50
     assert len({config_key(c) for c in configs}) == len(configs)
     for c in configs:
-        assert system.world_size % (c["tp"] * c["pp"] * c["cp"]) == 0
+        assert system.world_size % (c[TP] * c[PP] * c[CP]) == 0
         assert list(c) == list(AXIS_ORDER)
 
 
 def test_pins_limit_axes_and_reject_empty_spaces(tiny):
     model, execution, system = tiny
     space = build_space(model, execution, system, parse_pins(["tp=1,2", "recompute=none,block25,full"]))
-    values = {(c["tp"], c["recompute"]) for c in space.iter_configs()}
+    values = {(c[TP], c[RECOMPUTE]) for c in space.iter_configs()}
     assert {t for t, _ in values} == {1, 2}
     assert {r for _, r in values} <= {"none", "block25", "full"} and "block25" in {r for _, r in values}
-    assert space.membership({**next(space.iter_configs()), "tp": 4})[0].path == "tp"
+    assert space.membership({**next(space.iter_configs()), TP: 4})[0].path == TP
     with pytest.raises(RecipeError):
-        build_space(model, execution, system, {"tp": (3,)})
+        build_space(model, execution, system, {TP: (3,)})
     with pytest.raises(RecipeError):
         parse_pins(["tensor_parallel=2"])
 
@@ -53,14 +54,14 @@ def test_neighbours_change_one_axis_and_stay_in_space(mixtral):
         later = AXIS_ORDER[AXIS_ORDER.index(axis) + 1:]
         assert all(config[k] == base[k] for k in AXIS_ORDER if k != axis and k not in later)
         seen.add(axis)
-    assert {"tp", "pp", "ep", "mbs", "recompute", "sharding"} <= seen
+    assert {TP, PP, EP, MBS, RECOMPUTE, SHARDING} <= seen
 
 
 def test_illegal_candidates_are_left_to_check(tiny):
     """The space proposes TP=8 although 12 heads forbid it: legality is check()'s job."""
     model, execution, system = tiny
     space = build_space(model, execution, system)
-    config = next(c for c in space.iter_configs() if c["tp"] == 8)
+    config = next(c for c in space.iter_configs() if c[TP] == 8)
     assert any(p.path == "num_attention_heads" for p in check(model, space.to_execution(config), system))
 
 
@@ -82,15 +83,15 @@ def test_memoised_domains_and_fast_execution_equal_the_plain_computation(deepsee
         reference = dataclasses.replace(e, **{f.name: getattr(e, f.name) for f in dataclasses.fields(e)})
         assert fast == reference and hash(fast) == hash(reference)
         assert dataclasses.asdict(fast) == dataclasses.asdict(reference)
-    space.domain("tp_comm_overlap", {"tp": 2})
-    assert space.domain("tp_comm_overlap", {"tp": 2.0}) == plain._domain("tp_comm_overlap", {"tp": 2.0})
+    space.domain(TP_OVERLAP, {TP: 2})
+    assert space.domain(TP_OVERLAP, {TP: 2.0}) == plain._domain(TP_OVERLAP, {TP: 2.0})
     for tp in (1, True, 1.0):  # a value is keyed with its type (True == 1, but not for a proposal)
-        assert space.domain("etp", {"tp": tp}) == plain._domain("etp", {"tp": tp})
-        assert [type(v) for v in space.domain("etp", {"tp": tp})] == [type(v) for v in plain._domain("etp", {"tp": tp})]
+        assert space.domain(ETP, {TP: tp}) == plain._domain(ETP, {TP: tp})
+        assert [type(v) for v in space.domain(ETP, {TP: tp})] == [type(v) for v in plain._domain(ETP, {TP: tp})]
 
 
 def test_config_key_is_sorted_compact_json():
-    for config in ({"tp": 2, "etp": None, "tp_comm_overlap": True, "recompute": "block50", "dp_overlap": "grad+param"},
+    for config in ({TP: 2, ETP: None, TP_OVERLAP: True, RECOMPUTE: "block50", DP_OVERLAP: "grad+param"},
                    {"b": False, "a": 'quote"d', "c": 1.5}, {"é": [1, 2]}, {}):
         assert config_key(config) == json.dumps(config, sort_keys=True, separators=(",", ":"))
 
@@ -106,14 +107,14 @@ def test_torch_fsdp2_recipe_keeps_legal_fsdp_candidates(tiny):
                                 launch=dataclasses.replace(execution.launch, framework="primus", env_patches=True,
                                                           gradient_accumulation_fusion=False))
     assert check(model, fsdp2, system) == []
-    for pins in ({}, {"sharding": ("fsdp",)}):
+    for pins in ({}, {SHARDING: ("fsdp",)}):
         space = build_space(model, fsdp2, system, pins)
         config = space.config_of(fsdp2)
-        assert config["sharding"] == "fsdp" and config["dp_overlap"] == "grad"
+        assert config[SHARDING] == "fsdp" and config[DP_OVERLAP] == "grad"
         assert space.membership(config) == [] and space.to_execution(config) == fsdp2
-        fsdp = [c for c in space.iter_configs() if c["sharding"] == "fsdp"]
-        assert {c["dp_overlap"] for c in fsdp} == {"grad"}
+        fsdp = [c for c in space.iter_configs() if c[SHARDING] == "fsdp"]
+        assert {c[DP_OVERLAP] for c in fsdp} == {"grad"}
         legal = [c for c in fsdp if not check(model, space.to_execution(c), system)]
         assert legal and all(space.to_execution(c).fsdp == "torch_fsdp2" for c in legal)
-    pinned = build_space(model, fsdp2, system, {"sharding": ("fsdp",), "dp_overlap": ("none", "grad", "grad+param")})
-    assert {c["dp_overlap"] for c in pinned.iter_configs()} == {"none", "grad"}
+    pinned = build_space(model, fsdp2, system, {SHARDING: ("fsdp",), DP_OVERLAP: ("none", "grad", "grad+param")})
+    assert {c[DP_OVERLAP] for c in pinned.iter_configs()} == {"none", "grad"}

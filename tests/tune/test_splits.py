@@ -9,6 +9,7 @@ from primus_ext.model.stages import LAYOUT_FIELDS, layout_problems
 from primus_ext.recipe import load_recipe
 from primus_ext.specs import ExecutionSpec
 from primus_ext.tune.agent import SearchContext
+from primus_ext.tune.axes import CP, DP_OVERLAP, MBS, PP, PRECISION, RECOMPUTE, SHARDING, SPLIT, TP, TP_OVERLAP, VPP
 from primus_ext.tune.oracle import projection_oracle
 from primus_ext.tune.prefilter import MemoryFilter
 from primus_ext.tune.run import tune
@@ -16,8 +17,8 @@ from primus_ext.tune.space import build_space
 from primus_ext.tune.splits import DEFAULT, MAX_FEWER, MAX_UNEVEN, head_layers, split_fields, stage_loads
 
 LLAMA8B = "recipes/llama3.1_8B-pretrain.yaml"
-FIXED = {"tp": (1,), "pp": (4,), "vpp": (1,), "cp": (1,), "mbs": (1,), "recompute": ("full",),
-         "sharding": ("distopt",), "precision": ("bf16",), "dp_overlap": ("grad+param",), "tp_comm_overlap": (False,)}
+FIXED = {TP: (1,), PP: (4,), VPP: (1,), CP: (1,), MBS: (1,), RECOMPUTE: ("full",),
+         SHARDING: ("distopt",), PRECISION: ("bf16",), DP_OVERLAP: ("grad+param",), TP_OVERLAP: (False,)}
 """Every axis but ``split`` pinned: a dense 8B at PP4 on one H100 node (32 layers, 8 per stage, the last
 stage also runs the 128k-vocabulary output layer, ~2 layers' worth)."""
 
@@ -39,21 +40,21 @@ def test_tuner_picks_a_legal_uneven_split_faster_than_the_even_one(llama8b, kind
     pins = dict(FIXED)
     if kinds == "first/last":
         space = build_space(llama8b.model, llama8b.execution, llama8b.system, FIXED)
-        firsts = [s for s in space.domain("split", {"pp": 4, "vpp": 1}) if s.startswith(("first", "last"))]
+        firsts = [s for s in space.domain(SPLIT, {PP: 4, VPP: 1}) if s.startswith(("first", "last"))]
         assert firsts, "the 8B at PP4 has legal uneven first/last candidates"
-        pins["split"] = (DEFAULT, *firsts)
+        pins[SPLIT] = (DEFAULT, *firsts)
     space, result = _search(llama8b, pins)
     best = result.best
-    assert best.config["split"] != DEFAULT
-    assert kinds == "any" or best.config["split"].startswith(("first", "last"))
+    assert best.config[SPLIT] != DEFAULT
+    assert kinds == "any" or best.config[SPLIT].startswith(("first", "last"))
     # the even split, projected here: branch and bound may skip it (its bound cannot beat the best)
-    even = space.to_execution({**best.config, "split": DEFAULT})
+    even = space.to_execution({**best.config, SPLIT: DEFAULT})
     even_score = projection_oracle(llama8b.model, llama8b.system, None)(even)
     assert best.tokens_per_s_per_gpu > even_score.tokens_per_s_per_gpu
     execution = space.to_execution(best.config)
     assert layout_problems(llama8b.model, execution) == []
     assert any(getattr(execution, f) != getattr(even, f) for f in LAYOUT_FIELDS)
-    assert space.config_of(execution)["split"] == best.config["split"]  # round trip
+    assert space.config_of(execution)[SPLIT] == best.config[SPLIT]  # round trip
 
 
 @pytest.mark.parametrize("path, cluster, nodes", [
@@ -68,8 +69,8 @@ def test_space_holds_only_legal_uneven_candidates_that_unload_the_busiest_stage(
     head = head_layers(model, recipe.execution.seq_length)
     seen_uneven = 0
     for structural in space.iter_configs(structural_only=True):
-        pp, vpp, split = structural["pp"], structural["vpp"], structural["split"]
-        domain = space.domain("split", structural)
+        pp, vpp, split = structural[PP], structural[VPP], structural[SPLIT]
+        domain = space.domain(SPLIT, structural)
         assert domain[0] == DEFAULT and len(domain) <= 1 + MAX_UNEVEN and (pp > 1 or domain == (DEFAULT,))
         if split == DEFAULT:
             continue

@@ -22,6 +22,7 @@ from typing import Any
 from primus_ext.errors import Problem, RecipeError
 from primus_ext.results import dumps
 from primus_ext.specs import ExecutionSpec
+from primus_ext.tune.axes import label
 
 DEFAULT_ITERS = 20
 """Iterations of a short run: the log reader drops the first two as warm-up (``primus_ext.logs.stats``), 18 remain."""
@@ -39,7 +40,7 @@ class Candidate:
 
     index: int
     config: Mapping[str, Any]
-    """The search's axes (``tp``, ``pp``, ``mbs``, ...)."""
+    """The search's axes by name (``tensor_model_parallel_size``, ...: ``primus_ext.tune.axes``)."""
     execution: ExecutionSpec
     step_time_s: float
     """Projected step time of the target run."""
@@ -52,7 +53,7 @@ class Candidate:
     def summary(self) -> str:
         """The configuration in one line: ``tp=2 pp=1 vpp=1 ... mbs=2 recompute=none``."""
         shown = {True: "on", False: "off"}
-        return " ".join(f"{k}={shown.get(v, v) if isinstance(v, bool) else v}" for k, v in self.config.items()
+        return " ".join(f"{label(k)}={shown.get(v, v) if isinstance(v, bool) else v}" for k, v in self.config.items()
                         if v is not None)
 
 

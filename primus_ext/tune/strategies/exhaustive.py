@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from primus_ext.errors import RecipeError
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.recipe.checks import check
+from primus_ext.tune.axes import DP_OVERLAP, EP, EP_OVERLAP, MBS, PRECISION, RECOMPUTE, SCHEDULE, SHARDING, TP_OVERLAP
 from primus_ext.tune.legality import STRUCTURAL_PATHS, is_structural
 from primus_ext.tune.space import AXIS_ORDER, DOMAIN_DEPENDS, STRUCTURAL_AXES, Config, Space
 
@@ -32,18 +33,18 @@ if TYPE_CHECKING:
     from primus_ext.tune.strategies import StrategyOptions
 
 MEMORY_MIN: dict[str, tuple[Any, ...]] = {
-    "mbs": (),  # smallest
-    "recompute": ("full", "block75", "block50", "block25", "selective", "none"),
-    "sharding": ("fsdp", "distopt", "ddp"),
-    "tp_comm_overlap": (False, True),
-    "ep_overlap": (False, True),
-    "dp_overlap": ("none", "grad", "grad+param"),
+    MBS: (),  # smallest
+    RECOMPUTE: ("full", "block75", "block50", "block25", "selective", "none"),
+    SHARDING: ("fsdp", "distopt", "ddp"),
+    TP_OVERLAP: (False, True),
+    EP_OVERLAP: (False, True),
+    DP_OVERLAP: ("none", "grad", "grad+param"),
 }
 """Per non-structural axis, its values from least to most memory (``()`` = smallest number first).
 Precision is not ordered (FP8 keeps extra weight copies but may save activations): every value is
 tried."""
-PRUNE_AFTER = ("ep", "mbs", "recompute", "sharding", "precision")
-BOUND_AFTER = "mbs"
+PRUNE_AFTER = (EP, MBS, RECOMPUTE, SHARDING, PRECISION)
+BOUND_AFTER = MBS
 """Branch and bound works on prefixes up to this axis (see ``_upper_bound``)."""
 BATCH_AFTER = 2000
 """Projections made one by one before the leaves go to the oracle in batches (``oracle.many``): the batch
@@ -79,7 +80,7 @@ def _min_completions(space: Space, partial: Config, start: int,
         return [{**partial, **suffix} for suffix in memo[key]]
     out = [dict(partial)]
     for name in AXIS_ORDER[start:]:
-        if name == "precision":
+        if name == PRECISION:
             out = [{**c, name: v} for c in out for v in space.domain(name, c)]
         else:  # an axis with no value left for a prefix (a pin, a domain the prefix empties): no completion
             out = [{**c, name: _least_memory(name, domain)} for c in out if (domain := space.domain(name, c))]
@@ -261,9 +262,9 @@ def _upper_bound(ctx: SearchContext, space: Space, prefix: Config, depth: int) -
     config = dict(prefix)
     for name in AXIS_ORDER[depth:]:
         allowed = space.domain(name, config)
-        config[name] = min(allowed, key=lambda v: LEAST_COMPUTE.index(v)) if name == "recompute" else allowed[0]
+        config[name] = min(allowed, key=lambda v: LEAST_COMPUTE.index(v)) if name == RECOMPUTE else allowed[0]
     floor = getattr(ctx.oracle, "step_floor", None)
-    if floor is not None and get_schedule(config.get("schedule") or "1f1b").batch_kernel is None:
+    if floor is not None and get_schedule(config.get(SCHEDULE) or "1f1b").batch_kernel is None:
         return _floor_bound(ctx, space, config, depth, floor)
     if floor is not None:
         return _compute_bound(ctx, space, config, floor)
@@ -311,7 +312,7 @@ def _floor_rate(ctx: SearchContext, space: Space, config: Config, price: Any,
     return execution.global_batch_size * execution.seq_length / (execution.world_size * seconds)
 
 
-FLOOR_AXES = ("sharding", "precision", "tp_comm_overlap", "ep_overlap")
+FLOOR_AXES = (SHARDING, PRECISION, TP_OVERLAP, EP_OVERLAP)
 """The axes after the micro-batch that change a pass's time (and so the step floor): every value is tried."""
 
 

@@ -5,7 +5,10 @@ best trials so far with their projection breakdowns (what communication is expos
 pipeline bubble is, the memory headroom), the memory verdicts of rejected ones and the reasons the
 previous round's proposals were illegal. It must reply with JSON only::
 
-    {"rationale": "...", "configs": [{"tp": 2, "pp": 4, ...}, ...]}
+    {"rationale": "...", "configs": [{"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 4, ...}, ...]}
+
+The prompt names the axes by their recipe names, each meaning starting with its short label (``tp``, ...); a reply
+may use either (``legality.normalise`` translates the labels, ``axes.canonical``).
 
 Security: the reply is data. It is parsed with ``json.loads`` and read field by field against a fixed
 schema; every configuration goes through ``legality.normalise`` (known axes, scalar candidate values)
@@ -36,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.tune.axes import EP, PP, TP
 from primus_ext.tune.legality import normalise
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
 
@@ -214,7 +218,7 @@ def parse_reply(text: str, space: Space, max_configs: int) -> tuple[str, list[Co
 
 
 def _compact(config: Config, space: Space) -> dict[str, Any]:
-    return {k: config[k] for k in AXIS_ORDER if len(space.domain(k, config)) > 1 or k in ("tp", "pp", "ep")}
+    return {k: config[k] for k in AXIS_ORDER if len(space.domain(k, config)) > 1 or k in (TP, PP, EP)}
 
 
 def _trial_line(trial: Trial, space: Space) -> dict[str, Any]:

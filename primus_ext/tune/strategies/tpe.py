@@ -32,6 +32,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.tune.axes import (
+    CP,
+    DP_OVERLAP,
+    EP,
+    EP_OVERLAP,
+    ETP,
+    MBS,
+    PP,
+    RECOMPUTE,
+    SHARDING,
+    TP,
+    TP_OVERLAP,
+    VPP,
+    label,
+)
 from primus_ext.tune.legality import problems_of
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
 from primus_ext.tune.strategies.exhaustive import LEAST_COMPUTE
@@ -51,14 +66,14 @@ out-of-space configurations once it concentrates; every optuna sample costs O(tr
 POLISH_RESERVE = 8
 """Projections kept for the inner-axes polish of the best configuration (recompute choices, the
 three overlap flags: at most ~6 one-axis changes)."""
-COUPLED = (("tp", "pp"), ("pp", "vpp"), ("pp", "mbs"), ("tp", "ep"), ("ep", "etp"), ("tp", "mbs"), ("cp", "mbs"),
-           ("pp", "ep"), ("mbs", "recompute"), ("sharding", "recompute"))
+COUPLED = ((TP, PP), (PP, VPP), (PP, MBS), (TP, EP), (EP, ETP), (TP, MBS), (CP, MBS),
+           (PP, EP), (MBS, RECOMPUTE), (SHARDING, RECOMPUTE))
 """Axis pairs that trade against each other (memory, bubble, communication): TP and CP split the
 activations that MBS multiplies, PP and EP both shard the experts, PP*VPP sets the chunk count. The
 local searches try changing both at once (the outer search uses the pairs of outer axes)."""
 
 
-INNER = ("recompute", "tp_comm_overlap", "ep_overlap", "dp_overlap")
+INNER = (RECOMPUTE, TP_OVERLAP, EP_OVERLAP, DP_OVERLAP)
 """Axes TPE does not sample: ``_greedy_inner`` sets them for each outer choice (the local search then
 explores them one by one)."""
 OUTER = tuple(name for name in AXIS_ORDER if name not in INNER)
@@ -71,8 +86,8 @@ def _least_recompute(ctx: SearchContext, config: Config) -> Config:
     frees or takes memory (TP, PP, EP, MBS, sharding) is tried with the recompute it allows."""
     space: Space = ctx.space
     for choice in LEAST_COMPUTE:
-        candidate = space.repair({**config, "recompute": choice})
-        if candidate is None or candidate["recompute"] != choice or problems_of(space, candidate):
+        candidate = space.repair({**config, RECOMPUTE: choice})
+        if candidate is None or candidate[RECOMPUTE] != choice or problems_of(space, candidate):
             continue
         try:
             if ctx.prefilter.fits(space.to_execution(candidate)):
@@ -90,10 +105,10 @@ def _greedy_inner(ctx: SearchContext, config: Config) -> Config:
         on: Config = {}
         for name in AXIS_ORDER:
             allowed = space.domain(name, on)
-            if name in ("tp_comm_overlap", "ep_overlap"):
-                want = ep_overlap if name == "ep_overlap" else True
+            if name in (TP_OVERLAP, EP_OVERLAP):
+                want = ep_overlap if name == EP_OVERLAP else True
                 on[name] = want if want in allowed else allowed[0]
-            elif name == "dp_overlap":
+            elif name == DP_OVERLAP:
                 on[name] = allowed[-1]
             else:
                 on[name] = config[name] if config[name] in allowed else allowed[0]
@@ -108,7 +123,7 @@ def _moves(ctx: SearchContext, config: Config, pairs: bool) -> Any:
     if not pairs:
         for axis, _, moved in space.neighbours(config):
             yield moved
-            if axis != "recompute":
+            if axis != RECOMPUTE:
                 fitted = _least_recompute(ctx, moved)
                 if fitted != moved:
                     yield fitted
@@ -160,7 +175,8 @@ class _OuterSearch:
 
     def __init__(self, ctx: SearchContext, study: Any, distributions: dict[str, Any]) -> None:
         self.ctx, self.space, self.study, self.distributions = ctx, ctx.space, study, distributions
-        self.fixed = {axis.name: axis.universe[0] for axis in self.space.axes() if axis.name not in distributions}
+        self.fixed = {axis.name: axis.universe[0] for axis in self.space.axes()
+                      if label(axis.name) not in distributions}
         self.values: dict[tuple[Any, ...], float] = {}
         """Outer layout -> best tok/s/GPU projected with it."""
         self.completions: dict[tuple[Any, ...], Config | None] = {}
@@ -230,7 +246,7 @@ class _OuterSearch:
         if key in self.told:
             return
         self.told.add(key)
-        params = {n: v for n, v in zip(OUTER, key, strict=True) if n in self.distributions}
+        params = {label(n): v for n, v in zip(OUTER, key, strict=True) if label(n) in self.distributions}
         if all(v in self.distributions[n].choices for n, v in params.items()):
             self.study.add_trial(optuna.trial.create_trial(params=params, distributions=self.distributions,
                                                            value=value))
@@ -254,7 +270,7 @@ class _OuterSearch:
             if self.ctx.spent >= stop_at:
                 return
             asked = self.study.ask(self.distributions)
-            key = tuple(asked.params[n] if n in asked.params else self.fixed[n] for n in OUTER)
+            key = tuple(asked.params[label(n)] if label(n) in asked.params else self.fixed[n] for n in OUTER)
             if key in self.skipped and not skip_full:  # told 0 unprojected in the first phase: project it now
                 del self.skipped[key]
                 self.study.tell(asked, self.evaluate(key) or 0.0)
@@ -267,7 +283,7 @@ class _OuterSearch:
                 continue
             self.told.add(key)  # told below, through ``asked``
             config = self.complete(key)  # None when nothing fits: 0
-            skip = skip_full and config is not None and config["recompute"] == LEAST_COMPUTE[-1]
+            skip = skip_full and config is not None and config[RECOMPUTE] == LEAST_COMPUTE[-1]
             if skip:
                 self.skipped[key] = None
             value = None if skip else self.evaluate(key)
@@ -335,7 +351,7 @@ class _OuterSearch:
 
     def _recompute_level(self, key: tuple[Any, ...]) -> int:
         config = self.complete(key)
-        return LEAST_COMPUTE.index(config["recompute"]) if config is not None else 0
+        return LEAST_COMPUTE.index(config[RECOMPUTE]) if config is not None else 0
 
     def polish(self) -> None:
         """First-improvement one-axis changes of the best configuration's inner axes."""
@@ -365,7 +381,9 @@ def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space: Space = ctx.space
-    distributions = {axis.name: CategoricalDistribution(list(axis.universe)) for axis in space.axes()
+    # optuna's parameters are named by the axes' short labels: its multivariate TPE orders them by name, so the
+    # labels keep a seed's samples those it drew before the axes took the recipe's names
+    distributions = {label(axis.name): CategoricalDistribution(list(axis.universe)) for axis in space.axes()
                      if axis.name in OUTER and len(axis.universe) > 1}
     with warnings.catch_warnings():  # multivariate is marked experimental by optuna
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
