@@ -52,13 +52,17 @@ def test_train_calibrate_then_project_same_and_nearby(tmp_path: Path, capsys):
         assert main(["bench", str(recipe), *extra, *TARGET, "--device", "cpu", "--out", str(store)]) == 0
     capsys.readouterr()
     out = tmp_path / "calibration.json"
+    # --force: the training run and the bench ran at different moments of a shared machine, whose load changes the
+    # ratio of their wall times (a kernel factor of 0.2 was seen on a busy machine); what this test checks is the
+    # record's arithmetic through project, whatever the factor (the plausibility refusal: tests/calibration/
+    # test_guards.py)
     assert main(["calibrate", str(recipe), str(log), *TARGET, "--compute", "store", "--store", str(store), "--json",
-                 str(out)]) == 0
+                 str(out), "--force"]) == 0
     doc = json.loads(out.read_text())
     [run] = doc["runs"]
     measured, spread = run["measured"]["step_s"], doc["record"]["correction"]["spread"]
     k = doc["record"]["correction"]["kernel_factor"]
-    assert run["iterations_used"] >= 3 and measured > 0 and 0.2 <= k <= 20
+    assert run["iterations_used"] >= 3 and measured > 0 and k > 0
     assert doc["stored_in"] == str(store)
 
     # (a) the same recipe: the logged step, within the record's band
