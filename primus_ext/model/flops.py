@@ -124,9 +124,4 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: i
     return per_token * seq_length * global_batch_size
 
 
-__all__ = [
-    "FlopsBreakdown",
-    "flops_breakdown",
-    "model_flops_per_step",
-    "model_flops_per_token",
-]
+__all__ = ["FlopsBreakdown", "flops_breakdown", "model_flops_per_step", "model_flops_per_token"]
