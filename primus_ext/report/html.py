@@ -215,7 +215,6 @@ def _imbalance_html(p: Any) -> str:
     return f'<p class="warn"><b>{html.escape(spread.message)}</b></p>'
 
 
-
 def _baseline_html(p: Any, baseline: tuple[str, Any] | None) -> str:
     if baseline is None:
         return ""

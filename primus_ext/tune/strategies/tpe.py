@@ -152,8 +152,6 @@ def local_search(ctx: SearchContext, origin: str, on_trial: Callable[[Trial], No
     return True
 
 
-
-
 def _ordered(values: tuple[Any, ...]) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
