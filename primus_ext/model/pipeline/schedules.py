@@ -289,7 +289,5 @@ def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0)
     return tuple(tuple(chunk for _ in range(vpp)) for _ in range(pp))
 
 
-__all__ = [
-    "ChunkTimes", "Event", "ScheduleResult", "interleaving_problem", "rank_order", "schedule_table", "simulate",
-    "uniform_times", "unpaired_counts", "unpaired_ops", "unpaired_passes", "unpaired_seconds",
-]
+__all__ = ["ChunkTimes", "Event", "ScheduleResult", "interleaving_problem", "rank_order", "schedule_table", "simulate",
+           "uniform_times", "unpaired_counts", "unpaired_ops", "unpaired_passes", "unpaired_seconds"]
