@@ -22,22 +22,6 @@ from primus_ext.calibration.correction import Correction, CorrectionError, StepP
 from primus_ext.calibration.record import CalibrationRecord, RunFigures, load_records, save_record
 from primus_ext.calibration.workload import Workload
 
-__all__ = [
-    "NEARBY_SPREAD",
-    "CalibrationRecord",
-    "Corrected",
-    "Correction",
-    "CorrectionError",
-    "RunFigures",
-    "StepParts",
-    "Workload",
-    "apply_record",
-    "apply_stored",
-    "calibrated_memory",
-    "correct",
-    "corrected_step_floor",
-    "find_record",
-    "fit_correction",
-    "load_records",
-    "save_record",
-]
+__all__ = ["NEARBY_SPREAD", "CalibrationRecord", "Corrected", "Correction", "CorrectionError", "RunFigures",
+           "StepParts", "Workload", "apply_record", "apply_stored", "calibrated_memory", "correct",
+           "corrected_step_floor", "find_record", "fit_correction", "load_records", "save_record"]

@@ -68,8 +68,6 @@ def input_problem(target: str | Path, label: str | None = None) -> Problem | Non
                        "a recipe on purpose, keeping a backup)")
 
 
-
-
 def note_journal(path: str | Path) -> None:
     """``path`` was read as a journal to continue it (``tune --resume``): ``open_journal`` may append to it."""
     with contextlib.suppress(OSError, ValueError):

@@ -212,15 +212,9 @@ class ParallelLayout:
 
 
 @contextlib.contextmanager
-def parallel_context(
-    layout: ParallelLayout | None = None,
-    *,
-    device: str | torch.device | None = None,
-    rank: int = 0,
-    master_port: int | None = None,
-    seed: int = 1234,
-    backend: str | None = None,
-) -> Iterator[torch.device]:
+def parallel_context(layout: ParallelLayout | None = None, *, device: str | torch.device | None = None, rank: int = 0,
+                     master_port: int | None = None, seed: int = 1234,
+                     backend: str | None = None) -> Iterator[torch.device]:
     """Initialise torch.distributed (gloo on CPU, nccl on GPU unless ``backend`` says otherwise) and
     megatron's parallel_state.
 

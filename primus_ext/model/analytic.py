@@ -125,12 +125,5 @@ class AnalyticCosts:
         return analytic_cost(shape, self.gpu)
 
 
-__all__ = [
-    "AnalyticCosts",
-    "analytic_cost",
-    "attention_seconds",
-    "device_seconds",
-    "fixed_overhead_s",
-    "layer_parts",
-    "op_sac_recompute_s",
-]
+__all__ = ["AnalyticCosts", "analytic_cost", "attention_seconds", "device_seconds", "fixed_overhead_s", "layer_parts",
+           "op_sac_recompute_s"]

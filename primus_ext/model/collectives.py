@@ -99,14 +99,8 @@ def _one(op: str, nbytes: float, group: GroupPlacement, system: SystemSpec, algo
     return latency + bandwidth
 
 
-def collective_time(
-    op: Op | str,
-    nbytes: float,
-    group: GroupPlacement,
-    system: SystemSpec,
-    *,
-    algorithm: Algorithm | str = "auto",
-) -> float:
+def collective_time(op: Op | str, nbytes: float, group: GroupPlacement, system: SystemSpec, *,
+                    algorithm: Algorithm | str = "auto") -> float:
     """Seconds for one collective of ``nbytes`` over ``group`` on ``system``.
 
     ``algorithm``: ``ring`` or ``tree`` (all-reduce only: 2*log2(n) latency steps instead of 2(n-1),

@@ -32,15 +32,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
 
+from primus_ext.model import macs
 from primus_ext.model.kinds.registry import get_kind, pattern_kinds
-from primus_ext.model.macs import (
-    FLOPS_PER_MAC,
-    attention_core_macs,
-    attention_linear_macs,
-    dense_mlp_macs,
-    logits_macs,
-    moe_mlp_macs,
-)
 from primus_ext.specs import ModelSpec
 
 PASSES_FWD_BWD = 3
@@ -75,22 +68,22 @@ def flops_breakdown(model: ModelSpec, seq_length: int, *, causal: bool = True,
     ``frozen_weights``: every weight is frozen (LoRA): the weight GEMMs count twice (forward, data-grad), the
     core attention, which has no weights, still three times; the adapters' own small GEMMs are not counted,
     as model FLOPs count the model's GEMMs only."""
-    scale = (FROZEN_WEIGHT_PASSES if frozen_weights else PASSES_FWD_BWD) * FLOPS_PER_MAC
-    core_scale = PASSES_FWD_BWD * FLOPS_PER_MAC
+    scale = (FROZEN_WEIGHT_PASSES if frozen_weights else PASSES_FWD_BWD) * macs.FLOPS_PER_MAC
+    core_scale = PASSES_FWD_BWD * macs.FLOPS_PER_MAC
     if model.hybrid_layer_pattern:
         return _hybrid_breakdown(model, seq_length, scale, core_scale, causal)
     n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
     mtp = model.mtp_num_layers
-    per_layer_attn = attention_linear_macs(model)
-    per_layer_core = attention_core_macs(model, seq_length, causal=causal)
-    moe = moe_mlp_macs(model) if model.is_moe else 0.0
-    mtp_mlp = moe if model.is_moe else dense_mlp_macs(model)
+    per_layer_attn = macs.attention_linear_macs(model)
+    per_layer_core = macs.attention_core_macs(model, seq_length, causal=causal)
+    moe = macs.moe_mlp_macs(model) if model.is_moe else 0.0
+    mtp_mlp = moe if model.is_moe else macs.dense_mlp_macs(model)
     mtp_extra = mtp * (2 * model.hidden_size * model.hidden_size)  # eh projection [emb; hidden] -> h
     return FlopsBreakdown(
         attention_linear=scale * per_layer_attn * (model.num_layers + mtp),
         attention_core=core_scale * per_layer_core * (model.num_layers + mtp),
-        mlp=scale * (n_dense * dense_mlp_macs(model) + n_moe * moe + mtp * mtp_mlp),
-        logits=scale * logits_macs(model) * (1 + mtp),
+        mlp=scale * (n_dense * macs.dense_mlp_macs(model) + n_moe * moe + mtp * mtp_mlp),
+        logits=scale * macs.logits_macs(model) * (1 + mtp),
         mtp_extra=scale * mtp_extra,
     )
 
@@ -100,14 +93,14 @@ def _hybrid_breakdown(model: ModelSpec, seq_length: int, scale: float, core_scal
     """A hybrid model: each layer symbol's kind gives its forward MACs per token (``Kind.model_macs``: attention on
     ``*``, a dense MLP on ``-``, an MoE block on ``E``, a Mamba-2 mixer on ``M``), times its count in the pattern."""
     parts = {f.name: 0 if f.default is MISSING else f.default for f in fields(FlopsBreakdown)}
-    parts["logits"] = scale * logits_macs(model)
+    parts["logits"] = scale * macs.logits_macs(model)
     for symbol, kind in pattern_kinds(model.hybrid_layer_pattern).items():
         count = model.hybrid_layer_pattern.count(symbol)
-        for part, macs in get_kind(kind).model_macs(model, seq_length, causal).items():
+        for part, part_macs in get_kind(kind).model_macs(model, seq_length, causal).items():
             if part not in parts:
                 raise ValueError(f"layer kind {kind}: model_macs part {part!r} is not a FlopsBreakdown field "
                                  f"({', '.join(parts)})")
-            parts[part] += (core_scale if part == "attention_core" else scale) * macs * count
+            parts[part] += (core_scale if part == "attention_core" else scale) * part_macs * count
     return FlopsBreakdown(**parts)
 
 
@@ -124,9 +117,4 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: i
     return per_token * seq_length * global_batch_size
 
 
-__all__ = [
-    "FlopsBreakdown",
-    "flops_breakdown",
-    "model_flops_per_step",
-    "model_flops_per_token",
-]
+__all__ = ["FlopsBreakdown", "flops_breakdown", "model_flops_per_step", "model_flops_per_token"]

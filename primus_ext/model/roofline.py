@@ -346,10 +346,4 @@ def dense_op_sac_gemms(shape: RankShape, gpu: GPUSpec) -> tuple[float, float, fl
             g(t, ffn, a.hidden_size) if a.gated else g(t, a.hidden_size, ffn))     # w3 (gated) / fc2
 
 
-__all__ = [
-    "attention_efficiency",
-    "gemm_efficiency",
-    "gemm_seconds",
-    "membound_seconds",
-    "softmax_sfu_factor",
-]
+__all__ = ["attention_efficiency", "gemm_efficiency", "gemm_seconds", "membound_seconds", "softmax_sfu_factor"]

@@ -267,19 +267,9 @@ def _fsdp(params: tuple[int, int], grads: tuple[int, int], ex: ExecutionSpec, pl
     return gather, gather + scatter
 
 
-def layer_comm(
-    shape: RankShape,
-    ex: ExecutionSpec,
-    pl: Placements,
-    system: SystemSpec,
-    *,
-    fwd_s: float,
-    bwd_s: float,
-    recompute_s: float = 0.0,
-    attn: tuple[float, float] = (0.0, 0.0),
-    params: tuple[int, int] = (0, 0),
-    trained: tuple[int, int] | None = None,
-) -> LayerComm:
+def layer_comm(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec, *, fwd_s: float, bwd_s: float,
+               recompute_s: float = 0.0, attn: tuple[float, float] = (0.0, 0.0), params: tuple[int, int] = (0, 0),
+               trained: tuple[int, int] | None = None) -> LayerComm:
     """Communication of one layer for one micro-batch, with what overlap leaves exposed.
 
     ``fwd_s``/``bwd_s``: the layer's forward / backward compute (what TP/EP/FSDP overlap can hide behind),

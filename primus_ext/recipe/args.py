@@ -16,51 +16,28 @@ from primus_ext.errors import Problem
 MEGATRON_DEFAULTS: dict[str, Any] = {
     # Argparse defaults of Megatron-LM (megatron/training/arguments.py), as mirrored by the Primus
     # presets language_model.yaml / trainer_base.yaml; used when a flat YAML leaves a key out.
-    "num_query_groups": None,
-    "group_query_attention": False,
-    "kv_channels": None,
-    "ffn_hidden_size": None,
-    "vocab_size": None,
-    "make_vocab_size_divisible_by": 128,
-    "max_position_embeddings": None,
-    "swiglu": False,
-    "squared_relu": False,
-    "quick_geglu": False,
-    "normalization": "LayerNorm",
-    "add_bias_linear": True,
-    "add_qkv_bias": False,
-    "qk_layernorm": False,
-    "untie_embeddings_and_output_weights": False,
-    "position_embedding_type": "learned_absolute",
-    "window_size": None,
-    "num_experts": None,
-    "moe_router_topk": 2,
-    "moe_ffn_hidden_size": None,
-    "moe_shared_expert_intermediate_size": None,
+    # shape: attention, MLP, embeddings
+    "num_query_groups": None, "group_query_attention": False, "kv_channels": None, "ffn_hidden_size": None,
+    "vocab_size": None, "make_vocab_size_divisible_by": 128, "max_position_embeddings": None, "swiglu": False,
+    "squared_relu": False, "quick_geglu": False, "normalization": "LayerNorm", "add_bias_linear": True,
+    "add_qkv_bias": False, "qk_layernorm": False, "untie_embeddings_and_output_weights": False,
+    "position_embedding_type": "learned_absolute", "window_size": None,
+    # MoE
+    "num_experts": None, "moe_router_topk": 2, "moe_ffn_hidden_size": None, "moe_shared_expert_intermediate_size": None,
     "moe_layer_freq": 1,
-    "multi_latent_attention": False,
-    "q_lora_rank": None,
-    "kv_lora_rank": 32,
-    "qk_head_dim": 128,
-    "qk_pos_emb_head_dim": 64,
-    "v_head_dim": 128,
-    "mtp_num_layers": None,
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "expert_model_parallel_size": 1,
-    "expert_tensor_parallel_size": None,
-    "sequence_parallel": False,
+    # MLA, MTP
+    "multi_latent_attention": False, "q_lora_rank": None, "kv_lora_rank": 32, "qk_head_dim": 128,
+    "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "mtp_num_layers": None,
+    # parallelism
+    "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
+    "expert_model_parallel_size": 1, "expert_tensor_parallel_size": None, "sequence_parallel": False,
     "cp_comm_type": "p2p",
-    "micro_batch_size": None,
-    "global_batch_size": None,
-    "seq_length": None,
-    "bf16": False,
-    "fp16": False,
-    "fp8": None,
-    "fp4": None,
-    "moe_token_dispatcher_type": "allgather",
-    "moe_grouped_gemm": False,
+    # batch and sequence
+    "micro_batch_size": None, "global_batch_size": None, "seq_length": None,
+    # precision
+    "bf16": False, "fp16": False, "fp8": None, "fp4": None,
+    # MoE kernels
+    "moe_token_dispatcher_type": "allgather", "moe_grouped_gemm": False,
 }
 
 MAX_LAYERS = 100_000

@@ -57,13 +57,7 @@ def spec_problems(args: Any) -> list[Problem]:
 
 def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     """``model`` with its hybrid layer pattern and Mamba sizes; problems go to ``a``."""
-    from primus_ext.model.hybrid import (
-        MAMBA_HEAD_DIM,
-        MAMBA_NUM_GROUPS,
-        MAMBA_STATE_DIM,
-        HybridPatternError,
-        mamba_num_heads,
-    )
+    from primus_ext.model import hybrid
     from primus_ext.model.layers import allocate_layers, symbols
 
     attention = a.float("hybrid_attention_ratio") or 0.0
@@ -75,22 +69,22 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
         override = None
     try:
         pattern = allocate_layers(model.num_layers, attention, mlp, override)
-    except HybridPatternError as err:
+    except hybrid.HybridPatternError as err:
         key = "hybrid_override_pattern" if override else "hybrid_attention_ratio"
         a.bad(key, str(err), fix=f"give one symbol ({' '.join(symbols())}) per layer, counts matching the ratios when "
                                  "both are set")
         pattern = "M" * max(1, model.num_layers)
-    head_dim = a.int("mamba_head_dim") or MAMBA_HEAD_DIM
+    head_dim = a.int("mamba_head_dim") or hybrid.MAMBA_HEAD_DIM
     try:
-        heads = mamba_num_heads(model.hidden_size, head_dim, a.int("mamba_num_heads"))
-    except HybridPatternError as err:
+        heads = hybrid.mamba_num_heads(model.hidden_size, head_dim, a.int("mamba_num_heads"))
+    except hybrid.HybridPatternError as err:
         a.bad("mamba_head_dim", str(err), fix="set mamba_num_heads, or a mamba_head_dim dividing 2 x hidden_size")
         heads = 1
     a.int("mamba_state_dim")
     a.bool("is_hybrid_model")
     return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
-                   mamba_num_groups=a.int("mamba_num_groups") or MAMBA_NUM_GROUPS,
-                   mamba_state_dim=a.int("mamba_state_dim") or MAMBA_STATE_DIM,
+                   mamba_num_groups=a.int("mamba_num_groups") or hybrid.MAMBA_NUM_GROUPS,
+                   mamba_state_dim=a.int("mamba_state_dim") or hybrid.MAMBA_STATE_DIM,
                    moe_layer_pattern=_routed(pattern) if model.num_experts else ())
 
 

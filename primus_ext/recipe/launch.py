@@ -12,12 +12,8 @@ import os
 from collections.abc import Mapping
 
 from primus_ext.recipe.args import ArgReader
-from primus_ext.specs.launch import (
-    MEGATRON_LAUNCH_CONNECTIONS,
-    PRIMUS_LAUNCH_CONNECTIONS,
-    PRIMUS_TURBO_DEEPEP_NUM_CU,
-    LaunchSpec,
-)
+from primus_ext.specs import launch
+from primus_ext.specs.launch import LaunchSpec
 
 CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 
@@ -29,9 +25,9 @@ def launch_spec(a: ArgReader, environ: Mapping[str, str] | None = None) -> Launc
     if env.get(CONNECTIONS_ENV):
         connections, source = env[CONNECTIONS_ENV].strip(), f"${CONNECTIONS_ENV}={env[CONNECTIONS_ENV].strip()}"
     elif primus:
-        connections, source = PRIMUS_LAUNCH_CONNECTIONS, "Primus's launch scripts export 1 (runner/helpers/envs)"
+        connections, source = launch.PRIMUS_LAUNCH_CONNECTIONS, "Primus's launch scripts export 1 (runner/helpers/envs)"
     else:
-        connections, source = MEGATRON_LAUNCH_CONNECTIONS, "Megatron-LM's launch scripts export 1 (examples/)"
+        connections, source = launch.MEGATRON_LAUNCH_CONNECTIONS, "Megatron-LM's launch scripts export 1 (examples/)"
     fmt = a.raw("ckpt_format")
     return LaunchSpec(
         framework="primus" if primus else "megatron",
@@ -40,7 +36,7 @@ def launch_spec(a: ArgReader, environ: Mapping[str, str] | None = None) -> Launc
         overlap_p2p_comm=a.bool("overlap_p2p_comm", True),
         use_turbo_gemm=primus and a.bool("use_turbo_gemm"),  # Primus checks the flag itself, Turbo on or not
         use_turbo_deepep=primus and a.bool("use_turbo_deepep"),
-        turbo_deepep_num_cu=a.int("turbo_deepep_num_cu", default=PRIMUS_TURBO_DEEPEP_NUM_CU),
+        turbo_deepep_num_cu=a.int("turbo_deepep_num_cu", default=launch.PRIMUS_TURBO_DEEPEP_NUM_CU),
         cuda_device_max_connections=connections,
         connections_source=source,
         env_patches=not a.bool("disable_env_patches"),

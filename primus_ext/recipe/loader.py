@@ -334,19 +334,10 @@ def _repoint(problems: Sequence[Problem], args: Mapping[str, Any], origins: Mapp
     return out
 
 
-def load_recipe(
-    path: str | Path,
-    overrides: Sequence[str] = (),
-    *,
-    cluster: str | None = None,
-    nodes: int | None = None,
-    config_roots: Sequence[str | Path] = (),
-    validate: bool = True,
-    env: Mapping[str, str] | None = None,
-    module: str | None = None,
-    gpus: Callable[[], Sequence[str]] | None = None,
-    schedule: str | None = None,
-) -> Recipe:
+def load_recipe(path: str | Path, overrides: Sequence[str] = (), *, cluster: str | None = None,
+                nodes: int | None = None, config_roots: Sequence[str | Path] = (), validate: bool = True,
+                env: Mapping[str, str] | None = None, module: str | None = None,
+                gpus: Callable[[], Sequence[str]] | None = None, schedule: str | None = None) -> Recipe:
     """Load, resolve and (unless ``validate=False``) legality-check a recipe. Raises ``RecipeError``.
 
     ``config_roots``: folders searched for ``model:`` / ``config:`` presets (e.g. a Primus checkout).

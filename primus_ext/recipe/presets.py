@@ -119,17 +119,9 @@ def read_yaml(path: Path, problems: list[Problem], warnings: list[str] | None = 
     return data
 
 
-def load_preset(
-    path: Path,
-    env: Mapping[str, str],
-    problems: list[Problem],
-    warnings: list[str],
-    *,
-    key_prefix: str = "",
-    files: list[Path] | None = None,
-    _stack: tuple[Path, ...] = (),
-    _loaded: dict[Path, Layer] | None = None,
-) -> Layer:
+def load_preset(path: Path, env: Mapping[str, str], problems: list[Problem], warnings: list[str], *,
+                key_prefix: str = "", files: list[Path] | None = None, _stack: tuple[Path, ...] = (),
+                _loaded: dict[Path, Layer] | None = None) -> Layer:
     """A file merged over everything it ``extends``; origins are ``<file>:<key>`` (or ``key_prefix``).
 
     ``files`` collects every file read, parents first (what the report lists as the presets used).

@@ -26,28 +26,10 @@ from typing import Any
 
 from primus_ext.model.memory import capacity_bytes
 from primus_ext.projection.result import imbalance
+from primus_ext.report import timeline
 from primus_ext.report.compare import compare_rows, compare_table_html, layout_label
 from primus_ext.report.html_assets import CSS, JS
 from primus_ext.report.mfu import mfu_text
-from primus_ext.report.timeline import (
-    COLORS,
-    KINDS,
-    LABELS,
-    LAYER_COMMS,
-    OP_KIND_OF,
-    OP_KINDS,
-    drawn,
-    elided_s,
-    idle_headline,
-    layer_comm_shares,
-    not_drawn_note,
-    stage_idle,
-    steady_cycle_s,
-    steady_window,
-    step_ops,
-    step_segments,
-    view_windows,
-)
 
 GIB = 1024**3
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
@@ -75,25 +57,26 @@ def _timeline_doc(projection: Any) -> dict[str, Any]:
     """Ops (rank, kind, start, duration, micro-batch, chunk; µs) and the other segments (rank, kind, start,
     duration): the script splits each op into its compute and layer-comm slices by ``shares``, as
     ``timeline.op_segments`` does."""
-    segments = step_segments(projection)
-    kind_index = {k: i for i, k in enumerate(KINDS)}
-    ops = [x for e in step_ops(projection)
-           for x in (e.rank, kind_index[OP_KIND_OF.get(e.kind, "forward")], _us(e.start), _us(e.end - e.start),
+    segments = timeline.step_segments(projection)
+    kind_index = {k: i for i, k in enumerate(timeline.KINDS)}
+    ops = [x for e in timeline.step_ops(projection)
+           for x in (e.rank, kind_index[timeline.OP_KIND_OF.get(e.kind, "forward")], _us(e.start), _us(e.end - e.start),
                      e.microbatch, e.chunk)]
-    other = [x for s in segments if s.kind not in OP_KINDS and s.kind not in LAYER_COMMS
+    other = [x for s in segments if s.kind not in timeline.OP_KINDS and s.kind not in timeline.LAYER_COMMS
              for x in (s.rank, kind_index[s.kind], _us(s.start_s), _us(s.duration_s))]
-    windows = view_windows(projection, segments)
+    windows = timeline.view_windows(projection, segments)
     total = max((s.end_s for s in segments), default=0.0)
     detail = (0.0, total)
-    steady = steady_window(projection, segments) if len(windows) > 1 else None
+    steady = timeline.steady_window(projection, segments) if len(windows) > 1 else None
     if steady is not None:  # the first cycle of the steady state drawn
-        detail = (steady[0], steady[0] + steady_cycle_s(projection))
+        detail = (steady[0], steady[0] + timeline.steady_cycle_s(projection))
     return {
-        "kinds": list(KINDS), "colors": COLORS, "labels": LABELS, "ranks": sorted({s.rank for s in segments}) or [0],
+        "kinds": list(timeline.KINDS), "colors": timeline.COLORS, "labels": timeline.LABELS,
+        "ranks": sorted({s.rank for s in segments}) or [0],
         "chunks": max(1, projection.execution.vpp), "total_us": _us(total),
         "windows": [[_us(a), _us(b)] for a, b in windows],
         "detail": [_us(detail[0]), _us(detail[1])],
-        "shares": [[kind_index[k], v] for k, v in layer_comm_shares(projection.breakdown)],
+        "shares": [[kind_index[k], v] for k, v in timeline.layer_comm_shares(projection.breakdown)],
         "ops": ops, "other": other,
     }
 
@@ -114,13 +97,14 @@ def _memory_doc(memory: Any) -> dict[str, Any] | None:
 
 def breakdown_parts(breakdown: Any) -> list[dict[str, Any]]:
     """Named parts of the step (ms) in drawing order; they add up to the breakdown's total."""
-    parts = [{"name": "compute", "ms": (breakdown.compute_s - breakdown.recompute_s) * 1e3, "color": COLORS["forward"]}]
+    colors = timeline.COLORS
+    parts = [{"name": "compute", "ms": (breakdown.compute_s - breakdown.recompute_s) * 1e3, "color": colors["forward"]}]
     if breakdown.recompute_s:
         parts.append({"name": "recompute", "ms": breakdown.recompute_s * 1e3, "color": "#a0cbe8"})
-    parts += [{"name": f"{c.kind} comm (exposed)", "ms": c.exposed_s * 1e3, "color": COLORS.get(c.kind, COLORS["tp"])}
+    parts += [{"name": f"{c.kind} comm (exposed)", "ms": c.exposed_s * 1e3, "color": colors.get(c.kind, colors["tp"])}
               for c in breakdown.comms]
-    parts.append({"name": "pipeline bubble", "ms": breakdown.bubble_s * 1e3, "color": COLORS["bubble"]})
-    parts.append({"name": "optimizer step", "ms": breakdown.optimizer_s * 1e3, "color": COLORS["optimizer"]})
+    parts.append({"name": "pipeline bubble", "ms": breakdown.bubble_s * 1e3, "color": colors["bubble"]})
+    parts.append({"name": "optimizer step", "ms": breakdown.optimizer_s * 1e3, "color": colors["optimizer"]})
     return parts
 
 
@@ -180,7 +164,7 @@ def _kpis(p: Any) -> str:
         cls, word = ("ok", "fits") if mem.fits else ("bad", "DOES NOT FIT")
         fits = (f'<div class="kpi">memory peak<b>{mem.peak_bytes / GIB:.1f} GiB</b>'
                 f'<span class="{cls}">{word}</span> of {mem.capacity_bytes / GIB:.1f} GiB HBM</div>')
-    headline = idle_headline(p)
+    headline = timeline.idle_headline(p)
     idle = f'<div class="kpi">pipeline idle<b>{html.escape(headline)}</b></div>' if headline else ""
     from primus_ext.projection.project import band_range, band_reason
 
@@ -196,19 +180,19 @@ def _kpis(p: Any) -> str:
 
 
 def _timeline_note(p: Any) -> str:
-    if not drawn(p):
-        return not_drawn_note(p)
-    segments = step_segments(p)
-    windows = view_windows(p, segments)
+    if not timeline.drawn(p):
+        return timeline.not_drawn_note(p)
+    segments = timeline.step_segments(p)
+    windows = timeline.view_windows(p, segments)
     ops = f"{p.num_microbatches} micro-batches x {max(1, p.execution.vpp)} chunk(s) per stage"
-    steady = steady_window(p, segments)
+    steady = timeline.steady_window(p, segments)
     if len(windows) == 1 or steady is None:
         return f"{ops}; the whole step to scale; below, the same step to zoom into."
-    cycles = round((steady[1] - steady[0]) / (steady_cycle_s(p) or 1))
+    cycles = round((steady[1] - steady[0]) / (timeline.steady_cycle_s(p) or 1))
     return (f"{ops}. Above: warm-up, {cycles} steady-state cycles from the middle of the step (every stage as busy "
             f"in them as over its whole steady state) and cool-down with the step tail, to one scale; the hatched "
-            f"bands stand for {elided_s(windows):,.2f} s that repeat the steady state shown. Below: one steady-state "
-            "cycle, zoomable. Exposed communication is drawn in its own colour per kind.")
+            f"bands stand for {timeline.elided_s(windows):,.2f} s that repeat the steady state shown. Below: one "
+            "steady-state cycle, zoomable. Exposed communication is drawn in its own colour per kind.")
 
 
 def _idle_html(p: Any) -> str:
@@ -216,7 +200,7 @@ def _idle_html(p: Any) -> str:
     rows = "".join(
         f'<tr><td>{s.rank}</td><td class="n">{s.busy_s * 1e3:,.1f}</td><td class="n">{s.idle_s * 1e3:,.1f}</td>'
         f'<td class="n">{s.idle_fraction:.1%}</td><td><span class="bar"><i style="width:{s.idle_fraction:.1%}">'
-        "</i></span></td></tr>" for s in stage_idle(p))
+        "</i></span></td></tr>" for s in timeline.stage_idle(p))
     return ("<table><tr><th>stage</th><th>busy ms</th><th>idle ms</th><th>idle share of the step</th><th></th></tr>"
             f"{rows}</table><p class=\"note\">busy: compute and exposed layer communication; idle: the pipeline's "
             "bubble and send/recv waits of that stage (the step tail after the pipeline is the same on every stage)."
@@ -229,7 +213,6 @@ def _imbalance_html(p: Any) -> str:
     if spread is None or not spread.flagged:
         return ""
     return f'<p class="warn"><b>{html.escape(spread.message)}</b></p>'
-
 
 
 def _baseline_html(p: Any, baseline: tuple[str, Any] | None) -> str:

@@ -14,17 +14,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from primus_ext.report.timeline import (
-    COLORS,
-    KINDS,
-    LABELS,
-    Segment,
-    drawn,
-    elided_s,
-    not_drawn_note,
-    step_segments,
-    view_windows,
-)
+from primus_ext.report import timeline
 
 WIDTH_IN = 13.0
 DPI = 100
@@ -37,7 +27,7 @@ def _unit(span_s: float) -> tuple[float, str]:
     return (1.0, "s") if span_s >= 2.0 else (1e3, "ms")
 
 
-def timeline_figure(segments: list[Segment], windows: list[tuple[float, float]], title: str) -> Any:
+def timeline_figure(segments: list[timeline.Segment], windows: list[tuple[float, float]], title: str) -> Any:
     """A matplotlib ``Figure`` of ``segments`` over ``windows`` (one panel per window, shared stage axis)."""
     import matplotlib
 
@@ -58,9 +48,9 @@ def timeline_figure(segments: list[Segment], windows: list[tuple[float, float]],
             if s.end_s > lo and s.start_s < hi:
                 start = max(s.start_s, lo)
                 bars.setdefault((s.kind, s.rank), []).append((start * factor, (min(s.end_s, hi) - start) * factor))
-        for (kind, rank), spans in sorted(bars.items(), key=lambda kv: KINDS.index(kv[0][0])):
+        for (kind, rank), spans in sorted(bars.items(), key=lambda kv: timeline.KINDS.index(kv[0][0])):
             present.add(kind)
-            ax.broken_barh(spans, (rank - 0.42, 0.84), facecolors=COLORS[kind], linewidth=0)
+            ax.broken_barh(spans, (rank - 0.42, 0.84), facecolors=timeline.COLORS[kind], linewidth=0)
         ax.set_xlim(lo * factor, hi * factor)
         ax.set_xlabel(f"time in the step ({unit})")
     for left, right in zip(axes[0][:-1], axes[0][1:], strict=True):  # the break: // marks, no spine between
@@ -71,12 +61,12 @@ def timeline_figure(segments: list[Segment], windows: list[tuple[float, float]],
             ax.plot([x - 0.01, x + 0.01], [-0.02, 0.02], transform=ax.transAxes, color="k", clip_on=False, lw=1)
     axes[0][0].set_yticks(ranks, [f"stage {r}" for r in ranks])
     axes[0][0].set_ylim(max(ranks) + 0.6, min(ranks) - 0.6)
-    elided = f" (between the panels, {elided_s(windows):,.2f} s repeating the steady state elided)" \
+    elided = f" (between the panels, {timeline.elided_s(windows):,.2f} s repeating the steady state elided)" \
         if len(windows) > 1 else ""
     fig.suptitle(title + elided, fontsize=11)
-    kinds = [k for k in KINDS if k in present]
-    fig.legend(handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds], ncol=min(len(kinds), 7),
-               loc="lower center", frameon=False, fontsize=9)
+    kinds = [k for k in timeline.KINDS if k in present]
+    fig.legend(handles=[Patch(color=timeline.COLORS[k], label=timeline.LABELS[k]) for k in kinds],
+               ncol=min(len(kinds), 7), loc="lower center", frameon=False, fontsize=9)
     fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / height, bottom=1.25 / height)
     return fig
 
@@ -88,13 +78,13 @@ def timeline_png(projection: Any) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    segments = step_segments(projection)
+    segments = timeline.step_segments(projection)
     title = f"{projection.model.name}: one step on {projection.system.world_size} x {projection.system.gpu.name}"
-    if drawn(projection):
-        fig = timeline_figure(segments, view_windows(projection, segments), title)
+    if timeline.drawn(projection):
+        fig = timeline_figure(segments, timeline.view_windows(projection, segments), title)
     else:
         fig = plt.figure(figsize=(WIDTH_IN, 1.2), dpi=DPI)
-        fig.text(0.01, 0.5, f"{title}\n{not_drawn_note(projection)}", va="center", fontsize=9, wrap=True)
+        fig.text(0.01, 0.5, f"{title}\n{timeline.not_drawn_note(projection)}", va="center", fontsize=9, wrap=True)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)

@@ -9,32 +9,15 @@ from typing import Any
 
 from primus_ext.report.mfu import mfu_basis
 from primus_ext.specs import GPUSpec
+from primus_ext.tune import axes
 from primus_ext.tune.agent import Trial
-from primus_ext.tune.axes import (
-    CP,
-    DP_OVERLAP,
-    EP,
-    EP_OVERLAP,
-    ETP,
-    MBS,
-    PP,
-    PRECISION,
-    RECOMPUTE,
-    SCHEDULE,
-    SHARDING,
-    SPLIT,
-    TP,
-    TP_OVERLAP,
-    VPP,
-    label,
-)
+from primus_ext.tune.axes import label
 from primus_ext.tune.run import TuneResult
 
 GIB = 2**30
-SHOWN_AXES = (TP, ETP, PP, VPP, SCHEDULE, SPLIT, CP, EP, MBS, RECOMPUTE, SHARDING, PRECISION, TP_OVERLAP, EP_OVERLAP,
-              DP_OVERLAP)
-SHORT = {TP_OVERLAP: "tp_ov", EP_OVERLAP: "ep_ov", DP_OVERLAP: "dp_ov", PRECISION: "prec", RECOMPUTE: "recomp",
-         SHARDING: "shard"}
+SHOWN_AXES = tuple(axes.LABELS)  # every axis, in the order axes.py lists them
+SHORT = {axes.TP_OVERLAP: "tp_ov", axes.EP_OVERLAP: "ep_ov", axes.DP_OVERLAP: "dp_ov", axes.PRECISION: "prec",
+         axes.RECOMPUTE: "recomp", axes.SHARDING: "shard"}
 """Column headers narrower than the axes' labels (``axes.label`` for the others)."""
 
 
@@ -79,7 +62,7 @@ def _baseline_label(trial: Trial) -> str:
 
 def _mfu_legend(trials: list[Trial], gpu: GPUSpec | None) -> list[str]:
     """What the MFU column is taken against, when a row runs below BF16 (FP8 / FP4 peaks)."""
-    precisions = sorted({str(t.config.get(PRECISION)) for t in trials if t.score is not None})
+    precisions = sorted({str(t.config.get(axes.PRECISION)) for t in trials if t.score is not None})
     low = [p for p in precisions if gpu is not None and mfu_basis(gpu, p) in ("FP8", "FP4")]
     if gpu is None or not low:
         return []

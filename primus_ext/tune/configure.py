@@ -14,23 +14,7 @@ from typing import Any
 from primus_ext.model.pipeline.registry import get_schedule, resolve_schedule, spec_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec
-from primus_ext.tune.axes import (
-    CP,
-    DP_OVERLAP,
-    EP,
-    EP_OVERLAP,
-    ETP,
-    MBS,
-    PP,
-    PRECISION,
-    RECOMPUTE,
-    SCHEDULE,
-    SHARDING,
-    SPLIT,
-    TP,
-    TP_OVERLAP,
-    VPP,
-)
+from primus_ext.tune import axes
 from primus_ext.tune.config_keys import fast_replace
 from primus_ext.tune.splits import DEFAULT, balanced_layout, head_layers, split_fields
 
@@ -153,35 +137,35 @@ def to_execution(model: ModelSpec, base: ExecutionSpec, world: int, config: Mapp
                  split: Mapping[str, Any] | None = None) -> ExecutionSpec:
     """The recipe's execution ``base`` with this configuration applied (not legality-checked);
     ``split``: the layout fields of (PP, VPP) when already known (``pipeline_split``)."""
-    tp, pp, vpp, cp = config[TP], config[PP], config[VPP], config[CP]
+    tp, pp, vpp, cp = config[axes.TP], config[axes.PP], config[axes.VPP], config[axes.CP]
     chunk = max(1, model.num_layers // (pp * vpp))
     schedule = spec_schedule(base.pipeline_schedule, pp, vpp).name
-    if config.get(SCHEDULE):  # as it runs at this (PP, VPP): interleaved at VPP 1 is 1F1B
-        chosen = get_schedule(config[SCHEDULE])
+    if config.get(axes.SCHEDULE):  # as it runs at this (PP, VPP): interleaved at VPP 1 is 1F1B
+        chosen = get_schedule(config[axes.SCHEDULE])
         schedule = (chosen if chosen.fixed_chunks else resolve_schedule(chosen, pp, vpp if vpp > 1 else None)).name
     return fast_replace(base, dict(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
         context_parallel_size=cp,
-        expert_model_parallel_size=config[EP],
+        expert_model_parallel_size=config[axes.EP],
         expert_tensor_parallel_size=(
-            None if not model.is_moe or (base.expert_tensor_parallel_size is None and config[ETP] == tp)
-            else config[ETP]),
+            None if not model.is_moe or (base.expert_tensor_parallel_size is None and config[axes.ETP] == tp)
+            else config[axes.ETP]),
         data_parallel_size=max(1, world // (tp * pp * cp)),
         sequence_parallel=tp > 1,
-        tp_comm_overlap=config[TP_OVERLAP],
-        overlap_moe_expert_parallel_comm=config[EP_OVERLAP],
-        moe_shared_expert_overlap=base.moe_shared_expert_overlap and not config[EP_OVERLAP],
+        tp_comm_overlap=config[axes.TP_OVERLAP],
+        overlap_moe_expert_parallel_comm=config[axes.EP_OVERLAP],
+        moe_shared_expert_overlap=base.moe_shared_expert_overlap and not config[axes.EP_OVERLAP],
         pipeline_schedule=schedule,
-        micro_batch_size=config[MBS],
-        precision=config[PRECISION],
-        fp8_param_gather=base.fp8_param_gather and config[PRECISION] == "fp8",  # fp8 weights need fp8
-        fp4_param=base.fp4_param and config[PRECISION] == "fp4",  # and fp4 ones fp4
-        **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get(SPLIT, DEFAULT),
-                                                          config.get(SCHEDULE))),
-        **_recompute_fields(model, base, config[RECOMPUTE], chunk),
-        **_sharding_fields(base, config[SHARDING], config[DP_OVERLAP]),
+        micro_batch_size=config[axes.MBS],
+        precision=config[axes.PRECISION],
+        fp8_param_gather=base.fp8_param_gather and config[axes.PRECISION] == "fp8",  # fp8 weights need fp8
+        fp4_param=base.fp4_param and config[axes.PRECISION] == "fp4",  # and fp4 ones fp4
+        **(split if split is not None else pipeline_split(model, base, pp, vpp, config.get(axes.SPLIT, DEFAULT),
+                                                          config.get(axes.SCHEDULE))),
+        **_recompute_fields(model, base, config[axes.RECOMPUTE], chunk),
+        **_sharding_fields(base, config[axes.SHARDING], config[axes.DP_OVERLAP]),
     ))
 
 
@@ -211,11 +195,11 @@ def config_of(model: ModelSpec, execution: ExecutionSpec) -> Config:
     sharding = "fsdp" if e.fsdp != "none" else "distopt" if e.use_distributed_optimizer else "ddp"
     overlap = "grad+param" if e.overlap_param_gather else "grad" if e.overlap_grad_reduce else "none"
     return {
-        TP: e.tp, ETP: e.etp if model.is_moe else None, TP_OVERLAP: e.tp_comm_overlap,
-        PP: e.pp, VPP: e.vpp,
-        SCHEDULE: resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size).name,
-        SPLIT: DEFAULT, CP: e.cp, EP: e.ep,
-        EP_OVERLAP: e.overlap_moe_expert_parallel_comm,
-        MBS: e.micro_batch_size, RECOMPUTE: recompute, SHARDING: sharding, DP_OVERLAP: overlap,
-        PRECISION: e.precision,
+        axes.TP: e.tp, axes.ETP: e.etp if model.is_moe else None, axes.TP_OVERLAP: e.tp_comm_overlap,
+        axes.PP: e.pp, axes.VPP: e.vpp,
+        axes.SCHEDULE: resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size).name,
+        axes.SPLIT: DEFAULT, axes.CP: e.cp, axes.EP: e.ep,
+        axes.EP_OVERLAP: e.overlap_moe_expert_parallel_comm,
+        axes.MBS: e.micro_batch_size, axes.RECOMPUTE: recompute, axes.SHARDING: sharding, axes.DP_OVERLAP: overlap,
+        axes.PRECISION: e.precision,
     }

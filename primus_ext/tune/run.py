@@ -133,17 +133,10 @@ def sensitivity(ctx: SearchContext, best: Trial, known: Mapping[str, Trial] | No
     return tuple(out)
 
 
-def tune(
-    ctx: SearchContext,
-    strategy: str,
-    *,
-    baseline: ExecutionSpec | None = None,
-    options: StrategyOptions | None = None,
-    regret: bool = True,
-    candidates: int | None = None,
-    band: Callable[[ExecutionSpec], tuple[float, float] | None] | None = None,
-    on_phase: Callable[[str], None] | None = None,
-) -> TuneResult:
+def tune(ctx: SearchContext, strategy: str, *, baseline: ExecutionSpec | None = None,
+         options: StrategyOptions | None = None, regret: bool = True, candidates: int | None = None,
+         band: Callable[[ExecutionSpec], tuple[float, float] | None] | None = None,
+         on_phase: Callable[[str], None] | None = None) -> TuneResult:
     """Run ``strategy`` on ``ctx``; then the baseline, the regret reference, ties, Pareto and sensitivity.
     ``band``: an execution's projected band as factors of its throughput (``(0.9, 1.1)``), for the ties;
     ``on_phase``: told each phase as it starts (the CLI's progress line)."""

@@ -29,6 +29,7 @@ from primus_ext.errors import Problem, RecipeError
 from primus_ext.model.pipeline.registry import SCHEDULES, get_schedule
 from primus_ext.model.stages import LAYOUT_FIELDS
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
+from primus_ext.tune import configure
 from primus_ext.tune.axes import (
     CP,
     DP_OVERLAP,
@@ -48,15 +49,6 @@ from primus_ext.tune.axes import (
     axis_name,
     canonical,
     spelled,
-)
-from primus_ext.tune.configure import (
-    RECOMPUTE_CHOICES,
-    config_of,
-    pipeline_split,
-    recompute_layers,
-    schedule_candidates,
-    stages_per_rank,
-    to_execution,
 )
 from primus_ext.tune.splits import DEFAULT, split_candidates
 
@@ -228,7 +220,8 @@ class Space:
             cands = sorted({*VPP_CANDIDATES, *even, b.vpp})
             return self._pinned(name, tuple(v for v in cands if pp * v <= m.num_layers + 1))
         if name == SCHEDULE:
-            return self._pinned(name, schedule_candidates(b, g(PP), g(VPP), self.pins.get(name) or self.schedules))
+            return self._pinned(name, configure.schedule_candidates(b, g(PP), g(VPP),
+                                                                    self.pins.get(name) or self.schedules))
         if name == SPLIT:
             pp, vpp = g(PP), g(VPP)
             schedule = get_schedule(g(SCHEDULE) or "1f1b")
@@ -254,8 +247,8 @@ class Space:
             return tuple(x for x in cands if x * dp <= b.global_batch_size)
         if name == RECOMPUTE:
             chunk = max(1, m.num_layers // (g(PP) * g(VPP)))
-            cands = self._choices(name, RECOMPUTE_DEFAULT, RECOMPUTE_CHOICES)
-            return tuple(c for c in cands if not c.startswith("block") or recompute_layers(c, chunk))
+            cands = self._choices(name, RECOMPUTE_DEFAULT, configure.RECOMPUTE_CHOICES)
+            return tuple(c for c in cands if not c.startswith("block") or configure.recompute_layers(c, chunk))
         if name == SHARDING:
             return self._choices(name, SHARDING_DEFAULT, SHARDING_CHOICES)
         if name == DP_OVERLAP:
@@ -393,21 +386,21 @@ class Space:
     def pipeline_split(self, pp: int, vpp: int, split: str = DEFAULT, schedule: str | None = None) -> dict[str, Any]:
         """Layout fields for (PP, VPP), a ``split`` value and the schedule's stages per rank
         (``configure.pipeline_split``, memoised)."""
-        key = (pp, vpp, split, stages_per_rank(schedule, pp, vpp))
+        key = (pp, vpp, split, configure.stages_per_rank(schedule, pp, vpp))
         if key not in self._memo:
-            self._memo[key] = pipeline_split(self.model, self.base, pp, vpp, split, schedule)
+            self._memo[key] = configure.pipeline_split(self.model, self.base, pp, vpp, split, schedule)
         return self._memo[key]
 
     def to_execution(self, config: Mapping[str, Any]) -> ExecutionSpec:
         """The recipe's execution with this configuration applied (not legality-checked)."""
-        return to_execution(self.model, self.base, self.world, config,
-                            self.pipeline_split(config[PP], config[VPP], config.get(SPLIT, DEFAULT),
-                                                config.get(SCHEDULE)))
+        return configure.to_execution(self.model, self.base, self.world, config,
+                                      self.pipeline_split(config[PP], config[VPP], config.get(SPLIT, DEFAULT),
+                                                          config.get(SCHEDULE)))
 
     def config_of(self, execution: ExecutionSpec) -> Config:
         """The configuration nearest to an execution (the recipe's own, for seeding and reports); ``split`` is
         the candidate whose layout fields the execution has, else ``default``."""
-        config = config_of(self.model, execution)
+        config = configure.config_of(self.model, execution)
         fields = {name: getattr(execution, name) for name in LAYOUT_FIELDS}
         schedule = config.get(SCHEDULE)
         if config[PP] > 1 and fields != self.pipeline_split(config[PP], config[VPP], DEFAULT, schedule):

@@ -308,20 +308,5 @@ def _is_amd_profile(name: str) -> bool:
         return False
 
 
-__all__ = [
-    "ENVIRONMENT_KNOBS",
-    "KNOBS",
-    "AmdFit",
-    "apply_all",
-    "board_of",
-    "carry_to_sibling",
-    "configurations",
-    "environment_of",
-    "fit_all",
-    "fit_amd",
-    "fit_board",
-    "fit_environment",
-    "fit_knobs",
-    "is_amd",
-    "set_knobs",
-]
+__all__ = ["ENVIRONMENT_KNOBS", "KNOBS", "AmdFit", "apply_all", "board_of", "carry_to_sibling", "configurations",
+           "environment_of", "fit_all", "fit_amd", "fit_board", "fit_environment", "fit_knobs", "is_amd", "set_knobs"]

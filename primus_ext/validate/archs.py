@@ -158,23 +158,17 @@ def _hybrid_model(model: ModelSpec, pattern: str, notes: str, assumptions: list[
     """``model`` as a hybrid Mamba model (``model.hybrid``), or why it cannot be one."""
     from dataclasses import replace
 
-    from primus_ext.model.hybrid import (
-        MAMBA_HEAD_DIM,
-        MAMBA_NUM_GROUPS,
-        MAMBA_STATE_DIM,
-        HybridPatternError,
-        mamba_num_heads,
-    )
+    from primus_ext.model import hybrid
     from primus_ext.model.layers import allocate_layers
 
     try:
         allocate_layers(model.num_layers, 0.0, 0.0, pattern)
-        head_dim = _note_int(notes, "mamba_head_dim") or MAMBA_HEAD_DIM
-        heads = mamba_num_heads(model.hidden_size, head_dim, _note_int(notes, "mamba_num_heads"))
-    except HybridPatternError as err:
+        head_dim = _note_int(notes, "mamba_head_dim") or hybrid.MAMBA_HEAD_DIM
+        heads = hybrid.mamba_num_heads(model.hidden_size, head_dim, _note_int(notes, "mamba_num_heads"))
+    except hybrid.HybridPatternError as err:
         return f"{model.name}: {err}"
-    groups = _note_int(notes, "mamba_num_groups") or MAMBA_NUM_GROUPS
-    state = _note_int(notes, "mamba_state_dim") or MAMBA_STATE_DIM
+    groups = _note_int(notes, "mamba_num_groups") or hybrid.MAMBA_NUM_GROUPS
+    state = _note_int(notes, "mamba_state_dim") or hybrid.MAMBA_STATE_DIM
     if not (_note_int(notes, "mamba_num_groups") and _note_int(notes, "mamba_state_dim")):
         assumptions.append(f"Mamba groups {groups}, state {state}, head dim {head_dim} where not stated "
                            "(megatron-core TransformerConfig defaults)")

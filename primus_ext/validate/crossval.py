@@ -50,11 +50,9 @@ def _picklable(obj: object) -> bool:
     return True
 
 
-def leave_one_model_out(
-    runs: Sequence[RunRow], projector: Projector, *, fit: FoldFit = fit_by_gpu,
-    progress: Callable[[int, int, str], None] | None = None, jobs: int = 1,
-    held_out: Callable[[RunRow], bool] | None = None,
-) -> ValidationReport:
+def leave_one_model_out(runs: Sequence[RunRow], projector: Projector, *, fit: FoldFit = fit_by_gpu,
+                        progress: Callable[[int, int, str], None] | None = None, jobs: int = 1,
+                        held_out: Callable[[RunRow], bool] | None = None) -> ValidationReport:
     """Each model's rows projected with efficiencies fitted on the other models' rows only; ``jobs`` folds at
     a time (same result whatever ``jobs``). ``progress(folds done, folds, model)`` after each fold (in the
     order they finish). ``held_out``: only the models with a row it accepts are folds (and reported); every fit

@@ -124,18 +124,8 @@ def _problems(model: ModelSpec, e: ExecutionSpec, world_size: int, iters: int, w
     return out
 
 
-def plan_run(
-    model: ModelSpec,
-    execution: ExecutionSpec,
-    *,
-    world_size: int,
-    iters: int,
-    device: str = "cpu",
-    warmup: int = 1,
-    cores: int | None = None,
-    seed: int = 1234,
-    time_collectives: bool = False,
-) -> TrainPlan:
+def plan_run(model: ModelSpec, execution: ExecutionSpec, *, world_size: int, iters: int, device: str = "cpu",
+             warmup: int = 1, cores: int | None = None, seed: int = 1234, time_collectives: bool = False) -> TrainPlan:
     """Check and resolve a run; raises ``RecipeError`` listing every problem."""
     import os
 

@@ -210,20 +210,10 @@ def run_plan(plan: TrainPlan, *, timeout_s: float = 600.0,
     return result
 
 
-def run_training(
-    model: ModelSpec,
-    execution: ExecutionSpec,
-    *,
-    world_size: int,
-    iters: int,
-    device: str = "cpu",
-    warmup: int = 1,
-    seed: int = 1234,
-    timeout_s: float = 600.0,
-    time_collectives: bool = False,
-    progress: Callable[[int, int, float], None] | None = None,
-    log: TextIO | bool | None = True,
-) -> TrainResult:
+def run_training(model: ModelSpec, execution: ExecutionSpec, *, world_size: int, iters: int, device: str = "cpu",
+                 warmup: int = 1, seed: int = 1234, timeout_s: float = 600.0, time_collectives: bool = False,
+                 progress: Callable[[int, int, float], None] | None = None,
+                 log: TextIO | bool | None = True) -> TrainResult:
     """Train ``model`` under ``execution`` for ``iters`` steps on ``world_size`` local ranks.
 
     DP is derived (world / (TP*PP*CP)); raises ``RecipeError`` (exit 2) for what the built-in

@@ -36,21 +36,6 @@ from primus_ext.model.memory.rank import StageMemory
 from primus_ext.model.memory.saved import activation_bytes_per_layer
 from primus_ext.model.memory.state import reduce_bytes
 
-__all__ = [
-    "DEFAULT_MARGIN",
-    "LOCAL",
-    "MEMORY_ERROR",
-    "TE",
-    "Memory",
-    "StageMemory",
-    "activation_bytes_per_layer",
-    "adam_state_bytes",
-    "adam_step_bytes",
-    "capacity_bytes",
-    "dp_sharded",
-    "estimate_memory",
-    "fits",
-    "margin_verdict",
-    "peak_bytes",
-    "reduce_bytes",
-]
+__all__ = ["DEFAULT_MARGIN", "LOCAL", "MEMORY_ERROR", "TE", "Memory", "StageMemory", "activation_bytes_per_layer",
+           "adam_state_bytes", "adam_step_bytes", "capacity_bytes", "dp_sharded", "estimate_memory", "fits",
+           "margin_verdict", "peak_bytes", "reduce_bytes"]

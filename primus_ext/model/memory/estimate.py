@@ -113,17 +113,10 @@ class Memory:
         return max(self.stages, key=lambda s: s.total_bytes)
 
 
-def estimate_memory(
-    model: ModelSpec,
-    execution: ExecutionSpec,
-    system: SystemSpec,
-    *,
-    activation_bytes: Mapping[str, int] | None = None,
-    measured_impl: str = "te",
-    measured_scale: float = 1.0,
-    measured_sequence_split: bool | None = None,
-    margin: float = 0.0,
-) -> Memory:
+def estimate_memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, *,
+                    activation_bytes: Mapping[str, int] | None = None, measured_impl: str = "te",
+                    measured_scale: float = 1.0, measured_sequence_split: bool | None = None,
+                    margin: float = 0.0) -> Memory:
     """Per-stage peak memory of one GPU for ``model`` run as ``execution`` on ``system``.
 
     ``activation_bytes``: measured bytes saved for backward per layer kind (``dense``, ``moe``,

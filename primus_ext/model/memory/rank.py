@@ -16,16 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from primus_ext.model.fp8 import layer_weight_bytes
+from primus_ext.model.memory import state
 from primus_ext.model.memory.optimizer_state import dp_sharded
 from primus_ext.model.memory.schedule import held_activations, megatron_held
 from primus_ext.model.memory.stage import RankProfile
-from primus_ext.model.memory.state import (
-    fsdp_shard_bytes,
-    optimizer_step_excess,
-    sharding_bytes,
-    state_bytes,
-    step_grad_bytes,
-)
 from primus_ext.model.params import ROUTER_PARAM_BYTES
 from primus_ext.model.pipeline.registry import resolve
 from primus_ext.model.pipeline.zbv import wgrad_share
@@ -79,7 +73,7 @@ def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, bigges
     ``e`` and, when ``detail``, each rank's ``StageMemory`` (else none). ``fp8_any_layout``: the GPU's FP8 GEMMs
     take every operand layout (``GPUSpec.fp8_any_layout``; False = the conservative Hopper answer); ``biggest`` =
     ``biggest_layer_params(ctx)``. What the ranks share is computed once, before the loop."""
-    sharding = sharding_bytes(e)
+    sharding = state.sharding_bytes(e)
     param_b, grad_b = sharding[0], sharding[1]
     weight = layer_weight_bytes(e, fp8_any_layout, param_bytes=param_b)
     schedule = resolve(e)
@@ -91,7 +85,7 @@ def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, bigges
     peak, stages = 0.0, []
     for rank, p in ranks:
         # --- parameters, gradients, optimizer --------------------------------------------------
-        params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state_bytes(
+        params, grads, opt_dense, opt_expert, fsdp_layer, fsdp_loss = state.state_bytes(
             e, sharding, p.total_params, p.expert_params, p.router_params, p.edge_params, biggest, weight,
             p.output_params, p.trainable)
         fsdp_gather = max(fsdp_layer, fsdp_loss)
@@ -110,7 +104,7 @@ def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, bigges
         fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
         other = transient + fragmentation + CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
         held = params + grads + opt + activations
-        step_excess = optimizer_step_excess(e, sharding, params, grads, opt, held + other, FIXED_OTHER_BYTES)
+        step_excess = state.optimizer_step_excess(e, sharding, params, grads, opt, held + other, FIXED_OTHER_BYTES)
         other += step_excess
         total = held + other
         if total > peak:
@@ -120,7 +114,8 @@ def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, bigges
         if megatron:
             flights, zb_hold = schedule.chunk_in_flight(rank, pp, vpp, m, extra), 0.0
         if dp_sharded(e)[2]:  # FSDP shards every parameter (the edge ones are dense) and keeps no fp8 cache
-            edge_part, router_extra, fp8_cache = p.edge_params / sharding[3] * fsdp_shard_bytes(e, param_b), 0.0, 0.0
+            edge_part = p.edge_params / sharding[3] * state.fsdp_shard_bytes(e, param_b)
+            router_extra, fp8_cache = 0.0, 0.0
         else:
             edge_part = p.edge_params * param_b
             router_extra = p.router_params * (ROUTER_PARAM_BYTES - param_b)
@@ -131,7 +126,7 @@ def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, bigges
             "params.fp8_weight_cache": fp8_cache,
             "params.count": p.total_params, "params.expert_count": p.expert_params,
             "params.lora_adapter_count": sum(p.trainable) if p.trainable else 0.0,
-            "grads.at_optimizer_step": grads * (step_grad_bytes(e, grad_b) / grad_b),
+            "grads.at_optimizer_step": grads * (state.step_grad_bytes(e, grad_b) / grad_b),
             "optimizer.dense_shard": opt_dense, "optimizer.expert_shard": opt_expert,
             "activations.per_microbatch": p.per_mb, "activations.zb_deferred_wgrad": zb_hold,
             "other.recompute_working_set": p.working, "other.backward_workspace": p.backward_ws,

@@ -24,14 +24,8 @@ from primus_ext.model.identity_memo import IdentityMemo
 from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 from primus_ext.model.layers import expert_layer_params, layer_params, rank_shapes
 from primus_ext.model.lora import lora_params
-from primus_ext.model.memory.activations import (
-    LOCAL,
-    TE,
-    as_measured,
-    element_bytes,
-    loss_saved_bytes,
-    op_sac_saved_bytes,
-)
+from primus_ext.model.memory import activations
+from primus_ext.model.memory.activations import TE
 from primus_ext.model.memory.plan import ChunkComposition, offloaded_layers, recompute_plan
 from primus_ext.model.memory.plan import plan as chunk_plan
 from primus_ext.model.memory.saved import activation_bytes_per_layer, linear_input_fraction
@@ -159,8 +153,8 @@ def _scale(shape: RankShape, measured: Measured | None) -> float:
     the TE formula at the target shape (so a CPU local-spec measurement does not import the s x s scores)."""
     if measured is None or shape.kind not in measured.saved_bytes:
         return 1.0
-    impl = LOCAL if measured.impl == "local" else TE
-    built = as_measured(shape.scaled(measured.scale), impl, sequence_split=measured.sequence_split)
+    impl = activations.LOCAL if measured.impl == "local" else TE
+    built = activations.as_measured(shape.scaled(measured.scale), impl, sequence_split=measured.sequence_split)
     formula = activation_bytes_per_layer(built, impl=impl)
     return measured.saved_bytes[shape.kind] / formula if formula else 1.0
 
@@ -177,10 +171,11 @@ def _terms(model: ModelSpec, e: ExecutionSpec, measured: Measured | None) -> dic
     if e.recompute_granularity == "selective" and e.selective_ac_option == "op" and "dense" in terms:
         # torch op-level selective checkpointing (torchtitan) on the dense layers; MoE layers keep
         # Megatron's module semantics (torchtitan's MoE models are not modelled)
-        terms["dense"] = replace(terms["dense"], act_selected=float(op_sac_saved_bytes(shapes["dense"])))
+        terms["dense"] = replace(terms["dense"], act_selected=float(activations.op_sac_saved_bytes(shapes["dense"])))
     if e.cross_entropy_fusion_impl == "te" and "output" in terms:
         # TE's cross entropy keeps the bf16 logits (holding the gradient) instead of fp32 exp(logits)
-        delta = loss_saved_bytes(shapes["output"], "te") - loss_saved_bytes(shapes["output"], "native")
+        delta = (activations.loss_saved_bytes(shapes["output"], "te")
+                 - activations.loss_saved_bytes(shapes["output"], "native"))
         out = terms["output"]
         terms["output"] = replace(out, act_none=out.act_none + delta, act_selected=out.act_selected + delta)
     return terms
@@ -276,7 +271,8 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
     if comp.mtp and mtp_kind:
         # each MTP depth: a decoder layer, its eh_proj input (2h) and another loss over the vocab
         sp = e.tp if e.sequence_parallel and e.tp > 1 else 1
-        eh_in = element_bytes(e.precision) * 2 * ctx.model.hidden_size * e.micro_batch_size * e.seq_length / e.cp / sp
+        eh_in = (activations.element_bytes(e.precision) * 2 * ctx.model.hidden_size * e.micro_batch_size * e.seq_length
+                 / e.cp / sp)
         total += comp.mtp * (mtp_kind.act_none + eh_in + ctx.terms["output"].act_none)
     return total, working
 
@@ -332,7 +328,7 @@ def _transients(model: ModelSpec, e: ExecutionSpec, biggest_layer: float, loss_s
     they depend only on the per-rank shapes (TP, CP, ETP, MBS, seq, precision)."""
     backward_ws = BACKWARD_WORKSPACE_LAYER_FRACTION * biggest_layer
     tokens = e.micro_batch_size * e.seq_length / e.cp
-    elem = element_bytes(e.precision)
+    elem = activations.element_bytes(e.precision)
     # the bf16 gradient of the logits in backward (native loss); TE's loss computes it in place in the
     # logits it saved (counted with the activations)
     native = e.cross_entropy_fusion_impl != "te"

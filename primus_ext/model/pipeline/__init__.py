@@ -81,33 +81,8 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "BWD",
-    "FWD",
-    "MAX_SIMULATED_OPS",
-    "SCHEDULES",
-    "WGRAD",
-    "ChunkTimes",
-    "Event",
-    "Schedule",
-    "ScheduleResult",
-    "clear_schedule_cache",
-    "get_schedule",
-    "interleaving_problem",
-    "pricing_problem",
-    "rank_order",
-    "register",
-    "resolve",
-    "resolve_schedule",
-    "schedule_table",
-    "simulate",
-    "simulate_many",
-    "simulated_directly",
-    "simulated_ops",
-    "spec_schedule",
-    "uniform_times",
-    "unpaired_counts",
-    "unpaired_ops",
-    "unpaired_passes",
-    "unpaired_seconds",
-]
+__all__ = ["BWD", "FWD", "MAX_SIMULATED_OPS", "SCHEDULES", "WGRAD", "ChunkTimes", "Event", "Schedule", "ScheduleResult",
+           "clear_schedule_cache", "get_schedule", "interleaving_problem", "pricing_problem", "rank_order", "register",
+           "resolve", "resolve_schedule", "schedule_table", "simulate", "simulate_many", "simulated_directly",
+           "simulated_ops", "spec_schedule", "uniform_times", "unpaired_counts", "unpaired_ops", "unpaired_passes",
+           "unpaired_seconds"]

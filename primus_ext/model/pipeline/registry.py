@@ -260,7 +260,6 @@ class OneF1B(Schedule):
     batch_kernel = "1f1b"
 
 
-
 @register
 class Interleaved(Schedule):
     """Megatron-core's interleaved 1F1B (Narayanan et al. 2021 §2.2, VPP model chunks per rank)."""

@@ -207,16 +207,9 @@ def clear_schedule_cache() -> None:
     zb_h1_structure.cache_clear()
 
 
-def simulate(
-    schedule: str,
-    times: tuple[tuple[ChunkTimes, ...], ...],
-    num_microbatches: int,
-    p2p: tuple[float, ...] = (),
-    *,
-    microbatch_group_size_per_vp_stage: int | None = None,
-    moe_a2a_overlap_warmup: bool = False,
-    timeline: bool = False,
-) -> ScheduleResult:
+def simulate(schedule: str, times: tuple[tuple[ChunkTimes, ...], ...], num_microbatches: int,
+             p2p: tuple[float, ...] = (), *, microbatch_group_size_per_vp_stage: int | None = None,
+             moe_a2a_overlap_warmup: bool = False, timeline: bool = False) -> ScheduleResult:
     """Simulate one step's forward/backward over ``num_microbatches`` micro-batches.
 
     ``times[rank][chunk]``: per-micro-batch chunk times; ``p2p[s]``: send/recv seconds between virtual
@@ -296,7 +289,5 @@ def uniform_times(pp: int, vpp: int, fwd: float, bwd: float, wgrad: float = 0.0)
     return tuple(tuple(chunk for _ in range(vpp)) for _ in range(pp))
 
 
-__all__ = [
-    "ChunkTimes", "Event", "ScheduleResult", "interleaving_problem", "rank_order", "schedule_table", "simulate",
-    "uniform_times", "unpaired_counts", "unpaired_ops", "unpaired_passes", "unpaired_seconds",
-]
+__all__ = ["ChunkTimes", "Event", "ScheduleResult", "interleaving_problem", "rank_order", "schedule_table", "simulate",
+           "uniform_times", "unpaired_counts", "unpaired_ops", "unpaired_passes", "unpaired_seconds"]

@@ -356,25 +356,6 @@ class VMin(_VSchedule):
     primus_names = ("v-min",)  # primus_pipeline.yaml pp_algorithm
 
 
-__all__ = [
-    "SLOTS_PER_MICROBATCH",
-    "V_SCHEDULES",
-    "ZBV",
-    "VHalf",
-    "VMin",
-    "block_order",
-    "block_slots",
-    "held_at_peak",
-    "in_flight_chunks",
-    "simulate_v",
-    "slot_order",
-    "slots_peak",
-    "squeeze",
-    "unit_times",
-    "v_half_block",
-    "v_min_block",
-    "v_orders",
-    "v_problems",
-    "wgrad_held_chunks",
-    "zb_v_caps",
-]
+__all__ = ["SLOTS_PER_MICROBATCH", "V_SCHEDULES", "ZBV", "VHalf", "VMin", "block_order", "block_slots", "held_at_peak",
+           "in_flight_chunks", "simulate_v", "slot_order", "slots_peak", "squeeze", "unit_times", "v_half_block",
+           "v_min_block", "v_orders", "v_problems", "wgrad_held_chunks", "zb_v_caps"]

@@ -32,21 +32,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.tune.axes import (
-    CP,
-    DP_OVERLAP,
-    EP,
-    EP_OVERLAP,
-    ETP,
-    MBS,
-    PP,
-    RECOMPUTE,
-    SHARDING,
-    TP,
-    TP_OVERLAP,
-    VPP,
-    label,
-)
+from primus_ext.tune import axes
+from primus_ext.tune.axes import label
 from primus_ext.tune.legality import problems_of
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
 from primus_ext.tune.strategies.exhaustive import LEAST_COMPUTE
@@ -66,14 +53,15 @@ out-of-space configurations once it concentrates; every optuna sample costs O(tr
 POLISH_RESERVE = 8
 """Projections kept for the inner-axes polish of the best configuration (recompute choices, the
 three overlap flags: at most ~6 one-axis changes)."""
-COUPLED = ((TP, PP), (PP, VPP), (PP, MBS), (TP, EP), (EP, ETP), (TP, MBS), (CP, MBS),
-           (PP, EP), (MBS, RECOMPUTE), (SHARDING, RECOMPUTE))
+COUPLED = ((axes.TP, axes.PP), (axes.PP, axes.VPP), (axes.PP, axes.MBS), (axes.TP, axes.EP), (axes.EP, axes.ETP),
+           (axes.TP, axes.MBS), (axes.CP, axes.MBS), (axes.PP, axes.EP), (axes.MBS, axes.RECOMPUTE),
+           (axes.SHARDING, axes.RECOMPUTE))
 """Axis pairs that trade against each other (memory, bubble, communication): TP and CP split the
 activations that MBS multiplies, PP and EP both shard the experts, PP*VPP sets the chunk count. The
 local searches try changing both at once (the outer search uses the pairs of outer axes)."""
 
 
-INNER = (RECOMPUTE, TP_OVERLAP, EP_OVERLAP, DP_OVERLAP)
+INNER = (axes.RECOMPUTE, axes.TP_OVERLAP, axes.EP_OVERLAP, axes.DP_OVERLAP)
 """Axes TPE does not sample: ``_greedy_inner`` sets them for each outer choice (the local search then
 explores them one by one)."""
 OUTER = tuple(name for name in AXIS_ORDER if name not in INNER)
@@ -86,8 +74,8 @@ def _least_recompute(ctx: SearchContext, config: Config) -> Config:
     frees or takes memory (TP, PP, EP, MBS, sharding) is tried with the recompute it allows."""
     space: Space = ctx.space
     for choice in LEAST_COMPUTE:
-        candidate = space.repair({**config, RECOMPUTE: choice})
-        if candidate is None or candidate[RECOMPUTE] != choice or problems_of(space, candidate):
+        candidate = space.repair({**config, axes.RECOMPUTE: choice})
+        if candidate is None or candidate[axes.RECOMPUTE] != choice or problems_of(space, candidate):
             continue
         try:
             if ctx.prefilter.fits(space.to_execution(candidate)):
@@ -105,10 +93,10 @@ def _greedy_inner(ctx: SearchContext, config: Config) -> Config:
         on: Config = {}
         for name in AXIS_ORDER:
             allowed = space.domain(name, on)
-            if name in (TP_OVERLAP, EP_OVERLAP):
-                want = ep_overlap if name == EP_OVERLAP else True
+            if name in (axes.TP_OVERLAP, axes.EP_OVERLAP):
+                want = ep_overlap if name == axes.EP_OVERLAP else True
                 on[name] = want if want in allowed else allowed[0]
-            elif name == DP_OVERLAP:
+            elif name == axes.DP_OVERLAP:
                 on[name] = allowed[-1]
             else:
                 on[name] = config[name] if config[name] in allowed else allowed[0]
@@ -123,7 +111,7 @@ def _moves(ctx: SearchContext, config: Config, pairs: bool) -> Any:
     if not pairs:
         for axis, _, moved in space.neighbours(config):
             yield moved
-            if axis != RECOMPUTE:
+            if axis != axes.RECOMPUTE:
                 fitted = _least_recompute(ctx, moved)
                 if fitted != moved:
                     yield fitted
@@ -162,8 +150,6 @@ def local_search(ctx: SearchContext, origin: str, on_trial: Callable[[Trial], No
                 current, improved, pairs = trial, True, False
                 break
     return True
-
-
 
 
 def _ordered(values: tuple[Any, ...]) -> bool:
@@ -283,7 +269,7 @@ class _OuterSearch:
                 continue
             self.told.add(key)  # told below, through ``asked``
             config = self.complete(key)  # None when nothing fits: 0
-            skip = skip_full and config is not None and config[RECOMPUTE] == LEAST_COMPUTE[-1]
+            skip = skip_full and config is not None and config[axes.RECOMPUTE] == LEAST_COMPUTE[-1]
             if skip:
                 self.skipped[key] = None
             value = None if skip else self.evaluate(key)
@@ -351,7 +337,7 @@ class _OuterSearch:
 
     def _recompute_level(self, key: tuple[Any, ...]) -> int:
         config = self.complete(key)
-        return LEAST_COMPUTE.index(config[RECOMPUTE]) if config is not None else 0
+        return LEAST_COMPUTE.index(config[axes.RECOMPUTE]) if config is not None else 0
 
     def polish(self) -> None:
         """First-improvement one-axis changes of the best configuration's inner axes."""
