@@ -30,6 +30,9 @@ def _rows(path: Path) -> list[dict[str, str]]:
         raise RecipeError(problems=[Problem(path=str(path), message=str(err))]) from None
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    except UnicodeDecodeError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})",
+                                            fix="give the run file as UTF-8 CSV or JSON")]) from None
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text)

@@ -93,3 +93,13 @@ def test_validate_holds_out_one_submission_with_the_archs_beside_the_runs(tmp_pa
     errors = [r["error_pct"] for r in held["rows"]]
     # each row against a fit on the two others: the low and high rows land on opposite sides, within the spread
     assert errors[0] > 0 > errors[2] and max(abs(e) for e in errors) < 5.0
+
+
+def test_a_run_file_that_is_not_utf8_is_refused_with_exit_2(tmp_path, capsys):
+    (tmp_path / "a.csv").write_text(ARCH)
+    (tmp_path / "r.csv").write_text(RUNS)
+    (tmp_path / "mine.csv").write_bytes(b"source,model\n\xff\xfe\xfa,M\n")
+    code = main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"),
+                 "--calibrate-from", str(tmp_path / "mine.csv")])
+    err = capsys.readouterr().err
+    assert code == 2 and "not UTF-8" in err and "Traceback" not in err
