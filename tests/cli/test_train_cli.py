@@ -191,3 +191,10 @@ def test_builtin_refuses_a_model_this_machine_cannot_hold(tmp_path: Path, capsys
     code = main(["train", "--config", str(_recipe(tmp_path, HUGE)), "global_batch_size=2", "--cluster", "cpu",
                  "--nodes", "1", "--device", "cpu", "--train-iters", "2", "--nproc", "2"])
     assert code == 2 and "--scale" in capsys.readouterr().err
+
+
+def test_strict_without_projection_only_is_refused(tmp_path: Path, capsys):
+    """``--strict`` sets the gate's exit code (4 inside the memory margin): without ``--projection-only`` nothing is
+    gated, and a launch is not silently ungated."""
+    assert main(["train", "--config", str(_recipe(tmp_path, TINY)), "--strict", "--cluster", "h100"]) == 2
+    assert "--projection-only" in capsys.readouterr().err
