@@ -10,7 +10,8 @@ Run from the repository root::
 Each ``examples/megatron/configs/<GPU>/**/*.yaml`` is projected through the real CLI entry
 (``primus_ext.cli.main``, in this process; stdout and stderr captured) with ``--cluster`` from the GPU folder
 and nothing else: presets resolve from the checkout the recipe sits in (no ``--config-root``), the node
-count is the recipe's (or 1). Classes: ``projects`` (exit 0; fits / over capacity from the printed verdict),
+count is the recipe's (or 1). Classes: ``projects`` (exit 0, 3 or 4; fits / over capacity from the code and the
+printed verdict),
 ``refused: architecture`` (exit 2, a model family the projection cannot build), ``refused: needs N nodes``
 (exit 2, the layout does not fit one node and the recipe names no node count), ``refused: other`` (exit 2,
 every problem printed), ``crash`` (any other exit, or a traceback in the output). A recipe the tool projects
@@ -56,8 +57,8 @@ def classify(code: int | str, text: str) -> tuple[str, str]:
     """(class, detail) of one run."""
     if not isinstance(code, int) or "Traceback (most recent call last)" in text:
         return "crash", str(code)
-    if code in (0, 3):  # 3: projected, out of memory (the launcher gate's code)
-        verdict = "over capacity" if code == 3 or re.search(r"DOES NOT FIT|out of memory", text) else "fits"
+    if code in (0, 3, 4):  # 3: projected, out of memory; 4: over capacity, within the model's error (the gate's codes)
+        verdict = "over capacity" if code in (3, 4) or re.search(r"DOES NOT FIT|out of memory", text) else "fits"
         return "projects", verdict
     if code != 2:
         return "crash", f"exit {code}"

@@ -1,6 +1,8 @@
 """One calibrated recipe, one figure (issue 55): ``project --memory-only``, ``project``, ``compare``, ``tune`` and
 ``train --projection-only`` (the built-in command and Primus's launcher gate) give the same peak memory, the same
-band and the same exit code for a recipe whose stored calibration record corrects both its step and its memory.
+band and the same exit code for a recipe whose stored calibration record corrects both its step and its memory;
+and, for each memory verdict, the same exit code of the gate (issue 53: over capacity within the model's error
+exits 4, not 0).
 
     python -m pytest -q tests/test_one_figure.py
 """
@@ -89,17 +91,20 @@ def test_every_command_gives_the_calibrated_figure(calibrated, tmp_path: Path, c
     capsys.readouterr()
 
 
-def _primus_gate(recipe: Path, store: Path, out: Path) -> int:
-    """``primus-cli train pretrain --config RECIPE --projection-only ...`` through the patched gate."""
+def _primus_gate(recipe: Path, store: Path, out: Path, overrides: list[str] | None = None, *,
+                 strict: bool = False) -> int:
+    """``primus-cli train pretrain --config RECIPE --projection-only ...`` through the patched gate (``overrides``:
+    ``key=value``, passed on as Primus does, ``--key value``)."""
     from primus_ext.launcher.primus_gate import add_suite_args, run_gate
 
     parser = add_suite_args(argparse.ArgumentParser())
     parser.add_argument("--config")
     args = parser.parse_args(["--config", str(recipe), "--projection-only", "--projection-cluster", "h100",
                               "--projection-nodes", "1", "--projection-store", str(store), "--projection-out",
-                              str(out)])
+                              str(out), *(["--projection-strict"] if strict else [])])
     args.suite = "pretrain"
-    return run_gate(args, [], stream=io.StringIO(), env={})
+    passed_on = [part for item in overrides or [] for part in ("--" + item.split("=")[0], item.split("=")[1])]
+    return run_gate(args, passed_on, stream=io.StringIO(), env={})
 
 
 LLAMA = Path(__file__).parents[1] / "recipes" / "llama3.1_8B-pretrain.yaml"
@@ -137,3 +142,36 @@ def test_the_memory_verdict_is_the_calibrated_one(tmp_path: Path, capsys):
     assert baseline["peak_memory_gib"] == pytest.approx(json.loads(written.read_text())["memory"]["peak_memory_gib"],
                                                         rel=1e-9)
     capsys.readouterr()
+
+
+AT = {"fits": 0.5, "over the margin": 0.98, "within the model's error": 1.08, "out of memory": 1.3}
+"""Calibrated peak / capacity for each verdict (a record's memory factor puts the measured peak there)."""
+EXITS = {"fits": (0, 0), "over the margin": (0, 4), "within the model's error": (4, 4), "out of memory": (3, 3)}
+"""The gate's exit code of each verdict (model.memory.gate), without and with --strict (issue 53)."""
+
+
+@pytest.mark.parametrize("verdict", AT)
+def test_every_gate_gives_the_verdicts_exit_code(verdict: str, tmp_path: Path, capsys):
+    """``project``, ``--memory-only``, ``train --projection-only`` and Primus's launcher gate exit alike for each
+    memory verdict of the same calibrated recipe: 0 fits, 0 over the margin (4 with ``--strict``), 4 over the
+    capacity within the model's error (not 0: it may or may not fit), 3 out of memory."""
+    loaded = load_recipe(LLAMA, FITS_UNCALIBRATED, cluster="h100", nodes=1)
+    memory = project(loaded.model, loaded.execution, loaded.system, None, band=False).memory
+    store = tmp_path / "timings.sqlite"
+    _store_record(store, LLAMA, FITS_UNCALIBRATED, AT[verdict] * memory.capacity_bytes / memory.peak_bytes)
+    flags = [*FITS_UNCALIBRATED, *TARGET, "--store", str(store)]
+    for strict in (False, True):
+        want = EXITS[verdict][strict]
+        extra = ["--strict"] if strict else []
+        out = tmp_path / f"project-{strict}.json"
+        assert main(["project", str(LLAMA), *flags, *extra, "--json", str(out)]) == want, strict
+        assert json.loads(out.read_text())["memory"]["verdict"] == verdict
+        assert main(["project", str(LLAMA), *flags, *extra, "--memory-only"]) == want, strict
+        assert main(["train", "--config", str(LLAMA), *flags, *extra, "--projection-only", "--workspace",
+                     str(tmp_path / "train")]) == want, strict
+        assert _primus_gate(LLAMA, store, tmp_path / "gate", FITS_UNCALIBRATED, strict=strict) == want, strict
+        for folder in ("train", "gate"):
+            assert json.loads((tmp_path / folder / "projection.json").read_text())["memory"]["verdict"] == verdict
+        err = capsys.readouterr().err
+        if want == 4 and verdict == "within the model's error":
+            assert "over capacity, within the model's error (exit 4): projected peak" in err

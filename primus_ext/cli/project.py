@@ -16,8 +16,10 @@ roofline only. Layer kinds the store lacks fall back to the roofline. The report
 layer kind used. A calibration record of real runs (``primus-ext calibrate``) in the store corrects the figures
 of its workload, and of nearby configurations of the same model with a wider band; the report says so
 (``--uncalibrated``: ignore it). ``--memory-only`` prints the memory verdict of the same projection (the record's
-memory factor applied). Exit codes as the launcher gate's: 0 fits, 2 invalid recipe, 3 out of memory
-(``--memory-only`` too). The JSON follows the one result schema (``primus_ext.results``: kinds ``projection``
+memory factor applied). Exit codes as the launcher gate's (``model.memory.gate``; ``--memory-only`` too): 0 fits
+(inside the 5 % memory margin: a warning), 2 invalid recipe, 3 out of memory, 4 over the capacity by at most the
+memory model's error (it may or may not fit: not for an unattended launch); ``--strict``: inside the margin exits 4
+too. The JSON follows the one result schema (``primus_ext.results``: kinds ``projection``
 and ``memory``).
 """
 
@@ -37,8 +39,17 @@ if TYPE_CHECKING:
     from primus_ext.session import Session
 
 
+STRICT_HELP = ("a peak inside the 5%% memory margin exits 4 too, as one over the capacity within the memory model's "
+               "error (for a scheduler that launches unattended: exit 0 then means projected to fit, margin free)")
+EXITS = ("exit codes: 0 fits (a peak inside the 5% memory margin: a warning); 2 illegal input; 3 out of memory; 4 over "
+         "the capacity by at most the memory model's error (15.5%, model.memory.MEMORY_ERROR): it may or may not fit, "
+         "do not launch it unattended; with --strict, a peak inside the margin exits 4 too")
+"""The codes of ``model.memory.gate``, as ``--help`` shows them (argparse does not %-format an epilog)."""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("project", help="project step time, tok/s/GPU, MFU and memory of a recipe")
+    parser = subparsers.add_parser("project", help="project step time, tok/s/GPU, MFU and memory of a recipe",
+                                   epilog=EXITS)
     parser.add_argument("recipe", help="experiment YAML (Primus format) or flat Megatron-argument YAML")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
     parser.add_argument("--cluster", help="hardware profile (e.g. h100, mi300x, gb200); default from the recipe")
@@ -55,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "a CPU-sized scale on CPU)")
     add_calibration_arguments(parser)
     parser.add_argument("--memory-only", action="store_true", help="print the memory estimate only")
+    parser.add_argument("--strict", action="store_true", help=STRICT_HELP)
     parser.add_argument("--timeline", action="store_true", help="include every pipeline op in the JSON")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the simulated step as a Chrome trace (JSON; open in ui.perfetto.dev)")
@@ -134,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in recipe.warnings:  # on stderr, with --json - too
         print(f"warning: {warning}", file=sys.stderr)
     emit_json(projection_document(projection, recipe=recipe, timeline=args.timeline), args.json)
-    return _exit_code(projection.memory)
+    return _exit_code(projection.memory, strict=args.strict)
 
 
 def _memory_only(args: argparse.Namespace, session: Session, recipe: Recipe) -> int:
@@ -158,25 +170,21 @@ def _memory_only(args: argparse.Namespace, session: Session, recipe: Recipe) -> 
     for warning in recipe.warnings:  # on stderr, with --json - too
         print(f"warning: {warning}", file=sys.stderr)
     emit_json(memory_document(memory, recipe=recipe), args.json)
-    return _exit_code(memory)
+    return _exit_code(memory, strict=args.strict)
 
 
-OUT_OF_MEMORY = 3
-"""The launcher gate's exit code for a configuration that does not fit (0 fits, 2 illegal)."""
+def _exit_code(memory: Memory | None, *, strict: bool) -> int:
+    """The gate's codes (``model.memory.gate``, as every launcher gate): 0 fits (inside the margin: a warning), 4 over
+    the capacity within the model's error (``--strict``: inside the margin too), 3 out of memory; the reason on
+    stderr with the figures (the report above is complete)."""
+    from primus_ext.model.memory import EXIT_OUT_OF_MEMORY, gate_exit, gate_note
 
-
-def _exit_code(memory: Memory | None) -> int:
-    """The gate's codes: 0 fits (or within the model's error of it: a warning), 3 out of memory (said on stderr;
-    the report above is complete)."""
-    from primus_ext.model.memory import margin_verdict
-
-    if memory is None or memory.fits or margin_verdict(memory.peak_bytes, memory.capacity_bytes) != "out of memory":
-        from primus_ext.launcher.projection_only import margin_note
-
-        note = margin_note(memory)
-        if note:
-            print(f"warning: {note}", file=sys.stderr)
-        return 0
-    print(f"out of memory: projected peak {memory.peak_bytes / 2**30:.1f} GiB > {memory.capacity_bytes / 2**30:.1f} "
-          "GiB per GPU (exit 3, as train --projection-only)", file=sys.stderr)
-    return OUT_OF_MEMORY
+    code = gate_exit(memory, strict=strict)
+    note = gate_note(memory, strict=strict)
+    if note:
+        print(note, file=sys.stderr)
+    if code == EXIT_OUT_OF_MEMORY:
+        print(f"out of memory: projected peak {memory.peak_bytes / 2**30:.1f} GiB > "
+              f"{memory.capacity_bytes / 2**30:.1f} GiB per GPU (exit {code}, as train --projection-only)",
+              file=sys.stderr)
+    return code

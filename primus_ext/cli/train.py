@@ -12,8 +12,10 @@ Same experiment YAML and ``key=value`` overrides as Primus's ``train pretrain``.
 ``--projection-only`` measures what the timing store lacks (with ``--scale`` on CPU; on a GPU at full
 size), projects, prints the report and writes projection.json / .html / _timeline.png into the
 experiment's directory (``{workspace}/{work_group}/{user_name}/{exp_name}``; ``--workspace`` overrides
-it, ``--html`` the page's path). Exit codes: 0 projected to fit, 2 illegal configuration (every
-reason printed), 3 projected out of memory. Without ``--scale`` on CPU it uses stored full-size costs
+it, ``--html`` the page's path). Exit codes (``model.memory.gate``, as ``project``'s): 0 projected to fit (inside
+the 5 % memory margin: a warning), 2 illegal configuration (every reason printed), 3 projected out of memory, 4
+over the capacity by at most the memory model's error (it may or may not fit: not for an unattended launch);
+``--strict``: inside the margin exits 4 too. Without ``--scale`` on CPU it uses stored full-size costs
 where present and the analytic roofline elsewhere (``--analytic``: roofline only).
 
 Launching: ``--launcher auto`` delegates to Primus (``primus-cli``) or Megatron-LM (``pretrain_gpt.py``)
@@ -35,13 +37,17 @@ from primus_ext.cli._args import nonnegative_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("train", help="train a recipe (or --projection-only: project it and exit 0/2/3)")
+    from primus_ext.cli.project import EXITS, STRICT_HELP
+
+    p = subparsers.add_parser("train", help="train a recipe (or --projection-only: project it and exit 0/2/3/4)",
+                              epilog=f"with --projection-only, {EXITS}")
     p.add_argument("--config", required=True, metavar="RECIPE", help="experiment YAML (Primus) or flat Megatron YAML")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
     p.add_argument("--cluster", help="hardware profile of the run; default from the recipe")
     p.add_argument("--nodes", type=int, help="node count of the run; default from the recipe")
     p.add_argument("--config-root", action="append", default=[], metavar="DIR", help="preset folder (repeatable)")
-    p.add_argument("--projection-only", action="store_true", help="project, write the reports, exit 0/2/3")
+    p.add_argument("--projection-only", action="store_true", help="project, write the reports, exit 0/2/3/4")
+    p.add_argument("--strict", action="store_true", help=f"with --projection-only: {STRICT_HELP}")
     costs = p.add_mutually_exclusive_group()
     costs.add_argument("--analytic", action="store_true", help="analytic roofline costs only")
     costs.add_argument("--scale", type=nonnegative_float,
@@ -142,7 +148,8 @@ def _projection_only(args: argparse.Namespace, config: str) -> int:
         check_outputs(("--html", args.html))  # against the recipe's presets too, before measuring
         outcome = projection_only(recipe, out_dir=_workspace(args, config), session=session,
                                   overrides=args.overrides, html_path=Path(args.html) if args.html else None,
-                                  progress=LayerProgress(), baseline=_as_written(args, config, session), phase=phases)
+                                  progress=LayerProgress(), baseline=_as_written(args, config, session), phase=phases,
+                                  strict=args.strict)
     print(format_projection(outcome.projection))
     if recipe.target is not None:
         print(recipe.target.describe(recipe.system))
@@ -152,11 +159,8 @@ def _projection_only(args: argparse.Namespace, config: str) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     for reason in outcome.reasons:
         print(f"out of memory: {reason}", file=sys.stderr)
-    from primus_ext.launcher.projection_only import margin_note
-
-    note = margin_note(outcome.projection.memory)  # inside the margin, or within the model's error: exit 0
-    if note:
-        print(f"warning: {note}", file=sys.stderr)
+    if outcome.note:  # exit 4 (over capacity within the model's error; --strict: inside the margin), or a warning
+        print(outcome.note, file=sys.stderr)
     for kind, path in outcome.files.items():
         print(f"wrote {kind}: {path}", file=sys.stderr)
     return outcome.exit_code
@@ -262,6 +266,12 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"auto-tune: continuing with {config}", file=sys.stderr)
     if args.projection_only:
         return _projection_only(args, config)
+    if args.strict:  # a gate's flag: a launch is not gated by it (said, not ignored)
+        from primus_ext.errors import Problem, RecipeError
+
+        raise RecipeError(problems=[Problem(path="--strict", value=True, message="--strict sets the exit code of "
+                                            "the projection gate; without --projection-only nothing is gated",
+                                            fix="add --projection-only (exit 4: do not launch), or drop --strict")])
     recipe = Session().load(config, args.overrides, cluster=args.cluster, nodes=args.nodes,
                             config_roots=args.config_root)  # the target: primus_ext.session's one rule
     check_outputs(("--html", args.html))  # against the recipe's presets too, before training

@@ -11,7 +11,9 @@ chains ``inner`` (a launcher's own provider), adds the ``--projection-*`` argume
 parser's ``parse_known_args`` (``parse_args`` goes through it). A run with ``--projection-only``
 projects the parsed configuration (``short_circuit``), prints the report, writes projection.json /
 .html / _timeline.png, and exits: 0 when it fits, 2 when the configuration is illegal (with every
-reason), 3 when it is projected to run out of memory. Without the flag nothing changes.
+reason), 3 when it is projected to run out of memory, 4 when it is over the capacity by no more than the memory
+model's error (it may or may not fit: not for an unattended launch; ``--projection-strict``: a peak inside the
+memory margin exits 4 too; ``model.memory.gate``). Without the flag nothing changes.
 
 ``megatron_gate(inner)`` is that provider, plus: when ``--projection-only`` is on the command line it
 parses right away with Megatron's own ``megatron.training.arguments.parse_args`` - at the call site,
@@ -42,7 +44,7 @@ from typing import Any, TextIO
 
 from primus_ext.argtypes import nonnegative_float
 from primus_ext.errors import PrimusExtError, RecipeError
-from primus_ext.launcher.projection_only import experiment_dir, margin_note, projection_only
+from primus_ext.launcher.projection_only import experiment_dir, projection_only
 from primus_ext.recipe.target import CLUSTER_ENV
 from primus_ext.session import CostChoice, Session, cost_choice
 
@@ -51,13 +53,18 @@ PER_LAYER_LISTS = ("cp_comm_type",)
 
 ArgsProvider = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
 
+STRICT_HELP = ("with --projection-only: a peak inside the 5%% memory margin exits 4 too, as one over the capacity "
+               "within the memory model's error (for a scheduler that launches unattended)")
+
 
 def add_projection_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``--projection-*`` arguments (names cannot clash with Megatron-LM's or Primus's)."""
     group = parser.add_argument_group("primus-ext projection")
     group.add_argument("--projection-only", action="store_true",
                        help="project step time and memory of this configuration, write the reports, exit "
-                            "(0 fits, 2 illegal, 3 out of memory) without training")
+                            "(0 fits, 2 illegal, 3 out of memory, 4 over capacity within the memory model's "
+                            "error) without training")
+    group.add_argument("--projection-strict", action="store_true", help=STRICT_HELP)
     group.add_argument("--projection-cluster", default=None,
                        help=f"hardware profile of the run (default ${CLUSTER_ENV}, else this machine's GPUs; "
                             "nothing naming it exits 2)")
@@ -199,7 +206,7 @@ def megatron_mapping(args: argparse.Namespace) -> dict[str, Any]:
 
 def short_circuit(args: argparse.Namespace, *, stream: TextIO | None = None,
                   env: Mapping[str, str] | None = None) -> int:
-    """Project the parsed configuration, report, and return the exit code (0 / 2 / 3)."""
+    """Project the parsed configuration, report, and return the exit code (0 / 2 / 3 / 4)."""
     env = os.environ if env is None else env
     out = stream or sys.stdout
     rank0 = _global_rank(env) == 0
@@ -213,7 +220,8 @@ def short_circuit(args: argparse.Namespace, *, stream: TextIO | None = None,
     if not rank0 and choice.mode == "measured":  # rank 0 measures; the others read what it stored
         choice = replace(choice, mode="store")
     folder = Path(args.projection_out or getattr(args, "save", None) or "output/projection")
-    return _report(recipe, Session(choice, env=env), folder if rank0 else None, out, quiet=not rank0)
+    return _report(recipe, Session(choice, env=env), folder if rank0 else None, out, quiet=not rank0,
+                   strict=args.projection_strict)
 
 
 def gate_choice(args: argparse.Namespace) -> CostChoice:
@@ -223,11 +231,11 @@ def gate_choice(args: argparse.Namespace) -> CostChoice:
 
 
 def _report(recipe: Any, session: Session, folder: Path | None, out: TextIO, *, quiet: bool,
-            overrides: Sequence[str] = ()) -> int:
+            overrides: Sequence[str] = (), strict: bool = False) -> int:
     from primus_ext.report.projection_table import format_projection
 
     try:
-        outcome = projection_only(recipe, out_dir=folder, session=session, overrides=overrides)
+        outcome = projection_only(recipe, out_dir=folder, session=session, overrides=overrides, strict=strict)
     except PrimusExtError as err:
         if not quiet:
             print(f"error: {err}", file=out)
@@ -242,9 +250,8 @@ def _report(recipe: Any, session: Session, folder: Path | None, out: TextIO, *, 
             print(f"warning: {warning}", file=out)
         for reason in outcome.reasons:
             print(f"out of memory: {reason}", file=out)
-        note = margin_note(outcome.projection.memory)
-        if note:
-            print(f"warning: {note}", file=out)
+        if outcome.note:  # exit 4 (or the margin's warning), with the figures
+            print(outcome.note, file=out)
         for kind, path in outcome.files.items():
             print(f"wrote {kind}: {path}", file=out)
     return outcome.exit_code
@@ -275,9 +282,10 @@ def overrides_from_argv(argv: Sequence[str]) -> list[str]:
 def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, cluster: str | None = None,
                        nodes: int | None = None, costs: CostChoice | None = None,
                        config_roots: Sequence[str | Path] = (), out_dir: str | Path | None = None,
-                       module: str | None = None,
+                       module: str | None = None, strict: bool = False,
                        stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> int:
-    """Primus's side: project an experiment YAML (+ ``key=value`` overrides); returns 0 / 2 / 3.
+    """Primus's side: project an experiment YAML (+ ``key=value`` overrides); returns 0 / 2 / 3 / 4 (``strict``:
+    a peak inside the memory margin returns 4 too; ``model.memory.gate``).
 
     ``cluster`` / ``nodes`` default to the recipe's ``# primus-ext:`` comment (or block), then to
     ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``, then to the loader's defaults. ``config_roots``: extra
@@ -302,7 +310,7 @@ def project_experiment(config: str | Path, overrides: Sequence[str] = (), *, clu
     if recipe.target is not None and recipe.target.source == "--cluster":
         recipe = replace(recipe, target=replace(recipe.target, source="--projection-cluster"))
     folder = (Path(out_dir) if out_dir is not None else experiment_dir(config, env=env)) if rank0 else None
-    return _report(recipe, session, folder, out, quiet=not rank0, overrides=overrides)
+    return _report(recipe, session, folder, out, quiet=not rank0, overrides=overrides, strict=strict)
 
 
 def _launcher_flags(err: RecipeError) -> RecipeError:

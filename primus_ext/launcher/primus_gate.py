@@ -12,8 +12,9 @@ The patched ``primus/cli/subcommands/train.py`` calls two functions::
 passes them on) with primus-ext, projects, prints the report, writes projection.json / .html /
 _timeline.png into the experiment directory (``workspace/work_group/user_name/exp_name``, or
 ``--projection-out``) and returns 0 (fits) / 2 (illegal, every reason printed) / 3 (projected out of
-memory). It runs inside ``primus-cli``'s argument handling: before Primus builds its runtime, imports
-a backend or initialises ``torch.distributed``.
+memory) / 4 (over the capacity within the memory model's error: it may or may not fit; ``--projection-strict``: a
+peak inside the memory margin too; ``model.memory.gate``). It runs inside ``primus-cli``'s argument handling:
+before Primus builds its runtime, imports a backend or initialises ``torch.distributed``.
 
 Cluster and nodes: ``--projection-cluster`` / ``--projection-nodes``, else the recipe's ``# primus-ext:``
 comment (or ``primus_ext:`` block), else ``$PRIMUS_EXT_CLUSTER`` / ``$NNODES``; the cluster then from the
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TextIO
 
 from primus_ext.argtypes import nonnegative_float
-from primus_ext.launcher.hook import CLUSTER_ENV, gate_choice, project_experiment
+from primus_ext.launcher.hook import CLUSTER_ENV, STRICT_HELP, gate_choice, project_experiment
 from primus_ext.launcher.projection_only import EXIT_ILLEGAL
 from primus_ext.recipe.presets import is_primus_root
 
@@ -53,8 +54,9 @@ def add_suite_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     group = parser.add_argument_group("primus-ext projection")
     group.add_argument("--projection-only", action="store_true",
                        help="project step time and memory of this experiment with primus-ext, write the reports "
-                            "into the experiment directory, exit 0 (fits) / 2 (illegal) / 3 (out of memory) "
-                            "without training")
+                            "into the experiment directory, exit 0 (fits) / 2 (illegal) / 3 (out of memory) / "
+                            "4 (over capacity within the memory model's error) without training")
+    group.add_argument("--projection-strict", action="store_true", help=STRICT_HELP)
     group.add_argument("--projection-cluster", default=None, metavar="PROFILE",
                        help="hardware profile of the run (default: the recipe's # primus-ext comment, then "
                             f"${CLUSTER_ENV}, its configs/<GPU>/ folder, this machine's GPUs)")
@@ -85,7 +87,7 @@ def primus_root() -> Path | None:
 
 def run_gate(args: argparse.Namespace, overrides: Sequence[str] | None, *, stream: TextIO | None = None,
              env: Mapping[str, str] | None = None) -> int:
-    """Project ``args.config`` with ``overrides`` (Primus's unknown arguments); returns 0 / 2 / 3."""
+    """Project ``args.config`` with ``overrides`` (Primus's unknown arguments); returns 0 / 2 / 3 / 4."""
     from primus_ext.launcher.hook import overrides_from_argv
 
     out = stream or sys.stdout
@@ -99,5 +101,5 @@ def run_gate(args: argparse.Namespace, overrides: Sequence[str] | None, *, strea
     return project_experiment(args.config, overrides_from_argv(list(overrides or [])),
                               cluster=args.projection_cluster, nodes=args.projection_nodes, costs=gate_choice(args),
                               config_roots=roots, out_dir=args.projection_out, stream=out, env=env,
-                              module=SUITE_MODULES[suite])
+                              module=SUITE_MODULES[suite], strict=args.projection_strict)
 

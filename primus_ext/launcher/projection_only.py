@@ -4,12 +4,14 @@
     from primus_ext.session import Session, cost_choice
     session = Session(cost_choice(compute="analytic"))
     outcome = projection_only(recipe, out_dir=Path("output/amd/root/exp"), session=session)
-    outcome.exit_code        # 0 fits, 3 projected out of memory (illegal recipes raise RecipeError: 2)
+    outcome.exit_code        # 0 fits, 4 within the model's error, 3 out of memory (illegal: RecipeError, 2)
+    outcome.note             # the sentence behind a 4 (or the margin's warning), for standard error
 
 Shared by ``primus-ext train --projection-only`` and the upstream-launcher hooks (``hook.py``, ``primus_gate.py``),
 each of which builds its session from its flags (``session.cost_choice``). Where the files go: the experiment's
 directory as Primus composes it, ``{workspace}/{work_group}/{user_name}/{exp_name}`` (``experiment_dir``); a flat
-Megatron YAML without ``workspace`` writes to ``./output/<file stem>``.
+Megatron YAML without ``workspace`` writes to ``./output/<file stem>``. The exit code is the memory gate's
+(``model.memory.gate``: ``strict`` makes "over the margin" exit 4 too).
 
 The figures are the session's (``primus_ext.session``: the cost chain, the cluster environment, the calibration
 record, the memory verdict), as ``project`` prints them; ``measured`` costs first measure on this device, at the
@@ -27,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from primus_ext.session import Session
 
-EXIT_OK = 0
-EXIT_ILLEGAL = 2
-"""Same code as every ``PrimusExtError`` (the CLI's domain errors)."""
-EXIT_OOM = 3
-"""Projected peak memory above the GPU's HBM on some pipeline stage."""
+from primus_ext.model.memory.gate import EXIT_FITS as EXIT_OK
+from primus_ext.model.memory.gate import EXIT_ILLEGAL, EXIT_WITHIN_ERROR
+from primus_ext.model.memory.gate import EXIT_OUT_OF_MEMORY as EXIT_OOM
+
+__all__ = ["EXIT_ILLEGAL", "EXIT_OK", "EXIT_OOM", "EXIT_WITHIN_ERROR", "ProjectionOutcome", "projection_only"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +42,9 @@ class ProjectionOutcome:
     """``primus_ext.projection.Projection``."""
     exit_code: int
     reasons: tuple[str, ...] = ()
-    """Why the exit code is not 0 (the OOM stages with their peaks)."""
+    """Why the exit code is 3 (the OOM stages with their peaks)."""
+    note: str | None = None
+    """``model.memory.gate_note``: why it is 4 (or the margin's warning with 0), with the figures."""
     files: Mapping[str, Path] = field(default_factory=dict)
     """``json`` / ``html`` / ``png`` -> path written."""
     measured: tuple[str, ...] = ()
@@ -75,7 +79,7 @@ def experiment_dir(recipe_path: str | Path, *, env: Mapping[str, str] | None = N
 
 def oom_reasons(projection: Any) -> tuple[str, ...]:
     """One line per pipeline stage whose projected peak exceeds the capacity (empty when it fits, or exceeds it by
-    no more than the model's demonstrated error: ``margin_note`` says so)."""
+    no more than the model's demonstrated error: ``gate_note`` says so)."""
     from primus_ext.model.memory import margin_verdict
 
     memory = projection.memory
@@ -87,27 +91,6 @@ def oom_reasons(projection: Any) -> tuple[str, ...]:
     return tuple(f"pipeline stage {s.rank}: projected peak {s.total_bytes / gib:.1f} GiB > {cap:.1f} GiB HBM "
                  f"(params {s.params_bytes / gib:.1f}, grads {s.grads_bytes / gib:.1f}, optimizer "
                  f"{s.optimizer_bytes / gib:.1f}, activations {s.activations_bytes / gib:.1f} GiB)" for s in over)
-
-
-def margin_note(memory: Any) -> str | None:
-    """A sentence when a memory estimate fits the HBM but not the default margin (``model.memory.DEFAULT_MARGIN``),
-    or exceeds it by no more than the model's demonstrated error (``MEMORY_ERROR``): verdicts of their own, not out of
-    memory (exit 0)."""
-    from primus_ext.model.memory import DEFAULT_MARGIN, MEMORY_ERROR, margin_verdict
-
-    verdict = None if memory is None else margin_verdict(memory.peak_bytes, memory.capacity_bytes)
-    gib = 1024**3
-    if verdict == "within the model's error":
-        over = memory.peak_bytes / memory.capacity_bytes - 1.0
-        return (f"within the model's error: projected peak {memory.peak_bytes / gib:.1f} GiB is {over:.1%} over the "
-                f"{memory.capacity_bytes / gib:.1f} GiB per GPU, inside the {MEMORY_ERROR:.1%} the memory model has "
-                "been off on runs that ran (a real run's max reserved; benchmarks/RESULTS.md, memory error per "
-                "component): it may run; measure it (primus-ext calibrate) before relying on it")
-    if verdict != "over the margin":
-        return None
-    return (f"fits, but inside the {DEFAULT_MARGIN:.0%} memory margin: projected peak {memory.peak_bytes / gib:.1f} of "
-            f"{memory.capacity_bytes / gib:.1f} GiB per GPU ({(memory.capacity_bytes - memory.peak_bytes) / gib:.1f} "
-            "GiB free); what the memory model cannot see may not fit there")
 
 
 REPORT_PHASES = ("projecting", "writing projection.json", "writing the HTML report", "drawing the timeline PNG")
@@ -150,10 +133,12 @@ def write_reports(projection: Any, out_dir: Path, *, recipe: Any = None, overrid
 def projection_only(recipe: Any, *, out_dir: Path | None, session: Session | None = None,
                     overrides: Sequence[str] = (), html_path: Path | None = None,
                     progress: Callable[[int, int, Any], None] | None = None,
-                    baseline: Any = None, phase: Callable[[str], None] | None = None) -> ProjectionOutcome:
+                    baseline: Any = None, phase: Callable[[str], None] | None = None,
+                    strict: bool = False) -> ProjectionOutcome:
     """Project a loaded (hence legal) recipe through ``session`` (default: the store, calibrated) and write its
-    reports; exit code 0 or 3 (see module). ``baseline``: a loaded recipe (the one auto-tune started from) projected
-    with the same costs, uncalibrated, and shown beside it in the HTML. ``progress``: the layer measurement's hook;
+    reports; exit code 0, 4 or 3 (``model.memory.gate_exit``; ``strict``: over the margin exits 4). ``baseline``: a
+    loaded recipe (the one auto-tune started from) projected with the same costs, uncalibrated, and shown beside it
+    in the HTML. ``progress``: the layer measurement's hook;
     ``phase``: told each of ``REPORT_PHASES`` as it starts."""
     from primus_ext.session import Session
 
@@ -178,5 +163,8 @@ def projection_only(recipe: Any, *, out_dir: Path | None, session: Session | Non
             beside = ("the recipe as written", session.project(baseline, calibrated=False))
         files = write_reports(projection, out_dir, recipe=recipe, overrides=overrides, html_path=html_path,
                               extra=extra, baseline=beside, phase=phase)
-    return ProjectionOutcome(projection=projection, exit_code=EXIT_OOM if reasons else EXIT_OK, reasons=reasons,
-                             files=files, measured=measured)
+    from primus_ext.model.memory.gate import gate_exit, gate_note
+
+    return ProjectionOutcome(projection=projection, exit_code=gate_exit(projection.memory, strict=strict),
+                             reasons=reasons, note=gate_note(projection.memory, strict=strict), files=files,
+                             measured=measured)

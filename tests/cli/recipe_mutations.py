@@ -152,8 +152,9 @@ class Outcome:
 
     @property
     def clean(self) -> bool:
-        """Exit 0 (fits), 2 (a clear refusal) or 3 (out of memory), no traceback, within the bounds."""
-        return self.exit_code in (0, 2, 3) and not self.traceback and not self.timed_out
+        """Exit 0 (fits), 2 (a clear refusal), 3 (out of memory) or 4 (over capacity within the memory model's
+        error), no traceback, within the bounds."""
+        return self.exit_code in (0, 2, 3, 4) and not self.traceback and not self.timed_out
 
 
 def _rss_bytes() -> int:

@@ -2,8 +2,8 @@
 (same calling convention), Primus's ``project_experiment`` and ``primus_gate`` options.
 
 Independent checks: the parsed Megatron arguments reach the projection unchanged (hidden size,
-world size, TP); the parameters of the OOM case are hand-counted; exit codes 0/2/3; the cluster and
-node count come from the arguments, then the recipe's ``primus_ext`` block, then the environment.
+world size, TP); the parameters of the OOM case are hand-counted; exit codes 0/2/3/4 (``--projection-strict``);
+the cluster and node count come from the arguments, then the recipe's ``primus_ext`` block, then the environment.
 The patched upstream files themselves run in tests/launcher/test_patches.py.
 """
 
@@ -18,7 +18,7 @@ import pytest
 import standin_megatron as megatron  # tests/launcher/standin_megatron.py (pytest puts this folder on sys.path)
 
 from primus_ext.launcher import hook
-from primus_ext.launcher.projection_only import EXIT_ILLEGAL, EXIT_OK, EXIT_OOM
+from primus_ext.launcher.projection_only import EXIT_ILLEGAL, EXIT_OK, EXIT_OOM, EXIT_WITHIN_ERROR
 
 SMALL = ["--num-layers", "4", "--hidden-size", "1024", "--ffn-hidden-size", "2816", "--num-attention-heads", "16",
          "--group-query-attention", "--num-query-groups", "4", "--seq-length", "2048", "--max-position-embeddings",
@@ -82,20 +82,43 @@ def test_illegal_configuration_exits_2_with_the_reason(tmp_path: Path):
     assert not (tmp_path / "projection.json").exists()
 
 
+def _llama2_70b_like(layers: int = 80, seq: int = 4096) -> list[str]:
+    """Llama-2-70B's layer on one 8 x H100 node without any sharding, ``layers`` of them at sequence ``seq``."""
+    return ["--num-layers", str(layers), "--hidden-size", "8192", "--ffn-hidden-size", "28672",
+            "--num-attention-heads", "64", "--group-query-attention", "--num-query-groups", "8", "--seq-length",
+            str(seq), "--max-position-embeddings", str(seq), "--micro-batch-size", "1", "--global-batch-size", "8",
+            "--vocab-size", "32000", "--bf16", "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
+            "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights"]
+
+
 def test_projected_oom_exits_3(tmp_path: Path):
     # Llama-2-70B-like on one 8 x H100 node without any sharding: 80 x (4 x 8192^2 x 1.25 [GQA] + 3 x 8192 x
     # 28672) ~ 69e9 params on each GPU -> 138 GB of bf16 weights alone > 80 GB
-    big = ["--num-layers", "80", "--hidden-size", "8192", "--ffn-hidden-size", "28672", "--num-attention-heads",
-           "64", "--group-query-attention", "--num-query-groups", "8", "--seq-length", "4096",
-           "--max-position-embeddings", "4096", "--micro-batch-size", "1", "--global-batch-size", "8",
-           "--vocab-size", "32000", "--bf16", "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
-           "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights"]
-    code, out = _launch([*big, "--projection-only", "--projection-cluster", "h100", "--projection-costs",
-                         "analytic"], tmp_path)
+    code, out = _launch([*_llama2_70b_like(), "--projection-only", "--projection-cluster", "h100",
+                         "--projection-costs", "analytic"], tmp_path)
     assert code == EXIT_OOM
     assert "out of memory: pipeline stage 0" in out
     doc = json.loads((tmp_path / "projection.json").read_text())
     assert doc["fits"] is False and doc["memory"]["peak_memory_gib"] > 138e9 / 2**30
+
+
+@pytest.mark.parametrize(("layers", "seq", "strict", "verdict", "code"), [
+    (5, 4096, False, "within the model's error", EXIT_WITHIN_ERROR),  # ~87.9 of 79.6 GiB: 10 % over
+    (4, 7680, False, "over the margin", EXIT_OK),                     # ~77 of 79.6: inside the 5 % kept free
+    (4, 7680, True, "over the margin", EXIT_WITHIN_ERROR),            # --projection-strict: the margin too
+    (4, 4096, True, "fits", EXIT_OK),                                  # ~72.5 of 79.6
+])
+def test_the_gate_exits_as_the_memory_verdict(tmp_path: Path, layers: int, seq: int, strict: bool, verdict: str,
+                                               code: int):
+    """Issue 53: over capacity within the model's error is not exit 0 (4: it may or may not fit, with the figures);
+    ``--projection-strict`` makes a peak inside the margin 4 as well."""
+    got, out = _launch([*_llama2_70b_like(layers, seq), "--projection-only", "--projection-cluster", "h100",
+                        "--projection-costs", "analytic", *(["--projection-strict"] if strict else [])], tmp_path)
+    doc = json.loads((tmp_path / "projection.json").read_text())
+    assert (doc["memory"]["verdict"], got) == (verdict, code), out
+    if verdict == "within the model's error":
+        assert "over capacity, within the model's error (exit 4)" in out and "of 79.6 GiB per GPU" in out
+    assert ("(exit 4, --strict)" in out) == (strict and verdict == "over the margin")
 
 
 def test_inner_provider_is_chained(tmp_path: Path):

@@ -74,14 +74,15 @@ MI355X (71.4 vs 84.6 GiB; its allocated peak within 3.3 %; DeepSeek-V2-Lite's re
 ``../shared/validation/logs``, benchmarks/RESULTS.md "MI355X: before and after calibration"); on the other side, the
 published runs that ran and that it projects over their HBM exceed it by at most 17 % (GPT-OSS-120B on B200,
 ``benchmarks/memory_prefilter.py``). A peak over the capacity by no more than this is not a verdict the model can
-give: ``within the model's error``, a warning with the reason, not out of memory (the tuner's pre-filter still
-requires a fit; ``benchmarks/RESULTS.md`` documents the error per component)."""
+give: ``within the model's error``, neither a fit nor out of memory (the launch gate's exit 4, ``memory.gate``: said
+with the figures; not for an unattended launch; the tuner's pre-filter still requires a fit; ``benchmarks/RESULTS.md``
+documents the error per component)."""
 
 
 def margin_verdict(peak: float, capacity: float, margin: float = DEFAULT_MARGIN) -> str:
     """``fits`` (peak within capacity less the margin), ``over the margin`` (inside capacity, inside the margin),
-    ``within the model's error`` (over capacity by at most ``MEMORY_ERROR``: may run), ``out of memory`` (over it by
-    more): four verdicts, never one for another."""
+    ``within the model's error`` (over capacity by at most ``MEMORY_ERROR``: may or may not fit), ``out of memory``
+    (over it by more): four verdicts, never one for another; ``memory.gate`` gives each its exit code."""
     if peak > capacity * (1.0 + MEMORY_ERROR):
         return "out of memory"
     if peak > capacity:
