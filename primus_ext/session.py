@@ -186,7 +186,7 @@ class Session:
     def target_line(recipe: Any) -> str | None:
         """``target: 8 nodes x 8 MI325X (mi325x, from the recipe's # primus-ext: target)``, None when unknown."""
         target = getattr(recipe, "target", None)
-        return None if target is None else target.describe(recipe.system)
+        return None if target is None else target.describe(recipe.system, getattr(recipe, "nodes_source", None))
 
     # --- cost chain ---------------------------------------------------------------------------------------------
     @property

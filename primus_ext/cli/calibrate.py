@@ -237,7 +237,7 @@ def _conclude(args: argparse.Namespace, recipe: Any, comparisons: list[LogCompar
     with tables_to_stderr(args.json):
         print(format_calibration(comparisons, record, stored=stored, refused=refused))
         if recipe.target is not None:
-            print(recipe.target.describe(recipe.system))
+            print(recipe.target.describe(recipe.system, recipe.nodes_source))
     if args.json:
         emit_json(_document(recipe, comparisons, record, stored, refused), args.json)
     if refused:

@@ -152,7 +152,7 @@ def _report(args: argparse.Namespace, recipe: Any, comparisons: list[Any], recor
             blocks.append(format_cluster(record, recipe.system.gpu, stored=stored, refused=refused))
         print("\n\n".join(blocks))
         if recipe.target is not None:
-            print(recipe.target.describe(recipe.system))
+            print(recipe.target.describe(recipe.system, recipe.nodes_source))
     if args.json:
         p = comparisons[0].projection
         doc = document("calibration", scope="cluster", model=", ".join(sorted({c.projection.model.name

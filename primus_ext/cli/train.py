@@ -152,7 +152,7 @@ def _projection_only(args: argparse.Namespace, config: str) -> int:
                                   strict=args.strict)
     print(format_projection(outcome.projection))
     if recipe.target is not None:
-        print(recipe.target.describe(recipe.system))
+        print(recipe.target.describe(recipe.system, recipe.nodes_source))
     for line in outcome.measured:
         print(f"measured {line}", file=sys.stderr)
     for warning in recipe.warnings:

@@ -244,7 +244,8 @@ def _report(recipe: Any, session: Session, folder: Path | None, out: TextIO, *, 
         print(format_projection(outcome.projection), file=out)
         target = getattr(recipe, "target", None)
         if target is not None:
-            print(target.describe(outcome.projection.system).replace("--cluster to", "--projection-cluster to"),
+            line = target.describe(outcome.projection.system, getattr(recipe, "nodes_source", None))
+            print(line.replace("--cluster to", "--projection-cluster to"),
                   file=out)
         for warning in getattr(recipe, "warnings", ()):
             print(f"warning: {warning}", file=out)

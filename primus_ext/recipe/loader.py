@@ -42,7 +42,14 @@ from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys
-from primus_ext.recipe.node_count import DEFAULT_NODES, NODES_DEFAULTED, WORLD_SIZE_PATHS, nodes_hint, stated_nodes
+from primus_ext.recipe.node_count import (
+    DEFAULT_NODES,
+    NODES_DEFAULTED,
+    WORLD_SIZE_PATHS,
+    nodes_hint,
+    nodes_source_text,
+    stated_nodes,
+)
 from primus_ext.recipe.presets import (
     SHIPPED_RECIPES,
     Layer,
@@ -103,6 +110,8 @@ class Recipe:
     ``value (projected as X): effect`` (``key_effects.UNMODELLED``; also one line of ``warnings``)."""
     target: Target | None = None
     """The target GPU profile and where it was stated (``recipe.target.resolve_target``)."""
+    nodes_source: str | None = None
+    """Where the node count came from, for people (``node_count.nodes_source_text``); None for one built by hand."""
     hidden: Mapping[str, str] = field(default_factory=dict)
     """Text from the environment (``${VAR}``) -> its template: used, never shown (``recipe.secrets``); a printed
     command or message passes through ``secrets.hide_text(text, recipe.hidden)``."""
@@ -116,6 +125,7 @@ class Recipe:
             "execution": dataclasses.asdict(self.execution),
             "system": {**dataclasses.asdict(self.system), "world_size": self.system.world_size},
             "target_source": None if self.target is None else self.target.source,
+            "nodes_source": self.nodes_source,
             "unknown_keys": hide_mapping(self.unknown_keys),
             "unmodelled_keys": dict(self.unmodelled),
             "preset_files": list(self.preset_files),
@@ -164,8 +174,8 @@ class _State:
     """Unknown keys close to a known one: listed with the problems when loading fails anyway."""
     files: list[Path] = field(default_factory=list)
     """Every YAML file read, in reading order."""
-    nodes_defaulted: bool = False
-    """No node count was given anywhere (1 node assumed)."""
+    nodes_path: str = ""
+    """Where the node count was stated (``stated_nodes``; ``NODES_DEFAULTED``: nowhere, 1 node assumed)."""
     target: Target | None = None
     gpus: Callable[[], Sequence[str]] | None = None
     hidden: dict[str, str] = field(default_factory=dict)
@@ -310,7 +320,7 @@ def _system(state: _State, block: Any, cluster: str | None, nodes: int | None) -
                                       fix="e.g. cluster: mi300x"))
         return None
     nodes_path, count = stated_nodes(nodes, block, state.env, state.problems)
-    state.nodes_defaulted = nodes_path == NODES_DEFAULTED
+    state.nodes_path = nodes_path
     if name is None or count is None:
         return None
     try:
@@ -373,6 +383,7 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = (), *, cluster: str
     exp_name = data.get("exp_name")
     return Recipe(
         model=model, execution=execution, system=system, source=str(path), module=module, target=state.target,
+        nodes_source=nodes_source_text(state.nodes_path) if state.nodes_path else None,
         megatron_args=MappingProxyType(dict(args.values)), origins=MappingProxyType(dict(args.origins)),
         unknown_keys=MappingProxyType(unknown), hidden=MappingProxyType(dict(state.hidden)),
         warnings=tuple(hide_text(w, state.hidden) for w in state.warnings),
@@ -454,7 +465,7 @@ def _legality(state: _State, model: ModelSpec, execution: ExecutionSpec, system:
     legality = _repoint(raw_legality, args.values, args.origins)
     if validate:
         state.problems += legality
-        if state.nodes_defaulted and any(p.path in WORLD_SIZE_PATHS for p in raw_legality):
+        if state.nodes_path == NODES_DEFAULTED and any(p.path in WORLD_SIZE_PATHS for p in raw_legality):
             state.problems.append(nodes_hint(execution, system))
         state.fail_if_problems()
     return legality

@@ -22,6 +22,16 @@ MAX_NODES = 100_000
 """Largest node count accepted (guards absurd input)."""
 NODES_DEFAULTED = "nodes"
 """``stated_nodes``' source when nothing states a count."""
+NODES_SOURCES = {"--nodes": "--nodes", "primus_ext.nodes": "the recipe's # primus-ext: nodes",
+                 f"${NODES_ENV}": f"${NODES_ENV}",
+                 NODES_DEFAULTED: f"the default ({DEFAULT_NODES}: nothing states a count)"}
+"""``stated_nodes``' source -> where the node count came from, for people (``Recipe.nodes_source``, JSON
+``nodes_source``; as ``target_source`` says the GPU's)."""
+
+
+def nodes_source_text(path: str) -> str:
+    """Where a node count stated at ``path`` (``stated_nodes``' source) came from, for people."""
+    return NODES_SOURCES.get(path, path)
 
 
 def stated_nodes(nodes: int | None, block: Mapping[str, Any], env: Mapping[str, str],
@@ -62,5 +72,5 @@ def nodes_hint(e: ExecutionSpec, s: SystemSpec) -> Problem:
                    fix=f"pass --nodes {need} (or export {NODES_ENV}={need}, as Primus's launch scripts do)")
 
 
-__all__ = ["DEFAULT_NODES", "MAX_HINT_NODES", "MAX_NODES", "NODES_DEFAULTED", "NODES_ENV", "WORLD_SIZE_PATHS",
-           "nodes_hint", "stated_nodes"]
+__all__ = ["DEFAULT_NODES", "MAX_HINT_NODES", "MAX_NODES", "NODES_DEFAULTED", "NODES_ENV", "NODES_SOURCES",
+           "WORLD_SIZE_PATHS", "nodes_hint", "nodes_source_text", "stated_nodes"]

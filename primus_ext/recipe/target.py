@@ -118,14 +118,16 @@ class Target:
     source: str
     """Where it came from, for people: ``--cluster``, ``the recipe's # primus-ext comment``, ..."""
 
-    def describe(self, system: Any = None) -> str:
-        """``target: 1 node x 8 mi355x (from the recipe's folder configs/MI355X; --cluster to change)``."""
+    def describe(self, system: Any = None, nodes_source: str | None = None) -> str:
+        """``target: 1 node x 8 mi355x (from the recipe's folder configs/MI355X; --cluster to change)``, and where the
+        node count came from when given (``...; nodes from $NNODES``: ``Recipe.nodes_source``)."""
         where = self.cluster
         if system is not None:
             where = (f"{system.num_nodes} node{'s' if system.num_nodes != 1 else ''} x {system.gpu.gpus_per_node} "
                      f"{system.gpu.name}" + (f" ({self.cluster})" if system.gpu.name != self.cluster else ""))
         change = "" if self.source.startswith("--") else "; --cluster to change"
-        return f"target: {where} (from {self.source}{change})"
+        nodes = "" if nodes_source is None else f"; nodes from {nodes_source}"
+        return f"target: {where} (from {self.source}{change}){nodes}"
 
 
 def _profile_named(folder: str) -> str | None:

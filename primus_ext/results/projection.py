@@ -31,14 +31,15 @@ def _target(system: Any) -> dict[str, Any]:
 
 def recipe_fields(recipe: Any) -> dict[str, Any]:
     """What a document says of the recipe: its file, the preset files read, the Primus root, the warnings and where
-    its target GPU was stated (``recipe.target``)."""
+    its target GPU and node count were stated (``recipe.target``, ``Recipe.nodes_source``)."""
     source, root = getattr(recipe, "source", None), getattr(recipe, "config_root", None)
     target = getattr(recipe, "target", None)
     return {"recipe": None if source is None else str(source),
             "preset_files": [str(p) for p in getattr(recipe, "preset_files", ()) or ()],
             "config_root": None if root is None else str(root),
             "warnings": [str(w) for w in getattr(recipe, "warnings", ()) or ()],
-            "target_source": None if target is None else str(target.source)}
+            "target_source": None if target is None else str(target.source),
+            "nodes_source": getattr(recipe, "nodes_source", None)}
 
 
 def stage_memory(stage: Any) -> dict[str, Any]:

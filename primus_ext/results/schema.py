@@ -43,9 +43,11 @@ def _closed(properties: dict[str, Any], required: list[str] | None = None) -> di
 FIGURES = {"step_time_s": NONNEG, "tokens_per_s_per_gpu": NONNEG, "tflops_per_gpu": NONNEG, "mfu": FRACTION}
 TARGET = {"model": STR, "cluster": STR, "gpu": STR, "nodes": INT, "world_size": INT}
 RECIPE = {"recipe": _null(STR), "preset_files": {"type": "array", "items": STR}, "config_root": _null(STR),
-          "warnings": {"type": "array", "items": STR}, "target_source": _null(STR)}
-"""``target_source``: where the target GPU was stated (``recipe.target``); optional, as documents written before it
-stay valid under schema version 1."""
+          "warnings": {"type": "array", "items": STR}, "target_source": _null(STR), "nodes_source": _null(STR)}
+"""``target_source``, ``nodes_source``: where the target GPU and the node count were stated (``recipe.target``,
+``Recipe.nodes_source``); optional, as documents written before them stay valid under schema version 1."""
+PROVENANCE = ("target_source", "nodes_source")
+"""The optional keys of ``RECIPE``."""
 HEADER = {"schema_version": {"const": SCHEMA_VERSION}, "kind": {"enum": list(KINDS)}}
 PARTS = {f"{part}_gib": NUM for part in ("params", "grads", "optimizer", "activations", "other")}
 
@@ -153,7 +155,7 @@ VALIDATION_REPORT = {"type": "object", "required": ["rows", "summary"],
 CELL: dict[str, Any] = {"type": ["number", "string", "null"]}
 COMPARISON_SIDE = _closed({**PROJECTION, **RECIPE, "label": STR, "overrides": {"type": "array", "items": STR}},
                           required=[k for k in (*PROJECTION, *RECIPE, "label", "overrides")
-                                    if k not in ("calibration", "imbalance", "target_source",
+                                    if k not in ("calibration", "imbalance", *PROVENANCE,
                                                  "cluster_calibration")])
 """One side of ``compare --json``: the ``projection`` document's fields (less its header), a label, the overrides."""
 
@@ -182,14 +184,14 @@ SCHEMA: dict[str, Any] = {
     "allOf": [
         _kind("projection", {**PROJECTION, **RECIPE, "overrides": {"type": "array", "items": STR},
                              "verify": _ref("verify"), "timeline": {"type": "array"}},
-              optional=("overrides", "verify", "timeline", "calibration", "imbalance", "target_source",
+              optional=("overrides", "verify", "timeline", "calibration", "imbalance", *PROVENANCE,
                         "cluster_calibration")),
         _kind("calibration", {
             **TARGET, "runs": {"type": "array", "items": LOG_COMPARISON, "minItems": 1},
             "record": _null({"type": "object"}), "stored_in": _null(STR), "refused": _null(STR),
             "applies_to": {"type": "array", "items": STR}, **RECIPE, "scope": {"enum": ["model", "cluster"]},
-        }, optional=("target_source", "scope")),
-        _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}, optional=("target_source",)),
+        }, optional=(*PROVENANCE, "scope")),
+        _kind("memory", {**TARGET, "fits": BOOL, "memory": _ref("memory"), **RECIPE}, optional=PROVENANCE),
         _kind("comparison", {"a": _ref("comparison_side"), "b": _ref("comparison_side"), "rows": {
             "type": "array", "items": _closed({"name": STR, "a": CELL, "b": CELL, "unit": STR, "change": STR})}}),
         _kind("tune", {
@@ -211,7 +213,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
         _kind("baseline", {"suite": STR,
                            "entries": {"type": "object", "additionalProperties": _ref("baseline_entry")}}),
-        _kind("verify", {**VERIFY, "training": {"type": "object"}, **RECIPE}, optional=("target_source",)),
+        _kind("verify", {**VERIFY, "training": {"type": "object"}, **RECIPE}, optional=PROVENANCE),
         _kind("validation", {
             "label": STR, "rows": {"type": "array", "items": _ref("validation_row")}, "summary": {"type": "object"},
             "one_run_offset_summary": {"type": "object"}, "calibrated_from_user_run": _ref("validation_report"),

@@ -80,3 +80,22 @@ def test_json_takes_an_output_and_never_a_recipe(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_:  # a bare --json: argparse names the missing output (exit 2)
         main(["project", RECIPE, "--analytic", "--json"])
     assert exit_.value.code == 2 and "--json" in capsys.readouterr().err
+
+
+def test_the_node_count_says_where_it_came_from(capsys, monkeypatch, tmp_path):
+    """A leftover ``$NNODES`` changes every figure: the target line and ``nodes_source`` say it was used (issue 53)."""
+    text = Path(RECIPE).read_text()
+    recipe = tmp_path / "no-nodes.yaml"  # the shipped recipe less its comment's node count
+    recipe.write_text("\n".join(line for line in text.splitlines() if not line.startswith("# primus-ext:")) + "\n")
+    monkeypatch.setenv("NNODES", "2")
+    assert main(["project", str(recipe), "--analytic", "--cluster", "mi325x", "--memory-only"]) in (0, 3)
+    out = capsys.readouterr().out
+    assert "target: 2 nodes x 8" in out and "; nodes from $NNODES" in out
+    assert main(["project", RECIPE, "--analytic", "--nodes", "4", "--json", "-"]) in (0, 3)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["nodes"] == 4 and doc["nodes_source"] == "--nodes"
+    assert main(["project", RECIPE, "--analytic", "--memory-only", "--json", "-"]) in (0, 3)
+    assert json.loads(capsys.readouterr().out)["nodes_source"] == "the recipe's # primus-ext: nodes"
+    monkeypatch.delenv("NNODES")
+    assert main(["project", str(recipe), "--analytic", "--cluster", "mi325x", "--memory-only", "--json", "-"]) in (0, 3)
+    assert json.loads(capsys.readouterr().out)["nodes_source"].startswith("the default (1")

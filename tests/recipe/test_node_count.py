@@ -29,3 +29,13 @@ def test_a_layout_no_node_count_fits_says_so():
     assert "needs a multiple of 3 node(s)" in problem.message
     odd = nodes_hint(_execution(context_parallel_size=8191), system)  # a prime above the search
     assert f"no node count up to {MAX_HINT_NODES}" in odd.message and "parallel sizes" in odd.fix
+
+
+def test_each_source_of_the_count_is_said_for_people():
+    from primus_ext.recipe.node_count import NODES_DEFAULTED, nodes_source_text, stated_nodes
+
+    problems: list = []
+    assert stated_nodes(None, {}, {NODES_ENV: " 3 "}, problems) == (f"${NODES_ENV}", 3)
+    assert nodes_source_text(f"${NODES_ENV}") == "$NNODES"
+    assert nodes_source_text("primus_ext.nodes") == "the recipe's # primus-ext: nodes"
+    assert nodes_source_text(NODES_DEFAULTED).startswith(f"the default ({DEFAULT_NODES}") and not problems
