@@ -68,18 +68,39 @@ class PrimusExtError(Exception):
     exit_code = 2
 
 
+def is_argument(path: str) -> bool:
+    """A problem at a command-line flag (``--nodes``) or ``key=value`` item (``cli``), not in a file."""
+    return path.startswith("--") or path == "cli"
+
+
+def header(problems: list[Problem], source: str, what: str | None) -> str:
+    """What the problems are in: ``invalid arguments`` (every path a flag), ``invalid environment`` (every path a
+    ``$VAR``), both, else ``{what} {source}`` (``what``: ``invalid recipe`` where a source is named, else ``invalid
+    configuration``)."""
+    paths = [str(p.path) for p in problems]
+    flags, env = sum(map(is_argument, paths)), sum(p.startswith("$") for p in paths)
+    if paths and flags + env == len(paths):
+        return ("invalid arguments" if not env else "invalid environment" if not flags
+                else "invalid arguments and environment")
+    what = what or ("invalid recipe" if source else "invalid configuration")
+    return f"{what} {source}" if source else what
+
+
 @dataclass
 class RecipeError(PrimusExtError):
-    """A recipe (or a configuration built from one) is invalid; lists every problem."""
+    """User input is invalid (a recipe, a configuration built from one, flags, a file read); lists every problem."""
 
     problems: list[Problem] = field(default_factory=list)
     source: str = ""
+    """The file or thing the problems are in (named in the header)."""
+    what: str | None = None
+    """The header's words before ``source`` (``invalid CI suite``, ``cannot read recipe``); default ``header``'s."""
 
     def __post_init__(self) -> None:
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        head = f"invalid recipe {self.source}" if self.source else "invalid recipe"
+        head = header(self.problems, self.source, self.what)
         lines = [f"{head}: {len(self.problems)} problem(s)"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)

@@ -78,7 +78,7 @@ def compare_all(args: argparse.Namespace, session: Any, base: Any, jobs: list[tu
                 continue
             problems.append(Problem(path=str(path), message=str(err), fix="give a training log of the run"))
     if problems:
-        raise RecipeError(problems=problems, source="(training logs)")
+        raise RecipeError(problems=problems, source="training logs", what="cannot read")
     comparisons = []
     costs = layer_costs(session, base.system)
     for path, loader, log in read:

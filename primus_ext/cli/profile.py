@@ -93,7 +93,7 @@ def run_pin(args: argparse.Namespace) -> int:
     rates, missing = sweep_rates(sweep, tuple(args.pin), attention_tokens=args.attention_tokens,
                                  attention_backend=args.attention_backend)
     if problems or missing:
-        raise RecipeError(problems=problems + missing, source=f"kernel sweep {path}")
+        raise RecipeError(problems=problems + missing, source=f"kernel sweep {path}", what="invalid")
     gpu = load_gpu(name)
     found = as_fractions(rates, gpu)
     family = family_profiles(gpu.family)

@@ -17,7 +17,7 @@ layer kind used. A calibration record of real runs (``primus-ext calibrate``) in
 of its workload, and of nearby configurations of the same model with a wider band; the report says so
 (``--uncalibrated``: ignore it). ``--memory-only`` prints the memory verdict of the same projection (the record's
 memory factor applied). Exit codes as the launcher gate's (``model.memory.gate``; ``--memory-only`` too): 0 fits
-(inside the 5 % memory margin: a warning), 2 invalid recipe, 3 out of memory, 4 over the capacity by at most the
+(inside the 5 % memory margin: a warning), 2 invalid input, 3 out of memory, 4 over the capacity by at most the
 memory model's error (it may or may not fit: not for an unattended launch); ``--strict``: inside the margin exits 4
 too. The JSON follows the one result schema (``primus_ext.results``: kinds ``projection``
 and ``memory``).

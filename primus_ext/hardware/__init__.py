@@ -200,7 +200,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         problems.append(Problem(path=f"{source}:inherits_efficiency_from", value=inherits,
                                 message="not a profile name", fix=f"use one of {', '.join(list_profiles())}"))
     if problems:
-        raise RecipeError(problems=problems, source=source)
+        raise RecipeError(problems=problems, source=source, what="invalid GPU profile")
     if inherits:  # the softmax runs on this GPU's SFUs, the efficiency was fitted at the other's rate (roofline)
         eff_data = {**eff_data, "attention_sfu_exp_per_s": load_gpu(inherits).sfu_exp_per_s}
     return GPUSpec(

@@ -92,7 +92,7 @@ def _all_curves(path: Path = CURVES_FILE) -> dict[str, KernelCurves]:
     for family, pairs in grouped.items():  # a family with grouped-GEMM data and no attention data
         out[family] = KernelCurves(family=family, grouped=tuple(sorted(pairs)))
     if problems:
-        raise RecipeError(problems=problems, source=str(path))
+        raise RecipeError(problems=problems, source=str(path), what="invalid kernel curves")
     return out
 
 

@@ -92,17 +92,17 @@ def read_sweep(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         problem = _problem(str(path), f"cannot read the sweep ({err.strerror or err})", _SWEEP_FIX)
-        raise RecipeError(problems=[problem], source="kernel sweep") from None
+        raise RecipeError(problems=[problem], source="kernel sweep", what="invalid") from None
     except (ValueError, UnicodeDecodeError) as err:
-        raise RecipeError(problems=[_problem(str(path), f"not JSON ({err})", _SWEEP_FIX)], source="kernel sweep") \
-            from None
+        raise RecipeError(problems=[_problem(str(path), f"not JSON ({err})", _SWEEP_FIX)], source="kernel sweep",
+                          what="invalid") from None
     if not isinstance(data, dict) or not isinstance(data.get("device"), str):
         problem = _problem(f"{path}:device", "not a kernel sweep: no device name", _SWEEP_FIX)
-        raise RecipeError(problems=[problem], source="kernel sweep")
+        raise RecipeError(problems=[problem], source="kernel sweep", what="invalid")
     if data["device"] == "cpu":
         problem = _problem(f"{path}:device", "the sweep ran on the CPU (a --small dry run): it measured no GPU",
                            "run `python benchmarks/gpu_kernel_sweep.py --out sweep.json` on the GPU", "cpu")
-        raise RecipeError(problems=[problem], source="kernel sweep")
+        raise RecipeError(problems=[problem], source="kernel sweep", what="invalid")
     return data
 
 
@@ -159,7 +159,7 @@ def as_fractions(rates: tuple[KernelRate, ...], gpu: GPUSpec) -> tuple[KernelEff
                                      "check that the sweep ran on this profile's GPU", eff.value))
         found.append(eff)
     if problems:
-        raise RecipeError(problems=problems, source="kernel sweep")
+        raise RecipeError(problems=problems, source="kernel sweep", what="invalid")
     return tuple(found)
 
 
@@ -171,7 +171,7 @@ def sweep_efficiencies(sweep: dict[str, Any], gpu: GPUSpec, names: tuple[str, ..
     rates, problems = sweep_rates(sweep, names, attention_tokens=attention_tokens,
                                   attention_backend=attention_backend)
     if problems:
-        raise RecipeError(problems=problems, source="kernel sweep")
+        raise RecipeError(problems=problems, source="kernel sweep", what="invalid")
     return as_fractions(rates, gpu)
 
 

@@ -171,7 +171,7 @@ def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str
     found: list[Any] = []
     target = resolve_target(None, cluster=args.projection_cluster, block={}, env=env, problems=found)
     if target is None:
-        raise _launcher_flags(RecipeError(problems=found, source="megatron arguments"))
+        raise _launcher_flags(RecipeError(problems=found, source="megatron arguments", what="invalid"))
     if target.source == "--cluster":
         target = replace(target, source="--projection-cluster")
     cluster = target.cluster
@@ -186,7 +186,7 @@ def recipe_from_megatron_args(args: argparse.Namespace, *, env: Mapping[str, str
     if not problems:  # legality only makes sense on well-formed specs
         problems = check(model, execution, system)
     if problems:
-        raise RecipeError(problems=list(problems), source="megatron arguments")
+        raise RecipeError(problems=list(problems), source="megatron arguments", what="invalid")
     return ArgsRecipe(model=model, execution=execution, system=system, warnings=tuple(warnings), target=target)
 
 

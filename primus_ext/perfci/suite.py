@@ -198,5 +198,5 @@ def load_suite(path: str | Path) -> Suite:
         if not store_path.is_file():
             problems.append(Problem(path="store", value=store, message=f"timing store not found: {store_path}"))
     if problems:
-        raise RecipeError(problems=problems, source=str(path))
+        raise RecipeError(problems=problems, source=str(path), what="invalid CI suite")
     return Suite(name=str(data.get("suite") or path.stem), path=path, entries=tuple(entries), store=store_path)

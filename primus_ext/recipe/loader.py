@@ -404,7 +404,8 @@ def _start(path: str | Path, config_roots: Sequence[str | Path], env: Mapping[st
                    roots=roots or ((found_root,) if found_root else ()), gpus=gpus)
     if not is_file(state.path):
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
-                                            fix="check the path")], source=str(path))
+                                            fix="check the path")], source=str(path),
+                          what="cannot read recipe")
     return state, found_root
 
 

@@ -47,5 +47,5 @@ def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
             spec = replace(spec, efficiency=base.efficiency, capabilities=base.capabilities)
         specs.setdefault(name, spec)  # the first row of a GPU wins (H100_SXM5 before H100_DGX)
     if problems:
-        raise RecipeError(problems=problems, source=str(path))
+        raise RecipeError(problems=problems, source=str(path), what="invalid hardware table")
     return specs

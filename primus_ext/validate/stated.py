@@ -36,7 +36,7 @@ def check_measured(families: dict[str, list[RunRow]]) -> None:
                 message=f"the profiles of GPU family {name} state different measured efficiencies",
                 fix="state the same measured names and values in every profile of the family"))
     if problems:
-        raise RecipeError(problems=problems, source="GPU profiles")
+        raise RecipeError(problems=problems, source="GPU profiles", what="invalid")
 
 
 def with_measured(fitted: Efficiency, profile: Efficiency) -> Efficiency:

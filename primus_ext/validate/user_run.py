@@ -67,7 +67,7 @@ def read_user_runs(path: str | Path, archs: dict[str, ArchRow]) -> list[RunRow]:
     runs = [run_of(i, row, archs) for i, row in enumerate(_rows(path))]
     bad = [Problem(path=f"{path}:run {r.index}", message=r.skipped_reason) for r in runs if r.model is None]
     if bad:
-        raise RecipeError(problems=bad, source=str(path))
+        raise RecipeError(problems=bad, source=str(path), what="unusable runs in")
     return runs
 
 

@@ -131,7 +131,7 @@ def plan_run(model: ModelSpec, execution: ExecutionSpec, *, world_size: int, ite
 
     problems = _problems(model, execution, world_size, iters, warmup, device)
     if problems:
-        raise RecipeError(problems=problems, source="built-in trainer")
+        raise RecipeError(problems=problems, source="built-in trainer", what="cannot run on the")
     dp = world_size // (execution.tp * execution.pp * execution.cp)
     execution = replace(execution, data_parallel_size=dp)
     cores = cores or os.cpu_count() or 1
