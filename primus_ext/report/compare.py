@@ -5,10 +5,10 @@
     print(format_compare(compare_rows(a, b), ("A: 70B", "B: 70B PP4")))
     Path("compare.html").write_text(render_compare_html(a, b, labels=("A", "B")))
 
-Rows: the layout, tokens/s/GPU, step time, TFLOP/s, MFU, the memory peak and verdict, the step breakdown
-(compute, each exposed communication kind, bubble, optimizer; busiest rank) and the most idle stage. The
-HTML page holds both full reports (``report.html``) in two frames of their own (``srcdoc``), so each
-keeps its charts and zoom; nothing is fetched.
+Rows: the layout, the pipeline schedule, tokens/s/GPU, step time (not judged between two GPU counts: compare per
+GPU), TFLOP/s, MFU, the memory peak and verdict, the step breakdown (compute, each exposed communication kind,
+bubble, optimizer; busiest rank) and the most idle stage. The HTML page holds both full reports (``report.html``)
+in two frames of their own (``srcdoc``), so each keeps its charts and zoom; nothing is fetched.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ class Row:
     unit: str = ""
     better: str = ""
     """``higher`` or ``lower`` when one direction is an improvement (the change is then judged)."""
+    unjudged: str = ""
+    """Why the change is not compared (a step time between two GPU counts: ``not comparable: 8 vs 32 GPUs``)."""
 
 
 def _parts(p: Any) -> dict[str, float]:
@@ -71,16 +73,31 @@ def _mfu_rows(a: Any, b: Any) -> list[Row]:
     return rows
 
 
+def schedule_label(p: Any) -> str:
+    """The pipeline schedule a projection simulated (``1F1B``, ``interleaved 1F1B``, ``DualPipeV``, ...)."""
+    from primus_ext.model.pipeline.registry import resolve_schedule
+
+    ex = p.execution
+    return resolve_schedule(ex.pipeline_schedule, max(ex.pp, 2), ex.vpp).label
+
+
 def compare_rows(a: Any, b: Any) -> list[Row]:
-    """The figures of projections ``a`` and ``b``, in display order."""
+    """The figures of projections ``a`` and ``b``, in display order. Between two GPU counts the per-step times
+    (step time, its breakdown) are not judged: a step of 32 GPUs does another amount of work per GPU than one of 8;
+    the per-GPU figures (tokens/s/GPU, TFLOP/s/GPU, MFU, memory) compare."""
+    wa, wb = a.system.world_size, b.system.world_size
+    per_step = "lower" if wa == wb else ""
+    scales = "" if wa == wb else f"not comparable: {wa:,} vs {wb:,} GPUs (compare per GPU)"
     rows = [
         Row(name="model", a=a.model.name, b=b.model.name),
         Row(name="cluster", a=f"{a.system.world_size} x {a.system.gpu.name}", b=f"{b.system.world_size} x "
             f"{b.system.gpu.name}"),
         Row(name="layout", a=layout_label(a.execution), b=layout_label(b.execution)),
+        Row(name="pipeline schedule", a=schedule_label(a), b=schedule_label(b)),
         Row(name="micro-batches", a=a.num_microbatches, b=b.num_microbatches),
         Row(name="tokens/s/GPU", a=a.tokens_per_s_per_gpu, b=b.tokens_per_s_per_gpu, better="higher"),
-        Row(name="step time", a=a.step_time_s * 1e3, b=b.step_time_s * 1e3, unit="ms", better="lower"),
+        Row(name="step time", a=a.step_time_s * 1e3, b=b.step_time_s * 1e3, unit="ms", better=per_step,
+            unjudged=scales),
         Row(name="model TFLOP/s/GPU", a=a.model_tflops_per_gpu, b=b.model_tflops_per_gpu, better="higher"),
         *_mfu_rows(a, b),
     ]
@@ -97,7 +114,7 @@ def compare_rows(a: Any, b: Any) -> list[Row]:
                  Row(name="memory", a=verdict(a), b=verdict(b))]
     pa, pb = _parts(a), _parts(b)
     order = ["compute", *(f"{k} comm (exposed)" for k in COMM_KINDS), "pipeline bubble", "optimizer step"]
-    rows += [Row(name=k, a=pa.get(k), b=pb.get(k), unit="ms", better="lower") for k in order if k in pa or k in pb]
+    rows += [Row(name=k, a=pa.get(k), b=pb.get(k), unit="ms", better=per_step) for k in order if k in pa or k in pb]
     rows.append(Row(name="most idle stage", a=_most_idle(a), b=_most_idle(b)))
     return rows
 
@@ -114,7 +131,10 @@ def _cell(value: float | int | str | None, unit: str) -> str:
 
 
 def change(row: Row) -> str:
-    """B against A: ``+12.3 %`` (with ``better`` / ``worse`` where the row has a direction), or blank."""
+    """B against A: ``+12.3 %`` (with ``better`` / ``worse`` where the row has a direction), or blank; the row's
+    ``unjudged`` reason instead where it has one."""
+    if row.unjudged:
+        return row.unjudged
     if not isinstance(row.a, float | int) or not isinstance(row.b, float | int) or isinstance(row.a, bool):
         return "" if row.a == row.b or row.a is None or row.b is None else "differs"
     if row.a == row.b:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,18 @@ def test_auto_tune_reports_show_the_recipe_as_written(projection, llama405b, tmp
     files = write_reports(projection, tmp_path, baseline=("the recipe as written", llama405b))
     page = files["html"].read_text(encoding="utf-8")
     assert "the recipe as written beside this projection" in page and files["png"].stat().st_size > 0
+
+
+def test_two_gpu_counts_compare_per_gpu_not_per_step(tmp_path: Path, capsys):
+    """8 against 32 GPUs: a step time is not 'better' (issue 53); tokens/s/GPU is judged; each side's schedule."""
+    recipe = str(RECIPES / "llama3.1_8B-pretrain.yaml")
+    assert main(["compare", recipe, recipe, "--nodes", "1", "--nodes-b", "4", "--analytic", "--cluster", "h200"]) == 0
+    lines = {line.split("  ")[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "not comparable: 8 vs 32 GPUs (compare per GPU)" in lines["step time"]
+    assert "better" not in lines["step time"] and "worse" not in lines["step time"]
+    assert "better" in lines["tokens/s/GPU"] or "worse" in lines["tokens/s/GPU"] or "=" in lines["tokens/s/GPU"]
+    assert not any(w in lines["compute"] for w in ("better", "worse"))
+    assert lines["pipeline schedule"].count("1F1B") == 2
+    assert main(["compare", recipe, "micro_batch_size=1", "--analytic", "--cluster", "h200", "--json", "-"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert "comparable" not in rows["step time"]["change"] and rows["pipeline schedule"]["change"] == ""
