@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     text = markdown(result)
     with tables_to_stderr(args.json_out):
         print(text)
+    for e in result.entries:  # on stderr, with --json - too
+        for note in e.notes:
+            print(f"note: {e.name}: {note}", file=sys.stderr)
     if args.junit:
         write_output(args.junit, junit_xml(result), label="--junit")
     if args.markdown:

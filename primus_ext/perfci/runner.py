@@ -47,6 +47,9 @@ class EntryResult:
     measured_error_pct: float | None = None
     wall_s: float = 0.0
     """Seconds this entry took to project."""
+    notes: tuple[str, ...] = ()
+    """How the recipe was read where it may surprise: a Primus recipe priced with primus-ext's bundled presets (no
+    Primus checkout above it; the entry's ``config_roots`` names one)."""
 
     def to_baseline(self) -> dict[str, Any]:
         """The baseline file's entry (the result schema's ``baseline_entry``)."""
@@ -107,6 +110,8 @@ def session_of(costs: Costs) -> Any:
 
 
 def _project(entry: Entry, session: Any) -> EntryResult:
+    from primus_ext.recipe.loader import BUNDLED_PRESETS
+
     recipe = session.load(entry.recipe, entry.overrides, cluster=entry.cluster, nodes=entry.nodes,
                           config_roots=entry.config_roots)
     result = session.project(recipe, band=False)
@@ -121,6 +126,7 @@ def _project(entry: Entry, session: Any) -> EntryResult:
         peak_memory_gib=round(memory.peak_bytes / GIB, 3) if memory is not None else None,
         fits=memory.fits if memory is not None else None,
         cost_source="+".join(sources) if sources else "analytic",
+        notes=tuple(w for w in recipe.warnings if BUNDLED_PRESETS in w),
     )
 
 

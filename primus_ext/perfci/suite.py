@@ -12,6 +12,9 @@
         name: llama8b                    # optional; default: recipe stem + cluster + nodes
         tolerance: {throughput_pct: 3.0}
         measured: {tokens_per_s_per_gpu: 5762, tolerance_pct: 15, source: "short run 2026-11"}
+        config_roots: [../../Primus]     # optional; folders searched for model/module presets (--config-root):
+                                         # a Primus recipe outside a checkout otherwise reads primus-ext's bundled
+                                         # ones (``ci`` notes it per entry)
 """
 
 from __future__ import annotations

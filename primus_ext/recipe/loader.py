@@ -195,6 +195,10 @@ class _State:
                                    fix=hide_text(problem.fix, self.hidden))
 
 
+BUNDLED_PRESETS = "primus-ext's bundled"
+"""Words of the warning that a recipe outside primus-ext read its bundled presets (``ci`` notes it per entry)."""
+
+
 def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, str]:
     key = f"modules.{module}.{'model' if kind == 'model' else 'config'}"
     if not isinstance(name, str) or not name.strip():
@@ -211,7 +215,7 @@ def _preset(state: _State, module: str, kind: str, name: Any) -> tuple[Layer, st
         return Layer(), ""
     if _inside(found, SHIPPED_RECIPES) and not _inside(state.path, SHIPPED_RECIPES):
         state.warnings.append(
-            f"{kind} preset {name!r} taken from primus-ext's bundled {display(found)}: no Primus checkout was found "
+            f"{kind} preset {name!r} taken from {BUNDLED_PRESETS} {display(found)}: no Primus checkout was found "
             "above the recipe; pass --config-root with your Primus checkout to use its presets")
     return load_preset(found, state.env, state.problems, state.warnings, files=state.files), found.stem
 

@@ -134,12 +134,14 @@ TRIAL = _closed({
 })
 CI_FIGURES = {**{k: _null(v) for k, v in FIGURES.items()}, "peak_memory_gib": _null(NONNEG),
               "cost_source": STR}
-CI_ENTRY = _closed({
+_CI_ENTRY = {
     "name": STR, "status": {"enum": ["pass", "improved", "regression", "drift", "error"]}, "message": STR,
     **CI_FIGURES, "fits": _null(BOOL), "baseline": _null(_ref("baseline_entry")),
     "throughput_delta_pct": _null(NUM), "memory_delta_gib": _null(NUM), "measured_error_pct": _null(NUM),
     "wall_s": NONNEG,
-})
+}
+CI_ENTRY = _closed({**_CI_ENTRY, "notes": {"type": "array", "items": STR}}, required=list(_CI_ENTRY))
+"""``notes``: how the recipe was read where it may surprise (bundled presets); optional, added in schema 1."""
 BASELINE_ENTRY = {"type": "object", "properties": CI_FIGURES,
                   "required": ["tokens_per_s_per_gpu", "peak_memory_gib", "step_time_s"],
                   "additionalProperties": False}

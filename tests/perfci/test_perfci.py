@@ -129,3 +129,25 @@ def test_example_suite_matches_committed_baseline():
     """The shipped example: projections of the shipped recipes equal ci/baseline.json (within
     tolerance). A deliberate model change updates it with --update-baseline."""
     assert main(["ci", str(REPO / "ci" / "suite.yaml"), "--baseline", str(REPO / "ci" / "baseline.json")]) == 0
+
+
+def test_a_copied_primus_recipe_notes_the_bundled_presets_and_config_roots_names_a_checkout(tmp_path, capsys):
+    """A Primus experiment copied out of its checkout is priced with primus-ext's bundled presets: ``ci`` says so
+    per entry (issue 53); ``config_roots:`` points the entry at a checkout's presets instead."""
+    import shutil
+
+    shutil.copy(REPO / "recipes/llama3.1_8B-pretrain.yaml", tmp_path / "l8b.yaml")
+    for part in ("models/llama3.1_8B.yaml", "modules/pre_trainer.yaml"):
+        (tmp_path / "primus" / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "recipes" / part, tmp_path / "primus" / part)
+    path = tmp_path / "suite.yaml"
+    path.write_text("entries:\n  - {recipe: l8b.yaml, cluster: mi325x, nodes: 1, name: bundled}\n"
+                    "  - {recipe: l8b.yaml, cluster: mi325x, nodes: 1, name: rooted, config_roots: [primus]}\n")
+    out = tmp_path / "ci.json"
+    assert main(["ci", str(path), "--baseline", str(tmp_path / "b.json"), "--update-baseline",
+                 "--json", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: bundled: model preset 'llama3.1_8B.yaml' taken from primus-ext's bundled" in err
+    assert "note: rooted" not in err
+    notes = {e["name"]: e["notes"] for e in json.loads(out.read_text())["entries"]}
+    assert len(notes["bundled"]) == 2 and notes["rooted"] == []
