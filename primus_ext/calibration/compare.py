@@ -183,9 +183,10 @@ def log_problems(log: TrainingLog) -> list[Problem]:
     return problems
 
 
-def mismatches(recipe: Recipe, log: TrainingLog) -> tuple[list[Problem], list[str]]:
+def mismatches(recipe: Recipe, log: TrainingLog, *, followed: bool = False) -> tuple[list[Problem], list[str]]:
     """What the log states differently from the recipe (model, precision, layout, batch, sequence length, GPU type
-    and count), and the overrides that would make the followable ones agree (``FOLLOWED``)."""
+    and count), and the overrides that would make the followable ones agree (``FOLLOWED``). ``followed``: the recipe
+    was already reloaded with the log's values (``--follow-log``), so a difference left is not one it can follow."""
     problems, overrides = _precision_and_gpu(recipe, log), []
     for name, where in CHECKED_ARGS:
         ran, projected = _ran(log, name), _spec_value(recipe, name, where)
@@ -193,9 +194,14 @@ def mismatches(recipe: Recipe, log: TrainingLog) -> tuple[list[Problem], list[st
             continue
         if ran is None or ran == projected:
             continue
-        problems.append(Problem(path=name, value=projected, message=f"the run logged {name} = {ran}",
-                                fix=f"calibrate with the recipe the run used (e.g. {name}={ran}), or --follow-log"
-                                    if name in FOLLOWED else "calibrate with the recipe (and --nodes) the run used"))
+        if name not in FOLLOWED:
+            fix = "calibrate with the recipe (and --nodes) the run used"
+        elif followed:  # --follow-log gave the recipe this value and the recipe's rules replaced it
+            fix = (f"--follow-log set {name}={ran} but the recipe resolves it to {projected}: give the recipe the "
+                   "run used")
+        else:
+            fix = f"calibrate with the recipe the run used (e.g. {name}={ran}), or --follow-log"
+        problems.append(Problem(path=name, value=projected, message=f"the run logged {name} = {ran}", fix=fix))
         if name in FOLLOWED:
             overrides.append(f"{name}={ran}")
     return problems, overrides
@@ -221,7 +227,7 @@ def compare_log(recipe: Recipe, log: TrainingLog, costs: Costs = None, *, path: 
     the log to load ``recipe`` (the caller reloads it; ``mismatches`` gives them)."""
     from primus_ext.projection import project
 
-    problems, _ = mismatches(recipe, log)
+    problems, _ = mismatches(recipe, log, followed=bool(followed))
     notes: list[str] = ["projected with the log's " + ", ".join(followed)] if followed else []
     projection = project(recipe.model, recipe.execution, recipe.system, costs)
     stats = log.stats

@@ -133,3 +133,23 @@ def test_projections_name_the_record_and_list_forget_undo_it(good, tmp_path: Pat
     assert "good.log" in capsys.readouterr().out and load_records(store) == []
     assert main(["project", str(recipe), *TARGET, "--store", str(store), "--json", str(out)]) == 0
     assert "calibration" not in json.loads(out.read_text())
+
+
+def test_a_difference_left_after_follow_log_does_not_advise_follow_log(tmp_path: Path):
+    """A difference --follow-log could not adopt (the recipe's rules replaced the log's value) names what happened;
+    the advice "or --follow-log" is only for a run not yet followed (issue 53: it led to a self-contradictory error)."""
+    from primus_ext.calibration.compare import mismatches
+    from primus_ext.logs import read_log
+    from primus_ext.recipe import load_recipe
+
+    recipe_path, log_path = tmp_path / "tiny.yaml", tmp_path / "run.log"
+    recipe_path.write_text(TINY)
+    write_log(log_path, steady(1.0, 8), global_batch_size=128)
+    recipe = load_recipe(str(recipe_path), cluster="h100", nodes=1)
+    log = read_log(log_path)
+    plain, follow = mismatches(recipe, log)
+    followed, _ = mismatches(recipe, log, followed=True)
+    assert follow == ["global_batch_size=128"]
+    assert [p.path for p in plain] == [p.path for p in followed] == ["global_batch_size"]
+    assert plain[0].fix.endswith("or --follow-log")
+    assert "--follow-log set global_batch_size=128" in followed[0].fix and "or --follow-log" not in followed[0].fix
