@@ -5,6 +5,7 @@
     primus-ext tune RECIPE --strategy llm --llm openai/gpt-4o --budget 40 --log trials.jsonl
     primus-ext tune RECIPE --resume trials.jsonl --budget 80          # continue a logged search
     primus-ext tune RECIPE --pin tp=1,2 --pin recompute=none,block25,block50 --margin 0.05 --apply
+    primus-ext tune RECIPE --max-changes 2   # among ties with the fastest, one changing at most 2 recipe keys
 
 The search goes legality -> memory pre-filter (``--margin``: fraction of HBM kept free) -> projection
 (``project``'s, with its cost flags: the timing store, ``--store`` or the default one when it exists, with the
