@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where = tune.add_mutually_exclusive_group()
     where.add_argument("--apply", action="store_true", help="rewrite the recipe in place (backup .bak)")
     where.add_argument("--out", metavar="FILE", help="write the tuned copy here (default <recipe>.tuned.yaml)")
-    tune.add_argument("--strategy", choices=("exhaustive", "tpe", "llm"), default="tpe")
+    tune.add_argument("--strategy", choices=("auto", "exhaustive", "tpe", "llm"), default="auto")
     tune.add_argument("--budget", type=int, default=100, help="projections the tuner may spend")
     run = p.add_argument_group("launching")
     run.add_argument("--launcher", choices=("auto", "primus", "megatron", "builtin"), default="auto")

@@ -119,7 +119,9 @@ def _best_lines(result: TuneResult) -> list[str]:
     if best is None:
         return []
     regret = f"regret vs exhaustive {_pct(result.regret)}" + (
-        f" (optimum {result.optimum.tokens_per_s_per_gpu:.0f})" if result.optimum else "")
+        f" (optimum {result.optimum.tokens_per_s_per_gpu:.0f}" + (
+            f"; the {result.strategy} search alone {_pct(-result.search_regret)}" if result.search_regret else "")
+        + ")" if result.optimum else "")
     if result.band is None or len(result.ties) < 2:
         return [f"best: {best.tokens_per_s_per_gpu:.0f} tok/s/GPU; gain over the recipe {_pct(result.gain)}; {regret}"]
     low, high = result.band

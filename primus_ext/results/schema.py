@@ -210,7 +210,9 @@ SCHEMA: dict[str, Any] = {
             "verify_top": {"type": "object", "required": ["candidates", "regret", "spearman"]},
             "fastest": _null(_ref("trial")), "tie_band": _null(_ref("band")),
             "ties": {"type": "array", "items": _ref("trial")}, "kept_recipe": BOOL, "same_figures": INT,
-        }, optional=(*TARGET, *RECIPE, "verify_top", "fastest", "tie_band", "ties", "kept_recipe", "same_figures")),
+            "search_regret": _null(FRACTION), "max_changes": _null(INT),
+        }, optional=(*TARGET, *RECIPE, "verify_top", "fastest", "tie_band", "ties", "kept_recipe", "same_figures",
+                     "search_regret", "max_changes")),
         _kind("ci", {"suite": STR, "exit_code": {"enum": [0, 1, 2]}, "counts": {
             "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
         _kind("baseline", {"suite": STR,

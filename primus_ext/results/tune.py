@@ -7,7 +7,9 @@ Every trial (best, baseline, optimum, ranking, Pareto front) has the projection'
 (``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``) and memory in GiB (``peak_memory_gib``, ``capacity_gib``);
 ``gain``, ``regret`` and a sensitivity ``change`` are fractions (0.12 = 12 % faster). ``best`` is the configuration
 chosen: the recipe's own when it ties with the fastest (``kept_recipe``; ``ties``: the configurations inside
-``tie_band``, the fastest's band), else ``fastest``.
+``tie_band``, the fastest's band), else, with ``max_changes`` N, the fastest tie changing at most N recipe settings,
+else ``fastest``. ``regret`` is the best's against the exhaustive ``optimum`` (0 whenever that was computed: its
+configurations are ranked too); ``search_regret`` the strategy's own fastest against it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def tune_document(result: TuneResult, *, recipe: Recipe | None = None, margin: f
     return document(
         "tune", **target, strategy=result.strategy, margin=margin,
         best=trial_fields(result.best), baseline=trial_fields(result.baseline), gain=result.gain,
-        optimum=trial_fields(result.optimum), regret=result.regret,
+        optimum=trial_fields(result.optimum), regret=result.regret, search_regret=result.search_regret,
         ranked=[trial_fields(t) for t in result.ranked[:top]], pareto=[trial_fields(t) for t in result.pareto],
         sensitivity=[dataclasses.asdict(s) for s in result.sensitivity],
         stats=dataclasses.asdict(result.stats),
@@ -70,4 +72,5 @@ def tune_document(result: TuneResult, *, recipe: Recipe | None = None, margin: f
             "low": result.band[0], "high": result.band[1],
             "what": "tokens_per_s_per_gpu band of the fastest configuration: configurations projected inside it tie"},
         ties=[trial_fields(t) for t in result.ties[:top]], kept_recipe=result.kept_recipe,
+        max_changes=result.max_changes,
         same_figures=result.same_figures, **recipe_fields(recipe))
