@@ -35,3 +35,22 @@ def nonnegative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, not {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """``type=`` for a size (``--tokens 1e12``): a finite number > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, not {text!r}")
+    return value
+
+
+def node_counts(text: str) -> int | tuple[int, ...]:
+    """``type=`` for ``--nodes``: one count (``8``: an ``int``, as ``positive_int``), or a comma list of distinct counts
+    (``1,2,4,8``: a tuple, in the order given) for a scaling sweep."""
+    if "," not in text:
+        return positive_int(text)
+    counts = tuple(positive_int(part.strip()) for part in text.split(","))
+    if len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"names a node count twice: {text!r}")
+    return counts

@@ -33,7 +33,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     "projection",                   # costs + collectives + schedule -> one Projection
     "calibration",                  # real runs correct projections: records, the correction arithmetic
     "tune",                         # search over executions: space, legality, pre-filter, strategies, oracle
-    "session",                      # one per command: target, cost chain, calibration, the tuner's oracle
+    "session sweep",                # one per command: target, cost chain, calibration, the tuner's oracle; a scaling
+                                    # sweep: a session's projection at each node count (the session passed in)
     "report",                       # tables, HTML, timelines, traces: how a projection is shown
     "validate results",             # projections against published runs; the JSON schema documents (compare's rows
                                     # are report's, so results sits above it)

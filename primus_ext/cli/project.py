@@ -7,6 +7,7 @@
     primus-ext project recipes/mixtral_8x7B-pretrain.yaml --json -             # to stdout, nothing else there
     primus-ext project recipes/qwen3_30B_A3B-pretrain.yaml --memory-only
     primus-ext project recipes/deepseek_v3-pretrain.yaml --cluster h800 --nodes 256 --schedule dualpipe ...
+    primus-ext project recipes/llama3.1_8B-pretrain.yaml --cluster h100 --nodes 1,2,4,8 --tokens 1e12   # a sweep
 
 Layer costs (``--compute``): ``store`` (default) reads the timing store (``--store FILE``, or the default
 store when it exists); ``measured`` first measures what the store lacks on this device (reduced scale
@@ -21,6 +22,12 @@ memory factor applied). Exit codes as the launcher gate's (``model.memory.gate``
 memory model's error (it may or may not fit: not for an unattended launch); ``--strict``: inside the margin exits 4
 too. The JSON follows the one result schema (``primus_ext.results``: kinds ``projection``
 and ``memory``).
+
+``--nodes 1,2,4,8`` (a comma list) is a scaling sweep (``primus_ext.sweep``): each node count projected as
+``project --nodes N`` would, in one table of tok/s/GPU, step, MFU, peak memory and verdict, and the GPU-hours (and
+wall hours) to train ``--tokens`` (default 1e9); ``--json``: a ``sweep`` document. A node count the configuration
+does not split at gets its row with the reason. Its exit code (``SWEEP_EXITS``): 0 when any node count projects
+(memory verdicts are in the table, not the code), 2 when none does.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.argtypes import node_counts, positive_float
 from primus_ext.cli._args import add_calibration_arguments, add_cost_arguments, nonnegative_float, session_of
 
 if TYPE_CHECKING:
@@ -41,9 +49,13 @@ if TYPE_CHECKING:
 
 STRICT_HELP = ("a peak inside the 5%% memory margin exits 4 too, as one over the capacity within the memory model's "
                "error (for a scheduler that launches unattended: exit 0 then means projected to fit, margin free)")
+SWEEP_EXITS = ("A sweep (--nodes 1,2,4,8) exits 0 when at least one node count projects (the others' rows say why "
+               "not; memory verdicts are in the table, not the exit code) and 2 when none does.")
+SWEEP_REFUSES = ("--memory-only", "--strict", "--timeline", "--trace", "--html")
+"""Options of one projection that a sweep does not take (``--nodes 1,2,4,8`` with one of them: exit 2)."""
 EXITS = ("exit codes: 0 fits (a peak inside the 5% memory margin: a warning); 2 illegal input; 3 out of memory; 4 over "
          "the capacity by at most the memory model's error (15.5%, model.memory.MEMORY_ERROR): it may or may not fit, "
-         "do not launch it unattended; with --strict, a peak inside the margin exits 4 too")
+         "do not launch it unattended; with --strict, a peak inside the margin exits 4 too. " + SWEEP_EXITS)
 """The codes of ``model.memory.gate``, as ``--help`` shows them (argparse does not %-format an epilog)."""
 
 
@@ -53,7 +65,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("recipe", help="experiment YAML (Primus format) or flat Megatron-argument YAML")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
     parser.add_argument("--cluster", help="hardware profile (e.g. h100, mi300x, gb200); default from the recipe")
-    parser.add_argument("--nodes", type=int, help="node count; default from the recipe, else 1")
+    parser.add_argument("--nodes", type=node_counts,
+                        help="node count; default from the recipe, else 1. A comma list (1,2,4,8) is a scaling sweep: "
+                             "one table, a row per node count")
+    parser.add_argument("--tokens", type=positive_float, metavar="N",
+                        help="with a sweep: the training size the GPU-hours are for (default 1e9)")
     parser.add_argument("--schedule", metavar="NAME",
                         help="project this pipeline schedule instead of the one the recipe's keys select (e.g. "
                              "dualpipe, dualpipev: what-ifs no framework key runs); default: the recipe's "
@@ -116,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.results import check_json_out, emit_json
 
     check_json_out(args.json)
+    if isinstance(args.nodes, tuple) or args.tokens is not None:
+        return run_sweep(args)
     check_outputs(("--json", args.json), ("--html", args.html), ("--trace", args.trace),  # before any work
                   inputs=(args.recipe,))
     session = session_of(args, calibrated=not args.uncalibrated, scale=args.scale)  # target, costs, calibration
@@ -188,3 +206,51 @@ def _exit_code(memory: Memory | None, *, strict: bool) -> int:
               f"{memory.capacity_bytes / 2**30:.1f} GiB per GPU (exit {code}, as train --projection-only)",
               file=sys.stderr)
     return code
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    """``--nodes 1,2,4,8``: the sweep's table (and ``sweep`` document); exit 0 when any node count projects, 2 (every
+    reason listed) when none does."""
+    from primus_ext.errors import Problem, RecipeError
+    from primus_ext.files import check_outputs, stream_of
+    from primus_ext.results import emit_json
+    from primus_ext.sweep import DEFAULT_TOKENS, sweep
+
+    flags = {"--memory-only": args.memory_only, "--strict": args.strict, "--timeline": args.timeline,
+             "--trace": args.trace, "--html": args.html}
+    assert tuple(flags) == SWEEP_REFUSES
+    given = [flag for flag, value in flags.items() if value]
+    problems = [Problem(path=flag, value="given", message="a sweep (--nodes with a comma list) does not take it",
+                        fix=f"project one node count with {flag} (--nodes N), or drop {flag}") for flag in given]
+    if not isinstance(args.nodes, tuple):
+        problems.append(Problem(path="--tokens", value=args.tokens, message="states the training size of a sweep",
+                                fix="give --nodes a comma list (e.g. --nodes 1,2,4,8), or drop --tokens"))
+    if problems:
+        raise RecipeError(problems=problems)
+    check_outputs(("--json", args.json), inputs=(args.recipe,))  # before any work
+    session = session_of(args, calibrated=not args.uncalibrated, scale=args.scale)
+
+    def before(recipe: Recipe) -> None:
+        if session.choice.mode == "measured":
+            measure_first(args, session, recipe)
+
+    result = sweep(session, args.recipe, args.overrides, nodes=args.nodes, cluster=args.cluster,
+                   config_roots=args.config_root, schedule=args.schedule,
+                   tokens=DEFAULT_TOKENS if args.tokens is None else args.tokens, before=before)
+    first = result.first
+    if first is None:
+        raise RecipeError(problems=[Problem(path="--nodes", value=r.nodes, message=r.reason or "not projected",
+                                            fix="choose node counts the configuration splits at")
+                                    for r in result.rows])
+    if stream_of(args.json) != 1:  # the table, unless stdout is the JSON's
+        from primus_ext.cli.recipe import presets_line
+        from primus_ext.report.sweep_table import format_sweep
+
+        print(format_sweep(result))
+        print(presets_line(first.recipe))
+    for warning in sorted({w for r in result.rows if r.recipe is not None for w in r.recipe.warnings}):
+        print(f"warning: {warning}", file=sys.stderr)
+    from primus_ext.results.sweep import sweep_document
+
+    emit_json(sweep_document(result), args.json)
+    return 0

@@ -51,6 +51,7 @@ PROVENANCE = ("target_source", "nodes_source")
 HEADER = {"schema_version": {"const": SCHEMA_VERSION}, "kind": {"enum": list(KINDS)}}
 PARTS = {f"{part}_gib": NUM for part in ("params", "grads", "optimizer", "activations", "other")}
 
+_VERDICT: dict[str, Any] = {"enum": ["fits", "over the margin", "within the model's error", "out of memory"]}
 STAGE_MEMORY = _closed({
     "rank": INT, "peak_memory_gib": NONNEG, **PARTS, "microbatches_in_flight": NONNEG,
     "detail_gib": {"type": "object", "additionalProperties": NUM},
@@ -58,7 +59,7 @@ STAGE_MEMORY = _closed({
 })
 MEMORY = _closed({
     "peak_memory_gib": NONNEG, "capacity_gib": NONNEG, "headroom_gib": NUM, "fits": BOOL,
-    "verdict": {"enum": ["fits", "over the margin", "within the model's error", "out of memory"]},
+    "verdict": _VERDICT,
     "margin": FRACTION, "peak_stage": INT,
     "activations_source": STR, "stages": {"type": "array", "items": _ref("stage_memory"), "minItems": 1},
 })
@@ -213,6 +214,14 @@ SCHEMA: dict[str, Any] = {
             "search_regret": _null(FRACTION), "max_changes": _null(INT),
         }, optional=(*TARGET, *RECIPE, "verify_top", "fastest", "tie_band", "ties", "kept_recipe", "same_figures",
                      "search_regret", "max_changes")),
+        _kind("sweep", {
+            "model": STR, "cluster": STR, "gpu": STR, "gpus_per_node": INT, "tokens": NONNEG, **RECIPE,
+            "entries": {"type": "array", "minItems": 1, "items": _closed({
+                "nodes": INT, "world_size": _null(INT), "status": {"enum": ["projected", "refused"]},
+                "reason": _null(STR), **{k: _null(v) for k, v in FIGURES.items()},
+                "peak_memory_gib": _null(NONNEG), "capacity_gib": _null(NONNEG),
+                "verdict": _null(_VERDICT), "gpu_hours": _null(NONNEG), "wall_hours": _null(NONNEG)})},
+        }, optional=("target_source",)),
         _kind("ci", {"suite": STR, "exit_code": {"enum": [0, 1, 2]}, "counts": {
             "type": "object", "additionalProperties": INT}, "entries": {"type": "array", "items": _ref("ci_entry")}}),
         _kind("baseline", {"suite": STR,

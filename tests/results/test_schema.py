@@ -216,3 +216,9 @@ def test_stage_idle_and_imbalance_fields_validate_and_stay_optional():
     bad = copy.deepcopy(doc)
     bad["stages"][0]["idle_fraction"] = 1.5
     assert list(VALIDATOR.iter_errors(bad))
+
+
+def test_project_sweep_document(capsys):
+    doc = _valid(_stdout_json(capsys, ["project", str(EIGHT_B), "--analytic", "--cluster", "h100", "--nodes", "1,3",
+                                       "--json", "-"]), "sweep")
+    assert [e["status"] for e in doc["entries"]] == ["projected", "refused"]
