@@ -141,8 +141,14 @@ def _result(run: RunRow, projected: float | None, reason: str = "") -> RowResult
     )
 
 
+INTERNAL_ERRORS = (ArithmeticError, AttributeError, LookupError, TypeError, ValueError)
+"""A row the projection fails on with one of these (a bug in a model part for that row's features, not a refusal) is
+skipped with the error named, and the other rows go on: one bad row is one skipped row (issue 56)."""
+
+
 def project_rows(runs: Iterable[RunRow], projector: Projector) -> list[RowResult]:
-    """Project each usable row; rows the projector refuses are skipped with its reason."""
+    """Project each usable row; rows the projector refuses are skipped with its reason, rows it fails on with the
+    error (``INTERNAL_ERRORS``: said as an internal error to report)."""
     results = []
     for run in runs:
         if run.model is None:
@@ -152,6 +158,10 @@ def project_rows(runs: Iterable[RunRow], projector: Projector) -> list[RowResult
             projected = projector(run)
         except PrimusExtError as err:
             results.append(_result(run, None, f"projection refused: {str(err).splitlines()[-1].strip(' -')}"))
+            continue
+        except INTERNAL_ERRORS as err:
+            results.append(_result(run, None, f"internal error ({type(err).__name__}: {err}): the projection failed "
+                                              "on this row; please report it"))
             continue
         results.append(_result(run, projected))
     return results

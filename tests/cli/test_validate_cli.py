@@ -103,3 +103,26 @@ def test_a_run_file_that_is_not_utf8_is_refused_with_exit_2(tmp_path, capsys):
                  "--calibrate-from", str(tmp_path / "mine.csv")])
     err = capsys.readouterr().err
     assert code == 2 and "not UTF-8" in err and "Traceback" not in err
+
+
+def test_one_row_the_projection_fails_on_is_one_skipped_row(tmp_path, capsys, monkeypatch):
+    """Issue 56: a row that a model part fails on (a bug, not a refusal) is skipped with the error named; the other
+    rows are projected and the command exits 0."""
+    from primus_ext.validate import run as run_module
+
+    real = run_module.analytic_projector
+
+    def failing_on_row_1(row):
+        if row.index == 1:
+            raise KeyError("delayed")
+        return real(row)
+
+    monkeypatch.setattr(run_module, "analytic_projector", failing_on_row_1)
+    (tmp_path / "a.csv").write_text(ARCH)
+    (tmp_path / "r.csv").write_text(RUNS)
+    out = tmp_path / "v.json"
+    assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[1]["projected_tokens_per_s_per_gpu"] is None
+    assert rows[1]["skipped_reason"].startswith("internal error (KeyError: 'delayed')")
+    assert rows[0]["projected_tokens_per_s_per_gpu"] and rows[2]["projected_tokens_per_s_per_gpu"]

@@ -83,3 +83,23 @@ def test_selective_recompute_applies_inside_the_hybrid_layers():
     assert act["selective"] < act["none"] == act["full"]
     step = {name: evaluate(MODEL, ex, system).step_time_s for name, ex in (("none", base), ("selective", selective))}
     assert step["selective"] > step["none"]
+
+
+def test_a_hybrid_model_in_nvfp4_prices_its_mamba_gemms_in_fp4():
+    """The Mamba mixer's GEMMs read the FP4 recipe under FP4 precision (they read the FP8 recipe, ``delayed``, and a
+    held-out NVFP4 row of a hybrid model stopped ``validate`` with a KeyError: issue 56)."""
+    from primus_ext.hardware import load_system
+    from primus_ext.model.analytic import device_seconds
+    from primus_ext.model.layers import rank_shapes
+    from primus_ext.projection.evaluate import evaluate
+
+    system = load_system("b200", 1)
+    times = {}
+    for precision in ("bf16", "fp8", "fp4"):
+        ex = ExecutionSpec(data_parallel_size=8, expert_model_parallel_size=8, precision=precision,
+                           seq_length=4096, global_batch_size=64)
+        shape = rank_shapes(MODEL, ex)["mamba"]
+        assert shape.fp4_recipe == "nvfp4" or precision != "fp4"
+        times[precision] = sum(device_seconds(shape, system.gpu)[:2])
+        assert evaluate(MODEL, ex, system).step_time_s > 0
+    assert times["fp4"] < times["fp8"] < times["bf16"]

@@ -71,7 +71,7 @@ class MambaKind(Kind):
 
     def roofline(self, parts, shape, gpu) -> None:
         a, t = shape.arch, shape.tokens
-        g = partial(R.gemm_seconds, gpu=gpu, precision=shape.precision, recipe=shape.fp8_recipe)
+        g = partial(R.gemm_seconds, gpu=gpu, precision=shape.precision, recipe=R.gemm_recipe(shape))
         d_inner = a.mamba_num_heads * a.mamba_head_dim / shape.tp
         parts.gemm("mamba_linear", g(t, Hy.in_proj_width(shape), a.hidden_size))
         parts.gemm("mamba_linear", g(t, a.hidden_size, d_inner))
