@@ -147,11 +147,18 @@ def scaled_schedule(projection: Projection, scale: float) -> tuple[tuple[StageTi
 
 
 def calibrated_memory(memory: Memory, factor: float) -> Memory:
-    """The memory verdict with the peak scaled by the measured / projected factor (per-stage parts as projected)."""
+    """The memory verdict with the peak, and every stage's parts with it, scaled by the measured / projected factor
+    (so the stage table's and the HTML's per-stage peaks agree with the peak)."""
     peak = corrected_peak(memory.peak_bytes, factor)
     usable = memory.capacity_bytes * (1.0 - memory.margin)
-    return replace(memory, peak_bytes=peak, fits=peak <= usable, headroom_bytes=usable - peak,
+    stages = tuple(replace(st, **{f: getattr(st, f) * factor for f in STAGE_BYTES},
+                           detail={k: v * factor for k, v in st.detail.items()}) for st in memory.stages)
+    return replace(memory, peak_bytes=peak, fits=peak <= usable, headroom_bytes=usable - peak, stages=stages,
                    source=f"{memory.source}, x{factor:.3f} measured/projected peak")
+
+
+STAGE_BYTES = ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
+"""The per-stage byte counts a memory factor scales (``model.memory.rank.StageMemory``)."""
 
 
 def apply_stored(projection: Projection, store_path: str | None = None, *,

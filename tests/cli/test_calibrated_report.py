@@ -29,11 +29,15 @@ MS = 0.051
 """Rounding of a figure printed to 0.1 ms (half of it, and a little more for the sums of rounded parts)."""
 
 
-def _stage_finish_ms(console: str) -> list[float]:
-    """The ``finish`` column of the console's pipeline-stage table (third from the right: finish, params, mem GiB)."""
+def _stage_column(console: str, index: int) -> list[float]:
+    """A column of the console's pipeline-stage table, counted from the right (-3 finish, -1 mem GiB)."""
     block = console.split("Pipeline stages", 1)[1].split("\n\n", 1)[0].splitlines()
     assert block[1].split()[-4] == "finish"
-    return [float(row.split()[-3].replace(",", "")) for row in block[3:] if row.strip() and row.split()[0].isdigit()]
+    return [float(row.split()[index].replace(",", "")) for row in block[3:] if row.strip() and row.split()[0].isdigit()]
+
+
+def _stage_finish_ms(console: str) -> list[float]:
+    return _stage_column(console, -3)
 
 
 def _check_one_truth(tmp_path: Path, console: str) -> None:
@@ -48,6 +52,9 @@ def _check_one_truth(tmp_path: Path, console: str) -> None:
     assert makespan + tail == pytest.approx(step, rel=1e-6)  # JSON: the stages end where the step's tail begins
     assert all(s["busy_s"] + s["idle_s"] == pytest.approx(makespan, rel=1e-6) for s in doc["stages"])
     assert max(_stage_finish_ms(console)) + tail * 1e3 == pytest.approx(headline, abs=2 * MS)  # console table
+    if doc["memory"] is not None and doc["calibration"]["memory_factor"]:  # the per-stage peaks are the peak's
+        peak = float(re.search(r"memory peak\s+([\d,.]+) GiB", console).group(1).replace(",", ""))
+        assert max(_stage_column(console, -1)) == pytest.approx(peak, abs=0.051)
     trace = json.loads((tmp_path / "t.json").read_text())
     end_us = max(e["ts"] + e["dur"] for e in trace["traceEvents"] if e["ph"] == "X")
     assert end_us == pytest.approx(step * 1e6, abs=1.0)  # the trace's step ends at the headline
