@@ -19,11 +19,12 @@ from primus_ext.calibration.arithmetic import correct, corrected_peak, step_part
 from primus_ext.calibration.correction import StepParts
 from primus_ext.calibration.record import CalibrationRecord
 from primus_ext.calibration.workload import Match, Workload
-from primus_ext.projection.result import Breakdown, CalibrationApplied, CommTime, Projection
+from primus_ext.projection.result import Breakdown, CalibrationApplied, CommTime, Projection, StageTime
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 if TYPE_CHECKING:
     from primus_ext.model.memory import Memory
+    from primus_ext.model.pipeline import Event
 
 NEARBY_SPREAD = 0.15
 """Extra relative band of a nearby configuration: a correction taken from one run of a model on one GPU type and
@@ -104,28 +105,60 @@ def apply_record(projection: Projection, record: CalibrationRecord, match: Match
         peak_before = memory.peak_bytes
         if c.memory_factor is not None:
             memory = calibrated_memory(memory, c.memory_factor)
+    scale = timeline_scale(projection, step - breakdown.tail_s)
     applied = CalibrationApplied(match=match, kernel_factor=k, overhead_s=c.overhead_s, scope=c.scope,
                                  memory_factor=c.memory_factor, band=band, uncalibrated_step_s=projection.step_time_s,
                                  uncalibrated_peak_bytes=peak_before, record=record.describe(), logs=record.logs,
-                                 date=record.date, store=store)
+                                 date=record.date, store=store, timeline_scale=scale)
     note = (f"calibrated ({match}) from {record.describe()}: kernels x{k:.3f}"
             + (f" + {c.overhead_s * 1e3:.1f} ms/step" if c.overhead_s else "")
             + (" (whole step)" if c.scope == "step" else "") + f", band +-{band:.0%}; per-stage times and the "
-            f"timeline are as projected. Stored record: {record.source()}"
+            f"timeline: the simulated schedule x{scale:.3f} (its calibrated makespan). Stored record: "
+            f"{record.source()}"
             + (f" in {store}" if store else "") + " (primus-ext calibrate --list to see it, --forget RECIPE to undo "
             "it, --uncalibrated to ignore it)")
+    stages, timeline = scaled_schedule(projection, scale)
     return replace(projection, step_time_s=step, tokens_per_s_per_gpu=tokens,
                    model_tflops_per_gpu=projection.model_tflops_per_gpu * ratio, mfu=projection.mfu * ratio,
                    breakdown=breakdown, memory=memory, band=(tokens * low, tokens * high),
-                   notes=(*projection.notes, note), calibration=applied)
+                   notes=(*projection.notes, note), calibration=applied, stages=stages, timeline=timeline)
+
+
+def makespan_of(projection: Projection) -> float:
+    """The simulated schedule's end: the last stage's finish (or timeline op's end), before the step's tail."""
+    ends = [s.finish_s for s in projection.stages] + [e.end for e in projection.timeline]
+    return max(ends, default=0.0)
+
+
+def timeline_scale(projection: Projection, makespan_s: float) -> float:
+    """The factor taking ``projection``'s simulated makespan to ``makespan_s`` (the calibrated step less its tail):
+    the stages and the timeline, scaled by it, end where the calibrated tail begins (1 without a schedule)."""
+    before = makespan_of(projection)
+    return makespan_s / before if before > 0 and makespan_s > 0 else 1.0
+
+
+def scaled_schedule(projection: Projection, scale: float) -> tuple[tuple[StageTime, ...], tuple[Event, ...]]:
+    """The per-stage times and the timeline's ops x ``scale`` (one factor: the ops keep their order and their
+    dependencies across stages; the per-kind split within them stays the breakdown's)."""
+    stages = tuple(replace(s, fwd_s=tuple(t * scale for t in s.fwd_s), bwd_s=tuple(t * scale for t in s.bwd_s),
+                           busy_s=s.busy_s * scale, finish_s=s.finish_s * scale) for s in projection.stages)
+    timeline = tuple(replace(e, start=e.start * scale, end=e.end * scale) for e in projection.timeline)
+    return stages, timeline
 
 
 def calibrated_memory(memory: Memory, factor: float) -> Memory:
-    """The memory verdict with the peak scaled by the measured / projected factor (per-stage parts as projected)."""
+    """The memory verdict with the peak, and every stage's parts with it, scaled by the measured / projected factor
+    (so the stage table's and the HTML's per-stage peaks agree with the peak)."""
     peak = corrected_peak(memory.peak_bytes, factor)
     usable = memory.capacity_bytes * (1.0 - memory.margin)
-    return replace(memory, peak_bytes=peak, fits=peak <= usable, headroom_bytes=usable - peak,
+    stages = tuple(replace(st, **{f: getattr(st, f) * factor for f in STAGE_BYTES},
+                           detail={k: v * factor for k, v in st.detail.items()}) for st in memory.stages)
+    return replace(memory, peak_bytes=peak, fits=peak <= usable, headroom_bytes=usable - peak, stages=stages,
                    source=f"{memory.source}, x{factor:.3f} measured/projected peak")
+
+
+STAGE_BYTES = ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
+"""The per-stage byte counts a memory factor scales (``model.memory.rank.StageMemory``)."""
 
 
 def apply_stored(projection: Projection, store_path: str | None = None, *,

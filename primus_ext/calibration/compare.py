@@ -43,9 +43,15 @@ CHECKED_ARGS: tuple[tuple[str, str], ...] = (
 """Megatron arguments (as the log's dump names them) that must agree between the run and the projection."""
 FOLLOWED = frozenset(name for name, where in CHECKED_ARGS if where == "execution")
 """What ``--follow-log`` adopts from the log (the layout and batch; a different model or GPU count is refused)."""
-FROM_LOG = {"global_batch_size": "global_batch_size", "seq_length": "seq_length"}
-"""Arguments read from the parsed log (``TrainingLog`` attribute) when its dump does not print them: Megatron's
-iteration lines print the global batch size."""
+FROM_RUN = {"tensor_model_parallel_size": "tensor_parallel", "pipeline_model_parallel_size": "pipeline_parallel",
+            "context_parallel_size": "context_parallel", "expert_model_parallel_size": "expert_parallel",
+            "micro_batch_size": "micro_batch_size", "global_batch_size": "global_batch_size",
+            "seq_length": "seq_length", "num_layers": "num_layers", "hidden_size": "hidden_size",
+            "ffn_hidden_size": "ffn_hidden_size", "num_attention_heads": "num_attention_heads",
+            "world_size": "world_size"}
+"""Arguments read from the log's typed configuration (``TrainingLog.run``: its dump in any of the formats
+``logs.dump`` reads, the world size also from the lines that state it) before its raw argument dump."""
+NEVER_CROSSED = "a correction never crosses GPU type or precision, not even with --force"
 MIN_STEADY_ITERATIONS = 3
 """Steady-state iterations (after warm-up, spikes dropped) a calibration needs: the median of fewer is one or two
 steps, and a spread needs three to say anything (``logs.stats``: range / median below four)."""
@@ -103,22 +109,12 @@ def _logged(text: str) -> Any:
 
 
 def _ran(log: TrainingLog, name: str) -> Any:
-    """What the log states for argument ``name`` (its dump, else what its iteration lines print), or None."""
-    if name in log.config:
-        return _logged(log.config[name])
-    return getattr(log, FROM_LOG[name]) if name in FROM_LOG else None
-
-
-def logged_precision(config: dict[str, str]) -> str | None:
-    """The run's compute precision as its argument dump states it (megatron-core's order: ``fp4`` e2m1, ``fp8``
-    e4m3 / hybrid, ``bf16``, ``fp16``, else fp32), ``None`` when the dump has none of these arguments."""
-    if not any(k in config for k in ("fp4", "fp8", "bf16", "fp16")):
-        return None
-
-    def on(key: str) -> bool:
-        return str(_logged(config.get(key, "None"))).lower() not in ("none", "false", "0")
-
-    return next((p for p in ("fp4", "fp8", "bf16", "fp16") if on(p)), "fp32")
+    """What the log states for argument ``name`` (its typed configuration, else its raw dump), or None."""
+    if name in FROM_RUN and getattr(log.run, FROM_RUN[name]) is not None:
+        return getattr(log.run, FROM_RUN[name])
+    if name == "global_batch_size" and log.global_batch_size is not None:  # its iteration lines print it
+        return log.global_batch_size
+    return _logged(log.config[name]) if name in log.config else None
 
 
 def logged_gpus(log: TrainingLog) -> list[str]:
@@ -128,19 +124,22 @@ def logged_gpus(log: TrainingLog) -> list[str]:
     return sorted({p for name in log.devices if (p := profile_of_device(name)) is not None})
 
 
-def _precision_and_gpu(recipe: Recipe, log: TrainingLog) -> list[Problem]:
+def crossing(recipe: Recipe, log: TrainingLog) -> list[Problem]:
+    """The run's precision or GPU type where the log states one other than the recipe's: never calibrated across
+    (``NEVER_CROSSED``; ``--force`` and ``--follow-log`` do not change it)."""
     from primus_ext.hardware import canonical_name
 
     problems = []
-    precision = logged_precision(log.config)
+    precision = log.run.precision
     if precision is not None and precision != recipe.execution.precision:
         problems.append(Problem(path="precision", value=recipe.execution.precision,
-                                message=f"the run logged {precision} (its fp4 / fp8 / bf16 / fp16 arguments)",
+                                message=f"the run logged {precision} (its configuration dump): {NEVER_CROSSED}",
                                 fix=f"calibrate with the recipe the run used (its precision: {precision})"))
     gpus = logged_gpus(log)
     if gpus and canonical_name(recipe.system.name) not in gpus:
         problems.append(Problem(path="GPU type", value=recipe.system.name,
-                                message=f"the log names {', '.join(log.devices[:2])} ({', '.join(gpus)})",
+                                message=f"the log names {', '.join(log.devices[:2])} ({', '.join(gpus)}): "
+                                        f"{NEVER_CROSSED}",
                                 fix=f"calibrate on the run's GPU: --cluster {gpus[0]}"))
     return problems
 
@@ -149,7 +148,7 @@ def unstated(log: TrainingLog) -> list[str]:
     """What the workload check could not read in the log (assumed the recipe's)."""
     missing = [name for name in ("global_batch_size", "seq_length", "world_size", "num_layers", "hidden_size")
                if _ran(log, name) is None]
-    if logged_precision(log.config) is None:
+    if log.run.precision is None:
         missing.append("precision")
     if not logged_gpus(log):
         missing.append("GPU type")
@@ -187,7 +186,7 @@ def mismatches(recipe: Recipe, log: TrainingLog, *, followed: bool = False) -> t
     """What the log states differently from the recipe (model, precision, layout, batch, sequence length, GPU type
     and count), and the overrides that would make the followable ones agree (``FOLLOWED``). ``followed``: the recipe
     was already reloaded with the log's values (``--follow-log``), so a difference left is not one it can follow."""
-    problems, overrides = _precision_and_gpu(recipe, log), []
+    problems, overrides = crossing(recipe, log), []
     for name, where in CHECKED_ARGS:
         ran, projected = _ran(log, name), _spec_value(recipe, name, where)
         if name == "virtual_pipeline_model_parallel_size" and ran in (None, 1) and projected in (None, 1):
@@ -205,6 +204,13 @@ def mismatches(recipe: Recipe, log: TrainingLog, *, followed: bool = False) -> t
         if name in FOLLOWED:
             overrides.append(f"{name}={ran}")
     return problems, overrides
+
+
+def logged_tokens(recipe: Recipe, log: TrainingLog) -> int:
+    """Tokens per step the run trained: its own global batch and sequence length where the log states them (its
+    dump or its iteration lines), the recipe's where it does not."""
+    batch = _ran(log, "global_batch_size") or recipe.execution.global_batch_size
+    return int(batch) * int(_ran(log, "seq_length") or recipe.execution.seq_length)
 
 
 def _memory_side(log: TrainingLog, projection: Projection) -> tuple[float | None, float | None, int | None]:
@@ -231,8 +237,8 @@ def compare_log(recipe: Recipe, log: TrainingLog, costs: Costs = None, *, path: 
     notes: list[str] = ["projected with the log's " + ", ".join(followed)] if followed else []
     projection = project(recipe.model, recipe.execution, recipe.system, costs)
     stats = log.stats
-    tokens = recipe.execution.global_batch_size * recipe.execution.seq_length
-    measured_tokens = log.tokens_per_s_per_gpu or tokens / stats.median_s / recipe.system.world_size
+    measured_tokens = log.tokens_per_s_per_gpu or logged_tokens(recipe, log) / stats.median_s / (
+        _ran(log, "world_size") or recipe.system.world_size)
     measured_tflops = log.tflops_per_gpu
     if measured_tflops is None:  # the projection's FLOP count over the measured step: like with like
         measured_tflops = projection.model_flops_per_step / stats.median_s / recipe.system.world_size / 1e12

@@ -11,7 +11,9 @@ Logs are read as Megatron-LM, Primus, Megatron-Bridge, NeMo 2 and the built-in t
 (``primus_ext.logs``): warm-up and outliers are dropped and the step time is the median of the stable segment.
 What the log states must agree with the recipe: model size, precision, layout, global batch, sequence length, GPU
 type and GPU count (every difference is listed with its fix; ``--follow-log`` projects the layout, batch and
-sequence length the log ran instead; what the log does not state is assumed the recipe's and said). Refused unless
+sequence length the log ran instead; what the log does not state is assumed the recipe's and said; its configuration
+dump is read in Megatron-LM's, Megatron-Bridge's and NeMo's formats, ``logs.dump``). Another GPU type or precision
+is refused whatever the flags (``--force --follow-log`` included). Refused unless
 ``--force``: a log of warm-up iterations only, with fewer than 3 steady iterations or with most lines unusable, and
 a kernel factor outside the plausible range (``calibration.correction.PLAUSIBLE_KERNEL_FACTOR``, x1/3 to x3,
 stated with its reason). The record is stored in the timing store (``--store``, else the default one), and from
@@ -62,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="compare only; store nothing")
     p.add_argument("--force", action="store_true",
                    help="store a correction outside the plausible range, from a warm-up-only or mostly unusable log, "
-                        "or over a better-evidenced record of the same workload")
+                        "or over a better-evidenced record of the same workload (never a log of another GPU type or "
+                        "precision)")
     p.add_argument("--json", metavar="OUT", help="write the comparison as JSON ('-': stdout, the JSON only)")
     p.add_argument("--scope", choices=("model", "cluster"), default="model",
                    help="model: a record of RECIPE's model (default); cluster: a record of the cluster's links, "

@@ -58,7 +58,7 @@ def compare_all(args: argparse.Namespace, session: Any, base: Any, jobs: list[tu
     """Each log against the uncalibrated projection of the recipe its loader gives, over ``session``'s layer costs
     (on ``environment``'s cluster record when given). An unreadable log is an error (exit 2), or with
     ``skip_unreadable`` said and left out (a verify-top candidate whose run failed)."""
-    from primus_ext.calibration.compare import compare_log, log_problems, mismatches
+    from primus_ext.calibration.compare import compare_log, crossing, log_problems, mismatches
     from primus_ext.errors import PrimusExtError, Problem, RecipeError
     from primus_ext.logs import LogError, read_log
 
@@ -83,6 +83,11 @@ def compare_all(args: argparse.Namespace, session: Any, base: Any, jobs: list[tu
     costs = layer_costs(session, base.system)
     for path, loader, log in read:
         recipe = loader([])
+        crossed = crossing(recipe, log)  # another GPU type or precision: refused whatever the flags
+        if crossed:
+            problems.extend(Problem(path=f"{path}: {p.path}", value=p.value, message=p.message, fix=p.fix)
+                            for p in crossed)
+            continue
         found, follow = mismatches(recipe, log)
         for flag in log.flags[:20]:
             print(f"warning: {path}: {flag}", file=sys.stderr)

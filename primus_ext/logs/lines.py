@@ -39,9 +39,6 @@ MAX_MFU_CHARS = 256
 """Characters of a field searched for MFU (its lazy gap made ``MFU MFU ...`` lines quadratic)."""
 RANK_TAG = re.compile(r"\[rank-?(\d+)(?:/\d+)?\]|\[default(\d+)\]:|^\s*(\d+):\s")
 """Rank prefixes: Primus ``[rank-7/8]``, torchrun ``--tee`` ``[default0]:``, srun/mpirun ``--label`` ``0: ``."""
-ARGS_START = re.compile(r"-{3,}\s*arguments\s*-{3,}")
-ARGS_END = re.compile(r"-{3,}\s*end of arguments\s*-{3,}")
-ARG = re.compile(r"(?:^|\s)([A-Za-z_][\w]*) \.{2,} ?(.*?)\s*$")
 LOG_INTERVAL = re.compile(r"\blog_interval\b\s*(?:\.{2,}|:)\s*(\d+)")
 VERSIONS = (
     re.compile(r"backend=megatron\b.*?backend_version=([\w.+-]+)"),  # Primus patch_runner

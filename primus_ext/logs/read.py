@@ -3,7 +3,7 @@
 Bounded: only a regular file is read (a FIFO, ``/dev/zero`` or ``/dev/urandom`` is refused before the first byte,
 ``files.open_input``); of a long one only its head and tail (``window``: at most 32 MiB and 70 000 lines, the
 middle skipped and flagged), each line cut to ``MAX_LINE_CHARS``; at most ``MAX_ITERATIONS`` iterations and
-``MAX_CONFIG`` arguments are kept. Linear: each line costs the same whatever came before it (the current run's
+``dump.MAX_CONFIG`` arguments are kept. Linear: each line costs the same whatever came before it (the current run's
 highest iteration is kept as it grows, not recomputed per line; only the current and the last finished run are
 held), so any log costs a few seconds and well under 1 GiB.
 """
@@ -19,6 +19,7 @@ from typing import IO
 
 from primus_ext.errors import cut
 from primus_ext.logs import lines as L
+from primus_ext.logs.dump import DumpReader, run_config
 from primus_ext.logs.records import Iteration, LogError, LogFlag, MemoryReport, TrainingLog
 from primus_ext.logs.stats import stable_median, stable_stats
 from primus_ext.logs.window import MAX_LINE_CHARS, Gap, file_lines
@@ -26,7 +27,6 @@ from primus_ext.logs.window import MAX_LINE_CHARS, Gap, file_lines
 MAX_LOG_BYTES = 1 << 40
 """1 TiB: a larger file is refused unread; any size below costs the same (``window``: head and tail only)."""
 MAX_ITERATIONS = 1_000_000
-MAX_CONFIG = 10_000
 MAX_ECHOES = 10_000
 MAX_DEVICES = 8
 """Distinct GPU device names kept (a node has one kind; a mixed log names a few)."""
@@ -81,8 +81,7 @@ class _Reader:
         self.kept_memory: dict[tuple[int, int | None], MemoryReport] = {}  # of the last run with both
         self.restarts = 0
         self.flags: list[LogFlag] = []
-        self.config: dict[str, str] = {}
-        self.in_args = False
+        self.dump = DumpReader()  # the configuration dumps (Megatron, Megatron-Bridge, NeMo) and world-size lines
         self.version: str | None = None
         self.log_interval: int | None = None
         self.pending_tflops: float | None = None  # from Megatron-Bridge's "Step Time" line, for the next iteration
@@ -134,22 +133,11 @@ class _Reader:
             hints.add("primus")
 
     def _arguments(self, text: str) -> bool:
-        if "arguments" not in text and not self.in_args:  # the patterns below all need the word
+        if not self.dump.feed(text):
             return False
-        if L.ARGS_START.search(text) and "end of" not in text:
-            self.in_args = True
-            return True
-        if self.in_args:
-            if "end of arguments" in text and L.ARGS_END.search(text):
-                self.in_args = False
-                return True
-            m = L.ARG.search(text)
-            if m and len(self.config) < MAX_CONFIG:
-                self.config.setdefault(m.group(1), m.group(2))
-                if m.group(1) == "log_interval" and m.group(2).isdigit():
-                    self.log_interval = int(m.group(2))
-            return True
-        return False
+        if self.log_interval is None and self.dump.config.get("log_interval", "").isdigit():
+            self.log_interval = int(self.dump.config["log_interval"])
+        return True
 
     def _iteration(self, n: int, index: int, total: int, got: dict[str, str], *, rank: int | None,
                    text: str = "MFU") -> None:
@@ -251,15 +239,14 @@ class _Reader:
         memory = self.memory if self.run and self.memory else self.kept_memory or self.memory
         fmt = next((f for f in ("nemo", "megatron-bridge", "primus") if f in self.format_hints), "megatron")
         batch = next((it.global_batch_size for it in iterations if it.global_batch_size), None)
-        if batch is None and self.config.get("global_batch_size", "").isdigit():
-            batch = int(self.config["global_batch_size"])
-        seq = self.config.get("seq_length", "")
+        run = run_config(self.dump.config, self.dump.facts)
+        batch = batch or run.global_batch_size
         return TrainingLog(
             format=fmt, iterations=iterations, memory=tuple(memory.values()), flags=tuple(self.flags), stats=stats,
             tokens_per_s_per_gpu=stable_median(iterations, stats, "tokens_per_s_per_gpu"),
             tflops_per_gpu=stable_median(iterations, stats, "tflops_per_gpu"), framework_version=self.version,
-            restarts=restarts, config=dict(self.config), global_batch_size=batch,
-            seq_length=int(seq) if seq.isdigit() else None, devices=tuple(self.devices)[:MAX_DEVICES])
+            restarts=restarts, config=dict(self.dump.config), run=run,
+            global_batch_size=batch, seq_length=run.seq_length, devices=tuple(self.devices)[:MAX_DEVICES])
 
 
 def read_log(path_or_text_lines: str | os.PathLike[str] | Iterable[str]) -> TrainingLog:

@@ -81,6 +81,32 @@ class StepStats:
     """No iteration after warm-up has a positive time: the figure is of warm-up iterations (an upper bound)."""
 
 
+Precision = Literal["fp4", "fp8", "bf16", "fp16", "fp32"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """What the run's configuration dump states (``logs.dump``: Megatron-LM, Megatron-Bridge, NeMo 2, Primus);
+    each ``None`` where the log does not say it."""
+
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    num_attention_heads: int | None = None
+    ffn_hidden_size: int | None = None
+    precision: Precision | None = None
+    """The compute precision: ``fp8`` when FP8 GEMMs are on (over a bf16 base), else the base's."""
+    seq_length: int | None = None
+    """The trained sequence length (Megatron-Bridge: the dataset's, not the model's maximum)."""
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    context_parallel: int | None = None
+    expert_parallel: int | None = None
+    data_parallel: int | None = None
+    world_size: int | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingLog:
     format: LogFormat
@@ -96,7 +122,11 @@ class TrainingLog:
     restarts: int = 0
     """How many times iteration numbering restarted in the file (the last run is the one read)."""
     config: dict[str, str] = field(default_factory=dict)
-    """The argument dump (``name ....... value``) when the log has one."""
+    """The configuration dump under Megatron's argument names (``name ....... value``; Megatron-Bridge's and NeMo's
+    dumps translated, ``logs.dump``) when the log has one."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """The configuration the run states, typed (layers, hidden, heads, ffn, precision, sequence, batches, layout,
+    world size)."""
     global_batch_size: int | None = None
     seq_length: int | None = None
     devices: tuple[str, ...] = ()

@@ -73,6 +73,12 @@ class Breakdown:
     def total_s(self) -> float:
         return self.compute_s + self.exposed_comm_s + self.bubble_s + self.optimizer_s
 
+    @property
+    def tail_s(self) -> float:
+        """The step tail after the pipeline's makespan: exposed DP gradient reduction, optimizer step, exposed
+        parameter all-gather (the same on every rank; ``report.timeline`` draws it)."""
+        return self.comm("dp_grad").exposed_s + self.optimizer_s + self.comm("dp_param").exposed_s
+
 
 @dataclass(frozen=True, kw_only=True)
 class StageTime:
@@ -123,13 +129,17 @@ class CalibrationApplied:
     """When the record was stored (ISO 8601, UTC)."""
     store: str | None = None
     """The timing store holding it (``primus-ext calibrate --list`` / ``--forget`` there)."""
+    timeline_scale: float = 1.0
+    """The simulated schedule's times (``stages``, ``timeline``) x this: the calibrated makespan over the projected
+    one, so the stages and the timeline end where the calibrated step's tail begins."""
 
     def to_dict(self) -> dict[str, object]:
         return {"match": self.match, "kernel_factor": self.kernel_factor, "overhead_s": self.overhead_s,
                 "scope": self.scope, "memory_factor": self.memory_factor, "band": self.band,
                 "uncalibrated_step_time_s": self.uncalibrated_step_s,
                 "uncalibrated_peak_bytes": self.uncalibrated_peak_bytes, "record": self.record,
-                "logs": list(self.logs), "date": self.date, "store": self.store}
+                "logs": list(self.logs), "date": self.date, "store": self.store,
+                "timeline_scale": self.timeline_scale}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,8 +188,8 @@ class Projection:
     """(low, high) tokens/s/GPU from the efficiency parameters' ranges and the measurement spread."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     calibration: CalibrationApplied | None = None
-    """Set when a calibration record from real runs corrected the figures above (then ``stages`` and
-    ``timeline`` stay as projected: the correction is per step, not per op)."""
+    """Set when a calibration record from real runs corrected the figures above (``stages`` and ``timeline`` too:
+    the simulated schedule scaled by ``CalibrationApplied.timeline_scale``, so every figure adds up to the step)."""
     cluster_calibration: ClusterApplied | None = None
     """Set when the projection ran on a cluster record's environment (``system`` carries its efficiencies)."""
 

@@ -182,6 +182,19 @@ def _kpis(p: Any) -> str:
 def _timeline_note(p: Any) -> str:
     if not timeline.drawn(p):
         return timeline.not_drawn_note(p)
+    return _calibrated_note(p) + _drawn_note(p)
+
+
+def _calibrated_note(p: Any) -> str:
+    """How a calibration record changed the times drawn (empty without one)."""
+    c = getattr(p, "calibration", None)
+    if c is None:
+        return ""
+    return (f"Calibrated from real runs: the simulated schedule x{c.timeline_scale:.3f} and the step tail of the "
+            f"calibrated breakdown (uncalibrated step {c.uncalibrated_step_s * 1e3:,.1f} ms). ")
+
+
+def _drawn_note(p: Any) -> str:
     segments = timeline.step_segments(p)
     windows = timeline.view_windows(p, segments)
     ops = f"{p.num_microbatches} micro-batches x {max(1, p.execution.vpp)} chunk(s) per stage"

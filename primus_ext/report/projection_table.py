@@ -167,8 +167,10 @@ def format_projection(p: Projection) -> str:
             f"{(s.dense_params + s.expert_params) / 1e6:,.0f}M",
             f"{mem_by_rank[s.rank]:.1f}" if s.rank in mem_by_rank else "-",
         ])
+    scaled = (f"; calibrated: the simulated schedule x{p.calibration.timeline_scale:.3f}"
+              if p.calibration is not None else "")
     lines += ["", "Pipeline stages (fwd / bwd per micro-batch and chunk, ms; idle: bubble and send/recv waits of the "
-              "stage, idle% of the step)"]
+              f"stage, idle% of the step{scaled})"]
     trained = "trained params" if ex.lora_rank else "params"
     lines += _table(["rank", "layers", "fwd", "bwd", "busy", "idle", "idle%", "finish", trained, "mem GiB"],
                     stage_rows)

@@ -10,7 +10,8 @@ One process per pipeline stage (``pid`` = stage + 1, named ``stage N``), three t
 parameter gather) and ``idle`` (bubble) with the optimizer step on compute. Complete events (``ph: "X"``)
 with ``ts`` / ``dur`` in microseconds, as the format specifies
 (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU). The segments are
-``report.timeline.step_segments``: what the HTML report draws, to the microsecond.
+``report.timeline.step_segments``: what the HTML report draws, to the microsecond. After calibration
+(``primus-ext calibrate``) the durations are the calibrated ones, and ``otherData.calibration`` says so.
 """
 
 from __future__ import annotations
@@ -54,8 +55,21 @@ def chrome_trace(projection: Any) -> dict[str, Any]:
                       "model": projection.model.name, "gpu": projection.system.gpu.name,
                       "world_size": projection.system.world_size, "step_time_s": projection.step_time_s,
                       "num_microbatches": projection.num_microbatches,
-                      "layout": f"TP{ex.tp} PP{ex.pp} VPP{ex.vpp} CP{ex.cp} EP{ex.ep} DP{ex.dp}"},
+                      "layout": f"TP{ex.tp} PP{ex.pp} VPP{ex.vpp} CP{ex.cp} EP{ex.ep} DP{ex.dp}",
+                      **_calibration(projection)},
     }
+
+
+def _calibration(projection: Any) -> dict[str, Any]:
+    """How a calibration record changed the durations (none without one): the simulated schedule x its scale, the
+    step tail from the calibrated breakdown."""
+    c = getattr(projection, "calibration", None)
+    if c is None:
+        return {}
+    return {"calibration": {"note": f"durations calibrated ({c.match} match: {c.record}): the simulated schedule "
+                                    f"x{c.timeline_scale:.3f}, the step tail from the calibrated breakdown",
+                            "kernel_factor": c.kernel_factor, "overhead_s": c.overhead_s,
+                            "timeline_scale": c.timeline_scale, "uncalibrated_step_time_s": c.uncalibrated_step_s}}
 
 
 def write_trace(projection: Any, path: str) -> None:

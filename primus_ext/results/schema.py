@@ -90,11 +90,12 @@ CALIBRATION_APPLIED = _closed({
     "match": {"enum": ["exact", "nearby"]}, "kernel_factor": NONNEG, "overhead_s": NONNEG,
     "scope": {"enum": ["kernels", "step"]}, "memory_factor": _null(NONNEG), "band": NONNEG,
     "uncalibrated_step_time_s": NONNEG, "uncalibrated_peak_bytes": _null(NONNEG), "record": STR,
-    "logs": {"type": "array", "items": STR}, "date": STR, "store": _null(STR),
+    "logs": {"type": "array", "items": STR}, "date": STR, "store": _null(STR), "timeline_scale": NONNEG,
 }, required=["match", "kernel_factor", "overhead_s", "scope", "memory_factor", "band", "uncalibrated_step_time_s",
              "uncalibrated_peak_bytes", "record"])
-"""``logs`` / ``date`` / ``store`` (which stored record changed the figures, and where to ``--forget`` it) are
-optional: documents written before them stay valid under schema version 1."""
+"""``logs`` / ``date`` / ``store`` (which stored record changed the figures, and where to ``--forget`` it) and
+``timeline_scale`` (the stages' and the timeline's times x it) are optional: documents written before them stay valid
+under schema version 1."""
 CLUSTER_APPLIED = _closed({
     "record": STR, "values": {"type": "object", "additionalProperties": NONNEG},
     "profile_values": {"type": "object", "additionalProperties": NONNEG},
