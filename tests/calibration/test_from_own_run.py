@@ -34,7 +34,7 @@ def _parts(doc: dict) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_train_calibrate_then_project_same_and_nearby(tmp_path: Path, capsys):
+def test_train_calibrate_then_project_same_and_nearby(tmp_path: Path, capsys, monkeypatch):
     recipe, log, store = tmp_path / "tiny.yaml", tmp_path / "train.log", tmp_path / "timings.sqlite"
     recipe.write_text(TINY)
     assert main(["train", "--config", str(recipe), *TARGET, "--train-iters", "6", "--device", "cpu",
@@ -55,7 +55,11 @@ def test_train_calibrate_then_project_same_and_nearby(tmp_path: Path, capsys):
     # --force: the training run and the bench ran at different moments of a shared machine, whose load changes the
     # ratio of their wall times (a kernel factor of 0.2 was seen on a busy machine); what this test checks is the
     # record's arithmetic through project, whatever the factor (the plausibility refusal: tests/calibration/
-    # test_guards.py)
+    # test_guards.py). The physical range [K_MIN, K_MAX] is widened for the same reason: on a loaded machine the
+    # bench's wall times were 5x the training run's (k = 0.168), a load artefact, not a recipe mismatch; the
+    # range's refusal is tested in tests/calibration/test_correction.py.
+    monkeypatch.setattr("primus_ext.calibration.correction.K_MIN", 1e-3)
+    monkeypatch.setattr("primus_ext.calibration.correction.K_MAX", 1e3)
     assert main(["calibrate", str(recipe), str(log), *TARGET, "--compute", "store", "--store", str(store), "--json",
                  str(out), "--force"]) == 0
     doc = json.loads(out.read_text())
