@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from primus_ext.errors import Problem, shown
+from primus_ext.recipe.releases import read_release_keys
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,9 @@ def _same(value: Any, assumed: Any) -> bool:
 
 
 def unmodelled_keys(args: Mapping[str, Any]) -> dict[str, str]:
-    """Keys of ``args`` set to a value the projection does not price: key -> ``value (projected as X): effect``."""
+    """Keys of ``args`` set to a value the projection does not price: key -> ``value (projected as X): effect``
+    (an earlier Primus release's keys read as it meant them: ``releases.read_release_keys``)."""
+    args = read_release_keys(args)[0]
     out = {}
     for key, entry in UNMODELLED.items():
         if key not in args and key not in MEGATRON_UNSET_DIFFERS:
@@ -382,18 +385,3 @@ def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | 
                                         "for this recipe",
                                 fix="project a GPT-style recipe; this architecture is not supported yet"))
     return problems
-
-
-RENAMED: dict[str, str] = {
-    # Primus primus/backends/megatron/patches/args/rocm_arg_validation.py (fd1eeab) asserts it false at start-up:
-    # "use_turbo_grouped_mlp has been removed; please use use_turbo_grouped_gemm instead."
-    "use_turbo_grouped_mlp": "use_turbo_grouped_gemm",
-}
-"""Keys Primus or Megatron renamed: old -> new; the old one is refused when set, as the framework does."""
-
-
-def renamed_problems(args: Mapping[str, Any]) -> list[Problem]:
-    """A problem for each renamed key set to a true value (the framework refuses it at start-up)."""
-    return [Problem(path=key, value=args[key], message=f"`{key}` was removed; Primus refuses it at start-up",
-                    fix=f"write {new}: {args[key]!r} instead")
-            for key, new in RENAMED.items() if _set(args.get(key))]

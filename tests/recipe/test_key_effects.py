@@ -11,18 +11,19 @@ from primus_ext.recipe.catalogue_data import NO_EFFECT
 from primus_ext.recipe.key_effects import (
     ARCHITECTURE_KEYS,
     ARCHITECTURE_PARAMS,
-    RENAMED,
     UNMODELLED,
     architecture_problems,
     unmodelled_keys,
 )
+from primus_ext.recipe.releases import RELEASE_KEYS
 from primus_ext.recipe.resolve import READ_KEYS, resolve_all
 
 NODE = load_system("mi300x", 1)
 
 
 def test_every_catalogued_key_has_exactly_one_class():
-    classes = [READ_KEYS, ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, frozenset(UNMODELLED), NO_EFFECT, frozenset(RENAMED)]
+    classes = [READ_KEYS, ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, frozenset(UNMODELLED), NO_EFFECT,
+               frozenset(RELEASE_KEYS)]
     for i, a in enumerate(classes):
         for b in classes[i + 1:]:
             assert not a & b, sorted(a & b)
@@ -34,8 +35,8 @@ def test_primus_logging_and_removed_keys_are_known():
     for key in ("sink_level", "file_sink_level", "stderr_sink_level", "use_turbo_deepep", "recompute_layer_ids"):
         assert key in known_keys(), key
     assert did_you_mean("use_turbo_grouped_mlp") == "use_turbo_grouped_gemm"
-    _, _, problems, _ = resolve_all({**BASE, "use_turbo_grouped_mlp": True}, NODE)
-    assert [p.path for p in problems] == ["use_turbo_grouped_mlp"] and "use_turbo_grouped_gemm" in problems[0].fix
+    _, _, problems, warnings = resolve_all({**BASE, "use_turbo_grouped_mlp": True}, NODE)  # an earlier release's
+    assert problems == [] and any("use_turbo_grouped_gemm" in w and "v26.3.1" in w for w in warnings)
     assert resolve_all({**BASE, "use_turbo_grouped_mlp": False}, NODE)[2] == []
 
 
