@@ -12,6 +12,7 @@ import difflib
 from functools import cache
 
 from primus_ext.errors import cut
+from primus_ext.model.kinds.registry import kind_keys
 from primus_ext.recipe.catalogue_data import MCORE_CONFIG_KEYS, NO_EFFECT, PRIMUS_PRESET_KEYS
 from primus_ext.recipe.key_effects import ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, UNMODELLED
 from primus_ext.recipe.releases import RELEASE_KEYS
@@ -22,12 +23,11 @@ SIMILARITY_CUTOFF = 0.75
 typos such as ``tensor_parallel_sise`` -> ``tensor_model_parallel_size``)."""
 
 
-@cache
 def key_class(key: str) -> str | None:
     """``modelled``, ``architecture``, ``architecture parameter``, ``not modelled``, ``no effect`` or
     ``earlier release`` (a key an earlier Primus release had);
     ``None`` for an unknown key."""
-    if key in READ_KEYS:
+    if key in READ_KEYS or key in kind_keys():
         return "modelled"
     if key in ARCHITECTURE_KEYS:
         return "architecture"
@@ -42,9 +42,14 @@ def key_class(key: str) -> str | None:
     return None
 
 
-@cache
 def known_keys() -> frozenset[str]:
-    """Megatron / Primus arguments: every key with a class (modelled, refused, not modelled, no effect)."""
+    """Megatron / Primus arguments: every key with a class (modelled, refused, not modelled, no effect), the keys
+    the registered layer kinds read included (``Kind.recipe_keys``)."""
+    return _fixed_keys() | kind_keys()
+
+
+@cache
+def _fixed_keys() -> frozenset[str]:
     return (READ_KEYS | ARCHITECTURE_KEYS | ARCHITECTURE_PARAMS | frozenset(UNMODELLED) | NO_EFFECT
             | frozenset(RELEASE_KEYS))
 

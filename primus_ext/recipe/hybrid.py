@@ -83,9 +83,26 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     a.int("mamba_state_dim")
     a.bool("is_hybrid_model")
     return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
+                   kind_dims=kind_dims(a, pattern),
                    mamba_num_groups=a.int("mamba_num_groups") or hybrid.MAMBA_NUM_GROUPS,
                    mamba_state_dim=a.int("mamba_state_dim") or hybrid.MAMBA_STATE_DIM,
                    moe_layer_pattern=_routed(pattern) if model.num_experts else ())
+
+
+def kind_dims(a: ArgReader, pattern: str) -> tuple[tuple[str, Any], ...]:
+    """(kind, its own record) for each kind ``pattern`` places that reads keys of its own (``Kind.read_dims``); the
+    values megatron-core refuses (``Kind.check_dims``) are problems of ``a``."""
+    from primus_ext.model.kinds.registry import get_kind, pattern_kinds
+
+    found = []
+    for name in pattern_kinds(pattern).values():
+        kind = get_kind(name)
+        dims = kind.read_dims(a)
+        if dims is not None:
+            for key, why, fix in kind.check_dims(dims):
+                a.bad(key, why, fix=fix)
+            found.append((name, dims))
+    return tuple(found)
 
 
 def _routed(pattern: str) -> tuple[bool, ...]:
