@@ -338,7 +338,6 @@ ARCHITECTURE_KEYS = frozenset(key for key, _, _ in ARCHITECTURE_RULES)
 _ARCHITECTURE_PARAM_WORDS = """
 mamba_d_conv mamba_expand
 disable_mamba_mem_eff_path use_mamba_mem_eff_path hybrid_attention_enabled
-linear_conv_kernel_dim linear_key_head_dim linear_num_key_heads linear_num_value_heads linear_value_head_dim
 kda_backend kda_chunk_size kda_gate_lower_bound kda_use_full_rank_gate use_short_conv conv_L_cache conv_bias
 fla_cache_dir fla_mla_attn use_fla_data use_fla_fused_gated_norm use_fla_fused_rmsnorm use_fla_fused_swiglu
 use_fla_short_conv

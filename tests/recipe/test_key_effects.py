@@ -6,6 +6,7 @@ import pytest
 from recipe_data import BASE, MOE
 
 from primus_ext.hardware import load_system
+from primus_ext.model.kinds.registry import kind_keys
 from primus_ext.recipe.catalogue import catalogued_keys, did_you_mean, key_class, known_keys
 from primus_ext.recipe.catalogue_data import NO_EFFECT
 from primus_ext.recipe.key_effects import (
@@ -22,7 +23,7 @@ NODE = load_system("mi300x", 1)
 
 
 def test_every_catalogued_key_has_exactly_one_class():
-    classes = [READ_KEYS, ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, frozenset(UNMODELLED), NO_EFFECT,
+    classes = [READ_KEYS | kind_keys(), ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, frozenset(UNMODELLED), NO_EFFECT,
                frozenset(RELEASE_KEYS)]
     for i, a in enumerate(classes):
         for b in classes[i + 1:]:
