@@ -315,11 +315,15 @@ def _positive(value: Any) -> bool:
 
 
 ArchitectureRule = tuple[str, Callable[[Any], bool], str]
+_GDN = "gated_delta_net"
+"""The experimental attention variant that projects (``recipe.linear_attention``), its ``linear_attention_freq``
+with it."""
 
 ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
-    ("experimental_attention_variant", _set, "experimental attention variants (gated delta net / linear "
-                                             "attention, DeepSeek sparse attention) are not modelled"),
-    ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) are not modelled"),
+    ("experimental_attention_variant", lambda v: _set(v) and v != _GDN,
+     "experimental attention variants other than gated_delta_net (DeepSeek sparse attention) are not modelled"),
+    ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) other than gated DeltaNet's are "
+                                    "not modelled"),
     ("lfm_layer_types", _set, "LFM2 short-convolution layers (lfm_layer_types) are not modelled"),
     ("compress_ratios", _set, "DeepSeek-V4 compressed attention (compress_ratios) is not modelled"),
     ("heterogeneous_layers_config_path", _set, "heterogeneous layers (per-layer configs) are not modelled"),
@@ -372,7 +376,8 @@ def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | 
     problems = []
     for key, selects, sentence in ARCHITECTURE_RULES:
         value = args.get(key)
-        if value is None or not selects(value):
+        if value is None or not selects(value) or (key == "linear_attention_freq"
+                                                    and args.get("experimental_attention_variant") == _GDN):
             continue
         if key == "model_type":
             sentence = _MODEL_TYPES.get(str(value)) or (

@@ -28,6 +28,7 @@ from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
 from primus_ext.recipe.key_effects import architecture_problems, unmodelled_keys, unmodelled_warning
 from primus_ext.recipe.launch import launch_spec
+from primus_ext.recipe.linear_attention import GDN_VARIANT, gdn_gpt_model, gdn_gpt_problems
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
 from primus_ext.recipe.pipeline_keys import schedule_from_keys, schedule_vpp
@@ -467,6 +468,9 @@ def resolve_all(
     if args.get("model_type") == HYBRID_MODEL_TYPE:
         refused = refused or spec_problems(args)
         model = model if refused else hybrid_model(reader, model)
+    elif args.get("experimental_attention_variant") == GDN_VARIANT:  # Qwen3-Next: as a hybrid stack of its halves
+        refused = refused or gdn_gpt_problems(args)
+        model = model if refused else gdn_gpt_model(reader, model)
     execution = resolve_execution(reader, model, system, environ)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings

@@ -57,7 +57,7 @@ def test_unmodelled_values_are_named_defaults_are_not():
     ("model_type", "deepseek_v4", "DeepSeek-V4"),
     ("model_type", "kimi_k3", "Kimi-K3"),
     ("model_type", "flux_schnell", "diffusion"),
-    ("experimental_attention_variant", "gated_delta_net", "gated delta net"),
+    ("experimental_attention_variant", "dsa", "DeepSeek sparse attention"),
     ("linear_attention_freq", 4, "linear-attention"),
     ("lfm_layer_types", ["conv", "full_attention"], "LFM2"),
     ("compress_ratios", "[4, 128]", "DeepSeek-V4"),
