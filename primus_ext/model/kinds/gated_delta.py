@@ -34,8 +34,7 @@ RULE_BWD_FLOPS = 2.0
 """Backward / forward FLOPs of the delta rule's chunk matmuls (each product differentiated w.r.t. both operands, as
 a GEMM's dgrad + wgrad); assumed, as for Mamba's SSD scan (``kinds.mamba.SCAN_BWD_FLOPS``), not measured."""
 FP32_BYTES = 4
-"""g (the decay) and beta enter the kernel in fp32 (``GatedDeltaNet.forward``: ``g`` computed "In fp32"), and so
-does its intra-chunk matrix A (flash-linear-attention ``chunk_scaled_dot_kkt_fwd(output_dtype=torch.float32)``)."""
+"""g (the decay) enters the kernel in fp32 (``GatedDeltaNet.forward``: ``g`` computed "In fp32")."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +139,7 @@ class GatedDeltaKind(Kind):
         peak = gpu.peak_tflops("bf16") * 1e12  # the rule runs in bf16 / fp32 whatever the GEMM precision
         math_s = flops / (peak * R.gemm_efficiency(flops, gpu))
         moved = tokens / t * ((2 * d.qk_dim + 2 * d.v_dim) * R.ACT_BYTES
-                              + d.linear_num_value_heads * (2 + CHUNK) * FP32_BYTES)
+                              + d.linear_num_value_heads * (FP32_BYTES + (1 + CHUNK) * R.ACT_BYTES))
         rule = max(math_s, R.membound_seconds(moved, gpu))
         parts.other("gdn_rule", rule + conv, RULE_BWD_FLOPS * rule + (R.MEMBOUND_BWD_FACTOR + 1) * conv)
         gated = R.membound_seconds(R.NORM_PASSES * tokens * d.v_dim / t * R.ACT_BYTES, gpu)
@@ -157,10 +156,11 @@ class GatedDeltaKind(Kind):
         return 2 * per_token / shape.tp * shape.tokens
 
     def saved(self, shape, impl) -> dict[str, float]:
-        """Bytes saved for backward: the pre-norm's input and output, the conv's input, the kernel's q, k, v (after
-        the conv and the l2 norm), its fp32 g, beta and intra-chunk matrix, the gate z, the rule's output (the gated
-        norm's input) and ``out_proj``'s input. flash-linear-attention's ``ChunkGatedDeltaRuleFunction`` keeps q, k,
-        v, g, beta and A and recomputes its chunk states in backward; analytic, not walked."""
+        """Bytes saved for backward: the pre-norm's input and output, the conv's input and output (the l2 norm's
+        and the rule's input), the l2-normed q and k, the rule's fp32 decay g, its beta and its intra-chunk matrix A
+        (``CHUNK`` per token and head), the gate z, the rule's output (the gated norm's input) and ``out_proj``'s
+        input. The rule's saved set is flash-linear-attention's ``ChunkGatedDeltaRuleFunction`` (q, k, v, g, beta,
+        A; chunk states recomputed in backward) as read from its source, not walked here: fla is not installed."""
         e, lin_e, ts = A._sizes(shape, impl)
         a, d, t = shape.arch, shape.arch.dims, shape.tp
         rows = shape.tokens / t
@@ -168,7 +168,8 @@ class GatedDeltaKind(Kind):
                 "input_norm_out": lin_e * ts * a.hidden_size,
                 "gdn_conv_in": e * rows * d.conv_dim,
                 "gdn_qkv": e * rows * d.conv_dim,
-                "gdn_gates": FP32_BYTES * rows * d.linear_num_value_heads * (2 + CHUNK),
+                "gdn_qk_normed": e * rows * 2 * d.qk_dim,
+                "gdn_rule_gates": rows * d.linear_num_value_heads * (FP32_BYTES + e + e * CHUNK),
                 "gdn_z": e * rows * d.v_dim,
                 "gdn_out": e * rows * d.v_dim,
                 "gdn_out_proj_in": lin_e * rows * d.v_dim}
