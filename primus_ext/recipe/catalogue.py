@@ -45,7 +45,12 @@ def key_class(key: str) -> str | None:
 def known_keys() -> frozenset[str]:
     """Megatron / Primus arguments: every key with a class (modelled, refused, not modelled, no effect), the keys
     the registered layer kinds read included (``Kind.recipe_keys``)."""
-    return _fixed_keys() | kind_keys()
+    return _with_kinds(kind_keys())
+
+
+@cache
+def _with_kinds(kinds: frozenset[str]) -> frozenset[str]:
+    return _fixed_keys() | kinds
 
 
 @cache
