@@ -49,6 +49,7 @@ from primus_ext.measure.kind_builders import (  # noqa: F401 (OutputLayerWithLos
     OutputLayerWithLoss,
     _BuildContext,
     cp_core_attention_class,
+    kind_builder,
 )
 from primus_ext.measure.shims import resolve_device
 from primus_ext.model.costs import STAND_IN_SPEC
@@ -288,7 +289,7 @@ def _recompute_kwargs(shape: RankShape, grouped_experts: bool, notes: list[str])
 
 
 def _builder(shape: RankShape) -> KindBuilder:
-    found = BUILDERS.get(shape.kind)
+    found = kind_builder(shape.kind)
     if found is None:
         raise UnsupportedLayer(f"unknown layer kind {shape.kind!r} (builders: {', '.join(BUILDERS)})")
     return found

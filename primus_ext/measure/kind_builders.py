@@ -1,9 +1,9 @@
 """Per-kind builders of the real megatron-core modules ``build.build_layer`` measures (torch-side, so kept here
 rather than on ``primus_ext.model.kinds.Kind``; ``BUILDERS`` is keyed by the kind registry's names).
 
-A new layer kind adds a ``KindBuilder`` to ``BUILDERS``: ``build(ctx)`` returns (module, make_inputs, recompute
-targets, extra expert parameters, layers timed); ``tests/model/kinds/test_kind_registry.py`` checks that every
-registered kind has one.
+A new layer kind names its ``KindBuilder`` in ``Kind.builder`` (a module of its own; ``kind_builder`` finds it):
+``build(ctx)`` returns (module, make_inputs, recompute targets, extra expert parameters, layers timed);
+``tests/model/kinds/test_kind_registry.py`` checks that every registered kind has one.
 """
 
 from __future__ import annotations
@@ -19,6 +19,12 @@ from primus_ext.measure.shims import mla_core_attention_class
 from primus_ext.model.rank_shape import RankShape
 
 
+def _builder_of(shape: RankShape) -> KindBuilder:
+    found = kind_builder(shape.kind)
+    assert found is not None, shape.kind  # build.build_layer refuses a kind without one first
+    return found
+
+
 def decoder_layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = False):
     """The GPT decoder layer's megatron spec for ``shape`` under ``config`` (TE or local, MLA, MoE, the CPU and
     one-rank substitutions): what ``build_layer`` times and what the built-in trainer stacks
@@ -26,7 +32,7 @@ def decoder_layer_spec(shape: RankShape, config, use_te: bool, *, sdpa: bool = F
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     a = shape.arch
-    experts = config.num_moe_experts if BUILDERS[shape.kind].experts else None
+    experts = config.num_moe_experts if _builder_of(shape).experts else None
     if use_te:
         return specs.get_gpt_layer_with_transformer_engine_spec(
             num_experts=experts, moe_grouped_gemm=config.moe_grouped_gemm, qk_layernorm=a.qk_layernorm,
@@ -105,7 +111,7 @@ def _recompute_targets(layer: torch.nn.Module, config) -> tuple[torch.nn.Module,
 
 def _extra_expert_params(layer: torch.nn.Module, shape: RankShape, distributed: bool) -> int:
     experts = getattr(layer.mlp, "experts", None)
-    if not BUILDERS[shape.kind].experts or distributed or experts is None:
+    if not _builder_of(shape).experts or distributed or experts is None:
         return 0
     built = experts.num_local_experts
     per_expert = sum(p.numel() for p in experts.parameters()) // built
@@ -177,7 +183,7 @@ def _build_half(ctx: _BuildContext) -> _Built:
     from megatron.core.transformer.transformer_block import TransformerBlock
 
     shape, config, dev, a = ctx.shape, ctx.config, ctx.device, ctx.shape.arch
-    keep = BUILDERS[shape.kind].half
+    keep = _builder_of(shape).half
     spec = _half_spec(decoder_layer_spec(shape, config, ctx.use_te, sdpa=ctx.sdpa), keep)
     module = TransformerBlock(config, spec, post_layer_norm=False)
     rope = None
@@ -302,7 +308,27 @@ BUILDERS: dict[str, KindBuilder] = {
     "hybrid_mlp": KindBuilder(build=_build_half, half="mlp"),
     "hybrid_moe": KindBuilder(build=_build_half, experts=True, half="mlp"),
 }
-"""Registry name (``primus_ext.model.kinds.known_kinds()``) -> its builder. A new kind adds its entry here."""
+"""Registry name (``primus_ext.model.kinds.known_kinds()``) -> its builder: the built-in kinds'; a kind with a
+``Kind.builder`` of its own is added on first use (``kind_builder``)."""
+
+
+def kind_builder(name: str) -> KindBuilder | None:
+    """The builder of the kind called ``name``: ``BUILDERS``', else the one its ``Kind.builder`` names (imported
+    once); ``None`` for a kind with neither."""
+    found = BUILDERS.get(name)
+    if found is None:
+        import importlib
+
+        from primus_ext.model.kinds.registry import UnknownKind, get_kind
+
+        try:
+            path = get_kind(name).builder
+        except UnknownKind:
+            return None
+        if path:
+            module, _, attr = path.partition(":")
+            found = BUILDERS[name] = getattr(importlib.import_module(module), attr)
+    return found
 
 
 class OutputLayerWithLoss(torch.nn.Module):

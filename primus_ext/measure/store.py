@@ -130,7 +130,9 @@ def shape_from_dict(data: dict[str, Any]) -> RankShape:
     fields = {k: v for k, v in data.items() if k not in ("arch", *KIND_TRAITS)}
     fields["recompute_modules"] = tuple(fields.get("recompute_modules", ()))
     fields["lora_targets"] = tuple(fields.get("lora_targets", ()))
-    return RankShape(arch=LayerArch(**arch), attention=get_kind(fields["kind"]).attention, **fields)
+    kind = get_kind(fields["kind"])
+    arch["dims"] = kind.dims_from(arch.get("dims"))
+    return RankShape(arch=LayerArch(**arch), attention=kind.attention, **fields)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from primus_ext.specs import ExecutionSpec, ModelSpec
 from primus_ext.specs.execution import AttentionKernel, CudaGraph, Fp4Recipe, Fp8Recipe
@@ -79,6 +79,9 @@ class LayerArch:
     """Causal conv1d taps K."""
     mamba_chunk_size: int = 0
     """SSD chunk length Q."""
+    dims: Any = None
+    """The kind's own hyper-parameters (``model.kinds.base.KindDims``, from ``Kind.layer_arch``); ``None`` for a kind
+    that reads only the shared fields above."""
 
     @property
     def gated(self) -> bool:
@@ -87,7 +90,8 @@ class LayerArch:
 
 
 _KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate", "mamba_num_heads",
-                      "mamba_head_dim", "mamba_num_groups", "mamba_state_dim", "mamba_d_conv", "mamba_chunk_size")
+                      "mamba_head_dim", "mamba_num_groups", "mamba_state_dim", "mamba_d_conv", "mamba_chunk_size",
+                      "dims")
 """``LayerArch`` fields left out of ``RankShape.key()`` while 0 (added after timing stores existed)."""
 
 

@@ -12,8 +12,10 @@ import difflib
 from functools import cache
 
 from primus_ext.errors import cut
+from primus_ext.model.kinds.registry import kind_keys
 from primus_ext.recipe.catalogue_data import MCORE_CONFIG_KEYS, NO_EFFECT, PRIMUS_PRESET_KEYS
-from primus_ext.recipe.key_effects import ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, RENAMED, UNMODELLED
+from primus_ext.recipe.key_effects import ARCHITECTURE_KEYS, ARCHITECTURE_PARAMS, UNMODELLED
+from primus_ext.recipe.releases import RELEASE_KEYS
 from primus_ext.recipe.resolve import READ_KEYS
 
 SIMILARITY_CUTOFF = 0.75
@@ -21,11 +23,11 @@ SIMILARITY_CUTOFF = 0.75
 typos such as ``tensor_parallel_sise`` -> ``tensor_model_parallel_size``)."""
 
 
-@cache
 def key_class(key: str) -> str | None:
-    """``modelled``, ``architecture``, ``architecture parameter``, ``not modelled``, ``no effect`` or ``renamed``;
+    """``modelled``, ``architecture``, ``architecture parameter``, ``not modelled``, ``no effect`` or
+    ``earlier release`` (a key an earlier Primus release had);
     ``None`` for an unknown key."""
-    if key in READ_KEYS:
+    if key in READ_KEYS or key in kind_keys():
         return "modelled"
     if key in ARCHITECTURE_KEYS:
         return "architecture"
@@ -35,15 +37,26 @@ def key_class(key: str) -> str | None:
         return "not modelled"
     if key in NO_EFFECT:
         return "no effect"
-    if key in RENAMED:
-        return "renamed"
+    if key in RELEASE_KEYS:
+        return "earlier release"
     return None
 
 
-@cache
 def known_keys() -> frozenset[str]:
-    """Megatron / Primus arguments: every key with a class (modelled, refused, not modelled, no effect)."""
-    return READ_KEYS | ARCHITECTURE_KEYS | ARCHITECTURE_PARAMS | frozenset(UNMODELLED) | NO_EFFECT | frozenset(RENAMED)
+    """Megatron / Primus arguments: every key with a class (modelled, refused, not modelled, no effect), the keys
+    the registered layer kinds read included (``Kind.recipe_keys``)."""
+    return _with_kinds(kind_keys())
+
+
+@cache
+def _with_kinds(kinds: frozenset[str]) -> frozenset[str]:
+    return _fixed_keys() | kinds
+
+
+@cache
+def _fixed_keys() -> frozenset[str]:
+    return (READ_KEYS | ARCHITECTURE_KEYS | ARCHITECTURE_PARAMS | frozenset(UNMODELLED) | NO_EFFECT
+            | frozenset(RELEASE_KEYS))
 
 
 @cache
@@ -59,8 +72,8 @@ def _sorted_keys() -> tuple[str, ...]:
 
 def did_you_mean(key: str) -> str | None:
     """The closest known key, when one is close enough to be a typo of ``key``."""
-    if key in RENAMED:
-        return RENAMED[key]
+    if key in RELEASE_KEYS and RELEASE_KEYS[key].reads_as:
+        return RELEASE_KEYS[key].reads_as
     matches = difflib.get_close_matches(key, _sorted_keys(), n=1, cutoff=SIMILARITY_CUTOFF)
     return matches[0] if matches else None
 

@@ -4,9 +4,10 @@
 ``resolve_all`` calls ``hybrid_model`` on the resolved ``ModelSpec``: the layer pattern from
 ``hybrid_override_pattern`` / ``hybrid_attention_ratio`` / ``hybrid_mlp_ratio`` (``model.layers.allocate_layers``),
 the mixer sizes from ``mamba_*``, and the problems megatron-core would raise (head / group splits over TP and CP,
-interleaved pipelines, an uneven pipeline split). Refused with a sentence (``HYBRID_SPEC_REFUSALS``): Primus's own
-``HybridStack`` specs (Zebra-Llama: its own mixer / MLP allocation, an expand-1 mixer, MLA with extra norms) and the
-gated-delta-net / Kimi-delta-attention linear-attention mixers.
+interleaved pipelines, an uneven pipeline split). Primus's ``HybridStack`` specs of gated DeltaNet mixers project
+(``HYBRID_STACK_MIXERS``: its allocation, its ``M`` layers ``model.kinds.gated_delta``'s). Refused with a sentence
+(``HYBRID_SPEC_REFUSALS``): its other ``HybridStack`` specs (Zebra-Llama's expand-1 Mamba mixer) and the
+Kimi-delta-attention linear-attention mixers.
 """
 
 from __future__ import annotations
@@ -24,8 +25,18 @@ HYBRID_KEYS = ("is_hybrid_model", "hybrid_override_pattern", "hybrid_attention_r
                "mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads")
 """The Megatron arguments this module reads (megatron-core TransformerConfig / MambaModel names)."""
 
+HYBRID_STACK_MIXERS = {
+    "gdn_hybrid_stack_spec": "G",
+    "gdn_hybrid_stack_spec_no_te": "G",
+}
+"""Primus ``HybridStack`` specs that project (primus/backends/megatron/core/models/hybrid/
+hybrid_mamba_mla_layer_specs.py at Primus HEAD): spec name -> the symbol of the kind its mixer layer (the pattern's
+``M``) is. ``gdn_*``: a ``GatedDeltaNetLayer`` (pre-norm + megatron-core's ``GatedDeltaNet`` copy:
+``model.kinds.gated_delta``); its ``-`` an ``MLPLayer`` as megatron-core's; its ``*`` MLA with extra q / kv norms
+(not priced: a warning)."""
+
 HYBRID_SPEC_REFUSALS = (
-    (("gdn_", "gated_delta"), "gated delta net (linear attention) mixers are not modelled"),
+    (("gdn_", "gated_delta"), "gated delta net (linear attention) mixers of this spec are not modelled"),
     (("kda_", "kimi_delta"), "Kimi delta attention (linear attention) mixers are not modelled"),
     (("hybrid_mamba_mla_layer_specs", "hybridstack", "hybrid_stack_spec"),
      "Primus's HybridStack spec (hybrid_mamba_mla_layer_specs: its own mixer / MLP allocation, an expand-1 "
@@ -36,12 +47,33 @@ HYBRID_SPEC_REFUSALS = (
 
 def spec_refusal(spec: Any) -> str | None:
     """Why the recipe's ``spec`` (a [module, name] pair or a string) is not a modelled hybrid stack, or ``None``."""
+    if stack_mixer(spec):
+        return None
     text = " ".join(map(str, spec)) if isinstance(spec, list | tuple) else str(spec or "")
     lowered = text.lower()
     for markers, sentence in HYBRID_SPEC_REFUSALS:
         if any(marker in lowered for marker in markers):
             return sentence
     return None
+
+
+def stack_mixer(spec: Any) -> str:
+    """The symbol of the mixer kind of a projecting Primus ``HybridStack`` spec (``HYBRID_STACK_MIXERS``), else ""."""
+    name = spec[-1] if isinstance(spec, list | tuple) and spec else spec
+    return HYBRID_STACK_MIXERS.get(str(name), "") if isinstance(name, str) else ""
+
+
+def hybrid_stack_pattern(num_layers: int, attention_ratio: float) -> str:
+    """Primus ``HybridStack.allocate_layers`` (hybrid_block.py at Primus HEAD): without a layer pattern, the stack
+    allocates ``num_layers / 2`` mixer / attention layers by the attention ratio, each followed by an MLP (its
+    ``hybrid_mlp_ratio`` ignored), not megatron-core's ``allocate_layers``."""
+    attention = int(num_layers // 2 * attention_ratio)
+    mixers = num_layers // 2 - attention
+    if attention == 0:
+        return "M-" * (num_layers // 2)
+    if attention_ratio <= 0.5:
+        return ("*-" + "M-" * (mixers // attention)) * attention + "M-" * (mixers % attention)
+    return "*-" * (attention - mixers) + "*-M-" * mixers
 
 
 def spec_problems(args: Any) -> list[Problem]:
@@ -58,7 +90,7 @@ def spec_problems(args: Any) -> list[Problem]:
 def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     """``model`` with its hybrid layer pattern and Mamba sizes; problems go to ``a``."""
     from primus_ext.model import hybrid
-    from primus_ext.model.layers import allocate_layers, symbols
+    from primus_ext.model.layers import symbols
 
     attention = a.float("hybrid_attention_ratio") or 0.0
     mlp = a.float("hybrid_mlp_ratio") or 0.0
@@ -68,7 +100,7 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
               fix="e.g. hybrid_override_pattern: M*M-")
         override = None
     try:
-        pattern = allocate_layers(model.num_layers, attention, mlp, override)
+        pattern = _layer_pattern(a, model, attention, mlp, override)
     except hybrid.HybridPatternError as err:
         key = "hybrid_override_pattern" if override else "hybrid_attention_ratio"
         a.bad(key, str(err), fix=f"give one symbol ({' '.join(symbols())}) per layer, counts matching the ratios when "
@@ -83,9 +115,42 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     a.int("mamba_state_dim")
     a.bool("is_hybrid_model")
     return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
+                   kind_dims=kind_dims(a, pattern),
                    mamba_num_groups=a.int("mamba_num_groups") or hybrid.MAMBA_NUM_GROUPS,
                    mamba_state_dim=a.int("mamba_state_dim") or hybrid.MAMBA_STATE_DIM,
                    moe_layer_pattern=_routed(pattern) if model.num_experts else ())
+
+
+def _layer_pattern(a: ArgReader, model: ModelSpec, attention: float, mlp: float, override: str | None) -> str:
+    """megatron-core's ``allocate_layers``; under a Primus ``HybridStack`` spec (``stack_mixer``) the pattern as
+    given (the ratios dropped: hybrid_block.py), else its own allocation, its ``M`` layers its mixer kind's."""
+    from primus_ext.model.layers import allocate_layers
+
+    mixer = stack_mixer(a.raw("spec"))
+    if not mixer:
+        return allocate_layers(model.num_layers, attention, mlp, override)
+    pattern = (allocate_layers(model.num_layers, override=override) if override
+               else hybrid_stack_pattern(model.num_layers, attention)).replace("M", mixer)
+    if "*" in pattern and model.multi_latent_attention:
+        a.warnings.append("Primus HybridStack attention layers: MLA with extra q / kv RMSNorms "
+                          "(hybrid_mamba_mla_layer_specs); projected as megatron-core's MLA without them")
+    return pattern
+
+
+def kind_dims(a: ArgReader, pattern: str) -> tuple[tuple[str, Any], ...]:
+    """(kind, its own record) for each kind ``pattern`` places that reads keys of its own (``Kind.read_dims``); the
+    values megatron-core refuses (``Kind.check_dims``) are problems of ``a``."""
+    from primus_ext.model.kinds.registry import get_kind, pattern_kinds
+
+    found = []
+    for name in pattern_kinds(pattern).values():
+        kind = get_kind(name)
+        dims = kind.read_dims(a)
+        if dims is not None:
+            for key, why, fix in kind.check_dims(dims):
+                a.bad(key, why, fix=fix)
+            found.append((name, dims))
+    return tuple(found)
 
 
 def _routed(pattern: str) -> tuple[bool, ...]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from primus_ext.errors import Problem, shown
+from primus_ext.recipe.releases import read_release_keys
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,9 @@ def _same(value: Any, assumed: Any) -> bool:
 
 
 def unmodelled_keys(args: Mapping[str, Any]) -> dict[str, str]:
-    """Keys of ``args`` set to a value the projection does not price: key -> ``value (projected as X): effect``."""
+    """Keys of ``args`` set to a value the projection does not price: key -> ``value (projected as X): effect``
+    (an earlier Primus release's keys read as it meant them: ``releases.read_release_keys``)."""
+    args = read_release_keys(args)[0]
     out = {}
     for key, entry in UNMODELLED.items():
         if key not in args and key not in MEGATRON_UNSET_DIFFERS:
@@ -312,11 +315,15 @@ def _positive(value: Any) -> bool:
 
 
 ArchitectureRule = tuple[str, Callable[[Any], bool], str]
+_GDN = "gated_delta_net"
+"""The experimental attention variant that projects (``recipe.linear_attention``), its ``linear_attention_freq``
+with it."""
 
 ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
-    ("experimental_attention_variant", _set, "experimental attention variants (gated delta net / linear "
-                                             "attention, DeepSeek sparse attention) are not modelled"),
-    ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) are not modelled"),
+    ("experimental_attention_variant", lambda v: _set(v) and v != _GDN,
+     "experimental attention variants other than gated_delta_net (DeepSeek sparse attention) are not modelled"),
+    ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) other than gated DeltaNet's are "
+                                    "not modelled"),
     ("lfm_layer_types", _set, "LFM2 short-convolution layers (lfm_layer_types) are not modelled"),
     ("compress_ratios", _set, "DeepSeek-V4 compressed attention (compress_ratios) is not modelled"),
     ("heterogeneous_layers_config_path", _set, "heterogeneous layers (per-layer configs) are not modelled"),
@@ -335,7 +342,6 @@ ARCHITECTURE_KEYS = frozenset(key for key, _, _ in ARCHITECTURE_RULES)
 _ARCHITECTURE_PARAM_WORDS = """
 mamba_d_conv mamba_expand
 disable_mamba_mem_eff_path use_mamba_mem_eff_path hybrid_attention_enabled
-linear_conv_kernel_dim linear_key_head_dim linear_num_key_heads linear_num_value_heads linear_value_head_dim
 kda_backend kda_chunk_size kda_gate_lower_bound kda_use_full_rank_gate use_short_conv conv_L_cache conv_bias
 fla_cache_dir fla_mla_attn use_fla_data use_fla_fused_gated_norm use_fla_fused_rmsnorm use_fla_fused_swiglu
 use_fla_short_conv
@@ -370,7 +376,8 @@ def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | 
     problems = []
     for key, selects, sentence in ARCHITECTURE_RULES:
         value = args.get(key)
-        if value is None or not selects(value):
+        if value is None or not selects(value) or (key == "linear_attention_freq"
+                                                    and args.get("experimental_attention_variant") == _GDN):
             continue
         if key == "model_type":
             sentence = _MODEL_TYPES.get(str(value)) or (
@@ -382,18 +389,3 @@ def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | 
                                         "for this recipe",
                                 fix="project a GPT-style recipe; this architecture is not supported yet"))
     return problems
-
-
-RENAMED: dict[str, str] = {
-    # Primus primus/backends/megatron/patches/args/rocm_arg_validation.py (fd1eeab) asserts it false at start-up:
-    # "use_turbo_grouped_mlp has been removed; please use use_turbo_grouped_gemm instead."
-    "use_turbo_grouped_mlp": "use_turbo_grouped_gemm",
-}
-"""Keys Primus or Megatron renamed: old -> new; the old one is refused when set, as the framework does."""
-
-
-def renamed_problems(args: Mapping[str, Any]) -> list[Problem]:
-    """A problem for each renamed key set to a true value (the framework refuses it at start-up)."""
-    return [Problem(path=key, value=args[key], message=f"`{key}` was removed; Primus refuses it at start-up",
-                    fix=f"write {new}: {args[key]!r} instead")
-            for key, new in RENAMED.items() if _set(args.get(key))]

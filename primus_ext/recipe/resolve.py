@@ -26,11 +26,13 @@ from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip, wire_dtypes
 from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
-from primus_ext.recipe.key_effects import architecture_problems, renamed_problems, unmodelled_keys, unmodelled_warning
+from primus_ext.recipe.key_effects import architecture_problems, unmodelled_keys, unmodelled_warning
 from primus_ext.recipe.launch import launch_spec
+from primus_ext.recipe.linear_attention import GDN_VARIANT, gdn_gpt_model, gdn_gpt_problems
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
 from primus_ext.recipe.pipeline_keys import schedule_from_keys, schedule_vpp
+from primus_ext.recipe.releases import read_release_keys
 from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
@@ -458,19 +460,22 @@ def resolve_all(
     ``primus``: the arguments come from a Primus experiment, so Primus's argument patches apply (its
     mock-data tokenizer). ``environ``: the launch environment (``CUDA_DEVICE_MAX_CONNECTIONS``; default this
     process's)."""
-    problems: list[Problem] = []
+    args, release_notes, problems = read_release_keys(args)  # an earlier Primus release's keys, as it meant them
     reader = ArgReader(args, problems, primus=primus)
+    reader.warnings.extend(release_notes)
     model = resolve_model(reader, name=name)
     refused = architecture_problems(args)
     if args.get("model_type") == HYBRID_MODEL_TYPE:
         refused = refused or spec_problems(args)
         model = model if refused else hybrid_model(reader, model)
+    elif args.get("experimental_attention_variant") == GDN_VARIANT:  # Qwen3-Next: as a hybrid stack of its halves
+        refused = refused or gdn_gpt_problems(args)
+        model = model if refused else gdn_gpt_model(reader, model)
     execution = resolve_execution(reader, model, system, environ)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
     if model.hybrid_layer_pattern:  # its legality problems: recipe.checks.check (the tuner's rule set too)
         reader.warnings.extend(hybrid_problems(model, execution)[1])
-    problems += renamed_problems(args)
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
     found = unmodelled_keys(args)
     if model.hybrid_layer_pattern:

@@ -8,7 +8,7 @@ loader (``primus_ext.recipe``) which resolves defaults (``num_query_groups``, ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Activation = Literal["swiglu", "gelu", "squared_relu", "geglu"]
 Normalization = Literal["RMSNorm", "LayerNorm"]
@@ -102,6 +102,9 @@ class ModelSpec:
     mamba_num_groups: int = 8
     mamba_state_dim: int = 128
     """TransformerConfig defaults (megatron-core 0.16.1 transformer_config.py ``mamba_*``)."""
+    kind_dims: tuple[tuple[str, Any], ...] = ()
+    """(kind name, its own hyper-parameter record) for each layer kind of the model that reads recipe keys of its own
+    (``model.kinds.base.KindDims``: ``Kind.read_dims`` builds it, ``Kind.dims`` reads it back)."""
 
     @property
     def is_moe(self) -> bool:

@@ -58,3 +58,34 @@ def test_recompute_is_projected_without_and_said_so():
     _, _, problems, warnings = resolve_all(dict(NEMOTRON_H_8B, recompute_granularity="full",
                                                         recompute_method="uniform", recompute_num_layers=1), NODE)
     assert not problems and any("MambaStack has no layer-checkpointing" in w for w in warnings)
+
+
+SPECS = "primus.backends.megatron.core.models.hybrid.hybrid_mamba_mla_layer_specs"
+ZEBRA_1B_GDN = dict(
+    BASE, model_type="mamba", num_layers=32, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=32,
+    swiglu=True, normalization="RMSNorm", position_embedding_type="none", is_hybrid_model=True,
+    hybrid_attention_ratio=0.0, linear_conv_kernel_dim=4, linear_key_head_dim=64, linear_value_head_dim=64,
+    linear_num_key_heads=8, linear_num_value_heads=16, spec=[SPECS, "gdn_hybrid_stack_spec"], seq_length=4096,
+    micro_batch_size=1, global_batch_size=64)
+"""Primus primus/configs/models/megatron/zebra_llama_1B_gdn.yaml + its MI300X experiment's spec (Primus HEAD)."""
+
+
+def test_primus_gdn_hybrid_stack_resolves_with_its_own_allocation():
+    """Zebra-Llama GDN (Primus ``gdn_hybrid_stack_spec``) was refused: 'gated delta net ... not modelled'."""
+    model, execution, problems, _ = resolve_all(ZEBRA_1B_GDN, NODE)
+    assert not problems, problems
+    assert model.hybrid_layer_pattern == "G-" * 16  # HybridStack.allocate_layers: each mixer followed by an MLP
+    p = project(model, execution, NODE)
+    assert {"gated_delta", "hybrid_mlp"} <= set(p.sources) and "mamba" not in p.sources and 0 < p.mfu <= 1
+    # a pattern as given (the ratio dropped, as Primus does); MLA attention layers projected, with a warning
+    hybrid = dict(ZEBRA_1B_GDN, num_layers=8, hybrid_attention_ratio=0.25, hybrid_override_pattern="*-M-M-M-",
+                  multi_latent_attention=True, spec=[SPECS, "gdn_hybrid_stack_spec_no_te"])
+    model, _, problems, warnings = resolve_all(hybrid, NODE)
+    assert not problems and model.hybrid_layer_pattern == "*-G-G-G-"
+    assert any("extra q / kv RMSNorms" in w for w in warnings)
+    # HybridStack's ratio allocation (hybrid_block.py): an attention block of "*-" + "M-" x (mixers / attention)
+    model, _, problems, _ = resolve_all(dict(ZEBRA_1B_GDN, num_layers=16, hybrid_attention_ratio=0.25), NODE)
+    assert not problems and model.hybrid_layer_pattern == "*-G-G-G-*-G-G-G-"
+    # its Mamba-mixer stacks are still refused
+    _, _, problems, _ = resolve_all(dict(ZEBRA_1B_GDN, spec=[SPECS, "hybrid_stack_spec"]), NODE)
+    assert [p.path for p in problems] == ["spec"] and "HybridStack" in problems[0].message

@@ -37,7 +37,11 @@ Adding a kind (e.g. a Mamba-2 mixer layer ``"mamba"``)
    ``params``, ``roofline``, ``macs``, ``hybrid``, ``memory.activations``: pure formulas that look no kind up), never
    the registry or a module above it (``layers``, ``analytic``, ``flops``, ``memory.saved``): ``tests/test_layers.py``
    finds the circle. A kind defined outside this package (a plugin's, a test's) calls ``register(MyKind())``.
-4. To measure it on hardware: a ``KindBuilder`` in ``primus_ext.measure.kind_builders.BUILDERS`` (torch-side).
+4. Its own hyper-parameters: ``dims_type``, a frozen ``base.KindDims`` whose fields are named after the recipe
+   keys it reads (``read_dims`` reads them, ``check_dims`` refuses bad values, ``dims(model)`` gives them back;
+   ``layer_arch`` puts them on ``LayerArch.dims``). To measure it on hardware: ``builder = "module:NAME"`` of a
+   ``measure.kind_builders.KindBuilder`` in a module of its own (torch-side; ``kinds.gated_delta`` and
+   ``measure.gated_delta_builder``: a kind in two files).
 5. Place it (hooks, nothing edited elsewhere): ``symbol`` (its letter in a hybrid layer pattern) and
    ``present(model)`` (default: its symbol is in the pattern) say which models have it; ``layer_arch(model,
    execution)`` its global arch (``rank_shape.layer_arch``); ``shape_fields(fields)`` narrows the execution's

@@ -8,8 +8,8 @@ hooks through ``get_kind``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from primus_ext.model.rank_shape import RankShape
 
@@ -40,6 +40,23 @@ class KindComm:
     """Token dispatch + combine over the expert-parallel group (EP > 1)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class KindDims:
+    """A kind's own hyper-parameters (subclass it, frozen and ``kw_only``): each field is named after the recipe key
+    it is read from (``Kind.read_dims``), its default is Megatron's; ``LayerArch.dims`` and ``ModelSpec.kind_dims``
+    carry it, so no shared record grows a field per kind."""
+
+
+class KeyReader(Protocol):
+    """What ``Kind.read_dims`` reads a recipe through (``recipe.args.ArgReader``: typed reads, problems collected)."""
+
+    def int(self, key: str, *, minimum: int = 1, default: int | None = None) -> int | None: ...
+
+    def float(self, key: str, *, minimum: float = 0.0) -> float | None: ...
+
+    def bool(self, key: str, default: bool = False) -> bool: ...
+
+
 class Kind(ABC):
     """One layer kind: traits (class attributes) and hooks (methods). Subclass, then list an instance in the module's
     ``KINDS`` (a kind of this package: the registry registers them) or ``register`` it (a plugin's)."""
@@ -66,6 +83,50 @@ class Kind(ABC):
     ``Symbols``: ``M`` ``*`` ``-`` ``E``); "" for the GPT kinds (placed by ``moe_layer_pattern``) and the edges. The
     symbol places a hybrid kind: the pattern's legal symbols (``model.layers.symbols``), whether a model has it
     (``present``), a chunk's layer counts (``projection.table.chunk_counts``), stage sums and memory plans."""
+
+    builder: ClassVar[str] = ""
+    """``"module:NAME"`` of its measurement builder, a ``measure.kind_builders.KindBuilder`` (torch-side, so named
+    here, not imported: ``kind_builders.kind_builder`` imports it on first use); "" for the built-in kinds, whose
+    builders ``kind_builders.BUILDERS`` lists."""
+    dims_type: ClassVar[type[KindDims] | None] = None
+    """The kind's own hyper-parameter record (``KindDims`` subclass), read from the recipe keys its fields name;
+    ``None``: the kind reads only shared ``ModelSpec`` fields."""
+
+    # -- its own hyper-parameters (recipe keys -> ``KindDims``) --------------------------------------------------
+    @classmethod
+    def recipe_keys(cls) -> tuple[str, ...]:
+        """The recipe keys this kind reads (its ``dims_type`` fields): modelled keys of the catalogue."""
+        return tuple(f.name for f in fields(cls.dims_type)) if cls.dims_type else ()
+
+    def read_dims(self, read: KeyReader) -> KindDims | None:
+        """The kind's record from the recipe, each field read as its default's type (a bad value is a problem of
+        ``read``, the default kept); ``check_dims`` then says what megatron-core would refuse."""
+        if self.dims_type is None:
+            return None
+        values: dict[str, Any] = {}
+        for f in fields(self.dims_type):
+            if isinstance(f.default, bool):
+                values[f.name] = read.bool(f.name, f.default)
+            elif isinstance(f.default, int):
+                found = read.int(f.name, default=f.default)
+                values[f.name] = f.default if found is None else found
+            else:
+                found = read.float(f.name)
+                values[f.name] = f.default if found is None else found
+        return self.dims_type(**values)
+
+    def dims(self, model: ModelSpec) -> Any:
+        """This kind's record in ``model`` (``ModelSpec.kind_dims``), else the record of Megatron's defaults."""
+        found = dict(model.kind_dims).get(self.name)
+        return found if found is not None or self.dims_type is None else self.dims_type()
+
+    def dims_from(self, data: dict | None) -> KindDims | None:
+        """The record from its stored form (``dataclasses.asdict``; ``measure.store.shape_from_dict``)."""
+        return None if data is None or self.dims_type is None else self.dims_type(**data)
+
+    def check_dims(self, dims: Any) -> list[tuple[str, str, str]]:
+        """(key, why, fix) for each value of the record megatron-core refuses whatever the split (default none)."""
+        return []
 
     # -- placement (which models have it, at what shape) ------------------------------------------------------
     def present(self, model: ModelSpec) -> bool:
@@ -157,10 +218,11 @@ def no_recompute(fields: dict) -> dict:
     return dict(fields, recompute="none", recompute_modules=(), selective_ac="modules")
 
 
-HOOKS = ("present", "layer_arch", "split_problem", "shape_fields", "model_macs", "params", "expert_params",
+HOOKS = ("read_dims", "dims", "dims_from", "check_dims", "present",
+         "layer_arch", "split_problem", "shape_fields", "model_macs", "params", "expert_params",
          "router_params", "expert_split", "roofline", "op_sac_gemms_s", "overhead_s", "fwd_flops_estimate", "saved",
          "saved_selective", "comm")
 """Every hook a kind answers (the defaults above serve kinds without experts or recompute)."""
 TRAITS = ("name", "decoder_layer", "recomputable", "attention", "layer_graph", "lora_adapters", "takes_sequence_split",
-          "routed_experts", "symbol")
+          "routed_experts", "symbol", "dims_type", "builder")
 """Every trait (class attribute) a kind declares."""

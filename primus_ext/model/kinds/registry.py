@@ -149,6 +149,14 @@ def pattern_kinds(pattern: str) -> MappingProxyType[str, str]:
     return found  # type: ignore[return-value]
 
 
+def kind_keys() -> frozenset[str]:
+    """Every recipe key a registered kind reads for its own hyper-parameters (``Kind.recipe_keys``): modelled keys."""
+    found = _derived.get("keys")
+    if found is None:
+        found = _derived["keys"] = frozenset(key for kind in _ordered() for key in kind.recipe_keys())
+    return found  # type: ignore[return-value]
+
+
 def placed_kinds() -> tuple[Kind, ...]:
     """Every kind in the order ``layers.rank_shapes`` lists a model's: decoder layers, then the edges, each in
     the registry's fixed order (``Kind.present`` says which a model has)."""

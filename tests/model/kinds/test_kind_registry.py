@@ -145,9 +145,11 @@ def test_a_shape_carries_its_kinds_traits():
 
 
 def test_every_kind_has_a_measurement_builder():
-    from primus_ext.measure.kind_builders import BUILDERS
+    from primus_ext.measure.kind_builders import BUILDERS, KindBuilder, kind_builder
 
-    assert set(BUILDERS) == set(known_kinds())
+    assert all(isinstance(kind_builder(name), KindBuilder) for name in known_kinds())
+    assert set(BUILDERS) == set(known_kinds())  # each one found, the kinds' own builders added on first use
+    assert kind_builder("no_such_kind") is None
 
 
 BRANCH = r"""(?:==|!=|\bin)\s*[(\[{]?\s*["'](?:%s)["']"""
