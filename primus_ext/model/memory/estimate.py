@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
-from primus_ext.model.memory.rank import StageMemory, rank_memory
+from primus_ext.model.memory.rank import OUTSIDE_ALLOCATOR_BYTES, StageMemory, rank_memory
 from primus_ext.model.memory.stage import Measured, biggest_layer_params, rank_profile, stage_context
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
@@ -59,8 +59,9 @@ is ``hbm_bytes`` times this factor (1.069)."""
 
 DEFAULT_MARGIN = 0.05
 """Share of each GPU's allocatable HBM the tuner keeps free by default and the gate and ``project`` warn inside.
-What the memory model names is already in the projected peak (``memory.rank``: CUDA/HIP context 0.6 GB, NCCL/RCCL
-buffers 0.5 GB, GEMM workspaces 0.1 GB, caching-allocator fragmentation 3 % of activations and transients); the
+What the memory model names is already in the projected peak (``memory.rank``: the device memory outside torch's
+allocator - 10.15 GiB measured on ROCm, an estimated 1.1 GB (CUDA context + NCCL buffers) elsewhere -, GEMM workspaces
+0.1 GB, caching-allocator fragmentation 3 % of activations and transients); the
 margin is for what it cannot see: data-loader and checkpoint-save allocations, allocator state after long runs,
 a library's workspace we do not list. An engineering allowance (not fitted: no GPU run of this project measured
 it); the development set's published runs are projected conservatively (116 of 127 within HBM, the misses over
@@ -137,7 +138,7 @@ def estimate_memory(model: ModelSpec, execution: ExecutionSpec, system: SystemSp
     ctx = stage_context(model, execution, measured)
     ranks = [(rank, rank_profile(ctx, rank)) for rank in range(execution.pp)]
     peak, stages = rank_memory(model, execution, system.gpu.fp8_any_layout, biggest_layer_params(ctx), ranks,
-                               detail=True)
+                               detail=True, outside_allocator=outside_allocator_bytes(system))
     capacity = capacity_bytes(system)
     usable = capacity * (1.0 - margin)
     return Memory(stages=tuple(stages), peak_bytes=peak, capacity_bytes=capacity, fits=peak <= usable,
@@ -182,11 +183,18 @@ def _compile(model: ModelSpec, e: ExecutionSpec) -> tuple:
     return model, tuple((rank, rank_profile(ctx, rank)) for rank in ctx.representatives), biggest_layer_params(ctx)
 
 
-def _peak(model: ModelSpec, e: ExecutionSpec, any_layout: bool) -> float:
+def outside_allocator_bytes(system: SystemSpec | None) -> float:
+    """Device bytes outside torch's allocator on ``system``'s GPU: its profile's measured figure, else the CUDA
+    estimate (``rank.OUTSIDE_ALLOCATOR_BYTES``)."""
+    measured = system.gpu.outside_allocator_bytes if system is not None else 0.0
+    return measured or OUTSIDE_ALLOCATOR_BYTES
+
+
+def _peak(model: ModelSpec, e: ExecutionSpec, any_layout: bool, outside: float = OUTSIDE_ALLOCATOR_BYTES) -> float:
     """The peak over the pipeline ranks: ``rank.rank_memory`` on one rank per distinct stage composition, their
     profiles memoised on the shape fields, the peak on the remaining fields it depends on (configurations
     differing only in overlap flags, dispatcher, ... share it)."""
-    key = (id(model), _peak_fields(e), any_layout)
+    key = (id(model), _peak_fields(e), any_layout, outside)
     hit = _PEAKS.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
@@ -197,7 +205,7 @@ def _peak(model: ModelSpec, e: ExecutionSpec, any_layout: bool) -> float:
             _COMPILED.clear()
         entry = _COMPILED[shape_key] = _compile(model, e)
     _, reps, biggest = entry
-    peak, _ = rank_memory(model, e, any_layout, biggest, reps)
+    peak, _ = rank_memory(model, e, any_layout, biggest, reps, outside_allocator=outside)
     if len(_PEAKS) >= _MEMO_LIMIT:
         _PEAKS.clear()
     _PEAKS[key] = (model, peak)
@@ -207,10 +215,10 @@ def _peak(model: ModelSpec, e: ExecutionSpec, any_layout: bool) -> float:
 def peak_bytes(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec | None = None) -> float:
     """Peak per-GPU bytes over the pipeline ranks (the pre-filter's quantity), torch-free. ``system`` gives
     the GPU's FP8 operand layouts (``GPUSpec.fp8_any_layout``); without it the conservative (Hopper) answer."""
-    return _peak(model, execution, system is not None and system.gpu.fp8_any_layout)
+    return _peak(model, execution, system is not None and system.gpu.fp8_any_layout, outside_allocator_bytes(system))
 
 
 def fits(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, *, margin: float = 0.0) -> bool:
     """The tuner's fast pre-filter: True when the analytic peak fits ``capacity * (1 - margin)``."""
     usable = system.gpu.hbm_bytes * HBM_VISIBLE_BYTES_PER_DATASHEET_BYTE * (1.0 - margin)
-    return _peak(model, execution, system.gpu.fp8_any_layout) <= usable
+    return _peak(model, execution, system.gpu.fp8_any_layout, outside_allocator_bytes(system)) <= usable
