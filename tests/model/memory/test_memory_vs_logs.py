@@ -7,7 +7,6 @@ allocator keeps reserved on top, and what the process holds outside torch (runti
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from primus_ext.logs import read_log
 from primus_ext.model.memory import estimate_memory
 from primus_ext.recipe import load_recipe
+from primus_ext.validate.memory_error import device_used_bytes
 
 LOGS = Path("/work/shared/validation/logs")
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,15 +26,10 @@ RUNS = {  # log -> the recipe copied from its argument dump
 }
 pytestmark = pytest.mark.skipif(not all((LOGS / n).is_file() for n in RUNS) or not CONFIGS.is_dir(),
                                 reason="shared/validation/logs or shared/primus_configs not present")
-HIP_USED = re.compile(r"hip mem usage/free/total/usage_ratio: ([\d.]+)GB")
 
 
 def _device_used_bytes(path: Path) -> list[float]:
-    """``hip mem usage`` (GiB, ``/ 1024 ** 3`` in Primus's patch) of every logged iteration, in order (Primus prints
-    each iteration's line twice: utils.py:425 and :429)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    values = [float(v) * GIB for v in HIP_USED.findall(text)]
-    return values[::2]
+    return device_used_bytes(path.read_text(encoding="utf-8", errors="replace"))
 
 
 def _projected(recipe_name: str):
