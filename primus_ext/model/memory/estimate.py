@@ -28,9 +28,10 @@ Per stage (``pipeline_plan``: first / middle / last, uneven splits, layouts, VPP
   all-to-all overlap; megatron-core 0.16.1 schedules.py) spread over the chunks; ZB-H1 adds, on rank
   ``i``, up to ``i`` deferred weight-gradient passes holding the GEMM inputs (Qi et al. 2023, section
   3.1: peak stays at PP micro-batches);
-* other: CUDA context, NCCL and GEMM workspaces, the recompute / backward working set, logits of the
-  loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants in ``memory.rank``); on the
-  loss stage the loss's and output layer's backward and the last layer's recompute + backward are two
+* other: the device memory outside torch's allocator (runtime, collective buffers: the GPU profile's measured
+  ``outside_allocator_gib``, else the CUDA estimate), GEMM workspaces, the recompute / backward working set, logits
+  of the loss, MoE all-to-all buffers, FSDP gathered layers, allocator fragmentation (constants in ``memory.rank``);
+  on the loss stage the loss's and output layer's backward and the last layer's recompute + backward are two
   phases, the first freeing its tensors before the second (``memory.rank.loss_overlap``).
 
 One arithmetic (``memory.rank.rank_memory``) gives every number: ``estimate_memory`` runs it on every rank with
