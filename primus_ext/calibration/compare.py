@@ -214,7 +214,9 @@ def logged_tokens(recipe: Recipe, log: TrainingLog) -> int:
 
 
 def _memory_side(log: TrainingLog, projection: Projection) -> tuple[float | None, float | None, int | None]:
-    """Measured peak (max reserved) of the reporting rank with the highest one, and its stage's projected peak."""
+    """Measured peak of the reporting rank with the highest max reserved, and its stage's projected peak. The log's
+    max reserved is torch's allocator only: the stage's device bytes outside it (``other.outside_allocator``: runtime,
+    collective buffers) are added, so both sides are the device's total."""
     reports = [m for m in log.memory if m.max_reserved_mb is not None]
     if not reports or projection.memory is None:
         return None, None, None
@@ -223,8 +225,10 @@ def _memory_side(log: TrainingLog, projection: Projection) -> tuple[float | None
     stages = projection.memory.stages
     per_stage = max(1, projection.system.world_size // max(1, ex.pipeline_model_parallel_size))
     stage = min(top.rank // per_stage, len(stages) - 1) if top.rank is not None else None
-    projected = stages[stage].total_bytes if stage is not None else projection.memory.peak_bytes
-    return top.max_reserved_mb * 2**20, float(projected), top.rank
+    shown = stages[stage] if stage is not None else projection.memory.peak_stage
+    projected = shown.total_bytes if stage is not None else projection.memory.peak_bytes
+    outside = shown.detail.get("other.outside_allocator", 0.0)
+    return top.max_reserved_mb * 2**20 + outside, float(projected), top.rank
 
 
 def compare_log(recipe: Recipe, log: TrainingLog, costs: Costs = None, *, path: str = "",

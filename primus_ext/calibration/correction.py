@@ -20,7 +20,8 @@ Bounds (beyond them the run and the projection disagree about more than efficien
 ``k`` in [``K_MIN``, ``K_MAX``], and the calibrated step's MFU must stay at or below 100 %. Inside them, a factor
 outside ``PLAUSIBLE_KERNEL_FACTOR`` is stored only when the user insists (``calibrate --force``).
 
-Memory gets its own factor: the measured peak (``max reserved``) over the projected peak of the same rank.
+Memory gets its own factor: the measured peak (``max reserved`` + the stage's ``other.outside_allocator``) over the
+projected peak of the same rank.
 """
 
 from __future__ import annotations

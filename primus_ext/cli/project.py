@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from primus_ext.argtypes import node_counts, positive_float
 from primus_ext.cli._args import add_calibration_arguments, add_cost_arguments, nonnegative_float, session_of
+from primus_ext.model.memory.estimate import MEMORY_ERROR
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +55,9 @@ SWEEP_EXITS = ("A sweep (--nodes 1,2,4,8) exits 0 when at least one node count p
 SWEEP_REFUSES = ("--memory-only", "--strict", "--timeline", "--trace", "--html")
 """Options of one projection that a sweep does not take (``--nodes 1,2,4,8`` with one of them: exit 2)."""
 EXITS = ("exit codes: 0 fits (a peak inside the 5% memory margin: a warning); 2 illegal input; 3 out of memory; 4 over "
-         "the capacity by at most the memory model's error (15.5%, model.memory.MEMORY_ERROR): it may or may not fit, "
-         "do not launch it unattended; with --strict, a peak inside the margin exits 4 too. " + SWEEP_EXITS)
+         f"the capacity by at most the memory model's error ({MEMORY_ERROR:.1%}, model.memory.MEMORY_ERROR): it may or "
+         "may not fit, do not launch it unattended; with --strict, a peak inside the margin exits 4 too. "
+         + SWEEP_EXITS)
 """The codes of ``model.memory.gate``, as ``--help`` shows them (argparse does not %-format an epilog)."""
 
 

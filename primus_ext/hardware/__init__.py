@@ -120,7 +120,7 @@ _REQUIRED = (
 )
 
 
-_OPTIONAL_NUMBERS = ("fp4_dense_tflops", "sfu_exp_per_s", "tdp_w")
+_OPTIONAL_NUMBERS = ("fp4_dense_tflops", "sfu_exp_per_s", "tdp_w", "outside_allocator_gib")
 """Profile figures a GPU may lack (no FP4 tensor cores, SFU rate not published): 0 / absent = none."""
 
 
@@ -218,6 +218,7 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         tdp_w=float(data.get("tdp_w", 0.0)),
         fp4_dense_tflops=float(data.get("fp4_dense_tflops") or 0.0),
         sfu_exp_per_s=float(data.get("sfu_exp_per_s") or 0.0),
+        outside_allocator_bytes=float(data.get("outside_allocator_gib") or 0.0) * 2**30,
         inherits_efficiency_from=inherits or "",
         sources=str(data.get("gpu", "")) + " profile " + source,
         efficiency=Efficiency(**eff_data),

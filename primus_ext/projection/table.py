@@ -30,6 +30,7 @@ from primus_ext.model.lora import lora_cost, lora_params, trained_in_full
 from primus_ext.model.pipeline.registry import get_schedule
 from primus_ext.model.placement import group_placements
 from primus_ext.model.rank_shape import RankShape
+from primus_ext.model.recompute import block_layers
 from primus_ext.model.stages import pipeline_plan
 from primus_ext.projection.comm import layer_comm, pp_bytes
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -282,7 +283,7 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
     pattern = model.moe_layer_pattern
     hybrid = model.hybrid_layer_pattern
     granularity = ex.recompute_granularity
-    block = granularity == "full" and ex.recompute_method == "block"
+    block = block_layers(ex)  # model.recompute: the rule memory.plan reads too
     chosen = frozenset(ex.recompute_layer_ids) if granularity == "full" else frozenset()  # Primus's per-layer ids
     index = {symbol: k for k, symbol in enumerate(pattern_kinds(hybrid))}  # a GPT model: none
     out = []
@@ -300,8 +301,8 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
                     recomputed = False
                 elif chosen:
                     recomputed = layer in chosen
-                elif block:
-                    recomputed = position < (ex.recompute_num_layers or len(chunk.layers))
+                elif block is not None:
+                    recomputed = position < block
                 else:
                     recomputed = True
                 counts[2 * moe + recomputed] += 1

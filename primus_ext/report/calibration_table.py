@@ -43,7 +43,8 @@ def format_run(c: LogComparison) -> str:
     lines.append(f"  {'peak memory' + rank:<22}{_gib(m.peak_bytes):>20}{_gib(p.peak_bytes):>14}"
                  f"{_ratio(m.peak_bytes, p.peak_bytes):>21}")
     if m.peak_bytes is not None:
-        lines.append("  (measured peak: the log's max reserved; projected: that rank's pipeline stage)")
+        lines.append("  (measured peak: the log's max reserved + the device memory outside torch's allocator the model "
+                     "holds; projected: that rank's pipeline stage)")
     lines += [f"  note: {n}" for n in c.notes]
     lines += [f"  flagged: {f}" for f in c.log.flags]
     return "\n".join(lines)

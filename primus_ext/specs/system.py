@@ -174,6 +174,10 @@ class GPUSpec:
     """Dense FP4 (NVFP4 / MXFP4) peak; 0 = no FP4 tensor cores: FP4 recipes are refused there."""
     sfu_exp_per_s: float = 0.0
     """Exponentials per second of the special-function units (attention's softmax); 0 = not stated."""
+    outside_allocator_bytes: float = 0.0
+    """Device memory a training process holds outside torch's caching allocator on this GPU's software stack
+    (runtime context, kernel images, collective-library buffers), measured as device used - max reserved; 0 = not
+    measured: ``memory.rank.OUTSIDE_ALLOCATOR_BYTES``, the CUDA estimate."""
     inherits_efficiency_from: str = ""
     """The profile whose calibrated efficiencies this GPU uses because no measured run of its own exists (B300 ->
     B200): printed beside every projection on it; its SFU rate is ``Efficiency.attention_sfu_exp_per_s``."""

@@ -41,6 +41,7 @@ def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
         data["tdp_w"] = float(row.get("tdp_w") or 0.0)
         if base is not None:  # not CSV columns: the SFU rate and where a GPU without runs takes its efficiencies
             data["sfu_exp_per_s"] = base.sfu_exp_per_s
+            data["outside_allocator_gib"] = base.outside_allocator_bytes / 2**30
             data["inherits_efficiency_from"] = base.inherits_efficiency_from or None
         spec = gpu_from_mapping(data, source=f"{path}:{row['gpu']}")
         if base is not None:

@@ -16,8 +16,8 @@ TARGET = ["--cluster", "mi355x", "--nodes", "8", "micro_batch_size=2", "--memory
 def test_within_the_models_error_exits_4_with_the_figures(capsys):
     assert main(["project", RECIPE, *TARGET, "global_batch_size=128"]) == EXIT_WITHIN_ERROR == 4
     captured = capsys.readouterr()
-    assert "over capacity, within the model's error (exit 4)" in captured.err and "15.5%" in captured.err
-    assert "323.9 of 286.7 GiB per GPU" in captured.err and "do not launch it unattended" in captured.err
+    assert "over capacity, within the model's error (exit 4)" in captured.err and f"{MEMORY_ERROR:.1%}" in captured.err
+    assert "333.0 of 286.7 GiB per GPU" in captured.err and "do not launch it unattended" in captured.err
     assert "over capacity, within the model's error" in captured.out
     assert main(["project", RECIPE, *TARGET, "global_batch_size=128", "--strict"]) == 4  # --strict: still 4
 

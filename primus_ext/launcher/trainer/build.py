@@ -59,7 +59,9 @@ def transformer_config(plan: TrainPlan, *, cpu: bool, use_te: bool):
         deallocate_pipeline_outputs=True,
     )
     if e.recompute_granularity == "full":
-        kw.update(recompute_method=e.recompute_method or "uniform", recompute_num_layers=e.recompute_num_layers or 1)
+        # block 0 stays 0 (megatron-core checkpoints no layer then: model.recompute)
+        n = e.recompute_num_layers
+        kw.update(recompute_method=e.recompute_method or "uniform", recompute_num_layers=1 if n is None else n)
     if m.is_moe:
         kw.update(
             moe_layer_freq=[int(x) for x in m.moe_layer_pattern] or 1,

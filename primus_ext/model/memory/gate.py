@@ -67,9 +67,9 @@ def gate_note(memory: Memory | None, *, strict: bool = False) -> str | None:
         over = memory.peak_bytes / memory.capacity_bytes - 1.0
         return (f"over capacity, within the model's error (exit {EXIT_WITHIN_ERROR}): projected peak {peak:.1f} of "
                 f"{cap:.1f} GiB per GPU, {over:.1%} over, inside the {MEMORY_ERROR:.1%} the memory model has been "
-                "off on runs that ran (a real run's max reserved; benchmarks/RESULTS.md, memory error per "
-                "component): it may or may not fit; do not launch it unattended: measure it (primus-ext calibrate) "
-                "or lower the peak")
+                "off on runs that ran (benchmarks/memory_error.py: real runs' device peaks and published runs that "
+                "ran, per component): it may or may not fit; do not launch it unattended: measure it (primus-ext "
+                "calibrate) or lower the peak")
     code = gate_exit(memory, strict=strict)
     head = f"over the margin (exit {code}, --strict)" if strict else "warning: fits, but"
     return (f"{head} inside the {DEFAULT_MARGIN:.0%} memory margin: projected peak {peak:.1f} of {cap:.1f} GiB per "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primus_ext.model.kinds.registry import pattern_kinds
+from primus_ext.model.recompute import block_layers
 from primus_ext.model.stages import StagePlan, pipeline_plan
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -75,7 +76,7 @@ def recompute_plan(e: ExecutionSpec) -> int | tuple[int, ...]:
     first ``recompute_num_layers`` layers per chunk, else 0 (uniform: every layer, handled per group)."""
     if e.recompute_granularity == "full" and e.recompute_layer_ids:
         return e.recompute_layer_ids
-    return (e.recompute_num_layers or 1) if e.recompute_method == "block" else 0
+    return block_layers(e) or 0  # model.recompute: block 0 recomputes none, as for the step time
 
 
 def offloaded_layers(e: ExecutionSpec) -> int:

@@ -28,20 +28,31 @@ from primus_ext.specs import ExecutionSpec, ModelSpec
 # --- "other" memory: named constants -----------------------------------------------------------
 CUDA_CONTEXT_BYTES = 0.6e9
 """CUDA/HIP context + kernel images of a torch process: ~500-600 MiB on H100 with CUDA 12 (nvidia-smi
-of an idle torch 2.x process; same order under ROCm 6)."""
+of an idle torch 2.x process)."""
 NCCL_BUFFER_BYTES = 0.5e9
-"""NCCL/RCCL channel buffers: NCCL_BUFFSIZE = 4 MiB per channel per peer (NCCL docs), for the TP, DP,
+"""NCCL channel buffers: NCCL_BUFFSIZE = 4 MiB per channel per peer (NCCL docs), for the TP, DP,
 PP and EP communicators a training rank keeps (estimate, order of magnitude)."""
+OUTSIDE_ALLOCATOR_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES
+"""Device memory a training process holds outside torch's caching allocator, where the GPU profile states no
+measured figure (``GPUSpec.outside_allocator_bytes``; the AMD profiles do: 10.15 GiB, measured)."""
 GEMM_WORKSPACE_BYTES = 0.1e9
 """cuBLAS (32 MiB per handle on Hopper, torch's default CUBLAS_WORKSPACE_CONFIG) + TE cuBLASLt
 workspaces on the compute and communication streams."""
-FIXED_OTHER_BYTES = CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
-"""What stays allocated through the optimizer step beside the parameters, gradients and optimizer state."""
+FIXED_OTHER_BYTES = OUTSIDE_ALLOCATOR_BYTES + GEMM_WORKSPACE_BYTES
+"""What stays allocated through the optimizer step beside the parameters, gradients and optimizer state (with the
+default outside-allocator figure; ``rank_memory`` uses the GPU's)."""
 FRAGMENTATION_FRACTION = 0.03
-"""Caching-allocator overhead (reserved - allocated) as a fraction of the activations and transient
-buffers. 3-10 % with the default allocator; training launchers set
-``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, which keeps it near the low end (estimate, not
-measured here: no GPU in this project's CI)."""
+"""Caching-allocator overhead (reserved - allocated) as a fraction of the activations and transient buffers.
+Measured on Primus's MI355X runs (``../shared/validation/logs``, max reserved - max allocated after the first
+iteration): DeepSeek-V2-Lite 7.5 GiB (4.4 % of its projected activations and transients), Llama-3.2-1B 0.85 GiB
+(1.5 %); Megatron-Bridge's Llama-3.2-1B on H100 0.22 GiB. Not counted: the block the allocator adds when the
+optimizer's state, created at the end of the first iteration inside cached free blocks, leaves no free block for
+the next iteration's largest tensor: Llama-3.2-1B's max reserved grew by 16 400 MB in iteration 2, its fp32
+logits (4 x 8192 x 131 200 x 4 B) exactly, to 15.4 GiB over the allocated peak. That block is elastic (on a
+failed allocation torch's allocator frees its cached free segments and retries), so a tighter GPU need not hold
+it; published runs that ran on GPUs tighter than the projection (GPT-OSS-120B B200 row 49: +5 points with it
+counted) say so too. It is the largest part of the model's error on a roomy GPU's device usage (benchmarks/
+memory_error.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,12 +78,14 @@ class StageMemory:
 
 
 def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, biggest: int,
-                ranks: Iterable[tuple[int, RankProfile]], *, detail: bool = False
-                ) -> tuple[float, list[StageMemory]]:
+                ranks: Iterable[tuple[int, RankProfile]], *, detail: bool = False,
+                outside_allocator: float = OUTSIDE_ALLOCATOR_BYTES) -> tuple[float, list[StageMemory]]:
     """The largest per-GPU bytes of the pipeline ranks ``ranks`` (``(rank, rank_profile(ctx, rank))`` pairs) under
     ``e`` and, when ``detail``, each rank's ``StageMemory`` (else none). ``fp8_any_layout``: the GPU's FP8 GEMMs
     take every operand layout (``GPUSpec.fp8_any_layout``; False = the conservative Hopper answer); ``biggest`` =
-    ``biggest_layer_params(ctx)``. What the ranks share is computed once, before the loop."""
+    ``biggest_layer_params(ctx)``; ``outside_allocator``: the GPU's device bytes outside torch's allocator
+    (``GPUSpec.outside_allocator_bytes``, else ``OUTSIDE_ALLOCATOR_BYTES``). What the ranks share is computed once,
+    before the loop."""
     sharding = state.sharding_bytes(e)
     param_b, grad_b = sharding[0], sharding[1]
     weight = layer_weight_bytes(e, fp8_any_layout, param_bytes=param_b)
@@ -102,9 +115,10 @@ def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, bigges
                              fsdp_layer, fsdp_loss, zb)
         transient = p.working + p.backward_ws + p.logits + p.a2a - freed + fsdp_gather
         fragmentation = FRAGMENTATION_FRACTION * (activations + transient)
-        other = transient + fragmentation + CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + GEMM_WORKSPACE_BYTES
+        fixed = outside_allocator + GEMM_WORKSPACE_BYTES
+        other = transient + fragmentation + fixed
         held = params + grads + opt + activations
-        step_excess = state.optimizer_step_excess(e, sharding, params, grads, opt, held + other, FIXED_OTHER_BYTES)
+        step_excess = state.optimizer_step_excess(e, sharding, params, grads, opt, held + other, fixed)
         other += step_excess
         total = held + other
         if total > peak:
@@ -132,8 +146,8 @@ def rank_memory(model: ModelSpec, e: ExecutionSpec, fp8_any_layout: bool, bigges
             "other.recompute_working_set": p.working, "other.backward_workspace": p.backward_ws,
             "other.loss_logits": p.logits, "other.loss_freed_before_layer_backward": -freed,
             "other.moe_a2a_buffers": p.a2a, "other.fsdp_gathered": fsdp_gather,
-            "other.fragmentation": fragmentation, "other.cuda_context": CUDA_CONTEXT_BYTES,
-            "other.nccl_buffers": NCCL_BUFFER_BYTES, "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
+            "other.fragmentation": fragmentation, "other.outside_allocator": outside_allocator,
+            "other.gemm_workspace": GEMM_WORKSPACE_BYTES,
             "other.optimizer_step_excess": step_excess,
         }
         stages.append(StageMemory(rank=rank, params_bytes=params, grads_bytes=grads, optimizer_bytes=opt,

@@ -17,6 +17,7 @@ import pytest
 from primus_ext.hardware import load_system
 from primus_ext.model.layers import layer_params, rank_shapes
 from primus_ext.model.memory import estimate_memory, peak_bytes
+from primus_ext.model.memory.estimate import margin_verdict
 from primus_ext.model.memory.rank import CUDA_CONTEXT_BYTES, GEMM_WORKSPACE_BYTES, NCCL_BUFFER_BYTES
 from primus_ext.specs import ExecutionSpec, ModelSpec
 
@@ -65,8 +66,10 @@ def test_primus_70B_one_node_parts_are_what_fsdp2_and_megatrons_optimizer_alloca
     tokens = 3 * 8192
     assert stage.activations_bytes == pytest.approx(80 * 2 * tokens * 8192 + 2 * tokens * vocab
                                                     + 2 * 2 * tokens * 8192, rel=1e-3)  # + final norm / output inputs
-    assert mem.fits
-    assert mem.peak_bytes + 2 * count / 8 > mem.capacity_bytes  # with fp32 gradient shards it would not
+    # ROCm's runtime and RCCL hold their measured 10.15 GiB outside torch's allocator (the MI300X profile)
+    assert stage.detail["other.outside_allocator"] == pytest.approx(10.15 * GIB)
+    assert margin_verdict(mem.peak_bytes, mem.capacity_bytes) != "out of memory"
+    assert mem.peak_bytes + 2 * count / 8 > mem.capacity_bytes  # with fp32 gradient shards it would not fit
     assert peak_bytes(LLAMA3_70B, PRIMUS_70B_1NODE, MI300X) == mem.peak_bytes
 
 
@@ -158,7 +161,10 @@ def test_fsdp_parameter_parts_add_up_to_the_sharded_column():
 @pytest.mark.skipif(not PRIMUS_CONFIGS.is_dir(), reason="shared/primus_configs not present")
 @pytest.mark.parametrize("name", [f"{m}_70B-{p}" for m in ("llama2", "llama3", "llama3.1", "llama3.3")
                                   for p in ("BF16", "FP8")])
-def test_primus_mi300x_one_node_70B_examples_fit(name):
+def test_primus_mi300x_one_node_70B_examples_are_not_out_of_memory(name):
+    """Llama-3.x at MBS 3 fit; Llama-2 at MBS 7 and Llama-3.3 FP8 (native loss: fp32 logits) are a few GiB over
+    MI300X's 191 GiB, inside the model's error (exit 4): the same Llama-2 configuration logged 211 GiB of device
+    memory on an MI325X (issue 53), so on a 192 GB board it may well not fit."""
     from primus_ext.recipe import load_recipe
 
     path = PRIMUS_CONFIGS / "examples" / "megatron" / "configs" / "MI300X" / f"{name}-pretrain.yaml"
@@ -167,4 +173,6 @@ def test_primus_mi300x_one_node_70B_examples_fit(name):
     stage = estimate_memory(recipe.model, recipe.execution, recipe.system)
     s = stage.stages[0]
     assert s.grads_bytes == pytest.approx(s.params_bytes) and s.optimizer_bytes == pytest.approx(6 * s.params_bytes)
-    assert stage.fits, (name, stage.peak_bytes / GIB)
+    verdict = margin_verdict(stage.peak_bytes, stage.capacity_bytes)
+    assert verdict != "out of memory", (name, stage.peak_bytes / GIB)
+    assert stage.fits == (name.startswith(("llama3_", "llama3.1_")) or name == "llama3.3_70B-BF16"), name
