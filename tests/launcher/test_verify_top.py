@@ -93,6 +93,22 @@ def test_variants_reload_to_the_tuned_configuration(tmp_path: Path):
     assert all(e["launch"][k] in text for e in manifest["candidates"] for k in ("primus", "megatron"))
 
 
+def test_megatron_launch_passes_megatron_flags_only(tmp_path: Path):
+    """Issue 53 part 4: ``--fp8 hybrid`` (Megatron-LM's flag is ``--fp8-format``) and Primus's keys
+    (``--enable-zero-bubble``...) made the Megatron-LM launch exit at argument parsing."""
+    recipe = load_recipe(EIGHT_B, validate=False)  # a Primus experiment in FP8, enable_zero_bubble: true
+    manifest, _ = write_variants(recipe, _candidates(recipe, [{TP: 2}]), tmp_path / "v", iters=20, cluster=None,
+                                 nodes=None)
+    megatron = manifest["candidates"][0]["launch"]["megatron"]
+    assert "--fp8-format hybrid" in megatron and "--fp8 " not in megatron
+    assert "--enable-zero-bubble" not in megatron and "--disable-last-saving" not in megatron
+    assert "--tokenizer-type NullTokenizer" in megatron  # mock data: no tokenizer files to fetch
+    script = (tmp_path / "v" / "launch.sh").read_text()
+    comment = script[script.index("  megatron)"):]
+    assert "recipe keys NOT passed to Megatron-LM" in comment and "enable_zero_bubble" in comment
+    assert "disable_last_saving" in comment and "a Primus or Primus-Turbo key" in comment
+
+
 def test_relative_extends_resolve_from_the_verify_folder(tmp_path: Path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "base.yaml").write_text(

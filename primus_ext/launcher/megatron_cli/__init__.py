@@ -9,7 +9,8 @@ releases themselves (``upstream.py``); a recipe key becomes the option whose ``d
 dropped with the reason.
 """
 
-from primus_ext.launcher.megatron_cli.argv import Dropped, MegatronArgv, megatron_argv
+from primus_ext.launcher.megatron_cli.argv import Dropped, MegatronArgv, dropped_lines, megatron_argv
 from primus_ext.launcher.megatron_cli.flags import SUPPORTED_TAGS, FlagTable, MegatronOption, flag_table
 
-__all__ = ["SUPPORTED_TAGS", "Dropped", "FlagTable", "MegatronArgv", "MegatronOption", "flag_table", "megatron_argv"]
+__all__ = ["SUPPORTED_TAGS", "Dropped", "FlagTable", "MegatronArgv", "MegatronOption", "dropped_lines", "flag_table",
+           "megatron_argv"]

@@ -14,7 +14,7 @@ one-value option, a boolean for an option that takes a value, and the Megatron k
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,3 +140,18 @@ def megatron_argv(args: Mapping[str, Any], table: FlagTable | None = None) -> Me
         if reason is not None:
             dropped.append(Dropped(key=key, value=value, reason=reason))
     return MegatronArgv(argv=tuple(argv), dropped=tuple(dropped))
+
+
+def dropped_lines(dropped: Sequence[Dropped], width: int = 110) -> list[str]:
+    """The dropped keys grouped by reason, wrapped to ``width``: ``<reason>: key, key, ...`` (one reason a line,
+    its keys continued on indented lines)."""
+    import textwrap
+
+    by_reason: dict[str, list[str]] = {}
+    for d in dropped:
+        by_reason.setdefault(d.reason, []).append(d.key)
+    lines = []
+    for reason, keys in by_reason.items():
+        lines += textwrap.wrap(f"{reason}: {', '.join(keys)}", width=width, subsequent_indent="    ",
+                               break_on_hyphens=False)
+    return lines
