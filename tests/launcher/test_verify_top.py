@@ -109,6 +109,21 @@ def test_megatron_launch_passes_megatron_flags_only(tmp_path: Path):
     assert "disable_last_saving" in comment and "a Primus or Primus-Turbo key" in comment
 
 
+PRIMUS_70B_FP8 = REPO.parent / "shared" / "primus_configs" / "examples" / "megatron" / "configs" / "MI300X" / \
+    "llama3.1_70B-FP8-pretrain.yaml"
+
+
+@pytest.mark.skipif(not PRIMUS_70B_FP8.is_file(), reason=f"no Primus configs at {PRIMUS_70B_FP8.parents[4]}")
+def test_variants_elsewhere_keep_the_recipes_primus_presets(tmp_path: Path):
+    """A --verify-dir outside the Primus checkout: the variants (and their Megatron-LM flags) take the checkout's
+    presets, as the recipe does, not the shipped recipes/ ones."""
+    recipe = load_recipe(PRIMUS_70B_FP8, nodes=4, validate=False)
+    _, variants = write_variants(recipe, _candidates(recipe, [{TP: 2}]), tmp_path / "v", iters=20, cluster=None,
+                                 nodes=4)
+    assert set(variants[0].megatron_args) == set(recipe.megatron_args)
+    assert variants[0].megatron_args["turbo_gemm_backend"] == recipe.megatron_args["turbo_gemm_backend"]
+
+
 def test_relative_extends_resolve_from_the_verify_folder(tmp_path: Path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "base.yaml").write_text(

@@ -250,10 +250,14 @@ def write_variants(recipe: Any, candidates: Sequence[Candidate], folder: Path, *
     reload uses them as the search did)."""
     from primus_ext.files import atomic_write, private_file, replace_all
     from primus_ext.recipe import load_recipe
+    from primus_ext.recipe.presets import find_primus_root
     from primus_ext.recipe.rewrite import apply_changes, execution_changes, read_text
 
     folder.mkdir(parents=True, exist_ok=True)
     source = Path(recipe.source)
+    # a variant outside the recipe's Primus checkout still takes that checkout's presets (not the shipped ones)
+    home = None if config_roots else find_primus_root(source)
+    roots = list(config_roots) or ([str(home)] if home else [])
     original = read_text(source)
     target = {"cluster": recipe.system.name, "nodes": recipe.system.num_nodes}
     short = short_run_changes(recipe.megatron_args, iters, primus=bool(recipe.module))
@@ -264,7 +268,7 @@ def write_variants(recipe: Any, candidates: Sequence[Candidate], folder: Path, *
         path = folder / f"{c.name}.yaml"
         texts[path] = _relative_extends(text, source, folder)
         with private_file(path, texts[path].encode("utf-8")) as probe:
-            variant = load_recipe(probe, cluster=cluster, nodes=nodes, config_roots=config_roots, validate=False)
+            variant = load_recipe(probe, cluster=cluster, nodes=nodes, config_roots=roots, validate=False)
         if variant.execution != c.execution or variant.megatron_args.get("train_iters") != iters:
             raise RecipeError(problems=[Problem(
                 path=str(path), value=None,
