@@ -137,6 +137,10 @@ def test_relative_extends_resolve_from_the_verify_folder(tmp_path: Path):
     write_variants(recipe, _candidates(recipe, [{TP: 2}]), folder, iters=20, cluster="h100", nodes=1)
     variant = folder / "candidate-1.yaml"
     assert yaml.safe_load(variant.read_text())["extends"] == ["../../a/base.yaml"]
+    # a Megatron-LM recipe: Primus cannot train it (no modules: section), launch.sh primus says so
+    script = (folder / "launch.sh").read_text()
+    assert "primus-cli" not in script and "a Megatron-LM recipe, not a Primus experiment" in script
+    assert subprocess.run(["bash", "-n", str(folder / "launch.sh")]).returncode == 0
     # a flat recipe's model is named after its file: the rest is the same model
     assert dataclasses.replace(load_recipe(variant).model, name=recipe.model.name) == recipe.model
 

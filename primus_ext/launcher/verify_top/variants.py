@@ -177,7 +177,7 @@ def megatron_plan(variant: Any) -> dict[str, Any]:
 def launch_commands(variant: Any, log: str, *, nodes: int, gpus_per_node: int) -> dict[str, Any]:
     """The shell commands that train ``variant`` (a loaded recipe, its ``source`` relative to the folder) with
     Primus and with Megatron-LM, each writing ``log`` (run from the folder), and ``megatron_plan``'s account of the
-    Megatron-LM flags (``megatron`` is None when the plan refuses).
+    Megatron-LM flags (``megatron`` is None when the plan refuses, ``primus`` for a Megatron-LM recipe).
 
     Primus (README.md and runner/primus-cli-direct.sh at fd1eeab): ``primus-cli direct --env NNODES=N --env
     GPUS_PER_NODE=G --log_file LOG -- train pretrain --config FILE``; it reads NODE_RANK / MASTER_ADDR from the
@@ -188,7 +188,8 @@ def launch_commands(variant: Any, log: str, *, nodes: int, gpus_per_node: int) -
     primus = Launcher(kind="primus", how="primus-cli on PATH",
                       entry=("primus-cli", "direct", "--env", f"NNODES={nodes}", "--env",
                              f"GPUS_PER_NODE={gpus_per_node}", "--log_file", log, "--"))
-    primus_cmd = launch_command(primus, variant, nproc=gpus_per_node, nnodes=nodes).shell()
+    # Primus's train pretrain --config reads an experiment (its modules: section; primus/core/launcher/config.py)
+    primus_cmd = launch_command(primus, variant, nproc=gpus_per_node, nnodes=nodes).shell() if variant.module else None
     plan = megatron_plan(variant)
     parts = ["torchrun", f"--nproc-per-node={gpus_per_node}", f"--nnodes={nodes}"]
     if nodes > 1:  # torchrun's rendezvous on several nodes; each node exports its NODE_RANK
@@ -222,6 +223,10 @@ def _megatron_comment(candidates: Sequence[Mapping[str, Any]]) -> list[str]:
     return [f"# {line}" for line in lines]
 
 
+PRIMUS_REFUSED = (": a Megatron-LM recipe, not a Primus experiment (no modules: section, which Primus's train "
+                  "pretrain --config reads): run launch.sh megatron")
+
+
 def _launch_script(candidates: Sequence[Mapping[str, Any]], iters: int) -> str:
     lines = ["#!/usr/bin/env bash",
              f"# primus-ext tune --verify-top: {len(candidates)} short runs ({iters} iterations each), one after the",
@@ -230,7 +235,8 @@ def _launch_script(candidates: Sequence[Mapping[str, Any]], iters: int) -> str:
              "# NODE_RANK and MASTER_ADDR exported). Then: primus-ext tune RECIPE --verify-dir THIS --resume-verify",
              "set -euo pipefail", 'cd "$(dirname "$0")"', 'mode="${1:?usage: launch.sh primus|megatron}"',
              'case "$mode" in', "  primus)"]
-    lines += [f"    {c['launch']['primus']}" for c in candidates]
+    lines += [f"    {c['launch']['primus']}" if c["launch"]["primus"] else
+              f"    echo {shlex.quote(c['name'] + PRIMUS_REFUSED)} >&2" for c in candidates]
     lines += ["    ;;", "  megatron)"]
     lines += [f"    {line}" for line in _megatron_comment(candidates)]
     for c in candidates:
