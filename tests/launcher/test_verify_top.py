@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from verify_cases import candidates as _candidates
 
 from primus_ext.errors import RecipeError
 from primus_ext.launcher.verify_top import (
-    Candidate,
     check_folder,
     format_verify_top,
     rerank,
@@ -29,21 +29,9 @@ from primus_ext.launcher.verify_top.local import megatron_log_lines
 from primus_ext.launcher.verify_top.variants import write_manifest
 from primus_ext.recipe import load_recipe
 from primus_ext.tune.axes import MBS, TP
-from primus_ext.tune.space import build_space
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT_B = REPO / "recipes" / "llama3.1_8B-pretrain.yaml"  # Primus experiment; presets from the shipped recipes/
-
-
-def _candidates(recipe, changes: list[dict]) -> list[Candidate]:
-    space = build_space(recipe.model, recipe.execution, recipe.system, {})
-    base = dict(space.config_of(recipe.execution))
-    out = []
-    for i, change in enumerate(changes, start=1):
-        config = {**base, **change}
-        out.append(Candidate(index=i, config=config, execution=space.to_execution(config), step_time_s=0.5 + i / 10,
-                             tokens_per_s_per_gpu=1000.0 / i))
-    return out
 
 
 def test_short_run_keys():

@@ -12,7 +12,7 @@ from primus_ext.recipe import load_recipe
 from primus_ext.tune.axes import CP, EP, MBS, PP, RECOMPUTE, SCHEDULE, TP, TP_OVERLAP, VPP
 from primus_ext.tune.space import build_space
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 DENSE_BF16 = """\
 num_layers: 8
 hidden_size: 2048
