@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -95,6 +96,25 @@ def test_megatron_launch_passes_megatron_flags_only(tmp_path: Path):
     comment = script[script.index("  megatron)"):]
     assert "recipe keys NOT passed to Megatron-LM" in comment and "enable_zero_bubble" in comment
     assert "disable_last_saving" in comment and "a Primus or Primus-Turbo key" in comment
+
+
+def test_values_from_the_environment_stay_templates(tmp_path: Path, monkeypatch):
+    """A Primus experiment's ${VAR} value (a path, a token) is written as its template, in launch.sh and in the
+    manifest: the Megatron-LM flag's value and a dropped key's alike."""
+    monkeypatch.setenv("VERIFY_TB_DIR", "s3cr3t-tb-4711")
+    monkeypatch.setenv("VERIFY_TURBO_OPTION", "s3cr3t-turbo-4711")
+    shutil.copytree(REPO / "recipes", tmp_path / "recipes")
+    path = tmp_path / "recipes" / EIGHT_B.name
+    path.write_text(path.read_text().replace(
+        "      train_iters: 50\n", "      train_iters: 50\n      tensorboard_dir: ${VERIFY_TB_DIR:none}\n"
+        "      turbo_token: ${VERIFY_TURBO_OPTION:none}\n"))
+    recipe = load_recipe(path, validate=False)
+    assert recipe.megatron_args["tensorboard_dir"] == "s3cr3t-tb-4711"
+    write_variants(recipe, _candidates(recipe, [{TP: 2}]), tmp_path / "v", iters=20, cluster=None, nodes=None)
+    for name in ("launch.sh", "manifest.json"):
+        text = (tmp_path / "v" / name).read_text()
+        assert "s3cr3t" not in text, name
+    assert "--tensorboard-dir '${VERIFY_TB_DIR:none}'" in (tmp_path / "v" / "launch.sh").read_text()
 
 
 PRIMUS_70B_FP8 = REPO.parent / "shared" / "primus_configs" / "examples" / "megatron" / "configs" / "MI300X" / \

@@ -155,6 +155,7 @@ def megatron_plan(variant: Any) -> dict[str, Any]:
     from primus_ext.launcher.megatron_cli import megatron_argv
     from primus_ext.model.pipeline.registry import resolve_schedule
     from primus_ext.recipe.rewrite import megatron_args as execution_args
+    from primus_ext.recipe.secrets import hide_mapping, hide_text
 
     args = dict(variant.megatron_args)
     replaced = {k: args.get(k) for k in TIMING_TOKENIZER if args.get(k) is not None}
@@ -169,9 +170,10 @@ def megatron_plan(variant: Any) -> dict[str, Any]:
             if (d.key in execution and d.value not in (None, False, 0, "")) or (d.key in knobs and d.value is True)]
     if schedule.recipe_keys(e.pp) is None or any(v is True for v in (schedule.recipe_keys(e.pp) or {}).values()):
         lost.insert(0, f"the {schedule.label} pipeline schedule runs only under Primus")
-    refused = "; ".join(lost) or None
-    return {"argv": list(built.argv), "dropped": [dataclasses.asdict(d) for d in built.dropped],
-            "tokenizer": replaced, "refused": refused}
+    refused = hide_text("; ".join(lost), variant.hidden) or None
+    dropped = [{**dataclasses.asdict(d), "value": hide_mapping({d.key: d.value})[d.key]} for d in built.dropped]
+    argv = [hide_text(a, variant.hidden) for a in built.argv]  # an environment value as its ${VAR} template
+    return {"argv": argv, "dropped": dropped, "tokenizer": hide_mapping(replaced), "refused": refused}
 
 
 def launch_commands(variant: Any, log: str, *, nodes: int, gpus_per_node: int) -> dict[str, Any]:
