@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -141,6 +142,7 @@ def _relative_extends(text: str, source: Path, folder: Path) -> str:
     return edited
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 TIMING_TOKENIZER = {"tokenizer_type": "NullTokenizer", "tokenizer_model": None, "vocab_file": None, "merge_file": None}
 """A short Megatron-LM run on mock data needs no tokenizer files: Megatron's NullTokenizer with ``--vocab-size V-1``
 builds the model's vocabulary V (megatron/training/tokenizer/tokenizer.py ``_NullTokenizer``: ``vocab_size`` is the
@@ -222,7 +224,7 @@ def _megatron_comment(candidates: Sequence[Mapping[str, Any]]) -> list[str]:
     for c, p in zip(candidates, plans, strict=True):
         own = [Dropped(**d) for d in p["dropped"] if (d["key"], d["reason"]) not in everyone]
         lines += [f"  {c['name']} only: {line}" for line in dropped_lines(own, width=96)]
-    return [f"# {line}" for line in lines]
+    return [f"# {_CONTROL.sub(' ', line)}" for line in lines]  # a newline in a key or value cannot end the comment
 
 
 PRIMUS_REFUSED = (": a Megatron-LM recipe, not a Primus experiment (no modules: section, which Primus's train "

@@ -81,3 +81,12 @@ def test_verify_top_megatron_commands_use_only_flags_every_release_has(tmp_path:
             assert "--tokenizer-type NullTokenizer" in command and "--fp8 " not in command
             assert ("--fp8-format hybrid" in command) == name.startswith(("llama8b", "mixtral"))  # FP8 recipes
     assert ran == 9 and refused == 2
+
+
+def test_a_newline_in_a_dropped_key_cannot_end_launch_sh_comment(tmp_path: Path):
+    from primus_ext.launcher.verify_top.variants import _megatron_comment
+
+    plan = {"tokenizer": {"tokenizer_model": "a\nrm -rf /"}, "refused": None,
+            "dropped": [{"key": "x\ntouch pwned", "value": 1, "reason": "not an argument"}]}
+    lines = _megatron_comment([{"name": "candidate-1", "launch": {"megatron_plan": plan}}])
+    assert all(line.startswith("# ") and "\n" not in line for line in lines)
