@@ -18,6 +18,7 @@ setup(
     packages=find_packages(include=["primus_ext", "primus_ext.*"]),
     package_data={"primus_ext": ["hardware/profiles/*.yaml", "hardware/families.yaml", "hardware/kernel_curves.yaml",
                                  "hardware/host_time.yaml",
+                                 "launcher/megatron_cli/flags.json",  # Megatron-LM's flags per release (generated)
                                  "py.typed"]},
     include_package_data=True,
     # Bounds: what changes behaviour under us is held to the releases the suite passes with (tested:

@@ -293,6 +293,13 @@ def run_command(args: argparse.Namespace) -> int:
 
     print(f"launching with {found.kind} ({found.how}):\n  {hide_text(command.shell(), recipe.hidden)}",
           file=sys.stderr)
+    if command.dropped:
+        from primus_ext.launcher.megatron_cli import dropped_lines
+
+        print(f"not passed to Megatron-LM ({len(command.dropped)} keys without a flag its parser accepts):",
+              file=sys.stderr)
+        print("\n".join(f"  {hide_text(line, recipe.hidden)}" for line in dropped_lines(command.dropped)),
+              file=sys.stderr)
     import os
 
     return subprocess.run(command.argv, env={**os.environ, **command.env}, check=False).returncode

@@ -13,8 +13,9 @@ Discovery (first match wins, and ``Launcher.how`` says which):
 2. Megatron-LM: ``$MEGATRON_LM_PATH/pretrain_gpt.py``, ``pretrain_gpt.py`` on ``PATH``, or next to an
    importable ``megatron.training`` (a Megatron-LM checkout; the megatron-core wheel has no
    ``megatron.training``). Command: ``torchrun --nproc-per-node N pretrain_gpt.py --mock-data`` +
-   the recipe's merged Megatron arguments as flags (``key_name`` -> ``--key-name``; ``True`` -> bare flag;
-   ``False``/``None`` omitted; lists -> several values).
+   the recipe's merged Megatron arguments as the flags Megatron-LM's own parser accepts at every supported
+   release (``launcher.megatron_cli.megatron_argv``: ``fp8`` -> ``--fp8-format``, ``False`` -> ``--no-x`` where
+   that is the flag); the keys it has no flag for (Primus's) are left out and listed in ``LaunchCommand.dropped``.
 
 Nothing is faked: when neither is found, ``find_launcher`` returns ``None`` and the CLI says so (the
 built-in trainer is the remaining option).
@@ -50,6 +51,8 @@ class LaunchCommand:
     launcher: Launcher
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    dropped: tuple[Any, ...] = ()
+    """Recipe keys left off a Megatron-LM command line (``megatron_cli.Dropped``: key, value, reason)."""
 
     def shell(self) -> str:
         import shlex
@@ -91,22 +94,6 @@ def find_launcher(prefer: str = "auto", *, env: Mapping[str, str] | None = None)
     return None
 
 
-def megatron_flags(args: Mapping[str, Any]) -> list[str]:
-    """Megatron-LM command-line flags of merged Megatron arguments (see the module docstring)."""
-    out: list[str] = []
-    for key, value in args.items():
-        flag = "--" + key.replace("_", "-")
-        if value is None or value is False:
-            continue
-        if value is True:
-            out.append(flag)
-        elif isinstance(value, list | tuple):
-            out += [flag, *(str(v) for v in value)]
-        else:
-            out += [flag, str(value)]
-    return out
-
-
 def _override_pairs(overrides: Sequence[str]) -> list[str]:
     out: list[str] = []
     for item in overrides:
@@ -121,8 +108,10 @@ def launch_command(launcher: Launcher, recipe: Any, overrides: Sequence[str] = (
     if launcher.kind == "primus":
         argv = (*launcher.entry, "train", "pretrain", "--config", str(recipe.source), *_override_pairs(overrides))
         return LaunchCommand(launcher=launcher, argv=argv, env={"NNODES": str(nnodes)})
-    args = {k: v for k, v in recipe.megatron_args.items() if k not in recipe.unknown_keys}
+    from primus_ext.launcher.megatron_cli import megatron_argv
+
+    built = megatron_argv({k: v for k, v in recipe.megatron_args.items() if k not in recipe.unknown_keys})
+    flags = [f for f in built.argv if f != "--mock-data"]  # written once, first
     torchrun = shutil.which("torchrun") or "torchrun"
-    argv = (torchrun, f"--nproc-per-node={nproc}", f"--nnodes={nnodes}", *launcher.entry, "--mock-data",
-            *megatron_flags(args))
-    return LaunchCommand(launcher=launcher, argv=argv)
+    argv = (torchrun, f"--nproc-per-node={nproc}", f"--nnodes={nnodes}", *launcher.entry, "--mock-data", *flags)
+    return LaunchCommand(launcher=launcher, argv=argv, dropped=built.dropped)

@@ -3,6 +3,7 @@ experiment directory of a Primus recipe, delegation discovery, and one built-in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from primus_ext.cli import main
-from primus_ext.launcher.delegate import find_launcher, launch_command, megatron_flags
+from primus_ext.launcher.delegate import find_launcher, launch_command
 
 TINY = """\
 num_layers: 4
@@ -132,7 +133,13 @@ def test_megatron_command_line(tmp_path: Path):
     argv = list(cmd.argv)
     assert "--nproc-per-node=8" in argv and "/x/pretrain_gpt.py" in argv
     assert argv[argv.index("--hidden-size") + 1] == "1024" and "--swiglu" in argv and "--bf16" in argv
-    assert megatron_flags({"a_b": True, "c": False, "d": None, "e": [1, 2]}) == ["--a-b", "--e", "1", "2"]
+    assert argv.count("--mock-data") == 1
+    # Megatron-LM's own flags (launcher.megatron_cli): a key without one is left out and listed
+    other = dataclasses.replace(recipe, megatron_args={**recipe.megatron_args, "fp8": "hybrid",
+                                                       "enable_primus_turbo": True})
+    cmd = launch_command(Launcher(kind="megatron-lm", how="test", entry=("/x/pretrain_gpt.py",)), other, nproc=8)
+    assert "--fp8-format" in cmd.argv and "--fp8" not in cmd.argv and "--enable-primus-turbo" not in cmd.argv
+    assert [d.key for d in cmd.dropped] == ["enable_primus_turbo"]
 
 
 def test_launch_refuses_when_nothing_is_installed(tmp_path: Path, monkeypatch, capsys):

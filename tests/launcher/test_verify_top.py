@@ -9,16 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
+from verify_cases import candidates as _candidates
 
 from primus_ext.errors import RecipeError
 from primus_ext.launcher.verify_top import (
-    Candidate,
     check_folder,
     format_verify_top,
     rerank,
@@ -29,21 +30,9 @@ from primus_ext.launcher.verify_top.local import megatron_log_lines
 from primus_ext.launcher.verify_top.variants import write_manifest
 from primus_ext.recipe import load_recipe
 from primus_ext.tune.axes import MBS, TP
-from primus_ext.tune.space import build_space
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT_B = REPO / "recipes" / "llama3.1_8B-pretrain.yaml"  # Primus experiment; presets from the shipped recipes/
-
-
-def _candidates(recipe, changes: list[dict]) -> list[Candidate]:
-    space = build_space(recipe.model, recipe.execution, recipe.system, {})
-    base = dict(space.config_of(recipe.execution))
-    out = []
-    for i, change in enumerate(changes, start=1):
-        config = {**base, **change}
-        out.append(Candidate(index=i, config=config, execution=space.to_execution(config), step_time_s=0.5 + i / 10,
-                             tokens_per_s_per_gpu=1000.0 / i))
-    return out
 
 
 def test_short_run_keys():
@@ -93,6 +82,56 @@ def test_variants_reload_to_the_tuned_configuration(tmp_path: Path):
     assert all(e["launch"][k] in text for e in manifest["candidates"] for k in ("primus", "megatron"))
 
 
+def test_megatron_launch_passes_megatron_flags_only(tmp_path: Path):
+    """Issue 53 part 4: ``--fp8 hybrid`` (Megatron-LM's flag is ``--fp8-format``) and Primus's keys
+    (``--enable-zero-bubble``...) made the Megatron-LM launch exit at argument parsing."""
+    recipe = load_recipe(EIGHT_B, validate=False)  # a Primus experiment in FP8, enable_zero_bubble: true
+    manifest, _ = write_variants(recipe, _candidates(recipe, [{TP: 2}]), tmp_path / "v", iters=20, cluster=None,
+                                 nodes=None)
+    megatron = manifest["candidates"][0]["launch"]["megatron"]
+    assert "--fp8-format hybrid" in megatron and "--fp8 " not in megatron
+    assert "--enable-zero-bubble" not in megatron and "--disable-last-saving" not in megatron
+    assert "--tokenizer-type NullTokenizer" in megatron  # mock data: no tokenizer files to fetch
+    script = (tmp_path / "v" / "launch.sh").read_text()
+    comment = script[script.index("  megatron)"):]
+    assert "recipe keys NOT passed to Megatron-LM" in comment and "enable_zero_bubble" in comment
+    assert "disable_last_saving" in comment and "a Primus or Primus-Turbo key" in comment
+
+
+def test_values_from_the_environment_stay_templates(tmp_path: Path, monkeypatch):
+    """A Primus experiment's ${VAR} value (a path, a token) is written as its template, in launch.sh and in the
+    manifest: the Megatron-LM flag's value and a dropped key's alike."""
+    monkeypatch.setenv("VERIFY_TB_DIR", "s3cr3t-tb-4711")
+    monkeypatch.setenv("VERIFY_TURBO_OPTION", "s3cr3t-turbo-4711")
+    shutil.copytree(REPO / "recipes", tmp_path / "recipes")
+    path = tmp_path / "recipes" / EIGHT_B.name
+    path.write_text(path.read_text().replace(
+        "      train_iters: 50\n", "      train_iters: 50\n      tensorboard_dir: ${VERIFY_TB_DIR:none}\n"
+        "      turbo_token: ${VERIFY_TURBO_OPTION:none}\n"))
+    recipe = load_recipe(path, validate=False)
+    assert recipe.megatron_args["tensorboard_dir"] == "s3cr3t-tb-4711"
+    write_variants(recipe, _candidates(recipe, [{TP: 2}]), tmp_path / "v", iters=20, cluster=None, nodes=None)
+    for name in ("launch.sh", "manifest.json"):
+        text = (tmp_path / "v" / name).read_text()
+        assert "s3cr3t" not in text, name
+    assert "--tensorboard-dir '${VERIFY_TB_DIR:none}'" in (tmp_path / "v" / "launch.sh").read_text()
+
+
+PRIMUS_70B_FP8 = REPO.parent / "shared" / "primus_configs" / "examples" / "megatron" / "configs" / "MI300X" / \
+    "llama3.1_70B-FP8-pretrain.yaml"
+
+
+@pytest.mark.skipif(not PRIMUS_70B_FP8.is_file(), reason=f"no Primus configs at {PRIMUS_70B_FP8.parents[4]}")
+def test_variants_elsewhere_keep_the_recipes_primus_presets(tmp_path: Path):
+    """A --verify-dir outside the Primus checkout: the variants (and their Megatron-LM flags) take the checkout's
+    presets, as the recipe does, not the shipped recipes/ ones."""
+    recipe = load_recipe(PRIMUS_70B_FP8, nodes=4, validate=False)
+    _, variants = write_variants(recipe, _candidates(recipe, [{TP: 2}]), tmp_path / "v", iters=20, cluster=None,
+                                 nodes=4)
+    assert set(variants[0].megatron_args) == set(recipe.megatron_args)
+    assert variants[0].megatron_args["turbo_gemm_backend"] == recipe.megatron_args["turbo_gemm_backend"]
+
+
 def test_relative_extends_resolve_from_the_verify_folder(tmp_path: Path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "base.yaml").write_text(
@@ -106,6 +145,10 @@ def test_relative_extends_resolve_from_the_verify_folder(tmp_path: Path):
     write_variants(recipe, _candidates(recipe, [{TP: 2}]), folder, iters=20, cluster="h100", nodes=1)
     variant = folder / "candidate-1.yaml"
     assert yaml.safe_load(variant.read_text())["extends"] == ["../../a/base.yaml"]
+    # a Megatron-LM recipe: Primus cannot train it (no modules: section), launch.sh primus says so
+    script = (folder / "launch.sh").read_text()
+    assert "primus-cli" not in script and "a Megatron-LM recipe, not a Primus experiment" in script
+    assert subprocess.run(["bash", "-n", str(folder / "launch.sh")]).returncode == 0
     # a flat recipe's model is named after its file: the rest is the same model
     assert dataclasses.replace(load_recipe(variant).model, name=recipe.model.name) == recipe.model
 

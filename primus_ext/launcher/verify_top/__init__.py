@@ -13,7 +13,9 @@ After a search, the K best projected configurations become short-run variants of
 ``log_interval: 1``, ``eval_iters: 0``, ``save: null`` and ``log_throughput: true``), a ``manifest.json`` (each
 candidate's configuration, projected step time and tok/s/GPU, projected rank, file and launch commands, and the
 search's ``tune`` document) and ``launch.sh`` (``launch.sh primus`` or ``launch.sh megatron``: every candidate in
-turn, each writing ``candidate-N.log``). Run them on the target cluster, then ``--resume-verify`` (or
+turn, each writing ``candidate-N.log``; the Megatron-LM lines carry only flags Megatron-LM's parser accepts at every
+supported release, ``launcher.megatron_cli``, and a comment names the recipe keys left out and why). Run them on
+the target cluster, then ``--resume-verify`` (or
 ``primus-ext calibrate DIR``) reads the logs back (``primus_ext.logs.read_log``), ranks the candidates by
 measured step time and reports the projection's selection regret (measured step of the projection's #1 over the
 best measured, minus one) and, from three runs, the Spearman rank correlation. A candidate without a readable

@@ -10,8 +10,10 @@ Each variant is the recipe with the candidate's execution written as ``primus-ex
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -28,8 +30,6 @@ DEFAULT_ITERS = 20
 """Iterations of a short run: the log reader drops the first two as warm-up (``primus_ext.logs.stats``), 18 remain."""
 MANIFEST = "manifest.json"
 LAUNCH = "launch.sh"
-PRIMUS_ONLY = frozenset({"disable_last_saving"})
-"""Short-run keys of Primus's module config (primus_megatron_module.yaml) that Megatron-LM's argparse refuses."""
 MANIFEST_FORMAT = "primus-ext verify-top"
 MANIFEST_VERSION = 1
 
@@ -142,32 +142,93 @@ def _relative_extends(text: str, source: Path, folder: Path) -> str:
     return edited
 
 
-def launch_commands(variant: Any, log: str, *, nodes: int, gpus_per_node: int) -> dict[str, str]:
-    """The shell commands that train ``variant`` (a loaded recipe, its ``source`` relative to the folder) with
-    Primus and with Megatron-LM, each writing ``log`` (run from the folder).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+TIMING_TOKENIZER = {"tokenizer_type": "NullTokenizer", "tokenizer_model": None, "vocab_file": None, "merge_file": None}
+"""A short Megatron-LM run on mock data needs no tokenizer files: Megatron's NullTokenizer with ``--vocab-size V-1``
+builds the model's vocabulary V (megatron/training/tokenizer/tokenizer.py ``_NullTokenizer``: ``vocab_size`` is the
+given size + 1, the end-of-document token); the step time depends on the vocabulary's size alone."""
 
-    Primus (runner/primus-cli-direct.sh at fd1eeab): ``primus-cli direct --env NNODES=N --env GPUS_PER_NODE=G
-    --log_file LOG -- train pretrain --config FILE``; it reads NODE_RANK / MASTER_ADDR from the environment on
-    several nodes. Megatron-LM: ``launcher.delegate.launch_command`` (torchrun + ``pretrain_gpt.py --mock-data`` +
-    the recipe's arguments as flags), ``pretrain_gpt.py`` from ``$MEGATRON_LM_PATH``, output teed to LOG."""
+
+def megatron_plan(variant: Any) -> dict[str, Any]:
+    """The Megatron-LM flags of a short run of ``variant`` (a loaded recipe) and what they leave out (pure):
+    ``argv`` (Megatron-LM's parser accepts them at every supported release), ``dropped`` (key, value, reason),
+    ``tokenizer`` (what the NullTokenizer replaces) and ``refused`` (why the run would not be this configuration: a
+    key of its execution that no supported release accepts; None when it is)."""
+    from primus_ext.launcher.megatron_cli import megatron_argv
+    from primus_ext.model.pipeline.registry import resolve_schedule
+    from primus_ext.recipe.rewrite import megatron_args as execution_args
+    from primus_ext.recipe.secrets import hide_mapping, hide_text
+
+    args = dict(variant.megatron_args)
+    replaced = {k: args.get(k) for k in TIMING_TOKENIZER if args.get(k) is not None}
+    args.update(TIMING_TOKENIZER, vocab_size=variant.model.vocab_size - 1)
+    built = megatron_argv({k: v for k, v in args.items() if k not in variant.unknown_keys})
+    e = variant.execution
+    schedule = resolve_schedule(e.pipeline_schedule, e.pp, e.virtual_pipeline_model_parallel_size)
+    # the schedule's Primus keys are knobs at their defaults unless one switches a Primus schedule on
+    knobs = set(schedule.recipe_keys(e.pp) or {}) | {"pp_algorithm"}
+    execution = set(execution_args(e, variant.megatron_args, variant.model.num_layers)) - knobs
+    lost = [f"{d.key}: {d.value} ({d.reason})" for d in built.dropped
+            if (d.key in execution and d.value not in (None, False, 0, "")) or (d.key in knobs and d.value is True)]
+    if schedule.recipe_keys(e.pp) is None or any(v is True for v in (schedule.recipe_keys(e.pp) or {}).values()):
+        lost.insert(0, f"the {schedule.label} pipeline schedule runs only under Primus")
+    refused = hide_text("; ".join(lost), variant.hidden) or None
+    dropped = [{**dataclasses.asdict(d), "value": hide_mapping({d.key: d.value})[d.key]} for d in built.dropped]
+    argv = [hide_text(a, variant.hidden) for a in built.argv]  # an environment value as its ${VAR} template
+    return {"argv": argv, "dropped": dropped, "tokenizer": hide_mapping(replaced), "refused": refused}
+
+
+def launch_commands(variant: Any, log: str, *, nodes: int, gpus_per_node: int) -> dict[str, Any]:
+    """The shell commands that train ``variant`` (a loaded recipe, its ``source`` relative to the folder) with
+    Primus and with Megatron-LM, each writing ``log`` (run from the folder), and ``megatron_plan``'s account of the
+    Megatron-LM flags (``megatron`` is None when the plan refuses, ``primus`` for a Megatron-LM recipe).
+
+    Primus (README.md and runner/primus-cli-direct.sh at fd1eeab): ``primus-cli direct --env NNODES=N --env
+    GPUS_PER_NODE=G --log_file LOG -- train pretrain --config FILE``; it reads NODE_RANK / MASTER_ADDR from the
+    environment on several nodes. Megatron-LM: torchrun + ``$MEGATRON_LM_PATH/pretrain_gpt.py --mock-data`` +
+    ``megatron_plan``'s flags, output teed to LOG."""
     from primus_ext.launcher.delegate import Launcher, launch_command
 
     primus = Launcher(kind="primus", how="primus-cli on PATH",
                       entry=("primus-cli", "direct", "--env", f"NNODES={nodes}", "--env",
                              f"GPUS_PER_NODE={gpus_per_node}", "--log_file", log, "--"))
-    primus_cmd = launch_command(primus, variant, nproc=gpus_per_node, nnodes=nodes).shell()
-    entry = "pretrain_gpt.py"
-    plain = replace(variant, megatron_args={k: v for k, v in variant.megatron_args.items() if k not in PRIMUS_ONLY})
-    megatron = launch_command(Launcher(kind="megatron-lm", how="$MEGATRON_LM_PATH", entry=(entry,)), plain,
-                              nproc=gpus_per_node, nnodes=nodes)
-    parts = [shlex.quote(a) for a in megatron.argv]
-    parts[0] = "torchrun"  # this machine's path of torchrun is not the cluster's
-    at = parts.index(entry)
-    parts[at] = '"$MEGATRON_LM_PATH/pretrain_gpt.py"'
+    # Primus's train pretrain --config reads an experiment (its modules: section; primus/core/launcher/config.py)
+    primus_cmd = launch_command(primus, variant, nproc=gpus_per_node, nnodes=nodes).shell() if variant.module else None
+    plan = megatron_plan(variant)
+    parts = ["torchrun", f"--nproc-per-node={gpus_per_node}", f"--nnodes={nodes}"]
     if nodes > 1:  # torchrun's rendezvous on several nodes; each node exports its NODE_RANK
-        parts[at:at] = ['--node-rank="${NODE_RANK:?}"', '--master-addr="${MASTER_ADDR:?}"',
-                        '--master-port="${MASTER_PORT:-6000}"']
-    return {"primus": primus_cmd, "megatron": " ".join(parts) + f" 2>&1 | tee {shlex.quote(log)}"}
+        parts += ['--node-rank="${NODE_RANK:?}"', '--master-addr="${MASTER_ADDR:?}"',
+                  '--master-port="${MASTER_PORT:-6000}"']
+    flags = [shlex.quote(a) for a in plan["argv"] if a != "--mock-data"]
+    parts += ['"$MEGATRON_LM_PATH/pretrain_gpt.py"', "--mock-data", *flags]
+    megatron = None if plan["refused"] else " ".join(parts) + f" 2>&1 | tee {shlex.quote(log)}"
+    return {"primus": primus_cmd, "megatron": megatron, "megatron_plan": plan}
+
+
+def _megatron_comment(candidates: Sequence[Mapping[str, Any]]) -> list[str]:
+    """launch.sh's account of the Megatron-LM commands: the release span, the tokenizer, the dropped keys."""
+    from primus_ext.launcher.megatron_cli import SUPPORTED_TAGS, Dropped, dropped_lines
+
+    plans = [c["launch"]["megatron_plan"] for c in candidates]
+    lines = [f"flags accepted by Megatron-LM's own parser at {', '.join(SUPPORTED_TAGS)}",
+             "(primus_ext/launcher/megatron_cli/flags.json); mock data and Megatron's NullTokenizer with the "
+             "model's vocabulary"]
+    replaced = {k: v for p in plans for k, v in p["tokenizer"].items()}
+    if replaced:
+        lines.append("in place of the recipe's " + ", ".join(f"{k}={v}" for k, v in replaced.items()) +
+                     " (no tokenizer files to fetch; the step time depends on the vocabulary size only).")
+    everyone = set.intersection(*({(d["key"], d["reason"]) for d in p["dropped"]} for p in plans))
+    common = [Dropped(key=k, value=None, reason=r) for k, r in sorted(everyone, key=lambda kr: (kr[1], kr[0]))]
+    lines.append("recipe keys NOT passed to Megatron-LM, and why:")
+    lines += [f"  {line}" for line in dropped_lines(common, width=108)]
+    for c, p in zip(candidates, plans, strict=True):
+        own = [Dropped(**d) for d in p["dropped"] if (d["key"], d["reason"]) not in everyone]
+        lines += [f"  {c['name']} only: {line}" for line in dropped_lines(own, width=96)]
+    return [f"# {_CONTROL.sub(' ', line)}" for line in lines]  # a newline in a key or value cannot end the comment
+
+
+PRIMUS_REFUSED = (": a Megatron-LM recipe, not a Primus experiment (no modules: section, which Primus's train "
+                  "pretrain --config reads): run launch.sh megatron")
 
 
 def _launch_script(candidates: Sequence[Mapping[str, Any]], iters: int) -> str:
@@ -177,12 +238,17 @@ def _launch_script(candidates: Sequence[Mapping[str, Any]], iters: int) -> str:
              "# (megatron: $MEGATRON_LM_PATH is a Megatron-LM checkout; on several nodes run it on every node with",
              "# NODE_RANK and MASTER_ADDR exported). Then: primus-ext tune RECIPE --verify-dir THIS --resume-verify",
              "set -euo pipefail", 'cd "$(dirname "$0")"', 'mode="${1:?usage: launch.sh primus|megatron}"',
-             'case "$mode" in']
-    for kind in ("primus", "megatron"):
-        lines.append(f"  {kind})")
-        lines += [f"    {c['launch'][kind]}" for c in candidates]
-        lines.append("    ;;")
-    lines += ['  *) echo "usage: launch.sh primus|megatron" >&2; exit 2 ;;', "esac", ""]
+             'case "$mode" in', "  primus)"]
+    lines += [f"    {c['launch']['primus']}" if c["launch"]["primus"] else
+              f"    echo {shlex.quote(c['name'] + PRIMUS_REFUSED)} >&2" for c in candidates]
+    lines += ["    ;;", "  megatron)"]
+    lines += [f"    {line}" for line in _megatron_comment(candidates)]
+    for c in candidates:
+        refused = c["launch"]["megatron_plan"]["refused"]
+        why = (f"{c['name']}: not run with Megatron-LM, which cannot run this configuration: {refused} "
+               "(launch.sh primus runs it)")
+        lines.append(f"    {c['launch']['megatron']}" if refused is None else f"    echo {shlex.quote(why)} >&2")
+    lines += ["    ;;", '  *) echo "usage: launch.sh primus|megatron" >&2; exit 2 ;;', "esac", ""]
     return "\n".join(lines)
 
 
@@ -194,10 +260,14 @@ def write_variants(recipe: Any, candidates: Sequence[Candidate], folder: Path, *
     reload uses them as the search did)."""
     from primus_ext.files import atomic_write, private_file, replace_all
     from primus_ext.recipe import load_recipe
+    from primus_ext.recipe.presets import find_primus_root
     from primus_ext.recipe.rewrite import apply_changes, execution_changes, read_text
 
     folder.mkdir(parents=True, exist_ok=True)
     source = Path(recipe.source)
+    # a variant outside the recipe's Primus checkout still takes that checkout's presets (not the shipped ones)
+    home = None if config_roots else find_primus_root(source)
+    roots = list(config_roots) or ([str(home)] if home else [])
     original = read_text(source)
     target = {"cluster": recipe.system.name, "nodes": recipe.system.num_nodes}
     short = short_run_changes(recipe.megatron_args, iters, primus=bool(recipe.module))
@@ -208,7 +278,7 @@ def write_variants(recipe: Any, candidates: Sequence[Candidate], folder: Path, *
         path = folder / f"{c.name}.yaml"
         texts[path] = _relative_extends(text, source, folder)
         with private_file(path, texts[path].encode("utf-8")) as probe:
-            variant = load_recipe(probe, cluster=cluster, nodes=nodes, config_roots=config_roots, validate=False)
+            variant = load_recipe(probe, cluster=cluster, nodes=nodes, config_roots=roots, validate=False)
         if variant.execution != c.execution or variant.megatron_args.get("train_iters") != iters:
             raise RecipeError(problems=[Problem(
                 path=str(path), value=None,
