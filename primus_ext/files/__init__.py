@@ -9,8 +9,9 @@ Every output a command writes goes through ``write_output`` / ``atomic_output`` 
 trace, an export), which refuse a path that is, or resolves through symlinks and hard links to, a file this process
 read as input (``inputs.note_input``: the recipe, every preset and ``extends`` parent, a GPU profile, a suite, a
 baseline, a CSV, a training log, a store): an output flag pointed at an input is refused with exit 2 instead of
-replacing it. ``tune --apply`` rewrites the recipe on purpose, through ``atomic_write``, after a backup whose name
-is taken with ``O_EXCL`` (two concurrent applies never share one).
+replacing it. A text output shows text from the environment as its template (``errors.redact``, issue 56): it
+is written whole once its block ends. ``tune --apply`` rewrites the recipe on purpose, through ``atomic_write``,
+after a backup whose name is taken with ``O_EXCL`` (two concurrent applies never share one).
 
 ``-``, ``/dev/stdout`` and ``/dev/stderr`` (and ``/dev/fd/1``, ``/dev/fd/2``, ``/proc/self/fd/1``, ...) are the
 streams (``stream_of``): the output is written to the stream when the work is done, never by replacing what the
@@ -36,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from primus_ext.errors import Problem
+from primus_ext.errors import Problem, redact
 from primus_ext.files.inputs import (
     InputRefused,
     forget_inputs,
@@ -213,8 +214,14 @@ def atomic_output(target: str | Path, *, label: str | None = None, binary: bool 
     problem = input_problem(target, label)
     if problem is not None:
         raise RecipeError(problems=[problem])
-    with _replacing(Path(os.path.realpath(target)), binary=binary) as fh:  # a symlink is written through
-        yield fh
+    if binary:
+        with _replacing(Path(os.path.realpath(target)), binary=True) as fh:  # a symlink is written through
+            yield fh
+        return
+    buffer = io.StringIO()  # whole, so that text from the environment is found however the writer chunks it
+    yield buffer
+    with _replacing(Path(os.path.realpath(target)), binary=False) as fh:
+        fh.write(redact(buffer.getvalue()))
 
 
 @contextlib.contextmanager
@@ -223,7 +230,7 @@ def _to_stream(fd: int, *, binary: bool) -> Iterator[IO[Any]]:
     to the stream as it stands (appended where the shell appends, down a pipe), never by replacing a file."""
     buffer: IO[Any] = io.BytesIO() if binary else io.StringIO()
     yield buffer
-    data = buffer.getvalue()
+    data = buffer.getvalue() if binary else redact(buffer.getvalue())
     stream = sys.stdout if fd == 1 else sys.stderr
     stream.flush()
     raw = getattr(stream, "buffer", None)
@@ -252,6 +259,7 @@ def install_signal_exit() -> None:
 
 
 __all__ = ["BACKUP_SUFFIX", "MAX_BACKUPS", "InputRefused", "atomic_output", "atomic_write", "check_outputs", "claim",
-           "forget_inputs", "input_problem", "install_signal_exit", "next_backup", "note_input", "note_journal",
-           "open_input", "open_journal", "output_problem", "private_file", "read_input", "real_path", "replace_all",
-           "stream_of", "sweep", "take_backup", "temp_path", "write_output"]
+           "forget_inputs", "input_problem", "install_signal_exit", "next_backup", "note_input",
+           "note_journal", "open_input", "open_journal", "output_problem",
+           "private_file", "read_input", "real_path", "replace_all", "stream_of", "sweep", "take_backup", "temp_path",
+           "write_output"]

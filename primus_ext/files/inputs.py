@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from primus_ext.errors import PrimusExtError, Problem
+from primus_ext.errors import PrimusExtError, Problem, redact
 
 _INPUT_PATHS: dict[str, str] = {}
 """Real path of every input file this process read -> how it was named (``note_input``)."""
@@ -90,7 +90,27 @@ def open_journal(target: str | Path, *, label: str | None = None) -> IO[str]:
         fh.seek(size - 1)
         if fh.read(1) != "\n":
             fh.write("\n")
-    return fh
+    return _Redacting(fh)  # type: ignore[return-value]
+
+
+class _Redacting:
+    """A text handle whose every ``write`` shows text from the environment as its template (``errors.redact``);
+    a journal is written a whole line a call."""
+
+    def __init__(self, fh: IO[str]) -> None:
+        self._fh = fh
+
+    def write(self, text: str) -> int:
+        return self._fh.write(redact(text))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._fh, name)
+
+    def __enter__(self) -> _Redacting:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
 
 
 class InputRefused(PrimusExtError):
