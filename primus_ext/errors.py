@@ -60,8 +60,10 @@ def note_env_text(value: str, template: str) -> None:
 
 
 _ENCODINGS = (lambda text: json.dumps(text)[1:-1], lambda text: json.dumps(text, ensure_ascii=False)[1:-1],
-              html.escape, lambda text: html.escape(text, quote=False), lambda text: repr(text)[1:-1])
-"""How an output may write a text: JSON (ASCII or not), HTML / XML (attribute or text), ``repr``."""
+              html.escape, lambda text: html.escape(text, quote=False),
+              lambda text: html.escape(text, quote=False).replace('"', "&quot;"), lambda text: repr(text)[1:-1])
+"""How an output may write a text: JSON (ASCII or not), HTML (attribute or text), XML (ElementTree's attribute:
+``"`` escaped, ``'`` not), ``repr``."""
 
 
 def note_env_value(name: str, value: str) -> None:

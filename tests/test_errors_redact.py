@@ -55,3 +55,13 @@ def test_numbers_and_defaults_are_parameters_not_hidden():
     assert _expand("${PRIMUS_SEQ}", {"PRIMUS_SEQ": "8192"}) == 8192
     _expand("seq-${PRIMUS_SEQ}", {"PRIMUS_SEQ": "8192"})  # the text is hidden, the bare number is not
     assert redact("seq-8192 at 8192 tokens") == "seq-${PRIMUS_SEQ} at 8192 tokens"
+
+
+def test_junit_xml_attributes_and_text_are_covered():
+    import xml.etree.ElementTree as ET
+
+    _expand("${ZZ_CONN}", {"ZZ_CONN": SECRET + "'"})  # both quotes: ElementTree escapes " in attributes, not '
+    element = ET.Element("failure", {"message": f"entry: {SECRET}'"})
+    element.text = f"got {SECRET}'"
+    shown_xml = redact(ET.tostring(element, encoding="unicode"))
+    assert shown_xml == '<failure message="entry: ${ZZ_CONN}">got ${ZZ_CONN}</failure>'
