@@ -29,7 +29,7 @@ import yaml
 
 from primus_ext.errors import PrimusExtError, Problem, RecipeError
 from primus_ext.files import note_input, replace_all
-from primus_ext.hardware.capabilities import capabilities_of
+from primus_ext.hardware.capabilities import FAMILIES, capabilities_of
 from primus_ext.hardware.curves import curves_for
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
 
@@ -241,6 +241,7 @@ def load_gpu(name: str) -> GPUSpec:
         path = _FOUND[key] = str(_find(canonical_name(name)))
         found = os.stat(path)
     note_input(path)
+    note_input(FAMILIES)  # the capabilities of the profile's family (hardware/capabilities.py)
     return _load_gpu(path, found.st_ino, found.st_size, found.st_mtime_ns)
 
 

@@ -159,3 +159,17 @@ def test_a_profile_is_the_one_of_this_command_not_of_an_earlier_one_in_the_proce
     before = (tmp_path / "two" / "myh100.yaml").read_bytes()
     assert main(["project", "tiny.yaml", "--analytic", "--cluster", "myh100", "--html", "two/myh100.yaml"]) == 2
     _refused(capsys, tmp_path / "two" / "myh100.yaml", before, "--html")
+
+
+@pytest.mark.parametrize(("flag", "name"), [("--html", "kernel_curves.yaml"), ("--trace", "host_time.yaml"),
+                                            ("--html", "families.yaml")])
+def test_the_shipped_data_a_projection_reads_is_an_input(tmp_path, monkeypatch, capsys, flag, name):
+    """The kernel curves, host times and GPU families a projection reads (cached once per process, noted every
+    command), through a symlinked folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(RECIPE)
+    (tmp_path / "data").symlink_to(REPO / "primus_ext" / "hardware")
+    shipped = REPO / "primus_ext" / "hardware" / name
+    before = shipped.read_bytes()
+    assert main(["project", "tiny.yaml", "--analytic", "--cluster", "mi300x", flag, f"data/{name}"]) == 2
+    _refused(capsys, shipped, before, flag)
