@@ -15,21 +15,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tiny import tiny_recipe
 
 from primus_ext.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPE = """tensor_model_parallel_size: 1
-pipeline_model_parallel_size: 1
-num_layers: 4
-hidden_size: 1024
-ffn_hidden_size: 4096
-num_attention_heads: 16
-vocab_size: 32000
-seq_length: 2048
-micro_batch_size: 1
-global_batch_size: 64
-"""
+RECIPE = tiny_recipe(micro_batch_size=1, global_batch_size=64, tensor_model_parallel_size=1)
 
 
 @pytest.fixture
