@@ -29,11 +29,13 @@ _SHORT.maxstring = _SHORT.maxother = MAX_VALUE_CHARS
 _SHORT.maxlong = 60
 
 
-MIN_REDACTED_CHARS = 3
-"""Text from the environment shorter than this is not searched for in output (``1`` would blank every digit)."""
-MIN_BARE_CHARS = 6
-"""A variable's own value (not the whole text it went into) is searched for from this length, if it is not a
-number: ``seq-${PRIMUS_SEQ_LENGTH}`` must not turn every ``8192`` of a report into the template."""
+MIN_REDACTED_CHARS = 6
+"""Text from the environment shorter than this is not searched for in every output: Primus's own templates expand
+to short common words (``${PRIMUS_USER:root}``, ``${PRIMUS_TEAM:amd}``) that would blank every ``/root/`` path and
+``amd`` of a report. A short value is still shown as its template where it is a recipe's value (``EnvText``:
+``recipe show``, a problem's value, ``recipe.secrets``). A variable's own value (not the whole text it went into)
+is searched for only when it is not a number: ``seq-${PRIMUS_SEQ_LENGTH}`` must not turn every ``8192`` of a report
+into the template."""
 
 _FROM_ENV: dict[str, str] = {}
 """Text this process read from the environment into a recipe -> the template it was written as (``${REDIS_URL}``);
@@ -71,7 +73,7 @@ def note_env_value(name: str, value: str) -> None:
     try:
         float(value)
     except ValueError:
-        if len(value) >= MIN_BARE_CHARS and value.strip().lower() not in ("true", "false", "null", "none"):
+        if len(value) >= MIN_REDACTED_CHARS and value.strip().lower() not in ("true", "false", "null", "none"):
             note_env_text(value, f"${{{name}}}")
 
 

@@ -65,3 +65,8 @@ def test_junit_xml_attributes_and_text_are_covered():
     element.text = f"got {SECRET}'"
     shown_xml = redact(ET.tostring(element, encoding="unicode"))
     assert shown_xml == '<failure message="entry: ${ZZ_CONN}">got ${ZZ_CONN}</failure>'
+
+
+def test_short_common_words_from_primus_templates_do_not_blank_a_report():
+    assert _expand("${PRIMUS_USER:root}", {"PRIMUS_USER": "root"}) == "root"  # still an EnvText, hidden as a value
+    assert redact("store at /root/.cache, on amd GPUs") == "store at /root/.cache, on amd GPUs"
