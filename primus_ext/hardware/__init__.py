@@ -30,7 +30,8 @@ import yaml
 from primus_ext.errors import PrimusExtError, Problem, RecipeError
 from primus_ext.files import note_input, replace_all
 from primus_ext.hardware.capabilities import FAMILIES, capabilities_of
-from primus_ext.hardware.curves import curves_for
+from primus_ext.hardware.curves import CURVES_FILE, curves_for
+from primus_ext.hardware.host_time import HOST_FILE
 from primus_ext.specs.system import Efficiency, GPUSpec, SystemSpec
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -241,7 +242,8 @@ def load_gpu(name: str) -> GPUSpec:
         path = _FOUND[key] = str(_find(canonical_name(name)))
         found = os.stat(path)
     note_input(path)
-    note_input(FAMILIES)  # the capabilities of the profile's family (hardware/capabilities.py)
+    for data in (FAMILIES, CURVES_FILE, HOST_FILE):  # the family's capabilities, kernel curves and host times: read
+        note_input(data)  # once per process (and a projection's parts are memoised), inputs of every command
     return _load_gpu(path, found.st_ino, found.st_size, found.st_mtime_ns)
 
 

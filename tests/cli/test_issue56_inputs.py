@@ -155,12 +155,17 @@ def test_a_profile_is_the_one_of_this_command_not_of_an_earlier_one_in_the_proce
 @pytest.mark.parametrize(("flag", "name"), [("--html", "kernel_curves.yaml"), ("--trace", "host_time.yaml"),
                                             ("--html", "families.yaml")])
 def test_the_shipped_data_a_projection_reads_is_an_input(tmp_path, monkeypatch, capsys, flag, name):
-    """The kernel curves, host times and GPU families a projection reads (cached once per process, noted every
-    command), through a symlinked folder."""
+    """The kernel curves, host times and GPU families a projection reads (parsed once per process, and the parts
+    of a projection memoised: a second command may not read them at all), through a symlinked folder; noted by every
+    command that loads a GPU profile."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(RECIPE)
     (tmp_path / "data").symlink_to(REPO / "primus_ext" / "hardware")
     shipped = REPO / "primus_ext" / "hardware" / name
     before = shipped.read_bytes()
-    assert main(["project", "tiny.yaml", "--analytic", "--cluster", "mi300x", flag, f"data/{name}"]) == 2
-    _refused(capsys, shipped, before, flag)
+    try:
+        assert main(["project", "tiny.yaml", "--analytic", "--cluster", "mi300x", flag, f"data/{name}"]) == 2
+        _refused(capsys, shipped, before, flag)
+    finally:  # a failure must not leave the checkout's data replaced
+        if shipped.read_bytes() != before:
+            shipped.write_bytes(before)
