@@ -6,6 +6,9 @@ and how to fix it. ``RecipeError`` carries every problem found at once, never ju
 
 from __future__ import annotations
 
+import html
+import json
+import os
 import reprlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,17 +29,95 @@ _SHORT.maxstring = _SHORT.maxother = MAX_VALUE_CHARS
 _SHORT.maxlong = 60
 
 
+MIN_REDACTED_CHARS = 6
+"""Text from the environment shorter than this is not searched for in every output: Primus's own templates expand
+to short common words (``${PRIMUS_USER:root}``, ``${PRIMUS_TEAM:amd}``) that would blank every ``/root/`` path and
+``amd`` of a report. A short value is still shown as its template where it is a recipe's value (``EnvText``:
+``recipe show``, a problem's value, ``recipe.secrets``). A variable's own value (not the whole text it went into)
+is searched for only when it is not a number: ``seq-${PRIMUS_SEQ_LENGTH}`` must not turn every ``8192`` of a report
+into the template."""
+
+_FROM_ENV: dict[str, str] = {}
+"""Text this process read from the environment into a recipe -> the template it was written as (``${REDIS_URL}``);
+every output (messages, stdout / stderr, written files, the trial log, LLM requests) shows the template
+(``redact``), whatever the variable is called: secrets by origin, not by name."""
+_VARIANTS: list[tuple[str, str]] = []
+"""(text as it may appear in an output, its replacement), longest first: raw, JSON-, HTML- and repr-escaped,
+path-normalised."""
+
+
+def note_env_text(value: str, template: str) -> None:
+    """Remember that ``value`` came from the environment and is written ``template``: it is never shown."""
+    value, template = str(value), str(template)
+    if len(value) < MIN_REDACTED_CHARS or value == template or _FROM_ENV.get(value) == template:
+        return
+    _FROM_ENV[value] = template
+    pairs = {value: template, os.path.normpath(value): template}
+    for outer in _ENCODINGS:  # one encoding, or one inside another (a page in an HTML page's srcdoc, JSON in HTML)
+        for inner in (lambda text: text, *_ENCODINGS):
+            pairs.setdefault(outer(inner(value)), outer(inner(template)))
+    known = {found for found, _ in _VARIANTS}
+    _VARIANTS.extend((k, v) for k, v in pairs.items() if len(k) >= MIN_REDACTED_CHARS and k != v and k not in known)
+    _VARIANTS.sort(key=lambda pair: len(pair[0]), reverse=True)
+
+
+_ENCODINGS = (lambda text: json.dumps(text)[1:-1], lambda text: json.dumps(text, ensure_ascii=False)[1:-1],
+              html.escape, lambda text: html.escape(text, quote=False),
+              lambda text: html.escape(text, quote=False).replace('"', "&quot;"), lambda text: repr(text)[1:-1])
+"""How an output may write a text: JSON (ASCII or not), HTML (attribute or text), XML (ElementTree's attribute:
+``"`` escaped, ``'`` not), ``repr``."""
+
+
+def note_env_value(name: str, value: str) -> None:
+    """A variable's own value, read into a recipe's text: shown as ``${NAME}`` (a number is a parameter, shown)."""
+    try:
+        float(value)
+    except ValueError:
+        if len(value) >= MIN_REDACTED_CHARS and value.strip().lower() not in ("true", "false", "null", "none"):
+            note_env_text(value, f"${{{name}}}")
+
+
+def forget_env_texts() -> None:
+    """Clear what was noted (a new command in the same process)."""
+    _FROM_ENV.clear()
+    _VARIANTS.clear()
+
+
+def redact(text: str) -> str:
+    """``text`` with every text from the environment (``note_env_text``) replaced by its template."""
+    if not _VARIANTS or not isinstance(text, str):
+        return text
+    for found, template in _VARIANTS:
+        if found in text:
+            text = text.replace(found, template)
+    return text
+
+
+def _redacted(value: Any, depth: int) -> Any:
+    """``value`` with ``redact`` applied to its texts, containers walked ``depth`` levels (as far as shown)."""
+    if not _VARIANTS:
+        return value
+    if isinstance(value, str):
+        return redact(str(value))
+    if depth > 0 and type(value) is dict:
+        return {_redacted(k, 0): _redacted(v, depth - 1) for k, v in list(value.items())[:_SHORT.maxdict + 1]}
+    if depth > 0 and type(value) in (list, tuple):
+        return type(value)(_redacted(v, depth - 1) for v in value[:_SHORT.maxlist + 1])
+    return value
+
+
 def cut(text: object) -> str:
     """A key or name as written (no quotes), cut to ``MAX_VALUE_CHARS``."""
-    text = str(text)
+    text = redact(str(text))
     return text if len(text) <= MAX_VALUE_CHARS else f"{text[:MAX_VALUE_CHARS]}... ({len(text):,} characters)"
 
 
 def shown(value: Any) -> str:
     """``repr(value)`` cut to ``MAX_VALUE_CHARS``, computed without rendering the whole value."""
+    value = _redacted(value, _SHORT.maxlevel)  # before cutting: a cut secret would no longer be found
     if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
         return f"{value[:MAX_VALUE_CHARS]!r}... ({len(value):,} characters)"
-    text = _SHORT.repr(value)
+    text = redact(_SHORT.repr(value))
     return text if len(text) <= MAX_VALUE_CHARS else f"{text[:MAX_VALUE_CHARS]}..."
 
 
@@ -59,7 +140,7 @@ class Problem:
             text += f" (got {shown(self.value)})"
         if self.fix:
             text += f"; fix: {self.fix}"
-        return text
+        return redact(text)
 
 
 class PrimusExtError(Exception):
@@ -103,7 +184,7 @@ class RecipeError(PrimusExtError):
         head = header(self.problems, self.source, self.what)
         lines = [f"{head}: {len(self.problems)} problem(s)"]
         lines += [f"  - {p}" for p in self.problems]
-        return "\n".join(lines)
+        return redact("\n".join(lines))
 
 
 class InfeasibleConfig(RecipeError):

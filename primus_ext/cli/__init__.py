@@ -21,7 +21,7 @@ import pkgutil
 import sys
 
 from primus_ext import __version__
-from primus_ext.errors import PrimusExtError, cut
+from primus_ext.errors import PrimusExtError, cut, forget_env_texts, redact
 from primus_ext.files import forget_inputs, install_signal_exit
 
 
@@ -43,8 +43,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Redacted:
+    """``sys.stderr`` showing text from the environment as its template (``errors.redact``), each write whole."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 class _QuietOnceReaderGone:
-    """``sys.stdout`` that turns into /dev/null when the pipe's reader has closed it."""
+    """``sys.stdout`` that turns into /dev/null when the pipe's reader has closed it; text from the environment is
+    shown as its template (``errors.redact``)."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -53,7 +68,7 @@ class _QuietOnceReaderGone:
     def write(self, text: str) -> int:
         if not self.reader_gone:
             try:
-                return self._stream.write(text)
+                self._stream.write(redact(text))
             except BrokenPipeError:
                 self._silence()
         return len(text)
@@ -94,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             reconfigure(errors="backslashreplace")
     install_signal_exit()
     forget_inputs()  # the inputs no output may replace are this command's (main may run many in one process)
-    stdout = sys.stdout
-    sys.stdout = _QuietOnceReaderGone(stdout)
+    forget_env_texts()
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _QuietOnceReaderGone(stdout), _Redacted(stderr)
     try:
         return int(args.func(args) or 0)
     except PrimusExtError as err:
@@ -115,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         sys.stdout.flush()  # what a block-buffered pipe still holds, while a gone reader is still tolerated
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
                   inputs=(args.suite, None if args.update_baseline else args.baseline))
     suite = load_suite(args.suite)
     baseline_path = Path(args.baseline) if args.baseline else suite.path.parent / "baseline.json"
+    if args.update_baseline:  # an output then, checked (and planned) with the others, before the entries run
+        check_outputs(("--baseline", baseline_path))
     baseline = None if args.update_baseline else _load_baseline(baseline_path)
     result = run_suite(suite, baseline, progress=lambda m: print(m, file=sys.stderr, flush=True))
     text = markdown(result)
@@ -88,12 +90,12 @@ def run(args: argparse.Namespace) -> int:
     if stream_of(args.json_out) is not None:
         emit_json(to_json(result), args.json_out)
     elif args.json_out:
-        write_json(args.json_out, to_json(result))
+        write_json(args.json_out, to_json(result), label="--json")
     if args.update_baseline:
         if result.count("error"):
             print("not writing the baseline: some entries could not be projected", file=sys.stderr)
             return 2
-        write_json(baseline_path, baseline_dict(result))
+        write_json(baseline_path, baseline_dict(result), label="--baseline")
         print(f"baseline written: {baseline_path}", file=sys.stderr)
         return 0
     for e in result.entries:

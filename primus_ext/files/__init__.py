@@ -9,8 +9,9 @@ Every output a command writes goes through ``write_output`` / ``atomic_output`` 
 trace, an export), which refuse a path that is, or resolves through symlinks and hard links to, a file this process
 read as input (``inputs.note_input``: the recipe, every preset and ``extends`` parent, a GPU profile, a suite, a
 baseline, a CSV, a training log, a store): an output flag pointed at an input is refused with exit 2 instead of
-replacing it. ``tune --apply`` rewrites the recipe on purpose, through ``atomic_write``, after a backup whose name
-is taken with ``O_EXCL`` (two concurrent applies never share one).
+replacing it. A text output shows text from the environment as its template (``errors.redact``, issue 56): it
+is written whole once its block ends. ``tune --apply`` rewrites the recipe on purpose, through ``atomic_write``,
+after a backup whose name is taken with ``O_EXCL`` (two concurrent applies never share one).
 
 ``-``, ``/dev/stdout`` and ``/dev/stderr`` (and ``/dev/fd/1``, ``/dev/fd/2``, ``/proc/self/fd/1``, ...) are the
 streams (``stream_of``): the output is written to the stream when the work is done, never by replacing what the
@@ -36,16 +37,20 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from primus_ext.errors import Problem
+from primus_ext.errors import Problem, redact
 from primus_ext.files.inputs import (
     InputRefused,
     forget_inputs,
     input_problem,
+    note_in_place,
     note_input,
     note_journal,
     open_input,
     open_journal,
+    plan_output,
+    planned_problems,
     read_input,
+    written,
 )
 from primus_ext.files.temps import (
     BACKUP_SUFFIX,
@@ -106,6 +111,7 @@ def _replacing(path: Path, *, binary: bool, mode_from: Path | None = None) -> It
         if model is not None and model.exists():
             shutil.copymode(model, tmp)
         os.replace(tmp, path)
+        written(path)
     except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -173,7 +179,8 @@ def output_problem(target: str | Path, label: str | None = None, *, replace_read
 def check_outputs(*outputs: tuple[str, str | Path | None], inputs: Sequence[str | Path | None] = ()) -> None:
     """Refuse, all at once and before any work, the (flag, path) outputs that cannot be written (``-``: stdout):
     unwritable, not a regular file, one of ``inputs`` (noted as inputs here) or of the inputs read so far, or
-    the same file as another output."""
+    the same file as another output. Each is planned (``plan_output``): every later write checks it again against
+    the inputs read by then."""
     from primus_ext.errors import RecipeError
 
     for path in inputs:
@@ -184,6 +191,7 @@ def check_outputs(*outputs: tuple[str, str | Path | None], inputs: Sequence[str 
     for flag, value in outputs:
         if not value or stream_of(value) is not None:
             continue
+        plan_output(flag, value)
         problem = output_problem(value, flag) or input_problem(value, flag)
         real = os.path.realpath(value) if problem is None else ""
         if problem is None and real in seen:
@@ -202,7 +210,9 @@ def atomic_output(target: str | Path, *, label: str | None = None, binary: bool 
     a temporary file beside the destination (a symlink is written through), flushed, ``fsync``-ed and moved in
     with ``os.replace``; on any failure (a full disk, Ctrl-C, SIGTERM) the old file stays whole and the temporary
     file goes. An input of this command (``input_problem``) is refused with a ``RecipeError`` before anything
-    is opened. An existing file keeps its permissions."""
+    is opened, and so is any write while another output ``check_outputs`` planned has become an input since (a GPU
+    profile a CI entry loaded: ``planned_problems``), so that a refused command writes none of its outputs. An
+    existing file keeps its permissions; a text output shows text from the environment as its template."""
     from primus_ext.errors import RecipeError
 
     stream = stream_of(target)
@@ -210,11 +220,17 @@ def atomic_output(target: str | Path, *, label: str | None = None, binary: bool 
         with _to_stream(stream, binary=binary) as fh:
             yield fh
         return
-    problem = input_problem(target, label)
-    if problem is not None:
-        raise RecipeError(problems=[problem])
-    with _replacing(Path(os.path.realpath(target)), binary=binary) as fh:  # a symlink is written through
-        yield fh
+    problems = [p for p in (input_problem(target, label), *planned_problems()) if p is not None]
+    if problems:  # this output or another one planned is an input read since it was checked: none is written
+        raise RecipeError(problems=list({str(p): p for p in problems}.values()))
+    if binary:
+        with _replacing(Path(os.path.realpath(target)), binary=True) as fh:  # a symlink is written through
+            yield fh
+        return
+    buffer = io.StringIO()  # whole, so that text from the environment is found however the writer chunks it
+    yield buffer
+    with _replacing(Path(os.path.realpath(target)), binary=False) as fh:
+        fh.write(redact(buffer.getvalue()))
 
 
 @contextlib.contextmanager
@@ -223,7 +239,7 @@ def _to_stream(fd: int, *, binary: bool) -> Iterator[IO[Any]]:
     to the stream as it stands (appended where the shell appends, down a pipe), never by replacing a file."""
     buffer: IO[Any] = io.BytesIO() if binary else io.StringIO()
     yield buffer
-    data = buffer.getvalue()
+    data = buffer.getvalue() if binary else redact(buffer.getvalue())
     stream = sys.stdout if fd == 1 else sys.stderr
     stream.flush()
     raw = getattr(stream, "buffer", None)
@@ -252,6 +268,7 @@ def install_signal_exit() -> None:
 
 
 __all__ = ["BACKUP_SUFFIX", "MAX_BACKUPS", "InputRefused", "atomic_output", "atomic_write", "check_outputs", "claim",
-           "forget_inputs", "input_problem", "install_signal_exit", "next_backup", "note_input", "note_journal",
-           "open_input", "open_journal", "output_problem", "private_file", "read_input", "real_path", "replace_all",
-           "stream_of", "sweep", "take_backup", "temp_path", "write_output"]
+           "forget_inputs", "input_problem", "install_signal_exit", "next_backup", "note_in_place", "note_input",
+           "note_journal", "open_input", "open_journal", "output_problem", "plan_output", "planned_problems",
+           "private_file", "read_input", "real_path", "replace_all", "stream_of", "sweep", "take_backup", "temp_path",
+           "write_output"]

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from primus_ext.errors import PrimusExtError, Problem
+from primus_ext.errors import PrimusExtError, Problem, redact
 
 _INPUT_PATHS: dict[str, str] = {}
 """Real path of every input file this process read -> how it was named (``note_input``)."""
@@ -40,12 +40,57 @@ def note_input(path: str | Path) -> None:
             _INPUT_IDS.setdefault((found.st_dev, found.st_ino), str(path))
 
 
+_IN_PLACE: set[str] = set()
+"""Real paths of the files this command reads and writes in place on purpose (a timing store opened to write)."""
+_PLANNED: dict[str, str] = {}
+"""Every output this command will write (``plan_output``: flag -> path), checked again against the inputs read
+since (``planned_problems``) before the first byte of any is written."""
+
+
 def forget_inputs() -> None:
     """Clear the inputs noted so far (a new command in the same process: tests, the hostile campaign)."""
     _NOTED.clear()
     _INPUT_PATHS.clear()
     _INPUT_IDS.clear()
     _JOURNALS.clear()
+    _IN_PLACE.clear()
+    _PLANNED.clear()
+
+
+def note_in_place(path: str | Path) -> None:
+    """``path`` is read and written in place on purpose (a timing store, ``bench --out``): still an input no other
+    output may replace, but its own planned output is not refused for it."""
+    with contextlib.suppress(OSError, ValueError):
+        _IN_PLACE.add(os.path.realpath(path))
+
+
+def plan_output(flag: str, path: str | Path) -> None:
+    """``path`` will be written (``--junit``): every write checks it again against every input read by then."""
+    _PLANNED.setdefault(flag, str(path))
+
+
+def written(path: str | Path) -> None:
+    """``path`` was written: no longer a planned output (a command may read what it wrote: ``train --auto-tune``
+    projects its tuned copy)."""
+    with contextlib.suppress(OSError, ValueError):
+        real = os.path.realpath(path)
+        for flag in [f for f, p in _PLANNED.items() if os.path.realpath(p) == real]:
+            del _PLANNED[flag]
+
+
+def planned_problems() -> list[Problem]:
+    """Why the planned outputs cannot be written now: each one that is, through symlinks or hard links, an input
+    read since it was checked (a GPU profile a suite entry loaded, a baseline, a log; a journal read to be continued
+    excepted). Asked before any output is written, so that one refused output means none written."""
+    problems = []
+    for flag, path in _PLANNED.items():
+        with contextlib.suppress(OSError, ValueError):
+            if os.path.realpath(path) in _JOURNALS | _IN_PLACE:
+                continue
+        problem = input_problem(path, flag)
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
 def input_problem(target: str | Path, label: str | None = None) -> Problem | None:
@@ -81,16 +126,38 @@ def open_journal(target: str | Path, *, label: str | None = None) -> IO[str]:
     A line a kill cut short is ended first, so the next line starts on its own."""
     from primus_ext.errors import RecipeError
 
-    problem = None if os.path.realpath(target) in _JOURNALS else input_problem(target, label)
-    if problem is not None:
-        raise RecipeError(problems=[problem])
+    own = [] if os.path.realpath(target) in _JOURNALS else [input_problem(target, label)]
+    problems = [p for p in (*own, *planned_problems()) if p is not None]
+    if problems:
+        raise RecipeError(problems=list({str(p): p for p in problems}.values()))
     fh = open(target, "a+", encoding="utf-8")  # noqa: SIM115 (the caller closes it)
+    written(target)
     size = fh.seek(0, os.SEEK_END)
     if size:
         fh.seek(size - 1)
         if fh.read(1) != "\n":
             fh.write("\n")
-    return fh
+    return _Redacting(fh)  # type: ignore[return-value]
+
+
+class _Redacting:
+    """A text handle whose every ``write`` shows text from the environment as its template (``errors.redact``);
+    a journal is written a whole line a call."""
+
+    def __init__(self, fh: IO[str]) -> None:
+        self._fh = fh
+
+    def write(self, text: str) -> int:
+        return self._fh.write(redact(text))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._fh, name)
+
+    def __enter__(self) -> _Redacting:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
 
 
 class InputRefused(PrimusExtError):

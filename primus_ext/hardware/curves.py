@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.files import note_input
 from primus_ext.specs.system import AttentionCurve, GroupedCurve, KernelCurves
 
 CURVES_FILE = Path(__file__).with_name("kernel_curves.yaml")
@@ -97,7 +98,9 @@ def _all_curves(path: Path = CURVES_FILE) -> dict[str, KernelCurves]:
 
 
 def curves_for(family: str) -> KernelCurves | None:
-    """The kernel curves of GPU family ``family``, or ``None`` where no public kernel data was fitted."""
+    """The kernel curves of GPU family ``family``, or ``None`` where no public kernel data was fitted (the file is an
+    input of the command: no output may replace it)."""
+    note_input(CURVES_FILE)
     return _all_curves().get(family) if family else None
 
 

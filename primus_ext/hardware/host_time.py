@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.files import note_input
 from primus_ext.specs.system import HostTime
 
 HOST_FILE = Path(__file__).with_name("host_time.yaml")
@@ -48,12 +49,15 @@ def _load(path: Path = HOST_FILE) -> tuple[dict[str, HostTime], str]:
 
 
 def host_time_of(kind: str) -> HostTime | None:
-    """The measured host time of one pass of a ``kind`` layer, or ``None`` where it was not measured."""
+    """The measured host time of one pass of a ``kind`` layer, or ``None`` where it was not measured (the file is
+    an input of the command: no output may replace it)."""
+    note_input(HOST_FILE)
     return _load()[0].get(kind)
 
 
 def measured_on() -> str:
     """Where and when the host times were measured."""
+    note_input(HOST_FILE)
     return _load()[1]
 
 

@@ -173,7 +173,7 @@ class TimingStore:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, device: str | None = None,
                  accept_scaled: bool = False, versions: str | None = None, reading: bool = False):
-        from primus_ext.files import note_input
+        from primus_ext.files import note_in_place, note_input
 
         self.path = Path(path) if path is not None else default_store_path()
         self._device = device
@@ -185,6 +185,8 @@ class TimingStore:
         # every SQLite failure a StoreError naming the file and the fix; an unreadable default store moved aside
         self._db, self.read_only = open_database(self.path, _TABLES, default=self.path == default_store_path(),
                                                  reading=reading)
+        if not self.read_only and str(self.path) != ":memory:":
+            note_in_place(self.path)  # written in place on purpose (bench --out): the output plan does not refuse it
         self._migrated: set[str] = set()
 
     # --- identity of this machine (lazy: importing torch only when no device was named) ---------

@@ -91,8 +91,9 @@ def baseline_dict(result: SuiteResult) -> dict[str, Any]:
                     entries={e.name: e.to_baseline() for e in result.entries if e.status != "error"})
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    """``data`` as sorted, indented JSON, written atomically and never over an input (``files.write_output``)."""
+def write_json(path: str | Path, data: Any, *, label: str | None = None) -> None:
+    """``data`` as sorted, indented JSON, written atomically and never over an input (``files.write_output``;
+    ``label``: the flag a refusal names)."""
     from primus_ext.files import write_output
 
-    write_output(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    write_output(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", label=label)

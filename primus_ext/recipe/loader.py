@@ -188,7 +188,7 @@ class _State:
 
     def shown(self, problem: Problem) -> Problem:
         """``problem`` as it may be printed: a value from the environment as its template."""
-        value = hide_value(problem.value)
+        value = hide_mapping({"v": problem.value})["v"]  # an EnvText at any depth: its template
         if isinstance(value, str):
             value = hide_text(value, self.hidden)
         return dataclasses.replace(problem, value=value, message=hide_text(problem.message, self.hidden),

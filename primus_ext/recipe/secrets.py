@@ -11,6 +11,12 @@ and never printed: ``recipe show`` and its JSON, every problem and warning, the 
 and the experiment folder's name show the template as written. A credential is hidden whatever its variable is
 called (``PGPASSWORD``, ``MYSQL_PWD``, ``DATABASE_URL``): a name list always misses one.
 
+A second layer catches what the first misses (a value inside a mapping a check echoes, an ``extends:`` target,
+a path built from a value): every expansion is also noted by origin (``errors.note_env_text``), and every way out
+(``Problem`` and ``RecipeError`` text, stdout and stderr of a command, ``files.write_output`` and ``open_journal``,
+the LLM prompt) passes through ``errors.redact``, which finds the text raw, JSON-, HTML- or ``repr``-escaped or as
+a normalised path and writes the template in the same encoding.
+
 A value from the environment used as a folder name (Primus's ``workspace/work_group/user_name/exp_name``) must be
 one: a plain name (``folder_name_problem``), else the folder is refused, the variable named and its value not.
 """

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from primus_ext.errors import Problem
+from primus_ext.errors import Problem, note_env_text, note_env_value
 from primus_ext.recipe import safe_yaml
 
 TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
@@ -69,6 +69,8 @@ def expand_string(text: str, env: Mapping[str, str], problems: list[Problem], *,
             return match.group(0)
         if name in env:
             from_env = from_env or bool(env[name])
+            if env[name]:
+                note_env_value(name, env[name])
             return env[name]
         if default is not None:
             return default
@@ -86,8 +88,14 @@ def expand_string(text: str, env: Mapping[str, str], problems: list[Problem], *,
     whole = TEMPLATE.fullmatch(text.strip())
     if whole is not None and result != text:
         value = _reparse(result)
-        return EnvText(value, template=text) if from_env and isinstance(value, str) else value
-    return EnvText(result, template=text) if from_env else result
+        return _from_env(value, text) if from_env and isinstance(value, str) else value
+    return _from_env(result, text) if from_env else result
+
+
+def _from_env(value: str, template: str) -> EnvText:
+    """An ``EnvText``, noted for every output to show as its template (``errors.redact``)."""
+    note_env_text(value, template)
+    return EnvText(value, template=template)
 
 
 class EnvText(str):

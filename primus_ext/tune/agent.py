@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from primus_ext.errors import Problem, RecipeError
+from primus_ext.errors import Problem, RecipeError, redact
 from primus_ext.recipe.checks import check
 from primus_ext.specs import ExecutionSpec
 from primus_ext.tune.axes import canonical
@@ -170,7 +170,8 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
                 raise ValueError("expected {\"header\": {...}} or {\"trial\": {...}}")
             if "header" in item:
                 header = _logged_header(item["header"])
-                mismatch = {k: (header.get(k), v) for k, v in (expect or {}).items() if header.get(k) != v}
+                mismatch = {k: (header.get(k), v) for k, v in (expect or {}).items()
+                            if header.get(k) != (redact(v) if isinstance(v, str) else v)}  # logged redacted
                 if mismatch:
                     raise RecipeError(problems=[Problem(
                         path=f"{path}:{number}", value=str(mismatch),

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from primus_ext.errors import Problem, RecipeError
+from primus_ext.errors import redact as shown_as_template
 from primus_ext.tune.axes import EP, PP, TP
 from primus_ext.tune.legality import normalise
 from primus_ext.tune.space import AXIS_ORDER, Config, Space
@@ -85,7 +86,8 @@ RULES = (
 def redact(text: str) -> str:
     """``text`` with the value of every secret-looking environment variable replaced, and without
     control characters (model text reaches the terminal: no escape sequences)."""
-    for name, value in os.environ.items():
+    text = shown_as_template(text)  # by origin: text the recipe read from the environment (errors.redact)
+    for name, value in os.environ.items():  # by name, besides: the API key the call itself reads
         if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_CHARS and value in text:
             text = text.replace(value, "[redacted]")
     return "".join(ch if ch.isprintable() else " " for ch in text)
@@ -263,8 +265,8 @@ def build_messages(ctx: SearchContext, batch: int, feedback: list[str], baseline
     }
     ask = (f"Propose up to {batch} new configurations (not yet tried) as JSON. Axes with a single candidate may "
            "be omitted.")
-    return [{"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": "SEARCH STATE (data):\n" + json.dumps(data, default=str) + "\n\n" + ask}]
+    state = "SEARCH STATE (data):\n" + json.dumps(data, default=str) + "\n\n" + ask
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": shown_as_template(state)}]
 
 
 def run(ctx: SearchContext, options: StrategyOptions) -> list[str]:
