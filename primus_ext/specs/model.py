@@ -63,6 +63,11 @@ class ModelSpec:
     """Intermediate size of one routed expert (defaults to ffn_hidden_size)."""
     moe_shared_expert_intermediate_size: int | None = None
     """Total intermediate size of the shared experts (num_shared * moe_ffn_hidden_size)."""
+    moe_latent_size: int | None = None
+    """Latent MoE (megatron-core ``moe_latent_size``, core_v0.16.0+ transformer_config.py; Nemotron-3 Super / Ultra):
+    ``fc1_latent_proj`` projects the routed tokens from hidden to this width before dispatch, the routed experts'
+    fc1 input / fc2 output are this width, the EP all-to-all moves it, ``fc2_latent_proj`` projects back. The router
+    and the shared experts stay at hidden. ``None``: no latent projection."""
     moe_shared_expert_gate: bool = False
     """A sigmoid gate on the shared experts' output (megatron-core ``moe_shared_expert_gate``, Qwen2-MoE):
     one ``1 x hidden`` weight per MoE layer (``SharedExpertMLP.gate_weight``)."""
