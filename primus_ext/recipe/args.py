@@ -28,6 +28,7 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
     # MLA, MTP
     "multi_latent_attention": False, "q_lora_rank": None, "kv_lora_rank": 32, "qk_head_dim": 128,
     "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "mtp_num_layers": None,
+    "mtp_use_repeated_layer": False,
     # parallelism
     "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
     "expert_model_parallel_size": 1, "expert_tensor_parallel_size": None, "sequence_parallel": False,

@@ -235,6 +235,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         qk_pos_emb_head_dim=a.int("qk_pos_emb_head_dim", minimum=0, default=64),  # type: ignore[arg-type]
         v_head_dim=a.int("v_head_dim") or 128,
         mtp_num_layers=a.int("mtp_num_layers", minimum=0) or 0,
+        mtp_use_repeated_layer=a.bool("mtp_use_repeated_layer"),  # megatron-core core_v0.17.0+
     )
 
 

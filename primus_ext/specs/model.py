@@ -95,6 +95,13 @@ class ModelSpec:
 
     mtp_num_layers: int = 0
     """Multi-token-prediction depth (DeepSeek-V3 uses 1)."""
+    mtp_use_repeated_layer: bool = False
+    """One MTP layer applied at every depth (megatron-core ``mtp_use_repeated_layer``, core_v0.17.0+
+    multi_token_prediction.py: "only 1 layer is created and applied mtp_num_layers times"): its parameters are held
+    once, its compute runs ``mtp_num_layers`` times."""
+    mtp_layer_pattern: str = ""
+    """A hybrid model's layers of one MTP depth (megatron-core ``ParsedHybridPattern.mtp_pattern``: the part after
+    each ``/`` of the hybrid layer pattern, e.g. ``*E``); "" for a GPT model (one decoder layer per depth)."""
 
     # --- hybrid Mamba models (megatron-core MambaModel; ``primus_ext.model.hybrid``) ---------------------------
     hybrid_layer_pattern: str = ""
@@ -114,6 +121,11 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
+
+    @property
+    def mtp_weight_copies(self) -> int:
+        """MTP layers whose parameters the model holds: one under ``mtp_use_repeated_layer``, else one per depth."""
+        return min(1, self.mtp_num_layers) if self.mtp_use_repeated_layer else self.mtp_num_layers
 
     @property
     def num_moe_layers(self) -> int:
