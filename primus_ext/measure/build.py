@@ -228,6 +228,9 @@ def config_kwargs(shape: RankShape, *, distributed: bool, device: torch.device, 
     if not a.multi_latent_attention:
         kw["num_query_groups"] = _div(a.num_query_groups, split, "num_query_groups")
     if builder.experts:
+        if a.moe_latent_size and not use_te:  # megatron-core 0.16.1 moe_layer.py: "TransformerEngine is required"
+            raise UnsupportedLayer("latent MoE (moe_latent_size) needs Transformer Engine: megatron-core builds its "
+                                   "latent projections as TELinear and its latent experts as TEGroupedMLP only")
         local = a.num_experts if distributed else _div(a.num_experts, shape.ep, "num_experts")
         built, topk, more = (local, a.moe_router_topk, []) if distributed else _moe_routing(shape, local)
         notes += more
@@ -240,6 +243,7 @@ def config_kwargs(shape: RankShape, *, distributed: bool, device: torch.device, 
                 if a.moe_shared_expert_intermediate_size else None
             ),
             moe_shared_expert_gate=a.moe_shared_expert_gate,
+            moe_latent_size=a.moe_latent_size or None,
             moe_token_dispatcher_type="alltoall" if device.type == "cuda" else "allgather",
             moe_grouped_gemm=use_te or grouped,
             moe_router_force_load_balancing=True,

@@ -93,9 +93,12 @@ def _hybrid_breakdown(model: ModelSpec, seq_length: int, scale: float, core_scal
     """A hybrid model: each layer symbol's kind gives its forward MACs per token (``Kind.model_macs``: attention on
     ``*``, a dense MLP on ``-``, an MoE block on ``E``, a Mamba-2 mixer on ``M``), times its count in the pattern."""
     parts = {f.name: 0 if f.default is MISSING else f.default for f in fields(FlopsBreakdown)}
-    parts["logits"] = scale * macs.logits_macs(model)
+    # each MTP depth: its layers (mtp_layer_pattern) and a loss head; no eh_proj term, as Megatron-LM's hybrid
+    # formula (training.py hybrid_flops @d98e8a64: pattern counts += depths, logits x (1 + mtp_num_layers))
+    mtp = model.mtp_num_layers if model.mtp_layer_pattern else 0
+    parts["logits"] = scale * macs.logits_macs(model) * (1 + mtp)
     for symbol, kind in pattern_kinds(model.hybrid_layer_pattern).items():
-        count = model.hybrid_layer_pattern.count(symbol)
+        count = model.hybrid_layer_pattern.count(symbol) + mtp * model.mtp_layer_pattern.count(symbol)
         for part, part_macs in get_kind(kind).model_macs(model, seq_length, causal).items():
             if part not in parts:
                 raise ValueError(f"layer kind {kind}: model_macs part {part!r} is not a FlopsBreakdown field "

@@ -42,11 +42,14 @@ def dense_mlp_macs(model: ModelSpec) -> float:
 
 
 def moe_mlp_macs(model: ModelSpec) -> float:
-    """Active routed experts (topk) + shared experts, per token."""
+    """Active routed experts (topk) + shared experts (+ latent MoE's two projections), per token; routed experts
+    read and write ``moe_latent_size`` features under latent MoE, hidden otherwise."""
     per_proj = 3 if model.gated else 2
-    routed = model.moe_router_topk * model.hidden_size * model.expert_ffn_hidden_size * per_proj
+    width = model.moe_latent_size or model.hidden_size
+    routed = model.moe_router_topk * width * model.expert_ffn_hidden_size * per_proj
     shared = model.hidden_size * (model.moe_shared_expert_intermediate_size or 0) * per_proj
-    return routed + shared
+    latent = 2 * model.hidden_size * (model.moe_latent_size or 0)
+    return routed + shared + latent
 
 
 def logits_macs(model: ModelSpec) -> float:

@@ -24,7 +24,10 @@ Every count follows the module that megatron-core builds (file:class in the comm
 * MoE (transformer/moe): ``TopKRouter.weight`` [experts, hidden] (fp32) + bias with add_bias_linear;
   ``num_experts / EP`` local experts, each an MLP at ``moe_ffn_hidden_size / ETP``; shared experts
   (``SharedExpertMLP``, bias not allowed) at ``moe_shared_expert_intermediate_size / TP``, plus its whole
-  ``1 x hidden`` ``gate_weight`` with ``moe_shared_expert_gate``.
+  ``1 x hidden`` ``gate_weight`` with ``moe_shared_expert_gate``. Latent MoE (``moe_latent_size``, Megatron-LM
+  core_v0.16.0+ moe_layer.py): the routed experts' fc1 input and fc2 output are the latent width (experts.py
+  ``moe_latent_size``), plus ``fc1_latent_proj`` [latent, hidden] and ``fc2_latent_proj`` [hidden, latent], each a
+  ``TELinear(parallel_mode="duplicated")``: whole on every TP rank, a bias each with add_bias_linear.
 * embedding: ``VocabParallelEmbedding`` [padded_vocab / TP, hidden] (+ learned absolute positions, not
   split: ``position_embedding_params``). output: ``ColumnParallelLinear`` [padded_vocab / TP, hidden], no
   bias; the ``output`` kind also holds the decoder block's final layernorm. Tied-embedding copies are
@@ -53,9 +56,10 @@ def norm_params(arch: LayerArch, size: int) -> int:
     return size * (2 if arch.normalization == "LayerNorm" else 1)
 
 
-def _mlp_params(arch: LayerArch, ffn: int, split: int, *, bias: bool) -> int:
-    """MLP (fc1 column-parallel, fc2 row-parallel) at intermediate size ``ffn`` split ``split`` ways."""
-    h = arch.hidden_size
+def _mlp_params(arch: LayerArch, ffn: int, split: int, *, bias: bool, width: int = 0) -> int:
+    """MLP (fc1 column-parallel, fc2 row-parallel) at intermediate size ``ffn`` split ``split`` ways, reading and
+    writing ``width`` features (0: hidden)."""
+    h = width or arch.hidden_size
     fc1_out = ffn * (2 if arch.gated else 1) // split
     params = h * fc1_out + (ffn // split) * h
     if bias:
@@ -112,8 +116,18 @@ def router_params(shape: RankShape) -> int:
 def expert_params(shape: RankShape) -> int:
     """Routed experts held by one expert rank: ``num_experts / EP`` experts at ``ffn / ETP``."""
     arch = shape.arch
-    per_expert = _mlp_params(arch, arch.moe_ffn_hidden_size, shape.etp, bias=arch.add_bias_linear)
+    per_expert = _mlp_params(arch, arch.moe_ffn_hidden_size, shape.etp, bias=arch.add_bias_linear,
+                             width=arch.expert_width)
     return shape.local_experts * per_expert
+
+
+def latent_proj_params(shape: RankShape) -> int:
+    """Latent MoE's ``fc1_latent_proj`` + ``fc2_latent_proj``: whole on every rank (``parallel_mode="duplicated"``)."""
+    arch = shape.arch
+    if not arch.moe_latent_size:
+        return 0
+    bias = (arch.moe_latent_size + arch.hidden_size) if arch.add_bias_linear else 0
+    return 2 * arch.hidden_size * arch.moe_latent_size + bias
 
 
 def shared_expert_params(shape: RankShape) -> int:
@@ -131,8 +145,8 @@ def dense_mlp_params(shape: RankShape) -> int:
 
 
 def moe_mlp_params(shape: RankShape) -> int:
-    """An MoE block: router + local experts + shared experts, without its norm."""
-    return router_params(shape) + expert_params(shape) + shared_expert_params(shape)
+    """An MoE block: router + latent projections + local experts + shared experts, without its norm."""
+    return router_params(shape) + latent_proj_params(shape) + expert_params(shape) + shared_expert_params(shape)
 
 
 def decoder_params(shape: RankShape, mlp: int, *, impl: Impl = "te") -> int:

@@ -59,6 +59,8 @@ class LayerArch:
     moe_router_topk: int = 0
     moe_ffn_hidden_size: int = 0
     moe_shared_expert_intermediate_size: int = 0
+    moe_latent_size: int = 0
+    """``ModelSpec.moe_latent_size``: the routed experts' input / output width (0 = hidden)."""
     moe_shared_expert_gate: bool = False
     """``ModelSpec.moe_shared_expert_gate``: a ``1 x hidden`` gate weight beside the shared experts."""
     moe_router_num_groups: int = 0
@@ -88,8 +90,16 @@ class LayerArch:
         """True when the MLP's first projection is doubled (gate + up), as ``ModelSpec.gated``."""
         return self.activation in GATED_ACTIVATIONS
 
+    @property
+    def expert_width(self) -> int:
+        """Width of a routed token in the experts and on the EP wire: ``moe_latent_size`` under latent MoE, else
+        hidden (megatron-core moe_layer.py ``fc1_latent_proj`` runs before dispatch; token_dispatcher.py sizes its
+        buffers ``moe_latent_size or hidden_size``)."""
+        return self.moe_latent_size or self.hidden_size
 
-_KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate", "mamba_num_heads",
+
+_KEY_OPTIONAL_ARCH = ("moe_router_num_groups", "moe_router_group_topk", "moe_shared_expert_gate", "moe_latent_size",
+                      "mamba_num_heads",
                       "mamba_head_dim", "mamba_num_groups", "mamba_state_dim", "mamba_d_conv", "mamba_chunk_size",
                       "dims")
 """``LayerArch`` fields left out of ``RankShape.key()`` while 0 (added after timing stores existed)."""
@@ -258,6 +268,7 @@ class RankShape:
             ffn_hidden_size=shrink(a.ffn_hidden_size, 64 * self.tp),
             moe_ffn_hidden_size=shrink(a.moe_ffn_hidden_size, 64 * self.etp),
             moe_shared_expert_intermediate_size=shrink(a.moe_shared_expert_intermediate_size, 64 * self.tp),
+            moe_latent_size=min(shrink(a.moe_latent_size, 64), hidden) if a.moe_latent_size else 0,
             num_experts=experts,
             moe_router_topk=min(a.moe_router_topk, experts) if experts else 0,
             moe_router_num_groups=a.moe_router_num_groups if grouped else 0,
@@ -311,6 +322,7 @@ def layer_arch(model: ModelSpec, *, moe: bool, vocab: int = 0) -> LayerArch:
         moe_router_topk=model.moe_router_topk if moe else 0,
         moe_ffn_hidden_size=model.expert_ffn_hidden_size if moe else 0,
         moe_shared_expert_intermediate_size=(model.moe_shared_expert_intermediate_size or 0) if moe else 0,
+        moe_latent_size=(model.moe_latent_size or 0) if moe else 0,
         moe_shared_expert_gate=bool(moe and model.moe_shared_expert_intermediate_size and model.moe_shared_expert_gate),
         moe_router_num_groups=(model.moe_router_num_groups or 0) if moe else 0,
         moe_router_group_topk=(model.moe_router_group_topk or 0) if moe else 0,

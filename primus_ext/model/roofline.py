@@ -274,16 +274,22 @@ def dense_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
 
 
 def moe_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
-    """An MoE block: router, the local experts' GEMMs and activation, permutation, shared experts."""
+    """An MoE block: router, latent projections, the local experts' GEMMs and activation, permutation, shared
+    experts. Routed tokens are ``arch.expert_width`` wide (the latent width under latent MoE)."""
     a, t = shape.arch, shape.tokens
     g = partial(parts.linear, shape=shape, gpu=gpu)
     gate = 2 if a.gated else 1
     local = max(1, shape.local_experts)
     per_expert = shape.routed_tokens_per_rank / local
     ffn = a.moe_ffn_hidden_size / shape.etp
+    width = a.expert_width
     parts.gemm("router", gemm_seconds(shape.tokens, a.num_experts, a.hidden_size, gpu, "bf16"))
+    if a.moe_latent_size:  # duplicated TELinear over this rank's (sequence-split) tokens: down, then back up
+        rows = t / shape.tp if shape.sequence_parallel else t
+        g("moe_latent_proj", rows, a.moe_latent_size, a.hidden_size)
+        g("moe_latent_proj", rows, a.hidden_size, a.moe_latent_size)
     grouped = kernel_curve.grouped_curves(shape, gpu)
-    for n, k in ((gate * ffn, a.hidden_size), (a.hidden_size, ffn)):
+    for n, k in ((gate * ffn, width), (width, ffn)):
         if grouped is None:
             g("moe", per_expert, n, k, count=local)
             continue
@@ -294,8 +300,8 @@ def moe_mlp_parts(parts: _Parts, shape: RankShape, gpu: GPUSpec) -> None:
         parts.wgrad["moe"] = parts.wgrad.get("moe", 0.0) + bwd / 2
     act = membound_seconds(shape.routed_tokens_per_rank * ffn * (gate + 1) * ACT_BYTES, gpu)
     parts.other("moe_act", act, MEMBOUND_BWD_FACTOR * act)
-    # permute + unpermute: read and write every routed token's hidden vector twice
-    perm = membound_seconds(4 * shape.routed_tokens_per_rank * a.hidden_size * ACT_BYTES, gpu)
+    # permute + unpermute: read and write every routed token's vector twice
+    perm = membound_seconds(4 * shape.routed_tokens_per_rank * width * ACT_BYTES, gpu)
     parts.other("moe_permute", perm, perm)
     if a.moe_shared_expert_intermediate_size:
         shared = a.moe_shared_expert_intermediate_size / shape.tp

@@ -11,7 +11,8 @@ Volumes (bf16 activations, per micro-batch, T = MBS * seq / CP tokens, h hidden)
   * CP p2p (``transformer_engine`` attention with ``cp_comm_type=p2p``): CP-1 ring steps sending this
     rank's K,V block forward, K,V and dK,dV backward, overlapped with the attention blocks; a2a:
     four all-to-alls of q,k,v,out per pass; allgather: K,V gathered forward, reduce-scattered back.
-  * EP: dispatch + combine all-to-all of T/TP * topk * h per pass (``alltoall``/``flex``), scaled by
+  * EP: dispatch + combine all-to-all of T/TP * topk * w per pass (``alltoall``/``flex``; w = hidden, or
+    ``moe_latent_size`` under latent MoE: megatron-core token_dispatcher.py), scaled by
     the routing imbalance for the busiest receiver; ``flex`` (DeepEP / HybridEP) sends a token once per
     destination domain when the group spans domains (``flex_dedup``); ``allgather`` dispatcher:
     gather over EP + scatter.
@@ -192,11 +193,11 @@ def _ep(shape: RankShape, ex: ExecutionSpec, pl: Placements, system: SystemSpec)
     a = shape.arch
     local_tokens = shape.tokens / shape.tp
     if ex.moe_token_dispatcher_type == "allgather":
-        full = local_tokens * a.hidden_size * ACT_BYTES * shape.ep
+        full = local_tokens * a.expert_width * ACT_BYTES * shape.ep
         both = collective_time("all_gather", full, pl.ep, system) + collective_time(
             "reduce_scatter", full, pl.ep, system)
         return both, both
-    sent = local_tokens * a.moe_router_topk * a.hidden_size * ACT_BYTES * shape.moe_imbalance
+    sent = local_tokens * a.moe_router_topk * a.expert_width * ACT_BYTES * shape.moe_imbalance
     if ex.moe_token_dispatcher_type == "flex" and pl.ep.crosses:
         sent *= flex_dedup(a.moe_router_topk, pl.ep.domains, a.moe_router_num_groups, a.moe_router_group_topk)
     bf16 = collective_time("all_to_all", sent, pl.ep, system)

@@ -87,9 +87,24 @@ def kind_rows(ctx: CostTable, layers: Mapping) -> tuple[KindRow, ...]:
             KindRow(("moe", False), 2, True, True), KindRow(("moe", True), 3, True, True),
             KindRow((mtp, False), 4, True, True), KindRow(("output", False), 4, False, False),  # MTP layer + head
             KindRow(("embedding", False), 5, True, False), KindRow(("output", False), 6, True, False)]
-    for k, kind in enumerate(pattern_kinds(ctx.model.hybrid_layer_pattern).values()):
+    kinds = tuple(pattern_kinds(ctx.model.hybrid_layer_pattern).values())
+    for k, kind in enumerate(kinds):
         rows.append(KindRow((kind, (kind, True) in layers), 7 + k, True, get_kind(kind).decoder_layer))
+    # MTP depths reusing the first depth's weights (mtp_use_repeated_layer): compute without parameters
+    shared = 7 + len(kinds)
+    rows += [KindRow((mtp, False), shared, False, True), KindRow(("output", False), shared, False, False)]
+    rows += [KindRow((kind, False), shared + 1 + k, False, get_kind(kind).decoder_layer)
+             for k, kind in enumerate(kinds)]
     return tuple(rows)
+
+
+def row_columns(raw_columns: int) -> list[int]:
+    """``chunk_counts``' column of each ``kind_rows`` row, for a table of ``raw_columns`` columns (a hybrid model
+    of K kinds has 8 + 2K): the GPT rows', the hybrid kinds', the repeated-MTP layer and head (one column), the
+    hybrid kinds' repeated-MTP layers."""
+    kinds = (raw_columns - len(GPT_COLUMNS)) // 2
+    shared = len(GPT_COLUMNS) - 1 + kinds
+    return [*GPT_COLUMNS, *range(len(GPT_COLUMNS) - 1, shared), shared, shared, *range(shared + 1, raw_columns)]
 
 
 class Member(NamedTuple):
@@ -189,7 +204,7 @@ def _counts(ctx: CostTable, ex: ExecutionSpec) -> tuple[np.ndarray, tuple[int, .
         distinct: dict[tuple, int] = {}
         rank_rows = tuple(distinct.setdefault(row, len(distinct)) for row in per_rank)
         raw = np.array([chunk for row in per_rank for chunk in row], dtype=np.float64)
-        found = ctx.batch[key] = (raw[:, [*GPT_COLUMNS, *range(len(GPT_COLUMNS) - 1, raw.shape[1])]], rank_rows)
+        found = ctx.batch[key] = (raw[:, row_columns(raw.shape[1])], rank_rows)
     return found
 
 
@@ -445,4 +460,5 @@ def _projection(steps: Steps, j: int) -> Projection:
 
 
 __all__ = ["COMM_KINDS", "FIELDS", "LAYER_COMM_KINDS", "PART", "PARTS", "KindRow", "Member", "Steps", "assemble",
-           "chunk_microbatches", "chunk_sums", "kind_rows", "prepare", "rank_sums", "schedule_of"]
+           "chunk_microbatches", "chunk_sums", "kind_rows", "prepare", "rank_sums", "row_columns",
+           "schedule_of"]

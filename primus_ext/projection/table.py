@@ -279,7 +279,10 @@ def chunk_counts(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, 
 @lru_cache(maxsize=4096)
 def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Per rank, per chunk: (dense kept, dense recomputed, moe kept, moe recomputed, mtp, embedding, output,
-    then a hybrid model's layers by kind in ``kinds.registry.pattern_kinds`` order, none recomputed)."""
+    then a hybrid model's layers by kind in ``kinds.registry.pattern_kinds`` order, none recomputed, then the MTP
+    depths that reuse the first depth's weights (``ModelSpec.mtp_use_repeated_layer``): a GPT model's count, then a
+    hybrid model's by kind). ``mtp`` counts every depth (its output head runs at each); a hybrid model's MTP layers
+    (``mtp_layer_pattern``) add to its kinds' counts, those of repeated depths to the weight-sharing columns."""
     pattern = model.moe_layer_pattern
     hybrid = model.hybrid_layer_pattern
     granularity = ex.recompute_granularity
@@ -306,7 +309,14 @@ def _chunk_counts_memo(model: ModelSpec, ex: ExecutionSpec) -> tuple[tuple[tuple
                 else:
                     recomputed = True
                 counts[2 * moe + recomputed] += 1
-            row.append((*counts, chunk.mtp_layers, chunk.embedding, chunk.output, *kinds))
+            mtp, owned = chunk.mtp_layers, min(chunk.mtp_layers, model.mtp_weight_copies)
+            shared = [0] * len(index)
+            for symbol in model.mtp_layer_pattern:  # a hybrid model's MTP layers
+                kinds[index[symbol]] += owned
+                shared[index[symbol]] += mtp - owned
+            gpt_shared = 0 if hybrid else mtp - owned
+            row.append((*counts, owned if not hybrid else mtp, chunk.embedding, chunk.output, *kinds, gpt_shared,
+                        *shared))
         out.append(tuple(row))
     return tuple(out)
 

@@ -24,10 +24,11 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
     "position_embedding_type": "learned_absolute", "window_size": None,
     # MoE
     "num_experts": None, "moe_router_topk": 2, "moe_ffn_hidden_size": None, "moe_shared_expert_intermediate_size": None,
-    "moe_layer_freq": 1,
+    "moe_layer_freq": 1, "moe_latent_size": None,
     # MLA, MTP
     "multi_latent_attention": False, "q_lora_rank": None, "kv_lora_rank": 32, "qk_head_dim": 128,
     "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "mtp_num_layers": None,
+    "mtp_use_repeated_layer": False,
     # parallelism
     "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
     "expert_model_parallel_size": 1, "expert_tensor_parallel_size": None, "sequence_parallel": False,

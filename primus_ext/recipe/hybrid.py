@@ -99,6 +99,9 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
         a.bad("hybrid_override_pattern", f"must be a string of {' '.join(symbols())}",
               fix="e.g. hybrid_override_pattern: M*M-")
         override = None
+    mtp_pattern = ""
+    if override is not None and "/" in override:
+        override, mtp_pattern = _mtp_split(a, model, override)
     try:
         pattern = _layer_pattern(a, model, attention, mlp, override)
     except hybrid.HybridPatternError as err:
@@ -114,11 +117,33 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
         heads = 1
     a.int("mamba_state_dim")
     a.bool("is_hybrid_model")
+    if mtp_pattern and not set(mtp_pattern) <= set(pattern):
+        a.bad("hybrid_override_pattern", f"MTP layers {mtp_pattern!r} hold a layer kind the decoder pattern lacks",
+              fix="use MTP layers of the decoder's symbols")
+        mtp_pattern = ""
     return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
-                   kind_dims=kind_dims(a, pattern),
+                   kind_dims=kind_dims(a, pattern), mtp_layer_pattern=mtp_pattern,
                    mamba_num_groups=a.int("mamba_num_groups") or hybrid.MAMBA_NUM_GROUPS,
                    mamba_state_dim=a.int("mamba_state_dim") or hybrid.MAMBA_STATE_DIM,
                    moe_layer_pattern=_routed(pattern) if model.num_experts else ())
+
+
+def _mtp_split(a: ArgReader, model: ModelSpec, override: str) -> tuple[str, str]:
+    """(decoder pattern, one MTP depth's pattern) of ``main/mtp/mtp...`` (Megatron-LM @d98e8a64
+    models/hybrid/hybrid_layer_allocation.py ``parse_hybrid_pattern``: "/" introduces one MTP depth's layers, every
+    depth's the same); its depth count must be ``mtp_num_layers`` (hybrid_model.py builds MTP when both are set)."""
+    main, *depths = override.split("/")
+    if not any(depths):
+        return main, ""
+    if any(part != depths[0] for part in depths):
+        a.bad("hybrid_override_pattern", f"MTP patterns after '/' differ ({', '.join(map(repr, depths))})",
+              fix="repeat one MTP pattern per depth, e.g. M*M*/*E/*E")
+        return main, ""
+    if model.mtp_num_layers != len(depths):
+        a.bad("mtp_num_layers", f"{model.mtp_num_layers}, but hybrid_override_pattern gives {len(depths)} MTP "
+              "depths after '/'", fix=f"set mtp_num_layers: {len(depths)}")
+        return main, ""
+    return main, depths[0]
 
 
 def _layer_pattern(a: ArgReader, model: ModelSpec, attention: float, mlp: float, override: str | None) -> str:
@@ -198,10 +223,12 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
         problems.append(Problem(path="pipeline_schedule", value=schedule.name,
                                 message=f"{schedule.label} needs two model chunks per rank; megatron-core's MambaStack "
                                         "builds one per pipeline rank", fix="use 1F1B or ZB-H1 / ZB-H2"))
-    if model.mtp_num_layers:
+    if model.mtp_num_layers and not model.mtp_layer_pattern:
         problems.append(Problem(path="mtp_num_layers", value=model.mtp_num_layers,
-                                message="multi-token prediction of a hybrid Mamba model is not modelled",
-                                fix="set mtp_num_layers: 0"))
+                                message="a hybrid Mamba model's MTP layers are given after '/' in its layer pattern "
+                                        "(megatron-core parse_hybrid_pattern); this one gives none",
+                                fix="append /<layers> once per depth to hybrid_override_pattern (e.g. /*E/*E), or "
+                                    "set mtp_num_layers: 0"))
     if execution.recompute_granularity == "full":
         warnings.append("recompute_granularity full: megatron-core's MambaStack has no layer-checkpointing path "
                         "(TransformerBlock's _checkpointed_forward); projected without recompute")

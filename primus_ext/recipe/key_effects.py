@@ -329,7 +329,6 @@ ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
     ("heterogeneous_layers_config_path", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("heterogeneous_layers_config_encoded_json", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("heterogeneous_block_specs", _set, "heterogeneous layers (per-layer configs) are not modelled"),
-    ("moe_latent_size", _set, "latent MoE (moe_latent_size) is not modelled"),
     ("num_hash_layers", _positive, "hash-routed MoE layers (num_hash_layers) are not modelled"),
     ("use_legacy_models", _set, "legacy (non-megatron-core) models are not modelled"),
     ("perform_rl_step", _set, "reinforcement-learning steps (generation + training) are not modelled"),

@@ -187,7 +187,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
     elif a.given("num_experts") and a.raw("num_experts") is not None:
         # num_experts itself is wrong (said above): the other MoE arguments are still read, so their own
         # problems are listed too, not found one run later
-        for key in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_topk"):
+        for key in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_topk", "moe_latent_size"):
             a.int(key)
         a.int("moe_router_num_groups", minimum=0)
         a.int("moe_router_group_topk", minimum=0)
@@ -220,6 +220,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         moe_router_topk=a.int("moe_router_topk") or 2,
         moe_ffn_hidden_size=(a.int("moe_ffn_hidden_size") or ffn) if experts else None,
         moe_shared_expert_intermediate_size=a.int("moe_shared_expert_intermediate_size") if experts else None,
+        moe_latent_size=a.int("moe_latent_size") if experts else None,  # latent MoE (megatron-core 0.16+)
         # megatron-core builds the gate only beside shared experts
         moe_shared_expert_gate=bool(experts and a.int("moe_shared_expert_intermediate_size"))
         and a.bool("moe_shared_expert_gate"),
@@ -234,6 +235,7 @@ def resolve_model(a: ArgReader, *, name: str) -> ModelSpec:
         qk_pos_emb_head_dim=a.int("qk_pos_emb_head_dim", minimum=0, default=64),  # type: ignore[arg-type]
         v_head_dim=a.int("v_head_dim") or 128,
         mtp_num_layers=a.int("mtp_num_layers", minimum=0) or 0,
+        mtp_use_repeated_layer=a.bool("mtp_use_repeated_layer"),  # megatron-core core_v0.17.0+
     )
 
 

@@ -63,6 +63,11 @@ class ModelSpec:
     """Intermediate size of one routed expert (defaults to ffn_hidden_size)."""
     moe_shared_expert_intermediate_size: int | None = None
     """Total intermediate size of the shared experts (num_shared * moe_ffn_hidden_size)."""
+    moe_latent_size: int | None = None
+    """Latent MoE (megatron-core ``moe_latent_size``, core_v0.16.0+ transformer_config.py; Nemotron-3 Super / Ultra):
+    ``fc1_latent_proj`` projects the routed tokens from hidden to this width before dispatch, the routed experts'
+    fc1 input / fc2 output are this width, the EP all-to-all moves it, ``fc2_latent_proj`` projects back. The router
+    and the shared experts stay at hidden. ``None``: no latent projection."""
     moe_shared_expert_gate: bool = False
     """A sigmoid gate on the shared experts' output (megatron-core ``moe_shared_expert_gate``, Qwen2-MoE):
     one ``1 x hidden`` weight per MoE layer (``SharedExpertMLP.gate_weight``)."""
@@ -90,6 +95,13 @@ class ModelSpec:
 
     mtp_num_layers: int = 0
     """Multi-token-prediction depth (DeepSeek-V3 uses 1)."""
+    mtp_use_repeated_layer: bool = False
+    """One MTP layer applied at every depth (megatron-core ``mtp_use_repeated_layer``, core_v0.17.0+
+    multi_token_prediction.py: "only 1 layer is created and applied mtp_num_layers times"): its parameters are held
+    once, its compute runs ``mtp_num_layers`` times."""
+    mtp_layer_pattern: str = ""
+    """A hybrid model's layers of one MTP depth (megatron-core ``ParsedHybridPattern.mtp_pattern``: the part after
+    each ``/`` of the hybrid layer pattern, e.g. ``*E``); "" for a GPT model (one decoder layer per depth)."""
 
     # --- hybrid Mamba models (megatron-core MambaModel; ``primus_ext.model.hybrid``) ---------------------------
     hybrid_layer_pattern: str = ""
@@ -109,6 +121,11 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
+
+    @property
+    def mtp_weight_copies(self) -> int:
+        """MTP layers whose parameters the model holds: one under ``mtp_use_repeated_layer``, else one per depth."""
+        return min(1, self.mtp_num_layers) if self.mtp_use_repeated_layer else self.mtp_num_layers
 
     @property
     def num_moe_layers(self) -> int:

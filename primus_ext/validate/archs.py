@@ -11,7 +11,7 @@ routing) are read from the notes text with explicit patterns; anything assumed i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primus_ext.specs import ModelSpec
@@ -128,6 +128,8 @@ def parse_arch(row: dict[str, str]) -> ArchRow:
                            tuple([False] * first_k + [True] * (layers - first_k)) if experts else ()),
         moe_router_num_groups=num_groups,
         moe_router_group_topk=group_topk,
+        moe_latent_size=_note_int(notes, "moe_latent_size") if experts else None,
+        mtp_use_repeated_layer="mtp_use_repeated_layer" in notes,
         multi_latent_attention=mla,
         q_lora_rank=_note_int(notes, "q_lora_rank") if mla else None,
         kv_lora_rank=_note_int(notes, "kv_lora_rank") or 512,
@@ -149,18 +151,21 @@ states none; with it the model holds 31.58e9 parameters, the "30B-A3B" of its na
 
 
 def _hybrid_pattern(notes: str) -> str | None:
-    """``"pattern MEMEM*E..."`` in the notes -> the hybrid layer pattern (megatron-core symbols M * - E)."""
-    match = re.search(r"pattern\s+([ME*\-]{2,})", notes)
+    """``"pattern MEMEM*E..."`` in the notes -> the hybrid layer pattern (megatron-core symbols M * - E; ``/*E/*E``
+    after it: one MTP depth's layers per ``/``, Megatron-LM's ``parse_hybrid_pattern``)."""
+    match = re.search(r"pattern\s+([ME*\-/]{2,})", notes)
     return match.group(1) if match else None
 
 
 def _hybrid_model(model: ModelSpec, pattern: str, notes: str, assumptions: list[str]) -> ModelSpec | str:
     """``model`` as a hybrid Mamba model (``model.hybrid``), or why it cannot be one."""
-    from dataclasses import replace
 
     from primus_ext.model import hybrid
     from primus_ext.model.layers import allocate_layers
 
+    pattern, *depths = pattern.split("/")
+    if any(part != depths[0] for part in depths) or not set("".join(depths)) <= set(pattern):
+        return f"{model.name}: MTP patterns {depths} differ or hold layers the decoder pattern lacks"
     try:
         allocate_layers(model.num_layers, 0.0, 0.0, pattern)
         head_dim = _note_int(notes, "mamba_head_dim") or hybrid.MAMBA_HEAD_DIM
@@ -172,20 +177,42 @@ def _hybrid_model(model: ModelSpec, pattern: str, notes: str, assumptions: list[
     if not (_note_int(notes, "mamba_num_groups") and _note_int(notes, "mamba_state_dim")):
         assumptions.append(f"Mamba groups {groups}, state {state}, head dim {head_dim} where not stated "
                            "(megatron-core TransformerConfig defaults)")
+    if depths:
+        assumptions.append(f"{len(depths)} MTP depths of {depths[0]}" + (
+            ", one layer repeated at each (mtp_use_repeated_layer)" if model.mtp_use_repeated_layer else ""))
     return replace(model, hybrid_layer_pattern=pattern, mamba_num_heads=heads, mamba_head_dim=head_dim,
-                   mamba_num_groups=groups, mamba_state_dim=state, position_embedding_type="none")
+                   mamba_num_groups=groups, mamba_state_dim=state, position_embedding_type="none",
+                   mtp_num_layers=len(depths), mtp_layer_pattern=depths[0] if depths else "",
+                   moe_layer_pattern=tuple(c == "E" for c in pattern) if model.num_experts else ())
 
 
 REQUIRED_ARCH_COLUMNS = ("name", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
                          "num_experts", "topk", "moe_ffn_hidden", "shared_experts", "first_k_dense")
 
 
-def read_archs(path: str | Path) -> dict[str, ArchRow]:
-    """All rows of an archs CSV keyed by model name. Raises ``RecipeError`` on a wrong layout."""
+CITED_ARCHS = Path(__file__).with_name("archs_cited.csv")
+"""Architectures primus-ext found in upstream sources for models ``model_archs.csv`` gives none for, each row's
+source in its notes (same layout): used only for a model the given file lacks or leaves without an architecture."""
+
+
+def read_archs(path: str | Path, cited: str | Path | None = CITED_ARCHS) -> dict[str, ArchRow]:
+    """All rows of an archs CSV keyed by model name, with ``cited``'s rows for the models it gives no architecture
+    (``CITED_ARCHS``; ``None``: the file alone). Raises ``RecipeError`` on a wrong layout."""
+    archs = {name: parse_arch(row) for name, row in _rows(path).items()}
+    for name, row in (_rows(cited) if cited else {}).items():
+        if name not in archs or (archs[name].model is None and "not given" in archs[name].skipped_reason):
+            found = parse_arch(row)
+            archs[name] = replace(found, assumptions=(
+                f"architecture from primus-ext's {Path(cited).name} (the archs file gives none)",  # type: ignore[arg-type]
+                *found.assumptions))
+    return archs
+
+
+def _rows(path: str | Path) -> dict[str, dict[str, str]]:
     rows = {row["name"].strip(): row for row in read_rows(path, REQUIRED_ARCH_COLUMNS, "model_archs.csv")}
     for row in rows.values():
         # "as GPT-OSS-120B otherwise": the notes inherit the named model's notes
         ref = re.search(r"as ([\w.\-]+) otherwise", row.get("notes", "") or "")
         if ref and ref.group(1) in rows:
             row["notes"] = (row["notes"] or "") + "; " + (rows[ref.group(1)].get("notes", "") or "")
-    return {name: parse_arch(row) for name, row in rows.items()}
+    return rows

@@ -32,6 +32,7 @@ ROUNDING = 0.005
 EXCLUDED_ROWS = {
     82: "GPT-OSS-120B H100: the source's GBS is not MBS x DP x GA (an inconsistent row)",
     159: "NeMo AutoModel (FSDP2): checkpointing settings not stated, configs not published",
+    160: "NeMo AutoModel (FSDP2): checkpointing settings not stated, configs not published",
     161: "NeMo AutoModel (FSDP2): checkpointing settings not stated, configs not published",
     162: "NeMo AutoModel (FSDP2): checkpointing settings not stated, configs not published",
 }

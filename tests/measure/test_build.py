@@ -125,3 +125,14 @@ def test_window_skip_freq_one_means_full_attention_everywhere(world1):
     built = build_layer(shape, device=world1)
     assert built.layers == 1
     assert built.module.layers[0].self_attention.core_attention.scale_mask_softmax.window_size is None
+
+
+def test_latent_moe_without_transformer_engine_is_refused_with_the_reason(world1):
+    # megatron-core 0.16.1 moe_layer.py asserts HAVE_TE for its latent projections (TELinear); its SequentialMLP
+    # experts ignore moe_latent_size: no CPU stand-in would have the real layer's shapes
+    from dataclasses import replace
+
+    from primus_ext.measure.build import UnsupportedLayer
+
+    with pytest.raises(UnsupportedLayer, match=r"latent MoE .* Transformer Engine"):
+        build_layer(RankShape(kind="moe", arch=replace(MOE, moe_latent_size=64)), device="cpu")

@@ -30,8 +30,10 @@ def test_projection_splits_the_pattern_as_mambastack(pp, first, last):
     for stage, rank in zip(expected, counts, strict=True):
         (chunk,) = rank
         assert chunk[:4] == (0, 0, 0, 0)  # no GPT layers
-        assert dict(zip(pattern_kinds(NANO).values(), chunk[7:], strict=True)) == {  # the kinds NANO has
+        kinds = len(pattern_kinds(NANO))
+        assert dict(zip(pattern_kinds(NANO).values(), chunk[7:7 + kinds], strict=True)) == {  # the kinds NANO has
             "mamba": stage.count("M"), "hybrid_attention": stage.count("*"), "hybrid_moe": stage.count("E")}
+        assert chunk[7 + kinds:] == (0,) * (1 + kinds)  # no MTP depths sharing weights
 
 
 def test_stage_parameters_in_the_projection_and_the_memory_model_agree_with_the_split():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from recipe_data import BASE
 
 from primus_ext.hardware import load_system
@@ -89,3 +90,36 @@ def test_primus_gdn_hybrid_stack_resolves_with_its_own_allocation():
     # its Mamba-mixer stacks are still refused
     _, _, problems, _ = resolve_all(dict(ZEBRA_1B_GDN, spec=[SPECS, "hybrid_stack_spec"]), NODE)
     assert [p.path for p in problems] == ["spec"] and "HybridStack" in problems[0].message
+
+
+NEMOTRON_3_SUPER = dict(
+    BASE, model_type="mamba", num_layers=88, hidden_size=4096, ffn_hidden_size=2688, num_attention_heads=32,
+    group_query_attention=True, num_query_groups=2, kv_channels=128, squared_relu=True, swiglu=False,
+    normalization="RMSNorm", position_embedding_type="none", add_bias_linear=False, vocab_size=131072,
+    untie_embeddings_and_output_weights=True, mamba_num_heads=128, mamba_head_dim=64,
+    hybrid_override_pattern="MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+                            "/*E/*E",
+    num_experts=512, moe_router_topk=22, moe_latent_size=1024, moe_shared_expert_intermediate_size=5376,
+    moe_grouped_gemm=True, mtp_num_layers=2, mtp_use_repeated_layer=True, seq_length=8192,
+    micro_batch_size=1, global_batch_size=512, tensor_model_parallel_size=2, sequence_parallel=True,
+    expert_model_parallel_size=8, expert_tensor_parallel_size=1)
+"""Megatron-LM tests/functional_tests/test_cases/nemotron/nemotron3_super_release_gb200/model_config.yaml @d98e8a64
+(EP 8 of its 64 to fit one 8-GPU node here; ETP 1 as there) with issue 54's repeated MTP layer, as a flat recipe."""
+
+
+def test_nemotron_3_super_recipe_is_the_validation_paths_model():
+    from primus_ext.model.flops import model_flops_per_token
+    from primus_ext.recipe.checks import check
+    from primus_ext.validate.archs import CITED_ARCHS, read_archs
+
+    node = load_system("b200", 1)
+    model, execution, problems, _ = resolve_all(NEMOTRON_3_SUPER, node)
+    assert not problems and check(model, execution, node) == [], problems
+    cited = read_archs(CITED_ARCHS, cited=None)["Nemotron-3-Super"].model
+    fields = ("hybrid_layer_pattern", "mtp_layer_pattern", "mtp_num_layers", "mtp_use_repeated_layer",
+              "moe_latent_size", "moe_shared_expert_intermediate_size", "expert_ffn_hidden_size", "mamba_num_heads",
+              "moe_layer_pattern", "activation", "vocab_size")
+    assert {f: getattr(model, f) for f in fields} == {f: getattr(cited, f) for f in fields}
+    assert model_flops_per_token(model, 8192) == pytest.approx(model_flops_per_token(cited, 8192))
+    p = project(model, execution, node)
+    assert 0 < p.mfu <= 1 and p.memory is not None

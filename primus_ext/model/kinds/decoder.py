@@ -127,7 +127,8 @@ class MoEKind(DecoderKind):
 
     def _gemm_flops(self, shape) -> float:
         per_expert = P.expert_params(shape) / max(1, shape.local_experts)
-        gemm = P.attention_params(shape) + P.router_params(shape) + P.shared_expert_params(shape)
+        gemm = (P.attention_params(shape) + P.router_params(shape) + P.shared_expert_params(shape)
+                + P.latent_proj_params(shape))
         return 2.0 * shape.tokens * gemm + 2.0 * shape.routed_tokens_per_rank * per_expert
 
     def saved(self, shape, impl) -> dict[str, float]:
@@ -157,7 +158,7 @@ def drop_recomputed_moe(modules: object, parts: dict[str, float]) -> dict[str, f
     """``parts`` without the MoE tensors that selective recompute of ``modules`` rebuilds instead of saving
     (megatron-core 0.16.1 ``recompute_modules``: moe, moe_act, shared_experts)."""
     if "moe" in modules:
-        for name in ("router", "experts", "experts_fc2_in", "shared_experts"):
+        for name in ("router", "experts", "experts_fc2_in", "shared_experts", "latent_proj"):
             parts[name] = 0.0
     if "moe_act" in modules:
         parts["experts_fc2_in"] = 0.0

@@ -194,12 +194,15 @@ def _moe(shape: RankShape, impl: ActivationImpl, e: int, lin_e: float, ts: float
     parts["router"] = router
     slots = shape.routed_tokens_per_rank
     ffn = a.moe_ffn_hidden_size / shape.etp
+    width = a.expert_width  # routed tokens' width: the latent width under latent MoE
     if impl.fused_swiglu:  # TE: fused activation-with-probs keeps its input + fp32 probs
-        per_slot = lin_e * a.hidden_size + _act_bytes(impl, gated, e, 1, ffn, shape.act_fp8_input) + FP32_BYTES
+        per_slot = lin_e * width + _act_bytes(impl, gated, e, 1, ffn, shape.act_fp8_input) + FP32_BYTES
     else:  # local: activation, then act*probs keeps both (+ probs column)
-        per_slot = e * a.hidden_size + _act_bytes(impl, gated, e, 1, ffn) + e * ffn + e
+        per_slot = e * width + _act_bytes(impl, gated, e, 1, ffn) + e * ffn + e
     parts["experts"] = slots * per_slot
     parts["experts_fc2_in"] = slots * lin_e * ffn
+    if a.moe_latent_size:  # fc2_latent_proj's input, the combined latent tokens (fc1's is the norm output, kept)
+        parts["latent_proj"] = lin_e * ts * a.moe_latent_size
     if a.moe_shared_expert_intermediate_size:
         shared = a.moe_shared_expert_intermediate_size / shape.tp
         parts["shared_experts"] = (_act_bytes(impl, gated, e, shape.tokens, shared, shape.act_fp8_input)

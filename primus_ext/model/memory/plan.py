@@ -53,7 +53,9 @@ def plan(model: ModelSpec, pp: int, vpp: int | None, layout: str | None, first: 
         row = []
         for chunk in stage.chunks:
             if model.hybrid_layer_pattern:
-                symbols = [model.hybrid_layer_pattern[i] for i in chunk.layers]
+                # a hybrid model's MTP layers (mtp_layer_pattern at each depth) with the chunk's decoder layers
+                symbols = [model.hybrid_layer_pattern[i] for i in chunk.layers] + [
+                    *model.mtp_layer_pattern * chunk.mtp_layers]
                 row.append(ChunkComposition(dense=0, moe=0, embedding=chunk.embedding, output=chunk.output,
                                             mtp=chunk.mtp_layers, hybrid=tuple(map(symbols.count, hybrid_symbols))))
                 continue

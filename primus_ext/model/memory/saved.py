@@ -50,5 +50,5 @@ def linear_input_fraction(shape: RankShape, *, impl: ActivationImpl = TE) -> flo
     parts = activation_parts(shape, impl=impl, recompute="none")
     total = sum(parts.values())
     names = ("input_norm_out", "pre_mlp_norm_out", "attn_out", "mlp_fc2_in", "experts", "experts_fc2_in",
-             "output_in", "mla_q_compressed", "mla_kv_compressed")
+             "latent_proj", "output_in", "mla_q_compressed", "mla_kv_compressed")
     return sum(parts.get(n, 0.0) for n in names) / total if total else 0.0

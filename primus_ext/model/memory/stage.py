@@ -268,12 +268,14 @@ def _chunk_activations(ctx: StageContext, comp: ChunkComposition) -> tuple[float
             total += count * ctx.terms[kind].act_selected
     if comp.output:
         total += ctx.terms["output"].act_none
-    if comp.mtp and mtp_kind:
+    hybrid_mtp = bool(ctx.model.mtp_layer_pattern)  # its MTP layers are in comp.hybrid
+    if comp.mtp and (mtp_kind or hybrid_mtp):
         # each MTP depth: a decoder layer, its eh_proj input (2h) and another loss over the vocab
         sp = e.tp if e.sequence_parallel and e.tp > 1 else 1
         eh_in = (activations.element_bytes(e.precision) * 2 * ctx.model.hidden_size * e.micro_batch_size * e.seq_length
                  / e.cp / sp)
-        total += comp.mtp * (mtp_kind.act_none + eh_in + ctx.terms["output"].act_none)
+        layer = 0.0 if hybrid_mtp or mtp_kind is None else mtp_kind.act_none
+        total += comp.mtp * (layer + eh_in + ctx.terms["output"].act_none)
     return total, working
 
 
@@ -289,18 +291,23 @@ def _rank_profile(ctx: StageContext, rank: int) -> RankProfile:
     dense, moe = ctx.terms.get("dense"), ctx.terms.get("moe")
     mtp_kind = moe if model.is_moe and moe else dense
     n_mtp = sum(c.mtp for c in comps)
-    n_dense = sum(c.dense for c in comps) + (n_mtp if mtp_kind is dense else 0)
-    n_moe = sum(c.moe for c in comps) + (n_mtp if mtp_kind is moe else 0)
+    owned = min(n_mtp, model.mtp_weight_copies)  # MTP layers holding weights (one under mtp_use_repeated_layer)
+    gpt_mtp = 0 if model.mtp_layer_pattern else owned
+    n_dense = sum(c.dense for c in comps) + (gpt_mtp if mtp_kind is dense else 0)
+    n_moe = sum(c.moe for c in comps) + (gpt_mtp if mtp_kind is moe else 0)
     total = n_dense * (dense.params if dense else 0) + n_moe * (moe.params if moe else 0)
     embedding = any(c.embedding for c in comps)
     output = any(c.output for c in comps)
     edge = (ctx.embedding_params if embedding else 0) + (ctx.output_params if output else 0)
     if n_mtp:  # MTP layers' extras, and the embedding Megatron builds on their stage
-        edge += n_mtp * ctx.mtp_extra_params + (0 if embedding else ctx.terms["embedding"].params)
+        edge += owned * ctx.mtp_extra_params + (0 if embedding else ctx.terms["embedding"].params)
     chunks = [_chunk_activations(ctx, comp) for comp in comps]
     present = [t for c, t in ((n_dense, dense), (n_moe, moe)) if c and t]
-    hybrid_kinds = pattern_kinds(model.hybrid_layer_pattern).values()
-    hybrid = [(sum(c.hybrid[k] for c in comps), ctx.terms[kind]) for k, kind in enumerate(hybrid_kinds)
+    # a hybrid model's MTP layers of repeated depths compute (comp.hybrid) but hold no weights of their own
+    repeats = {symbol: (n_mtp - owned) * model.mtp_layer_pattern.count(symbol)
+               for symbol in pattern_kinds(model.hybrid_layer_pattern)}
+    hybrid = [(sum(c.hybrid[k] for c in comps) - repeats[symbol], ctx.terms[kind])
+              for k, (symbol, kind) in enumerate(pattern_kinds(model.hybrid_layer_pattern).items())
               if any(c.hybrid[k] for c in comps)]
     present += [t for _, t in hybrid]
     total += sum(n * t.params for n, t in hybrid)
