@@ -4,10 +4,9 @@
 ``resolve_all`` calls ``hybrid_model`` on the resolved ``ModelSpec``: the layer pattern from
 ``hybrid_override_pattern`` / ``hybrid_attention_ratio`` / ``hybrid_mlp_ratio`` (``model.layers.allocate_layers``),
 the mixer sizes from ``mamba_*``, and the problems megatron-core would raise (head / group splits over TP and CP,
-interleaved pipelines, an uneven pipeline split). Primus's ``HybridStack`` specs of gated DeltaNet mixers project
-(``HYBRID_STACK_MIXERS``: its allocation, its ``M`` layers ``model.kinds.gated_delta``'s). Refused with a sentence
-(``HYBRID_SPEC_REFUSALS``): its other ``HybridStack`` specs (Zebra-Llama's expand-1 Mamba mixer) and the
-Kimi-delta-attention linear-attention mixers.
+interleaved pipelines, an uneven pipeline split). Primus's ``HybridStack`` specs project (``HYBRID_STACK_MIXERS``:
+its allocation, its ``M`` layers the kind of its mixer: Zebra-Llama's Mamba-2 mixer of the spec's expand, gated
+DeltaNet). Refused with a sentence (``HYBRID_SPEC_REFUSALS``): any other ``HybridStack`` spec.
 """
 
 from __future__ import annotations
@@ -26,21 +25,33 @@ HYBRID_KEYS = ("is_hybrid_model", "hybrid_override_pattern", "hybrid_attention_r
 """The Megatron arguments this module reads (megatron-core TransformerConfig / MambaModel names)."""
 
 HYBRID_STACK_MIXERS = {
+    "hybrid_stack_spec": "M",
+    "mamba_hybrid_stack_spec_no_te": "M",
     "gdn_hybrid_stack_spec": "G",
     "gdn_hybrid_stack_spec_no_te": "G",
 }
 """Primus ``HybridStack`` specs that project (primus/backends/megatron/core/models/hybrid/
 hybrid_mamba_mla_layer_specs.py at Primus HEAD): spec name -> the symbol of the kind its mixer layer (the pattern's
-``M``) is. ``gdn_*``: a ``GatedDeltaNetLayer`` (pre-norm + megatron-core's ``GatedDeltaNet`` copy:
-``model.kinds.gated_delta``); its ``-`` an ``MLPLayer`` as megatron-core's; its ``*`` MLA with extra q / kv norms
-(not priced: a warning)."""
+``M``) is. ``hybrid_stack_spec`` / ``mamba_hybrid_stack_spec_no_te``: megatron-core's ``MambaLayer``
+(``Mamba2HybridLayer`` adapts its constructor only) with a ``MambaMixer`` of the expand
+``HYBRID_STACK_MAMBA_EXPAND`` gives
+(``model.kinds.mamba``; the no-TE spec's layer has no pre-norm, priced with megatron-core's fused one: hidden_size
+parameters a layer more). ``gdn_*``: a ``GatedDeltaNetLayer`` (pre-norm + megatron-core's ``GatedDeltaNet`` copy:
+``model.kinds.gated_delta``). Their ``-`` is an ``MLPLayer`` as megatron-core's; their ``*`` MLA with extra q / kv
+norms (not priced: a warning)."""
+
+HYBRID_STACK_MAMBA_EXPAND = {"hybrid_stack_spec": 1, "mamba_hybrid_stack_spec_no_te": 2}
+"""The ``MambaMixer`` ``expand`` each Mamba ``HybridStack`` spec passes (``params={"expand": ...}`` in
+hybrid_mamba_mla_layer_specs.py at Primus HEAD): ``d_inner = expand x hidden_size``, the heads
+``d_inner / mamba_head_dim`` unless ``mamba_num_heads`` is set (megatron-core 0.16.1 ssm/mamba_mixer.py). Primus's
+``mamba_expand`` key is read by its conversion tools only, not by the mixer."""
 
 HYBRID_SPEC_REFUSALS = (
     (("gdn_", "gated_delta"), "gated delta net (linear attention) mixers of this spec are not modelled"),
     (("kda_", "kimi_delta"), "Kimi delta attention (linear attention) mixers are not modelled"),
     (("hybrid_mamba_mla_layer_specs", "hybridstack", "hybrid_stack_spec"),
-     "Primus's HybridStack spec (hybrid_mamba_mla_layer_specs: its own mixer / MLP allocation, an expand-1 "
-     "Mamba mixer, MLA with extra norms; megatron-core's mamba_stack_spec is what projects) is not modelled"),
+     "this Primus HybridStack spec (hybrid_mamba_mla_layer_specs) is not one primus-ext models (those it models: "
+     + ", ".join(HYBRID_STACK_MIXERS) + ")"),
 )
 """(markers in the ``spec`` argument, sentence): hybrid layer specs the projection refuses."""
 
@@ -57,10 +68,15 @@ def spec_refusal(spec: Any) -> str | None:
     return None
 
 
+def _spec_name(spec: Any) -> str:
+    """The spec's name: the last of a [module, name] pair, or the string itself ("" when neither)."""
+    name = spec[-1] if isinstance(spec, list | tuple) and spec else spec
+    return name if isinstance(name, str) else ""
+
+
 def stack_mixer(spec: Any) -> str:
     """The symbol of the mixer kind of a projecting Primus ``HybridStack`` spec (``HYBRID_STACK_MIXERS``), else ""."""
-    name = spec[-1] if isinstance(spec, list | tuple) and spec else spec
-    return HYBRID_STACK_MIXERS.get(str(name), "") if isinstance(name, str) else ""
+    return HYBRID_STACK_MIXERS.get(_spec_name(spec), "")
 
 
 def hybrid_stack_pattern(num_layers: int, attention_ratio: float) -> str:
@@ -107,8 +123,9 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
                                  "both are set")
         pattern = "M" * max(1, model.num_layers)
     head_dim = a.int("mamba_head_dim") or hybrid.MAMBA_HEAD_DIM
+    expand = HYBRID_STACK_MAMBA_EXPAND.get(_spec_name(a.raw("spec")), hybrid.MAMBA_EXPAND)
     try:
-        heads = hybrid.mamba_num_heads(model.hidden_size, head_dim, a.int("mamba_num_heads"))
+        heads = hybrid.mamba_num_heads(model.hidden_size, head_dim, a.int("mamba_num_heads"), expand=expand)
     except hybrid.HybridPatternError as err:
         a.bad("mamba_head_dim", str(err), fix="set mamba_num_heads, or a mamba_head_dim dividing 2 x hidden_size")
         heads = 1
