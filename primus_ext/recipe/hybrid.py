@@ -6,7 +6,7 @@
 the mixer sizes from ``mamba_*``, and the problems megatron-core would raise (head / group splits over TP and CP,
 interleaved pipelines, an uneven pipeline split). Primus's ``HybridStack`` specs project (``HYBRID_STACK_MIXERS``:
 its allocation, its ``M`` layers the kind of its mixer: Zebra-Llama's Mamba-2 mixer of the spec's expand, gated
-DeltaNet). Refused with a sentence (``HYBRID_SPEC_REFUSALS``): any other ``HybridStack`` spec.
+DeltaNet, Kimi delta attention). Refused with a sentence (``HYBRID_SPEC_REFUSALS``): any other ``HybridStack`` spec.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ HYBRID_STACK_MIXERS = {
     "mamba_hybrid_stack_spec_no_te": "M",
     "gdn_hybrid_stack_spec": "G",
     "gdn_hybrid_stack_spec_no_te": "G",
+    "kda_hybrid_stack_spec": "K",
+    "kda_hybrid_stack_spec_no_te": "K",
 }
 """Primus ``HybridStack`` specs that project (primus/backends/megatron/core/models/hybrid/
 hybrid_mamba_mla_layer_specs.py at Primus HEAD): spec name -> the symbol of the kind its mixer layer (the pattern's
@@ -37,7 +39,8 @@ hybrid_mamba_mla_layer_specs.py at Primus HEAD): spec name -> the symbol of the 
 ``HYBRID_STACK_MAMBA_EXPAND`` gives
 (``model.kinds.mamba``; the no-TE spec's layer has no pre-norm, priced with megatron-core's fused one: hidden_size
 parameters a layer more). ``gdn_*``: a ``GatedDeltaNetLayer`` (pre-norm + megatron-core's ``GatedDeltaNet`` copy:
-``model.kinds.gated_delta``). Their ``-`` is an ``MLPLayer`` as megatron-core's; their ``*`` MLA with extra q / kv
+``model.kinds.gated_delta``). ``kda_*``: a ``KimiDeltaAttentionLayer`` (``model.kinds.kimi_delta``). Their ``-`` is an
+``MLPLayer`` as megatron-core's; their ``*`` MLA with extra q / kv
 norms (not priced: a warning)."""
 
 HYBRID_STACK_MAMBA_EXPAND = {"hybrid_stack_spec": 1, "mamba_hybrid_stack_spec_no_te": 2}
@@ -48,7 +51,7 @@ hybrid_mamba_mla_layer_specs.py at Primus HEAD): ``d_inner = expand x hidden_siz
 
 HYBRID_SPEC_REFUSALS = (
     (("gdn_", "gated_delta"), "gated delta net (linear attention) mixers of this spec are not modelled"),
-    (("kda_", "kimi_delta"), "Kimi delta attention (linear attention) mixers are not modelled"),
+    (("kda_", "kimi_delta"), "Kimi delta attention (linear attention) mixers of this spec are not modelled"),
     (("hybrid_mamba_mla_layer_specs", "hybridstack", "hybrid_stack_spec"),
      "this Primus HybridStack spec (hybrid_mamba_mla_layer_specs) is not one primus-ext models (those it models: "
      + ", ".join(HYBRID_STACK_MIXERS) + ")"),
