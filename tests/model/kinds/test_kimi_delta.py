@@ -61,16 +61,6 @@ def _primus_kda():
     return module
 
 
-@pytest.fixture(scope="module")
-def one_rank_world():
-    pytest.importorskip("torch")
-    pytest.importorskip("megatron.core")
-    from primus_ext.measure.shims import parallel_context
-
-    with parallel_context(device="cpu"):
-        yield
-
-
 @pytest.mark.parametrize("impl", ["te", "local"])
 @pytest.mark.parametrize("dims", [DIMS, replace(DIMS, linear_conv_kernel_dim=3, linear_num_value_heads=4),
                                   replace(DIMS, linear_key_head_dim=16, linear_value_head_dim=64)],

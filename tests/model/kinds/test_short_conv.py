@@ -73,16 +73,6 @@ def _primus_short_conv(dims: ShortConvDims):
     return module
 
 
-@pytest.fixture(scope="module")
-def one_rank_world():
-    pytest.importorskip("torch")
-    pytest.importorskip("megatron.core")
-    from primus_ext.measure.shims import parallel_context
-
-    with parallel_context(device="cpu"):
-        yield
-
-
 @pytest.mark.parametrize("dims", [ShortConvDims(), ShortConvDims(conv_L_cache=4, conv_bias=True)],
                          ids=["L3", "L4-bias"])
 def test_params_equal_primus_lfm2_short_conv(dims, one_rank_world):
