@@ -159,13 +159,17 @@ def _layer_pattern(a: ArgReader, model: ModelSpec, attention: float, mlp: float,
 
 def kind_dims(a: ArgReader, pattern: str) -> tuple[tuple[str, Any], ...]:
     """(kind, its own record) for each kind ``pattern`` places that reads keys of its own (``Kind.read_dims``); the
-    values megatron-core refuses (``Kind.check_dims``) are problems of ``a``."""
+    values megatron-core refuses (``Kind.check_dims``) are problems of ``a``, a record of defaults alone a warning."""
     from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 
     found = []
     for name in pattern_kinds(pattern).values():
         kind = get_kind(name)
         dims = kind.read_dims(a)
+        if dims is not None and all(a.raw(key) is None for key in kind.recipe_keys()):
+            defaults = ", ".join(f"{key}={getattr(dims, key)}" for key in kind.recipe_keys())
+            a.warnings.append(f"layer kind {name}: the recipe sets none of its keys; projected with megatron-core's "
+                              f"defaults, as Megatron builds it ({defaults})")
         if dims is not None:
             for key, why, fix in kind.check_dims(dims):
                 a.bad(key, why, fix=fix)

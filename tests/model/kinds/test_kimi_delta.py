@@ -137,3 +137,14 @@ def test_measuring_it_without_primus_falls_back_to_analytic(one_rank_world):
     with pytest.raises(UnsupportedLayer, match="analytic") as info:
         build_layer(RankShape(kind="kimi_delta", arch=ARCH, seq_length=64), device="cpu")
     assert KERNEL_NOTE in str(info.value)
+
+
+def test_a_stack_that_sets_none_of_its_sizes_says_so():
+    """Zebra-Llama 1B KDA reads zebra_llama_1B.yaml, which sets no ``linear_*`` key: megatron-core's defaults are
+    what Primus builds, and the projection now says it uses them."""
+    sizes = {k: v for k, v in ZEBRA_300M_KDA.items() if not k.startswith("linear_")}
+    model, _, problems, warnings = resolve_all(sizes, NODE)
+    assert not problems and get_kind("kimi_delta").dims(model) == KimiDeltaDims()
+    assert any("kimi_delta" in w and "defaults" in w for w in warnings)
+    _, _, _, warnings = resolve_all(ZEBRA_300M_KDA, NODE)
+    assert not any("kimi_delta" in w and "defaults" in w for w in warnings)
