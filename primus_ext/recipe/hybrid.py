@@ -192,6 +192,7 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
     from primus_ext.model.hybrid import HybridPatternError, stage_patterns
     from primus_ext.model.kinds.registry import get_kind, pattern_kinds
     from primus_ext.model.pipeline.registry import resolve_schedule
+    from primus_ext.model.recompute import block_layers
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -226,7 +227,7 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
         problems.append(Problem(path="mtp_num_layers", value=model.mtp_num_layers,
                                 message="multi-token prediction of a hybrid Mamba model is not modelled",
                                 fix="set mtp_num_layers: 0"))
-    if execution.recompute_granularity == "full":
+    if execution.recompute_granularity == "full" and block_layers(execution) != 0:  # block of 0 layers: none anyway
         warnings.append("recompute_granularity full: megatron-core's MambaStack has no layer-checkpointing path "
                         "(TransformerBlock's _checkpointed_forward); projected without recompute")
     return problems, warnings

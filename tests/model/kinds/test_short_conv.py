@@ -106,6 +106,10 @@ def test_lfm2_recipe_projects_as_its_halves():
     mixers = "".join("C" if t == "conv" else "*" for t in TYPES)
     assert model.hybrid_layer_pattern == "".join(m + ("-" if i < 2 else "E") for i, m in enumerate(mixers))
     assert model.num_layers == 48 and any("LFM2" in w for w in warnings)
+    # its recipe's block recompute of 0 layers recomputes nothing: no word of MambaStack's missing checkpointing
+    _, _, _, warnings = resolve_all(dict(LFM2_8B_A1B, recompute_granularity="full", recompute_method="block",
+                                         recompute_num_layers=0), NODE)
+    assert not any("MambaStack" in w for w in warnings)
     p = project(model, execution, NODE)
     assert {"short_conv", "hybrid_attention", "hybrid_mlp", "hybrid_moe"} <= set(p.sources) and 0 < p.mfu <= 1
 
