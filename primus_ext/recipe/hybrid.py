@@ -154,6 +154,11 @@ def _layer_pattern(a: ArgReader, model: ModelSpec, attention: float, mlp: float,
     if "*" in pattern and model.multi_latent_attention:
         a.warnings.append("Primus HybridStack attention layers: MLA with extra q / kv RMSNorms "
                           "(hybrid_mamba_mla_layer_specs); projected as megatron-core's MLA without them")
+    if mixer == "K" and not a.bool("use_fla_triton_kda"):
+        a.warnings.append("Kimi delta attention without use_fla_triton_kda runs Primus's pure-PyTorch chunked rule "
+                          "(gradient-checkpointed, a Python loop over each chunk's positions: "
+                          "kimi_delta_attention.py _torch_chunk_kda_fwd); projected at flash-linear-attention's "
+                          "chunk_kda cost, far faster than that path runs")
     return pattern
 
 

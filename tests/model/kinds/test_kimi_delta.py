@@ -33,7 +33,8 @@ ZEBRA_300M_KDA = dict(
     vocab_size=128256, swiglu=True, normalization="RMSNorm", position_embedding_type="none", add_bias_linear=False,
     is_hybrid_model=True, hybrid_attention_ratio=0.0, linear_conv_kernel_dim=4, linear_key_head_dim=32,
     linear_value_head_dim=64, linear_num_key_heads=8, linear_num_value_heads=8, seq_length=2048,
-    micro_batch_size=8, global_batch_size=64, bf16=True, spec=[SPECS, "kda_hybrid_stack_spec_no_te"])
+    micro_batch_size=8, global_batch_size=64, bf16=True, spec=[SPECS, "kda_hybrid_stack_spec_no_te"],
+    use_fla_triton_kda=True)
 """Primus primus/configs/models/megatron/zebra_llama_300M_kda_pure.yaml + its MI300X experiment (Primus HEAD)."""
 
 
@@ -148,3 +149,11 @@ def test_a_stack_that_sets_none_of_its_sizes_says_so():
     assert any("kimi_delta" in w and "defaults" in w for w in warnings)
     _, _, _, warnings = resolve_all(ZEBRA_300M_KDA, NODE)
     assert not any("kimi_delta" in w and "defaults" in w for w in warnings)
+
+
+def test_the_pure_pytorch_rule_is_named_not_priced():
+    """Without ``use_fla_triton_kda`` Primus runs its Python-loop chunked rule; the projection (fla's kernel cost)
+    says so rather than passing it off as that path's time."""
+    _, _, problems, warnings = resolve_all(dict(ZEBRA_300M_KDA, use_fla_triton_kda=False), NODE)
+    assert not problems and any("pure-PyTorch" in w for w in warnings)
+    assert not any("pure-PyTorch" in w for w in resolve_all(ZEBRA_300M_KDA, NODE)[3])
