@@ -88,13 +88,14 @@ def stage_patterns(pattern: str, pp: int, *, first: int | None = None, last: int
     return tuple(out)
 
 
-def mamba_num_heads(hidden_size: int, head_dim: int, num_heads: int | None) -> int:
-    """``mamba_num_heads`` or, unset, ``expand * hidden / head_dim`` (MambaMixer.__init__)."""
+def mamba_num_heads(hidden_size: int, head_dim: int, num_heads: int | None, *, expand: int = MAMBA_EXPAND) -> int:
+    """``mamba_num_heads`` or, unset, ``expand * hidden / head_dim`` (MambaMixer.__init__; ``expand`` is the
+    mixer spec's, megatron-core's default 2)."""
     if num_heads:
         return num_heads
-    d_inner = MAMBA_EXPAND * hidden_size
+    d_inner = expand * hidden_size
     if d_inner % head_dim:
-        raise HybridPatternError(f"d_inner {d_inner} (2 x hidden_size) is not a multiple of mamba_head_dim "
+        raise HybridPatternError(f"d_inner {d_inner} ({expand} x hidden_size) is not a multiple of mamba_head_dim "
                                  f"{head_dim}")
     return d_inner // head_dim
 

@@ -4,10 +4,9 @@
 ``resolve_all`` calls ``hybrid_model`` on the resolved ``ModelSpec``: the layer pattern from
 ``hybrid_override_pattern`` / ``hybrid_attention_ratio`` / ``hybrid_mlp_ratio`` (``model.layers.allocate_layers``),
 the mixer sizes from ``mamba_*``, and the problems megatron-core would raise (head / group splits over TP and CP,
-interleaved pipelines, an uneven pipeline split). Primus's ``HybridStack`` specs of gated DeltaNet mixers project
-(``HYBRID_STACK_MIXERS``: its allocation, its ``M`` layers ``model.kinds.gated_delta``'s). Refused with a sentence
-(``HYBRID_SPEC_REFUSALS``): its other ``HybridStack`` specs (Zebra-Llama's expand-1 Mamba mixer) and the
-Kimi-delta-attention linear-attention mixers.
+interleaved pipelines, an uneven pipeline split). Primus's ``HybridStack`` specs project (``HYBRID_STACK_MIXERS``:
+its allocation, its ``M`` layers the kind of its mixer: Zebra-Llama's Mamba-2 mixer of the spec's expand, gated
+DeltaNet, Kimi delta attention). Refused with a sentence (``HYBRID_SPEC_REFUSALS``): any other ``HybridStack`` spec.
 """
 
 from __future__ import annotations
@@ -26,21 +25,36 @@ HYBRID_KEYS = ("is_hybrid_model", "hybrid_override_pattern", "hybrid_attention_r
 """The Megatron arguments this module reads (megatron-core TransformerConfig / MambaModel names)."""
 
 HYBRID_STACK_MIXERS = {
+    "hybrid_stack_spec": "M",
+    "mamba_hybrid_stack_spec_no_te": "M",
     "gdn_hybrid_stack_spec": "G",
     "gdn_hybrid_stack_spec_no_te": "G",
+    "kda_hybrid_stack_spec": "K",
+    "kda_hybrid_stack_spec_no_te": "K",
 }
 """Primus ``HybridStack`` specs that project (primus/backends/megatron/core/models/hybrid/
 hybrid_mamba_mla_layer_specs.py at Primus HEAD): spec name -> the symbol of the kind its mixer layer (the pattern's
-``M``) is. ``gdn_*``: a ``GatedDeltaNetLayer`` (pre-norm + megatron-core's ``GatedDeltaNet`` copy:
-``model.kinds.gated_delta``); its ``-`` an ``MLPLayer`` as megatron-core's; its ``*`` MLA with extra q / kv norms
-(not priced: a warning)."""
+``M``) is. ``hybrid_stack_spec`` / ``mamba_hybrid_stack_spec_no_te``: megatron-core's ``MambaLayer``
+(``Mamba2HybridLayer`` adapts its constructor only) with a ``MambaMixer`` of the expand
+``HYBRID_STACK_MAMBA_EXPAND`` gives
+(``model.kinds.mamba``; the no-TE spec's layer has no pre-norm, priced with megatron-core's fused one: hidden_size
+parameters a layer more). ``gdn_*``: a ``GatedDeltaNetLayer`` (pre-norm + megatron-core's ``GatedDeltaNet`` copy:
+``model.kinds.gated_delta``). ``kda_*``: a ``KimiDeltaAttentionLayer`` (``model.kinds.kimi_delta``). Their ``-`` is an
+``MLPLayer`` as megatron-core's; their ``*`` MLA with extra q / kv
+norms (not priced: a warning)."""
+
+HYBRID_STACK_MAMBA_EXPAND = {"hybrid_stack_spec": 1, "mamba_hybrid_stack_spec_no_te": 2}
+"""The ``MambaMixer`` ``expand`` each Mamba ``HybridStack`` spec passes (``params={"expand": ...}`` in
+hybrid_mamba_mla_layer_specs.py at Primus HEAD): ``d_inner = expand x hidden_size``, the heads
+``d_inner / mamba_head_dim`` unless ``mamba_num_heads`` is set (megatron-core 0.16.1 ssm/mamba_mixer.py). Primus's
+``mamba_expand`` key is read by its conversion tools only, not by the mixer."""
 
 HYBRID_SPEC_REFUSALS = (
     (("gdn_", "gated_delta"), "gated delta net (linear attention) mixers of this spec are not modelled"),
-    (("kda_", "kimi_delta"), "Kimi delta attention (linear attention) mixers are not modelled"),
+    (("kda_", "kimi_delta"), "Kimi delta attention (linear attention) mixers of this spec are not modelled"),
     (("hybrid_mamba_mla_layer_specs", "hybridstack", "hybrid_stack_spec"),
-     "Primus's HybridStack spec (hybrid_mamba_mla_layer_specs: its own mixer / MLP allocation, an expand-1 "
-     "Mamba mixer, MLA with extra norms; megatron-core's mamba_stack_spec is what projects) is not modelled"),
+     "this Primus HybridStack spec (hybrid_mamba_mla_layer_specs) is not one primus-ext models (those it models: "
+     + ", ".join(HYBRID_STACK_MIXERS) + ")"),
 )
 """(markers in the ``spec`` argument, sentence): hybrid layer specs the projection refuses."""
 
@@ -57,10 +71,15 @@ def spec_refusal(spec: Any) -> str | None:
     return None
 
 
+def _spec_name(spec: Any) -> str:
+    """The spec's name: the last of a [module, name] pair, or the string itself ("" when neither)."""
+    name = spec[-1] if isinstance(spec, list | tuple) and spec else spec
+    return name if isinstance(name, str) else ""
+
+
 def stack_mixer(spec: Any) -> str:
     """The symbol of the mixer kind of a projecting Primus ``HybridStack`` spec (``HYBRID_STACK_MIXERS``), else ""."""
-    name = spec[-1] if isinstance(spec, list | tuple) and spec else spec
-    return HYBRID_STACK_MIXERS.get(str(name), "") if isinstance(name, str) else ""
+    return HYBRID_STACK_MIXERS.get(_spec_name(spec), "")
 
 
 def hybrid_stack_pattern(num_layers: int, attention_ratio: float) -> str:
@@ -110,8 +129,9 @@ def hybrid_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
                                  "both are set")
         pattern = "M" * max(1, model.num_layers)
     head_dim = a.int("mamba_head_dim") or hybrid.MAMBA_HEAD_DIM
+    expand = HYBRID_STACK_MAMBA_EXPAND.get(_spec_name(a.raw("spec")), hybrid.MAMBA_EXPAND)
     try:
-        heads = hybrid.mamba_num_heads(model.hidden_size, head_dim, a.int("mamba_num_heads"))
+        heads = hybrid.mamba_num_heads(model.hidden_size, head_dim, a.int("mamba_num_heads"), expand=expand)
     except hybrid.HybridPatternError as err:
         a.bad("mamba_head_dim", str(err), fix="set mamba_num_heads, or a mamba_head_dim dividing 2 x hidden_size")
         heads = 1
@@ -159,18 +179,27 @@ def _layer_pattern(a: ArgReader, model: ModelSpec, attention: float, mlp: float,
     if "*" in pattern and model.multi_latent_attention:
         a.warnings.append("Primus HybridStack attention layers: MLA with extra q / kv RMSNorms "
                           "(hybrid_mamba_mla_layer_specs); projected as megatron-core's MLA without them")
+    if mixer == "K" and not a.bool("use_fla_triton_kda"):
+        a.warnings.append("Kimi delta attention without use_fla_triton_kda runs Primus's pure-PyTorch chunked rule "
+                          "(gradient-checkpointed, a Python loop over each chunk's positions: "
+                          "kimi_delta_attention.py _torch_chunk_kda_fwd); projected at flash-linear-attention's "
+                          "chunk_kda cost, far faster than that path runs")
     return pattern
 
 
 def kind_dims(a: ArgReader, pattern: str) -> tuple[tuple[str, Any], ...]:
     """(kind, its own record) for each kind ``pattern`` places that reads keys of its own (``Kind.read_dims``); the
-    values megatron-core refuses (``Kind.check_dims``) are problems of ``a``."""
+    values megatron-core refuses (``Kind.check_dims``) are problems of ``a``, a record of defaults alone a warning."""
     from primus_ext.model.kinds.registry import get_kind, pattern_kinds
 
     found = []
     for name in pattern_kinds(pattern).values():
         kind = get_kind(name)
         dims = kind.read_dims(a)
+        if dims is not None and all(a.raw(key) is None for key in kind.recipe_keys()):
+            defaults = ", ".join(f"{key}={getattr(dims, key)}" for key in kind.recipe_keys())
+            a.warnings.append(f"layer kind {name}: the recipe sets none of its keys; projected with megatron-core's "
+                              f"defaults, as Megatron builds it ({defaults})")
         if dims is not None:
             for key, why, fix in kind.check_dims(dims):
                 a.bad(key, why, fix=fix)
@@ -193,6 +222,7 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
     from primus_ext.model.hybrid import HybridPatternError, stage_patterns
     from primus_ext.model.kinds.registry import get_kind, pattern_kinds
     from primus_ext.model.pipeline.registry import resolve_schedule
+    from primus_ext.model.recompute import block_layers
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -229,7 +259,7 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
                                         "(megatron-core parse_hybrid_pattern); this one gives none",
                                 fix="append /<layers> once per depth to hybrid_override_pattern (e.g. /*E/*E), or "
                                     "set mtp_num_layers: 0"))
-    if execution.recompute_granularity == "full":
+    if execution.recompute_granularity == "full" and block_layers(execution) != 0:  # block of 0 layers: none anyway
         warnings.append("recompute_granularity full: megatron-core's MambaStack has no layer-checkpointing path "
                         "(TransformerBlock's _checkpointed_forward); projected without recompute")
     return problems, warnings

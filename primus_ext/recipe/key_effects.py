@@ -324,7 +324,6 @@ ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
      "experimental attention variants other than gated_delta_net (DeepSeek sparse attention) are not modelled"),
     ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) other than gated DeltaNet's are "
                                     "not modelled"),
-    ("lfm_layer_types", _set, "LFM2 short-convolution layers (lfm_layer_types) are not modelled"),
     ("compress_ratios", _set, "DeepSeek-V4 compressed attention (compress_ratios) is not modelled"),
     ("heterogeneous_layers_config_path", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("heterogeneous_layers_config_encoded_json", _set, "heterogeneous layers (per-layer configs) are not modelled"),
@@ -341,7 +340,7 @@ ARCHITECTURE_KEYS = frozenset(key for key, _, _ in ARCHITECTURE_RULES)
 _ARCHITECTURE_PARAM_WORDS = """
 mamba_d_conv mamba_expand
 disable_mamba_mem_eff_path use_mamba_mem_eff_path hybrid_attention_enabled
-kda_backend kda_chunk_size kda_gate_lower_bound kda_use_full_rank_gate use_short_conv conv_L_cache conv_bias
+kda_backend kda_chunk_size kda_gate_lower_bound kda_use_full_rank_gate use_short_conv
 fla_cache_dir fla_mla_attn use_fla_data use_fla_fused_gated_norm use_fla_fused_rmsnorm use_fla_fused_swiglu
 use_fla_short_conv
 compress_rope_theta hc_eps hc_mult hc_sinkhorn_iters hc_use_sinkhorn index_head_dim index_n_heads index_topk

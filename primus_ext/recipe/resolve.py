@@ -28,7 +28,7 @@ from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
 from primus_ext.recipe.key_effects import architecture_problems, unmodelled_keys, unmodelled_warning
 from primus_ext.recipe.launch import launch_spec
-from primus_ext.recipe.linear_attention import GDN_VARIANT, gdn_gpt_model, gdn_gpt_problems
+from primus_ext.recipe.linear_attention import GDN_VARIANT, LFM_KEY, gdn_gpt_model, gdn_gpt_problems, lfm_gpt_model
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
 from primus_ext.recipe.pipeline_keys import schedule_from_keys, schedule_vpp
@@ -74,7 +74,7 @@ _OTHER_READ = (
     "store_param_remainders", "accumulate_allreduce_grads_in_fp32", "optimizer",
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
     "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", "activation_func_fp8_input_store",
-    "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "use_transformer_engine_op_fuser", *HYBRID_KEYS,
+    "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "use_transformer_engine_op_fuser", *HYBRID_KEYS, LFM_KEY,
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -473,6 +473,9 @@ def resolve_all(
     elif args.get("experimental_attention_variant") == GDN_VARIANT:  # Qwen3-Next: as a hybrid stack of its halves
         refused = refused or gdn_gpt_problems(args)
         model = model if refused else gdn_gpt_model(reader, model)
+    elif args.get(LFM_KEY) is not None:  # LFM2 (Primus): as a hybrid stack of its halves
+        refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
+        model = model if refused else lfm_gpt_model(reader, model)
     execution = resolve_execution(reader, model, system, environ)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings

@@ -192,3 +192,39 @@ def test_mamba_saved_bytes_of_the_parts_that_run_on_cpu(one_rank_world):
     d_inner = ARCH.mamba_num_heads * ARCH.mamba_head_dim // shape.tp
     y = torch.randn(64, 2, d_inner, dtype=x.dtype, requires_grad=True)
     assert _saved(lambda: layer.mixer.out_proj(y), params) == parts["mamba_out_proj"]
+
+
+@pytest.mark.parametrize("spec", ["hybrid_stack_spec", "mamba_hybrid_stack_spec_no_te"])
+def test_primus_hybrid_stack_mamba_layer_equals_megatron(spec, one_rank_world):
+    """Primus's Mamba ``HybridStack`` specs build megatron-core's ``MambaLayer`` with ``MambaMixer(expand=E)``
+    (hybrid_mamba_mla_layer_specs.py at Primus HEAD); no ``mamba_num_heads``: the heads are ``E x hidden /
+    head_dim``. The recipe's resolved heads and the kind's parameters equal that module's."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.spec_utils import build_module
+
+    from primus_ext.hardware import load_system
+    from primus_ext.measure.kind_builders import mamba_layer_spec
+    from primus_ext.measure.mamba_stubs import mamba_modules
+    from primus_ext.recipe.hybrid import HYBRID_STACK_MAMBA_EXPAND
+    from primus_ext.recipe.resolve import resolve_all
+
+    mamba_modules()
+    recipe = dict(model_type="mamba", num_layers=8, hidden_size=128, ffn_hidden_size=256, num_attention_heads=4,
+                  vocab_size=512, swiglu=True, normalization="RMSNorm", position_embedding_type="none",
+                  add_bias_linear=False, is_hybrid_model=True, hybrid_attention_ratio=0.25, mamba_head_dim=16,
+                  mamba_num_groups=4, mamba_state_dim=16, seq_length=256, micro_batch_size=1, global_batch_size=8,
+                  spec=["primus.backends.megatron.core.models.hybrid.hybrid_mamba_mla_layer_specs", spec])
+    model, _, problems, _ = resolve_all(recipe, load_system("mi300x", 1))
+    assert not problems, problems
+    config = TransformerConfig(num_layers=1, hidden_size=128, num_attention_heads=4, normalization="RMSNorm",
+                               add_bias_linear=False, mamba_head_dim=16, mamba_num_groups=4, mamba_state_dim=16,
+                               use_cpu_initialization=True, is_hybrid_model=True)
+    layer_spec = mamba_layer_spec(config, use_te=False)
+    layer_spec.submodules.mixer.params["expand"] = HYBRID_STACK_MAMBA_EXPAND[spec]
+    layer = build_module(layer_spec, config=config, layer_number=1,
+                         pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+    assert model.mamba_num_heads == layer.mixer.nheads == HYBRID_STACK_MAMBA_EXPAND[spec] * 128 // 16
+    arch = replace(ARCH, mamba_num_heads=model.mamba_num_heads, mamba_head_dim=16, mamba_num_groups=4,
+                   mamba_state_dim=16)
+    assert layer_params(RankShape(kind="mamba", arch=arch)) == sum(p.numel() for p in layer.parameters())

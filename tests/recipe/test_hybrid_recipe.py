@@ -87,9 +87,35 @@ def test_primus_gdn_hybrid_stack_resolves_with_its_own_allocation():
     # HybridStack's ratio allocation (hybrid_block.py): an attention block of "*-" + "M-" x (mixers / attention)
     model, _, problems, _ = resolve_all(dict(ZEBRA_1B_GDN, num_layers=16, hybrid_attention_ratio=0.25), NODE)
     assert not problems and model.hybrid_layer_pattern == "*-G-G-G-*-G-G-G-"
-    # its Mamba-mixer stacks are still refused
-    _, _, problems, _ = resolve_all(dict(ZEBRA_1B_GDN, spec=[SPECS, "hybrid_stack_spec"]), NODE)
-    assert [p.path for p in problems] == ["spec"] and "HybridStack" in problems[0].message
+    # a HybridStack spec primus-ext does not know is refused, naming those it does
+    _, _, problems, _ = resolve_all(dict(ZEBRA_1B_GDN, spec=[SPECS, "hybrid_inference_stack_spec"]), NODE)
+    assert [p.path for p in problems] == ["spec"] and "hybrid_stack_spec" in problems[0].message
+
+
+ZEBRA_1B = dict(
+    BASE, model_type="mamba", num_layers=32, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=32,
+    swiglu=True, normalization="RMSNorm", position_embedding_type="none", is_hybrid_model=True,
+    hybrid_attention_ratio=0.25, mamba_state_dim=64, mamba_head_dim=64, mamba_num_groups=8,
+    group_query_attention=False, multi_latent_attention=True, q_lora_rank=1344, kv_lora_rank=128, qk_head_dim=32,
+    qk_pos_emb_head_dim=32, v_head_dim=64, spec=[SPECS, "hybrid_stack_spec"], seq_length=8192, micro_batch_size=1,
+    global_batch_size=64)
+"""Primus primus/configs/models/megatron/zebra_llama_1B.yaml + its MI300X experiment's spec (Primus HEAD)."""
+
+
+def test_primus_mamba_hybrid_stack_projects_with_its_expand():
+    """Zebra-Llama 1B / 3B / 8B (Primus ``hybrid_stack_spec``, a Mamba-2 mixer of expand 1) were refused:
+    'HybridStack spec ... not modelled'."""
+    model, execution, problems, warnings = resolve_all(ZEBRA_1B, NODE)
+    assert not problems, problems
+    assert model.hybrid_layer_pattern == ("*-" + "M-" * 3) * 4  # HybridStack.allocate_layers at ratio 0.25
+    assert model.mamba_num_heads == 2048 // 64  # d_inner = 1 x hidden_size, not megatron-core's default 2 x
+    assert any("extra q / kv RMSNorms" in w for w in warnings)
+    p = project(model, execution, NODE)
+    assert {"mamba", "hybrid_attention", "hybrid_mlp"} <= set(p.sources) and 0 < p.mfu <= 1
+    # the 300M no-TE spec's mixer has expand 2 (mamba_hybrid_stack_spec_no_te), its pattern as given
+    model, _, problems, _ = resolve_all(dict(ZEBRA_1B, num_layers=8, hybrid_override_pattern="*-M-M-M-",
+                                             spec=[SPECS, "mamba_hybrid_stack_spec_no_te"]), NODE)
+    assert not problems and model.hybrid_layer_pattern == "*-M-M-M-" and model.mamba_num_heads == 2 * 2048 // 64
 
 
 NEMOTRON_3_SUPER = dict(

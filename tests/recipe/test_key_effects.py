@@ -59,7 +59,6 @@ def test_unmodelled_values_are_named_defaults_are_not():
     ("model_type", "flux_schnell", "diffusion"),
     ("experimental_attention_variant", "dsa", "DeepSeek sparse attention"),
     ("linear_attention_freq", 4, "linear-attention"),
-    ("lfm_layer_types", ["conv", "full_attention"], "LFM2"),
     ("compress_ratios", "[4, 128]", "DeepSeek-V4"),
     ("heterogeneous_layers_config_path", "x.json", "heterogeneous"),
     ("perform_rl_step", True, "reinforcement"),

@@ -88,6 +88,10 @@ class GatedDeltaKind(Kind):
     decoder_layer = True
     dims_type = GatedDeltaDims
     builder = "primus_ext.measure.gated_delta_builder:BUILDER"
+    part = "gdn"
+    """The prefix of its roofline and saved-bytes part names."""
+    label = "gated DeltaNet"
+    """Its name in a sentence."""
 
     def layer_arch(self, model, execution):
         return replace(layer_arch(model, moe=False), dims=self.dims(model))
@@ -106,20 +110,31 @@ class GatedDeltaKind(Kind):
     def split_problem(self, model, execution):
         d = self.dims(model)
         if d.linear_num_key_heads % execution.tp or d.linear_num_value_heads % execution.tp:
-            return (f"gated DeltaNet: linear_num_key_heads ({d.linear_num_key_heads}) and linear_num_value_heads "
+            return (f"{self.label}: linear_num_key_heads ({d.linear_num_key_heads}) and linear_num_value_heads "
                     f"({d.linear_num_value_heads}) must be multiples of TP ({execution.tp}); megatron-core "
                     "TransformerConfig asserts it", "choose TP dividing the linear-attention key and value heads")
         if execution.cp > 1:
-            return ("gated DeltaNet has no context parallelism in megatron-core 0.16.1 (gated_delta_net.py: "
-                    "'TODO: support CP')", "set context_parallel_size: 1")
+            return (f"{self.label} has no context parallelism (megatron-core 0.16.1 gated_delta_net.py: "
+                    "'TODO: support CP'; Primus's KimiDeltaAttention splits no sequence either)",
+                    "set context_parallel_size: 1")
         return None
 
     def shape_fields(self, fields: dict) -> dict:
         return no_recompute(fields)
 
+    def linears(self, d: GatedDeltaDims, h: int, tp: int) -> tuple[tuple[str, int, int, bool], ...]:
+        """(part, N, K, TE) of each weight GEMM per token on one rank (M = its tokens): ``in_proj`` and ``out_proj``
+        (TE linears: the GEMM precision applies), the mixer's other ``nn.Linear`` s (bf16) in a subclass."""
+        return ((f"{self.part}_linear", d.in_proj_dim // tp, h, True), (f"{self.part}_linear", h, d.v_dim // tp, True))
+
+    def gate_bytes(self, d: GatedDeltaDims) -> float:
+        """Bytes per token and value head the rule reads besides q, k, v and writes besides its output: the fp32
+        decay g, beta and the intra-chunk matrix A (``CHUNK`` wide)."""
+        return FP32_BYTES + (1 + CHUNK) * R.ACT_BYTES
+
     def model_macs(self, model, seq_length, causal) -> dict[str, float]:
         d, h = self.dims(model), model.hidden_size
-        return {"attention_linear": h * d.in_proj_dim + d.v_dim * h,
+        return {"attention_linear": sum(n * k for _, n, k, _ in self.linears(d, h, 1)),
                 "attention_core": d.conv_dim * d.linear_conv_kernel_dim + rule_macs_per_token(d)}
 
     def params(self, shape, *, impl="te") -> int:
@@ -132,18 +147,18 @@ class GatedDeltaKind(Kind):
     def roofline(self, parts, shape, gpu) -> None:
         d, h, t, tokens = shape.arch.dims, shape.arch.hidden_size, shape.tp, shape.tokens
         g = partial(R.gemm_seconds, gpu=gpu, precision=shape.precision, recipe=R.gemm_recipe(shape))
-        parts.gemm("gdn_linear", g(tokens, d.in_proj_dim // t, h))
-        parts.gemm("gdn_linear", g(tokens, h, d.v_dim // t))
+        for part, n, k, te in self.linears(d, h, t):
+            parts.gemm(part, g(tokens, n, k) if te else g(tokens, n, k, precision="bf16"))
         conv = R.membound_seconds(2 * R.ACT_BYTES * tokens * d.conv_dim / t, gpu)
         flops = 2 * rule_macs_per_token(d) / t * tokens
         peak = gpu.peak_tflops("bf16") * 1e12  # the rule runs in bf16 / fp32 whatever the GEMM precision
         math_s = flops / (peak * R.gemm_efficiency(flops, gpu))
         moved = tokens / t * ((2 * d.qk_dim + 2 * d.v_dim) * R.ACT_BYTES
-                              + d.linear_num_value_heads * (FP32_BYTES + (1 + CHUNK) * R.ACT_BYTES))
+                              + d.linear_num_value_heads * self.gate_bytes(d))
         rule = max(math_s, R.membound_seconds(moved, gpu))
-        parts.other("gdn_rule", rule + conv, RULE_BWD_FLOPS * rule + (R.MEMBOUND_BWD_FACTOR + 1) * conv)
+        parts.other(f"{self.part}_rule", rule + conv, RULE_BWD_FLOPS * rule + (R.MEMBOUND_BWD_FACTOR + 1) * conv)
         gated = R.membound_seconds(R.NORM_PASSES * tokens * d.v_dim / t * R.ACT_BYTES, gpu)
-        parts.other("gdn_norm", gated, R.MEMBOUND_BWD_FACTOR * gated)
+        parts.other(f"{self.part}_norm", gated, R.MEMBOUND_BWD_FACTOR * gated)
         rows = tokens / t if shape.sequence_parallel else tokens
         norm = R.membound_seconds(R.NORM_PASSES * rows * h * R.ACT_BYTES, gpu)
         parts.other("layernorm", norm, R.MEMBOUND_BWD_FACTOR * norm)
@@ -152,7 +167,8 @@ class GatedDeltaKind(Kind):
 
     def fwd_flops_estimate(self, shape) -> float:
         d, h = shape.arch.dims, shape.arch.hidden_size
-        per_token = h * d.in_proj_dim + d.v_dim * h + d.conv_dim * d.linear_conv_kernel_dim + rule_macs_per_token(d)
+        linear = sum(n * k for _, n, k, _ in self.linears(d, h, 1))
+        per_token = linear + d.conv_dim * d.linear_conv_kernel_dim + rule_macs_per_token(d)
         return 2 * per_token / shape.tp * shape.tokens
 
     def saved(self, shape, impl) -> dict[str, float]:
@@ -162,21 +178,25 @@ class GatedDeltaKind(Kind):
         input. The rule's saved set is flash-linear-attention's ``ChunkGatedDeltaRuleFunction`` (q, k, v, g, beta,
         A; chunk states recomputed in backward) as read from its source, not walked here: fla is not installed."""
         e, lin_e, ts = A._sizes(shape, impl)
-        a, d, t = shape.arch, shape.arch.dims, shape.tp
+        a, d, t, x = shape.arch, shape.arch.dims, shape.tp, self.part
         rows = shape.tokens / t
         return {"input_norm": A._norm(impl, a.normalization == "LayerNorm", e, ts, a.hidden_size),
                 "input_norm_out": lin_e * ts * a.hidden_size,
-                "gdn_conv_in": e * rows * d.conv_dim,
-                "gdn_qkv": e * rows * d.conv_dim,
-                "gdn_qk_normed": e * rows * 2 * d.qk_dim,
-                "gdn_rule_gates": rows * d.linear_num_value_heads * (FP32_BYTES + e + e * CHUNK),
-                "gdn_z": e * rows * d.v_dim,
-                "gdn_out": e * rows * d.v_dim,
-                "gdn_out_proj_in": lin_e * rows * d.v_dim}
+                f"{x}_conv_in": e * rows * d.conv_dim,
+                f"{x}_qkv": e * rows * d.conv_dim,
+                f"{x}_qk_normed": e * rows * 2 * d.qk_dim,
+                f"{x}_rule_gates": rows * d.linear_num_value_heads * self.saved_gate_bytes(d, e),
+                f"{x}_z": e * rows * d.v_dim,
+                f"{x}_out": e * rows * d.v_dim,
+                f"{x}_out_proj_in": lin_e * rows * d.v_dim}
+
+    def saved_gate_bytes(self, d: GatedDeltaDims, e: float) -> float:
+        """Bytes the rule saves per token and value head besides q, k, v: its fp32 decay g, beta, A."""
+        return FP32_BYTES + e + e * CHUNK
 
     def comm(self, shape, sequence_parallel) -> KindComm:
         # in_proj column-parallel, out_proj row-parallel: one TP exchange per pass, like Mamba's mixer
-        return KindComm(pairs=(("gdn", "tp"),))
+        return KindComm(pairs=((self.part, "tp"),))
 
 
 KINDS = (GatedDeltaKind(),)

@@ -31,16 +31,6 @@ RECIPE = dict(model_type="mamba", num_layers=len(PATTERN), hidden_size=1024, ffn
               seq_length=2048, micro_batch_size=1, global_batch_size=32, bf16=True, tensor_model_parallel_size=2)
 
 
-@pytest.fixture(scope="module")
-def one_rank_world():
-    pytest.importorskip("torch")
-    pytest.importorskip("megatron.core")
-    from primus_ext.measure.shims import parallel_context
-
-    with parallel_context(device="cpu"):
-        yield
-
-
 @pytest.mark.parametrize("shape", [RankShape(kind="gated_delta", arch=ARCH),
                                    RankShape(kind="gated_delta", arch=ARCH, tp=2),
                                    RankShape(kind="gated_delta", arch=ARCH, tp=4),
