@@ -110,8 +110,9 @@ class _Reader:
             if m:
                 self.log_interval = int(m.group(1))
         step = L.BRIDGE_STEP.search(text) if "Step Time" in text else None
-        if step and step.group(2):
-            self._bridge_step(n, float(step.group(2)))
+        tflops = L.first_number(step.group(2)) if step and step.group(2) else None
+        if tflops is not None:  # `e`, `+-` and a figure past a float's range are no figure
+            self._bridge_step(n, tflops)
         got = L.iteration_fields(text)
         if got:
             if not complete:
@@ -146,8 +147,8 @@ class _Reader:
             m = L.ARG.search(text)
             if m and len(self.config) < MAX_CONFIG:
                 self.config.setdefault(m.group(1), m.group(2))
-                if m.group(1) == "log_interval" and m.group(2).isdigit():
-                    self.log_interval = int(m.group(2))
+                if m.group(1) == "log_interval" and L.small_int(m.group(2)) is not None:
+                    self.log_interval = L.small_int(m.group(2))
             return True
         return False
 
@@ -180,8 +181,9 @@ class _Reader:
             self.flag(n, "MFU", f"{mfu.group(1)} %", "impossible: MFU must lie in (0, 100] %")
         written = got.get(L.BATCH[0]) or got.get(L.BATCH[1])
         batch = L.first_number(written) if written else None
+        batch = int(batch) if batch and batch < 10**L.MAX_DIGITS else None
         it = Iteration(index=index, total=total, step_time_s=step_s, tflops_per_gpu=tflops,
-                       tokens_per_s_per_gpu=tokens, global_batch_size=int(batch) if batch else None, line=n,
+                       tokens_per_s_per_gpu=tokens, global_batch_size=batch, line=n,
                        averaged_over=self.log_interval or 1)
         run = self.run
         if seen is not None and self.signatures.get(index) == signature:
@@ -251,15 +253,15 @@ class _Reader:
         memory = self.memory if self.run and self.memory else self.kept_memory or self.memory
         fmt = next((f for f in ("nemo", "megatron-bridge", "primus") if f in self.format_hints), "megatron")
         batch = next((it.global_batch_size for it in iterations if it.global_batch_size), None)
-        if batch is None and self.config.get("global_batch_size", "").isdigit():
-            batch = int(self.config["global_batch_size"])
-        seq = self.config.get("seq_length", "")
+        if batch is None:
+            batch = L.small_int(self.config.get("global_batch_size", ""))
+        seq = L.small_int(self.config.get("seq_length", ""))
         return TrainingLog(
             format=fmt, iterations=iterations, memory=tuple(memory.values()), flags=tuple(self.flags), stats=stats,
             tokens_per_s_per_gpu=stable_median(iterations, stats, "tokens_per_s_per_gpu"),
             tflops_per_gpu=stable_median(iterations, stats, "tflops_per_gpu"), framework_version=self.version,
             restarts=restarts, config=dict(self.config), global_batch_size=batch,
-            seq_length=int(seq) if seq.isdigit() else None, devices=tuple(self.devices)[:MAX_DEVICES])
+            seq_length=seq, devices=tuple(self.devices)[:MAX_DEVICES])
 
 
 def read_log(path_or_text_lines: str | os.PathLike[str] | Iterable[str]) -> TrainingLog:
