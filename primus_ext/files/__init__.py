@@ -41,6 +41,7 @@ from primus_ext.files.inputs import (
     InputRefused,
     forget_inputs,
     input_problem,
+    load_json,
     note_input,
     note_journal,
     open_input,
@@ -252,6 +253,6 @@ def install_signal_exit() -> None:
 
 
 __all__ = ["BACKUP_SUFFIX", "MAX_BACKUPS", "InputRefused", "atomic_output", "atomic_write", "check_outputs", "claim",
-           "forget_inputs", "input_problem", "install_signal_exit", "next_backup", "note_input", "note_journal",
-           "open_input", "open_journal", "output_problem", "private_file", "read_input", "real_path", "replace_all",
-           "stream_of", "sweep", "take_backup", "temp_path", "write_output"]
+           "forget_inputs", "input_problem", "install_signal_exit", "load_json", "next_backup", "note_input",
+           "note_journal", "open_input", "open_journal", "output_problem", "private_file", "read_input", "real_path",
+           "replace_all", "stream_of", "sweep", "take_backup", "temp_path", "write_output"]

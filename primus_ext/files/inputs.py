@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import stat
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from primus_ext.errors import PrimusExtError, Problem
 
@@ -137,4 +139,40 @@ def read_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bo
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InputRefused(f"{what} {path} holds more than {max_bytes:,} bytes; give a shorter file")
+    return data
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is past a float's range")
+    return value
+
+
+MAX_JSON_DEPTH = 64
+"""Nesting of a JSON document read from a user (a baseline, a trial line, a manifest, a store export: 3 to 5 levels
+deep); deeper is refused before it reaches code that walks it recursively (``json.loads`` itself raises
+``RecursionError`` near 1 000 levels)."""
+
+
+def load_json(text: str | bytes, *, parse_constant: Any = None) -> Any:
+    """``json.loads(text)`` for a user's file, every failure a ``ValueError`` naming it: not JSON, nested deeper
+    than ``MAX_JSON_DEPTH`` (checked without recursion), an integer over Python's 4 300 digits, a number past a
+    float's range (``1e999``)."""
+    try:
+        data = json.loads(text, parse_constant=parse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    level, stack = 0, [data]
+    while stack:
+        nxt = []
+        for item in stack:
+            if isinstance(item, dict):
+                nxt.extend(item.values())
+            elif isinstance(item, list):
+                nxt.extend(item)
+        level += bool(nxt)
+        if level > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        stack = [x for x in nxt if isinstance(x, dict | list)]
     return data

@@ -380,7 +380,7 @@ class TimingStore:
         ``files.open_input`` (a regular file of at most ``MAX_IMPORT_BYTES``)."""
         import io
 
-        from primus_ext.files import open_input
+        from primus_ext.files import load_json, open_input
 
         n = 0
         with io.TextIOWrapper(open_input(path, max_bytes=MAX_IMPORT_BYTES, what="--import file"),
@@ -390,7 +390,7 @@ class TimingStore:
                     raise ValueError(f"{path}: line {n + 1} is longer than {MAX_IMPORT_LINE:,} characters: not an "
                                      "export of a timing store")
                 if line.strip():
-                    row = json.loads(line, parse_constant=_refuse_constant)
+                    row = load_json(line, parse_constant=_refuse_constant)
                     if not isinstance(row, dict):
                         raise ValueError(f"{path}: line {n + 1}: not a JSON object")
                     table = row.pop("table", None)
