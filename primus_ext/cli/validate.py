@@ -76,6 +76,8 @@ def _summary_lines(report, *, data_bounds: bool = True) -> list[str]:
              f"  |error| median {s.median_abs_error_pct:.1f} %   p90 {s.p90_abs_error_pct:.1f} %   "
              f"max {s.max_abs_error_pct:.1f} %{floor}",
              f"  mean |log error| {s.mean_abs_log_error:.4f}   {s.n_above_20_pct} rows above 20 %"]
+    if not s.n_projected:  # no error figures, not `nan %`
+        return [lines[0], "  no row could be projected: no error to state (the reasons are listed)"]
     for group, rho in s.spearman_by_group.items():
         ceiling = s.spearman_ceiling_by_group.get(group, math.nan)
         bound = f"  (ceiling {ceiling:+.2f})" if data_bounds and not math.isnan(ceiling) else ""
