@@ -95,13 +95,20 @@ def open_journal(target: str | Path, *, label: str | None = None) -> IO[str]:
     return fh
 
 
+PSEUDO_FILE_SYSTEMS = ("/proc/", "/sys/")
+"""Where Linux mounts files made up by the kernel (procfs, sysfs: proc(5)): ``stat`` calls them regular files of size
+0, yet a read may never end (``/proc/kmsg`` waits for the next kernel message). No input of this tool lives there (a
+device under /dev is refused as not a regular file)."""
+
+
 class InputRefused(PrimusExtError):
     """An input path that is not a regular file, or larger than its reader allows (the message names it)."""
 
 
 def open_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bool = True) -> BinaryIO:
     """Open a user's input file for reading, or refuse it (``InputRefused``) before reading a byte: a FIFO, a
-    device (``/dev/zero``, ``/dev/urandom``), a socket or a folder, or a regular file over ``max_bytes``. The file
+    device (``/dev/zero``, ``/dev/urandom``), a socket or a folder, a kernel pseudo-file (``/proc/kmsg``:
+    ``PSEUDO_FILE_SYSTEMS``), or a regular file over ``max_bytes``. The file
     is opened without blocking (a FIFO with no writer would otherwise wait forever), checked with ``fstat`` on the
     open descriptor (no race with a rename), and noted as an input (``note_input``). The caller still bounds its
     reads (a file may grow): ``read_input`` does. ``note=False``: an output read before it is replaced (not an
@@ -120,6 +127,10 @@ def open_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bo
                     "a socket" if stat.S_ISSOCK(found.st_mode) else "not a regular file")
             raise InputRefused(f"{what} {path} is {kind}, not a regular file: it could be endless; save it to a "
                                "file first and give that")
+        real = os.path.realpath(path)
+        if real.startswith(PSEUDO_FILE_SYSTEMS):  # S_ISREG, size 0, and a read of /proc/kmsg waits forever
+            raise InputRefused(f"{what} {path} is a kernel pseudo-file ({real}): its size is unknown and a read may "
+                               "wait forever; save it to a file first and give that")
         if found.st_size > max_bytes:
             raise InputRefused(f"{what} {path} is {found.st_size:,} bytes, more than the {max_bytes:,} read; give "
                                "a shorter file (e.g. its last lines: tail -n 100000)")

@@ -465,6 +465,9 @@ def store_for_target(path: str | os.PathLike[str], gpu_name: str, *, device: str
     if not os.path.isfile(path):
         from primus_ext.errors import PrimusExtError
 
+        if os.path.exists(path):
+            raise PrimusExtError(f"--store {os.fspath(path)}: not a regular file (a folder, a named pipe or a device); "
+                                 "give a timing store written by `primus-ext bench`")
         raise PrimusExtError(f"--store {os.fspath(path)}: no such file (a timing store written by `primus-ext bench`)")
     store = open_store_file(path, device=device or "?", accept_scaled=accept_scaled, reading=True)
     if device is None:

@@ -406,6 +406,9 @@ def _start(path: str | Path, config_roots: Sequence[str | Path], env: Mapping[st
     found_root = None if roots else find_primus_root(Path(path))
     state = _State(path=Path(path), env=os.environ if env is None else env,
                    roots=roots or ((found_root,) if found_root else ()), gpus=gpus)
+    if not is_file(state.path) and os.path.exists(state.path):
+        raise RecipeError(problems=[Problem(path=str(path), message="is not a regular file (a folder, a named pipe "
+                                            "or a device)", fix="give the recipe's YAML file")])
     if not is_file(state.path):
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path),
