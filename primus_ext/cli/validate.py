@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from primus_ext.argtypes import MAX_ROWS_SHOWN, int_in
 from primus_ext.cli._args import positive_int
 
 
@@ -62,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store-device", metavar="NAME", help="with --store: whose entries (default: its one device)")
     p.add_argument("--store-gpu", metavar="PROFILE",
                    help="with --store: the hardware profile of that device (default: read from its name)")
-    p.add_argument("--worst", type=int, default=10, help="how many worst rows to print (default 10)")
+    p.add_argument("--worst", type=int_in(0, MAX_ROWS_SHOWN), default=10,
+                   help="how many worst rows to print (default 10)")
     p.set_defaults(func=run)
 
 
