@@ -39,7 +39,7 @@ import yaml
 from primus_ext.errors import Problem, RecipeError, cut, shown
 from primus_ext.files import real_path
 from primus_ext.recipe import safe_yaml
-from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
+from primus_ext.recipe.catalogue import known_keys, unknown_key_notes
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys
 from primus_ext.recipe.node_count import (
@@ -459,9 +459,9 @@ def _list_argument_problems(state: _State, args: Layer, model_name: str) -> None
 def _unknown_keys(state: _State, args: Layer) -> dict[str, Any]:
     """The arguments outside the catalogue: each named in a warning, those close to a known key also as a typo."""
     unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
-    state.warnings += [unknown_key_warning(k, _where(args.origins[k])) for k in unknown]
-    state.typos += [Problem(path=args.origins[k], value=k, message="unknown key (kept, passed through to Megatron)",
-                            fix=f"did you mean {hint}?") for k in unknown if (hint := did_you_mean(k))]
+    warnings, typos = unknown_key_notes(list(unknown), {k: args.origins[k] for k in unknown}, _where)
+    state.warnings += warnings
+    state.typos += typos
     return unknown
 
 
