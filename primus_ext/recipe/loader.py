@@ -42,8 +42,8 @@ from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.catalogue import known_keys, unknown_key_notes
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys
+from primus_ext.recipe.listing import untargeted_problems
 from primus_ext.recipe.node_count import (
-    DEFAULT_NODES,
     NODES_DEFAULTED,
     WORLD_SIZE_PATHS,
     nodes_hint,
@@ -64,9 +64,6 @@ from primus_ext.recipe.secrets import hidden_values, hide_mapping, hide_text, hi
 from primus_ext.recipe.target import Target, resolve_target, target_block
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
-LISTING_CLUSTER = "mi300x"
-"""When the target cannot be loaded, the arguments are still resolved on this profile to list their problems too
-(nothing is projected on it)."""
 EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "platform", "primus_ext"})
 """Top-level keys of a Primus experiment (``PrimusParser``: meta info, ``platform``, ``modules``) and ours."""
 MODULE_KEYS = frozenset({"framework", "config", "model", "overrides", "trainer_class"})
@@ -372,11 +369,11 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = (), *, cluster: str
     args.update(parse_overrides(overrides, state.problems))
     state.hidden.update(hidden_values(args.values))  # presets' and the command line's too
     system = _system(state, block, cluster, nodes)
+    unknown = _unknown_keys(state, args)  # its typos are listed with any other problem, the missing target's too
     if system is None:  # a bad cluster / node count: still list every argument problem with it
-        _list_argument_problems(state, args, model_name)
+        state.problems += _repoint(untargeted_problems(args.values, model_name), args.values, args.origins)
     state.fail_if_problems()
     assert system is not None
-    unknown = _unknown_keys(state, args)
     model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name,
                                                                        primus=bool(module), environ=state.env)
     state.warnings += resolve_warnings
@@ -446,14 +443,6 @@ def _recipe_args(state: _State, top: Layer, data: dict[str, Any], module: str | 
             fix="pass an experiment YAML (modules: {pre_trainer: ...}) or a flat file of Megatron arguments"))
         state.fail_if_problems()
     return args, state.path.stem or "model", ""
-
-
-def _list_argument_problems(state: _State, args: Layer, model_name: str) -> None:
-    """Add the arguments' problems when the target cannot be loaded: they are resolved on ``LISTING_CLUSTER``."""
-    from primus_ext.hardware import load_system
-
-    _, _, arg_problems, _ = resolve_all(args.values, load_system(LISTING_CLUSTER, DEFAULT_NODES), name=model_name)
-    state.problems += _repoint(arg_problems, args.values, args.origins)
 
 
 def _unknown_keys(state: _State, args: Layer) -> dict[str, Any]:
