@@ -2,6 +2,7 @@
 
     python benchmarks/hostile_campaign.py --cases 10000 --jobs 2          # the RESULTS.md figures
     python benchmarks/hostile_campaign.py --replay 1234                   # one case again, its stderr shown
+    python benchmarks/hostile_campaign.py --surface ci --cases 200        # one surface alone (ci, trials, log, ...)
 
 Case i (seed ``--seed`` + i) is built by ``tests/cli/hostile_cases.py`` (its own generators, not
 ``fuzz_recipes.py``'s): YAML features (an alias inside its own node in every position, tags, merge keys, anchors
@@ -31,8 +32,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "cli"))
 
-from hostile_cases import generate  # noqa: E402
+from hostile_cases import FAMILIES, generate  # noqa: E402
 from hostile_run import run_case  # noqa: E402
+from hostile_surfaces import SURFACES  # noqa: E402
+
+SURFACE = "all"
+"""``--surface``: ``all`` (the recipe families' mix), or one family of ``FAMILIES`` / ``SURFACES`` alone."""
 
 
 def _kind(failure: str) -> str:
@@ -47,7 +52,8 @@ def run_one(seed: int, seconds: float, wall: float, memory_gib: float, root: str
     folder = Path(tempfile.mkdtemp(prefix=f"case{seed}-", dir=root))
     try:
         try:
-            case = generate(random.Random(seed), folder)
+            rng = random.Random(seed)
+            case = generate(rng, folder) if SURFACE == "all" else {**FAMILIES, **SURFACES}[SURFACE](rng, folder)
         except Exception as err:  # a generator's own bug: counted, never a silent skip
             return {"seed": seed, "case": "generator", "family": "generator", "argv": [], "exit": [], "seconds": 0.0,
                     "cpu_s": 0.0, "peak_bytes": 0, "failures": [f"generator: {type(err).__name__}: {err}"],
@@ -110,7 +116,11 @@ def main() -> int:
     parser.add_argument("--memory-gib", type=float, default=1.0, help="memory bound per case (default 1 GiB)")
     parser.add_argument("--replay", type=int, metavar="SEED", help="run one case and show its stderr")
     parser.add_argument("--json", metavar="OUT", help="write the summary and every failed case")
+    parser.add_argument("--surface", choices=("all", *FAMILIES, *SURFACES), default="all",
+                        help="one input surface alone (ci: suites + baselines, trials: tune --resume logs)")
     args = parser.parse_args()
+    global SURFACE
+    SURFACE = args.surface  # read by the forked workers
     if args.replay is not None:
         record = _worker(([args.replay], args.seconds, args.wall, args.memory_gib))[0]
         print(json.dumps({k: v for k, v in record.items() if k != "stderr_tail"}, indent=2))

@@ -187,5 +187,24 @@ class RecipeError(PrimusExtError):
         return redact("\n".join(lines))
 
 
+MAX_PROBLEMS = 50
+"""Problems listed one by one in an error; past these, one line counts the rest (30 000 unknown keys are not read
+one by one, and cost the check no more than linear time)."""
+
+
+def capped(problems: list[Problem], limit: int = MAX_PROBLEMS) -> list[Problem]:
+    """``problems``, the first ``limit`` of them and one line counting the rest when there are more."""
+    if len(problems) <= limit:
+        return problems
+    rest = problems[limit:]
+    return [*problems[:limit], Problem(path=rest[0].path, message=f"... and {len(rest):,} more problem(s) like "
+                                       "these (the first shown)", fix="fix those above and run again")]
+
+
+INTERNAL_ERRORS = (ArithmeticError, AttributeError, LookupError, TypeError, ValueError, RecursionError)
+"""A row (``validate``) or suite entry (``ci``) the projection fails on with one of these (a bug in a model part for
+that row's features, not a refusal) is one skipped row with the error named, and the others go on (issue 56)."""
+
+
 class InfeasibleConfig(RecipeError):
     """A configuration is well-formed but cannot run (illegal parallel layout, out of memory)."""

@@ -9,19 +9,20 @@ Domain errors (``PrimusExtError``) and what the operating system refuses (``OSEr
 reason) are printed without a traceback and exit with code 2; SIGTERM / SIGHUP end the command as an
 exception would, so its temporary files are removed. A reader of
 stdout that leaves early (``primus-ext validate ... | head``) silences the rest of the output; the
-command still finishes and writes its files.
+command still finishes and writes its files. A stream that refuses a write (``> /dev/full``, ``>&-``) is silenced
+too, and the command exits with ``_streams.STREAM_FAILED`` (74) after one line saying so (``_streams``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
 import sys
 
 from primus_ext import __version__
-from primus_ext.errors import PrimusExtError, cut, forget_env_texts, redact
+from primus_ext.cli._streams import Guarded, stream_exit
+from primus_ext.errors import PrimusExtError, cut, forget_env_texts
 from primus_ext.files import forget_inputs, install_signal_exit
 
 
@@ -43,53 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Redacted:
-    """``sys.stderr`` showing text from the environment as its template (``errors.redact``), each write whole."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        self._stream.write(redact(text))
-        return len(text)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
-
-
-class _QuietOnceReaderGone:
-    """``sys.stdout`` that turns into /dev/null when the pipe's reader has closed it; text from the environment is
-    shown as its template (``errors.redact``)."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self.reader_gone = False
-
-    def write(self, text: str) -> int:
-        if not self.reader_gone:
-            try:
-                self._stream.write(redact(text))
-            except BrokenPipeError:
-                self._silence()
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.reader_gone:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._silence()
-
-    def _silence(self) -> None:
-        self.reader_gone = True
-        devnull = os.open(os.devnull, os.O_WRONLY)  # the interpreter's own flush at exit lands here
-        os.dup2(devnull, self._stream.fileno())
-        os.close(devnull)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -109,9 +63,20 @@ def main(argv: list[str] | None = None) -> int:
             reconfigure(errors="backslashreplace")
     install_signal_exit()
     forget_inputs()  # the inputs no output may replace are this command's (main may run many in one process)
-    forget_env_texts()
+    forget_env_texts()  # likewise the texts taken from the environment (shown as their templates: errors.redact)
     stdout, stderr = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _QuietOnceReaderGone(stdout), _Redacted(stderr)
+    sys.stdout, sys.stderr = out, err = Guarded(stdout, "standard output"), Guarded(stderr, "standard error")
+    try:
+        code = _run(args)
+        out.flush()  # what a block-buffered stream still holds, while a failure is still caught
+        err.flush()
+        return stream_exit(code, out, err)
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The subcommand's exit code; a domain error, a file the OS refuses, Ctrl-C said in one line (no traceback)."""
     try:
         return int(args.func(args) or 0)
     except PrimusExtError as err:
@@ -129,9 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    finally:
-        sys.stdout.flush()  # what a block-buffered pipe still holds, while a gone reader is still tolerated
-        sys.stdout, sys.stderr = stdout, stderr
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,7 @@ import json
 import sys
 from typing import Any
 
+from primus_ext.argtypes import MAX_ITERS, MAX_NODE_FLAG, int_in
 from primus_ext.cli._args import nonnegative_float
 
 
@@ -27,13 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("recipe", help="experiment YAML (Primus format) or flat Megatron-argument YAML")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
     p.add_argument("--cluster", help="hardware profile of the target run; default from the recipe")
-    p.add_argument("--nodes", type=int, help="node count of the target run")
+    p.add_argument("--nodes", type=int_in(1, MAX_NODE_FLAG), help="node count of the target run")
     p.add_argument("--scale", type=nonnegative_float,
                    help="shrink hidden/seq/experts by this factor (default: 1 on GPU, "
                    "on CPU the largest power of 1/2 that keeps the recipe in seconds)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present")
-    p.add_argument("--reps", type=int, default=10, help="timed repetitions per layer (default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
+    p.add_argument("--reps", type=int_in(1, MAX_ITERS), default=10, help="timed repetitions per layer (default 10)")
+    p.add_argument("--warmup", type=int_in(0, MAX_ITERS), default=2, help="untimed warm-up iterations (default 2)")
     p.add_argument("--timeout", type=nonnegative_float, default=120.0,
                    help="seconds per layer before giving up (default 120)")
     p.add_argument("--out", metavar="FILE", help="SQLite store (default $PRIMUS_EXT_CACHE/timings.sqlite)")

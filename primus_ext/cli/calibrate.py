@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.argtypes import MAX_NODE_FLAG, int_in
 from primus_ext.cli._args import add_cost_arguments, session_of
 from primus_ext.cli.calibrate_logs import Loader, compare_all, split_inputs
 
@@ -55,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="*", metavar="LOG|key=value",
                    help="training logs (files, or a folder of *.log) and Megatron argument overrides")
     p.add_argument("--cluster", help="hardware profile of the run (e.g. mi355x, h100); default from the recipe")
-    p.add_argument("--nodes", type=int, help="node count of the run; default from the recipe")
+    p.add_argument("--nodes", type=int_in(1, MAX_NODE_FLAG), help="node count of the run; default from the recipe")
     p.add_argument("--config-root", action="append", default=[], metavar="DIR",
                    help="folder searched for model/module presets (repeatable)")
     add_cost_arguments(p)  # the store is also where the record is written

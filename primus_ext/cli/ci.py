@@ -12,7 +12,6 @@ writes the JSON alone to stdout (the markdown summary goes to stderr).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -35,11 +34,11 @@ MAX_BASELINE_BYTES = 64 << 20
 
 
 def _load_baseline(path: Path):
-    from primus_ext.errors import Problem, RecipeError
-    from primus_ext.files import InputRefused, read_input
+    from primus_ext.errors import Problem, RecipeError, capped, cut
+    from primus_ext.files import InputRefused, load_json, read_input
 
     try:
-        data = json.loads(read_input(path, max_bytes=MAX_BASELINE_BYTES, what="baseline").decode("utf-8"))
+        data = load_json(read_input(path, max_bytes=MAX_BASELINE_BYTES, what="baseline").decode("utf-8"))
     except InputRefused as err:
         raise RecipeError(problems=[Problem(path=str(path), message=str(err))]) from None
     except FileNotFoundError:
@@ -48,8 +47,9 @@ def _load_baseline(path: Path):
     except UnicodeDecodeError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})",
                                             fix="give the file --update-baseline wrote")]) from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise RecipeError(problems=[Problem(path=str(path), message=f"unreadable baseline: {err}")]) from None
+    except (OSError, ValueError) as err:  # not JSON, nested too deep, an integer of over 4 300 digits
+        raise RecipeError(problems=[Problem(path=str(path), message=f"unreadable baseline: {err}",
+                                            fix="give the file --update-baseline wrote")]) from None
     if isinstance(data, dict) and data.get("kind", "baseline") != "baseline":
         raise RecipeError(problems=[Problem(path=f"{path}:kind", value=data.get("kind"),
                                             message="not a baseline file (a ci result?)",
@@ -59,7 +59,19 @@ def _load_baseline(path: Path):
     if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
         raise RecipeError(problems=[Problem(path=f"{path}:entries", message="expected a mapping name -> numbers",
                                             fix="regenerate it with --update-baseline")])
+    problems = [Problem(path=f"{path}:entries.{cut(name)}.{key}", value=value,
+                        message="must be a finite non-negative number or null", fix="regenerate it with "
+                        "--update-baseline")
+                for name, figures in entries.items() for key, value in figures.items()
+                if key in FIGURES and value is not None and (isinstance(value, bool) or not isinstance(
+                    value, int | float) or not 0 <= value < float("inf"))]
+    if problems:
+        raise RecipeError(problems=capped(problems), source=str(path), what="invalid baseline")
     return entries
+
+
+FIGURES = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_gib")
+"""The figures of a baseline entry (the result schema's ``baseline_entry``) the comparison reads."""
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from primus_ext.argtypes import MAX_NODE_FLAG, int_in
 from primus_ext.cli._args import add_calibration_arguments, add_cost_arguments, session_of
 
 
@@ -77,9 +78,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("a", metavar="A", help='side A: "RECIPE [key=value ...]" (quoted when it has overrides)')
     parser.add_argument("b", metavar="B", help='side B: "RECIPE [key=value ...]", or "key=value ..." on top of A')
     parser.add_argument("--cluster", help="hardware profile of both sides; default from each recipe")
-    parser.add_argument("--nodes", type=int, help="node count of both sides; default from each recipe")
+    parser.add_argument("--nodes", type=int_in(1, MAX_NODE_FLAG),
+                        help="node count of both sides; default from each recipe")
     parser.add_argument("--cluster-b", help="hardware profile of side B only")
-    parser.add_argument("--nodes-b", type=int, help="node count of side B only")
+    parser.add_argument("--nodes-b", type=int_in(1, MAX_NODE_FLAG), help="node count of side B only")
     parser.add_argument("--schedule", metavar="NAME",
                         help="pipeline schedule of both sides (e.g. dualpipe: a what-if no framework key runs); "
                              "default from each recipe")

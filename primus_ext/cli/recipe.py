@@ -14,6 +14,8 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.argtypes import MAX_NODE_FLAG, int_in
+
 if TYPE_CHECKING:
     from primus_ext.recipe import Recipe
 
@@ -26,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("overrides", nargs="*", metavar="key=value",
                       help="Megatron argument overrides; they win over the recipe")
     show.add_argument("--cluster", help="hardware profile (e.g. mi300x, h100, gb200); default from the recipe")
-    show.add_argument("--nodes", type=int, help="node count; default from the recipe, else 1")
+    show.add_argument("--nodes", type=int_in(1, MAX_NODE_FLAG), help="node count; default from the recipe, else 1")
     show.add_argument("--config-root", action="append", default=[], metavar="DIR",
                       help="folder searched for model/module presets, e.g. a Primus checkout (repeatable)")
     show.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from primus_ext.argtypes import MAX_BUDGET, MAX_ITERS, MAX_NODE_FLAG, MAX_RANKS, int_in
 from primus_ext.cli._args import nonnegative_float
 
 
@@ -44,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, metavar="RECIPE", help="experiment YAML (Primus) or flat Megatron YAML")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="Megatron argument overrides")
     p.add_argument("--cluster", help="hardware profile of the run; default from the recipe")
-    p.add_argument("--nodes", type=int, help="node count of the run; default from the recipe")
+    p.add_argument("--nodes", type=int_in(1, MAX_NODE_FLAG), help="node count of the run; default from the recipe")
     p.add_argument("--config-root", action="append", default=[], metavar="DIR", help="preset folder (repeatable)")
     p.add_argument("--projection-only", action="store_true", help="project, write the reports, exit 0/2/3/4")
     p.add_argument("--strict", action="store_true", help=f"with --projection-only: {STRICT_HELP}")
@@ -65,11 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--apply", action="store_true", help="rewrite the recipe in place (backup .bak)")
     where.add_argument("--out", metavar="FILE", help="write the tuned copy here (default <recipe>.tuned.yaml)")
     tune.add_argument("--strategy", choices=("auto", "exhaustive", "tpe", "llm"), default="auto")
-    tune.add_argument("--budget", type=int, default=100, help="projections the tuner may spend")
+    tune.add_argument("--budget", type=int_in(1, MAX_BUDGET), default=100, help="projections the tuner may spend")
     run = p.add_argument_group("launching")
     run.add_argument("--launcher", choices=("auto", "primus", "megatron", "builtin"), default="auto")
-    run.add_argument("--nproc", type=int, help="local ranks (default: GPUs present, else 2)")
-    run.add_argument("--train-iters", type=int, help="short run of N iterations with the built-in trainer")
+    run.add_argument("--nproc", type=int_in(1, MAX_RANKS), help="local ranks (default: GPUs present, else 2)")
+    run.add_argument("--train-iters", type=int_in(1, MAX_ITERS),
+                     help="short run of N iterations with the built-in trainer")
     run.add_argument("--verify", action="store_true", help="project the short run too; write measured vs projected")
     p.set_defaults(func=run_command)
 

@@ -41,6 +41,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from primus_ext.argtypes import MAX_BUDGET, MAX_ITERS, MAX_NODE_FLAG, MAX_RANKS, MAX_ROWS_SHOWN, MAX_SEED, int_in
 from primus_ext.cli._args import add_calibration_arguments, add_cost_arguments, nonnegative_float, session_of
 from primus_ext.launcher.verify_top.variants import DEFAULT_ITERS as DEFAULT_VERIFY_ITERS
 from primus_ext.model.memory import DEFAULT_MARGIN
@@ -61,16 +62,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tune", help="search a faster legal configuration (projection as the oracle)")
     p.add_argument("recipe", help="experiment YAML (Primus format) or flat Megatron-argument YAML")
     p.add_argument("--cluster", help="hardware profile (e.g. mi355x, h100); default from the recipe")
-    p.add_argument("--nodes", type=int, help="node count; default from the recipe")
+    p.add_argument("--nodes", type=int_in(1, MAX_NODE_FLAG), help="node count; default from the recipe")
     p.add_argument("--config-root", action="append", default=[], metavar="DIR",
                    help="folder searched for model/module presets (repeatable)")
     p.add_argument("--strategy", choices=("auto", *STRATEGIES), default="auto",
                    help="auto (default): exhaustive when the space enumerates in ~15 s (75 000 candidates at the "
                         "measured 5 000/s), else tpe; the output's notes say which")
-    p.add_argument("--max-changes", type=int, metavar="N",
+    p.add_argument("--max-changes", type=int_in(0, 10_000), metavar="N",
                    help="among the configurations tied with the fastest (inside its band), take the fastest that "
                         "changes at most N keys of the recipe (default: the recipe's own on a tie, else the fastest)")
-    p.add_argument("--budget", type=int, default=100, help="projections the strategy may spend (default 100)")
+    p.add_argument("--budget", type=int_in(1, MAX_BUDGET), default=100,
+                   help=f"projections the strategy may spend (default 100, at most {MAX_BUDGET:,})")
     p.add_argument("--llm", metavar="MODEL", help="litellm model string for --strategy llm (e.g. openai/gpt-4o)")
     p.add_argument("--llm-api-base", metavar="URL", help="OpenAI-compatible endpoint (e.g. a local server)")
     p.add_argument("--llm-timeout", type=nonnegative_float, default=60.0, metavar="S",
@@ -84,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="limit an axis to these values (repeatable); an axis by its label or the recipe key it "
                         "sets: tp etp pp vpp schedule split cp ep mbs recompute sharding precision tp_comm_overlap "
                         "ep_overlap dp_overlap (tp = tensor_model_parallel_size, mbs = micro_batch_size, ...)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", metavar="FILE", help="write a tuned copy of the recipe")
     out.add_argument("--apply", action="store_true",
@@ -96,21 +98,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log", metavar="FILE", help="append every trial to this JSON-lines log")
     p.add_argument("--resume", metavar="LOG", help="continue the search logged in LOG (and keep logging to it)")
     p.add_argument("--no-regret", action="store_true", help="skip the exhaustive reference for the regret")
-    p.add_argument("--top", type=int, default=10, help="rows of the ranking to print")
+    p.add_argument("--top", type=int_in(0, MAX_ROWS_SHOWN), default=10, help="rows of the ranking to print")
     add_cost_arguments(p)
     add_calibration_arguments(p)
     verify = p.add_argument_group("multi-fidelity: short real runs of the K best (primus_ext.launcher.verify_top)")
-    verify.add_argument("--verify-top", type=int, metavar="K",
+    verify.add_argument("--verify-top", type=int_in(1, 64), metavar="K",
                         help="write short-run variants of the K best configurations, a manifest and launch.sh")
     verify.add_argument("--verify-dir", metavar="DIR", help="their folder (default <recipe stem>-verify-top beside "
                         "the recipe); a non-empty one needs --force")
-    verify.add_argument("--verify-iters", type=int, default=DEFAULT_VERIFY_ITERS, metavar="N",
+    verify.add_argument("--verify-iters", type=int_in(1, MAX_ITERS), default=DEFAULT_VERIFY_ITERS, metavar="N",
                         help=f"iterations of each short run (default {DEFAULT_VERIFY_ITERS}; at least 3)")
     verify.add_argument("--verify-run", choices=("local",),
                         help="local: run each variant here with the built-in trainer (as train --verify) and re-rank")
     verify.add_argument("--verify-scale", type=nonnegative_float, default=1.0, metavar="F",
                         help="with --verify-run local: shrink the model by F (e.g. 0.0625 on CPU; default 1)")
-    verify.add_argument("--verify-nproc", type=int, metavar="N",
+    verify.add_argument("--verify-nproc", type=int_in(1, MAX_RANKS), metavar="N",
                         help="with --verify-run local: local ranks per run (default: each candidate's TP x PP x CP)")
     verify.add_argument("--resume-verify", action="store_true",
                         help="no search: re-rank the candidates in --verify-dir from the logs already there")

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from primus_ext.argtypes import MAX_ROWS_SHOWN, int_in
 from primus_ext.cli._args import positive_int
 
 
@@ -62,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store-device", metavar="NAME", help="with --store: whose entries (default: its one device)")
     p.add_argument("--store-gpu", metavar="PROFILE",
                    help="with --store: the hardware profile of that device (default: read from its name)")
-    p.add_argument("--worst", type=int, default=10, help="how many worst rows to print (default 10)")
+    p.add_argument("--worst", type=int_in(0, MAX_ROWS_SHOWN), default=10,
+                   help="how many worst rows to print (default 10)")
     p.set_defaults(func=run)
 
 
@@ -76,6 +78,8 @@ def _summary_lines(report, *, data_bounds: bool = True) -> list[str]:
              f"  |error| median {s.median_abs_error_pct:.1f} %   p90 {s.p90_abs_error_pct:.1f} %   "
              f"max {s.max_abs_error_pct:.1f} %{floor}",
              f"  mean |log error| {s.mean_abs_log_error:.4f}   {s.n_above_20_pct} rows above 20 %"]
+    if not s.n_projected:  # no error figures, not `nan %`
+        return [lines[0], "  no row could be projected: no error to state (the reasons are listed)"]
     for group, rho in s.spearman_by_group.items():
         ceiling = s.spearman_ceiling_by_group.get(group, math.nan)
         bound = f"  (ceiling {ceiling:+.2f})" if data_bounds and not math.isnan(ceiling) else ""

@@ -42,6 +42,7 @@ from primus_ext.files.inputs import (
     InputRefused,
     forget_inputs,
     input_problem,
+    load_json,
     note_in_place,
     note_input,
     note_journal,
@@ -268,7 +269,7 @@ def install_signal_exit() -> None:
 
 
 __all__ = ["BACKUP_SUFFIX", "MAX_BACKUPS", "InputRefused", "atomic_output", "atomic_write", "check_outputs", "claim",
-           "forget_inputs", "input_problem", "install_signal_exit", "next_backup", "note_in_place", "note_input",
-           "note_journal", "open_input", "open_journal", "output_problem", "plan_output", "planned_problems",
-           "private_file", "read_input", "real_path", "replace_all", "stream_of", "sweep", "take_backup", "temp_path",
-           "write_output"]
+           "forget_inputs", "input_problem", "install_signal_exit", "load_json", "next_backup", "note_in_place",
+           "note_input", "note_journal", "open_input", "open_journal", "output_problem", "plan_output",
+           "planned_problems", "private_file", "read_input", "real_path", "replace_all", "stream_of", "sweep",
+           "take_backup", "temp_path", "write_output"]

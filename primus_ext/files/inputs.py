@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import stat
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from primus_ext.errors import PrimusExtError, Problem, redact
 
@@ -160,13 +162,20 @@ class _Redacting:
         self._fh.close()
 
 
+PSEUDO_FILE_SYSTEMS = ("/proc/", "/sys/")
+"""Where Linux mounts files made up by the kernel (procfs, sysfs: proc(5)): ``stat`` calls them regular files of size
+0, yet a read may never end (``/proc/kmsg`` waits for the next kernel message). No input of this tool lives there (a
+device under /dev is refused as not a regular file)."""
+
+
 class InputRefused(PrimusExtError):
     """An input path that is not a regular file, or larger than its reader allows (the message names it)."""
 
 
 def open_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bool = True) -> BinaryIO:
     """Open a user's input file for reading, or refuse it (``InputRefused``) before reading a byte: a FIFO, a
-    device (``/dev/zero``, ``/dev/urandom``), a socket or a folder, or a regular file over ``max_bytes``. The file
+    device (``/dev/zero``, ``/dev/urandom``), a socket or a folder, a kernel pseudo-file (``/proc/kmsg``:
+    ``PSEUDO_FILE_SYSTEMS``), or a regular file over ``max_bytes``. The file
     is opened without blocking (a FIFO with no writer would otherwise wait forever), checked with ``fstat`` on the
     open descriptor (no race with a rename), and noted as an input (``note_input``). The caller still bounds its
     reads (a file may grow): ``read_input`` does. ``note=False``: an output read before it is replaced (not an
@@ -185,6 +194,10 @@ def open_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bo
                     "a socket" if stat.S_ISSOCK(found.st_mode) else "not a regular file")
             raise InputRefused(f"{what} {path} is {kind}, not a regular file: it could be endless; save it to a "
                                "file first and give that")
+        real = os.path.realpath(path)
+        if real.startswith(PSEUDO_FILE_SYSTEMS):  # S_ISREG, size 0, and a read of /proc/kmsg waits forever
+            raise InputRefused(f"{what} {path} is a kernel pseudo-file ({real}): its size is unknown and a read may "
+                               "wait forever; save it to a file first and give that")
         if found.st_size > max_bytes:
             raise InputRefused(f"{what} {path} is {found.st_size:,} bytes, more than the {max_bytes:,} read; give "
                                "a shorter file (e.g. its last lines: tail -n 100000)")
@@ -204,4 +217,40 @@ def read_input(path: str | Path, *, max_bytes: int, what: str = "file", note: bo
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise InputRefused(f"{what} {path} holds more than {max_bytes:,} bytes; give a shorter file")
+    return data
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is past a float's range")
+    return value
+
+
+MAX_JSON_DEPTH = 64
+"""Nesting of a JSON document read from a user (a baseline, a trial line, a manifest, a store export: 3 to 5 levels
+deep); deeper is refused before it reaches code that walks it recursively (``json.loads`` itself raises
+``RecursionError`` near 1 000 levels)."""
+
+
+def load_json(text: str | bytes, *, parse_constant: Any = None) -> Any:
+    """``json.loads(text)`` for a user's file, every failure a ``ValueError`` naming it: not JSON, nested deeper
+    than ``MAX_JSON_DEPTH`` (checked without recursion), an integer over Python's 4 300 digits, a number past a
+    float's range (``1e999``)."""
+    try:
+        data = json.loads(text, parse_constant=parse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    level, stack = 0, [data]
+    while stack:
+        nxt = []
+        for item in stack:
+            if isinstance(item, dict):
+                nxt.extend(item.values())
+            elif isinstance(item, list):
+                nxt.extend(item)
+        level += bool(nxt)
+        if level > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        stack = [x for x in nxt if isinstance(x, dict | list)]
     return data

@@ -56,7 +56,7 @@ def _profile_dirs() -> list[Path]:
 
 def list_profiles() -> list[str]:
     """Names of every available profile (user folders first, then shipped)."""
-    names = {p.stem for d in _profile_dirs() if d.is_dir() for p in d.glob("*.yaml")}
+    names = {p.stem for d in _profile_dirs() if d.is_dir() for p in d.glob("*.yaml") if p.is_file()}
     return sorted(names)
 
 
@@ -251,22 +251,33 @@ def load_gpu(name: str) -> GPUSpec:
 _FOUND: dict[tuple[str, str], str] = {}
 """(name, ``$PRIMUS_EXT_PROFILES``) -> the profile file ``_find`` chose (a lookup costs ~50 us, a stat ~1 us)."""
 
+MAX_PROFILE_BYTES = 1 << 20
+"""A GPU profile is ~3 kB of YAML; a larger file is refused unread."""
+
+
+def profile_source(path: Path) -> str:
+    """The text of the profile at ``path`` through the one bounded reader (``files.read_input``: a regular file, not
+    a FIFO, a device or ``/proc/kmsg`` behind a link, at most ``MAX_PROFILE_BYTES``); a ``RecipeError`` otherwise."""
+    from primus_ext.files import InputRefused, read_input
+
+    try:
+        return read_input(path, max_bytes=MAX_PROFILE_BYTES, what="GPU profile").decode("utf-8")
+    except InputRefused as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=str(err))]) from None
+    except UnicodeDecodeError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})")]) from None
+
 
 @cache
 def _load_gpu(path_text: str, _inode: int, _size: int, _mtime_ns: int) -> GPUSpec:
     path = Path(path_text)
-    with path.open(encoding="utf-8") as fh:
-        try:
-            data = yaml.safe_load(fh)
-        except yaml.YAMLError as err:
-            raise RecipeError(problems=[Problem(path=str(path), message=f"invalid YAML: {err}")]) from None
-        except UnicodeDecodeError as err:
-            raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason})")]) from None
+    try:
+        data = yaml.safe_load(profile_source(path))
+    except yaml.YAMLError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"invalid YAML: {err}")]) from None
     if not isinstance(data, dict):
         raise RecipeError(problems=[Problem(path=str(path), message="profile must be a mapping")])
     return gpu_from_mapping(data, source=str(path))
-
-
 
 
 def _clear() -> None:
@@ -336,7 +347,7 @@ def profile_text(name: str, efficiency: Efficiency, fields: list[str], *, notes:
     ``Efficiency()`` defaults (a user's hand-set ``hbm``, say) are kept too. ``notes``: comment lines to place above
     the block, each replacing the lines that start with its key (the source of a measured value, which later refits
     keep: they rewrite the block only)."""
-    text = _without_efficiency(_find(canonical_name(name)).read_text(encoding="utf-8"))
+    text = _without_efficiency(profile_source(_find(canonical_name(name))))
     if notes:
         kept_lines = [line for line in text.splitlines() if not any(line.startswith(k) for k in notes)]
         text = "\n".join([*kept_lines, *notes.values()]) + "\n"

@@ -19,7 +19,6 @@ prior keeps the prior's other values). CLI: ``primus-ext profile pin``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -30,7 +29,15 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.hardware import _find, canonical_name, family_profiles, load_gpu, profile_text, write_profiles
+from primus_ext.hardware import (
+    _find,
+    canonical_name,
+    family_profiles,
+    load_gpu,
+    profile_source,
+    profile_text,
+    write_profiles,
+)
 from primus_ext.specs.system import Efficiency, GPUSpec
 
 PINNABLE = ("attention", "hbm")
@@ -83,13 +90,20 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_SWEEP_BYTES = 64 << 20
+"""A kernel sweep's JSON is ~100 kB; a larger file is refused unread."""
 _SWEEP_FIX = "pass the JSON `benchmarks/gpu_kernel_sweep.py --out` wrote"
 
 
 def read_sweep(path: Path) -> dict[str, Any]:
     """The JSON a kernel sweep wrote (its ``device`` and timed rows); a clear error when it is not one."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    from primus_ext.files import InputRefused, load_json, read_input
+
+    try:  # a regular file, bounded (a sweep is ~100 kB), nesting bounded
+        data = load_json(read_input(path, max_bytes=MAX_SWEEP_BYTES, what="kernel sweep").decode("utf-8"))
+    except InputRefused as err:
+        raise RecipeError(problems=[_problem(str(path), str(err), _SWEEP_FIX)], source="kernel sweep",
+                          what="invalid") from None
     except OSError as err:
         problem = _problem(str(path), f"cannot read the sweep ({err.strerror or err})", _SWEEP_FIX)
         raise RecipeError(problems=[problem], source="kernel sweep", what="invalid") from None
@@ -177,7 +191,7 @@ def sweep_efficiencies(sweep: dict[str, Any], gpu: GPUSpec, names: tuple[str, ..
 
 def _stated_order(name: str) -> list[str]:
     """The efficiency keys profile ``name`` states, in its order (a rewrite keeps the diff to what changed)."""
-    data = yaml.safe_load(_find(canonical_name(name)).read_text(encoding="utf-8")) or {}
+    data = yaml.safe_load(profile_source(_find(canonical_name(name)))) or {}
     block = data.get("efficiency") or {}
     return [k for k in block if k not in ("calibration", "measured")]
 

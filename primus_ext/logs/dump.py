@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 
+from primus_ext.logs.lines import MAX_DIGITS
 from primus_ext.logs.records import RunConfig
 
 MAX_CONFIG = 10_000
@@ -134,7 +135,8 @@ class DumpReader:
             m = pattern.search(text) if key in text else None
             if m:
                 for name, value in zip(names, m.groups(), strict=True):
-                    self.facts.setdefault(name, int(value))
+                    if (number := _int(value)) is not None:
+                        self.facts.setdefault(name, number)
 
 
 FACTS = (("using world size", WORLD, ("world_size", "data_parallel_size")),
@@ -144,8 +146,10 @@ FACTS = (("using world size", WORLD, ("world_size", "data_parallel_size")),
 
 
 def _int(text: str | None) -> int | None:
+    """``text`` as a count (at most ``MAX_DIGITS`` ASCII digits, quotes stripped), else ``None``: a 5 001-digit
+    "number" is not one (``int()`` refuses past 4 300 digits, issue 56)."""
     text = (text or "").strip().strip("'\"")
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS else None
 
 
 def _on(text: str | None) -> bool:

@@ -20,16 +20,20 @@ Layouts read (sources: the upstream files named beside each pattern):
 
 from __future__ import annotations
 
+import math
 import re
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+MAX_DIGITS = 15
+"""Digits of an integer read from a log (an iteration, a rank, a batch: 10**15 is past any run); a longer run of
+digits is not such a number (Python refuses ``int()`` of over 4 300 digits with a ``ValueError``)."""
+ITERATION = re.compile(r"\biteration\s+(\d{1,15})\s*/\s*(\d{1,15})\s*\|")
 FIELD = re.compile(r"^\s*([A-Za-z][^:|]*?)\s*:\s*([^|]*?)\s*$")
 DEVICE = re.compile(r"\b(?:NVIDIA|AMD Instinct)\s+(?:[A-Z]{1,3}\d{2,4}[A-Z]{0,2})(?:[ -]\w+){0,3}")
 """A GPU's device name as nvidia-smi, rocm-smi and ``torch.cuda.get_device_name`` print it (``NVIDIA H100 80GB HBM3``,
 ``AMD Instinct MI300X``)."""
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-MEMORY = re.compile(r"\[Rank (\d+)\]\s*\((?:after (\d+) iterations)?[^)]*\)\s*memory \(MB\)(.*)$")
+MEMORY = re.compile(r"\[Rank (\d{1,15})\]\s*\((?:after (\d{1,15}) iterations)?[^)]*\)\s*memory \(MB\)(.*)$")
 BRIDGE_STEP = re.compile(r"Step Time\s*:\s*([-+\d.eE]+)\s*s\b(?:.*?GPU utilization\s*:\s*([-+\d.eE]+)\s*"
                          r"TFLOP/s/GPU)?")
 MFU = re.compile(r"\bMFU\b[^0-9|]*?([-+]?\d+(?:\.\d+)?)\s*%")
@@ -37,9 +41,9 @@ MAX_FIELDS = 256
 """Fields read of one line (Megatron's iteration line has ~15; Primus's ~20)."""
 MAX_MFU_CHARS = 256
 """Characters of a field searched for MFU (its lazy gap made ``MFU MFU ...`` lines quadratic)."""
-RANK_TAG = re.compile(r"\[rank-?(\d+)(?:/\d+)?\]|\[default(\d+)\]:|^\s*(\d+):\s")
+RANK_TAG = re.compile(r"\[rank-?(\d{1,15})(?:/\d+)?\]|\[default(\d{1,15})\]:|^\s*(\d{1,15}):\s")
 """Rank prefixes: Primus ``[rank-7/8]``, torchrun ``--tee`` ``[default0]:``, srun/mpirun ``--label`` ``0: ``."""
-LOG_INTERVAL = re.compile(r"\blog_interval\b\s*(?:\.{2,}|:)\s*(\d+)")
+LOG_INTERVAL = re.compile(r"\blog_interval\b\s*(?:\.{2,}|:)\s*(\d{1,15})\b")
 VERSIONS = (
     re.compile(r"backend=megatron\b.*?backend_version=([\w.+-]+)"),  # Primus patch_runner
     re.compile(r"\bmegatron[-_]core\s*(?:==|version[:=]?|v)?\s*(\d+\.\d+[\w.+-]*)", re.IGNORECASE),
@@ -58,12 +62,21 @@ def clean(line: str) -> str:
 
 
 def first_number(text: str) -> float | None:
-    """The first number of a field (Primus prints ``instant/average``: the instant one)."""
+    """The first number of a field (Primus prints ``instant/average``: the instant one); ``None`` for none, or for
+    one past a float's range (``1`` and 400 zeros reads as infinity)."""
     m = NUMBER.search(text)
     try:
-        return float(m.group()) if m else None
+        value = float(m.group()) if m else None
     except ValueError:
         return None
+    return value if value is None or math.isfinite(value) else None
+
+
+def small_int(text: str) -> int | None:
+    """``text`` as a non-negative integer of at most ``MAX_DIGITS`` ASCII digits (an argument's value), else
+    ``None``."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS else None
 
 
 def fields(text: str) -> dict[str, str]:

@@ -109,8 +109,9 @@ class _Reader:
             if m:
                 self.log_interval = int(m.group(1))
         step = L.BRIDGE_STEP.search(text) if "Step Time" in text else None
-        if step and step.group(2):
-            self._bridge_step(n, float(step.group(2)))
+        tflops = L.first_number(step.group(2)) if step and step.group(2) else None
+        if tflops is not None:  # `e`, `+-` and a figure past a float's range are no figure
+            self._bridge_step(n, tflops)
         got = L.iteration_fields(text)
         if got:
             if not complete:
@@ -135,8 +136,8 @@ class _Reader:
     def _arguments(self, text: str) -> bool:
         if not self.dump.feed(text):
             return False
-        if self.log_interval is None and self.dump.config.get("log_interval", "").isdigit():
-            self.log_interval = int(self.dump.config["log_interval"])
+        if self.log_interval is None and L.small_int(self.dump.config.get("log_interval", "")) is not None:
+            self.log_interval = L.small_int(self.dump.config["log_interval"])
         return True
 
     def _iteration(self, n: int, index: int, total: int, got: dict[str, str], *, rank: int | None,
@@ -168,8 +169,9 @@ class _Reader:
             self.flag(n, "MFU", f"{mfu.group(1)} %", "impossible: MFU must lie in (0, 100] %")
         written = got.get(L.BATCH[0]) or got.get(L.BATCH[1])
         batch = L.first_number(written) if written else None
+        batch = int(batch) if batch and batch < 10**L.MAX_DIGITS else None
         it = Iteration(index=index, total=total, step_time_s=step_s, tflops_per_gpu=tflops,
-                       tokens_per_s_per_gpu=tokens, global_batch_size=int(batch) if batch else None, line=n,
+                       tokens_per_s_per_gpu=tokens, global_batch_size=batch, line=n,
                        averaged_over=self.log_interval or 1)
         run = self.run
         if seen is not None and self.signatures.get(index) == signature:

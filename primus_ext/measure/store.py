@@ -384,7 +384,7 @@ class TimingStore:
         ``files.open_input`` (a regular file of at most ``MAX_IMPORT_BYTES``)."""
         import io
 
-        from primus_ext.files import open_input
+        from primus_ext.files import load_json, open_input
 
         n = 0
         with io.TextIOWrapper(open_input(path, max_bytes=MAX_IMPORT_BYTES, what="--import file"),
@@ -394,7 +394,7 @@ class TimingStore:
                     raise ValueError(f"{path}: line {n + 1} is longer than {MAX_IMPORT_LINE:,} characters: not an "
                                      "export of a timing store")
                 if line.strip():
-                    row = json.loads(line, parse_constant=_refuse_constant)
+                    row = load_json(line, parse_constant=_refuse_constant)
                     if not isinstance(row, dict):
                         raise ValueError(f"{path}: line {n + 1}: not a JSON object")
                     table = row.pop("table", None)
@@ -469,6 +469,9 @@ def store_for_target(path: str | os.PathLike[str], gpu_name: str, *, device: str
     if not os.path.isfile(path):
         from primus_ext.errors import PrimusExtError
 
+        if os.path.exists(path):
+            raise PrimusExtError(f"--store {os.fspath(path)}: not a regular file (a folder, a named pipe or a device); "
+                                 "give a timing store written by `primus-ext bench`")
         raise PrimusExtError(f"--store {os.fspath(path)}: no such file (a timing store written by `primus-ext bench`)")
     store = open_store_file(path, device=device or "?", accept_scaled=accept_scaled, reading=True)
     if device is None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from primus_ext.errors import PrimusExtError
+from primus_ext.errors import INTERNAL_ERRORS, PrimusExtError, cut
 from primus_ext.perfci.suite import Entry, Suite
 
 if TYPE_CHECKING:
@@ -177,10 +177,11 @@ def run_suite(suite: Suite, baseline: Mapping[str, Mapping[str, Any]] | None, *,
         start = time.perf_counter()
         try:
             current = _project(entry, session)
+            result = current if baseline is None else classify(entry, current, baseline.get(entry.name))
         except PrimusExtError as err:
-            results.append(EntryResult(name=entry.name, status="error", message=str(err).replace("\n", " "),
-                                       wall_s=time.perf_counter() - start))
-            continue
-        result = current if baseline is None else classify(entry, current, baseline.get(entry.name))
+            result = EntryResult(name=entry.name, status="error", message=str(err).replace("\n", " "))
+        except INTERNAL_ERRORS as err:  # one entry the projection fails on is one error row; the others go on
+            result = EntryResult(name=entry.name, status="error", message=f"internal error ({type(err).__name__}: "
+                                 f"{cut(err)}): the projection failed on this entry; please report it")
         results.append(replace(result, wall_s=time.perf_counter() - start))
     return SuiteResult(suite=suite.name, entries=tuple(results))

@@ -39,11 +39,11 @@ import yaml
 from primus_ext.errors import Problem, RecipeError, cut, shown
 from primus_ext.files import real_path
 from primus_ext.recipe import safe_yaml
-from primus_ext.recipe.catalogue import did_you_mean, known_keys, unknown_key_warning
+from primus_ext.recipe.catalogue import known_keys, unknown_key_notes
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys
+from primus_ext.recipe.listing import untargeted_problems
 from primus_ext.recipe.node_count import (
-    DEFAULT_NODES,
     NODES_DEFAULTED,
     WORLD_SIZE_PATHS,
     nodes_hint,
@@ -64,9 +64,6 @@ from primus_ext.recipe.secrets import hidden_values, hide_mapping, hide_text, hi
 from primus_ext.recipe.target import Target, resolve_target, target_block
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
-LISTING_CLUSTER = "mi300x"
-"""When the target cannot be loaded, the arguments are still resolved on this profile to list their problems too
-(nothing is projected on it)."""
 EXPERIMENT_KEYS = frozenset({"work_group", "user_name", "exp_name", "workspace", "modules", "platform", "primus_ext"})
 """Top-level keys of a Primus experiment (``PrimusParser``: meta info, ``platform``, ``modules``) and ours."""
 MODULE_KEYS = frozenset({"framework", "config", "model", "overrides", "trainer_class"})
@@ -372,11 +369,11 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = (), *, cluster: str
     args.update(parse_overrides(overrides, state.problems))
     state.hidden.update(hidden_values(args.values))  # presets' and the command line's too
     system = _system(state, block, cluster, nodes)
+    unknown = _unknown_keys(state, args)  # its typos are listed with any other problem, the missing target's too
     if system is None:  # a bad cluster / node count: still list every argument problem with it
-        _list_argument_problems(state, args, model_name)
+        state.problems += _repoint(untargeted_problems(args.values, model_name), args.values, args.origins)
     state.fail_if_problems()
     assert system is not None
-    unknown = _unknown_keys(state, args)
     model, execution, resolve_problems, resolve_warnings = resolve_all(args.values, system, name=model_name,
                                                                        primus=bool(module), environ=state.env)
     state.warnings += resolve_warnings
@@ -406,6 +403,9 @@ def _start(path: str | Path, config_roots: Sequence[str | Path], env: Mapping[st
     found_root = None if roots else find_primus_root(Path(path))
     state = _State(path=Path(path), env=os.environ if env is None else env,
                    roots=roots or ((found_root,) if found_root else ()), gpus=gpus)
+    if not is_file(state.path) and os.path.exists(state.path):
+        raise RecipeError(problems=[Problem(path=str(path), message="is not a regular file (a folder, a named pipe "
+                                            "or a device)", fix="give the recipe's YAML file")])
     if not is_file(state.path):
         raise RecipeError(problems=[Problem(path=str(path), message="recipe file not found",
                                             fix="check the path")], source=str(path),
@@ -445,20 +445,12 @@ def _recipe_args(state: _State, top: Layer, data: dict[str, Any], module: str | 
     return args, state.path.stem or "model", ""
 
 
-def _list_argument_problems(state: _State, args: Layer, model_name: str) -> None:
-    """Add the arguments' problems when the target cannot be loaded: they are resolved on ``LISTING_CLUSTER``."""
-    from primus_ext.hardware import load_system
-
-    _, _, arg_problems, _ = resolve_all(args.values, load_system(LISTING_CLUSTER, DEFAULT_NODES), name=model_name)
-    state.problems += _repoint(arg_problems, args.values, args.origins)
-
-
 def _unknown_keys(state: _State, args: Layer) -> dict[str, Any]:
     """The arguments outside the catalogue: each named in a warning, those close to a known key also as a typo."""
     unknown = {k: v for k, v in args.values.items() if k not in known_keys()}
-    state.warnings += [unknown_key_warning(k, _where(args.origins[k])) for k in unknown]
-    state.typos += [Problem(path=args.origins[k], value=k, message="unknown key (kept, passed through to Megatron)",
-                            fix=f"did you mean {hint}?") for k in unknown if (hint := did_you_mean(k))]
+    warnings, typos = unknown_key_notes(list(unknown), {k: args.origins[k] for k in unknown}, _where)
+    state.warnings += warnings
+    state.typos += typos
     return unknown
 
 

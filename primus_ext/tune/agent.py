@@ -152,7 +152,7 @@ class TrialLog:
 
 def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> list[Trial]:
     """Trials of a log. ``expect``: header fields that must match (same recipe, cluster, space)."""
-    from primus_ext.files import InputRefused, note_journal, read_input
+    from primus_ext.files import InputRefused, load_json, note_journal, read_input
 
     trials: list[Trial] = []
     try:
@@ -165,7 +165,7 @@ def read_log(path: str | Path, *, expect: Mapping[str, Any] | None = None) -> li
         if not line.strip():
             continue
         try:
-            item = json.loads(line, parse_constant=_not_finite)
+            item = load_json(line, parse_constant=_not_finite)
             if not isinstance(item, dict) or not isinstance(item.get("header", {}), dict):
                 raise ValueError("expected {\"header\": {...}} or {\"trial\": {...}}")
             if "header" in item:

@@ -1,34 +1,78 @@
-"""Read a validation CSV with a required column layout (every failure a clean ``RecipeError``)."""
+"""Read a validation CSV with a required column layout (every failure a clean ``RecipeError``, all listed at once).
+
+    rows = read_rows("measured_throughput.csv", REQUIRED_RUN_COLUMNS, "measured_throughput.csv")
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from primus_ext.errors import Problem, RecipeError
+from primus_ext.errors import Problem, RecipeError, capped
 
 MAX_CSV_BYTES = 64 << 20
 """The published-runs CSVs are ~100 kB; a larger file is refused unread."""
+MAX_COLUMNS = 256
+"""Columns of a validation CSV (the published ones have 13 to 22); a wider table is refused before a row is read."""
+MAX_ROWS = 20_000
+"""Data rows (the published runs are 184; ``--fit`` costs ~0.1 CPU-s a row): more are refused before any work."""
 
 
 def read_rows(path: str | Path, required: Sequence[str], layout: str) -> list[dict[str, str]]:
-    """All data rows of ``path``; ``layout`` names the file whose columns are expected."""
-    import io
-
-    from primus_ext.files import InputRefused, open_input
+    """All data rows of ``path`` (blank lines skipped); ``layout`` names the file whose columns are expected. Refused
+    with every problem at once: a missing, repeated or blank-named column, more than ``MAX_COLUMNS`` columns or
+    ``MAX_ROWS`` rows, a row with more or fewer fields than the header, text that is not UTF-8 CSV."""
+    from primus_ext.files import InputRefused, read_input
 
     path = Path(path)
-    try:  # a regular file only, bounded (files.open_input)
-        with io.TextIOWrapper(open_input(path, max_bytes=MAX_CSV_BYTES, what="CSV"), encoding="utf-8",
-                              newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in required if c not in (reader.fieldnames or [])]
-            if missing:
-                raise RecipeError(problems=[Problem(path=str(path), message=f"missing columns {missing}",
-                                                    fix=f"use the layout of shared/validation/{layout}")])
-            return list(reader)
+    fix = f"use the layout of shared/validation/{layout}"
+    try:  # a regular file only, bounded (files.read_input)
+        text = read_input(path, max_bytes=MAX_CSV_BYTES, what="CSV").decode("utf-8")
+        table = csv.reader(io.StringIO(text, newline=""))
+        header = next(table, [])
+        problems = _header_problems(path, header, required, fix)
+        if problems:  # a header this wrong says nothing of the rows
+            raise RecipeError(problems=problems, source=str(path), what="invalid CSV")
+        rows, problems = [], []
+        for record in table:
+            if not any(field.strip() for field in record):
+                continue
+            if len(rows) == MAX_ROWS:
+                raise RecipeError(problems=[Problem(path=str(path), message=f"more than {MAX_ROWS:,} rows",
+                                                    fix="split the table")], source=str(path), what="invalid CSV")
+            if len(record) != len(header):
+                problems.append(Problem(path=f"{path}:line {table.line_num}", message=f"{len(record)} fields, the "
+                                        f"header has {len(header)}", fix="quote a field holding a comma (\"a,b\"), or "
+                                        "add the missing fields (empty ones: ,,)"))
+            rows.append(dict(zip(header, record, strict=False)))
     except InputRefused as err:
         raise RecipeError(problems=[Problem(path=str(path), message=str(err))]) from None
     except OSError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"cannot read: {err.strerror}")]) from None
+    except UnicodeDecodeError as err:
+        raise RecipeError(problems=[Problem(path=str(path), message=f"not UTF-8 text ({err.reason} at byte "
+                                            f"{err.start})", fix="save the table as UTF-8 CSV")]) from None
+    except csv.Error as err:  # a field past csv.field_size_limit (128 KiB), a NUL byte
+        raise RecipeError(problems=[Problem(path=str(path), message=f"not a CSV table: {err}", fix=fix)]) from None
+    if problems:
+        raise RecipeError(problems=capped(problems), source=str(path), what="invalid CSV")
+    return rows
+
+
+def _header_problems(path: Path, header: list[str], required: Sequence[str], fix: str) -> list[Problem]:
+    if len(header) > MAX_COLUMNS:
+        return [Problem(path=str(path), message=f"{len(header):,} columns, more than the {MAX_COLUMNS} read", fix=fix)]
+    problems = []
+    missing = [c for c in required if c not in header]
+    if missing:
+        problems.append(Problem(path=str(path), message=f"missing columns {missing}", fix=fix))
+    seen: set[str] = set()
+    for column, name in enumerate(header, 1):
+        if name in seen:
+            problems.append(Problem(path=f"{path}:column {column}", value=name, message="a column of this name "
+                                    "comes earlier: which one holds the figures is unclear",
+                                    fix="rename or remove one"))
+        seen.add(name)
+    return problems

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from primus_ext.errors import PrimusExtError
+from primus_ext.errors import INTERNAL_ERRORS, PrimusExtError
 from primus_ext.validate.ceiling import p90_floor, spearman_ceiling
 from primus_ext.validate.runs import RunRow
 from primus_ext.validate.stats import kendall_tau_b, percentile, spearman
@@ -139,11 +139,6 @@ def _result(run: RunRow, projected: float | None, reason: str = "") -> RowResult
         skipped_reason=reason or run.skipped_reason,
         config=repr((run.model, run.execution, run.system)) if run.model is not None else "",
     )
-
-
-INTERNAL_ERRORS = (ArithmeticError, AttributeError, LookupError, TypeError, ValueError)
-"""A row the projection fails on with one of these (a bug in a model part for that row's features, not a refusal) is
-skipped with the error named, and the other rows go on: one bad row is one skipped row (issue 56)."""
 
 
 def project_rows(runs: Iterable[RunRow], projector: Projector) -> list[RowResult]:

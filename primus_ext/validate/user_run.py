@@ -10,7 +10,6 @@ model x GPU x precision.
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from primus_ext.validate.runs import REQUIRED_RUN_COLUMNS, RunRow, run_of
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
-    from primus_ext.files import InputRefused, read_input
+    from primus_ext.files import InputRefused, load_json, read_input
     from primus_ext.validate.csvio import MAX_CSV_BYTES
 
     try:
@@ -35,8 +34,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
                                             fix="give the run file as UTF-8 CSV or JSON")]) from None
     if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
+            data = load_json(text)
+        except ValueError as err:  # not JSON, nested too deep, an integer of over 4 300 digits
             raise RecipeError(problems=[Problem(path=str(path), message=f"invalid JSON: {err}")]) from None
         items = data if isinstance(data, list) else [data]
         if not all(isinstance(item, dict) for item in items):

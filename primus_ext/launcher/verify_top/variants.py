@@ -332,15 +332,15 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """``folder``'s manifest; a missing or foreign one is a ``RecipeError``."""
     path = Path(folder) / MANIFEST
     fix = "give the folder primus-ext tune --verify-top wrote (--verify-dir)"
-    from primus_ext.files import InputRefused, read_input
+    from primus_ext.files import InputRefused, load_json, read_input
 
     try:
-        data = json.loads(read_input(path, max_bytes=64 << 20, what="manifest").decode("utf-8"))
+        data = load_json(read_input(path, max_bytes=64 << 20, what="manifest").decode("utf-8"))
     except InputRefused as err:
         raise RecipeError(problems=[Problem(path=str(path), message=str(err), fix=fix)]) from None
     except FileNotFoundError:
         raise RecipeError(problems=[Problem(path=str(path), message="no manifest here", fix=fix)]) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:  # UnicodeDecodeError, not JSON, nested too deep
         raise RecipeError(problems=[Problem(path=str(path), message=f"unreadable manifest: {err}", fix=fix)]) from None
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(
             data.get("candidates"), list):
