@@ -45,3 +45,16 @@ def test_a_step_time_past_a_floats_range_is_flagged_not_used() -> None:
     log = read_log(lines)
     assert max(it.index for it in log.iterations) == 8
     assert any(f.field == "step time" for f in log.flags)
+
+
+@pytest.mark.parametrize("line", [
+    f"using world size: {HUGE}, data-parallel size: 8, context-parallel size: 1",
+    f"setting number of microbatches to constant {HUGE}",
+    f"[Primus:Env] rank=0, world_size={HUGE}",
+    f"  num_layers ...................................... {HUGE}",
+])
+def test_a_configuration_dump_with_a_huge_count_is_read_without_it(line: str) -> None:
+    """The configuration-dump reader (``logs.dump``) takes counts through the same bound as the iteration lines."""
+    log = read_log([line, *run(STEADY)])
+    assert log.stats.median_s == pytest.approx(0.5)
+    assert log.run.world_size in (None, 8) and log.run.num_layers is None
