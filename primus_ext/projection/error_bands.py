@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,6 +40,8 @@ MIN_ROWS = 10
 interpolated (``stats.percentile``, linear), not an interval; the level above is pooled instead."""
 SCALE_EDGES = (64, 1024)
 """Scale buckets in GPUs: <= 64 (up to 8 nodes of 8 / one NVL72 rack: scale-up dominated), <= 1024, more (issue 53)."""
+ERROR_DIGITS = 3
+"""Decimals of a row's error in the file (its classes are summarised from the rows as written)."""
 LEVELS = ("class", "family x type x precision", "family x type", "all rows")
 """Where the evidence may come from, most specific first."""
 
@@ -237,12 +239,12 @@ class ErrorBands:
 def row_dict(row: ErrorRow) -> dict[str, Any]:
     """A row as the file holds it."""
     return {"source": row.source, "model": row.model, "gpu": row.gpu, "gpus": row.gpus, **row.band_class.to_dict(),
-            "error_pct": round(row.error_pct, 3)}
+            "error_pct": round(row.error_pct, ERROR_DIGITS)}
 
 
 def file_dict(rows: Sequence[ErrorRow], *, date: str, command: str, min_rows: int = MIN_ROWS) -> dict[str, Any]:
     """``error_bands.yaml``'s content for ``rows`` (what ``benchmarks/error_bands.py`` writes)."""
-    ordered = sorted(rows, key=lambda r: r.source)
+    ordered = sorted((replace(r, error_pct=round(r.error_pct, ERROR_DIGITS)) for r in rows), key=lambda r: r.source)
     return {"date": date, "command": command, "quantiles_pct": list(QUANTILES), "min_rows": min_rows,
             "levels": list(LEVELS), "error": "(projected - measured) / measured x 100, held out (cross-validation)",
             "classes": {key: s.to_dict() for key, s in summarise(ordered).items()},
