@@ -16,7 +16,10 @@ Primus logs on 8 x MI355X (``logs/``, projected from ``tests/support/recipes``),
 3. leave-one-submission-out and leave-one-GPU-out (``validate.holdout``);
 4. the two logs: projected with the MI355X board fit (no log used), then with the links of their cluster fitted
    on one log and checked on the other (``validate.amd.fit_environment``), with each step's breakdown;
-5. ``--write-profiles DIR``: the AMD profiles with their fitted blocks, MI350X carried from MI355X, and each
+5. the band ``project`` prints for each log (``validate.bands``: the class's held-out error from the other models'
+   rows, widened where the sensitivity band is wider) and whether it holds the measured value (``--bands-only``: this
+   part alone);
+6. ``--write-profiles DIR``: the AMD profiles with their fitted blocks, MI350X carried from MI355X, and each
    board's ``band`` set to its held-out error.
 """
 
@@ -148,11 +151,41 @@ def step_parts(run) -> dict:
     return {k: round(v * 1e3, 1) for k, v in sums.items()}
 
 
+def log_bands(logs) -> dict:
+    """The band ``project`` prints for each log's recipe on the shipped MI355X profile (uncalibrated), and whether the
+    log's measured tokens/s/GPU falls inside it (issue 53)."""
+    from primus_ext.validate.bands import coverage_lines, with_bands
+    from primus_ext.validate.run import analytic_projector, validate_runs
+
+    report = with_bands(validate_runs(logs, analytic_projector, label="the two MI355X logs, shipped profile"), logs)
+    out = {}
+    for r in report.rows:
+        band = r.band
+        assert band is not None and r.projected_tokens_per_sec_per_gpu is not None and r.error_pct is not None
+        ev = band.evidence
+        out[r.model] = {"measured": round(r.measured_tokens_per_sec_per_gpu, 1),
+                        "projected": round(r.projected_tokens_per_sec_per_gpu, 1), "error_pct": round(r.error_pct, 1),
+                        "band": [round(band.low, 1), round(band.high, 1)], "inside": band.inside,
+                        "evidence": f"{ev['level']}, n {ev['n']} ({ev['class']['family']} {ev['class']['type']} "
+                                    f"{ev['class']['precision']} {ev['class']['scale']})"}
+        print(f"  {r.model:<20} measured {r.measured_tokens_per_sec_per_gpu:>8,.0f}  projected "
+              f"{r.projected_tokens_per_sec_per_gpu:>8,.0f} ({r.error_pct:+.0f} %)  band {band.low:,.0f} .. "
+              f"{band.high:,.0f}: {'inside' if band.inside else 'OUTSIDE'}  [evidence: {out[r.model]['evidence']}]")
+    print("\n".join(coverage_lines(report)))
+    assert report.coverage is not None
+    return {"rows": out, "inside": report.coverage.inside, "n": report.coverage.n}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the figures as JSON to this file")
     parser.add_argument("--write-profiles", metavar="DIR", help="write the AMD profiles with their fitted blocks")
+    parser.add_argument("--bands-only", action="store_true", help="only part 5: the band on the two logs")
     args = parser.parse_args(argv)
+    if args.bands_only:
+        print("5. the band project prints on the two MI355X logs (uncalibrated, shipped profile)")
+        log_bands(_log_rows())
+        return 0
 
     from primus_ext.projection import evaluate
     from primus_ext.validate.amd import apply_all, fit_all, fit_amd, fit_environment
@@ -252,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {row.model_name:<20} {e['error_pct']:+6.1f} %  {'(fitted)' if e['in_fit'] else '(held out)'}  "
                   f"step {e['step_ms']} ms: compute {e['compute_ms']}, exposed comm {e['exposed_comm_ms']}")
     out["logs"] = log_report
+    print("\n5. the band project prints on the two MI355X logs (uncalibrated, shipped profile)")
+    out["log_bands"] = log_bands(logs)
 
     if args.write_profiles:
         _write(fits, held, Path(args.write_profiles))

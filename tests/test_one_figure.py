@@ -91,6 +91,26 @@ def test_every_command_gives_the_calibrated_figure(calibrated, tmp_path: Path, c
     capsys.readouterr()
 
 
+def test_uncalibrated_the_tuner_ties_inside_the_band_project_prints(tmp_path: Path, capsys):
+    """No record: ``project``'s band (the wider of the sensitivity band and the class's measured error, issue 53) is
+    the tuner's tie band, the one band function (``tune.oracle.ProjectionOracle.band`` reads ``project``'s)."""
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(TINY)
+    flags = [*TARGET, "--uncalibrated"]
+    out = tmp_path / "project.json"
+    assert main(["project", str(recipe), *flags, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert "calibration" not in doc and doc["band"]["evidence"]["class"]["family"] == "hopper"
+    tuned = tmp_path / "tune.json"
+    assert main(["tune", str(recipe), *flags, "--strategy", "exhaustive", "--no-regret", "--pin", "tp=1", "--pin",
+                 "pp=1", "--pin", "mbs=1", "--pin", "recompute=none", "--json", str(tuned)]) == 0
+    result = json.loads(tuned.read_text())
+    assert result["fastest"]["config"] == result["baseline"]["config"]
+    assert (result["tie_band"]["low"], result["tie_band"]["high"]) == pytest.approx(
+        (doc["band"]["low"], doc["band"]["high"]), rel=1e-9)
+    capsys.readouterr()
+
+
 def _primus_gate(recipe: Path, store: Path, out: Path, overrides: list[str] | None = None, *,
                  strict: bool = False) -> int:
     """``primus-cli train pretrain --config RECIPE --projection-only ...`` through the patched gate (``overrides``:

@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> dict:
     """Print the report; its JSON fields (the ``validation`` document's body)."""
     from primus_ext.validate.archs import read_archs
+    from primus_ext.validate.bands import coverage_lines, with_bands
     from primus_ext.validate.efficiency_fit import one_run_offset
     from primus_ext.validate.hardware_csv import read_hardware
     from primus_ext.validate.run import analytic_projector, validate_runs
@@ -179,9 +180,12 @@ def _report(args: argparse.Namespace) -> dict:
     hardware = args.hardware or (beside / "hardware_specs.csv" if (beside / "hardware_specs.csv").is_file() else None)
     gpus = read_hardware(hardware) if hardware else None
     runs = read_runs(args.measurements, archs, gpus)
-    report = validate_runs(runs, analytic_projector, label="analytic projection, profile efficiencies")
+    sensitivities: dict = {}  # each row's sensitivity band, shared by the reports below (validate.bands)
+    report = with_bands(validate_runs(runs, analytic_projector, label="analytic projection, profile efficiencies"),
+                        runs, cache=sensitivities)
     print("\n".join(_summary_lines(report)))
     print("\n".join(_model_lines(report)))
+    print("\n".join(coverage_lines(report)))
     print(f"\nworst {args.worst} rows (signed error = projected vs measured):")
     for r in report.worst(args.worst):
         print(f"  #{r.index:<4} {r.model:<20} {r.gpu:<7} {r.num_gpus:>5} GPUs {r.precision:<5} "
@@ -204,7 +208,7 @@ def _report(args: argparse.Namespace) -> dict:
     if args.fit:
         _fit(args, runs, out)
     if args.cv:
-        _cross_validate(args, runs, out)
+        _cross_validate(args, runs, out, sensitivities)
     return out
 
 
@@ -283,9 +287,11 @@ def _write_fitted(args: argparse.Namespace, runs: list, fits: dict, amd_fits: di
         print(f"wrote {path}")
 
 
-def _cross_validate(args: argparse.Namespace, runs: list, out: dict) -> None:
-    """``--cv``: the held-out figures (by model, submission or GPU), printed and in ``out``."""
+def _cross_validate(args: argparse.Namespace, runs: list, out: dict, sensitivities: dict) -> None:
+    """``--cv``: the held-out figures (by model, submission or GPU), printed and in ``out``; each row's band from
+    the other models' rows (``validate.bands``)."""
     from primus_ext.cli._progress import ProgressLine
+    from primus_ext.validate.bands import coverage_lines, with_bands
     from primus_ext.validate.crossval import leave_one_model_out
     from primus_ext.validate.efficiency_fit import one_run_offset, usable
     from primus_ext.validate.run import analytic_projector
@@ -303,8 +309,10 @@ def _cross_validate(args: argparse.Namespace, runs: list, out: dict) -> None:
         with ProgressLine(f"cross-validation by {args.holdout}", len(groups), label="fitting") as bar:
             cv = leave_one_out(runs, analytic_projector, by=args.holdout, progress=lambda done, _n, group:
                                bar.update(done, label=f"left out {group}"))
+    cv = with_bands(cv, runs, cache=sensitivities)
     print("\n" + "\n".join(_summary_lines(cv)))
     print("\n".join(_model_lines(cv)))
+    print("\n".join(coverage_lines(cv)))
     out["cross_validation"] = cv.to_dict()
     cv_offset = one_run_offset(cv)
     print("\n" + "\n".join(_summary_lines(cv_offset, data_bounds=False)[:2]))

@@ -4,9 +4,12 @@
     >>> p = project(model, execution, system, store)
     >>> p.band, p.memory.fits, len(p.timeline)
 
-The band re-evaluates with every efficiency parameter (GEMM, attention, HBM, links, overlap) moved by
-``EFFICIENCY_RANGE`` down and up, and widens it by the largest measured timing spread; it is a
-sensitivity range, not a confidence interval, until calibration provides fitted ranges.
+The band is per side the wider of two: the sensitivity band (every efficiency parameter -- GEMM, attention, HBM,
+links, overlap -- moved by ``band_range`` down and up, widened by the largest measured timing spread) and the 80 %
+interval of the error cross-validation measured on published runs of the projection's class
+(``projection.error_bands``: GPU family x model type x precision x scale). A class with no published run keeps the
+sensitivity band, and ``Projection.band_evidence`` says so. A calibrated projection's band is its record's instead
+(``calibration.apply``).
 """
 
 from __future__ import annotations
@@ -147,20 +150,31 @@ def project(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec, cost
         mem, note = _memory(model, execution, system, providers)
         if note:
             notes.append(note)
-    interval = None
+    interval, evidence = None, None
     if band:
-        nominal = tuple(_AtNominal(provider=p, gpu=system.gpu) for p in providers) if providers else ()
-        width = band_range(system.gpu)
-        low = projection_of(model, execution, _scaled_system(system, 1 - width), nominal)
-        high = projection_of(model, execution, _scaled_system(system, 1 + width), nominal)
-        spread = 0.0
-        for shape in rank_shapes(model, execution).values():
-            cost = lookup(shape, providers, system)
-            spread = max(spread, cost.fwd_spread, cost.bwd_spread)
-        # the measurement spread widens the band by a factor each way (never below zero, however noisy a CPU)
-        interval = (low.tokens_per_s_per_gpu / (1 + spread / 2), high.tokens_per_s_per_gpu * (1 + spread / 2))
+        from primus_ext.projection.error_bands import class_of, shipped, widest
+
+        evidence = shipped().evidence(class_of(model, execution, system))
+        interval = widest(result.tokens_per_s_per_gpu, sensitivity_band(model, execution, system, providers),
+                          evidence)
     _check_possible(result, system, execution.precision)
-    return replace(result, memory=mem, band=interval, notes=tuple(notes))
+    return replace(result, memory=mem, band=interval, band_evidence=evidence, notes=tuple(notes))
+
+
+def sensitivity_band(model: ModelSpec, execution: ExecutionSpec, system: SystemSpec,
+                     providers: tuple = ()) -> tuple[float, float]:
+    """(low, high) tokens/s/GPU with every efficiency moved by ``band_range`` down and up, widened by the largest
+    measured timing spread of the layer costs ``providers`` give."""
+    nominal = tuple(_AtNominal(provider=p, gpu=system.gpu) for p in providers) if providers else ()
+    width = band_range(system.gpu)
+    low = projection_of(model, execution, _scaled_system(system, 1 - width), nominal)
+    high = projection_of(model, execution, _scaled_system(system, 1 + width), nominal)
+    spread = 0.0
+    for shape in rank_shapes(model, execution).values():
+        cost = lookup(shape, providers, system)
+        spread = max(spread, cost.fwd_spread, cost.bwd_spread)
+    # the measurement spread widens the band by a factor each way (never below zero, however noisy a CPU)
+    return low.tokens_per_s_per_gpu / (1 + spread / 2), high.tokens_per_s_per_gpu * (1 + spread / 2)
 
 
 def _check_possible(result: Projection, system: SystemSpec, precision: str) -> None:

@@ -21,6 +21,7 @@ from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 if TYPE_CHECKING:
     from primus_ext.model.memory import Memory
+    from primus_ext.projection.error_bands import Evidence
 
 COMM_KINDS = ("tp", "cp", "ep", "fsdp", "pp", "dp_grad", "dp_param")
 """tp: tensor-parallel AR / AG+RS; cp: context-parallel KV ring or a2a; ep: MoE dispatch + combine;
@@ -185,7 +186,12 @@ class Projection:
     """``primus_ext.model.memory.Memory`` (``.fits``, ``.stages``, ``.peak_bytes``) when estimated."""
     timeline: tuple[Event, ...] = ()
     band: tuple[float, float] | None = None
-    """(low, high) tokens/s/GPU from the efficiency parameters' ranges and the measurement spread."""
+    """(low, high) tokens/s/GPU: per side the wider of the sensitivity band (the efficiency parameters' ranges and the
+    measurement spread) and the measured error of the projection's class (``band_evidence``); a calibration record's
+    band when ``calibration`` is set."""
+    band_evidence: Evidence | None = None
+    """The published runs the band's measured error rests on (``projection.error_bands.Evidence``: class, level, n;
+    level ``none``: no published run of this class, the band is the sensitivity band); None without a band."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     calibration: CalibrationApplied | None = None
     """Set when a calibration record from real runs corrected the figures above (``stages`` and ``timeline`` too:

@@ -171,8 +171,12 @@ def _kpis(p: Any) -> str:
     reason = band_reason(p.system.gpu)
     wide = html.escape(f", widened: {reason}" if reason else "", quote=True)
     width = band_range(p.system.gpu)
-    band = (f' (sensitivity band <span title="every efficiency +-{width:.0%}{wide}, measurement spread; '
-            f'not a confidence interval">{p.band[0]:,.0f} .. {p.band[1]:,.0f}</span>)') if p.band else ""
+    evidence = getattr(p, "band_evidence", None)
+    measured = evidence is not None and evidence.known and getattr(p, "calibration", None) is None
+    title = (html.escape(evidence.sentence(), quote=True) + "; per side the wider of that and " if measured else "")
+    band = (f' ({"band" if measured else "sensitivity band"} <span title="{title}every efficiency +-{width:.0%}{wide}, '
+            f'measurement spread{"" if measured else "; not a confidence interval"}">{p.band[0]:,.0f} .. '
+            f'{p.band[1]:,.0f}</span>)') if p.band else ""
     return (f'<div class="kpi">tokens/s/GPU<b>{p.tokens_per_s_per_gpu:,.0f}</b>{band}</div>'
             f'<div class="kpi">step time<b>{p.step_time_s * 1e3:,.1f} ms</b></div>'
             f'<div class="kpi">model TFLOP/s/GPU<b>{p.model_tflops_per_gpu:,.1f}</b>'

@@ -82,8 +82,15 @@ def _band_text(p: Projection) -> str:
 
     width, reason = band_range(p.system.gpu), band_reason(p.system.gpu)
     wide = f", widened: {reason}" if reason else ""
-    return (f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: every efficiency +-{width:.0%}{wide}, "
-            "measurement spread; not a confidence interval)")
+    sensitivity = f"every efficiency +-{width:.0%}{wide}, measurement spread"
+    evidence = getattr(p, "band_evidence", None)
+    if evidence is None:
+        return f"   (sensitivity band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: {sensitivity}; not a confidence interval)"
+    if not evidence.known:
+        return (f"   (band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: {evidence.sentence()} ({sensitivity}); not a "
+                "confidence interval)")
+    return (f"   (band {p.band[0]:,.0f} .. {p.band[1]:,.0f}: {evidence.sentence()}; per side the wider of that and "
+            f"the sensitivity band, {sensitivity})")
 
 
 def _cluster_lines(p: Projection) -> list[str]:

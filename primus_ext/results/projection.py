@@ -79,18 +79,28 @@ def memory_document(memory: Any, *, recipe: Any = None, system: Any = None, mode
                     **recipe_fields(recipe))
 
 
-def band(low_high: tuple[float, float] | None, calibration: Any = None, gpu: Any = None) -> dict[str, Any] | None:
-    """The JSON band; ``gpu``: the profile whose widened band says why (``projection.project.band_reason``)."""
+def band(low_high: tuple[float, float] | None, calibration: Any = None, gpu: Any = None,
+         evidence: Any = None) -> dict[str, Any] | None:
+    """The JSON band; ``gpu``: the profile whose widened band says why (``projection.project.band_reason``);
+    ``evidence``: the published runs the band's measured error rests on (``projection.error_bands.Evidence``)."""
     if low_high is None:
         return None
     from primus_ext.projection.project import band_range, band_reason
 
     reason = band_reason(gpu) if gpu is not None else ""
     widened = f"; here +-{band_range(gpu):.0%}, widened: {reason}" if reason else ""
-    what = BAND_WHAT + widened if calibration is None else (
-        f"tokens_per_s_per_gpu calibrated from real runs ({calibration.match}): +-{calibration.band:.0%}, the runs' "
-        "spread" + (" widened for a nearby configuration" if calibration.match == "nearby" else ""))
-    return {"low": low_high[0], "high": low_high[1], "what": what}
+    if calibration is not None:
+        what = (f"tokens_per_s_per_gpu calibrated from real runs ({calibration.match}): +-{calibration.band:.0%}, the "
+                "runs' spread" + (" widened for a nearby configuration" if calibration.match == "nearby" else ""))
+    elif evidence is not None:
+        wider = "; per side the wider of that and the sensitivity band" if evidence.known else ""
+        what = f"tokens_per_s_per_gpu: {evidence.sentence()}{wider} (the sensitivity band: {BAND_WHAT}{widened})"
+    else:
+        what = BAND_WHAT + widened
+    out = {"low": low_high[0], "high": low_high[1], "what": what}
+    if calibration is None and evidence is not None:
+        out["evidence"] = evidence.to_dict()
+    return out
 
 
 def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
@@ -113,7 +123,7 @@ def projection_fields(p: Any, *, timeline: bool = False) -> dict[str, Any]:
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "tflops_per_gpu": p.model_tflops_per_gpu,
         "mfu": p.mfu,
-        "band": band(p.band, getattr(p, "calibration", None), p.system.gpu),
+        "band": band(p.band, getattr(p, "calibration", None), p.system.gpu, getattr(p, "band_evidence", None)),
         "num_microbatches": p.num_microbatches,
         "fits": None if p.memory is None else bool(p.memory.fits),
         "breakdown": {

@@ -63,7 +63,17 @@ MEMORY = _closed({
     "margin": FRACTION, "peak_stage": INT,
     "activations_source": STR, "stages": {"type": "array", "items": _ref("stage_memory"), "minItems": 1},
 })
-BAND = _closed({"low": NONNEG, "high": NONNEG, "what": STR})
+BAND_EVIDENCE = _closed({
+    "class": _closed({"family": STR, "type": {"enum": ["dense", "moe", "hybrid"]}, "precision": STR, "scale": STR}),
+    "level": {"enum": ["class", "family x type x precision", "family x type", "all rows", "none"]},
+    "n": INT, "n_class": INT, "error_pct_low": _null(NUM), "error_pct_high": _null(NUM),
+})
+"""The published runs an uncalibrated band's measured error rests on (``projection.error_bands.Evidence``): the
+projection's class, the level its rows were pooled at (``none``: no published run of this class, the band is the
+sensitivity band), how many rows there and in the class itself, the signed-error interval applied (%)."""
+BAND = _closed({"low": NONNEG, "high": NONNEG, "what": STR, "evidence": BAND_EVIDENCE},
+               required=["low", "high", "what"])
+"""``evidence``: optional (an uncalibrated projection's band; documents written before it stay valid)."""
 COMM = _closed({"total_s": NONNEG, "exposed_s": NONNEG, "exposed_fraction": FRACTION, "group": STR})
 BREAKDOWN = _closed({
     "compute_s": NONNEG, "recompute_s": NONNEG, "overhead_s": NONNEG, "bubble_s": NONNEG, "optimizer_s": NONNEG,
@@ -150,7 +160,12 @@ BASELINE_ENTRY = {"type": "object", "properties": CI_FIGURES,
 VALIDATION_ROW = {"type": "object", "required": ["measured_tokens_per_s_per_gpu", "projected_tokens_per_s_per_gpu",
                                                  "error_pct"],
                   "properties": {"measured_tokens_per_s_per_gpu": _null(NUM),
-                                 "projected_tokens_per_s_per_gpu": _null(NUM), "error_pct": _null(NUM)}}
+                                 "projected_tokens_per_s_per_gpu": _null(NUM), "error_pct": _null(NUM),
+                                 "band": _closed({"low": NONNEG, "high": NONNEG,
+                                                  "unit": {"const": "tokens_per_s_per_gpu"}, "inside": BOOL,
+                                                  "evidence": BAND_EVIDENCE})}}
+"""``band``: a projected row's band in tokens/s/GPU (``validate.bands``), its class error taken leave-one-model-out;
+the summary's ``band_coverage`` says how often the bands hold (optional: added with the measured band, issue 53)."""
 VALIDATION_REPORT = {"type": "object", "required": ["rows", "summary"],
                      "properties": {"rows": {"type": "array", "items": _ref("validation_row")},
                                     "summary": {"type": "object"}}}

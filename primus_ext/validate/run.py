@@ -25,6 +25,48 @@ MIN_GROUP_ROWS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
+class RowBand:
+    """A row's band in tokens/s/GPU: the band ``project`` prints for it (``validate.bands``: per side the wider of the
+    sensitivity band and its class's measured error), the error taken from the other models' rows only."""
+
+    low: float
+    high: float
+    inside: bool
+    """The measured value lies in [low, high]."""
+    evidence: dict
+    """``projection.error_bands.Evidence.to_dict()``: the class, the level the evidence was pooled at, n."""
+
+    def to_dict(self) -> dict:
+        return {"low": self.low, "high": self.high, "unit": "tokens_per_s_per_gpu", "inside": self.inside,
+                "evidence": self.evidence}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coverage:
+    """How often the measured value falls inside its row's band: overall, per class (family | type) and per level."""
+
+    n: int
+    inside: int
+    by_class: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """``family | type`` -> (rows, rows inside)."""
+    by_level: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """The evidence's level (``error_bands.LEVELS`` or ``none``) -> (rows, rows inside)."""
+
+    @property
+    def fraction(self) -> float:
+        return self.inside / self.n if self.n else math.nan
+
+    def to_dict(self) -> dict:
+        def part(pairs: dict[str, tuple[int, int]]) -> dict:
+            return {k: {"n": n, "inside": i, "fraction": i / n} for k, (n, i) in pairs.items()}
+
+        return {"n": self.n, "inside": self.inside, "fraction": self.fraction if self.n else None,
+                "by_class": part(self.by_class), "by_level": part(self.by_level),
+                "what": "rows whose measured tokens/s/GPU lies inside their band; each band's measured error taken "
+                        "from the other models' rows (leave-one-model-out), the nominal 80 % interval"}
+
+
+@dataclass(frozen=True, kw_only=True)
 class RowResult:
     index: int
     model: str
@@ -39,6 +81,8 @@ class RowResult:
     config: str = ""
     """The row's specs as read (model, execution, system): rows sharing it get one projection from any
     function of the specs (``ceiling``); empty = distinct from every other row."""
+    band: RowBand | None = None
+    """Set by ``validate.bands.with_bands`` on a projected row."""
 
     @property
     def group(self) -> str:
@@ -82,6 +126,8 @@ class ValidationReport:
     summary: Summary
     label: str = ""
     """What produced the projections (e.g. "analytic, calibrated profiles", "leave-one-model-out")."""
+    coverage: Coverage | None = None
+    """How often the rows' bands hold their measured value (``validate.bands.with_bands``)."""
 
     def worst(self, n: int = 10) -> list[RowResult]:
         scored = [r for r in self.rows if r.error_pct is not None]
@@ -101,6 +147,7 @@ class ValidationReport:
                     "projected_tokens_per_s_per_gpu": r.projected_tokens_per_sec_per_gpu,
                     "error_pct": r.error_pct,
                     "skipped_reason": r.skipped_reason or None,
+                    **({"band": r.band.to_dict()} if r.band is not None else {}),
                 }
                 for r in self.rows
             ],
@@ -117,6 +164,7 @@ class ValidationReport:
                 "mean_abs_log_error": self.summary.mean_abs_log_error,
                 "n_above_20_pct": self.summary.n_above_20_pct,
                 "by_model": {name: vars(m) for name, m in self.summary.by_model.items()},
+                **({"band_coverage": self.coverage.to_dict()} if self.coverage is not None else {}),
             },
         }
 

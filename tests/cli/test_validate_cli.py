@@ -126,3 +126,25 @@ def test_one_row_the_projection_fails_on_is_one_skipped_row(tmp_path, capsys, mo
     assert rows[1]["projected_tokens_per_s_per_gpu"] is None
     assert rows[1]["skipped_reason"].startswith("internal error (KeyError: 'delayed')")
     assert rows[0]["projected_tokens_per_s_per_gpu"] and rows[2]["projected_tokens_per_s_per_gpu"]
+
+
+def test_validate_rows_carry_their_band_and_the_summary_its_coverage(tmp_path, capsys):
+    """Issue 53: each projected row's band in tokens/s/GPU (its class error from the shipped rows of other models: M
+    has none there, so its class's own rows all count), and how often the bands hold, printed and in JSON."""
+    (tmp_path / "a.csv").write_text(ARCH)
+    (tmp_path / "r.csv").write_text(RUNS)
+    out = tmp_path / "v.json"
+    assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    banded = [r for r in data["rows"] if r["projected_tokens_per_s_per_gpu"] is not None]
+    assert len(banded) == 3 and "band" not in data["rows"][3]  # the NVFP4-on-H100 row is not projected
+    for row in banded:
+        band = row["band"]
+        assert band["unit"] == "tokens_per_s_per_gpu"
+        assert band["low"] < row["projected_tokens_per_s_per_gpu"] < band["high"]
+        assert band["inside"] == (band["low"] <= row["measured_tokens_per_s_per_gpu"] <= band["high"])
+        assert band["evidence"]["class"] == {"family": "hopper", "type": "dense", "precision": "bf16", "scale": "<=64"}
+    coverage = data["summary"]["band_coverage"]
+    assert coverage["n"] == 3 and coverage["inside"] == sum(r["band"]["inside"] for r in banded)
+    assert coverage["by_class"]["hopper | dense"]["n"] == 3
+    assert f"band coverage {coverage['inside']}/3" in capsys.readouterr().out

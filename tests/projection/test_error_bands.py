@@ -1,0 +1,169 @@
+"""The band as a measured error (issue 53 part 1): per class the held-out error of published runs, pooled upward where a
+class has few rows, applied to the projected throughput; a class without runs keeps the sensitivity band and says so.
+
+    python -m pytest -q tests/projection/test_error_bands.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from projection_specs import LLAMA, MOE8
+
+from primus_ext.errors import RecipeError
+from primus_ext.hardware import load_system
+from primus_ext.projection import error_bands, project
+from primus_ext.projection.error_bands import (
+    LEVELS,
+    MIN_ROWS,
+    BandClass,
+    ErrorBands,
+    ErrorRow,
+    class_of,
+    evidence_of,
+    file_dict,
+    load_bands,
+    shipped,
+    summarise,
+    widest,
+)
+from primus_ext.projection.project import sensitivity_band
+from primus_ext.specs import ExecutionSpec
+
+HOPPER = BandClass(family="hopper", kind="dense", precision="fp8", scale="<=64")
+EX = ExecutionSpec(data_parallel_size=8, global_batch_size=64, seq_length=4096, micro_batch_size=1, precision="fp8")
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "validation"
+
+
+def _rows(cls: BandClass, errors: list[float], model: str = "m") -> list[ErrorRow]:
+    return [ErrorRow(model=model, band_class=cls, error_pct=e, source=f"fixture row {i}") for i, e in enumerate(errors)]
+
+
+def test_summarise_counts_a_row_at_every_level_with_numpys_linear_quantiles():
+    rows = _rows(HOPPER, [-30.0, -10.0, 0.0, 10.0, 50.0]) + _rows(replace(HOPPER, scale="<=1024"), [20.0])
+    table = summarise(rows)
+    assert table["hopper | dense | fp8 | <=64"].n == 5 and table["hopper | dense | fp8"].n == 6
+    assert table["hopper | dense"].n == 6 and table["all"].n == 6
+    own = table["hopper | dense | fp8 | <=64"]
+    # numpy.percentile([-30, -10, 0, 10, 50], [10, 90]) = [-22, 34]
+    assert (own.p10_pct, own.p90_pct, own.min_pct, own.max_pct) == pytest.approx((-22.0, 34.0, -30.0, 50.0))
+
+
+def test_a_class_with_enough_rows_is_its_own_evidence():
+    errors = [float(e) for e in range(-20, 20, 2)]  # 20 rows, -20 .. +18 %
+    evidence = evidence_of(HOPPER, summarise(_rows(HOPPER, errors)))
+    assert evidence.level == "class" and evidence.n == 20 == evidence.n_class
+    assert (evidence.low_pct, evidence.high_pct) == pytest.approx((-16.2, 14.2))
+    low, high = evidence.factors()
+    # a projection 14.2 % high means the run is P / 1.142: the band's low end; 16.2 % low: P / 0.838, its high end
+    assert (low, high) == pytest.approx((1 / 1.142, 1 / 0.838))
+
+
+def test_few_rows_pool_upward_and_keep_their_own_extremes():
+    few = _rows(HOPPER, [-60.0, -55.0])  # a class whose two runs were both far slower than projected
+    others = _rows(replace(HOPPER, scale=">1024"), [float(e) for e in range(-5, 5)], model="other")
+    table = summarise(few + others)
+    evidence = evidence_of(HOPPER, table)
+    assert evidence.level == "family x type x precision" and evidence.n == 12 and evidence.n_class == 2
+    assert evidence.low_pct == -60.0  # pooled -> widened to the class's own worst row
+    assert evidence.high_pct == pytest.approx(table["hopper | dense | fp8"].p90_pct)
+    assert "pooled at family x type x precision (2 of this class)" in evidence.sentence()
+
+
+def test_a_class_whose_family_and_type_have_no_run_has_no_evidence():
+    table = summarise(_rows(HOPPER, [1.0] * MIN_ROWS))
+    evidence = evidence_of(BandClass(family="cdna4", kind="moe", precision="fp8", scale="<=64"), table)
+    assert evidence.level == "none" and evidence.n == 0 and evidence.factors() is None
+    assert "no published run of this class (cdna4 moe fp8, <=64 GPUs)" in evidence.sentence()
+    assert widest(100.0, (90.0, 110.0), evidence) == (90.0, 110.0)
+
+
+def test_the_band_is_per_side_the_wider_of_sensitivity_and_error():
+    evidence = evidence_of(HOPPER, summarise(_rows(HOPPER, [float(e) for e in range(0, 100, 5)])))  # +0 .. +95 %
+    low, high = widest(100.0, (90.0, 110.0), evidence)
+    assert low == pytest.approx(100.0 / (1 + evidence.high_pct / 100)) and low < 90.0  # the error is wider below
+    assert high == 110.0  # the error says nothing above the projection: the sensitivity side stays
+
+
+def test_without_a_model_drops_its_rows():
+    bands = ErrorBands(rows=tuple(_rows(HOPPER, [50.0] * MIN_ROWS, "own") + _rows(HOPPER, [0.0] * MIN_ROWS, "x")),
+                       table={})
+    assert bands.without("own").evidence(HOPPER).high_pct == 0.0
+    assert bands.without("x").evidence(HOPPER).low_pct == 50.0
+    assert bands.without("own") is bands.without("own")  # summarised once per model
+
+
+def _fixture_bands(errors: list[float], cls: BandClass) -> ErrorBands:
+    rows = tuple(_rows(cls, errors))
+    return ErrorBands(rows=rows, table=summarise(rows))
+
+
+def test_project_widens_its_band_to_its_class_error(monkeypatch):
+    system = load_system("h100", 1)
+    cls = class_of(LLAMA, EX, system)
+    assert cls == BandClass(family="hopper", kind="dense", precision="fp8", scale="<=64")
+    monkeypatch.setattr(error_bands, "shipped", lambda: _fixture_bands([float(e) for e in range(-100, 200, 10)], cls))
+    p = project(LLAMA, EX, system, memory=False)
+    sens = sensitivity_band(LLAMA, EX, system)
+    evidence = p.band_evidence
+    assert evidence is not None and evidence.level == "class" and evidence.n == 30
+    lo, hi = evidence.factors()
+    assert p.band == pytest.approx((p.tokens_per_s_per_gpu * lo, p.tokens_per_s_per_gpu * hi))
+    assert p.band[0] < sens[0] and p.band[1] > sens[1]  # +-10 % efficiencies said far less than the runs measured
+
+
+def test_a_class_without_runs_keeps_the_sensitivity_band_and_says_so(monkeypatch, capsys):
+    system = load_system("mi355x", 1)
+    monkeypatch.setattr(error_bands, "shipped", lambda: _fixture_bands([5.0] * MIN_ROWS, HOPPER))
+    moe = ExecutionSpec(data_parallel_size=8, expert_model_parallel_size=8, global_batch_size=64, seq_length=4096,
+                        micro_batch_size=1, precision="fp8")
+    p = project(MOE8, moe, system, memory=False)
+    assert p.band_evidence is not None and p.band_evidence.level == "none"
+    assert p.band == pytest.approx(sensitivity_band(MOE8, moe, system))
+    from primus_ext.report.projection_table import format_projection
+    from primus_ext.results.projection import projection_fields
+
+    assert "no published run of this class (cdna4 moe fp8, <=64 GPUs)" in format_projection(p)
+    assert projection_fields(p)["band"]["evidence"]["level"] == "none"
+
+
+def test_the_shipped_file_is_what_its_rows_summarise_to():
+    bands = shipped()
+    assert len(bands.rows) >= 100 and bands.date and "error_bands.py" in bands.command
+    assert {key: s.to_dict() for key, s in bands.table.items()} == \
+        {key: s.to_dict() for key, s in summarise(bands.rows).items()}
+    assert {r.source.split(" row ")[0] for r in bands.rows} == {"measured_throughput.csv", "mlperf_training.csv"}
+    data = yaml.safe_load(error_bands.BANDS_FILE.read_text(encoding="utf-8"))
+    assert data["levels"] == list(LEVELS) and data["min_rows"] == MIN_ROWS
+    assert data == file_dict(bands.rows, date=data["date"], command=data["command"])
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/validation is not beside the repository")
+def test_the_shipped_rows_are_the_published_rows_classes():
+    """Each shipped row names a row of the published data and the class its specs give (the errors need the
+    cross-validation, ~10-40 min: ``benchmarks/error_bands.py``)."""
+    from primus_ext.validate.archs import read_archs
+    from primus_ext.validate.hardware_csv import read_hardware
+    from primus_ext.validate.runs import read_runs
+
+    archs, hardware = read_archs(SHARED / "model_archs.csv"), read_hardware(SHARED / "hardware_specs.csv")
+    runs = {name: {r.index: r for r in read_runs(SHARED / name, archs, hardware)}
+            for name in ("measured_throughput.csv", "mlperf_training.csv")}
+    for row in shipped().rows:
+        name, index = row.source.split(" row ")
+        run = runs[name][int(index)]
+        assert run.model_name == row.model and run.model is not None
+        assert class_of(run.model, run.execution, run.system) == row.band_class, row.source
+
+
+def test_a_broken_file_names_itself_and_the_fix(tmp_path: Path):
+    bad = tmp_path / "error_bands.yaml"
+    bad.write_text("classes: {}\nrows:\n- {model: x, family: hopper, type: sparse, precision: fp8, scale: '<=64', "
+                   "error_pct: 1, source: s}\n", encoding="utf-8")
+    with pytest.raises(RecipeError) as err:
+        load_bands(bad)
+    assert str(bad) in str(err.value) and "benchmarks/error_bands.py" in str(err.value)
+    assert "sparse" in str(err.value)
