@@ -162,8 +162,11 @@ def _moe_keys(row: dict[str, str], notes: str, layers: int, ffn: int) -> dict[st
 
 
 def _mla_keys(notes: str, mla: bool) -> dict[str, Any]:
-    """Multi-latent attention's ranks and head sizes from the notes (DeepSeek-V3's where not stated)."""
-    return {"multi_latent_attention": mla, "q_lora_rank": _note_int(notes, "q_lora_rank") if mla else None,
+    """Multi-latent attention's ranks and head sizes from the notes (DeepSeek-V3's where not stated); none for a
+    model without MLA (its recipe sets none)."""
+    if not mla:
+        return {}
+    return {"multi_latent_attention": True, "q_lora_rank": _note_int(notes, "q_lora_rank") if mla else None,
             "kv_lora_rank": _note_int(notes, "kv_lora_rank") or 512,
             "qk_head_dim": _note_int(notes, "qk_head_dim") or 128,
             "qk_pos_emb_head_dim": _note_int(notes, "qk_pos_emb_head_dim") or 64,

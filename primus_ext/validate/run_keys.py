@@ -151,6 +151,13 @@ def _dispatcher(flags: str, lowered: str) -> str:
     return dispatcher if dispatcher in ("alltoall", "allgather", "flex") else "alltoall"
 
 
+def _moe_keys(flags: str, lowered: str) -> dict[str, Any]:
+    """The MoE keys of a MoE row: its dispatcher, grouped GEMMs (Megatron-Bridge MoE recipes' default) and forced
+    load balancing (the benchmark runs route tokens evenly: ``moe_router_force_load_balancing``)."""
+    return {"moe_token_dispatcher_type": _dispatcher(flags, lowered), "moe_grouped_gemm": True,
+            "moe_router_force_load_balancing": True}
+
+
 def offloading_keys(flags: str) -> dict[str, Any]:
     """The activation / weight CPU offloading keys a row's recipe flags set."""
     layers = _int(_flag(flags, "cpu_offloading_num_layers"), 0) or 0
@@ -226,8 +233,7 @@ def run_keys(row: Mapping[str, str], name: str, moe: bool, precision: str, fp8_r
         "overlap_grad_reduce": True, "overlap_param_gather": True, "tp_comm_overlap": tp > 1 and not torchtitan,
         "overlap_moe_expert_parallel_comm": "moe_a2a_overlap" in lowered,
         "cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": _loss_impl(flags, source, name),
-        "moe_token_dispatcher_type": _dispatcher(flags, lowered), "moe_grouped_gemm": True,
-        "moe_router_force_load_balancing": moe,
+        **(_moe_keys(flags, lowered) if moe else {}),
         # torchtitan calls F.scaled_dot_product_attention (FlashAttention-2); Megatron stacks run TE's fused attention
         "attn_type": "sdpa" if torchtitan else None,
     }
