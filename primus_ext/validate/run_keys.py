@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.recipe.graphs import graph_mode
-from primus_ext.validate.finetune import FineTune
 
 MEGATRON_BRIDGE_TE_LOSS_FAMILIES = ("Llama", "Qwen3", "DeepSeek")
 """Model families whose Megatron-Bridge pre-training recipes use Transformer Engine's cross entropy
@@ -185,23 +184,6 @@ def _fp8_param_gather(flags: str, lowered: str, source: str, precision: str) -> 
     fp8_param_gather=True), elsewhere only when the row names it."""
     nvidia_fp8 = "nemo" in source.lower() and "automodel" not in source.lower() and precision == "fp8"
     return _bool_flag(flags, "fp8_param_gather", "fp8-param-gather" in lowered or nvidia_fp8)
-
-
-def finetune_keys(tune: FineTune, precision: str) -> dict[str, Any]:
-    """A fine-tuning row's keys: Primus's SFT trainer (``stage: sft``) with its ``lora`` block, the recompute the row
-    states, FP8 parameters (``validate.finetune``)."""
-    keys: dict[str, Any] = {}
-    if tune.kind == "lora":
-        keys.update(stage="sft", lora={"enabled": True, "dim": tune.lora_rank,
-                                       "target_modules": list(tune.lora_targets)})
-    if tune.recompute is not None:
-        granularity, method, layers = tune.recompute
-        keys["recompute_granularity"] = granularity
-        if granularity == "full":
-            keys.update(recompute_method=method or "uniform", recompute_num_layers=layers or 1)
-    if tune.fp8_params and precision == "fp8":
-        keys["fp8_param_gather"] = True
-    return keys
 
 
 def run_keys(row: Mapping[str, str], name: str, moe: bool, precision: str, fp8_recipe: str,

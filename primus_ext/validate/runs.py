@@ -25,8 +25,8 @@ from primus_ext.model.stages import layout_problems
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 from primus_ext.validate.csvio import read_rows
-from primus_ext.validate.finetune import finetune_of, is_finetune
-from primus_ext.validate.run_keys import finetune_keys, run_keys
+from primus_ext.validate.finetune import finetune_keys, finetune_of, is_finetune
+from primus_ext.validate.run_keys import run_keys
 
 REQUIRED_RUN_COLUMNS = ("source", "model", "seq_len", "precision", "gpu", "num_gpus", "tp", "pp", "vpp", "cp",
                         "ep", "etp", "dp", "mbs", "gbs", "extra_flags", "tokens_per_sec_per_gpu", "notes")

@@ -1,7 +1,7 @@
 """A validation row is a user's recipe: the specs ``read_runs`` gives a row equal those of the recipe a user would
 write for that run, resolved by ``recipe.resolve.resolve_all`` (issue 54 part 4). One row per family: dense (Llama,
 Megatron-Bridge), MoE in FP8, MLA + MoE with group-limited routing in MXFP8, a hybrid Mamba model with MTP, torch
-FSDP2 (torchtitan, FP8 rowwise, op-level selective AC) and Megatron FSDP."""
+FSDP2 (torchtitan, FP8 rowwise, op-level selective AC), Megatron FSDP and LoRA fine-tuning (MLPerf)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,17 @@ CASES = {
              seq_length=4096, micro_batch_size=2, global_batch_size=64, use_megatron_fsdp=True,
              data_parallel_sharding_strategy="optim_grads_params", cross_entropy_fusion_impl="te"),  # a Llama
     ),
+    "lora": (
+        "Llama2-S,8,1024,4096,16,4,32000,,,,,,no,SwiGLU\n",
+        "MLPerf Training llama2_70b_lora,2025-06-04,Llama2-S,8192,FP8 (delayed scaling),MI300X,8,1,1,,1,,,8,1,8,"
+        "recompute=full/block/4 layers; LoRA r=16 alpha=32 on attention (qkv+proj),1000,,,,fp8 params\n",
+        # LoRA runs in Primus's SFT trainer (stage: sft, its lora block): a Primus recipe
+        dict(BRIDGE_KEYS, num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,
+             group_query_attention=True, num_query_groups=4, vocab_size=32000, swiglu=True, seq_length=8192,
+             micro_batch_size=1, global_batch_size=8, fp8="hybrid", fp8_recipe="delayed", fp8_param_gather=True,
+             recompute_granularity="full", recompute_method="block", recompute_num_layers=4, stage="sft",
+             lora={"enabled": True, "dim": 16, "target_modules": ["linear_qkv", "linear_proj"]}),
+    ),
 }
 
 
@@ -98,7 +109,8 @@ def test_a_row_projects_the_specs_of_the_recipe_a_user_writes_for_it(tmp_path, c
     arch, row, recipe = CASES[case]
     (run,) = runs_of(tmp_path, row, arch)
     assert run.model is not None, run.skipped_reason
-    model, execution, problems, _ = resolve_all(recipe, run.system, name=run.model_name, environ={})
+    primus = recipe.get("stage") == "sft"
+    model, execution, problems, _ = resolve_all(recipe, run.system, name=run.model_name, primus=primus, environ={})
     assert not problems
     assert run.model == model
     assert run.execution == execution
@@ -116,3 +128,4 @@ def test_the_row_families_differ_where_their_recipes_do(tmp_path):
             titan.fp8_recipe) == ("torch_fsdp2", "fp32", "flash2", "op", "rowwise")
     assert runs["megatron_fsdp"].execution.fsdp == "megatron_fsdp"
     assert runs["dense"].execution.sequence_parallel and runs["dense"].execution.tp_comm_overlap
+    assert (runs["lora"].execution.lora_rank, runs["lora"].execution.recompute_method) == (16, "block")
