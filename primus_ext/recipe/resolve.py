@@ -20,7 +20,6 @@ from typing import Any
 from primus_ext.errors import Problem
 from primus_ext.hardware import format_profiles
 from primus_ext.hardware.capabilities import fp8_problem
-from primus_ext.model.fp4 import fp4_problem
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip, wire_dtypes
@@ -32,8 +31,11 @@ from primus_ext.recipe.linear_attention import GDN_VARIANT, LFM_KEY, gdn_gpt_mod
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
 from primus_ext.recipe.pipeline_keys import schedule_from_keys, schedule_vpp
+from primus_ext.recipe.precision_keys import fp4_recipe, fp8_recipe
+from primus_ext.recipe.precision_keys import precision as precision_of_keys
 from primus_ext.recipe.releases import read_release_keys
 from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
+from primus_ext.recipe.torchtitan_keys import TORCHTITAN_KEYS, torchtitan_fields
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
 
 VPP_KEYS = (
@@ -75,6 +77,7 @@ _OTHER_READ = (
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
     "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", "activation_func_fp8_input_store",
     "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "use_transformer_engine_op_fuser", *HYBRID_KEYS, LFM_KEY,
+    *TORCHTITAN_KEYS,
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -275,67 +278,6 @@ def _layout_ok(a: ArgReader, layout: str) -> bool:
     return True
 
 
-def _precision(a: ArgReader) -> str:
-    fp8, fp4 = a.raw("fp8"), a.raw("fp4")
-    if fp4 not in (None, False):  # megatron-core TransformerConfig: fp4 is 'e2m1' or None, never with fp8
-        if fp8 not in (None, False):
-            a.bad("fp4", "fp4 and fp8 are both set (megatron-core refuses: 'fp4 and fp8 cannot be used "
-                  "simultaneously')", fix="set one of them to null")
-        elif fp4 not in ("e2m1", True):
-            a.bad("fp4", "must be e2m1", fix="set fp4: e2m1, or null for no FP4")
-        return "fp4"
-    if fp8 not in (None, False):
-        if fp8 not in ("e4m3", "hybrid", True):
-            a.bad("fp8", "must be e4m3 or hybrid", fix="set fp8: hybrid (or e4m3), or null for no FP8")
-        return "fp8"
-    bf16, fp16 = a.bool("bf16"), a.bool("fp16")
-    if bf16 and fp16:
-        a.bad("fp16", "bf16 and fp16 are both set", fix="set one of them to false")
-    return "bf16" if bf16 else "fp16" if fp16 else "fp32"
-
-
-def _fp8_recipe(a: ArgReader, system: SystemSpec) -> str:
-    # megatron-core arguments.py --fp8-recipe: tensorwise, delayed (default), mxfp8, blockwise, custom
-    value = a.choice("fp8_recipe", ("delayed", "tensorwise", "mxfp8", "blockwise", "custom"), "delayed")
-    gpu = system.gpu
-    if value == "mxfp8" and a.raw("fp8") not in (None, False) and gpu.runs("mxfp8") is False:
-        a.warnings.append(f"fp8_recipe mxfp8 needs MX (block-scaled) tensor cores; {gpu.name} ({gpu.family}) "
-                          f"has none: Transformer Engine will refuse it there")
-    if value == "custom":
-        a.warnings.append("fp8_recipe custom (a user quantisation factory) is projected as delayed per-tensor "
-                          "scaling")
-        return "delayed"
-    return value or "delayed"
-
-
-def _fp4_profiles() -> str:
-    """The profiles whose tensor cores run each FP4 recipe (their capabilities), e.g. ``b200, ... with nvfp4``."""
-    from primus_ext.hardware import list_profiles, load_gpu
-
-    by_recipe = {r: [p for p in list_profiles() if load_gpu(p).runs(r) and load_gpu(p).fp4_dense_tflops > 0]
-                 for r in ("nvfp4", "mxfp4")}
-    return "; ".join(f"{', '.join(names)} with {r}" for r, names in by_recipe.items() if names)
-
-
-def _fp4_recipe(a: ArgReader, system: SystemSpec, precision: str) -> str:
-    """megatron-core 0.16 ``fp4_recipe``: nvfp4 (default) or custom; Primus adds mxfp4 (its fp4_utils.py). An FP4
-    recipe on a GPU that cannot run it is refused with the sentence of ``model.fp4.fp4_problem``."""
-    value = a.choice("fp4_recipe", ("nvfp4", "mxfp4", "custom"), "nvfp4") or "nvfp4"
-    if precision != "fp4":
-        if a.bool("fp4_param"):
-            a.bad("fp4_param", "fp4_param needs fp4 (megatron-core: 'fp4_param must be used together with fp4 "
-                  "mode')", fix="set fp4: e2m1, or fp4_param: false")
-        return value if value != "custom" else "nvfp4"
-    if value == "custom":
-        a.warnings.append("fp4_recipe custom (a user quantisation factory) is projected as nvfp4")
-        value = "nvfp4"
-    problem = fp4_problem(system.gpu, value)
-    if problem:
-        a.bad("fp4", problem, fix="project this recipe in fp8 (fp4: null, fp8: hybrid), or on a GPU with FP4 tensor "
-              f"cores ({_fp4_profiles()})")
-    return value
-
-
 def _fsdp(a: ArgReader) -> str:
     on = [k for k in FSDP_KEYS if a.bool(k)]
     if len(on) > 1 and set(on) != {"use_megatron_fsdp", "use_custom_fsdp"}:
@@ -387,10 +329,11 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
     capacity = a.float("moe_expert_capacity_factor")
     optimizer = optimizer_dtypes(a)
     lora_rank, lora_targets = lora(a)
-    precision = _precision(a)
+    precision = precision_of_keys(a)
     if precision == "fp8" and (problem := fp8_problem(system.gpu)):
         a.bad("fp8", problem, fix=f"project this recipe in bf16 (fp8: null; fp8=null on the command line), or on a GPU "
               f"with FP8 tensor cores ({', '.join(format_profiles('fp8'))})")
+    fsdp = _fsdp(a)
     bf16_main_grads = optimizer.pop("bf16_main_grads") and precision in ("bf16", "fp8", "fp4")
     return ExecutionSpec(
         tensor_model_parallel_size=tp,
@@ -426,7 +369,7 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         cpu_offloading_activations=a.bool("cpu_offloading_activations", True),
         cpu_offloading_weights=a.bool("cpu_offloading_weights"),
         use_distributed_optimizer=a.bool("use_distributed_optimizer"),
-        fsdp=_fsdp(a),  # type: ignore[arg-type]
+        fsdp=fsdp,  # type: ignore[arg-type]
         data_parallel_sharding_strategy=a.choice(  # type: ignore[arg-type]
             "data_parallel_sharding_strategy", ("no_shard", "optim", "optim_grads", "optim_grads_params"), "no_shard"
         ),
@@ -438,8 +381,8 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         precision=precision,  # type: ignore[arg-type]
         grad_reduce_in_bf16=a.bool("grad_reduce_in_bf16") or bf16_main_grads,
         fp8_param_gather=a.bool("fp8_param_gather"),
-        fp8_recipe=_fp8_recipe(a, system),  # type: ignore[arg-type]
-        fp4_recipe=_fp4_recipe(a, system, precision),  # type: ignore[arg-type]
+        fp8_recipe=fp8_recipe(a, system),  # type: ignore[arg-type]
+        fp4_recipe=fp4_recipe(a, system, precision),  # type: ignore[arg-type]
         fp4_param=a.bool("fp4_param") and precision == "fp4",
         cross_entropy_fusion_impl=loss_impl(a),  # type: ignore[arg-type]
         cuda_graph=cuda_graph_mode(a),  # type: ignore[arg-type]
@@ -450,7 +393,33 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
         moe_router_force_load_balancing=a.bool("moe_router_force_load_balancing"),
         moe_expert_capacity_factor=capacity if capacity is not None and capacity >= 0 else None,
         launch=launch_spec(a, environ),
+        **torchtitan_fields(a, granularity, fsdp),
     )
+
+
+def _model_of(args: Mapping[str, Any], reader: ArgReader, name: str) -> tuple[ModelSpec, list[Problem]]:
+    """The recipe's model (GPT-style, hybrid Mamba, gated-DeltaNet or LFM2 stack) and the problems that refuse its
+    architecture outright (empty when modelled); the other problems go to ``reader``."""
+    model = resolve_model(reader, name=name)
+    refused = architecture_problems(args)
+    if args.get("model_type") == HYBRID_MODEL_TYPE:
+        refused = refused or spec_problems(args)
+        model = model if refused else hybrid_model(reader, model)
+    elif args.get("experimental_attention_variant") == GDN_VARIANT:  # Qwen3-Next: as a hybrid stack of its halves
+        refused = refused or gdn_gpt_problems(args)
+        model = model if refused else gdn_gpt_model(reader, model)
+    elif args.get(LFM_KEY) is not None:  # LFM2 (Primus): as a hybrid stack of its halves
+        refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
+        model = model if refused else lfm_gpt_model(reader, model)
+    return model, refused
+
+
+def resolve_model_keys(args: Mapping[str, Any], *, name: str = "model") -> tuple[ModelSpec, list[Problem]]:
+    """The model half of ``resolve_all`` (no system needed: the keys of an architecture alone); its problems."""
+    args, _, problems = read_release_keys(args)
+    reader = ArgReader(args, problems)
+    model, refused = _model_of(args, reader, name)
+    return model, refused or list({(p.path, p.message): p for p in problems}.values())
 
 
 def resolve_all(
@@ -465,17 +434,7 @@ def resolve_all(
     args, release_notes, problems = read_release_keys(args)  # an earlier Primus release's keys, as it meant them
     reader = ArgReader(args, problems, primus=primus)
     reader.warnings.extend(release_notes)
-    model = resolve_model(reader, name=name)
-    refused = architecture_problems(args)
-    if args.get("model_type") == HYBRID_MODEL_TYPE:
-        refused = refused or spec_problems(args)
-        model = model if refused else hybrid_model(reader, model)
-    elif args.get("experimental_attention_variant") == GDN_VARIANT:  # Qwen3-Next: as a hybrid stack of its halves
-        refused = refused or gdn_gpt_problems(args)
-        model = model if refused else gdn_gpt_model(reader, model)
-    elif args.get(LFM_KEY) is not None:  # LFM2 (Primus): as a hybrid stack of its halves
-        refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
-        model = model if refused else lfm_gpt_model(reader, model)
+    model, refused = _model_of(args, reader, name)
     execution = resolve_execution(reader, model, system, environ)
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings

@@ -1,4 +1,4 @@
-"""Fine-tuning rows of a measurements CSV (LoRA, SFT) -> what they run, as execution fields.
+"""Fine-tuning rows of a measurements CSV (LoRA, SFT) -> what they run, as recipe keys.
 
     >>> finetune_of(row)          # FineTune(lora_rank=16, lora_targets=("linear_qkv", "linear_proj"), ...)
 
@@ -26,9 +26,8 @@ Pure.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-
-from primus_ext.specs import ExecutionSpec
+from dataclasses import dataclass
+from typing import Any
 
 LORA_MARKERS = ("lora", "peft")
 SFT_MARKERS = ("sft", "supervised fine-tun", "full fine-tun")
@@ -117,19 +116,21 @@ def finetune_of(row: dict[str, str]) -> FineTune | str:
                     assumptions=tuple(assumptions))
 
 
-def apply_finetune(execution: ExecutionSpec, tune: FineTune) -> ExecutionSpec:
-    """``execution`` running ``tune``: LoRA rank and targets, the recompute the row states, FP8 parameters."""
-    changes: dict[str, object] = {}
+def finetune_keys(tune: FineTune, precision: str) -> dict[str, Any]:
+    """A fine-tuning row's recipe keys: Primus's SFT trainer (``stage: sft``, the trainer that applies LoRA) with its
+    ``lora`` block, the recompute the row states, FP8 parameters (``fp8_param_gather``)."""
+    keys: dict[str, Any] = {}
     if tune.kind == "lora":
-        changes.update(lora_rank=tune.lora_rank, lora_targets=tune.lora_targets)
+        keys.update(stage="sft", lora={"enabled": True, "dim": tune.lora_rank,
+                                       "target_modules": list(tune.lora_targets)})
     if tune.recompute is not None:
         granularity, method, layers = tune.recompute
-        changes["recompute_granularity"] = granularity
+        keys["recompute_granularity"] = granularity
         if granularity == "full":
-            changes.update(recompute_method=method or "uniform", recompute_num_layers=layers or 1)
-    if tune.fp8_params and execution.precision == "fp8":
-        changes["fp8_param_gather"] = True
-    return replace(execution, **changes) if changes else execution  # type: ignore[arg-type]
+            keys.update(recompute_method=method or "uniform", recompute_num_layers=layers or 1)
+    if tune.fp8_params and precision == "fp8":
+        keys["fp8_param_gather"] = True
+    return keys
 
 
-__all__ = ["BENCHMARK_LORA", "FineTune", "apply_finetune", "finetune_of", "is_finetune"]
+__all__ = ["BENCHMARK_LORA", "FineTune", "finetune_keys", "finetune_of", "is_finetune"]

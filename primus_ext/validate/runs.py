@@ -4,12 +4,9 @@ Column layout of ``shared/validation/measured_throughput.csv``: source, source_d
 precision, gpu, num_gpus, tp, pp, vpp, cp, ep, etp, dp, mbs, gbs, extra_flags,
 tokens_per_sec_per_gpu, tflops_per_gpu, mfu, step_time_s, notes.
 
-What a row does not state is filled with the defaults of the framework that produced it, named
-here: NVIDIA's Megatron-Bridge / NeMo performance recipes run with the distributed optimizer, DP
-grad-reduce / param-gather overlap, TP communication overlap and sequence parallelism when TP > 1
-(shared/validation/README: "recipe-wide defaults such as TP comm overlap or the distributed
-optimizer are not listed"); torchtitan rows run FSDP2.
-Rows that cannot be projected are returned with the reason, never dropped or guessed.
+Each row becomes recipe keys (its architecture's, ``validate.archs``; its run's, ``validate.run_keys``, which names
+the framework defaults filled in for what a row does not state) and goes through ``recipe.resolve.resolve_all``,
+the path a user's recipe takes. Rows that cannot be projected are returned with the reason, never dropped or guessed.
 """
 
 from __future__ import annotations
@@ -24,24 +21,15 @@ from primus_ext.errors import RecipeError
 from primus_ext.hardware import canonical_name, load_gpu
 from primus_ext.hardware.power import clock_scale, power_capped
 from primus_ext.model.flops import model_flops_per_token
-from primus_ext.model.fp4 import fp4_problem
-from primus_ext.model.pipeline.registry import resolve_schedule
 from primus_ext.model.stages import layout_problems
-from primus_ext.recipe.graphs import graph_mode
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
 from primus_ext.validate.csvio import read_rows
-from primus_ext.validate.finetune import apply_finetune, finetune_of, is_finetune
+from primus_ext.validate.finetune import finetune_keys, finetune_of, is_finetune
+from primus_ext.validate.run_keys import run_keys
 
 REQUIRED_RUN_COLUMNS = ("source", "model", "seq_len", "precision", "gpu", "num_gpus", "tp", "pp", "vpp", "cp",
                         "ep", "etp", "dp", "mbs", "gbs", "extra_flags", "tokens_per_sec_per_gpu", "notes")
-
-MEGATRON_BRIDGE_TE_LOSS_FAMILIES = ("Llama", "Qwen3", "DeepSeek")
-"""Model families whose Megatron-Bridge pre-training recipes use Transformer Engine's cross entropy
-(``cross_entropy_fusion_impl = "te"``: megatron/bridge/recipes/llama/llama3.py, qwen/qwen3.py,
-qwen/qwen3_moe.py, deepseek/deepseek_v3.py, and the Llama provider / DeepSeek bridges' defaults, v0.3.1);
-GPT-OSS (gpt_oss.py: "native") and the others keep megatron-core's default, ``native``."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class RunRow:
@@ -58,6 +46,8 @@ class RunRow:
     model: ModelSpec | None = None
     execution: ExecutionSpec | None = None
     system: SystemSpec | None = None
+    keys: Mapping[str, Any] | None = None
+    """The recipe keys the row is (``validate.archs`` + ``validate.run_keys``), resolved as a user's recipe."""
     skipped_reason: str = ""
     assumptions: tuple[str, ...] = ()
 
@@ -108,191 +98,6 @@ def fp8_recipe_of(label: str, notes: str) -> str:
     return "delayed"
 
 
-def _flag(flags: str, key: str) -> str | None:
-    match = re.search(rf"{key}\s*=\s*\"?([^;\]\"]*)\"?", flags)
-    return match.group(1).strip() if match else None
-
-
-def _bool_flag(flags: str, key: str, default: bool) -> bool:
-    """A true/false recipe flag (``key=True``); ``default`` when the row does not set it."""
-    value = _flag(flags, key)
-    return default if value is None else value.lower() == "true"
-
-
-def cuda_graph_of(flags: str) -> str:
-    """The CUDA graph mode a row's recipe flags set (``recipe.graphs.graph_mode``). The last
-    ``cuda_graph_impl`` and ``cuda_graph_scope`` win (a recipe call may override an earlier one);
-    ``full_iteration`` as an impl is Megatron-Bridge's performance scripts' shorthand for ``local`` + scope
-    ``full_iteration``; NeMo's ``cuda_graphs=True|1`` is ``enable_cuda_graph`` (local per-layer graphs),
-    ``external_cuda_graph`` Transformer Engine's; a recipe call named ``..._full_iter...`` (Megatron-Bridge's
-    full-iteration-graph presets) -> the whole iteration; the prose "TE cuda graphs <scopes>" -> Transformer
-    Engine graphs of those scopes."""
-    impls = re.findall(r"cuda_graph_impl\s*=\s*\"?(\w+)", flags)
-    scope_texts = re.findall(r"cuda_graph_scope\s*=\s*(\[[^\]]*\]|[^;\]]*)", flags)
-    scopes = [x for x in re.split(r"[+,\[\]'\" ]+", scope_texts[-1] if scope_texts else "") if x]
-    if impls:
-        impl = impls[-1].lower()
-        return graph_mode("local", ["full_iteration"]) if impl == "full_iteration" else graph_mode(impl, scopes)
-    if re.search(r"\b(cuda_graphs|enable_cuda_graph)\s*=\s*(true|1)\b", flags, re.IGNORECASE):
-        return graph_mode("local", scopes)
-    if re.search(r"\bexternal_cuda_graph\s*=\s*(true|1)\b", flags, re.IGNORECASE):
-        return graph_mode("transformer_engine", scopes)
-    prose = re.search(r"\b(?:te|transformer engine) cuda graphs?\s+([a-z_]+(?:\+[a-z_]+)*)", flags, re.IGNORECASE)
-    if prose:  # an optimization-history row's summary: "TE cuda graphs attn+moe_router+moe_preprocess"
-        return graph_mode("transformer_engine", prose.group(1).lower().split("+"))
-    return "full_iteration" if re.search(r"full_iter", _flag(flags, "calls") or "") else "none"
-
-
-def optimizer_of(flags: str) -> dict[str, object]:
-    """The precision-aware optimizer a row states: ``use_precision_aware_optimizer=True`` with its dtype flags,
-    or the prose "precision-aware optimizer <dtype> moments" (an optimization-history row's summary)."""
-    lowered = flags.lower()
-    prose = re.search(r"precision-aware optimizer(?:\s+(bf16|fp16|fp8) moments)?", lowered)
-    flag = _bool_flag(flags, "use_precision_aware_optimizer", False)
-    if not (prose or flag):
-        return {}
-    out: dict[str, object] = {"use_precision_aware_optimizer": True}
-    moments = prose.group(1) if prose else None
-    for key in ("exp_avg_dtype", "exp_avg_sq_dtype"):
-        value = (_flag(flags, key) or moments or "fp32").lower()
-        out[key] = value if value in ("fp32", "fp16", "bf16", "fp8") else "fp32"
-    return out
-
-
-def execution_of(row: dict[str, str], model: ModelSpec, precision: str) -> tuple[ExecutionSpec, list[str]]:
-    """The execution a row describes, with framework defaults for what it leaves out."""
-    flags, notes, source = row["extra_flags"] or "", row["notes"] or "", row["source"] or ""
-    lowered = (flags + " " + notes).lower()
-    torchtitan = "torchtitan" in source.lower()
-    tp, pp, cp = _int(row["tp"], 1) or 1, _int(row["pp"], 1) or 1, _int(row["cp"], 1) or 1
-    vpp, etp, num_gpus = _int(row["vpp"]), _int(row["etp"]), _int(row["num_gpus"], 0) or 0
-    assumptions: list[str] = []
-    if model.is_moe and etp is None:
-        etp = 1
-        assumptions.append("expert_tensor_parallel_size=1 (Megatron-Bridge MoE recipes; not stated)")
-    execution = ExecutionSpec(
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
-        virtual_pipeline_model_parallel_size=vpp if vpp and vpp > 1 else None,
-        expert_model_parallel_size=_int(row["ep"], 1) or 1, expert_tensor_parallel_size=etp,
-        data_parallel_size=max(1, num_gpus // (tp * pp * cp)) if num_gpus else 1,
-        # on when TP > 1 unless stated otherwise; always for MoE with TP > 1 (Megatron requires it)
-        sequence_parallel=(model.is_moe and tp > 1) or _bool_flag(flags, "sequence_parallel", tp > 1),
-        pipeline_model_parallel_layout=_flag(flags, "pp_layout") or None,
-        pipeline_schedule=resolve_schedule("1f1b", 2, vpp).name,
-        micro_batch_size=_int(row["mbs"], 1) or 1, global_batch_size=_int(row["gbs"], 1) or 1,
-        seq_length=_int(row["seq_len"], 4096) or 4096,
-        # torchtitan calls F.scaled_dot_product_attention, whose flash backend is FlashAttention-2 (PyTorch
-        # 2.2+ release notes); Megatron-based stacks run Transformer Engine's fused attention
-        attention_kernel="flash2" if torchtitan else "fused",
-        cuda_graph=cuda_graph_of(flags),  # type: ignore[arg-type]
-        **_recompute_of(flags, lowered, torchtitan), **optimizer_of(flags), **_offloading_of(flags),
-        **_sharding_of(flags, notes, torchtitan),
-        overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=tp > 1 and not torchtitan,
-        overlap_moe_expert_parallel_comm="moe_a2a_overlap" in lowered,
-        precision=precision,  # type: ignore[arg-type]
-        fp8_recipe=fp8_recipe_of(row["precision"], notes),  # type: ignore[arg-type]
-        fp4_recipe=fp4_recipe_of(row["precision"]),  # type: ignore[arg-type]
-        fp8_param_gather=_fp8_param_gather_of(flags, lowered, source, precision),
-        cross_entropy_fusion_impl=_loss_impl_of(flags, source, model),  # type: ignore[arg-type]
-        moe_token_dispatcher_type=_dispatcher_of(flags, lowered),  # type: ignore[arg-type]
-        moe_router_force_load_balancing=model.is_moe,
-    )
-    if not torchtitan:
-        assumptions.append("Megatron recipe defaults: distributed optimizer, grad/param overlap, TP comm overlap")
-    if layout_problems(model, execution):
-        execution, note = _legal_split(model, execution)
-        assumptions.append(note)
-    return execution, assumptions
-
-
-def _recompute_of(flags: str, lowered: str, torchtitan: bool) -> dict[str, Any]:
-    """The activation recomputation a row states (recipe flags or prose: "full AC", "selective AC"), as the
-    ``recompute_*`` and ``selective_ac_option`` fields; none when it states none."""
-    granularity, modules = None, ()
-    rg = _flag(flags, "recompute_granularity")
-    if rg and rg.lower() not in ("none", ""):
-        granularity = rg.lower()
-    if "full activation checkpointing" in lowered or "full ac" in lowered:
-        granularity = "full"
-    elif "selective" in lowered and ("ac" in lowered or "checkpoint" in lowered):
-        granularity = granularity or "selective"
-    rm = _flag(flags, "recompute_modules")
-    if rm:
-        modules = tuple(m for m in re.split(r"[+,\[\] ]+", rm) if m)
-        granularity = "selective" if modules else granularity
-    method, num_layers = None, None
-    if granularity == "full":
-        method = (_flag(flags, "recompute_method") or "uniform").lower()
-        num_layers = _int(_flag(flags, "recompute_num_layers") or "", 1)
-        if method == "none":
-            method = "uniform"
-    return {"recompute_granularity": granularity, "recompute_method": method, "recompute_num_layers": num_layers,
-            "recompute_modules": modules,
-            # torchtitan's selective activation checkpointing is op-level by default (train_configs
-            # selective_ac_option = "op"; the torchtitan rows say "per-op selective AC")
-            "selective_ac_option": "op" if torchtitan and granularity == "selective" else "modules"}
-
-
-MEGATRON_FSDP_FLAGS = ("use_megatron_fsdp=true", "megatron_fsdp(", "megatron fsdp", "use_mcore_fsdp=1",
-                       "use_mcore_fsdp=true")
-"""Flag texts (lower case) that name Megatron's own FSDP."""
-
-
-def _sharding_of(flags: str, notes: str, torchtitan: bool) -> dict[str, Any]:
-    """How the data-parallel state is sharded: Megatron FSDP, torch FSDP2 (torchtitan, or FSDP named), else the
-    distributed optimizer; as the ``fsdp`` fields and ``use_distributed_optimizer``."""
-    fsdp = "none"
-    raw_fsdp = re.search(r"\bFSDP=(\d+)", notes)
-    flag_text = flags.lower()
-    if any(k in flag_text for k in MEGATRON_FSDP_FLAGS) or (raw_fsdp and int(raw_fsdp.group(1))):
-        fsdp = "megatron_fsdp"
-    elif torchtitan or ("fsdp" in flag_text and "no fsdp" not in flag_text):  # "no FSDP (DDP/...)": the opposite
-        fsdp = "torch_fsdp2"
-    return {"use_distributed_optimizer": fsdp == "none", "fsdp": fsdp,
-            # the FSDP2 rows are torchtitan's and NeMo AutoModel's: their MixedPrecisionPolicy reduces in fp32
-            "fsdp_reduce_dtype": "fp32" if fsdp == "torch_fsdp2" else "param",
-            "data_parallel_sharding_strategy": "optim_grads_params" if fsdp == "megatron_fsdp" else "no_shard"}
-
-
-def _dispatcher_of(flags: str, lowered: str) -> str:
-    """The MoE token dispatcher: as stated, ``flex`` when DeepEP / HybridEP is named (they run through Megatron's
-    flex dispatcher), else ``alltoall``."""
-    dispatcher = (_flag(flags, "moe_token_dispatcher_type") or "alltoall").lower()
-    if "moe_flex_dispatcher_backend" in flags or re.search(r"dispatcher\s*=\s*(deepep|hybridep)", lowered) or \
-            re.search(r"kernels:[^;|]*\bdeepep\b", lowered):  # NeMo AutoModel rows: "kernels: TE + DeepEP"
-        dispatcher = "flex"
-    return dispatcher if dispatcher in ("alltoall", "allgather", "flex") else "alltoall"
-
-
-def _offloading_of(flags: str) -> dict[str, Any]:
-    """The activation / weight CPU offloading a row's recipe flags set, as the ``cpu_offloading*`` fields."""
-    layers = _int(_flag(flags, "cpu_offloading_num_layers") or "", 0) or 0
-    # NeMo / Megatron-Bridge performance scripts turn ``cpu_offloading`` on (activations only, weights
-    # off) when they set ``cpu_offloading_num_layers`` > 0; the rows list only the layer count.
-    return {"cpu_offloading": _bool_flag(flags, "cpu_offloading", layers > 0), "cpu_offloading_num_layers": layers,
-            "cpu_offloading_activations": (_flag(flags, "cpu_offloading_activations") or "true").lower() == "true",
-            "cpu_offloading_weights": _bool_flag(flags, "cpu_offloading_weights", False)}
-
-
-def _loss_impl_of(flags: str, source: str, model: ModelSpec) -> str:
-    """The cross-entropy implementation: as stated, else Transformer Engine's for the Megatron-Bridge families
-    that use it (``MEGATRON_BRIDGE_TE_LOSS_FAMILIES``), else megatron-core's ``native``."""
-    loss_impl = (_flag(flags, "cross_entropy_fusion_impl") or "").lower()
-    if loss_impl in ("native", "te"):
-        return loss_impl
-    bridge = "megatron-bridge" in source.lower()
-    return "te" if bridge and model.name.startswith(MEGATRON_BRIDGE_TE_LOSS_FAMILIES) else "native"
-
-
-def _fp8_param_gather_of(flags: str, lowered: str, source: str, precision: str) -> bool:
-    """Whether the weights are gathered in fp8: as stated, else on for NVIDIA's NeMo 2 / Megatron-Bridge fp8
-    mixed-precision recipes (bf16_with_fp8_delayed_scaling / current_scaling / mxfp8_mixed, Megatron-Bridge
-    training/mixed_precision.py, ported from NeMo 2's recipes/precision/mixed_precision.py: all set
-    fp8_param_gather=True), elsewhere only when the row names it."""
-    nvidia_fp8 = "nemo" in source.lower() and "automodel" not in source.lower() and precision == "fp8"
-    return _bool_flag(flags, "fp8_param_gather", "fp8-param-gather" in lowered or nvidia_fp8)
-
-
 def balanced_layout(num_layers: int, stages: int, mtp_layers: int = 0) -> str:
     """A Megatron layout string spreading ``num_layers`` over ``stages`` virtual stages as evenly as
     possible, the remainder on the middle stages (the embedding and loss stages carry extra work)."""
@@ -307,15 +112,35 @@ def balanced_layout(num_layers: int, stages: int, mtp_layers: int = 0) -> str:
     return "|".join(parts)
 
 
-def _legal_split(model: ModelSpec, execution: ExecutionSpec) -> tuple[ExecutionSpec, str]:
-    """The source did not state how an indivisible layer count was split: use what Megatron-Bridge
-    recipes do (embedding and loss counted as pipeline layers), else a balanced layout."""
+def _legal_split(model: ModelSpec, execution: ExecutionSpec) -> tuple[dict[str, Any], str]:
+    """The source did not state how an indivisible layer count was split: the keys of what Megatron-Bridge recipes do
+    (embedding and loss counted as pipeline layers), else of a balanced layout."""
     accounted = replace(execution, account_for_embedding_in_pipeline_split=True,
                         account_for_loss_in_pipeline_split=True)
     if not layout_problems(model, accounted):
-        return accounted, "pipeline split: embedding and loss accounted as layers (not stated by the source)"
+        return ({"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True},
+                "pipeline split: embedding and loss accounted as layers (not stated by the source)")
     layout = balanced_layout(model.num_layers, execution.pp * execution.vpp, model.mtp_num_layers)
-    return replace(execution, pipeline_model_parallel_layout=layout), f"pipeline split assumed: layout {layout}"
+    return {"pipeline_model_parallel_layout": layout}, f"pipeline split assumed: layout {layout}"
+
+
+def resolve_row(keys: dict[str, Any], system: SystemSpec, name: str) -> tuple[ModelSpec, ExecutionSpec, list[str]]:
+    """A row's keys through the recipe resolve (``recipe.resolve.resolve_all``, a user's recipe's path; Primus's
+    arguments when it trains with Primus's SFT trainer, ``stage: sft``); an unstated indivisible pipeline split gets
+    the keys of ``_legal_split``. Raises ``RecipeError`` with the resolve's problems."""
+    from primus_ext.recipe.resolve import resolve_all
+
+    primus = keys.get("stage") == "sft"
+    model, execution, problems, _ = resolve_all(keys, system, name=name, primus=primus, environ={})
+    assumptions = []
+    if not problems and layout_problems(model, execution):
+        split, note = _legal_split(model, execution)
+        keys.update(split)
+        assumptions.append(note)
+        model, execution, problems, _ = resolve_all(keys, system, name=name, primus=primus, environ={})
+    if problems:
+        raise RecipeError(problems=problems)
+    return model, execution, assumptions
 
 
 _BOARD_POWER = re.compile(r"@\s*(\d{3,4})\s*W\b")
@@ -370,16 +195,8 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
             gpu = load_gpu(gpu_name)
         except RecipeError:
             return skip(f"no hardware profile for GPU {row['gpu']!r}")
-    execution, assumptions = execution_of(row, arch.model, precision)
-    if tune is not None:  # a fine-tuning run: LoRA adapters on a frozen base, or SFT (validate.finetune)
-        execution = apply_finetune(execution, tune)
-        assumptions += tune.assumptions
-    if precision == "fp4":
-        problem = fp4_problem(gpu, execution.fp4_recipe)
-        if problem:
-            return skip(problem)
-        assumptions.append("fp4: megatron-core defaults fp4_param false, first_last_layers_bf16 false (not stated)")
-    watts = board_power_w(row["notes"] or "")
+    notes, assumptions = row["notes"] or "", []
+    watts = board_power_w(notes)
     if watts and clock_scale(watts, gpu.tdp_w) < 1.0:  # a power-capped part (e.g. Grand Teton H100 @500W)
         assumptions.append(f"GPUs at {watts:g} W of {gpu.tdp_w:g} W: peaks x{clock_scale(watts, gpu.tdp_w):.3f}")
         gpu = power_capped(gpu, watts)
@@ -392,8 +209,22 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
     if n % gpu.gpus_per_node:
         gpu = replace(gpu, gpus_per_node=n)  # a partial node: one node holding all the run's GPUs
     system = SystemSpec(gpu=gpu, num_nodes=max(1, n // gpu.gpus_per_node), name=canonical_name(row["gpu"]))
-    return replace(base, model=arch.model, execution=execution, system=system,
-                   assumptions=arch.assumptions + tuple(assumptions) + derived)
+    keys = dict(arch.keys or {})
+    found, run_assumptions = run_keys(row, name, arch.model.is_moe, precision, fp8_recipe_of(row["precision"], notes),
+                                      fp4_recipe_of(row["precision"]))
+    keys.update(found)
+    assumptions = run_assumptions + assumptions
+    if tune is not None:  # a fine-tuning run: LoRA adapters on a frozen base, or SFT (validate.finetune)
+        keys.update(finetune_keys(tune, precision))
+        assumptions += tune.assumptions
+    if precision == "fp4":
+        assumptions.append("fp4: megatron-core defaults fp4_param false, first_last_layers_bf16 false (not stated)")
+    try:
+        model, execution, split = resolve_row(keys, system, name)
+    except RecipeError as err:
+        return skip("; ".join(f"{p.path}: {p.message}" for p in err.problems))
+    return replace(base, model=model, execution=execution, system=system, keys=keys,
+                   assumptions=arch.assumptions + tuple(assumptions + split) + derived)
 
 
 def read_runs(path: str | Path, archs: dict[str, ArchRow],

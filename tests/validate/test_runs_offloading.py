@@ -72,13 +72,13 @@ def test_fp8_param_gather_from_nvidia_fp8_recipes_or_the_row(tmp_path):
      "full_iteration"),
 ])
 def test_cuda_graph_mode_of_a_row(flags, mode):
-    from primus_ext.validate.runs import cuda_graph_of
+    from primus_ext.validate.run_keys import cuda_graph_of
 
     assert cuda_graph_of(flags) == mode
 
 
 def test_precision_aware_optimizer_of_a_row():
-    from primus_ext.validate.runs import optimizer_of
+    from primus_ext.validate.run_keys import optimizer_of
 
     assert optimizer_of("final: recompute moe_act+mlp, fp8-param-gather, precision-aware optimizer bf16 moments") == {
         "use_precision_aware_optimizer": True, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"}
