@@ -52,8 +52,7 @@ def commands(tree: Path) -> dict[str, list[str]]:
     for recipe in sorted((tree / "recipes").glob("*.yaml")):
         out[f"project-{recipe.stem}"] = ["project", f"recipes/{recipe.name}"]
         out[f"memory-{recipe.stem}"] = ["project", f"recipes/{recipe.name}", "--memory-only"]
-    out["tune-mixtral"] = ["tune", "recipes/mixtral_8x7B-pretrain.yaml", "--strategy", "exhaustive",
-                           "--budget", "100000"]
+    out["tune-mixtral"] = ["tune", "recipes/mixtral_8x7B-pretrain.yaml", "--strategy", "exhaustive"]
     out["tune-dsv3"] = ["tune", "recipes/deepseek_v3-pretrain.yaml", "--strategy", "tpe", "--budget", "300",
                         "--seed", "1"]
     out["tune-l70"] = ["tune", "recipes/llama3.1_70B-pretrain.yaml", "--strategy", "exhaustive"]
