@@ -296,7 +296,7 @@ def unmodelled_warning(found: Mapping[str, str]) -> str:
 _MODEL_TYPES = {
     "gpt": None,
     "mamba": None,  # megatron-core MambaModel / mamba_stack_spec: recipe.hybrid (other specs refused there)
-    "deepseek_v4": "DeepSeek-V4 (compressed sparse attention, hyper-connections, hash routing) is not modelled",
+    "deepseek_v4": None,  # Primus's DeepSeek-V4: recipe.deepseek_v4 (a hybrid stack of its halves)
     "kimi_k3": "Kimi-K3 (block attention residuals, latent MoE, gated MLA output) is not modelled",
     "diffusion_model": "diffusion models (Flux and other DiT trainers) are not modelled",
 }
@@ -310,10 +310,6 @@ def _set(value: Any) -> bool:
     return value not in EQUIVALENT_TO_UNSET
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-
-
 ArchitectureRule = tuple[str, Callable[[Any], bool], str]
 _GDN = "gated_delta_net"
 """The experimental attention variant that projects (``recipe.linear_attention``), its ``linear_attention_freq``
@@ -324,14 +320,12 @@ ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
      "experimental attention variants other than gated_delta_net (DeepSeek sparse attention) are not modelled"),
     ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) other than gated DeltaNet's are "
                                     "not modelled"),
-    ("compress_ratios", _set, "DeepSeek-V4 compressed attention (compress_ratios) is not modelled"),
     ("heterogeneous_layers_config_path", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("heterogeneous_layers_config_encoded_json", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("heterogeneous_block_specs", _set, "heterogeneous layers (per-layer configs) are not modelled"),
-    ("num_hash_layers", _positive, "hash-routed MoE layers (num_hash_layers) are not modelled"),
     ("use_legacy_models", _set, "legacy (non-megatron-core) models are not modelled"),
     ("perform_rl_step", _set, "reinforcement-learning steps (generation + training) are not modelled"),
-    ("model_type", lambda v: v is not None and v not in ("gpt", "mamba"), ""),  # sentence from _MODEL_TYPES
+    ("model_type", lambda v: v is not None and v not in ("gpt", "mamba", "deepseek_v4"), ""),  # see _MODEL_TYPES
 )
 """(key, selects-the-family test on its value, sentence) for every architecture the projection refuses."""
 

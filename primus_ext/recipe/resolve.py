@@ -23,6 +23,9 @@ from primus_ext.hardware.capabilities import fp8_problem
 from primus_ext.model.fp4 import fp4_problem
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
+from primus_ext.recipe.deepseek_v4 import KEYS as V4_KEYS
+from primus_ext.recipe.deepseek_v4 import MODEL_TYPE as V4_MODEL_TYPE
+from primus_ext.recipe.deepseek_v4 import v4_model, v4_problems
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip, wire_dtypes
 from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
@@ -75,6 +78,7 @@ _OTHER_READ = (
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
     "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", "activation_func_fp8_input_store",
     "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "use_transformer_engine_op_fuser", *HYBRID_KEYS, LFM_KEY,
+    *V4_KEYS,
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -473,6 +477,9 @@ def resolve_all(
     elif args.get("experimental_attention_variant") == GDN_VARIANT:  # Qwen3-Next: as a hybrid stack of its halves
         refused = refused or gdn_gpt_problems(args)
         model = model if refused else gdn_gpt_model(reader, model)
+    elif args.get("model_type") == V4_MODEL_TYPE:  # DeepSeek-V4 (Primus): as a hybrid stack of its halves
+        refused = refused or v4_problems(args)
+        model = model if refused else v4_model(reader, model)
     elif args.get(LFM_KEY) is not None:  # LFM2 (Primus): as a hybrid stack of its halves
         refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
         model = model if refused else lfm_gpt_model(reader, model)
