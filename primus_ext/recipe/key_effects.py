@@ -49,6 +49,8 @@ _FUSION = "kernel fusion: step time"
 _TURBO = "a Primus-Turbo kernel choice: step time (efficiencies are calibrated per GPU family, not per kernel)"
 _TP_SUB = "which TP communications overlap: step time (tp_comm_overlap is priced as all of them)"
 _OFFLOAD = "CPU offloading: memory and step time"
+_V4_KERNEL = ("a DeepSeek-V4 attention kernel choice: step time (priced at the GPU family's attention efficiency, "
+              "not per kernel)")
 _ZB, _TURBO_ON, _FSDP2, _EDGES = "patch_zero_bubble", "enable_primus_turbo", "use_torch_fsdp2", "first_last_layers_bf16"
 """Switches whose settings (``Unmodelled.when``) do nothing while they are off."""
 
@@ -237,6 +239,14 @@ UNMODELLED: dict[str, Unmodelled] = {
     "fp8_all_gather_stochastic_rounding": _u(False, "FP8 parameter all-gather rounding: step time"),
     "fp8_precompute_data_cache": _u(False, "FP8 cast cache: memory"),
     "disable_delayed_scaling_patches": _u(False, "Primus's delayed-scaling patches: step time"),
+    # DeepSeek-V4 (Primus deepseek_v4_base.yaml defaults; recipe.deepseek_v4 prices the layers, not these choices)
+    "use_v4_attention_backend": _u("triton_v1", _V4_KERNEL),
+    "use_v4_csa_attention_backend": _u("triton_v1", _V4_KERNEL),
+    "use_v4_fp8_indexer": _u(False, "DeepSeek-V4 indexer scoring in FP8: step time"),
+    "use_v4_compiled_sinkhorn": _u(False, "compiled Sinkhorn of the hyper-connections: step time"),
+    "hc_use_sinkhorn": _u(True, "Sinkhorn-normalised hyper-connection mixing (priced memory-bound): step time"),
+    "mtp_use_separate_hc_head": _u(False, "a hyper-connection head per MTP layer (hc_mult x hidden x hc_mult "
+                                          "parameters, not counted): memory"),
 }
 """Keys that change time or memory but that the projection prices at ``assumed``."""
 
@@ -337,10 +347,7 @@ disable_mamba_mem_eff_path use_mamba_mem_eff_path hybrid_attention_enabled
 kda_backend kda_chunk_size kda_gate_lower_bound kda_use_full_rank_gate use_short_conv
 fla_cache_dir fla_mla_attn use_fla_data use_fla_fused_gated_norm use_fla_fused_rmsnorm use_fla_fused_swiglu
 use_fla_short_conv
-compress_rope_theta hc_eps hc_mult hc_sinkhorn_iters hc_use_sinkhorn index_head_dim index_n_heads index_topk
-indexer_batch_size indexer_log_interval o_groups o_lora_rank attn_sink attn_sliding_window
-use_v4_attention_backend use_v4_compiled_sinkhorn use_v4_csa_attention_backend use_v4_fp8_indexer
-v4_grouped_experts_support_clamped_swiglu v4_indexer_distill_loss_coeff mtp_use_separate_hc_head
+indexer_batch_size indexer_log_interval
 dsa_indexer_head_dim dsa_indexer_loss_coeff dsa_indexer_n_heads dsa_indexer_topk dsa_indexer_use_sparse_loss
 attn_res_block_size routed_expert_hidden_size latent_moe_use_norm mla_use_output_gate mla_use_nope
 quantile_balancing_center_bias quantile_balancing_ema_decay quantile_balancing_margin_max

@@ -126,6 +126,7 @@ class DeepSeekV4AttentionKind(HalfLayer):
     recomputable = True
     attention = True
     dims_type = DeepSeekV4Dims
+    builder = "primus_ext.measure.deepseek_v4_builder:BUILDER"  # analytic: Primus's V4 layer is not built here
     ratio = 0
     """The layer's ``compress_ratios`` entry."""
 
@@ -266,6 +267,7 @@ class DeepSeekV4MoEKind(HybridMoEKind):
     name = "dsv4_moe"
     symbol = "V"
     dims_type = DeepSeekV4Dims
+    builder = "primus_ext.measure.deepseek_v4_builder:MOE_BUILDER"
     routed_experts = True
     router_bias = True
     """The learned router's ``expert_bias`` (one per expert); the hash router has none."""
