@@ -6,7 +6,9 @@ the attention of ``compress_ratios[i]`` (0 dense + sliding window ``W``, 4 CSA `
 ``DeepseekV4MoE`` whose router hashes token ids on the first ``num_hash_layers`` layers (``U``), learned elsewhere
 (``V``); ``compress_ratios`` holds ``num_layers + mtp_num_layers`` entries (``_normalize_compress_ratios``), the MTP
 layers' last. Every layer an MoE layer (``moe_layer_freq: 1``; a dense V4 layer is refused). Refused, with a sentence,
-what this reading does not price: interleaved or uneven pipeline stages.
+what this reading does not price: interleaved pipeline stages, a pipeline layout. An uneven split
+(``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers``: 43 layers over 8 stages) counts layers,
+so the halves' split counts twice as many (``v4_execution``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from primus_ext.errors import Problem
 from primus_ext.recipe.args import ArgReader
-from primus_ext.specs import ModelSpec
+from primus_ext.specs import ExecutionSpec, ModelSpec
 
 MODEL_TYPE = "deepseek_v4"
 """The Primus ``model_type`` this module projects."""
@@ -32,7 +34,7 @@ def v4_problems(args: Mapping[str, Any]) -> list[Problem]:
     """What the hybrid-stack reading of a DeepSeek-V4 recipe does not price (empty when it prices it all)."""
     found = []
     for key in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
-                "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+                "pipeline_model_parallel_layout"):
         if args.get(key):
             found.append(Problem(path=key, value=args[key], message=f"DeepSeek-V4 layers with {key} set: the "
                                  "projection (a hybrid stack of the same modules) splits stages evenly, so no figure "
@@ -86,3 +88,10 @@ def v4_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     return replace(model, num_layers=2 * model.num_layers, hybrid_layer_pattern=pattern,
                    mtp_layer_pattern=mtp_patterns.pop() if mtp_patterns else "",
                    moe_layer_pattern=tuple(c in "UV" for c in pattern), kind_dims=kind_dims(a, pattern))
+
+
+def v4_execution(execution: ExecutionSpec) -> ExecutionSpec:
+    """``execution`` over the halves: the first / last stage's layers (Megatron counts V4 layers) twice as many."""
+    first, last = execution.decoder_first_pipeline_num_layers, execution.decoder_last_pipeline_num_layers
+    return replace(execution, decoder_first_pipeline_num_layers=2 * first if first is not None else None,
+                   decoder_last_pipeline_num_layers=2 * last if last is not None else None)

@@ -25,7 +25,7 @@ from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.deepseek_v4 import KEYS as V4_KEYS
 from primus_ext.recipe.deepseek_v4 import MODEL_TYPE as V4_MODEL_TYPE
-from primus_ext.recipe.deepseek_v4 import v4_model, v4_problems
+from primus_ext.recipe.deepseek_v4 import v4_execution, v4_model, v4_problems
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip, wire_dtypes
 from primus_ext.recipe.graphs import cuda_graph_mode
 from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
@@ -484,6 +484,8 @@ def resolve_all(
         refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
         model = model if refused else lfm_gpt_model(reader, model)
     execution = resolve_execution(reader, model, system, environ)
+    if args.get("model_type") == V4_MODEL_TYPE and model.hybrid_layer_pattern:
+        execution = v4_execution(execution)  # its first / last stage sizes count layers, the stack halves
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
     if model.hybrid_layer_pattern:  # its legality problems: recipe.checks.check (the tuner's rule set too)
