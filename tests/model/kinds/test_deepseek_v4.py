@@ -1,7 +1,6 @@
 """DeepSeek-V4 (``kinds.deepseek_v4``, ``recipe.deepseek_v4``): the compressor, indexer and hyper-connection mixer
 parameters equal Primus's modules (read from the Primus mirror at test time and built on CPU), the Flash model's
-parameter count matches its published size, and Primus's two deepseek_v4_flash recipes project (they were refused:
-'DeepSeek-V4 ... is not modelled')."""
+parameter count matches its published size (the recipes: ``tests/recipe/test_deepseek_v4_recipe.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import pytest
 from primus_ext.hardware import load_system
 from primus_ext.model.kinds.deepseek_v4 import compressor_params, hc_params
 from primus_ext.model.layers import hybrid_symbol_params, rank_shapes
-from primus_ext.projection.project import project
 from primus_ext.recipe.resolve import resolve_all
 
 PRIMUS_GIT = Path("/work/.mirror/AMD-AGI+Primus/repo")
@@ -150,16 +148,3 @@ def layer_params_of(shapes, kind) -> int:
     from primus_ext.model.layers import layer_params
 
     return layer_params(shapes[kind])
-
-
-def test_flash_projects_with_a_possible_mfu():
-    model, execution, warnings = _flash()
-    result = project(model, execution, load_system("mi355x", 1))
-    assert 0.05 < result.mfu < 0.6, result.mfu
-    assert any("hybrid stack" in w for w in warnings)
-
-
-def test_bad_compress_ratios_is_a_problem():
-    args = dict(FLASH, compress_ratios="[0, 4]")
-    _, _, problems, _ = resolve_all(args, load_system("mi355x", 1))
-    assert [p.path for p in problems] == ["compress_ratios"] and "44 ratios" in problems[0].message
