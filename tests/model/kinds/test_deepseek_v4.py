@@ -148,3 +148,19 @@ def layer_params_of(shapes, kind) -> int:
     from primus_ext.model.layers import layer_params
 
     return layer_params(shapes[kind])
+
+
+FLASH_ACTIVATED = 13e9
+"""DeepSeek-V4-Flash: 13B activated parameters per token (the same model card as ``FLASH_PUBLISHED``)."""
+
+
+def test_flash_activated_parameters_match_published():
+    """Every layer's attention and shared expert, ``moe_router_topk`` of its routed experts, the embedding and the
+    output layer: within 6 % of the card's 13B (the card rounds; whether it counts the output layer is not said)."""
+    model, execution, _ = _flash(expert_model_parallel_size=1)
+    per_symbol, shapes = hybrid_symbol_params(model, execution), rank_shapes(model, execution)
+    a = shapes["dsv4_moe"].arch
+    idle = (a.num_experts - a.moe_router_topk) * 3 * a.hidden_size * a.moe_ffn_hidden_size  # SwiGLU: fc1 x 2, fc2
+    active = sum(per_symbol[c] - (idle if c in "UV" else 0) for c in model.hybrid_layer_pattern)
+    active += sum(layer_params_of(shapes, kind) for kind in ("embedding", "output"))
+    assert abs(active - FLASH_ACTIVATED) / FLASH_ACTIVATED < 0.06, active
