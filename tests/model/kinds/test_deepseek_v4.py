@@ -164,3 +164,14 @@ def test_flash_activated_parameters_match_published():
     active = sum(per_symbol[c] - (idle if c in "UV" else 0) for c in model.hybrid_layer_pattern)
     active += sum(layer_params_of(shapes, kind) for kind in ("embedding", "output"))
     assert abs(active - FLASH_ACTIVATED) / FLASH_ACTIVATED < 0.06, active
+
+
+@pytest.mark.parametrize(("ratio", "topk", "s"), [(4, 512, 4096), (4, 512, 1024), (128, 0, 4096), (4, 64, 8192)])
+def test_compressed_keys_are_the_mean_over_causal_positions(ratio, topk, s):
+    """The closed forms against a walk over every query position: the compressed positions before it (all of them
+    on HCA, at most ``topk`` on CSA) and its sliding window."""
+    from primus_ext.model.kinds.deepseek_v4 import compressed_keys, window_keys
+
+    walked = sum(min(topk, p / ratio) if topk else p / ratio for p in range(s)) / s
+    assert compressed_keys(ratio, topk, s) == pytest.approx(walked, rel=0.01)
+    assert window_keys(128, s) == pytest.approx(sum(min(p + 1, 128) for p in range(s)) / s, rel=0.01)
