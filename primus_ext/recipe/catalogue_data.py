@@ -323,6 +323,7 @@ vision_pretraining_type vocab_file wall_clock_step_timer wandb_entity wandb_exp_
 wandb_save_dir warmup warmup_train_steps weight_decay weight_decay_incr_style weight_deosc
 weight_deosc_log_freq weight_deosc_period weight_deosc_ratio weight_deosc_start_step yaml_cfg
 zero_bubble_pipeline_timers_end_iter zero_bubble_pipeline_timers_start_iter
+compress_rope_theta hc_eps attn_sink v4_grouped_experts_support_clamped_swiglu
 """
 
 NO_EFFECT: frozenset[str] = frozenset(_NO_EFFECT_WORDS.split())

@@ -49,6 +49,8 @@ _FUSION = "kernel fusion: step time"
 _TURBO = "a Primus-Turbo kernel choice: step time (efficiencies are calibrated per GPU family, not per kernel)"
 _TP_SUB = "which TP communications overlap: step time (tp_comm_overlap is priced as all of them)"
 _OFFLOAD = "CPU offloading: memory and step time"
+_V4_KERNEL = ("a DeepSeek-V4 attention kernel choice: step time (priced at the GPU family's attention efficiency, "
+              "not per kernel)")
 _ZB, _TURBO_ON, _FSDP2, _EDGES = "patch_zero_bubble", "enable_primus_turbo", "use_torch_fsdp2", "first_last_layers_bf16"
 """Switches whose settings (``Unmodelled.when``) do nothing while they are off."""
 
@@ -237,6 +239,14 @@ UNMODELLED: dict[str, Unmodelled] = {
     "fp8_all_gather_stochastic_rounding": _u(False, "FP8 parameter all-gather rounding: step time"),
     "fp8_precompute_data_cache": _u(False, "FP8 cast cache: memory"),
     "disable_delayed_scaling_patches": _u(False, "Primus's delayed-scaling patches: step time"),
+    # DeepSeek-V4 (Primus deepseek_v4_base.yaml defaults; recipe.deepseek_v4 prices the layers, not these choices)
+    "use_v4_attention_backend": _u("triton_v1", _V4_KERNEL),
+    "use_v4_csa_attention_backend": _u("triton_v1", _V4_KERNEL),
+    "use_v4_fp8_indexer": _u(False, "DeepSeek-V4 indexer scoring in FP8: step time"),
+    "use_v4_compiled_sinkhorn": _u(False, "compiled Sinkhorn of the hyper-connections: step time"),
+    "hc_use_sinkhorn": _u(True, "Sinkhorn-normalised hyper-connection mixing (priced memory-bound): step time"),
+    "mtp_use_separate_hc_head": _u(False, "a hyper-connection head per MTP layer (hc_mult x hidden x hc_mult "
+                                          "parameters, not counted): memory"),
 }
 """Keys that change time or memory but that the projection prices at ``assumed``."""
 
@@ -296,7 +306,7 @@ def unmodelled_warning(found: Mapping[str, str]) -> str:
 _MODEL_TYPES = {
     "gpt": None,
     "mamba": None,  # megatron-core MambaModel / mamba_stack_spec: recipe.hybrid (other specs refused there)
-    "deepseek_v4": "DeepSeek-V4 (compressed sparse attention, hyper-connections, hash routing) is not modelled",
+    "deepseek_v4": None,  # Primus's DeepSeek-V4: recipe.deepseek_v4 (a hybrid stack of its halves)
     "kimi_k3": "Kimi-K3 (block attention residuals, latent MoE, gated MLA output) is not modelled",
     "diffusion_model": "diffusion models (Flux and other DiT trainers) are not modelled",
 }
@@ -310,10 +320,6 @@ def _set(value: Any) -> bool:
     return value not in EQUIVALENT_TO_UNSET
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-
-
 ArchitectureRule = tuple[str, Callable[[Any], bool], str]
 _GDN = "gated_delta_net"
 """The experimental attention variant that projects (``recipe.linear_attention``), its ``linear_attention_freq``
@@ -324,14 +330,12 @@ ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
      "experimental attention variants other than gated_delta_net (DeepSeek sparse attention) are not modelled"),
     ("linear_attention_freq", _set, "linear-attention layers (linear_attention_freq) other than gated DeltaNet's are "
                                     "not modelled"),
-    ("compress_ratios", _set, "DeepSeek-V4 compressed attention (compress_ratios) is not modelled"),
     ("heterogeneous_layers_config_path", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("heterogeneous_layers_config_encoded_json", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("heterogeneous_block_specs", _set, "heterogeneous layers (per-layer configs) are not modelled"),
-    ("num_hash_layers", _positive, "hash-routed MoE layers (num_hash_layers) are not modelled"),
     ("use_legacy_models", _set, "legacy (non-megatron-core) models are not modelled"),
     ("perform_rl_step", _set, "reinforcement-learning steps (generation + training) are not modelled"),
-    ("model_type", lambda v: v is not None and v not in ("gpt", "mamba"), ""),  # sentence from _MODEL_TYPES
+    ("model_type", lambda v: v is not None and v not in ("gpt", "mamba", "deepseek_v4"), ""),  # see _MODEL_TYPES
 )
 """(key, selects-the-family test on its value, sentence) for every architecture the projection refuses."""
 
@@ -343,10 +347,7 @@ disable_mamba_mem_eff_path use_mamba_mem_eff_path hybrid_attention_enabled
 kda_backend kda_chunk_size kda_gate_lower_bound kda_use_full_rank_gate use_short_conv
 fla_cache_dir fla_mla_attn use_fla_data use_fla_fused_gated_norm use_fla_fused_rmsnorm use_fla_fused_swiglu
 use_fla_short_conv
-compress_rope_theta hc_eps hc_mult hc_sinkhorn_iters hc_use_sinkhorn index_head_dim index_n_heads index_topk
-indexer_batch_size indexer_log_interval o_groups o_lora_rank attn_sink attn_sliding_window
-use_v4_attention_backend use_v4_compiled_sinkhorn use_v4_csa_attention_backend use_v4_fp8_indexer
-v4_grouped_experts_support_clamped_swiglu v4_indexer_distill_loss_coeff mtp_use_separate_hc_head
+indexer_batch_size indexer_log_interval
 dsa_indexer_head_dim dsa_indexer_loss_coeff dsa_indexer_n_heads dsa_indexer_topk dsa_indexer_use_sparse_loss
 attn_res_block_size routed_expert_hidden_size latent_moe_use_norm mla_use_output_gate mla_use_nope
 quantile_balancing_center_bias quantile_balancing_ema_decay quantile_balancing_margin_max

@@ -21,19 +21,21 @@ from primus_ext.errors import Problem
 from primus_ext.hardware import format_profiles
 from primus_ext.hardware.capabilities import fp8_problem
 from primus_ext.model.stages import layout_vpp
+from primus_ext.recipe import deepseek_v4 as V4
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip, wire_dtypes
 from primus_ext.recipe.graphs import cuda_graph_mode
-from primus_ext.recipe.hybrid import HYBRID_KEYS, HYBRID_MODEL_TYPE, hybrid_model, hybrid_problems, spec_problems
+from primus_ext.recipe.hybrid import HYBRID_KEYS, hybrid_problems
 from primus_ext.recipe.key_effects import architecture_problems, unmodelled_keys, unmodelled_warning
 from primus_ext.recipe.launch import launch_spec
-from primus_ext.recipe.linear_attention import GDN_VARIANT, LFM_KEY, gdn_gpt_model, gdn_gpt_problems, lfm_gpt_model
+from primus_ext.recipe.linear_attention import LFM_KEY
 from primus_ext.recipe.moe_pattern import PatternError, moe_pattern
 from primus_ext.recipe.optimizer import optimizer_dtypes
 from primus_ext.recipe.pipeline_keys import schedule_from_keys, schedule_vpp
 from primus_ext.recipe.precision_keys import fp4_recipe, fp8_recipe
 from primus_ext.recipe.precision_keys import precision as precision_of_keys
 from primus_ext.recipe.releases import read_release_keys
+from primus_ext.recipe.stacks import stack_model
 from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
 from primus_ext.recipe.torchtitan_keys import TORCHTITAN_KEYS, torchtitan_fields
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -77,7 +79,7 @@ _OTHER_READ = (
     "window_attn_skip_freq", "cross_entropy_loss_fusion", "moe_enable_deepep", "moe_flex_dispatcher_backend",
     "use_turbo_deepep", "recompute_layer_ids", "lora", "stage", "activation_func_fp8_input_store",
     "moe_dispatch_fwd_dtype", "moe_combine_bwd_dtype", "use_transformer_engine_op_fuser", *HYBRID_KEYS, LFM_KEY,
-    *TORCHTITAN_KEYS,
+    *TORCHTITAN_KEYS, *V4.KEYS,
 )
 READ_KEYS: frozenset[str] = frozenset(
     (*MEGATRON_DEFAULTS, *_OTHER_READ, *(k for keys in SPEC_ALIASES.values() for k in keys))
@@ -398,19 +400,9 @@ def resolve_execution(a: ArgReader, model: ModelSpec, system: SystemSpec,
 
 
 def _model_of(args: Mapping[str, Any], reader: ArgReader, name: str) -> tuple[ModelSpec, list[Problem]]:
-    """The recipe's model (GPT-style, hybrid Mamba, gated-DeltaNet or LFM2 stack) and the problems that refuse its
-    architecture outright (empty when modelled); the other problems go to ``reader``."""
-    model = resolve_model(reader, name=name)
-    refused = architecture_problems(args)
-    if args.get("model_type") == HYBRID_MODEL_TYPE:
-        refused = refused or spec_problems(args)
-        model = model if refused else hybrid_model(reader, model)
-    elif args.get("experimental_attention_variant") == GDN_VARIANT:  # Qwen3-Next: as a hybrid stack of its halves
-        refused = refused or gdn_gpt_problems(args)
-        model = model if refused else gdn_gpt_model(reader, model)
-    elif args.get(LFM_KEY) is not None:  # LFM2 (Primus): as a hybrid stack of its halves
-        refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
-        model = model if refused else lfm_gpt_model(reader, model)
+    """The recipe's model (GPT-style, or the hybrid stack ``recipe.stacks`` reads it as) and the problems that refuse
+    its architecture outright (empty when modelled); the other problems go to ``reader``."""
+    refused, model = stack_model(args, reader, resolve_model(reader, name=name), architecture_problems(args))
     return model, refused
 
 
@@ -435,11 +427,11 @@ def resolve_all(
     reader = ArgReader(args, problems, primus=primus)
     reader.warnings.extend(release_notes)
     model, refused = _model_of(args, reader, name)
-    execution = resolve_execution(reader, model, system, environ)
+    execution = V4.v4_execution(args, model, resolve_execution(reader, model, system, environ))
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
     if model.hybrid_layer_pattern:  # its legality problems: recipe.checks.check (the tuner's rule set too)
-        reader.warnings.extend(hybrid_problems(model, execution)[1])
+        reader.warnings.extend(V4.v4_warnings(args, hybrid_problems(model, execution)[1]))
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
     found = unmodelled_keys(args)
     if model.hybrid_layer_pattern:

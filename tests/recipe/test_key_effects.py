@@ -54,12 +54,10 @@ def test_unmodelled_values_are_named_defaults_are_not():
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [
-    ("model_type", "deepseek_v4", "DeepSeek-V4"),
     ("model_type", "kimi_k3", "Kimi-K3"),
     ("model_type", "flux_schnell", "diffusion"),
     ("experimental_attention_variant", "dsa", "DeepSeek sparse attention"),
     ("linear_attention_freq", 4, "linear-attention"),
-    ("compress_ratios", "[4, 128]", "DeepSeek-V4"),
     ("heterogeneous_layers_config_path", "x.json", "heterogeneous"),
     ("perform_rl_step", True, "reinforcement"),
 ])
