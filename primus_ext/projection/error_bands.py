@@ -19,6 +19,7 @@ is the band ``[P / (1 + e90), P / (1 + e10)]``.
 
 from __future__ import annotations
 
+import typing
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 BANDS_FILE = Path(__file__).with_name("error_bands.yaml")
 ModelKind = Literal["dense", "moe", "hybrid"]
+MODEL_TYPES: tuple[ModelKind, ...] = typing.get_args(ModelKind)
+"""A band class's model type (the whole model's, not a layer kind's: ``kind_of``)."""
 QUANTILES = (10.0, 90.0)
 """The band is the 80 % interval of the signed error (its 10th and 90th percentiles: asymmetric), issue 53."""
 MIN_ROWS = 10
@@ -259,7 +262,7 @@ def _broken(path: Path, message: str) -> RecipeError:
 def _row(entry: Mapping[str, Any]) -> ErrorRow:
     cls = BandClass(family=str(entry["family"]), kind=entry["type"], precision=str(entry["precision"]),
                     scale=str(entry["scale"]))
-    if cls.kind not in ("dense", "moe", "hybrid"):
+    if cls.kind not in MODEL_TYPES:
         raise ValueError(f"type {cls.kind!r} is not dense, moe or hybrid")
     return ErrorRow(model=str(entry["model"]), band_class=cls, error_pct=float(entry["error_pct"]),
                     source=str(entry["source"]), gpu=str(entry.get("gpu", "")), gpus=int(entry.get("gpus", 0)))
