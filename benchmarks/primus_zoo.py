@@ -8,14 +8,16 @@ Run from the repository root, with a Primus git directory (a clone or a bare mir
 The recipes and Primus's presets (``examples/megatron/configs/<GPU>`` and ``primus/configs``) are extracted at
 ``--rev`` with ``git archive`` to a temporary folder, and each recipe goes through ``primus-ext project`` as a user
 would run it (``benchmarks/primus_recipes.py``'s ``run_cli`` / ``classify``: ``--cluster`` from the GPU folder, no
-other flag). Printed: the count refused for their architecture, each with its refusal sentence, and the count of
-every other class.
+other flag). A recipe refused for its node count alone is run again at the count its refusal names (``--nodes N``:
+issue 54 counts a recipe "with the node count its layout needs"). Printed: the count refused for their architecture,
+each with its refusal sentence, the count of every other class, and what the re-runs at the needed node count gave.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     gpus = args.gpus.split(",")
     counts: Counter[str] = Counter()
+    rerun: Counter[str] = Counter()
     refused: list[tuple[str, str]] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,8 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         recipes = extract(args.primus_git, args.rev, gpus, root)
         for path in recipes:
             gpu = path.relative_to(root / "examples/megatron/configs").parts[0]
-            cls, detail = classify(*run_cli(["project", str(path), "--cluster", CLUSTERS.get(gpu, gpu.lower())]))
+            base = ["project", str(path), "--cluster", CLUSTERS.get(gpu, gpu.lower())]
+            cls, detail = classify(*run_cli(base))
             counts[cls] += 1
+            nodes = re.search(r"--nodes (\d+)", detail) if cls == "refused: needs more nodes" else None
+            if nodes:  # at the node count its layout needs
+                again, detail = classify(*run_cli([*base, "--nodes", nodes.group(1)]))
+                rerun[again] += 1
+                cls = again if again == ARCHITECTURE else cls
             if cls == ARCHITECTURE:
                 refused.append((str(path.relative_to(root / "examples/megatron/configs")), detail))
     for name, detail in refused:
@@ -65,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{counts[ARCHITECTURE]} refused for their architecture")
     for cls, n in sorted(counts.items()):
         print(f"  {cls:26s} {n:4d}")
+    if rerun:
+        print("  re-run at the node count the refusal names: "
+              + ", ".join(f"{v} {k}" for k, v in sorted(rerun.items())))
     return 0
 
 
