@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import sys
@@ -78,6 +79,10 @@ def _worker(args: tuple[list[int], float, float, float]) -> list[dict]:
     import primus_ext.projection
     import primus_ext.recipe  # noqa: F401
 
+    if SURFACE == "llm":  # litellm's import alone is ~3.5 CPU-s: warm it once, as torch is
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm  # noqa: F401
+
     with tempfile.TemporaryDirectory(prefix="primus-ext-hostile-") as root:
         return [run_one(seed, seconds, wall, memory_gib, root) for seed in seeds]
 
@@ -117,7 +122,8 @@ def main() -> int:
     parser.add_argument("--replay", type=int, metavar="SEED", help="run one case and show its stderr")
     parser.add_argument("--json", metavar="OUT", help="write the summary and every failed case")
     parser.add_argument("--surface", choices=("all", *FAMILIES, *SURFACES), default="all",
-                        help="one input surface alone (ci: suites + baselines, trials: tune --resume logs)")
+                        help="one input surface alone (a recipe family, or ci, trials, profiles, csv, "
+                             "logfields, env, streams, outpaths, llm: tests/cli/hostile_surfaces.py)")
     args = parser.parse_args()
     global SURFACE
     SURFACE = args.surface  # read by the forked workers
