@@ -3,6 +3,8 @@
     python benchmarks/hostile_campaign.py --cases 10000 --jobs 2          # the RESULTS.md figures
     python benchmarks/hostile_campaign.py --replay 1234                   # one case again, its stderr shown
     python benchmarks/hostile_campaign.py --surface ci --cases 200        # one surface alone (ci, trials, log, ...)
+    python benchmarks/hostile_campaign.py --surface llm --cases 40 --jobs 1   # issue 56's surfaces: profiles, csv,
+                                   # logfields, env, streams, outpaths, llm (tests/cli/hostile_surfaces.py)
 
 Case i (seed ``--seed`` + i) is built by ``tests/cli/hostile_cases.py`` (its own generators, not
 ``fuzz_recipes.py``'s): YAML features (an alias inside its own node in every position, tags, merge keys, anchors

@@ -199,6 +199,8 @@ class HostileServer:
         self.sock.listen(8)
         self.sock.settimeout(0.2)
         self.stop = threading.Event()
+        self.hits = 0
+        """Connections answered: a case that never reached the endpoint tested nothing."""
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -212,6 +214,7 @@ class HostileServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 continue
+            self.hits += 1
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
@@ -236,7 +239,8 @@ class HostileServer:
     def close(self, case: Case) -> list[str]:
         self.stop.set()
         self.sock.close()
-        return ["the reply's code ran: PWNED exists"] if (case.folder / "PWNED").exists() else []
+        problems = ["the reply's code ran: PWNED exists"] if (case.folder / "PWNED").exists() else []
+        return problems + ([] if self.hits else ["other: the LLM endpoint was never asked"])
 
 
 def llm_endpoint(rng: random.Random, folder: Path) -> Case:

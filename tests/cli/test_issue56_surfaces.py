@@ -92,3 +92,4 @@ def test_the_llm_server_answers(tmp_path: Path) -> None:
             assert conn.recv(100).startswith(b"HTTP/1.1 200")
     finally:
         assert server.close(Case("x", [], tmp_path)) == []
+    assert server.hits == 1
