@@ -3,6 +3,8 @@
     python benchmarks/hostile_campaign.py --cases 10000 --jobs 2          # the RESULTS.md figures
     python benchmarks/hostile_campaign.py --replay 1234                   # one case again, its stderr shown
     python benchmarks/hostile_campaign.py --surface ci --cases 200        # one surface alone (ci, trials, log, ...)
+    python benchmarks/hostile_campaign.py --surface llm --cases 40 --jobs 1   # issue 56's surfaces: profiles, csv,
+                                   # logfields, env, streams, outpaths, llm (tests/cli/hostile_surfaces.py)
 
 Case i (seed ``--seed`` + i) is built by ``tests/cli/hostile_cases.py`` (its own generators, not
 ``fuzz_recipes.py``'s): YAML features (an alias inside its own node in every position, tags, merge keys, anchors
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import sys
@@ -78,6 +81,10 @@ def _worker(args: tuple[list[int], float, float, float]) -> list[dict]:
     import primus_ext.projection
     import primus_ext.recipe  # noqa: F401
 
+    if SURFACE == "llm":  # litellm's import alone is ~3.5 CPU-s: warm it once, as torch is
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm  # noqa: F401
+
     with tempfile.TemporaryDirectory(prefix="primus-ext-hostile-") as root:
         return [run_one(seed, seconds, wall, memory_gib, root) for seed in seeds]
 
@@ -117,7 +124,8 @@ def main() -> int:
     parser.add_argument("--replay", type=int, metavar="SEED", help="run one case and show its stderr")
     parser.add_argument("--json", metavar="OUT", help="write the summary and every failed case")
     parser.add_argument("--surface", choices=("all", *FAMILIES, *SURFACES), default="all",
-                        help="one input surface alone (ci: suites + baselines, trials: tune --resume logs)")
+                        help="one input surface alone (a recipe family, or ci, trials, profiles, csv, "
+                             "logfields, env, streams, outpaths, llm: tests/cli/hostile_surfaces.py)")
     args = parser.parse_args()
     global SURFACE
     SURFACE = args.surface  # read by the forked workers

@@ -121,6 +121,8 @@ _REQUIRED = (
 )
 
 
+_POSITIVE = ("bf16_dense_tflops", "hbm_gb", "hbm_tbps", "scaleup_domain")
+"""Required figures every GPU has and the projection divides by (``fp8_dense_tflops`` is 0 on an A100: no FP8)."""
 _OPTIONAL_NUMBERS = ("fp4_dense_tflops", "sfu_exp_per_s", "tdp_w", "outside_allocator_gib")
 """Profile figures a GPU may lack (no FP4 tensor cores, SFU rate not published): 0 / absent = none."""
 
@@ -176,7 +178,17 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         for key in _OPTIONAL_NUMBERS
         if data.get(key) is not None and not _is_number(data[key])
     ]
+    problems += [
+        Problem(path=f"{source}:{key}", value=data[key], message="profile field must be above zero",
+                fix="write the datasheet figure (a GPU with none of it has no use as a profile)")
+        for key in _POSITIVE
+        if _is_number(data.get(key)) and data[key] <= 0
+    ]
     eff_data = data.get("efficiency") or {}
+    if not isinstance(eff_data, dict):
+        raise RecipeError(problems=[*problems, Problem(
+            path=f"{source}:efficiency", value=eff_data, message="efficiency must be a mapping",
+            fix="write `efficiency:` then indented `gemm_max: 0.55` lines, or leave it out")])
     known = {f.name for f in dataclasses.fields(Efficiency)}
     problems += [
         Problem(path=f"{source}:efficiency.{key}", message="unknown efficiency parameter",
@@ -270,9 +282,11 @@ def profile_source(path: Path) -> str:
 
 @cache
 def _load_gpu(path_text: str, _inode: int, _size: int, _mtime_ns: int) -> GPUSpec:
+    from primus_ext.recipe import safe_yaml  # here: primus_ext.recipe imports this package
+
     path = Path(path_text)
     try:
-        data = yaml.safe_load(profile_source(path))
+        data = safe_yaml.load(profile_source(path))  # bounded: 5 001 digits or 10 000 brackets are refused
     except yaml.YAMLError as err:
         raise RecipeError(problems=[Problem(path=str(path), message=f"invalid YAML: {err}")]) from None
     if not isinstance(data, dict):

@@ -54,6 +54,12 @@ class Case:
     """Run this many copies of the command at once (``tune --apply`` races)."""
     after: Callable[[Case], list[str]] | None = None
     """An extra check after the run: what went wrong, [] when nothing did."""
+    streams: tuple[str, str] = ("file", "file")
+    """The shapes of stdout and stderr: ``file``, ``closed``, ``full`` or ``pipe-gone`` (``run_cli_child``)."""
+    encoding: str = "utf-8"
+    """Their encoding: ``utf-8``, ``ascii`` (``PYTHONIOENCODING=ascii``) or ``ascii-c-locale`` (``LC_ALL=C``)."""
+    exits: tuple[int, ...] = ()
+    """Exit codes allowed beside 0 to 4 (74: a standard stream refused a write)."""
 
 
 # ------------------------------------------------------------------------------------------------- building blocks

@@ -60,7 +60,8 @@ def _child(case: Case, out_fd: int, err_fd: int, limit_bytes: int, base_vm: int)
     from recipe_mutations import run_cli_child
 
     run_cli_child(case.argv, out_fd, err_fd, base_vm + limit_bytes, folder=case.folder,
-                  env={"PRIMUS_EXT_CACHE": str(case.folder / "cache"), **case.env})
+                  env={"PRIMUS_EXT_CACHE": str(case.folder / "cache"), **case.env}, streams=case.streams,
+                  encoding=case.encoding)
 
 
 def run_case(case: Case, *, limit_s: float = 5.0, limit_bytes: int = 1 << 30, wall_s: float | None = None) -> Result:
@@ -119,7 +120,7 @@ def run_case(case: Case, *, limit_s: float = 5.0, limit_bytes: int = 1 << 30, wa
         failures.append(f"over {limit_s:g} s")
     if peak > limit_bytes or "MemoryError" in stderr:
         failures.append(f"over {limit_bytes / 2**30:g} GiB")
-    if any(c not in (0, 1, 2, 3, 4) for c in codes):  # 4: over capacity, within the memory model's error
+    if any(c not in (0, 1, 2, 3, 4, *case.exits) for c in codes):  # 4: over capacity, within the memory model's error
         failures.append(f"exit {codes}")
     changed = [p.name for p, digest in before.items() if digest is not None and _digest(p) != digest]
     if changed:

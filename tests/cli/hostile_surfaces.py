@@ -1,5 +1,7 @@
-"""Hostile generators for two more input surfaces (issue 56 part 1): CI suites + baselines (``ci``), and trial logs
-read by ``tune --resume`` (``trials``). Each returns a ``hostile_cases.Case``; the campaign runs one surface alone
+"""Hostile generators for the input surfaces of issue 56 part 1: CI suites + baselines (``ci``), and trial logs
+read by ``tune --resume`` (``trials``) here; GPU profiles, validation CSVs and log fields in ``hostile_files.py``; the
+environment, standard streams, output paths and the LLM endpoint in ``hostile_env.py`` (``SURFACES`` names them
+all). Each returns a ``hostile_cases.Case``; the campaign runs one surface alone
 with ``benchmarks/hostile_campaign.py --surface ci`` (or ``trials``).
 
 Structure (nesting, lists where mappings go, keys repeated), sizes (100 000 entries or lines, a sparse 1 TiB file),
@@ -155,6 +157,13 @@ def trial_logs(rng: random.Random, folder: Path) -> Case:
     return Case(f"trials/{kind}", argv, folder, inputs=[recipe, *_presets(folder)])
 
 
-SURFACES: dict[str, Callable[[random.Random, Path], Case]] = {"ci": ci_suites, "trials": trial_logs}
+# the other surfaces build on the helpers above (imported here, once those exist)
+from hostile_env import environment, llm_endpoint, output_paths, standard_streams  # noqa: E402
+from hostile_files import log_fields, profiles, validation_csvs  # noqa: E402
+
+SURFACES: dict[str, Callable[[random.Random, Path], Case]] = {
+    "ci": ci_suites, "trials": trial_logs, "profiles": profiles, "csv": validation_csvs, "logfields": log_fields,
+    "env": environment, "streams": standard_streams, "outpaths": output_paths, "llm": llm_endpoint,
+}
 
 __all__ = ["SURFACES", "ci_suites", "trial_logs"]

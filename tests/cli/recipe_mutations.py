@@ -171,25 +171,56 @@ def _vm_bytes() -> int:
         return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _shape_stream(fd: int, shape: str) -> None:
+    """Make descriptor ``fd`` (1 or 2) ``closed``, ``full`` (/dev/full: every write ENOSPC) or ``pipe-gone`` (a pipe
+    whose reader has left: every write EPIPE); ``file`` leaves it."""
+    import os
+
+    if shape == "closed":
+        os.close(fd)
+    elif shape == "full":
+        os.dup2(os.open("/dev/full", os.O_WRONLY), fd)
+    elif shape == "pipe-gone":
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        os.dup2(write_end, fd)
+        os.close(write_end)
+
+
+def _text_stream(fd: int, encoding: str, shape: str) -> object:
+    """What Python gives a program for descriptor ``fd``: None when it is closed (as at interpreter start)."""
+    if shape == "closed":
+        return None
+    errors = "surrogateescape" if encoding == "ascii-c-locale" else "strict"  # LC_ALL=C without coercion: PEP 540
+    return open(fd, "w", encoding=encoding.replace("-c-locale", ""), errors=errors, closefd=False)
+
+
 def run_cli_child(argv: list[str], out_fd: int, err_fd: int, address_space: int, *, folder: object,
-                  env: dict[str, str] | None = None) -> None:
+                  env: dict[str, str] | None = None, streams: tuple[str, str] = ("file", "file"),
+                  encoding: str = "utf-8") -> None:
     """In a forked child: ``primus_ext.cli.main(argv)`` in ``folder`` with ``env`` added to the environment, stdout /
     stderr on ``out_fd`` / ``err_fd`` and the address space capped at ``address_space`` bytes; exits with its code (1
-    and the traceback on stderr for an exception), never returns."""
+    and the traceback on stderr for an exception), never returns. ``streams``: the shapes of stdout and stderr
+    (``_shape_stream``: the traceback of an exception still reaches ``err_fd``); ``encoding``: theirs (``ascii``:
+    what ``PYTHONIOENCODING=ascii`` gives, ``ascii-c-locale``: ``LC_ALL=C`` without locale coercion)."""
     import os
     import resource
     import sys
     import traceback
 
     code = 1
+    witness = None
     try:
         os.chdir(folder)
         os.environ.update(env or {})
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
+        witness = open(os.dup(err_fd), "w", encoding="utf-8")  # noqa: SIM115 - the traceback's way out
+        for fd, shape in zip((1, 2), streams, strict=True):
+            _shape_stream(fd, shape)
         # the streams on the new descriptors (under pytest, sys.stderr is its capture object, not fd 2)
-        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = _text_stream(1, encoding, streams[0])
+        sys.stderr = _text_stream(2, encoding, streams[1])
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         from primus_ext.cli import main
 
@@ -197,11 +228,15 @@ def run_cli_child(argv: list[str], out_fd: int, err_fd: int, address_space: int,
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
-        traceback.print_exc()
+        traceback.print_exc(file=witness)
         code = 1
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr, witness):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass  # a hostile stream: its failure is the command's to report
         os._exit(code)
 
 
