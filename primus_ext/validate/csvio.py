@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,3 +77,22 @@ def _header_problems(path: Path, header: list[str], required: Sequence[str], fix
                                     fix="rename or remove one"))
         seen.add(name)
     return problems
+
+
+MAX_DIGITS = 15
+"""The longest count a cell may state (a GPU count, a batch, a parallel size): Python's ``int()`` refuses more than
+4 300 digits, and no run counts past 10^15 (issue 56)."""
+COUNT_COLUMNS = ("num_gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "gbs", "seq_len")
+"""The runs CSV's columns that hold counts."""
+_COUNT = re.compile(r"\s*(\d+)")
+
+
+def leading_count(text: str | None, default: int | None = None) -> int | None:
+    """The count a cell starts with (``"8"``, ``"8 (2 x 4)"``), else ``default`` (also past ``MAX_DIGITS``)."""
+    match = _COUNT.match(text or "")
+    return int(match.group(1)) if match and len(match.group(1)) <= MAX_DIGITS else default
+
+
+def overlong_counts(row: dict[str, str]) -> list[str]:
+    """The count columns of ``row`` whose number runs past ``MAX_DIGITS`` digits (the row is skipped, named)."""
+    return [c for c in COUNT_COLUMNS if (m := _COUNT.match(row.get(c) or "")) and len(m.group(1)) > MAX_DIGITS]

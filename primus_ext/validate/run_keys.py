@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from primus_ext.recipe.graphs import graph_mode
+from primus_ext.validate.csvio import leading_count
 
 MEGATRON_BRIDGE_TE_LOSS_FAMILIES = ("Llama", "Qwen3", "DeepSeek")
 """Model families whose Megatron-Bridge pre-training recipes use Transformer Engine's cross entropy
@@ -30,9 +31,7 @@ PRECISION_KEYS = {"fp8": {"fp8": "hybrid", "bf16": True}, "fp4": {"fp4": "e2m1",
 ``--fp4-format e2m1``; the rest of the model in bf16)."""
 
 
-def _int(text: str | None, default: int | None = None) -> int | None:
-    match = re.match(r"\s*(\d+)", text or "")
-    return int(match.group(1)) if match else default
+_int = leading_count
 
 
 def _flag(flags: str, key: str) -> str | None:

@@ -24,7 +24,7 @@ from primus_ext.model.flops import model_flops_per_token
 from primus_ext.model.stages import layout_problems
 from primus_ext.specs import ExecutionSpec, GPUSpec, ModelSpec, SystemSpec
 from primus_ext.validate.archs import ArchRow
-from primus_ext.validate.csvio import read_rows
+from primus_ext.validate.csvio import MAX_DIGITS, leading_count, overlong_counts, read_rows
 from primus_ext.validate.finetune import finetune_keys, finetune_of, is_finetune
 from primus_ext.validate.run_keys import run_keys
 
@@ -52,9 +52,7 @@ class RunRow:
     assumptions: tuple[str, ...] = ()
 
 
-def _int(text: str, default: int | None = None) -> int | None:
-    match = re.match(r"\s*(\d+)", text or "")
-    return int(match.group(1)) if match else default
+_int = leading_count
 
 
 def _float(text: str) -> float | None:
@@ -164,6 +162,9 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
     def skip(reason: str) -> RunRow:
         return replace(base, skipped_reason=reason)
 
+    if overlong := overlong_counts(row):
+        return skip(f"{', '.join(overlong)}: not a count (more than {MAX_DIGITS} digits)")
+
     tune = finetune_of(row) if is_finetune(row) else None
     if isinstance(tune, str):
         return skip(tune)
@@ -200,7 +201,7 @@ def run_of(index: int, row: dict[str, str], archs: dict[str, ArchRow],
     if watts and clock_scale(watts, gpu.tdp_w) < 1.0:  # a power-capped part (e.g. Grand Teton H100 @500W)
         assumptions.append(f"GPUs at {watts:g} W of {gpu.tdp_w:g} W: peaks x{clock_scale(watts, gpu.tdp_w):.3f}")
         gpu = power_capped(gpu, watts)
-    hbm = re.search(r"(\d+)\s*GB\s+HBM", row["notes"] or "")
+    hbm = re.search(r"\b(\d{1,6})\s*GB\s+HBM", row["notes"] or "")
     if hbm and int(hbm.group(1)) * 1e9 != gpu.hbm_bytes:
         # a variant of the named GPU stated by the row (e.g. torchtitan's 96 GB HBM2e H100 of Grand Teton)
         gpu = replace(gpu, hbm_bytes=int(hbm.group(1)) * 10**9)

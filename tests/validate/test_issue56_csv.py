@@ -68,3 +68,16 @@ def test_a_quoted_field_spanning_lines_is_one_field(tmp_path: Path) -> None:
 def test_no_projected_row_states_no_error_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = _validate(tmp_path, HEADER + ROW.replace(",M,", ",Unknown,"), capsys)
     assert code == 0 and "nan" not in err and "no row could be projected" in err
+
+
+@pytest.mark.parametrize("column", ["pp", "ep", "num_gpus", "seq_len"])
+def test_a_5001_digit_count_is_one_skipped_row(tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str,
+                                                ) -> None:
+    """A count past int()'s 4 300 digits was ``ValueError: Exceeds the limit`` from the row's keys (found by the
+    ``csv`` hostile surface, seed 1038): now the row is skipped with the column named, the others project."""
+    names = HEADER.strip().split(",")
+    bad = dict(zip(names, ROW.strip().split(","), strict=True))
+    bad[column] = "9" * 5001
+    code, out = _validate(tmp_path, HEADER + ROW + ",".join(bad[n] for n in names) + "\n", capsys)
+    assert code == 0 and "Traceback" not in out
+    assert f"{column}: not a count (more than 15 digits)" in out
