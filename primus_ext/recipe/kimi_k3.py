@@ -79,7 +79,7 @@ def kda_layers(a: ArgReader, num_layers: int) -> list[bool] | None:
 def k3_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     """``model`` as the hybrid stack of its layers' halves (KDA ``J`` / ``X`` or gated MLA ``L``, then dense ``D`` or
     Stable Latent MoE ``N``), the attention residuals' mean candidates written into the kinds' records."""
-    from primus_ext.model.kinds.kimi_k3 import mean_candidates
+    from primus_ext.model.kinds.kimi_k3 import with_candidates
     from primus_ext.recipe.hybrid import kind_dims
 
     kda = kda_layers(a, model.num_layers)
@@ -89,9 +89,7 @@ def k3_model(a: ArgReader, model: ModelSpec) -> ModelSpec:
     mixers = [("J" if i == 0 else "X") if k else "L" for i, k in enumerate(kda)]
     pattern = "".join(m + ("N" if routed else "D") for m, routed in zip(mixers, moe, strict=True))
     block = a.int("attn_res_block_size", minimum=0, default=0) or 0
-    attn, mlp = mean_candidates(model.num_layers, block)
-    dims = tuple((name, replace(d, attn_res_candidates=mlp if name in ("kimi_k3_mlp", "kimi_k3_moe") else attn))
-                 for name, d in kind_dims(a, pattern))
+    dims = with_candidates(kind_dims(a, pattern), model.num_layers, block)
     a.warnings.append(f"model_type {MODEL_TYPE}: the {model.num_layers} layers ({sum(kda)} Kimi delta attention, "
                       f"{model.num_layers - sum(kda)} gated MLA; attention residuals every {block} layers) projected "
                       "as a hybrid stack of their attention and MLP halves (the same modules, norms and pipeline "

@@ -76,6 +76,16 @@ def mean_candidates(num_layers: int, block_size: int) -> tuple[float, float]:
     return (sum(attn) / len(attn) if attn else 0.0), sum(mlp) / len(mlp)
 
 
+def with_candidates(dims: tuple, num_layers: int, block_size: int) -> tuple:
+    """``(kind, record)`` pairs with each Kimi-K3 kind's ``attn_res_candidates`` written: the pre-MLP mean for an
+    MLP half, the pre-attention mean for a mixer half (``mean_candidates``); other kinds' records unchanged."""
+    from primus_ext.model.kinds.registry import get_kind
+
+    attn, mlp = mean_candidates(num_layers, block_size)
+    return tuple((name, replace(d, attn_res_candidates=mlp if get_kind(name).pre_mlp else attn)
+                  if isinstance(d, AttnResDims) else d) for name, d in dims)
+
+
 class AttnResidual:
     """The cost of one ``AttentionResidualMixer`` per half (none when ``attn_res_block_size`` is 0 or ``mixes`` is
     False): ``2 * hidden`` parameters; per token and candidate an RMS, a dot with the score vector and a weighted sum
@@ -83,6 +93,8 @@ class AttnResidual:
     graph, read from attn_res_kernels/_eager/reference.py, not walked)."""
 
     mixes = True
+    pre_mlp = False
+    """Its mixer is the pre-MLP one (``attn_res_candidates``: the pre-MLP mean) rather than the pre-attention one."""
 
     @classmethod
     def recipe_keys(cls) -> tuple[str, ...]:
@@ -238,6 +250,7 @@ class MLPResidual(AttnResidual):
     dims_type = AttnResDims
     builder = "primus_ext.measure.kimi_k3_builder:BUILDER"
     layer_graph = False
+    pre_mlp = True
 
     def params(self, shape, *, impl="te") -> int:
         return super().params(shape, impl=impl) + self.res_params(shape)
