@@ -97,3 +97,48 @@ def test_attention_residual_schedule_is_primus_block_trace():
     assert attn == pytest.approx(sum([1, 1, 1, 1, 2, 2, 2]) / 7 + 1)
     assert mlp == pytest.approx(sum([1, 1, 1, 1, 2, 2, 2, 2]) / 8 + 1)
     assert mean_candidates(8, 0) == (0.0, 0.0)
+
+
+def test_residual_mixer_params_equal_primus_attention_residual_mixer():
+    """``AttentionResidualMixer`` (transformer/kimi_k3/attention_residual.py) built on CPU from the mirror: its
+    parameters are what each Kimi-K3 half adds for its mixer (its kernel package stood in: construction resolves a
+    backend name only)."""
+    import torch
+    from megatron.core.transformer import TransformerConfig
+
+    path = "primus/backends/megatron/core/transformer/kimi_k3/attention_residual.py"
+    source = _git_show(path)
+    kernels = types.ModuleType("primus.backends.megatron.core.transformer.kimi_k3.attn_res_kernels")
+    kernels.ATTN_RES_BACKENDS = ("eager",)
+    kernels.resolve_attn_res_backend = lambda name: None
+    kernels.accum_dtype = kernels.fused_score_weight = None
+    module = types.ModuleType("primus_k3_attention_residual")
+    added = sys.modules.setdefault(kernels.__name__, kernels) is kernels
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)  # Primus's source, read-only
+    finally:
+        if added:
+            del sys.modules[kernels.__name__]
+    config = TransformerConfig(num_layers=1, hidden_size=128, num_attention_heads=4, use_cpu_initialization=True,
+                               activation_func=torch.nn.functional.silu)
+    real = sum(p.numel() for p in module.AttentionResidualMixer(config).parameters())
+    dims = replace(DIMS, attn_res_block_size=4)
+    with_mixer = RankShape(kind="kimi_k3_delta", arch=replace(ARCH, dims=dims))
+    without = replace(with_mixer, arch=replace(ARCH, dims=replace(dims, attn_res_block_size=0)))
+    assert get_kind("kimi_k3_delta").params(with_mixer) - get_kind("kimi_k3_delta").params(without) == real
+
+
+def test_kda_macs_by_hand():
+    """Per token: q, k, v, beta, g_proj (hidden -> 2 qk + 2 v + heads), f_a (hidden -> dk), f_b (dk -> qk), o_proj
+    (v -> hidden), the mixer's 3 x hidden per candidate; the three convs and the delta rule as the core."""
+    from primus_ext.model.kinds.gated_delta import rule_macs_per_token
+    from primus_ext.recipe.resolve import resolve_all
+    from tests.recipe.test_kimi_k3_recipe import NODE, SMALL
+
+    model = resolve_all(SMALL, NODE)[0]
+    d = get_kind("kimi_k3_delta").dims(model)
+    macs = get_kind("kimi_k3_delta").model_macs(model, 512, True)
+    h, qk, n = 256, 4 * 64, d.attn_res_candidates
+    assert n == pytest.approx(sum(blocks_before(i, 4) + 1 for i in range(1, 8)) / 7)
+    assert macs["attention_linear"] == pytest.approx(h * (4 * qk + 4) + h * 64 + 64 * qk + qk * h + 3 * n * h)
+    assert macs["attention_core"] == pytest.approx(3 * qk * 4 + rule_macs_per_token(d))
