@@ -3,8 +3,8 @@
 Every key of the catalogue (``catalogue.known_keys``) is in exactly one class:
 
 * **modelled**: read by the resolver (``resolve.READ_KEYS``) and priced;
-* **architecture**: selects a model family the projection cannot build (Mamba / hybrid, linear attention,
-  DeepSeek-V4, Kimi-K3, diffusion, heterogeneous layers, RL training): a recipe that selects one is
+* **architecture**: selects a model family the projection cannot build (hybrid specs other than the modelled ones,
+  other linear attention, diffusion, heterogeneous layers, RL training): a recipe that selects one is
   refused with a sentence, never projected as something else (``architecture_problems``);
 * **architecture parameters** (``ARCHITECTURE_PARAMS``): sizes of those families (Mamba state, linear
   attention heads, DeepSeek-V4 compression, ...). Megatron ignores them unless the family is selected;
