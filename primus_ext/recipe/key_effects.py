@@ -3,8 +3,8 @@
 Every key of the catalogue (``catalogue.known_keys``) is in exactly one class:
 
 * **modelled**: read by the resolver (``resolve.READ_KEYS``) and priced;
-* **architecture**: selects a model family the projection cannot build (Mamba / hybrid, linear attention,
-  DeepSeek-V4, Kimi-K3, diffusion, heterogeneous layers, RL training): a recipe that selects one is
+* **architecture**: selects a model family the projection cannot build (hybrid specs other than the modelled ones,
+  other linear attention, diffusion, heterogeneous layers, RL training): a recipe that selects one is
   refused with a sentence, never projected as something else (``architecture_problems``);
 * **architecture parameters** (``ARCHITECTURE_PARAMS``): sizes of those families (Mamba state, linear
   attention heads, DeepSeek-V4 compression, ...). Megatron ignores them unless the family is selected;
@@ -307,7 +307,7 @@ _MODEL_TYPES = {
     "gpt": None,
     "mamba": None,  # megatron-core MambaModel / mamba_stack_spec: recipe.hybrid (other specs refused there)
     "deepseek_v4": None,  # Primus's DeepSeek-V4: recipe.deepseek_v4 (a hybrid stack of its halves)
-    "kimi_k3": "Kimi-K3 (block attention residuals, latent MoE, gated MLA output) is not modelled",
+    "kimi_k3": None,  # Primus's Kimi-K3: recipe.kimi_k3 (a hybrid stack of its halves)
     "diffusion_model": "diffusion models (Flux and other DiT trainers) are not modelled",
 }
 
@@ -335,7 +335,7 @@ ARCHITECTURE_RULES: tuple[ArchitectureRule, ...] = (
     ("heterogeneous_block_specs", _set, "heterogeneous layers (per-layer configs) are not modelled"),
     ("use_legacy_models", _set, "legacy (non-megatron-core) models are not modelled"),
     ("perform_rl_step", _set, "reinforcement-learning steps (generation + training) are not modelled"),
-    ("model_type", lambda v: v is not None and v not in ("gpt", "mamba", "deepseek_v4"), ""),  # see _MODEL_TYPES
+    ("model_type", lambda v: v is not None and _MODEL_TYPES.get(str(v), "") is not None, ""),  # see _MODEL_TYPES
 )
 """(key, selects-the-family test on its value, sentence) for every architecture the projection refuses."""
 
@@ -349,7 +349,7 @@ fla_cache_dir fla_mla_attn use_fla_data use_fla_fused_gated_norm use_fla_fused_r
 use_fla_short_conv
 indexer_batch_size indexer_log_interval
 dsa_indexer_head_dim dsa_indexer_loss_coeff dsa_indexer_n_heads dsa_indexer_topk dsa_indexer_use_sparse_loss
-attn_res_block_size routed_expert_hidden_size latent_moe_use_norm mla_use_output_gate mla_use_nope
+routed_expert_hidden_size latent_moe_use_norm mla_use_output_gate mla_use_nope
 quantile_balancing_center_bias quantile_balancing_ema_decay quantile_balancing_margin_max
 quantile_balancing_margin_min quantile_balancing_num_bins quantile_balancing_update_interval
 grpo_clamp_eps_lower grpo_clamp_eps_upper grpo_default_temperature grpo_default_top_p grpo_entropy_term_weight
@@ -375,8 +375,8 @@ def architecture_problems(args: Mapping[str, Any], origins: Mapping[str, str] | 
     problems = []
     for key, selects, sentence in ARCHITECTURE_RULES:
         value = args.get(key)
-        if value is None or not selects(value) or (key == "linear_attention_freq"
-                                                    and args.get("experimental_attention_variant") == _GDN):
+        if value is None or not selects(value) or (key == "linear_attention_freq" and (
+                args.get("experimental_attention_variant") == _GDN or args.get("model_type") == "kimi_k3")):
             continue
         if key == "model_type":
             sentence = _MODEL_TYPES.get(str(value)) or (

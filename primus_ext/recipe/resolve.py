@@ -22,6 +22,7 @@ from primus_ext.hardware import format_profiles
 from primus_ext.hardware.capabilities import fp8_problem
 from primus_ext.model.stages import layout_vpp
 from primus_ext.recipe import deepseek_v4 as V4
+from primus_ext.recipe import kimi_k3 as K3
 from primus_ext.recipe.args import MAX_LAYERS, MEGATRON_DEFAULTS, ArgReader
 from primus_ext.recipe.features import dispatcher, lora, loss_impl, recompute_layer_ids, window_skip, wire_dtypes
 from primus_ext.recipe.graphs import cuda_graph_mode
@@ -409,6 +410,7 @@ def _model_of(args: Mapping[str, Any], reader: ArgReader, name: str) -> tuple[Mo
 def resolve_model_keys(args: Mapping[str, Any], *, name: str = "model") -> tuple[ModelSpec, list[Problem]]:
     """The model half of ``resolve_all`` (no system needed: the keys of an architecture alone); its problems."""
     args, _, problems = read_release_keys(args)
+    args = K3.k3_args(args)  # the modules Primus builds for a Kimi-K3 recipe (MLA, latent MoE)
     reader = ArgReader(args, problems)
     model, refused = _model_of(args, reader, name)
     return model, refused or list({(p.path, p.message): p for p in problems}.values())
@@ -424,6 +426,7 @@ def resolve_all(
     mock-data tokenizer). ``environ``: the launch environment (``CUDA_DEVICE_MAX_CONNECTIONS``; default this
     process's)."""
     args, release_notes, problems = read_release_keys(args)  # an earlier Primus release's keys, as it meant them
+    args = K3.k3_args(args)  # the modules Primus builds for a Kimi-K3 recipe (MLA, latent MoE)
     reader = ArgReader(args, problems, primus=primus)
     reader.warnings.extend(release_notes)
     model, refused = _model_of(args, reader, name)
@@ -431,7 +434,7 @@ def resolve_all(
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
     if model.hybrid_layer_pattern:  # its legality problems: recipe.checks.check (the tuner's rule set too)
-        reader.warnings.extend(V4.v4_warnings(args, hybrid_problems(model, execution)[1]))
+        reader.warnings.extend(K3.k3_warnings(args, V4.v4_warnings(args, hybrid_problems(model, execution)[1])))
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
     found = unmodelled_keys(args)
     if model.hybrid_layer_pattern:

@@ -1,6 +1,6 @@
 """Which hybrid stack a recipe's model is read as (``resolve.resolve_all`` asks once): a hybrid Mamba model
 (``recipe.hybrid``), a gated-DeltaNet or LFM2 GPT recipe (``recipe.linear_attention``), a DeepSeek-V4 recipe
-(``recipe.deepseek_v4``); any other recipe is a GPT model, unchanged.
+(``recipe.deepseek_v4``), a Kimi-K3 recipe (``recipe.kimi_k3``); any other recipe is a GPT model, unchanged.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 
 from primus_ext.errors import Problem
 from primus_ext.recipe import deepseek_v4 as V4
+from primus_ext.recipe import kimi_k3 as K3
 from primus_ext.recipe.args import ArgReader
 from primus_ext.recipe.hybrid import HYBRID_MODEL_TYPE, hybrid_model, spec_problems
 from primus_ext.recipe.linear_attention import GDN_VARIANT, LFM_KEY, gdn_gpt_model, gdn_gpt_problems, lfm_gpt_model
@@ -29,6 +30,9 @@ def stack_model(args: Mapping[str, Any], reader: ArgReader, model: ModelSpec,
     if args.get("model_type") == V4.MODEL_TYPE:  # DeepSeek-V4 (Primus): as a hybrid stack of its halves
         refused = refused or V4.v4_problems(args)
         return refused, model if refused else V4.v4_model(reader, model)
+    if args.get("model_type") == K3.MODEL_TYPE:  # Kimi-K3 (Primus): as a hybrid stack of its halves
+        refused = refused or K3.k3_problems(args)
+        return refused, model if refused else K3.k3_model(reader, model)
     if args.get(LFM_KEY) is not None:  # LFM2 (Primus): as a hybrid stack of its halves
         refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
         return refused, model if refused else lfm_gpt_model(reader, model)

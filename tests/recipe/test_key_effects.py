@@ -54,7 +54,7 @@ def test_unmodelled_values_are_named_defaults_are_not():
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [
-    ("model_type", "kimi_k3", "Kimi-K3"),
+    ("model_type", "t5", "not a GPT model"),
     ("model_type", "flux_schnell", "diffusion"),
     ("experimental_attention_variant", "dsa", "DeepSeek sparse attention"),
     ("linear_attention_freq", 4, "linear-attention"),
