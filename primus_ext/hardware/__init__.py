@@ -282,7 +282,7 @@ def profile_source(path: Path) -> str:
 
 @cache
 def _load_gpu(path_text: str, _inode: int, _size: int, _mtime_ns: int) -> GPUSpec:
-    from primus_ext.recipe import safe_yaml  # here: primus_ext.recipe imports this package
+    from primus_ext.files import safe_yaml
 
     path = Path(path_text)
     try:

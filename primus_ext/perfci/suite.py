@@ -27,8 +27,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.files import real_path
-from primus_ext.recipe import safe_yaml
+from primus_ext.files import real_path, safe_yaml
 
 DEFAULT_THROUGHPUT_PCT = 2.0
 """Default allowed throughput drop: above run-to-run noise of the projection (which is exact arithmetic

@@ -37,8 +37,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, RecipeError, cut, shown
-from primus_ext.files import real_path
-from primus_ext.recipe import safe_yaml
+from primus_ext.files import real_path, safe_yaml
 from primus_ext.recipe.catalogue import known_keys, unknown_key_notes
 from primus_ext.recipe.checks import check
 from primus_ext.recipe.key_effects import unmodelled_keys

@@ -27,8 +27,7 @@ from typing import Any, Literal
 import yaml
 
 from primus_ext.errors import Problem, shown
-from primus_ext.files import InputRefused, read_input, real_path
-from primus_ext.recipe import safe_yaml
+from primus_ext.files import InputRefused, read_input, real_path, safe_yaml
 from primus_ext.recipe.templates import expand_templates
 
 SHIPPED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"

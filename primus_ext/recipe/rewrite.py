@@ -35,9 +35,8 @@ from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import YAMLError
 
 from primus_ext.errors import Problem, RecipeError
-from primus_ext.files import atomic_write, output_problem
+from primus_ext.files import atomic_write, output_problem, safe_yaml
 from primus_ext.model.pipeline.registry import resolve_schedule
-from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.resolve import VPP_KEYS
 from primus_ext.recipe.target import target_of, with_target
 from primus_ext.recipe.templates import TEMPLATE

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem
-from primus_ext.recipe import safe_yaml
+from primus_ext.files import safe_yaml
 
 DIRECTIVE = re.compile(r"^#\s*primus-ext:\s*(?P<body>.*?)\s*$")
 MAX_LINES = 200

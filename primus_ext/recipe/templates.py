@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from primus_ext.errors import Problem, note_env_text, note_env_value
-from primus_ext.recipe import safe_yaml
+from primus_ext.files import safe_yaml
 
 TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 """``${NAME}`` or ``${NAME:default}``; the default runs to the first ``}`` and may be empty."""

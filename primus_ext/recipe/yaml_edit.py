@@ -24,7 +24,7 @@ import yaml as pyyaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from primus_ext.recipe import safe_yaml
+from primus_ext.files import safe_yaml
 
 Assignment = tuple[tuple[str, ...], str, str]
 """(path of the mapping, key, new value as YAML text)."""

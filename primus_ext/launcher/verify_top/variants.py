@@ -119,7 +119,7 @@ def _relative_extends(text: str, source: Path, folder: Path) -> str:
     """``text`` with its top-level relative ``extends`` paths rewritten to resolve from ``folder``."""
     import yaml
 
-    from primus_ext.recipe import safe_yaml
+    from primus_ext.files import safe_yaml
     from primus_ext.recipe.yaml_edit import edit_text, render
 
     try:

@@ -79,10 +79,9 @@ def mean_candidates(num_layers: int, block_size: int) -> tuple[float, float]:
 def with_candidates(dims: tuple, num_layers: int, block_size: int) -> tuple:
     """``(kind, record)`` pairs with each Kimi-K3 kind's ``attn_res_candidates`` written: the pre-MLP mean for an
     MLP half, the pre-attention mean for a mixer half (``mean_candidates``); other kinds' records unchanged."""
-    from primus_ext.model.kinds.registry import get_kind
-
+    pre_mlp = {kind.name: kind.pre_mlp for kind in KINDS}  # this module's kinds (no registry look-up: a circle)
     attn, mlp = mean_candidates(num_layers, block_size)
-    return tuple((name, replace(d, attn_res_candidates=mlp if get_kind(name).pre_mlp else attn)
+    return tuple((name, replace(d, attn_res_candidates=mlp if pre_mlp.get(name, False) else attn)
                   if isinstance(d, AttnResDims) else d) for name, d in dims)
 
 

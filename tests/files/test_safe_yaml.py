@@ -1,4 +1,4 @@
-"""YAML read within bounds decided before the work (``recipe.safe_yaml``), values cut in messages."""
+"""YAML read within bounds decided before the work (``files.safe_yaml``), values cut in messages."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from primus_ext.errors import Problem, RecipeError, shown
+from primus_ext.files import safe_yaml
 from primus_ext.model.stages import parse_layout
-from primus_ext.recipe import safe_yaml
 from primus_ext.recipe.loader import load_recipe
 
 

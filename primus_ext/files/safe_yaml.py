@@ -1,7 +1,7 @@
 """Safe YAML with its cost decided before the work: every user YAML (recipes, presets, suites, values on the
 command line and in templates) is read here.
 
-    >>> from primus_ext.recipe.safe_yaml import load
+    >>> from primus_ext.files.safe_yaml import load
     >>> load("a: 1")
     {'a': 1}
 
