@@ -5,6 +5,8 @@
     python benchmarks/hostile_campaign.py --surface ci --cases 200        # one surface alone (ci, trials, log, ...)
     python benchmarks/hostile_campaign.py --surface llm --cases 40 --jobs 1   # issue 56's surfaces: profiles, csv,
                                    # logfields, env, streams, outpaths, llm (tests/cli/hostile_surfaces.py)
+    python benchmarks/hostile_campaign.py --surface every --cases 10000 --jobs 2   # each case a surface drawn at
+                                   # random: the recipe families' mix or one of SURFACES, equally likely
 
 Case i (seed ``--seed`` + i) is built by ``tests/cli/hostile_cases.py`` (its own generators, not
 ``fuzz_recipes.py``'s): YAML features (an alias inside its own node in every position, tags, merge keys, anchors
@@ -40,7 +42,17 @@ from hostile_run import run_case  # noqa: E402
 from hostile_surfaces import SURFACES  # noqa: E402
 
 SURFACE = "all"
-"""``--surface``: ``all`` (the recipe families' mix), or one family of ``FAMILIES`` / ``SURFACES`` alone."""
+"""``--surface``: ``all`` (the recipe families' mix), ``every`` (each case the recipe mix or one of ``SURFACES``,
+drawn equally: every input surface in one campaign), or one family of ``FAMILIES`` / ``SURFACES`` alone."""
+
+
+def _generator(rng: random.Random):
+    """The case generator ``SURFACE`` names (for ``every``: drawn with ``rng``, so a seed replays its case)."""
+    if SURFACE == "all":
+        return generate
+    if SURFACE == "every":
+        return rng.choice([generate, *(SURFACES[name] for name in sorted(SURFACES))])
+    return {**FAMILIES, **SURFACES}[SURFACE]
 
 
 def _kind(failure: str) -> str:
@@ -56,7 +68,7 @@ def run_one(seed: int, seconds: float, wall: float, memory_gib: float, root: str
     try:
         try:
             rng = random.Random(seed)
-            case = generate(rng, folder) if SURFACE == "all" else {**FAMILIES, **SURFACES}[SURFACE](rng, folder)
+            case = _generator(rng)(rng, folder)
         except Exception as err:  # a generator's own bug: counted, never a silent skip
             return {"seed": seed, "case": "generator", "family": "generator", "argv": [], "exit": [], "seconds": 0.0,
                     "cpu_s": 0.0, "peak_bytes": 0, "failures": [f"generator: {type(err).__name__}: {err}"],
@@ -81,7 +93,7 @@ def _worker(args: tuple[list[int], float, float, float]) -> list[dict]:
     import primus_ext.projection
     import primus_ext.recipe  # noqa: F401
 
-    if SURFACE == "llm":  # litellm's import alone is ~3.5 CPU-s: warm it once, as torch is
+    if SURFACE in ("llm", "every"):  # litellm's import alone is ~3.5 CPU-s: warm it once, as torch is
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         import litellm  # noqa: F401
 
@@ -123,8 +135,9 @@ def main() -> int:
     parser.add_argument("--memory-gib", type=float, default=1.0, help="memory bound per case (default 1 GiB)")
     parser.add_argument("--replay", type=int, metavar="SEED", help="run one case and show its stderr")
     parser.add_argument("--json", metavar="OUT", help="write the summary and every failed case")
-    parser.add_argument("--surface", choices=("all", *FAMILIES, *SURFACES), default="all",
-                        help="one input surface alone (a recipe family, or ci, trials, profiles, csv, "
+    parser.add_argument("--surface", choices=("all", "every", *FAMILIES, *SURFACES), default="all",
+                        help="every: each case a surface drawn at random; or one input surface alone (a recipe "
+                             "family, or ci, trials, profiles, csv, "
                              "logfields, env, streams, outpaths, llm: tests/cli/hostile_surfaces.py)")
     args = parser.parse_args()
     global SURFACE
