@@ -127,6 +127,18 @@ class AttnResidual:
             parts["attn_res_candidates"] = FP32_BYTES * rows * n * shape.arch.hidden_size
         return parts
 
+    # the mixer's share, added to whatever the half's own kind (next in the MRO) prices
+    def fwd_flops_estimate(self, shape) -> float:
+        return super().fwd_flops_estimate(shape) + 2.0 * shape.tokens * self.res_macs(shape.arch.dims,
+                                                                                         shape.arch.hidden_size)
+
+    def roofline(self, parts, shape, gpu) -> None:
+        super().roofline(parts, shape, gpu)
+        self.res_roofline(parts, shape, gpu)
+
+    def saved(self, shape, impl):
+        return self.res_saved(shape, super().saved(shape, impl))
+
 
 class KimiK3DeltaKind(AttnResidual, KimiDeltaKind):
     """``kimi_k3_delta`` (``X``): input norm + Kimi-K3 KDA + pre-attention residual mixer."""
@@ -168,17 +180,6 @@ class KimiK3DeltaKind(AttnResidual, KimiDeltaKind):
         d, h = self.dims(model), model.hidden_size
         return {"attention_linear": sum(n * k for _, n, k, _ in self.linears(d, h, 1)) + self.res_macs(d, h),
                 "attention_core": d.conv_dim * d.linear_conv_kernel_dim + rule_macs_per_token(d)}
-
-    def fwd_flops_estimate(self, shape) -> float:
-        return super().fwd_flops_estimate(shape) + 2.0 * shape.tokens * self.res_macs(shape.arch.dims,
-                                                                                         shape.arch.hidden_size)
-
-    def roofline(self, parts, shape, gpu) -> None:
-        super().roofline(parts, shape, gpu)
-        self.res_roofline(parts, shape, gpu)
-
-    def saved(self, shape, impl):
-        return self.res_saved(shape, super().saved(shape, impl))
 
 
 class KimiK3FirstDeltaKind(KimiK3DeltaKind):
@@ -225,8 +226,7 @@ class KimiK3MLAKind(AttnResidual, HybridAttentionKind):
 
     def fwd_flops_estimate(self, shape) -> float:
         a = shape.arch
-        return super().fwd_flops_estimate(shape) + 2.0 * shape.tokens * (
-            a.hidden_size * self.gate_width(a) // shape.tp + self.res_macs(a.dims, a.hidden_size))
+        return super().fwd_flops_estimate(shape) + 2.0 * shape.tokens * (a.hidden_size * self.gate_width(a) // shape.tp)
 
     def roofline(self, parts, shape, gpu) -> None:
         super().roofline(parts, shape, gpu)
@@ -234,13 +234,12 @@ class KimiK3MLAKind(AttnResidual, HybridAttentionKind):
         parts.linear("attn_linear", shape.tokens, self.gate_width(a) // shape.tp, a.hidden_size, shape=shape, gpu=gpu)
         gated = R.membound_seconds(3 * shape.tokens * self.gate_width(a) / shape.tp * R.ACT_BYTES, gpu)
         parts.other("mla_output_gate", gated, R.MEMBOUND_BWD_FACTOR * gated)
-        self.res_roofline(parts, shape, gpu)
 
     def saved(self, shape, impl):
         parts = super().saved(shape, impl)
         e, _, _ = A._sizes(shape, impl)
         parts["mla_output_gate"] = e * shape.tokens / shape.tp * self.gate_width(shape.arch)  # the gate's pre-sigmoid
-        return self.res_saved(shape, parts)
+        return parts
 
 
 class MLPResidual(AttnResidual):
@@ -257,17 +256,6 @@ class MLPResidual(AttnResidual):
     def model_macs(self, model, seq_length, causal):
         return {"mlp": super().model_macs(model, seq_length, causal)["mlp"]
                 + self.res_macs(self.dims(model), model.hidden_size)}
-
-    def fwd_flops_estimate(self, shape) -> float:
-        return super().fwd_flops_estimate(shape) + 2.0 * shape.tokens * self.res_macs(shape.arch.dims,
-                                                                                         shape.arch.hidden_size)
-
-    def roofline(self, parts, shape, gpu) -> None:
-        super().roofline(parts, shape, gpu)
-        self.res_roofline(parts, shape, gpu)
-
-    def saved(self, shape, impl):
-        return self.res_saved(shape, super().saved(shape, impl))
 
 
 class KimiK3MLPKind(MLPResidual, HybridMLPKind):
