@@ -4,11 +4,7 @@ modelled'); their layout as written (43 layers over PP 8) is Megatron's to refus
 
 from __future__ import annotations
 
-import io
 import math
-import subprocess
-import tarfile
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +14,6 @@ from primus_ext.projection import project
 from primus_ext.recipe import load_recipe
 from primus_ext.recipe.resolve import resolve_all
 
-PRIMUS_GIT = Path("/work/.mirror/AMD-AGI+Primus/repo")
 RECIPES = ("deepseek_v4_flash-BF16-pretrain.yaml", "deepseek_v4_flash-FP8-pretrain.yaml")
 FLASH = dict(
     model_type="deepseek_v4", num_layers=4, hidden_size=256, num_attention_heads=4, kv_channels=64,
@@ -29,20 +24,6 @@ FLASH = dict(
 """A small V4 model of Flash's shape (deepseek_v4_flash.yaml's keys)."""
 NODE = load_system("mi355x", 1)
 
-
-@pytest.fixture(scope="module")
-def primus_tree(tmp_path_factory) -> Path:
-    """The MI355X recipes and ``primus/configs`` of Primus HEAD, as a user's checkout holds them."""
-    if not PRIMUS_GIT.is_dir():
-        pytest.skip("Primus mirror not found")
-    tar = subprocess.run(["git", "-C", str(PRIMUS_GIT), "archive", "--format=tar", "HEAD",
-                          "examples/megatron/configs/MI355X", "primus/configs"], capture_output=True)
-    if tar.returncode:
-        pytest.skip("the Primus mirror has no MI355X recipes")
-    root = tmp_path_factory.mktemp("primus")
-    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as archive:
-        archive.extractall(root, filter="data")
-    return root
 
 
 @pytest.mark.parametrize("name", RECIPES)

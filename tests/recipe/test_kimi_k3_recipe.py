@@ -4,12 +4,8 @@ modelled'); what the reading does not price is refused with a sentence naming it
 
 from __future__ import annotations
 
-import io
 import math
-import subprocess
-import tarfile
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +17,6 @@ from primus_ext.projection import project
 from primus_ext.recipe import load_recipe
 from primus_ext.recipe.resolve import resolve_all
 
-PRIMUS_GIT = Path("/work/.mirror/AMD-AGI+Primus/repo")
 NODE = load_system("mi355x", 1)
 SMALL = dict(
     model_type="kimi_k3", num_layers=8, hidden_size=256, num_attention_heads=4, kv_channels=64, ffn_hidden_size=512,
@@ -35,20 +30,6 @@ SMALL = dict(
     kda_use_full_rank_gate=True, latent_moe_use_norm=True)
 """A small Kimi-K3 model of kimi_k3_8L_official.yaml's shape (kimi_k3_base.yaml's keys; MLA off as the base sets)."""
 
-
-@pytest.fixture(scope="module")
-def primus_tree(tmp_path_factory) -> Path:
-    """The MI355X recipes and ``primus/configs`` of Primus HEAD, as a user's checkout holds them."""
-    if not PRIMUS_GIT.is_dir():
-        pytest.skip("Primus mirror not found")
-    tar = subprocess.run(["git", "-C", str(PRIMUS_GIT), "archive", "--format=tar", "HEAD",
-                          "examples/megatron/configs/MI355X", "primus/configs"], capture_output=True)
-    if tar.returncode:
-        pytest.skip("the Primus mirror has no MI355X recipes")
-    root = tmp_path_factory.mktemp("primus")
-    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as archive:
-        archive.extractall(root, filter="data")
-    return root
 
 
 @pytest.mark.parametrize(("name", "nodes", "layers"), [("kimi_k3-BF16-curve.yaml", 1, 24),
