@@ -121,7 +121,7 @@ _REQUIRED = (
 )
 
 
-_POSITIVE = ("bf16_dense_tflops", "hbm_gb", "hbm_tbps", "scaleup_domain")
+_POSITIVE = ("bf16_dense_tflops", "hbm_gb", "hbm_tbps", "scaleup_domain", "scaleup_gbps_per_direction")
 """Required figures every GPU has and the projection divides by (``fp8_dense_tflops`` is 0 on an A100: no FP8)."""
 _OPTIONAL_NUMBERS = ("fp4_dense_tflops", "sfu_exp_per_s", "tdp_w", "outside_allocator_gib")
 """Profile figures a GPU may lack (no FP4 tensor cores, SFU rate not published): 0 / absent = none."""
@@ -132,8 +132,13 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_GPUS_PER_NODE = 1024
+"""The most GPUs one node of a profile may hold (an NVL72 tray holds 4, a baseboard 8: a bound, not a figure)."""
 _NOT_NUMBERS = frozenset({"calibration", "measured"})
 """Efficiency fields that are not numbers: how the block was obtained, which values were measured."""
+_POSITIVE_EFFICIENCY = frozenset({"gemm_max", "fp8_gemm_max", "attention", "hbm", "scaleup_link", "scaleout_link"})
+"""Efficiency fractions the projection divides by (a time is work / (peak x fraction)): above zero; every other
+number of the block at least zero (issue 56: ``attention: 0`` was a ZeroDivisionError)."""
 
 
 def _measured_problems(eff_data: dict[str, Any], known: set[str], source: str) -> list[Problem]:
@@ -202,6 +207,18 @@ def gpu_from_mapping(data: dict[str, Any], *, source: str) -> GPUSpec:
         for key, value in eff_data.items()
         if key in known and key not in _NOT_NUMBERS and not _is_number(value)
     ]
+    problems += [
+        Problem(path=f"{source}:efficiency.{key}", value=value, message="efficiency parameter out of range",
+                fix="above zero: a fraction of the peak the GPU reaches" if key in _POSITIVE_EFFICIENCY else
+                "zero or more")
+        for key, value in eff_data.items()
+        if key in known and key not in _NOT_NUMBERS and _is_number(value)
+        and (value <= 0 if key in _POSITIVE_EFFICIENCY else value < 0)
+    ]
+    nodes = data.get("gpus_per_node", 8)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_GPUS_PER_NODE:
+        problems.append(Problem(path=f"{source}:gpus_per_node", value=nodes, message="not a GPU count per node",
+                                fix=f"a whole number from 1 to {MAX_GPUS_PER_NODE} (8 on an HGX / OAM baseboard)"))
     measured_problems = _measured_problems(eff_data, known, source)
     problems += measured_problems
     if not measured_problems:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from primus_ext.specs import ModelSpec
-from primus_ext.validate.csvio import read_rows
+from primus_ext.validate.csvio import leading_count, read_rows
 
 MEGATRON_GPT_FFN_MULT = 4
 """Megatron-LM's GPT default ffn_hidden_size = 4 * hidden (megatron/training/arguments.py), used for
@@ -39,8 +39,9 @@ class ArchRow:
 
 
 def _int(text: str) -> int | None:
-    match = re.match(r"\s*(\d+)", text or "")
-    return int(match.group(1)) if match else None
+    """The count a cell starts with, ``None`` when none or past ``csvio.MAX_DIGITS`` digits (no architecture has
+    one; ``int()`` refuses past 4 300, issue 56)."""
+    return leading_count(text)
 
 
 def _note_int(notes: str, key: str) -> int | None:

@@ -30,6 +30,7 @@ def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
         try:
             data = {key: float(row[key]) for key in COLUMNS[1:]}
             data["fp4_dense_tflops"] = float(row.get("fp4_dense_tflops") or 0.0)  # blank: no FP4 tensor cores
+            data["tdp_w"] = float(row.get("tdp_w") or 0.0)
         except ValueError as err:
             problems.append(Problem(path=f"{path}:row {i + 2}", message=f"non-numeric datasheet value: {err}"))
             continue
@@ -38,7 +39,6 @@ def read_hardware(path: str | Path) -> dict[str, GPUSpec]:
         data["gpus_per_node"] = base.gpus_per_node if base else (4 if int(data["scaleup_domain"]) == 72 else 8)
         data["family"] = base.family if base else ""
         data["vendor"] = base.vendor if base else ""
-        data["tdp_w"] = float(row.get("tdp_w") or 0.0)
         if base is not None:  # not CSV columns: the SFU rate and where a GPU without runs takes its efficiencies
             data["sfu_exp_per_s"] = base.sfu_exp_per_s
             data["outside_allocator_gib"] = base.outside_allocator_bytes / 2**30

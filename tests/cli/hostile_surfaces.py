@@ -138,8 +138,8 @@ def trial_logs(rng: random.Random, folder: Path) -> Case:
     if kind == "header":
         header = rng.choice(({"header": [1, 2]}, {"header": {"pins": [1]}}, {"header": None}, [header],
                              {"header": {"nodes": HUGE_INT}}))
-        lines = [json.dumps(header) if not isinstance(header, dict) or "nodes" not in header.get("header", {})
-                 else json.dumps(header).replace(f'"{HUGE_INT}"', HUGE_INT)]
+        huge = isinstance(header, dict) and isinstance(header.get("header"), dict) and "nodes" in header["header"]
+        lines = [json.dumps(header).replace(f'"{HUGE_INT}"', HUGE_INT) if huge else json.dumps(header)]
     elif kind == "many":
         count = rng.choice((1000, 100_000))
         lines = [json.dumps(header)] + [_trial_line(random.Random(i), short=True) for i in range(count)]

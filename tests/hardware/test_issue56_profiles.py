@@ -20,6 +20,11 @@ H100 = (REPO / "primus_ext" / "hardware" / "profiles" / "h100.yaml").read_text()
     (lambda t: t.replace("efficiency:", "efficiency: 3\nold:"), "efficiency"),
     (lambda t: t.replace("hbm_tbps: 3.35", "hbm_tbps: 0"), "hbm_tbps"),
     (lambda t: t.replace("hbm_gb: 80.0", "hbm_gb: -0.0"), "hbm_gb"),
+    # the --surface every campaign, seeds 630 / 2297 / 1326: ZeroDivisionError, TypeError, ValueError before
+    (lambda t: t.replace("  attention: 0.4327", "  attention: 0"), "efficiency.attention"),
+    (lambda t: t.replace("gpus_per_node: 8 ", "gpus_per_node: 2024-01-01 "), "gpus_per_node"),
+    (lambda t: t.replace("scaleup_gbps_per_direction: 450.0", "scaleup_gbps_per_direction: 0"),
+     "scaleup_gbps_per_direction"),
 ])
 def test_a_hostile_profile_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str], edit, said: str) -> None:

@@ -81,3 +81,28 @@ def test_a_5001_digit_count_is_one_skipped_row(tmp_path: Path, capsys: pytest.Ca
     code, out = _validate(tmp_path, HEADER + ROW + ",".join(bad[n] for n in names) + "\n", capsys)
     assert code == 0 and "Traceback" not in out
     assert f"{column}: not a count (more than 15 digits)" in out
+
+
+def test_a_5001_digit_architecture_count_is_no_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ``--surface every`` campaign (seeds 1636, 2655): ``archs.py``'s count was ``int()`` past 4 300 digits."""
+    (tmp_path / "a.csv").write_text(ARCH.replace("M,8,1024", "M," + "9" * 5001 + ",1024"))
+    (tmp_path / "r.csv").write_text(HEADER + ROW)
+    code = main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv")])
+    out = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in out.out + out.err
+
+
+def test_a_comma_decimal_tdp_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """The campaign's seed 2458: ``tdp_w`` of ``1,5`` was a ValueError outside the row's numeric check."""
+    if not (VALIDATION / "hardware_specs.csv").is_file():
+        pytest.skip("../shared/validation absent")
+    rows = (VALIDATION / "hardware_specs.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    header = rows[0].rstrip("\n").split(",")
+    if "tdp_w" not in header:
+        pytest.skip("this hardware table has no tdp_w column")
+    cells = rows[1].rstrip("\n").split(",")
+    cells[header.index("tdp_w")] = '"1,5"'
+    path = tmp_path / "hw.csv"
+    path.write_text(rows[0] + ",".join(cells) + "\n")
+    with pytest.raises(RecipeError, match="non-numeric datasheet value"):
+        read_hardware(path)
