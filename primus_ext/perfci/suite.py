@@ -37,6 +37,9 @@ DEFAULT_MEASURED_PCT = 15.0
 """Default allowed |projected - measured| for measured anchors (the projection's target accuracy band)."""
 
 SUITE_KEYS = {"suite", "store", "defaults", "entries"}
+MAX_ENTRIES = 200
+"""The most entries a suite may expand to (an entry per node count): the shipped suite has 9 recipes; a suite past it is
+refused before any projection (issue 56: 2 000 node counts spent over 5 CPU-s refusing each)."""
 ENTRY_KEYS = {"recipe", "cluster", "nodes", "overrides", "name", "tolerance", "measured", "config_roots"}
 TOLERANCE_KEYS = {"throughput_pct", "memory_gib"}
 MEASURED_KEYS = {"tokens_per_s_per_gpu", "tolerance_pct", "source"}
@@ -188,6 +191,11 @@ def load_suite(path: str | Path) -> Suite:
     if not isinstance(raw_entries, list) or not raw_entries:
         problems.append(Problem(path="entries", value=raw_entries, message="a non-empty list is required"))
         raw_entries = []
+    if sum(len(raw["nodes"]) if isinstance(raw, dict) and isinstance(raw.get("nodes"), list) else 1
+           for raw in raw_entries) > MAX_ENTRIES:
+        raise RecipeError(problems=[*problems, Problem(
+            path="entries", value=f"{len(raw_entries)} entries", message=f"more than {MAX_ENTRIES} entries once each "
+            "node count is one", fix=f"split the suite into files of at most {MAX_ENTRIES} entries")])
     entries = [e for i, raw in enumerate(raw_entries) for e in _entries(raw, i, root, default_tol, problems)]
     names = [e.name for e in entries]
     for dup in sorted({n for n in names if names.count(n) > 1}):

@@ -66,3 +66,17 @@ def test_one_entry_failing_inside_the_projection_is_one_error_row(tmp_path: Path
     assert good["status"] == "pass" and good["tokens_per_s_per_gpu"] > 0
     assert "Traceback" not in capsys.readouterr().err
     assert not (tmp_path / "baseline.json").exists()  # not written with an entry missing
+
+
+def test_a_suite_of_2000_node_counts_is_refused_before_any_projection(tmp_path: Path, capsys) -> None:
+    """The ``--surface every`` campaign (seeds 521, 662, 748, 2402): one entry with 2 000 node counts spent over
+    5 CPU-s refusing each; now the suite is refused at once with its bound."""
+    from primus_ext.perfci.suite import MAX_ENTRIES
+
+    suite = tmp_path / "suite.yaml"
+    nodes = ", ".join(str(n) for n in range(1, 2001))
+    suite.write_text(f"entries:\n  - recipe: {REPO / 'recipes' / 'llama3.1_8B-pretrain.yaml'}\n"
+                     f"    cluster: h100\n    nodes: [{nodes}]\n")
+    code = main(["ci", str(suite)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"more than {MAX_ENTRIES} entries" in err and "Traceback" not in err
