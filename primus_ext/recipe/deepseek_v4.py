@@ -100,16 +100,7 @@ def v4_execution(args: Mapping[str, Any], model: ModelSpec, execution: Execution
                    decoder_last_pipeline_num_layers=2 * last if last is not None else None)
 
 
-MAMBA_RECOMPUTE = "recompute_granularity full: megatron-core's MambaStack"
-"""The start of ``recipe.hybrid.hybrid_problems``' full-recompute warning, which a V4 recipe gets instead as
-``V4_RECOMPUTE``."""
 V4_RECOMPUTE = ("recompute_granularity full: Primus's DeepseekV4TransformerBlock checkpoints whole V4 layers "
                 "(_forward_layer_checkpointed), which the hybrid-stack reading does not price: projected without "
                 "recompute (activation memory over-, step time under-estimated)")
-
-
-def v4_warnings(args: Mapping[str, Any], warnings: list[str]) -> list[str]:
-    """``hybrid_problems``' warnings as they read for a DeepSeek-V4 recipe (its block does recompute layers)."""
-    if args.get("model_type") != MODEL_TYPE:
-        return warnings
-    return [V4_RECOMPUTE if w.startswith(MAMBA_RECOMPUTE) else w for w in warnings]
+"""What a DeepSeek-V4 recipe with full recompute is told (``recipe.stacks.recompute_note``)."""

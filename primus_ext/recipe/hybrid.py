@@ -216,9 +216,17 @@ def _routed(pattern: str) -> tuple[bool, ...]:
     return tuple(routed.get(c, False) for c in pattern)
 
 
-def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Problem], list[str]]:
+MAMBA_RECOMPUTE = ("recompute_granularity full: megatron-core's MambaStack has no layer-checkpointing path "
+                   "(TransformerBlock's _checkpointed_forward); projected without recompute")
+"""What full recompute of a hybrid Mamba stack is told (a stack read from another block says its own:
+``recipe.stacks.recompute_note``)."""
+
+
+def hybrid_problems(model: ModelSpec, execution: ExecutionSpec,
+                    recompute_note: str = MAMBA_RECOMPUTE) -> tuple[list[Problem], list[str]]:
     """(problems, warnings) of a hybrid model under ``execution``: what megatron-core 0.16.1 asserts
-    (ssm/mamba_mixer.py, mamba_context_parallel.py, mamba_block.py) and what the projection does not price."""
+    (ssm/mamba_mixer.py, mamba_context_parallel.py, mamba_block.py) and what the projection does not price
+    (``recompute_note``: the warning of full recompute, which the block the stack was read from decides)."""
     from primus_ext.model.hybrid import HybridPatternError, stage_patterns
     from primus_ext.model.kinds.registry import get_kind, pattern_kinds
     from primus_ext.model.pipeline.registry import resolve_schedule
@@ -260,6 +268,5 @@ def hybrid_problems(model: ModelSpec, execution: ExecutionSpec) -> tuple[list[Pr
                                 fix="append /<layers> once per depth to hybrid_override_pattern (e.g. /*E/*E), or "
                                     "set mtp_num_layers: 0"))
     if execution.recompute_granularity == "full" and block_layers(execution) != 0:  # block of 0 layers: none anyway
-        warnings.append("recompute_granularity full: megatron-core's MambaStack has no layer-checkpointing path "
-                        "(TransformerBlock's _checkpointed_forward); projected without recompute")
+        warnings.append(recompute_note)
     return problems, warnings

@@ -102,12 +102,3 @@ K3_RECOMPUTE = ("recompute_granularity full: Primus's KimiK3TransformerBlock che
                 "(_forward_layer_checkpointed), which the hybrid-stack reading does not price: projected without "
                 "recompute (activation memory over-, step time under-estimated)")
 """What a Kimi-K3 recipe with full recompute is told instead of the Mamba stack's warning."""
-
-
-def k3_warnings(args: Mapping[str, Any], warnings: list[str]) -> list[str]:
-    """``hybrid_problems``' warnings as they read for a Kimi-K3 recipe (its block does recompute layers)."""
-    from primus_ext.recipe.deepseek_v4 import MAMBA_RECOMPUTE
-
-    if args.get("model_type") != MODEL_TYPE:
-        return warnings
-    return [K3_RECOMPUTE if w.startswith(MAMBA_RECOMPUTE) else w for w in warnings]

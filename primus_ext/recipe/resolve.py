@@ -36,7 +36,7 @@ from primus_ext.recipe.pipeline_keys import schedule_from_keys, schedule_vpp
 from primus_ext.recipe.precision_keys import fp4_recipe, fp8_recipe
 from primus_ext.recipe.precision_keys import precision as precision_of_keys
 from primus_ext.recipe.releases import read_release_keys
-from primus_ext.recipe.stacks import stack_model
+from primus_ext.recipe.stacks import recompute_note, stack_model
 from primus_ext.recipe.tokenizers import ASSUMED_VOCAB, NULL_TOKENIZER_EOD, PRIMUS_MOCK_VOCAB, vocab_size_of
 from primus_ext.recipe.torchtitan_keys import TORCHTITAN_KEYS, torchtitan_fields
 from primus_ext.specs import ExecutionSpec, ModelSpec, SystemSpec
@@ -434,7 +434,7 @@ def resolve_all(
     if refused:  # the arguments describe another model family: its other problems would only confuse
         return model, execution, refused, reader.warnings
     if model.hybrid_layer_pattern:  # its legality problems: recipe.checks.check (the tuner's rule set too)
-        reader.warnings.extend(K3.k3_warnings(args, V4.v4_warnings(args, hybrid_problems(model, execution)[1])))
+        reader.warnings.extend(hybrid_problems(model, execution, recompute_note(args))[1])
     unique = list({(p.path, p.message): p for p in problems}.values())  # a key read twice reports once
     found = unmodelled_keys(args)
     if model.hybrid_layer_pattern:

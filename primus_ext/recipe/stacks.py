@@ -12,7 +12,7 @@ from primus_ext.errors import Problem
 from primus_ext.recipe import deepseek_v4 as V4
 from primus_ext.recipe import kimi_k3 as K3
 from primus_ext.recipe.args import ArgReader
-from primus_ext.recipe.hybrid import HYBRID_MODEL_TYPE, hybrid_model, spec_problems
+from primus_ext.recipe.hybrid import HYBRID_MODEL_TYPE, MAMBA_RECOMPUTE, hybrid_model, spec_problems
 from primus_ext.recipe.linear_attention import GDN_VARIANT, LFM_KEY, gdn_gpt_model, gdn_gpt_problems, lfm_gpt_model
 from primus_ext.specs import ModelSpec
 
@@ -37,3 +37,10 @@ def stack_model(args: Mapping[str, Any], reader: ArgReader, model: ModelSpec,
         refused = refused or gdn_gpt_problems(args, "LFM2 short convolutions")
         return refused, model if refused else lfm_gpt_model(reader, model)
     return refused, model
+
+
+def recompute_note(args: Mapping[str, Any]) -> str:
+    """What full recompute of the stack ``args`` is read as is told: the block it comes from decides (Primus's
+    DeepSeek-V4 and Kimi-K3 blocks checkpoint whole layers, unpriced here; megatron-core's MambaStack has no path)."""
+    return {V4.MODEL_TYPE: V4.V4_RECOMPUTE, K3.MODEL_TYPE: K3.K3_RECOMPUTE}.get(args.get("model_type"),
+                                                                                MAMBA_RECOMPUTE)

@@ -43,6 +43,9 @@ def test_k3_recipes_project_with_possible_figures(primus_tree, name, nodes, laye
     assert m.hybrid_layer_pattern[:4] == "JDXN" and m.hybrid_layer_pattern.count("L") == layers // 4
     p = project(m, recipe.execution, recipe.system, None)
     assert math.isfinite(p.step_time_s) and p.step_time_s > 0 and 0.02 < p.mfu < 0.6, p.mfu
+    if recipe.execution.recompute_granularity == "full":  # the 8L recipe: Primus's K3 block's, said as such
+        assert any("KimiK3TransformerBlock" in w for w in recipe.warnings)
+        assert not any("MambaStack" in w for w in recipe.warnings)
 
 
 def test_the_stack_is_primus_layer_pattern():
