@@ -158,7 +158,11 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.results import check_json_out, document, emit_json, tables_to_stderr
 
     check_json_out(args.json_out)
-    check_outputs(("--json", args.json_out))  # before any projection
+    check_outputs(("--json", args.json_out), inputs=(args.measurements, args.archs, args.hardware))  # before any work
+    if args.write_profiles:  # a fit takes a minute: its profile folder is checked before it (and again when written)
+        from primus_ext.hardware import canonical_name, list_profiles, refuse_profile_targets
+
+        refuse_profile_targets([Path(args.write_profiles) / f"{canonical_name(p)}.yaml" for p in list_profiles()])
     with tables_to_stderr(args.json_out):
         out = _report(args)
     emit_json(document("validation", **out), args.json_out)

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -95,8 +96,10 @@ def planned_problems() -> list[Problem]:
     return problems
 
 
-def input_problem(target: str | Path, label: str | None = None) -> Problem | None:
-    """Why ``target`` must not be written: it is, through symlinks or hard links, an input of this command."""
+def input_problem(target: str | Path, label: str | None = None, *,
+                  rewritten: Collection[str] = ()) -> Problem | None:
+    """Why ``target`` must not be written: it is, through symlinks or hard links, an input of this command
+    (``rewritten``: inputs, as they were noted, that this write replaces on purpose: a refit's GPU profiles)."""
     try:
         real = os.path.realpath(target)
         named = _INPUT_PATHS.get(real)
@@ -105,7 +108,7 @@ def input_problem(target: str | Path, label: str | None = None) -> Problem | Non
             named = _INPUT_IDS.get((found.st_dev, found.st_ino))
     except (OSError, ValueError):
         return None  # output_problem names what the OS refuses
-    if named is None:
+    if named is None or named in rewritten:
         return None
     link = f" ({target} leads to {real})" if os.path.abspath(target) != real else ""
     return Problem(path=label or str(target), value=str(target) if label else None,

@@ -123,7 +123,8 @@ def replace_all(texts: Mapping[Path, str | bytes]) -> None:
     """Write every file first (each at a fresh name beside its target, claimed with ``O_EXCL``, ``fsync``-ed),
     then move each into place with ``os.replace``: a full disk or a Ctrl-C while writing leaves every target as it
     was and no temporary file behind. A target that is a symlink is written through (as ``atomic_output`` does);
-    only the temporary names are never followed. No input check: a refit rewrites the profiles it read."""
+    only the temporary names are never followed. No input check here: its caller (``hardware.write_profiles``)
+    refuses an input other than the profiles a refit rewrites on purpose."""
     temps: dict[Path, Path] = {}
     try:
         for named, data in texts.items():

@@ -393,13 +393,29 @@ def profile_text(name: str, efficiency: Efficiency, fields: list[str], *, notes:
     return text + "\n".join(lines) + "\n"
 
 
+def refuse_profile_targets(targets: list[Path]) -> None:
+    """Refuse, all at once, profile files that cannot be written: one that is, through a symlink or a hard link, an
+    input of this command other than a GPU profile it read (a profile is rewritten on purpose; a measurements CSV,
+    a sweep or a recipe behind ``DIR/h100.yaml`` is not: the write goes through a symlink), and every output planned
+    (``--json``) that has become an input since (``files.planned_problems``)."""
+    from primus_ext.files.inputs import input_problem, planned_problems
+
+    rewritten = set(_FOUND.values())
+    problems = [p for target in targets if (p := input_problem(target, rewritten=rewritten)) is not None]
+    problems += planned_problems()
+    if problems:
+        raise RecipeError(problems=problems)
+
+
 def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
     """Write profile texts (name -> YAML) into ``folder``: every file is written first, each at a fresh temporary name
     claimed with ``O_EXCL`` (never through a symlink planted there), and only then moved into place
     (``files.replace_all``), so a full disk or a bad folder leaves the profiles as they were and no temporary file
-    behind (one family's profiles must agree on what they state as measured). A failure is a ``PrimusExtError``
+    behind (one family's profiles must agree on what they state as measured); a target that is an input other than
+    a profile is refused first (``refuse_profile_targets``). A failure is a ``PrimusExtError``
     naming the path."""
     targets = {name: folder / f"{canonical_name(name)}.yaml" for name in texts}
+    refuse_profile_targets(list(targets.values()))
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for target in targets.values():
@@ -415,4 +431,5 @@ def write_profiles(texts: dict[str, str], folder: Path) -> list[Path]:
 
 
 __all__ = ["canonical_name", "family_profiles", "format_profiles", "gpu_from_mapping", "list_profiles", "load_gpu",
-           "load_system", "profile_of_device", "profile_text", "write_profiles", "yaml_number"]
+           "load_system", "profile_of_device", "profile_text", "refuse_profile_targets", "write_profiles",
+           "yaml_number"]

@@ -71,9 +71,9 @@ def coverage(rows: Sequence[RowResult]) -> Coverage:
 
 def with_bands(report: ValidationReport, runs: Sequence[RunRow], bands: ErrorBands | None = None,
                sensitivity: Sensitivity = analytic_sensitivity,
-               cache: dict[int, tuple[float, float] | None] | None = None) -> ValidationReport:
+               cache: dict[tuple, tuple[float, float] | None] | None = None) -> ValidationReport:
     """``report`` with a band on each projected row and the coverage of those bands (``cache``: sensitivity factors by
-    row index, shared between the reports of one command)."""
+    configuration, shared between the reports of one command: rows repeating a configuration share its factors)."""
     bands = bands if bands is not None else shipped()
     by_index = {r.index: r for r in runs}
     cache = {} if cache is None else cache
@@ -83,9 +83,10 @@ def with_bands(report: ValidationReport, runs: Sequence[RunRow], bands: ErrorBan
         if row.projected_tokens_per_sec_per_gpu is None or run is None or run.model is None:
             rows.append(row)
             continue
-        if row.index not in cache:
-            cache[row.index] = sensitivity(run)
-        factors = cache[row.index]
+        key = (run.model, run.execution, run.system)
+        if key not in cache:
+            cache[key] = sensitivity(run)
+        factors = cache[key]
         rows.append(row if factors is None else replace(row, band=row_band(row, run, bands, factors)))
     return replace(report, rows=tuple(rows), coverage=coverage(rows))
 

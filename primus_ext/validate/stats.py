@@ -60,21 +60,14 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall's tau-b over all pairs (O(n^2); groups here are small)."""
-    n = len(x)
-    concordant = discordant = ties_x = ties_y = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx, dy = x[i] - x[j], y[i] - y[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                ties_x += 1
-            elif dy == 0:
-                ties_y += 1
-            elif (dx > 0) == (dy > 0):
-                concordant += 1
-            else:
-                discordant += 1
-    denominator = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    return (concordant - discordant) / denominator if denominator else math.nan
+    """Kendall's tau-b (``scipy.stats.kendalltau``, O(n log n): a CSV of 2 000 rows of one group took 0.75 CPU-s
+    over all pairs); NaN when either side is constant or there are fewer than two values."""
+    import warnings
+
+    from scipy.stats import kendalltau
+
+    if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
+        return math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(kendalltau(x, y, variant="b").statistic)
