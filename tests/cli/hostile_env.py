@@ -120,6 +120,36 @@ def _odd_output(rng: random.Random, folder: Path) -> tuple[str, Path]:
     return kind, out
 
 
+SWEEP_ROW = {"op": "attention", "backend": "cudnn", "heads": 32, "kv_heads": 32, "dim": 128, "vdim": 128, "seq": 4096,
+             "pass": "fwd+bwd", "ms": 1.0, "tflops": 400.0}
+
+
+def _profile_writer(rng: random.Random, folder: Path, runs: Path) -> Case:
+    """The profile writers (``validate --fit --write-profiles DIR``, ``profile pin --out DIR``) at an odd folder, or
+    at a folder whose ``h100.yaml`` leads (symlink or hard link) to the command's own CSV or sweep: a profile is
+    rewritten on purpose, no other input may be (issue 56)."""
+    from hostile_files import RUN_HEADER, RUN_ROW
+
+    runs.write_text(RUN_HEADER + RUN_ROW * 8)  # a family needs rows to fit
+    sweep = folder / "sweep.json"
+    sweep.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "attention": [SWEEP_ROW]}))
+    command = rng.choice(("validate", "profile"))
+    argv = (["validate", str(runs), "--archs", str(folder / "archs.csv"), "--jobs", "1", "--fit", "--write-profiles"]
+            if command == "validate" else ["profile", "pin", str(sweep), "--out"])
+    kind = rng.choice(("input-symlink", "input-hardlink", "fresh", "odd"))
+    out = folder / "profiles"
+    if kind == "odd":
+        kind, out = _odd_output(rng, folder)
+    elif kind != "fresh":
+        out.mkdir()
+        read = [runs, folder / "archs.csv"] if command == "validate" else [sweep]  # what the command reads
+        victim = rng.choice(read)
+        (out / "h100.yaml").symlink_to(victim) if kind == "input-symlink" else (out / "h100.yaml").hardlink_to(victim)
+    inputs = ([runs, folder / "archs.csv"] if command == "validate" else [sweep]) + (
+        [out] if kind == "read-only-file" else [])
+    return Case(f"outpaths/{command}-profiles-{kind}", [*argv, str(out)], folder, inputs=inputs)
+
+
 def output_paths(rng: random.Random, folder: Path) -> Case:
     """Every output flag at an odd place; nothing half-written, no input touched, no temporary file left."""
     recipe = _copy_recipe(folder)
@@ -134,6 +164,8 @@ def output_paths(rng: random.Random, folder: Path) -> Case:
 
     runs.write_text(RUN_HEADER + RUN_ROW)
     (folder / "archs.csv").write_text(ARCH_HEADER + ARCH_ROW)
+    if rng.random() < 0.25:
+        return _profile_writer(rng, folder, runs)
     kind, out = _odd_output(rng, folder)
     command, flag = rng.choice(OUTPUT_FLAGS)
     argv = {"project": ["project", str(recipe)], "compare": ["compare", str(recipe), "micro_batch_size=1"],
