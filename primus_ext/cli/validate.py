@@ -184,6 +184,13 @@ def _report(args: argparse.Namespace) -> dict:
     hardware = args.hardware or (beside / "hardware_specs.csv" if (beside / "hardware_specs.csv").is_file() else None)
     gpus = read_hardware(hardware) if hardware else None
     runs = read_runs(args.measurements, archs, gpus)
+    if args.fit or args.cv:  # refused before the in-sample report: a fit's work grows with the configurations
+        from primus_ext.errors import RecipeError
+        from primus_ext.validate.efficiency_fit import fit_problem
+
+        too_many = fit_problem(runs, str(args.measurements))
+        if too_many is not None:
+            raise RecipeError(problems=[too_many])
     sensitivities: dict = {}  # each row's sensitivity band, shared by the reports below (validate.bands)
     report = with_bands(validate_runs(runs, analytic_projector, label="analytic projection, profile efficiencies"),
                         runs, cache=sensitivities)

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from primus_ext.errors import PrimusExtError
+from primus_ext.errors import PrimusExtError, Problem
 from primus_ext.specs import Efficiency
 from primus_ext.validate.run import Projector, RowResult, ValidationReport, summarize
 from primus_ext.validate.runs import RunRow
@@ -120,6 +120,24 @@ def mean_abs_log(errors: Sequence[tuple[RunRow, float]]) -> float:
 
 def _loss_label(loss: Loss) -> str:
     return "mean |log error|" if loss is mean_abs_log else f"loss {getattr(loss, '__name__', type(loss).__name__)}"
+
+
+MAX_FIT_CONFIGURATIONS = 1_000
+"""The most distinct configurations ``--fit`` / ``--cv`` take: a fit projects each one ~90 times, ~0.5 CPU-s per
+configuration (the development set's 109: 55 CPU-s on this project's 2-core machine, 2026-12-07), so 1 000 is ~8
+CPU-minutes, and cross-validation repeats the fit per held-out model. The whole published record this project
+validates on is ~200 runs; a larger table is refused before any work (issue 56: bounded work whatever the input)."""
+
+
+def fit_problem(runs: Sequence[RunRow], source: str) -> Problem | None:
+    """Why ``runs`` are too many to fit (``MAX_FIT_CONFIGURATIONS`` distinct configurations), else None."""
+    n = len(Distinct.of(usable(runs)).firsts)
+    if n <= MAX_FIT_CONFIGURATIONS:
+        return None
+    return Problem(path=source, message=f"{n:,} distinct run configurations to fit; --fit and --cv take at most "
+                                        f"{MAX_FIT_CONFIGURATIONS:,} (~0.5 CPU-s each, per fit)",
+                   fix="fit on a sample of the rows (one row per configuration is enough), or validate without "
+                       "--fit / --cv")
 
 
 @dataclass(frozen=True)

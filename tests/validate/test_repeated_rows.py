@@ -114,3 +114,20 @@ def test_kendall_tau_b_matches_the_pairwise_definition() -> None:
                 d += 1
     assert kendall_tau_b(x, y) == pytest.approx((c - d) / math.sqrt((c + d + tx) * (c + d + ty)), rel=1e-12)
     assert math.isnan(kendall_tau_b([1, 1, 1], [1, 2, 3])) and math.isnan(kendall_tau_b([1], [2]))
+
+
+def test_a_fit_over_more_configurations_than_the_bound_is_refused_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from primus_ext.cli import main
+    from primus_ext.validate import efficiency_fit
+
+    monkeypatch.setattr(efficiency_fit, "MAX_FIT_CONFIGURATIONS", 20)
+    (tmp_path / "a.csv").write_text(ARCH)
+    rows = "".join(ROW.format(tokens=500).replace(",64,,", f",{16 * (i + 1)},,") for i in range(21))
+    (tmp_path / "r.csv").write_text(HEADER + rows + ROW.format(tokens=501))  # 21 configurations, 22 rows
+    for flag in ("--fit", "--cv"):
+        code = main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), flag])
+        err = capsys.readouterr()
+        assert code == 2 and "21 distinct run configurations" in err.err and "Traceback" not in err.err
+        assert "rows projected" not in err.out  # refused before the in-sample report
+    assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv")]) == 0
