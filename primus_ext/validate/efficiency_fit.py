@@ -136,8 +136,7 @@ def fit_problem(runs: Sequence[RunRow], source: str) -> Problem | None:
         return None
     return Problem(path=source, message=f"{n:,} distinct run configurations to fit; --fit and --cv take at most "
                                         f"{MAX_FIT_CONFIGURATIONS:,} (~0.5 CPU-s each, per fit)",
-                   fix="fit on a sample of the rows (one row per configuration is enough), or validate without "
-                       "--fit / --cv")
+                   fix="fit on a sample of the rows, or validate without --fit / --cv")
 
 
 @dataclass(frozen=True)
