@@ -158,7 +158,9 @@ def run(args: argparse.Namespace) -> int:
     from primus_ext.results import check_json_out, document, emit_json, tables_to_stderr
 
     check_json_out(args.json_out)
-    check_outputs(("--json", args.json_out), inputs=(args.measurements, args.archs, args.hardware))  # before any work
+    beside = Path(args.measurements).parent  # the inputs _report reads, defaults included
+    defaults = (args.archs or beside / "model_archs.csv", args.hardware or beside / "hardware_specs.csv")
+    check_outputs(("--json", args.json_out), inputs=(args.measurements, *defaults))  # before any work
     if args.write_profiles:  # a fit takes a minute: its profile folder is checked before it (and again when written)
         from primus_ext.hardware import canonical_name, list_profiles, refuse_profile_targets
 
@@ -188,7 +190,7 @@ def _report(args: argparse.Namespace) -> dict:
         from primus_ext.errors import RecipeError
         from primus_ext.validate.efficiency_fit import fit_problem
 
-        too_many = fit_problem(runs, str(args.measurements))
+        too_many = fit_problem(runs, str(args.measurements), _folds(args, runs) if args.cv else 0)
         if too_many is not None:
             raise RecipeError(problems=[too_many])
     sensitivities: dict = {}  # each row's sensitivity band, shared by the reports below (validate.bands)
@@ -296,6 +298,16 @@ def _write_fitted(args: argparse.Namespace, runs: list, fits: dict, amd_fits: di
                                     ["gemm_max", "fp8_gemm_max", "attention", "band"])
     for path in write_profiles(texts, Path(args.write_profiles)):
         print(f"wrote {path}")
+
+
+def _folds(args: argparse.Namespace, runs: list) -> int:
+    """How many fits ``--cv`` runs: one per held-out model (``--moe-only``: per MoE model), submission or GPU."""
+    from primus_ext.validate.efficiency_fit import usable
+    from primus_ext.validate.holdout import group_of
+
+    if args.holdout == "model":
+        return len({r.model_name for r in usable(runs) if not args.moe_only or _is_moe_row(r)})
+    return len({group_of(r, args.holdout) for r in usable(runs)})
 
 
 def _cross_validate(args: argparse.Namespace, runs: list, out: dict, sensitivities: dict) -> None:

@@ -395,13 +395,24 @@ def profile_text(name: str, efficiency: Efficiency, fields: list[str], *, notes:
 
 def refuse_profile_targets(targets: list[Path]) -> None:
     """Refuse, all at once, profile files that cannot be written: one that is, through a symlink or a hard link, an
-    input of this command other than a GPU profile it read (a profile is rewritten on purpose; a measurements CSV,
-    a sweep or a recipe behind ``DIR/h100.yaml`` is not: the write goes through a symlink), and every output planned
-    (``--json``) that has become an input since (``files.planned_problems``)."""
+    input of this command other than its own profile as the command read it (``DIR/h100.yaml`` may be the h100
+    profile rewritten on purpose; a measurements CSV, a sweep, a recipe or another GPU's profile behind it is not:
+    the write goes through a symlink), two targets that are one file, and every output planned (``--json``) that
+    has become an input since (``files.planned_problems``)."""
     from primus_ext.files.inputs import input_problem, planned_problems
 
-    rewritten = set(_FOUND.values())
-    problems = [p for target in targets if (p := input_problem(target, rewritten=rewritten)) is not None]
+    problems = []
+    seen: dict[str, Path] = {}
+    for target in targets:
+        own = {path for (name, _), path in _FOUND.items() if canonical_name(name) == target.stem}
+        problem = input_problem(target, rewritten=own)
+        real = os.path.realpath(target)
+        if problem is None and real in seen:
+            problem = Problem(path=str(target), message=f"is the same file as {seen[real]} ({real})",
+                              fix="give each GPU profile its own file")
+        seen.setdefault(real, target)
+        if problem is not None:
+            problems.append(problem)
     problems += planned_problems()
     if problems:
         raise RecipeError(problems=problems)

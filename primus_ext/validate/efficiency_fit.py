@@ -123,20 +123,31 @@ def _loss_label(loss: Loss) -> str:
 
 
 MAX_FIT_CONFIGURATIONS = 1_000
-"""The most distinct configurations ``--fit`` / ``--cv`` take: a fit projects each one ~90 times, ~0.5 CPU-s per
-configuration (the development set's 109: 55 CPU-s on this project's 2-core machine, 2026-12-07), so 1 000 is ~8
-CPU-minutes, and cross-validation repeats the fit per held-out model. The whole published record this project
-validates on is ~200 runs; a larger table is refused before any work (issue 56: bounded work whatever the input)."""
+"""The most distinct configurations ``--fit`` takes: a fit projects each one ~90 times, ~0.5 CPU-s per configuration
+(the development set's 109: 55 CPU-s on this project's 2-core machine, 2026-12-07), so 1 000 is ~8 CPU-minutes. The
+whole published record this project validates on is ~200 runs; a larger table is refused before any work (issue 56:
+bounded work whatever the input)."""
+MAX_CV_FITS = 20_000
+"""The most configuration-fits ``--cv`` takes: one fit per fold over the configurations, folds x distinct
+configurations at ~0.5 CPU-s each (the development set's 19 model folds x 109 configurations: 2 071, ~23 CPU-minutes
+on one core), so at most ~3 CPU-hours; a table of folds that repeat one run (2 000 submission folds) counts each."""
 
 
-def fit_problem(runs: Sequence[RunRow], source: str) -> Problem | None:
-    """Why ``runs`` are too many to fit (``MAX_FIT_CONFIGURATIONS`` distinct configurations), else None."""
+def fit_problem(runs: Sequence[RunRow], source: str, folds: int = 0) -> Problem | None:
+    """Why ``runs`` are too many to fit: more than ``MAX_FIT_CONFIGURATIONS`` distinct configurations, or, for a
+    cross-validation of ``folds`` folds, more than ``MAX_CV_FITS`` configuration-fits; else None."""
     n = len(Distinct.of(usable(runs)).firsts)
-    if n <= MAX_FIT_CONFIGURATIONS:
-        return None
-    return Problem(path=source, message=f"{n:,} distinct run configurations to fit; --fit and --cv take at most "
-                                        f"{MAX_FIT_CONFIGURATIONS:,} (~0.5 CPU-s each, per fit)",
-                   fix="fit on a sample of the rows, or validate without --fit / --cv")
+    if n > MAX_FIT_CONFIGURATIONS:
+        return Problem(path=source, message=f"{n:,} distinct run configurations to fit; --fit and --cv take at most "
+                                            f"{MAX_FIT_CONFIGURATIONS:,} (~0.5 CPU-s each, per fit)",
+                       fix="fit on a sample of the rows, or validate without --fit / --cv")
+    if folds * n > MAX_CV_FITS:
+        return Problem(path=source, message=f"--cv would fit {folds:,} folds x {n:,} distinct configurations "
+                                            f"({folds * n:,} configuration-fits, ~0.5 CPU-s each); it takes at most "
+                                            f"{MAX_CV_FITS:,}",
+                       fix="cross-validate on a sample of the rows, or hold out a coarser group (--holdout model "
+                           "or gpu)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -520,7 +531,7 @@ def one_run_offset(report: ValidationReport) -> ValidationReport:
     for row in report.rows:
         if row.error_pct is not None:
             groups[row.group].append(row)
-    sums = {group: math.fsum(_offset(a) for a in members) for group, members in groups.items()}
+    sums = {group: sum(_offset(a) for a in members) for group, members in groups.items()}
     out: list[RowResult] = []
     for row in report.rows:
         anchors = len(groups.get(row.group, ())) - 1  # the row itself is one of its group's members

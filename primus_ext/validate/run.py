@@ -38,7 +38,7 @@ def once_per_configuration(projector: Projector) -> Projector:
                 seen[key] = err
         found = seen[key]
         if isinstance(found, BaseException):
-            raise found
+            raise found.with_traceback(None)  # not the frames of every earlier raise
         return found
 
     return project

@@ -73,3 +73,40 @@ def test_a_pinned_profile_folder_is_rewritten_in_place(tmp_path, monkeypatch, ca
     finally:
         load_gpu.cache_clear()
     assert "an input" not in capsys.readouterr().err
+
+
+def test_a_profile_behind_another_gpus_profile_is_refused(tmp_path, monkeypatch, capsys):
+    """Only a target's own profile is rewritten on purpose: ``DIR/b300.yaml`` leading to ``DIR/b200.yaml`` (both read
+    by the pin) would write b300's text into b200's file, and the two targets are one file."""
+    out = tmp_path / "profiles"
+    sweep = _sweep(tmp_path)
+    assert main(["profile", "pin", str(sweep), "--out", str(out)]) == 0
+    (out / "b300.yaml").unlink()
+    (out / "b300.yaml").symlink_to(out / "b200.yaml")
+    before = (out / "b200.yaml").read_bytes()
+    monkeypatch.setenv("PRIMUS_EXT_PROFILES", str(out))
+    load_gpu.cache_clear()
+    try:
+        forget_inputs()
+        assert main(["profile", "pin", str(sweep), "--out", str(out)]) == 2
+    finally:
+        load_gpu.cache_clear()
+    err = capsys.readouterr().err
+    assert "b300.yaml" in err and "Traceback" not in err
+    assert (out / "b200.yaml").read_bytes() == before
+
+
+def test_the_default_archs_csv_is_an_input_before_the_fit(tmp_path, capsys):
+    """Without ``--archs``, validate reads ``model_archs.csv`` beside the measurements: a profile target leading to it
+    is refused before the fit, not after it."""
+    (tmp_path / "model_archs.csv").write_text(ARCH)
+    runs = tmp_path / "r.csv"
+    runs.write_text(RUNS)
+    out = tmp_path / "profiles"
+    out.mkdir()
+    (out / "h100.yaml").symlink_to(tmp_path / "model_archs.csv")
+    forget_inputs()
+    code = main(["validate", str(runs), "--fit", "--write-profiles", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "model_archs.csv, an input" in err and "fitting" not in err
+    assert (tmp_path / "model_archs.csv").read_text() == ARCH

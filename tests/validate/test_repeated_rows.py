@@ -131,3 +131,21 @@ def test_a_fit_over_more_configurations_than_the_bound_is_refused_before_any_wor
         assert code == 2 and "21 distinct run configurations" in err.err and "Traceback" not in err.err
         assert "rows projected" not in err.out  # refused before the in-sample report
     assert main(["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv")]) == 0
+
+
+def test_a_cross_validation_over_too_many_configuration_fits_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--cv`` fits once per fold: 6 submission folds x 3 configurations = 18 configuration-fits, over a cap of 10
+    (a 2 000-row copy of one run held out by submission is 2 000 fits)."""
+    from primus_ext.cli import main
+    from primus_ext.validate import efficiency_fit
+
+    monkeypatch.setattr(efficiency_fit, "MAX_CV_FITS", 10)
+    (tmp_path / "a.csv").write_text(ARCH)
+    rows = "".join(ROW.format(tokens=500 + i).replace(",64,,", f",{16 * (i % 3 + 1)},,") for i in range(6))
+    (tmp_path / "r.csv").write_text(HEADER + rows)
+    args = ["validate", str(tmp_path / "r.csv"), "--archs", str(tmp_path / "a.csv"), "--cv"]
+    assert main([*args, "--holdout", "submission"]) == 2
+    err = capsys.readouterr().err
+    assert "6 folds x 3 distinct configurations" in err and "Traceback" not in err
+    assert main([*args, "--holdout", "gpu"]) == 0  # one fold: 3 configuration-fits
