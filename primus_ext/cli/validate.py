@@ -175,8 +175,8 @@ def _report(args: argparse.Namespace) -> dict:
     """Print the report; its JSON fields (the ``validation`` document's body)."""
     from primus_ext.validate.archs import read_archs
     from primus_ext.validate.bands import coverage_lines, with_bands
-    from primus_ext.validate.efficiency_fit import one_run_offset
     from primus_ext.validate.hardware_csv import read_hardware
+    from primus_ext.validate.offsets import one_run_offset
     from primus_ext.validate.run import analytic_projector, validate_runs
     from primus_ext.validate.runs import read_runs
 
@@ -188,7 +188,7 @@ def _report(args: argparse.Namespace) -> dict:
     runs = read_runs(args.measurements, archs, gpus)
     if args.fit or args.cv:  # refused before the in-sample report: a fit's work grows with the configurations
         from primus_ext.errors import RecipeError
-        from primus_ext.validate.efficiency_fit import fit_problem
+        from primus_ext.validate.distinct import fit_problem
 
         too_many = fit_problem(runs, str(args.measurements), _folds(args, runs) if args.cv else 0)
         if too_many is not None:
@@ -316,7 +316,8 @@ def _cross_validate(args: argparse.Namespace, runs: list, out: dict, sensitiviti
     from primus_ext.cli._progress import ProgressLine
     from primus_ext.validate.bands import coverage_lines, with_bands
     from primus_ext.validate.crossval import leave_one_model_out
-    from primus_ext.validate.efficiency_fit import one_run_offset, usable
+    from primus_ext.validate.efficiency_fit import usable
+    from primus_ext.validate.offsets import one_run_offset
     from primus_ext.validate.run import analytic_projector
 
     held_out = _is_moe_row if args.moe_only else None

@@ -83,7 +83,7 @@ def with_bands(report: ValidationReport, runs: Sequence[RunRow], bands: ErrorBan
         if row.projected_tokens_per_sec_per_gpu is None or run is None or run.model is None:
             rows.append(row)
             continue
-        key = (run.model, run.execution, run.system)
+        key = run.configuration
         if key not in cache:
             cache[key] = sensitivity(run)
         factors = cache[key]

@@ -18,9 +18,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from primus_ext.errors import PrimusExtError, Problem
+from primus_ext.errors import PrimusExtError
 from primus_ext.specs import Efficiency
-from primus_ext.validate.run import Projector, RowResult, ValidationReport, summarize
+from primus_ext.validate.distinct import Distinct, usable
+from primus_ext.validate.run import Projector
 from primus_ext.validate.runs import RunRow
 from primus_ext.validate.search import golden_section, nelder_mead
 from primus_ext.validate.stated import check_measured, unmeasured
@@ -120,61 +121,6 @@ def mean_abs_log(errors: Sequence[tuple[RunRow, float]]) -> float:
 
 def _loss_label(loss: Loss) -> str:
     return "mean |log error|" if loss is mean_abs_log else f"loss {getattr(loss, '__name__', type(loss).__name__)}"
-
-
-MAX_FIT_CONFIGURATIONS = 1_000
-"""The most distinct configurations ``--fit`` takes: a fit projects each one ~90 times, ~0.5 CPU-s per configuration
-(the development set's 109: 55 CPU-s on this project's 2-core machine, 2026-12-07), so 1 000 is ~8 CPU-minutes. The
-whole published record this project validates on is ~200 runs; a larger table is refused before any work (issue 56:
-bounded work whatever the input)."""
-MAX_CV_FITS = 20_000
-"""The most configuration-fits ``--cv`` takes: one fit per fold over the configurations, folds x distinct
-configurations at ~0.5 CPU-s each (the development set's 19 model folds x 109 configurations: 2 071, ~23 CPU-minutes
-on one core), so at most ~3 CPU-hours; a table of folds that repeat one run (2 000 submission folds) counts each."""
-
-
-def fit_problem(runs: Sequence[RunRow], source: str, folds: int = 0) -> Problem | None:
-    """Why ``runs`` are too many to fit: more than ``MAX_FIT_CONFIGURATIONS`` distinct configurations, or, for a
-    cross-validation of ``folds`` folds, more than ``MAX_CV_FITS`` configuration-fits; else None."""
-    n = len(Distinct.of(usable(runs)).firsts)
-    if n > MAX_FIT_CONFIGURATIONS:
-        return Problem(path=source, message=f"{n:,} distinct run configurations to fit; --fit and --cv take at most "
-                                            f"{MAX_FIT_CONFIGURATIONS:,} (~0.5 CPU-s each, per fit)",
-                       fix="fit on a sample of the rows, or validate without --fit / --cv")
-    if folds * n > MAX_CV_FITS:
-        return Problem(path=source, message=f"--cv would fit {folds:,} folds x {n:,} distinct configurations "
-                                            f"({folds * n:,} configuration-fits, ~0.5 CPU-s each); it takes at most "
-                                            f"{MAX_CV_FITS:,}",
-                       fix="cross-validate on a sample of the rows, or hold out a coarser group (--holdout model "
-                           "or gpu)")
-    return None
-
-
-@dataclass(frozen=True)
-class Distinct:
-    """Rows grouped by configuration once, for a fit that scores them many times: each (model, execution, system) is
-    projected once per evaluation (a 2 000-row copy of one run took 77 CPU-s to fit, projected per row; issue 56)."""
-
-    rows: tuple[RunRow, ...]
-    firsts: tuple[RunRow, ...]
-    """One row of each configuration, in order of first appearance."""
-    slots: tuple[int, ...]
-    """The index in ``firsts`` of each row's configuration."""
-
-    @staticmethod
-    def of(runs: Sequence[RunRow] | Distinct) -> Distinct:
-        if isinstance(runs, Distinct):
-            return runs
-        seen: dict[tuple, int] = {}
-        firsts: list[RunRow] = []
-        slots = []
-        for run in runs:
-            key = (run.model, run.execution, run.system)
-            if key not in seen:
-                seen[key] = len(firsts)
-                firsts.append(run)
-            slots.append(seen[key])
-        return Distinct(rows=tuple(runs), firsts=tuple(firsts), slots=tuple(slots))
 
 
 def log_errors(runs: Sequence[RunRow] | Distinct, projector: Projector,
@@ -301,10 +247,6 @@ def fit_efficiency(
     if unconstrained is not None:
         unconstrained.update(p.name for p in params if p.name not in moved)
     return current, best
-
-
-def usable(runs: Sequence[RunRow]) -> list[RunRow]:
-    return [r for r in runs if r.model is not None and r.system is not None]
 
 
 def family_of(run: RunRow) -> str:
@@ -507,43 +449,3 @@ def apply_fits(runs: Sequence[RunRow], fits: dict[str, tuple[Efficiency, int, fl
             run = with_efficiency(run, fits[family_of(run)][0])
         out.append(run)
     return out
-
-
-def workload_offset(measured_step_s: float, projected_step_s: float) -> float:
-    """The single multiplicative workload offset a user's own measured run implies."""
-    if measured_step_s <= 0 or projected_step_s <= 0:
-        raise ValueError("step times must be positive")
-    return measured_step_s / projected_step_s
-
-
-def _offset(anchor: RowResult) -> float:
-    return anchor.measured_tokens_per_sec_per_gpu / (anchor.projected_tokens_per_sec_per_gpu or 1.0)
-
-
-def one_run_offset(report: ValidationReport) -> ValidationReport:
-    """Errors after calibrating from one run of the user's own, estimated on the validation rows.
-
-    For every model x GPU x precision group with at least two projected rows, each row in turn plays
-    the user's one measured run: its measured/projected ratio becomes the workload offset applied to
-    the other rows of the group. A row's error is the mean over the anchors it was not one of. Rows of
-    single-row groups are skipped (nothing to calibrate from)."""
-    groups: dict[str, list[RowResult]] = defaultdict(list)
-    for row in report.rows:
-        if row.error_pct is not None:
-            groups[row.group].append(row)
-    sums = {group: sum(_offset(a) for a in members) for group, members in groups.items()}
-    out: list[RowResult] = []
-    for row in report.rows:
-        anchors = len(groups.get(row.group, ())) - 1  # the row itself is one of its group's members
-        if row.error_pct is None or anchors < 1:
-            reason = row.skipped_reason or "no other row of its model x GPU x precision to calibrate from"
-            out.append(replace(row, projected_tokens_per_sec_per_gpu=None, error_pct=None, skipped_reason=reason))
-            continue
-        # mean over anchors of (p * m_a / p_a - m) / m = (p / m) * mean(m_a / p_a) - 1: one sum per group, not one
-        # per row (a group of 2 000 rows took 1.4 CPU-s over all pairs)
-        ratios = sums[row.group] - _offset(row)
-        error = 100.0 * ((row.projected_tokens_per_sec_per_gpu or 0.0) / row.measured_tokens_per_sec_per_gpu
-                         * ratios / anchors - 1.0)
-        projected = row.measured_tokens_per_sec_per_gpu * (1 + error / 100.0)
-        out.append(replace(row, projected_tokens_per_sec_per_gpu=projected, error_pct=error))
-    return ValidationReport(rows=tuple(out), summary=summarize(out), label=f"{report.label} + one-run offset")

@@ -30,7 +30,7 @@ def once_per_configuration(projector: Projector) -> Projector:
     seen: dict[tuple, float | BaseException] = {}
 
     def project(run: RunRow) -> float:
-        key = (run.model, run.execution, run.system)
+        key = run.configuration
         if key not in seen:
             try:
                 seen[key] = projector(run)

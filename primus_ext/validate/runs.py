@@ -51,6 +51,12 @@ class RunRow:
     skipped_reason: str = ""
     assumptions: tuple[str, ...] = ()
 
+    @property
+    def configuration(self) -> tuple:
+        """What a projection reads (model, execution, system): rows that share it share their projection
+        (``validate.distinct``)."""
+        return (self.model, self.execution, self.system)
+
 
 _int = leading_count
 

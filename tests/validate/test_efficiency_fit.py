@@ -10,8 +10,8 @@ from primus_ext.validate.efficiency_fit import (
     fit_by_gpu,
     fit_efficiency,
     fit_pooled,
-    workload_offset,
 )
+from primus_ext.validate.offsets import workload_offset
 from primus_ext.validate.runs import RunRow
 
 
@@ -89,7 +89,7 @@ def test_workload_offset():
 
 
 def test_one_run_offset_removes_a_constant_bias():
-    from primus_ext.validate.efficiency_fit import one_run_offset
+    from primus_ext.validate.offsets import one_run_offset
     from primus_ext.validate.run import validate_runs
 
     runs = rows(Efficiency(gemm_max=0.5))

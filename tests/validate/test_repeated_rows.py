@@ -11,7 +11,9 @@ import pytest
 
 from primus_ext.specs import Efficiency
 from primus_ext.validate.archs import read_archs
-from primus_ext.validate.efficiency_fit import Distinct, fit_efficiency, log_errors, one_run_offset, with_efficiency
+from primus_ext.validate.distinct import Distinct
+from primus_ext.validate.efficiency_fit import fit_efficiency, log_errors, with_efficiency
+from primus_ext.validate.offsets import one_run_offset
 from primus_ext.validate.run import RowResult, ValidationReport, project_rows, summarize
 from primus_ext.validate.runs import RunRow, read_runs
 from primus_ext.validate.stats import kendall_tau_b
@@ -119,9 +121,9 @@ def test_kendall_tau_b_matches_the_pairwise_definition() -> None:
 def test_a_fit_over_more_configurations_than_the_bound_is_refused_before_any_work(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from primus_ext.cli import main
-    from primus_ext.validate import efficiency_fit
+    from primus_ext.validate import distinct
 
-    monkeypatch.setattr(efficiency_fit, "MAX_FIT_CONFIGURATIONS", 20)
+    monkeypatch.setattr(distinct, "MAX_FIT_CONFIGURATIONS", 20)
     (tmp_path / "a.csv").write_text(ARCH)
     rows = "".join(ROW.format(tokens=500).replace(",64,,", f",{16 * (i + 1)},,") for i in range(21))
     (tmp_path / "r.csv").write_text(HEADER + rows + ROW.format(tokens=501))  # 21 configurations, 22 rows
@@ -138,9 +140,9 @@ def test_a_cross_validation_over_too_many_configuration_fits_is_refused(
     """``--cv`` fits once per fold: 6 submission folds x 3 configurations = 18 configuration-fits, over a cap of 10
     (a 2 000-row copy of one run held out by submission is 2 000 fits)."""
     from primus_ext.cli import main
-    from primus_ext.validate import efficiency_fit
+    from primus_ext.validate import distinct
 
-    monkeypatch.setattr(efficiency_fit, "MAX_CV_FITS", 10)
+    monkeypatch.setattr(distinct, "MAX_CV_FITS", 10)
     (tmp_path / "a.csv").write_text(ARCH)
     rows = "".join(ROW.format(tokens=500 + i).replace(",64,,", f",{16 * (i % 3 + 1)},,") for i in range(6))
     (tmp_path / "r.csv").write_text(HEADER + rows)
