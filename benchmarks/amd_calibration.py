@@ -68,7 +68,7 @@ def _primus_rows(archs):
             if r.model is not None]
 
 
-def _log_rows():
+def log_rows():
     """The two Primus logs as rows: their recipes' specs, the logs' median stable step."""
     from primus_ext.logs import read_log
     from primus_ext.recipe import load_recipe
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.bands_only:
         print("5. the band project prints on the two MI355X logs (uncalibrated, shipped profile)")
-        log_bands(_log_rows())
+        log_bands(log_rows())
         return 0
 
     from primus_ext.projection import evaluate
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                                    read_hardware(VALIDATION / "hardware_specs.csv")) if r.model is not None]
     amd_mlperf = [r for r in mlperf if r.system.gpu.vendor == "amd"]
     primus = _primus_rows(archs)
-    logs = _log_rows()
+    logs = log_rows()
     amd = amd_mlperf + primus
     out: dict = {"assumptions": {"primus_rows": [f"#{r.index - 1000}: {r.model_name} {r.gpu}" for r in primus],
                                  "accumulation": ASSUMED_ACCUMULATION}}

@@ -8,7 +8,10 @@ Run from the repository root (``../shared/validation`` beside it)::
 Rows: ``measured_throughput.csv`` cross-validated leave-one-model-out (``validate --cv``: each model's rows projected
 with efficiencies fitted on the other models' rows; ~10 to 40 minutes on 2 cores) and ``mlperf_training.csv``
 leave-one-submission-out (``validate --cv --holdout submission``: one model, Llama 2 70B LoRA, so a model cannot be
-held out there; AMD boards fitted on AMD rows only). ``--from-json`` reads the ``cross_validation`` rows of the JSON
+held out there; AMD boards fitted on AMD rows only: these rows are kept with ``holdout: submission`` and counted in no
+class, ``projection.error_bands.EVIDENCE_HOLDOUT``), and the two real Primus logs on 8 x MI355X (``logs/``, their
+recipes in ``tests/support/recipes``, projected on the shipped profiles: no fit saw them or their models; the only
+AMD runs of models other than Llama 2 70B, issue 52). ``--from-json`` reads the ``cross_validation`` rows of the JSON
 those two commands write (``--json``) instead of rerunning them. Each held-out row's signed error goes into the file
 with its class (``projection.error_bands.class_of``), and the per-level quantiles beside them
 (``error_bands.file_dict``).
@@ -64,8 +67,28 @@ def _from_json(path: Path):
             for r in doc["cross_validation"]["rows"]]
 
 
+def log_error_rows() -> list:
+    """The two MI355X Primus logs' errors, each projected uncalibrated from its recipe on the shipped profile."""
+    from amd_calibration import log_rows
+
+    from primus_ext.projection.error_bands import ErrorRow, class_of
+    from primus_ext.validate.run import analytic_projector, validate_runs
+
+    logs = log_rows()
+    report = validate_runs(logs, analytic_projector, label="the MI355X logs")
+    out = []
+    for run, result in zip(logs, report.rows, strict=True):
+        assert result.error_pct is not None and run.model is not None and run.execution is not None
+        assert run.system is not None
+        name = next(a.partition(" ")[2] for a in run.assumptions if a.startswith("log "))
+        out.append(ErrorRow(model=run.model_name, band_class=class_of(run.model, run.execution, run.system),
+                            error_pct=result.error_pct, source=f"logs/{name}", gpu=run.gpu, gpus=run.num_gpus))
+    return out
+
+
 def generate(jobs: int, from_json: list[Path] | None) -> tuple[list, str, dict]:
-    """The error rows of both files, the command that reproduces them, and each file's held-out report."""
+    """The error rows of both files and of the logs, the command that reproduces them, and each file's held-out
+    report."""
     from primus_ext.validate.bands import error_rows
     from primus_ext.validate.run import ValidationReport, summarize
 
@@ -73,8 +96,9 @@ def generate(jobs: int, from_json: list[Path] | None) -> tuple[list, str, dict]:
     for i, name in enumerate(SOURCES):
         runs = _runs(name)
         results = _from_json(from_json[i]) if from_json else _cross_validated(name, runs, jobs)
-        rows += error_rows(results, runs, name)
+        rows += error_rows(results, runs, name, HOLDOUT[name])
         reports[name] = (ValidationReport(rows=tuple(results), summary=summarize(results), label=name), runs)
+    rows += log_error_rows()
     command = ("python -m primus_ext validate ../shared/validation/measured_throughput.csv --cv --json A.json; "
                "python -m primus_ext validate ../shared/validation/mlperf_training.csv --cv --holdout submission "
                "--json B.json; python benchmarks/error_bands.py --from-json A.json B.json "

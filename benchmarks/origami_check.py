@@ -148,7 +148,7 @@ def figures() -> dict:
         report = leave_one_out(amd, analytic_projector, by=by)
         out[f"leave-one-{by}-out"] = ac._summary([r.error_pct for r in report.rows if r.error_pct is not None])
     fits = fit_amd(amd, analytic_projector)
-    logs = ac._log_rows()
+    logs = ac.log_rows()
     board = {}
     for r in logs:
         p = evaluate(r.model, r.execution, with_efficiency(r, fits["mi355x"].efficiency).system)

@@ -7,8 +7,14 @@
 
 A class is GPU family x model type (dense / moe / hybrid) x precision x scale bucket (GPUs). Where a class has fewer
 than ``MIN_ROWS`` rows its evidence is pooled upward (``LEVELS``: family x type x precision, then family x type, then
-all rows) and the interval is widened to the class's own rows' extremes, so a pooled band never hides the error of the
-rows it does have. A class whose family x type has no row at all has no evidence: its band is the sensitivity band.
+all rows) and the interval is widened to the extremes of its family's rows of its type, so a pooled band never hides
+the error of the rows it does have. A class whose family has no row of its type takes the type's error on the other
+families (all rows where the type has too few), and says so: a GPU family's first MoE projection is not better known
+than the MoE projections measured elsewhere (issue 52). Only a type without any row keeps the sensitivity band.
+
+Only errors measured with the model held out are evidence (``ErrorRow.holdout``): rows of one configuration held out
+one submission at a time (MLPerf's Llama 2 70B LoRA: every AMD MLPerf row) measure how alike runs of that configuration
+are, not how far a projection of another model lands, so the file keeps them for the record and no class counts them.
 
 The rows and the per-class quantiles live in ``error_bands.yaml`` beside it, written by
 ``benchmarks/error_bands.py`` from ``validate --cv`` (leave-one-model-out on ``shared/validation/
@@ -45,8 +51,12 @@ SCALE_EDGES = (64, 1024)
 """Scale buckets in GPUs: <= 64 (up to 8 nodes of 8 / one NVL72 rack: scale-up dominated), <= 1024, more (issue 53)."""
 ERROR_DIGITS = 3
 """Decimals of a row's error in the file (its classes are summarised from the rows as written)."""
-LEVELS = ("class", "family x type x precision", "family x type", "all rows")
-"""Where the evidence may come from, most specific first."""
+LEVELS = ("class", "family x type x precision", "family x type", "type", "all rows")
+"""Where the evidence may come from, most specific first (``type``: the model type on every GPU family, the evidence
+of a family without runs of that type; a family with some pools its own levels, then all rows, as issue 53 set)."""
+Holdout = Literal["model", "submission"]
+EVIDENCE_HOLDOUT: Holdout = "model"
+"""The rows a class counts: those whose error was measured with their model held out of the fit."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,10 +71,11 @@ class BandClass:
     scale: str
     """``<=64``, ``<=1024`` or ``>1024`` GPUs (``SCALE_EDGES``)."""
 
-    def level_keys(self) -> tuple[str, str, str, str]:
+    def level_keys(self) -> tuple[str, str, str, str, str]:
         """The key of each of ``LEVELS``."""
         return (f"{self.family} | {self.kind} | {self.precision} | {self.scale}",
-                f"{self.family} | {self.kind} | {self.precision}", f"{self.family} | {self.kind}", "all")
+                f"{self.family} | {self.kind} | {self.precision}", f"{self.family} | {self.kind}",
+                f"any | {self.kind}", "all")
 
     def describe(self) -> str:
         return f"{self.family} {self.kind} {self.precision}, {self.scale} GPUs"
@@ -104,9 +115,12 @@ class ErrorRow:
     error_pct: float
     """(projected - measured) / measured x 100, the projection fitted without this row's model (or submission)."""
     source: str
-    """Which row of which file (``measured_throughput.csv row 12``)."""
+    """Which row of which file (``measured_throughput.csv row 12``), or which log."""
     gpu: str = ""
     gpus: int = 0
+    holdout: Holdout = "model"
+    """What the fit that projected it left out: its ``model`` (evidence for any projection), or only its own
+    ``submission`` (a configuration other runs of which were fitted on: kept, never counted in a class)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,9 +148,12 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def summarise(rows: Iterable[ErrorRow]) -> dict[str, ErrorStats]:
-    """Every level key's ``ErrorStats`` over ``rows`` (a row counts in its class and each level above it)."""
+    """Every level key's ``ErrorStats`` over the evidence among ``rows`` (``EVIDENCE_HOLDOUT``: a row counts in its
+    class and each level above it)."""
     groups: dict[str, list[float]] = defaultdict(list)
     for row in rows:
+        if row.holdout != EVIDENCE_HOLDOUT:
+            continue
         for key in row.band_class.level_keys():
             groups[key].append(row.error_pct)
     return {key: ErrorStats(n=len(errs), p10_pct=_percentile(errs, QUANTILES[0]),
@@ -151,14 +168,19 @@ class Evidence:
 
     band_class: BandClass
     level: str
-    """One of ``LEVELS``, or ``none``: no published run of this family x type, the band is the sensitivity band."""
+    """One of ``LEVELS``, or ``none``: no published run of this model type, the band is the sensitivity band."""
     n: int
     """Rows at ``level`` (0 with ``none``)."""
     n_class: int
     """Rows of the class itself (its full key)."""
+    family_rows: int = 0
+    """Rows of the class's family and model type (0: its evidence is the type's on other families)."""
     low_pct: float | None = None
     """The signed error's lower end (10th percentile, or lower where the class's own rows reach further), %."""
     high_pct: float | None = None
+    widened_to: int = 0
+    """Rows of the most specific of its family's levels whose extremes the interval reaches past the pooled level's
+    10th / 90th percentiles to (0: not widened)."""
 
     @property
     def known(self) -> bool:
@@ -175,35 +197,47 @@ class Evidence:
         """What the band rests on, in words (the console's and the JSON's ``what``)."""
         cls = self.band_class.describe()
         if not self.known:
-            return f"no published run of this class ({cls}): the band is the sensitivity band only"
+            return (f"no published run of this class ({cls}) nor of any {self.band_class.kind} model: the band is the "
+                    "sensitivity band only")
+        c = self.band_class
         where = ("of this class" if self.level == "class" else
-                 f"pooled at {self.level} ({self.n_class} of this class)")
+                 f"pooled at {self.level} ({self.n_class} of this class)" if self.family_rows else
+                 f"of {c.kind} models on other GPU families (none on {c.family})" if self.level == "type" else
+                 f"pooled at {self.level} (no {c.kind} run on {c.family}, too few elsewhere)")
+        widened = (f", widened to the worst of the {self.widened_to} {c.family} {c.kind} runs closest to it"
+                   if self.widened_to else "")
         return (f"the 80 % interval of the held-out error ({self.low_pct:+.0f} % .. {self.high_pct:+.0f} %) of "
-                f"{self.n} published runs {where}, {cls}")
+                f"{self.n} published runs {where}{widened}, {cls}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"class": self.band_class.to_dict(), "level": self.level, "n": self.n, "n_class": self.n_class,
-                "error_pct_low": self.low_pct, "error_pct_high": self.high_pct}
+                "n_family_type": self.family_rows, "error_pct_low": self.low_pct, "error_pct_high": self.high_pct}
 
 
 def evidence_of(cls: BandClass, table: Mapping[str, ErrorStats], min_rows: int = MIN_ROWS) -> Evidence:
-    """``cls``'s evidence in ``table`` (``summarise``'s): the most specific level with ``min_rows`` rows (else all
-    rows), the interval widened to the extremes of the most specific level that has rows; none without a row of its
-    family x type."""
+    """``cls``'s evidence in ``table`` (``summarise``'s): the most specific of its family's levels with ``min_rows``
+    rows (else all rows), the interval widened to the extremes of the most specific of its family's levels that has
+    rows; without a row of its family x type, the model type's on every family (else all rows); none without a row of
+    its type."""
     keys = cls.level_keys()
     n_class = table[keys[0]].n if keys[0] in table else 0
-    if keys[2] not in table:
+    if keys[3] not in table:
         return Evidence(band_class=cls, level="none", n=0, n_class=n_class)
-    own = next(table[key] for key in keys[:3] if key in table)
+    own = next((table[key] for key in keys[:3] if key in table), None)
+    # a family with runs of the type pools its own levels, then all rows; one without, the type on every family first
+    chain = (0, 1, 2, 4) if own is not None else (3, 4)
     level, stats = LEVELS[-1], table[keys[-1]]
-    for name, key in zip(LEVELS, keys, strict=True):
-        if key in table and table[key].n >= min_rows:
-            level, stats = name, table[key]
+    for i in chain:
+        if keys[i] in table and table[keys[i]].n >= min_rows:
+            level, stats = LEVELS[i], table[keys[i]]
             break
     low, high = stats.p10_pct, stats.p90_pct
-    if stats is not own:
+    if own is not None and stats is not own:
         low, high = min(low, own.min_pct), max(high, own.max_pct)
-    return Evidence(band_class=cls, level=level, n=stats.n, n_class=n_class, low_pct=low, high_pct=high)
+    widened = own.n if own is not None and (low, high) != (stats.p10_pct, stats.p90_pct) else 0
+    return Evidence(band_class=cls, level=level, n=stats.n, n_class=n_class,
+                    family_rows=table[keys[2]].n if keys[2] in table else 0, low_pct=low, high_pct=high,
+                    widened_to=widened)
 
 
 def widest(tokens: float, sensitivity: tuple[float, float], evidence: Evidence | None) -> tuple[float, float]:
@@ -242,7 +276,7 @@ class ErrorBands:
 def row_dict(row: ErrorRow) -> dict[str, Any]:
     """A row as the file holds it."""
     return {"source": row.source, "model": row.model, "gpu": row.gpu, "gpus": row.gpus, **row.band_class.to_dict(),
-            "error_pct": round(row.error_pct, ERROR_DIGITS)}
+            "error_pct": round(row.error_pct, ERROR_DIGITS), "holdout": row.holdout}
 
 
 def file_dict(rows: Sequence[ErrorRow], *, date: str, command: str, min_rows: int = MIN_ROWS) -> dict[str, Any]:
@@ -250,6 +284,8 @@ def file_dict(rows: Sequence[ErrorRow], *, date: str, command: str, min_rows: in
     ordered = sorted((replace(r, error_pct=round(r.error_pct, ERROR_DIGITS)) for r in rows), key=lambda r: r.source)
     return {"date": date, "command": command, "quantiles_pct": list(QUANTILES), "min_rows": min_rows,
             "levels": list(LEVELS), "error": "(projected - measured) / measured x 100, held out (cross-validation)",
+            "evidence": f"rows with holdout {EVIDENCE_HOLDOUT} (their model left out of the fit); rows held out by "
+                        "submission only (one configuration) are kept for the record, counted in no class",
             "classes": {key: s.to_dict() for key, s in summarise(ordered).items()},
             "rows": [row_dict(r) for r in ordered]}
 
@@ -264,8 +300,12 @@ def _row(entry: Mapping[str, Any]) -> ErrorRow:
                     scale=str(entry["scale"]))
     if cls.kind not in MODEL_TYPES:
         raise ValueError(f"type {cls.kind!r} is not dense, moe or hybrid")
+    holdout = entry.get("holdout", EVIDENCE_HOLDOUT)
+    if holdout not in typing.get_args(Holdout):
+        raise ValueError(f"holdout {holdout!r} is not model or submission")
     return ErrorRow(model=str(entry["model"]), band_class=cls, error_pct=float(entry["error_pct"]),
-                    source=str(entry["source"]), gpu=str(entry.get("gpu", "")), gpus=int(entry.get("gpus", 0)))
+                    source=str(entry["source"]), gpu=str(entry.get("gpu", "")), gpus=int(entry.get("gpus", 0)),
+                    holdout=holdout)
 
 
 def _stats(entry: Mapping[str, Any]) -> ErrorStats:
@@ -298,5 +338,6 @@ def shipped() -> ErrorBands:
     return load_bands(BANDS_FILE)
 
 
-__all__ = ["BANDS_FILE", "LEVELS", "MIN_ROWS", "BandClass", "ErrorBands", "ErrorRow", "ErrorStats", "Evidence",
-           "class_of", "evidence_of", "file_dict", "load_bands", "shipped", "summarise", "widest"]
+__all__ = ["BANDS_FILE", "EVIDENCE_HOLDOUT", "LEVELS", "MIN_ROWS", "BandClass", "ErrorBands", "ErrorRow", "ErrorStats",
+           "Evidence", "Holdout", "class_of", "evidence_of", "file_dict", "load_bands", "shipped", "summarise",
+           "widest"]

@@ -65,12 +65,14 @@ MEMORY = _closed({
 })
 BAND_EVIDENCE = _closed({
     "class": _closed({"family": STR, "type": {"enum": ["dense", "moe", "hybrid"]}, "precision": STR, "scale": STR}),
-    "level": {"enum": ["class", "family x type x precision", "family x type", "all rows", "none"]},
-    "n": INT, "n_class": INT, "error_pct_low": _null(NUM), "error_pct_high": _null(NUM),
-})
+    "level": {"enum": ["class", "family x type x precision", "family x type", "type", "all rows", "none"]},
+    "n": INT, "n_class": INT, "n_family_type": INT, "error_pct_low": _null(NUM), "error_pct_high": _null(NUM),
+}, required=["class", "level", "n", "n_class", "error_pct_low", "error_pct_high"])
 """The published runs an uncalibrated band's measured error rests on (``projection.error_bands.Evidence``): the
-projection's class, the level its rows were pooled at (``none``: no published run of this class, the band is the
-sensitivity band), how many rows there and in the class itself, the signed-error interval applied (%)."""
+projection's class, the level its rows were pooled at (``type``: the model type on every GPU family; ``none``: no
+published run of the model type, the band is the sensitivity band), how many rows there, in the class itself and in
+its family x type (``n_family_type``, optional: 0 when the type's rows on other families are the evidence), the
+signed-error interval applied (%)."""
 BAND = _closed({"low": NONNEG, "high": NONNEG, "what": STR, "evidence": BAND_EVIDENCE},
                required=["low", "high", "what"])
 """``evidence``: optional (an uncalibrated projection's band; documents written before it stay valid)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from primus_ext.errors import PrimusExtError
-from primus_ext.projection.error_bands import ErrorBands, ErrorRow, class_of, shipped, widest
+from primus_ext.projection.error_bands import ErrorBands, ErrorRow, Holdout, class_of, shipped, widest
 from primus_ext.validate.run import Coverage, RowBand, RowResult, ValidationReport
 from primus_ext.validate.runs import RunRow
 
@@ -91,8 +91,10 @@ def with_bands(report: ValidationReport, runs: Sequence[RunRow], bands: ErrorBan
     return replace(report, rows=tuple(rows), coverage=coverage(rows))
 
 
-def error_rows(results: Sequence[RowResult], runs: Sequence[RunRow], source: str) -> list[ErrorRow]:
-    """The held-out rows of a cross-validation as the error bands' rows (``benchmarks/error_bands.py``)."""
+def error_rows(results: Sequence[RowResult], runs: Sequence[RunRow], source: str,
+               holdout: Holdout = "model") -> list[ErrorRow]:
+    """The held-out rows of a cross-validation as the error bands' rows (``benchmarks/error_bands.py``); ``holdout``:
+    what its folds left out (a row's model, or only its own submission: ``ErrorRow.holdout``)."""
     by_index = {r.index: r for r in runs}
     out = []
     for r in results:
@@ -100,7 +102,8 @@ def error_rows(results: Sequence[RowResult], runs: Sequence[RunRow], source: str
         if r.error_pct is None or run is None or run.model is None or run.execution is None or run.system is None:
             continue
         out.append(ErrorRow(model=r.model, band_class=class_of(run.model, run.execution, run.system),
-                            error_pct=r.error_pct, source=f"{source} row {r.index}", gpu=r.gpu, gpus=r.num_gpus))
+                            error_pct=r.error_pct, source=f"{source} row {r.index}", gpu=r.gpu, gpus=r.num_gpus,
+                            holdout=holdout))
     return out
 
 

@@ -94,3 +94,5 @@ def test_error_rows_take_each_held_out_rows_class():
     assert [r.source for r in found] == [f"fixture.csv row {i}" for i in range(9)]
     assert found[0].error_pct == pytest.approx(report.rows[0].error_pct)
     assert found[0].band_class == class_of(runs[0].model, runs[0].execution, runs[0].system)
+    assert {r.holdout for r in found} == {"model"}  # a model held out: evidence for any projection
+    assert {r.holdout for r in error_rows(report.rows, runs, "mlperf.csv", "submission")} == {"submission"}
