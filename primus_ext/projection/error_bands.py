@@ -7,18 +7,20 @@
 
 A class is GPU family x model type (dense / moe / hybrid) x precision x scale bucket (GPUs). Where a class has fewer
 than ``MIN_ROWS`` rows its evidence is pooled upward (``LEVELS``: family x type x precision, then family x type, then
-all rows) and the interval is widened to the extremes of its family's rows of its type, so a pooled band never hides
-the error of the rows it does have. A class whose family has no row of its type takes the type's error on the other
-families (all rows where the type has too few), and says so: a GPU family's first MoE projection is not better known
-than the MoE projections measured elsewhere (issue 52). Only a type without any row keeps the sensitivity band.
+all rows) and the interval is widened to the extremes of the most specific of its family's levels that has rows, so a
+pooled band never hides the error of the rows it does have. A class whose family has no row of its type takes the
+type's error on the other families (all rows where the type has too few), and says so: a GPU family's first MoE
+projection is not better known than the MoE projections measured elsewhere (issue 52). Only a type without any row
+keeps the sensitivity band.
 
 Only errors measured with the model held out are evidence (``ErrorRow.holdout``): rows of one configuration held out
-one submission at a time (MLPerf's Llama 2 70B LoRA: every AMD MLPerf row) measure how alike runs of that configuration
+one submission at a time (MLPerf's Llama 2 70B LoRA, every MLPerf row) measure how alike runs of that configuration
 are, not how far a projection of another model lands, so the file keeps them for the record and no class counts them.
 
-The rows and the per-class quantiles live in ``error_bands.yaml`` beside it, written by
-``benchmarks/error_bands.py`` from ``validate --cv`` (leave-one-model-out on ``shared/validation/
-measured_throughput.csv``) and leave-one-submission-out on ``mlperf_training.csv``; never by hand. Signed error =
+The rows live in ``error_bands.yaml`` beside it, written by ``benchmarks/error_bands.py`` from ``validate --cv``
+(leave-one-model-out on ``shared/validation/measured_throughput.csv``), leave-one-submission-out on
+``mlperf_training.csv`` and the two real MI355X logs; never by hand. The per-class quantiles written beside them are
+for the reader: ``load_bands`` summarises the rows itself. Signed error =
 (projected - measured) / measured, so a measured value ``M = P / (1 + e)``: the interval ``[e10, e90]`` of the error
 is the band ``[P / (1 + e90), P / (1 + e10)]``.
 """
@@ -178,9 +180,13 @@ class Evidence:
     low_pct: float | None = None
     """The signed error's lower end (10th percentile, or lower where the class's own rows reach further), %."""
     high_pct: float | None = None
+    level_low_pct: float | None = None
+    """The pooled level's own 10th percentile, before any widening (%)."""
+    level_high_pct: float | None = None
     widened_to: int = 0
-    """Rows of the most specific of its family's levels whose extremes the interval reaches past the pooled level's
-    10th / 90th percentiles to (0: not widened)."""
+    """Rows of ``widened_by``, the most specific of its family's levels with rows, whose extremes the interval reaches
+    past the pooled level's 10th / 90th percentiles (0: not widened)."""
+    widened_by: str = ""
 
     @property
     def known(self) -> bool:
@@ -196,18 +202,22 @@ class Evidence:
     def sentence(self) -> str:
         """What the band rests on, in words (the console's and the JSON's ``what``)."""
         cls = self.band_class.describe()
-        if not self.known:
-            return (f"no published run of this class ({cls}) nor of any {self.band_class.kind} model: the band is the "
-                    "sensitivity band only")
         c = self.band_class
+        if not self.known:
+            return (f"no run measured with its model held out, of this class ({cls}) nor of any {c.kind} model: the "
+                    "band is the sensitivity band only")
         where = ("of this class" if self.level == "class" else
                  f"pooled at {self.level} ({self.n_class} of this class)" if self.family_rows else
-                 f"of {c.kind} models on other GPU families (none on {c.family})" if self.level == "type" else
-                 f"pooled at {self.level} (no {c.kind} run on {c.family}, too few elsewhere)")
-        widened = (f", widened to the worst of the {self.widened_to} {c.family} {c.kind} runs closest to it"
-                   if self.widened_to else "")
-        return (f"the 80 % interval of the held-out error ({self.low_pct:+.0f} % .. {self.high_pct:+.0f} %) of "
-                f"{self.n} published runs {where}{widened}, {cls}")
+                 f"of {c.kind} models on other GPU families (none on {c.family} with its model held out)"
+                 if self.level == "type" else
+                 f"pooled at {self.level} (no {c.kind} run on {c.family} with its model held out, too few elsewhere)")
+        text = (f"the 80 % interval of the held-out error ({self.level_low_pct:+.0f} % .. "
+                f"{self.level_high_pct:+.0f} %) of {self.n} measured runs {where}")
+        if self.widened_to:
+            scope = "its class" if self.widened_by == "class" else f"its {self.widened_by}"
+            text += (f", widened to {self.low_pct:+.0f} % .. {self.high_pct:+.0f} % by the "
+                     f"{self.widened_to} run{'s' if self.widened_to > 1 else ''} of {scope}")
+        return f"{text}, {cls}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"class": self.band_class.to_dict(), "level": self.level, "n": self.n, "n_class": self.n_class,
@@ -223,7 +233,8 @@ def evidence_of(cls: BandClass, table: Mapping[str, ErrorStats], min_rows: int =
     n_class = table[keys[0]].n if keys[0] in table else 0
     if keys[3] not in table:
         return Evidence(band_class=cls, level="none", n=0, n_class=n_class)
-    own = next((table[key] for key in keys[:3] if key in table), None)
+    own_level = next((i for i in range(3) if keys[i] in table), None)
+    own = table[keys[own_level]] if own_level is not None else None
     # a family with runs of the type pools its own levels, then all rows; one without, the type on every family first
     chain = (0, 1, 2, 4) if own is not None else (3, 4)
     level, stats = LEVELS[-1], table[keys[-1]]
@@ -234,10 +245,12 @@ def evidence_of(cls: BandClass, table: Mapping[str, ErrorStats], min_rows: int =
     low, high = stats.p10_pct, stats.p90_pct
     if own is not None and stats is not own:
         low, high = min(low, own.min_pct), max(high, own.max_pct)
-    widened = own.n if own is not None and (low, high) != (stats.p10_pct, stats.p90_pct) else 0
+    widened = own is not None and own_level is not None and (low, high) != (stats.p10_pct, stats.p90_pct)
     return Evidence(band_class=cls, level=level, n=stats.n, n_class=n_class,
                     family_rows=table[keys[2]].n if keys[2] in table else 0, low_pct=low, high_pct=high,
-                    widened_to=widened)
+                    level_low_pct=stats.p10_pct, level_high_pct=stats.p90_pct,
+                    widened_to=own.n if widened and own is not None else 0,
+                    widened_by=LEVELS[own_level] if widened and own_level is not None else "")
 
 
 def widest(tokens: float, sensitivity: tuple[float, float], evidence: Evidence | None) -> tuple[float, float]:
@@ -326,11 +339,14 @@ def load_bands(path: Path = BANDS_FILE) -> ErrorBands:
         raise _broken(path, "no `rows:` list and `classes:` mapping")
     try:
         rows = tuple(_row(entry) for entry in data["rows"])
-        table = {str(key): _stats(entry) for key, entry in data["classes"].items()}
+        for entry in data["classes"].values():
+            _stats(entry)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise _broken(path, f"an entry is not a row or a class ({type(err).__name__}: {err})") from None
-    return ErrorBands(rows=rows, table=table, date=str(data.get("date", "")), command=str(data.get("command", "")),
-                      min_rows=int(data.get("min_rows", MIN_ROWS)))
+    # the classes are summarised from the rows, never trusted: a file of another layout (levels, holdout) cannot give
+    # project one table and validate's leave-one-model-out another
+    return ErrorBands(rows=rows, table=summarise(rows), date=str(data.get("date", "")),
+                      command=str(data.get("command", "")), min_rows=int(data.get("min_rows", MIN_ROWS)))
 
 
 def shipped() -> ErrorBands:

@@ -6,6 +6,7 @@ class has few rows, applied to the projected throughput; a class without runs ke
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,14 +71,20 @@ def test_few_rows_pool_upward_and_keep_their_own_extremes():
     assert evidence.level == "family x type x precision" and evidence.n == 12 and evidence.n_class == 2
     assert evidence.low_pct == -60.0  # pooled -> widened to the class's own worst row
     assert evidence.high_pct == pytest.approx(table["hopper | dense | fp8"].p90_pct)
-    assert "pooled at family x type x precision (2 of this class)" in evidence.sentence()
+    pooled = table["hopper | dense | fp8"]
+    assert (evidence.level_low_pct, evidence.level_high_pct) == (pooled.p10_pct, pooled.p90_pct)
+    assert evidence.widened_to == 2 and evidence.widened_by == "class"
+    assert (f"({pooled.p10_pct:+.0f} % .. {pooled.p90_pct:+.0f} %) of 12 measured runs pooled at family x type x "
+            f"precision (2 of this class), widened to -60 % .. {pooled.p90_pct:+.0f} % by the 2 runs of its class"
+            ) in evidence.sentence()
 
 
 def test_a_class_whose_type_has_no_run_anywhere_has_no_evidence():
     table = summarise(_rows(HOPPER, [1.0] * MIN_ROWS))
     evidence = evidence_of(BandClass(family="cdna4", kind="moe", precision="fp8", scale="<=64"), table)
     assert evidence.level == "none" and evidence.n == 0 and evidence.factors() is None
-    assert "no published run of this class (cdna4 moe fp8, <=64 GPUs) nor of any moe model" in evidence.sentence()
+    assert ("no run measured with its model held out, of this class (cdna4 moe fp8, <=64 GPUs) nor of any moe model"
+            in evidence.sentence())
     assert widest(100.0, (90.0, 110.0), evidence) == (90.0, 110.0)
 
 
@@ -90,7 +97,9 @@ def test_a_family_without_runs_of_its_type_takes_the_types_error_elsewhere_and_s
     evidence = evidence_of(cdna3_moe, table)
     assert evidence.level == "type" and evidence.n == 20 and evidence.family_rows == 0 and evidence.n_class == 0
     assert (evidence.low_pct, evidence.high_pct) == pytest.approx((-10.5, 65.5))  # numpy's 10th / 90th percentiles
-    assert "of moe models on other GPU families (none on cdna3), cdna3 moe fp8" in evidence.sentence()
+    assert evidence.widened_to == 0 and "widened" not in evidence.sentence()
+    assert ("(-10 % .. +66 %) of 20 measured runs of moe models on other GPU families (none on cdna3 with its model "
+            "held out), cdna3 moe fp8") in evidence.sentence()
     low, _ = widest(100.0, (95.0, 105.0), evidence)
     assert low == pytest.approx(100.0 / 1.655)  # the dense runs' +0 % says nothing about MoE
 
@@ -101,7 +110,8 @@ def test_a_family_without_runs_of_a_rare_type_takes_all_rows():
     evidence = evidence_of(BandClass(family="cdna3", kind="hybrid", precision="fp8", scale="<=64"), table)
     assert evidence.level == "all rows" and evidence.n == 22 and evidence.family_rows == 0
     assert evidence.widened_to == 0 and evidence.high_pct == pytest.approx(table["all"].p90_pct)
-    assert "pooled at all rows (no hybrid run on cdna3, too few elsewhere)" in evidence.sentence()
+    assert "pooled at all rows (no hybrid run on cdna3 with its model held out, too few elsewhere)" in \
+        evidence.sentence()
 
 
 def test_a_familys_one_far_run_widens_its_pooled_band_and_is_named():
@@ -113,7 +123,8 @@ def test_a_familys_one_far_run_widens_its_pooled_band_and_is_named():
     evidence = evidence_of(cdna4_moe, table)
     assert evidence.level == "all rows" and evidence.n == 11 and evidence.family_rows == 1
     assert evidence.high_pct == 273.0 and evidence.widened_to == 1
-    assert ("pooled at all rows (1 of this class), widened to the worst of the 1 cdna4 moe runs closest to it"
+    assert evidence.widened_by == "class" and evidence.level_high_pct == table["all"].p90_pct < 273.0
+    assert ("pooled at all rows (1 of this class), widened to -15 % .. +273 % by the 1 run of its class"
             in evidence.sentence())
 
 
@@ -179,7 +190,7 @@ def test_a_class_without_runs_keeps_the_sensitivity_band_and_says_so(monkeypatch
     from primus_ext.report.projection_table import format_projection
     from primus_ext.results.projection import projection_fields
 
-    assert "no published run of this class (cdna4 moe fp8, <=64 GPUs)" in format_projection(p)
+    assert "no run measured with its model held out, of this class (cdna4 moe fp8, <=64 GPUs)" in format_projection(p)
     assert projection_fields(p)["band"]["evidence"]["level"] == "none"
 
 
@@ -235,6 +246,37 @@ def test_an_amd_moe_recipe_gets_the_band_of_what_moe_projections_missed():
         if gpu == "mi355x":
             assert evidence.high_pct >= logged > 200
             assert p.band[0] == pytest.approx(p.tokens_per_s_per_gpu / (1 + logged / 100), rel=1e-3)
+
+
+def test_a_level_type_band_is_a_valid_projection_document():
+    jsonschema = pytest.importorskip("jsonschema")
+    from primus_ext.results.projection import projection_document, projection_fields
+    from primus_ext.results.schema import SCHEMA
+
+    moe = ExecutionSpec(data_parallel_size=8, expert_model_parallel_size=8, global_batch_size=64, seq_length=4096,
+                        micro_batch_size=1, precision="fp8")
+    p = project(MOE8, moe, load_system("mi300x", 1), memory=False)
+    fields = projection_fields(p)
+    assert fields["band"]["evidence"]["level"] == "type" and fields["band"]["evidence"]["n_family_type"] == 0
+    jsonschema.validate(json.loads(json.dumps(projection_document(p))), SCHEMA)
+
+
+def test_the_file_s_class_table_is_never_trusted_over_its_rows(tmp_path: Path):
+    """A file of an older layout (no ``holdout``, classes of other levels): its rows are summarised again, so
+    ``project`` (the whole table) and ``validate`` (``without``: the rows again) cannot disagree."""
+    old = tmp_path / "old.yaml"
+    rows = _rows(HOPPER, [float(e) for e in range(-10, 10)])
+    data = file_dict(rows, date="d", command="c")
+    for entry in data["rows"]:
+        del entry["holdout"]
+    data["classes"] = {"hopper | dense": {"n": 99, "error_pct_p10": -1, "error_pct_p90": 1, "error_pct_min": -1,
+                                          "error_pct_max": 1}}
+    old.write_text(yaml.safe_dump(data), encoding="utf-8")
+    bands = load_bands(old)
+    assert {r.holdout for r in bands.rows} == {"model"}
+    assert bands.table == summarise(rows) and bands.evidence(HOPPER) == bands.without("other").evidence(HOPPER)
+    mixed = ErrorBands(rows=(*rows, *(replace(r, model="sub", holdout="submission") for r in rows)), table={})
+    assert mixed.without("m").table == {}  # submission rows are no one's evidence, not even once their model is out
 
 
 def test_a_broken_file_names_itself_and_the_fix(tmp_path: Path):
